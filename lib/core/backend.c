@@ -1,0 +1,119 @@
+/* backend.c: es_backend objects: choosing the implementation, serialising calls, and sharing one
+ * upload of a model's weights among all contexts on the backend. The computing lives in lib/cpu
+ * and lib/vulkan. */
+#include "backend.h"
+
+#include <stdio.h>
+#include <string.h>
+
+es_backend_params es_backend_default_params(void) {
+    es_backend_params p;
+    memset(&p, 0, sizeof p);
+    p.type = ES_BACKEND_CPU;
+    p.log_level = ES_LOG_WARN;
+    return p;
+}
+
+es_status es_backend_create(const es_backend_params *params, es_backend **out) {
+    if (!out) return es__fail(NULL, ES_ERR_INVALID_ARGUMENT, "es_backend_create: out is NULL");
+    *out = NULL;
+    es_backend_params p = params ? *params : es_backend_default_params();
+    const es__backend_vtbl *vt = NULL;
+    if (p.type == ES_BACKEND_CPU)
+        vt = &es__cpu_backend;
+    else if (p.type == ES_BACKEND_VULKAN)
+        vt = es__vulkan_backend_ptr;
+    else
+        return es__fail(NULL, ES_ERR_INVALID_ARGUMENT, "es_backend_create: unknown backend type %d",
+                        (int)p.type);
+    if (!vt)
+        return es__fail(NULL, ES_ERR_UNSUPPORTED,
+                        "es_backend_create: this build has no Vulkan backend (configure with -Dvulkan=enabled)");
+    if (p.n_threads < 0)
+        return es__fail(NULL, ES_ERR_INVALID_ARGUMENT, "es_backend_create: n_threads %d < 0", p.n_threads);
+
+    es_backend *b = es__calloc(p.allocator, 1, sizeof *b);
+    if (!b) return es__fail(NULL, ES_ERR_OUT_OF_MEMORY, "es_backend_create: out of memory");
+    if (p.allocator) {
+        b->alloc_copy = *p.allocator;
+        b->alloc = &b->alloc_copy;
+    }
+    b->vt = vt;
+    b->type = p.type;
+    b->log = (es__log){p.log_fn, p.log_user, p.log_level};
+    b->n_threads = p.n_threads > 0 ? p.n_threads : es__cpu_count();
+    b->profile = p.profile;
+    b->progress_fn = p.progress_fn;
+    b->progress_user = p.progress_user;
+    snprintf(b->name, sizeof b->name, "%s", vt->name);
+    if (pthread_mutex_init(&b->lock, NULL) != 0) {
+        es__free(b->alloc, b);
+        return es__fail(NULL, ES_ERR_BACKEND, "es_backend_create: pthread_mutex_init failed");
+    }
+    es_status s = vt->init(b, &p);
+    if (s != ES_OK) {
+        pthread_mutex_destroy(&b->lock);
+        es__fail(NULL, s, "%s", b->err.msg);
+        es__free(p.allocator, b);
+        return s;
+    }
+    *out = b;
+    return ES_OK;
+}
+
+void es_backend_free(es_backend *b) {
+    if (!b) return;
+    for (int32_t i = 0; i < b->n_uploads; i++) b->vt->model_release(b, b->uploads[i].weights);
+    es__free(b->alloc, b->uploads);
+    b->vt->destroy(b);
+    pthread_mutex_destroy(&b->lock);
+    const es_allocator *a = b->alloc ? b->alloc : NULL;
+    es_allocator copy;
+    if (a) {
+        copy = *a;
+        a = &copy;
+    }
+    es__free(a, b);
+}
+
+const char *es_backend_errmsg(const es_backend *b) {
+    return b ? b->err.msg : "backend is NULL";
+}
+
+const char *es_backend_name(const es_backend *b) {
+    return b ? b->name : "";
+}
+
+/* Returns the backend's upload of m, creating it on first use. Caller holds b->lock. */
+es_status es__backend_acquire_model(es_backend *b, const es_model *m, void **weights) {
+    for (int32_t i = 0; i < b->n_uploads; i++) {
+        if (b->uploads[i].model == m) {
+            b->uploads[i].refs++;
+            *weights = b->uploads[i].weights;
+            return ES_OK;
+        }
+    }
+    es__upload *grown = es__realloc(b->alloc, b->uploads, sizeof *grown * (size_t)(b->n_uploads + 1));
+    if (!grown) return es__fail(&b->err, ES_ERR_OUT_OF_MEMORY, "backend: out of memory");
+    b->uploads = grown;
+    void *w = NULL;
+    ES_TRY(b->vt->model_upload(b, m, &w));
+    b->uploads[b->n_uploads++] = (es__upload){m, w, 1};
+    *weights = w;
+    return ES_OK;
+}
+
+/* Drops one reference; the last one frees the upload. Caller holds b->lock. */
+void es__backend_release_model(es_backend *b, const es_model *m) {
+    for (int32_t i = 0; i < b->n_uploads; i++) {
+        if (b->uploads[i].model != m) continue;
+        if (--b->uploads[i].refs > 0) return;
+        b->vt->model_release(b, b->uploads[i].weights);
+        b->uploads[i] = b->uploads[--b->n_uploads];
+        return;
+    }
+}
+
+#ifndef ES_HAVE_VULKAN
+const es__backend_vtbl *const es__vulkan_backend_ptr = NULL;
+#endif

@@ -1,0 +1,101 @@
+/* backend.h: the backend-neutral forward API between the core (contexts, strategies) and the
+ * backends (lib/cpu, lib/vulkan). The core validates every batch and builds an es__fwd; a backend
+ * only computes. Backends never know which strategy calls them. */
+#ifndef ES_CORE_BACKEND_H
+#define ES_CORE_BACKEND_H
+
+#include "common.h"
+#include "model.h"
+
+#include <pthread.h>
+
+/* One validated forward call. The batch's keys/values go to the provisional cache slots
+ * [n_past, n_past + n). Token j attends to committed slots [0, n_past) and to the provisional slots
+ * of its ancestors and itself, i.e. in-batch i with dfs_start[i] <= dfs_start[j] and
+ * dfs_end[j] <= dfs_end[i]. The batch is in DFS pre-order (dfs_start[i] == i) and
+ * pos[j] == n_past + depth(j), so the keys a token sees are exactly positions 0..pos[j], one each:
+ * backends reduce attention over them in position order, which keeps logits batch-invariant. */
+typedef struct es__fwd {
+    int32_t n;               /* tokens in the batch                                   */
+    int32_t n_past;          /* committed tokens                                      */
+    const int32_t *tokens;   /* [n]                                                   */
+    const int32_t *pos;      /* [n] absolute positions                                */
+    const int32_t *dfs_start;/* [n] == i                                              */
+    const int32_t *dfs_end;  /* [n] last pre-order index in the token's subtree       */
+    const int32_t *parent;   /* [n] batch index of the parent, -1 for a root           */
+    int32_t n_out;           /* rows that want logits                                 */
+    const int32_t *out_rows; /* [n_out] ascending batch indices                       */
+    float *logits;           /* [n_out, n_vocab] written by the backend                */
+} es__fwd;
+
+typedef struct es__backend_vtbl {
+    const char *name;
+    /* Creates the backend's private state in b->impl (device selection, thread pool, ...). */
+    es_status (*init)(es_backend *b, const es_backend_params *p);
+    void (*destroy)(es_backend *b);
+    /* Uploads or prepares model weights; *weights is handed back to later calls and release. */
+    es_status (*model_upload)(es_backend *b, const es_model *m, void **weights);
+    void (*model_release)(es_backend *b, void *weights);
+    /* Allocates the KV cache (n_ctx slots) and scratch for n_batch tokens in ctx->impl. */
+    es_status (*ctx_init)(es_context *ctx);
+    void (*ctx_destroy)(es_context *ctx);
+    es_status (*forward)(es_context *ctx, const es__fwd *f);
+    /* Moves provisional slot n_past + keep[r] to n_past + r for r < n_keep (keep ascending). */
+    es_status (*kv_compact)(es_context *ctx, const int32_t *keep, int32_t n_keep);
+} es__backend_vtbl;
+
+typedef struct es__upload {
+    const es_model *model;
+    void *weights;
+    int32_t refs;
+} es__upload;
+
+struct es_backend {
+    const es__backend_vtbl *vt;
+    es_backend_type type;
+    es_allocator alloc_copy;
+    const es_allocator *alloc;
+    es__log log;
+    es__err err;
+    int32_t n_threads;
+    bool profile;
+    es_progress_fn progress_fn;
+    void *progress_user;
+    char name[256];
+    pthread_mutex_t lock;       /* serialises forward calls from contexts sharing the backend */
+    es__upload *uploads;        /* models whose weights this backend holds */
+    int32_t n_uploads;
+    void *impl;
+};
+
+struct es_context {
+    const es_model *model;
+    es_backend *backend;
+    bool owns_backend;
+    void *weights;              /* the backend's upload of model */
+    es_allocator alloc_copy;
+    const es_allocator *alloc;
+    es__log log;
+    es__err err;
+    int32_t n_ctx;
+    int32_t n_batch;
+    int32_t n_past;
+    /* The last forward call's batch, kept for es_commit's path check and es_logits. */
+    int32_t n_provisional;      /* 0 after a commit */
+    int32_t *prov_parent;       /* [n_batch] */
+    int32_t *logits_row;        /* [n_batch] row in logits or -1 */
+    float *logits;              /* [logits_cap, n_vocab] */
+    int32_t logits_cap;
+    void *impl;
+};
+
+/* Backend tables; a NULL entry means the backend was not built. */
+extern const es__backend_vtbl es__cpu_backend;
+extern const es__backend_vtbl *const es__vulkan_backend_ptr;
+
+/* Upload sharing (backend.c); the caller holds b->lock. */
+es_status es__backend_acquire_model(es_backend *b, const es_model *m, void **weights);
+void es__backend_release_model(es_backend *b, const es_model *m);
+
+#endif /* ES_CORE_BACKEND_H */
+

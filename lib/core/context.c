@@ -1,0 +1,218 @@
+/* context.c: es_context: KV-cache bookkeeping (committed and provisional tokens), batch
+ * validation, logits storage. The numbers are computed by the backend through its vtable. */
+#include "backend.h"
+#include "batch.h"
+
+#include <string.h>
+
+es_context_params es_context_default_params(void) {
+    es_context_params p;
+    memset(&p, 0, sizeof p);
+    p.log_level = ES_LOG_WARN;
+    return p;
+}
+
+static void context_release(es_context *ctx) {
+    if (ctx->impl) ctx->backend->vt->ctx_destroy(ctx);
+    if (ctx->weights) {
+        pthread_mutex_lock(&ctx->backend->lock);
+        es__backend_release_model(ctx->backend, ctx->model);
+        pthread_mutex_unlock(&ctx->backend->lock);
+    }
+    es__free(ctx->alloc, ctx->prov_parent);
+    es__free(ctx->alloc, ctx->logits_row);
+    es__free(ctx->alloc, ctx->logits);
+    if (ctx->owns_backend) es_backend_free(ctx->backend);
+}
+
+void es_context_free(es_context *ctx) {
+    if (!ctx) return;
+    context_release(ctx);
+    es_allocator copy;
+    const es_allocator *a = NULL;
+    if (ctx->alloc) {
+        copy = *ctx->alloc;
+        a = &copy;
+    }
+    es__free(a, ctx);
+}
+
+static es_status context_setup(es_context *ctx, const es_context_params *p) {
+    const es_model *m = ctx->model;
+    ES_RETURN_IF(!m->has_weights, &ctx->err, ES_ERR_INVALID_ARGUMENT,
+                 "es_context_create: model '%s' was loaded without weights (vocab_only)", m->path);
+    ES_RETURN_IF(p->n_ctx < 0 || p->n_batch < 0, &ctx->err, ES_ERR_INVALID_ARGUMENT,
+                 "es_context_create: n_ctx %d / n_batch %d must not be negative", p->n_ctx, p->n_batch);
+    int32_t n_ctx = p->n_ctx;
+    if (n_ctx == 0) n_ctx = m->hp.n_ctx_train > 0 && m->hp.n_ctx_train < 4096 ? m->hp.n_ctx_train : 4096;
+    ctx->n_ctx = n_ctx;
+    ctx->n_batch = p->n_batch > 0 ? ES__MIN(p->n_batch, n_ctx) : ES__MIN(512, n_ctx);
+    if (p->backend) {
+        ctx->backend = p->backend;
+    } else {
+        es_backend_params bp = es_backend_default_params();
+        bp.log_fn = p->log_fn;
+        bp.log_user = p->log_user;
+        bp.log_level = p->log_level;
+        bp.allocator = p->allocator;
+        es_status s = es_backend_create(&bp, &ctx->backend);
+        if (s != ES_OK) return es__fail(&ctx->err, s, "%s", es_last_error());
+        ctx->owns_backend = true;
+    }
+    ctx->prov_parent = es__calloc(ctx->alloc, (size_t)ctx->n_batch, sizeof(int32_t));
+    ctx->logits_row = es__calloc(ctx->alloc, (size_t)ctx->n_batch, sizeof(int32_t));
+    ES_RETURN_IF(!ctx->prov_parent || !ctx->logits_row, &ctx->err, ES_ERR_OUT_OF_MEMORY,
+                 "es_context_create: out of memory");
+    es_backend *b = ctx->backend;
+    pthread_mutex_lock(&b->lock);
+    es_status s = es__backend_acquire_model(b, m, &ctx->weights);
+    if (s == ES_OK) {
+        s = b->vt->ctx_init(ctx);
+        if (s != ES_OK) {
+            es__backend_release_model(b, m);
+            ctx->weights = NULL;
+            ctx->impl = NULL;
+        }
+    }
+    pthread_mutex_unlock(&b->lock);
+    if (s != ES_OK) return es__fail(&ctx->err, s, "%s", b->err.msg[0] ? b->err.msg : es_last_error());
+    return ES_OK;
+}
+
+es_status es_context_create(const es_model *model, const es_context_params *params, es_context **out) {
+    if (!out) return es__fail(NULL, ES_ERR_INVALID_ARGUMENT, "es_context_create: out is NULL");
+    *out = NULL;
+    if (!model) return es__fail(NULL, ES_ERR_INVALID_ARGUMENT, "es_context_create: model is NULL");
+    es_context_params p = params ? *params : es_context_default_params();
+    es_context *ctx = es__calloc(p.allocator, 1, sizeof *ctx);
+    if (!ctx) return es__fail(NULL, ES_ERR_OUT_OF_MEMORY, "es_context_create: out of memory");
+    if (p.allocator) {
+        ctx->alloc_copy = *p.allocator;
+        ctx->alloc = &ctx->alloc_copy;
+    }
+    ctx->model = model;
+    ctx->log = (es__log){p.log_fn, p.log_user, p.log_level};
+    es_status s = context_setup(ctx, &p);
+    if (s != ES_OK) {
+        char msg[ES__ERRMSG_SIZE];
+        memcpy(msg, ctx->err.msg, sizeof msg);
+        es_context_free(ctx);
+        return es__fail(NULL, s, "%s", msg);
+    }
+    *out = ctx;
+    return ES_OK;
+}
+
+const char *es_context_errmsg(const es_context *ctx) {
+    return ctx ? ctx->err.msg : "context is NULL";
+}
+int32_t es_context_n_ctx(const es_context *ctx) {
+    return ctx ? ctx->n_ctx : 0;
+}
+int32_t es_context_n_past(const es_context *ctx) {
+    return ctx ? ctx->n_past : 0;
+}
+const es_model *es_context_model(const es_context *ctx) {
+    return ctx ? ctx->model : NULL;
+}
+
+/* Grows the logits store to rows x n_vocab; on failure the old store is kept. */
+static es_status reserve_logits(es_context *ctx, int32_t rows) {
+    if (rows <= ctx->logits_cap) return ES_OK;
+    size_t n;
+    ES_RETURN_IF(!es__mul_size((size_t)rows, (size_t)ctx->model->hp.n_vocab, &n) || n > SIZE_MAX / sizeof(float),
+                 &ctx->err, ES_ERR_OUT_OF_MEMORY, "es_forward: logits for %d rows overflow", rows);
+    float *grown = es__realloc(ctx->alloc, ctx->logits, n * sizeof(float));
+    ES_RETURN_IF(!grown, &ctx->err, ES_ERR_OUT_OF_MEMORY, "es_forward: out of memory for %d logits rows", rows);
+    ctx->logits = grown;
+    ctx->logits_cap = rows;
+    return ES_OK;
+}
+
+es_status es_forward(es_context *ctx, const es_batch *batch) {
+    if (!ctx) return es__fail(NULL, ES_ERR_INVALID_ARGUMENT, "es_forward: ctx is NULL");
+    const int32_t cap = ctx->n_batch;
+    int32_t *scratch = es__calloc(ctx->alloc, (size_t)cap * 5, sizeof(int32_t));
+    ES_RETURN_IF(!scratch, &ctx->err, ES_ERR_OUT_OF_MEMORY, "es_forward: out of memory");
+    es__batch_scratch s = {scratch, scratch + cap, scratch + 2 * cap, scratch + 3 * cap, scratch + 4 * cap, cap};
+    int32_t n_out = 0;
+    es_status st = es__batch_validate(batch, ctx->n_past, ctx->n_ctx, ctx->n_batch, ctx->model->hp.n_vocab,
+                                      &s, &n_out, &ctx->err);
+    if (st == ES_OK) st = reserve_logits(ctx, n_out);
+    bool ran = false;
+    if (st == ES_OK) {
+        ran = true;
+        es__fwd f = {batch->n_tokens, ctx->n_past, batch->tokens, s.pos, s.dfs_start, s.dfs_end, s.parent,
+                     n_out, s.out_rows, ctx->logits};
+        es_backend *b = ctx->backend;
+        pthread_mutex_lock(&b->lock);
+        es__err_clear(&b->err);
+        st = b->vt->forward(ctx, &f);
+        pthread_mutex_unlock(&b->lock);
+        if (st != ES_OK && ctx->err.status != st) es__fail(&ctx->err, st, "%s", b->err.msg);
+    }
+    if (st == ES_OK) {
+        const int32_t n = batch->n_tokens;
+        for (int32_t i = 0; i < n; i++) ctx->logits_row[i] = -1;
+        for (int32_t r = 0; r < n_out; r++) ctx->logits_row[s.out_rows[r]] = r;
+        memcpy(ctx->prov_parent, s.parent, sizeof(int32_t) * (size_t)n);
+        ctx->n_provisional = n;
+    } else if (ran) {
+        /* the provisional slots may hold partial results now: they are no longer a valid batch */
+        ctx->n_provisional = 0;
+    }
+    es__free(ctx->alloc, scratch);
+    return st;
+}
+
+es_status es_logits(es_context *ctx, int32_t i, const float **logits) {
+    if (!ctx || !logits) return es__fail(NULL, ES_ERR_INVALID_ARGUMENT, "es_logits: NULL argument");
+    ES_RETURN_IF(i < 0 || i >= ctx->n_provisional || ctx->logits_row[i] < 0, &ctx->err, ES_ERR_INVALID_ARGUMENT,
+                 "es_logits: no logits for batch token %d (the last batch has %d tokens%s)", i,
+                 ctx->n_provisional, ctx->n_provisional ? "; was it flagged in batch.logits?" : ", or it was committed");
+    *logits = ctx->logits + (size_t)ctx->logits_row[i] * (size_t)ctx->model->hp.n_vocab;
+    return ES_OK;
+}
+
+es_status es_commit(es_context *ctx, const int32_t *keep, int32_t n_keep) {
+    if (!ctx) return es__fail(NULL, ES_ERR_INVALID_ARGUMENT, "es_commit: ctx is NULL");
+    const int32_t n = ctx->n_provisional;
+    ES_RETURN_IF(n == 0, &ctx->err, ES_ERR_INVALID_ARGUMENT, "es_commit: no forward call to commit");
+    if (!keep) {
+        for (int32_t i = 1; i < n; i++)
+            ES_RETURN_IF(ctx->prov_parent[i] != i - 1, &ctx->err, ES_ERR_INVALID_ARGUMENT,
+                         "es_commit: keep = NULL needs a chain, but token %d's parent is %d", i, ctx->prov_parent[i]);
+        n_keep = n;
+    } else {
+        ES_RETURN_IF(n_keep < 0 || n_keep > n, &ctx->err, ES_ERR_INVALID_ARGUMENT,
+                     "es_commit: n_keep %d outside [0, %d]", n_keep, n);
+        for (int32_t r = 0; r < n_keep; r++) {
+            int32_t want_parent = r == 0 ? -1 : keep[r - 1];
+            ES_RETURN_IF(keep[r] < 0 || keep[r] >= n || ctx->prov_parent[keep[r]] != want_parent, &ctx->err,
+                         ES_ERR_INVALID_ARGUMENT,
+                         "es_commit: keep[%d] = %d is not the child of %d on a root-to-node path", r, keep[r],
+                         want_parent);
+        }
+        bool identity = true;
+        for (int32_t r = 0; r < n_keep; r++) identity = identity && keep[r] == r;
+        if (!identity) {
+            es_backend *b = ctx->backend;
+            pthread_mutex_lock(&b->lock);
+            es_status st = b->vt->kv_compact(ctx, keep, n_keep);
+            pthread_mutex_unlock(&b->lock);
+            if (st != ES_OK) return es__fail(&ctx->err, st, "%s", b->err.msg);
+        }
+    }
+    ctx->n_past += n_keep;
+    ctx->n_provisional = 0;
+    return ES_OK;
+}
+
+es_status es_truncate(es_context *ctx, int32_t new_n_past) {
+    if (!ctx) return es__fail(NULL, ES_ERR_INVALID_ARGUMENT, "es_truncate: ctx is NULL");
+    ES_RETURN_IF(new_n_past < 0 || new_n_past > ctx->n_past, &ctx->err, ES_ERR_INVALID_ARGUMENT,
+                 "es_truncate: new n_past %d outside [0, %d]", new_n_past, ctx->n_past);
+    ctx->n_past = new_n_past;
+    ctx->n_provisional = 0;
+    return ES_OK;
+}

@@ -1,0 +1,154 @@
+/* gguf.h: GGUF v2/v3 reader and writer (internal).
+ *
+ * The reader validates the whole header up front (every length and offset checked against the
+ * file size before use) and then hands out views into the caller's bytes; it never copies tensor
+ * data. Errors name the field and its file offset. It knows nothing about llama models: model.c
+ * checks keys and shapes against the hyperparameters.
+ * The writer builds a file in memory order (header, metadata, tensor infos, aligned data) the way
+ * llama.cpp's gguf writer lays it out; it is for tools and tests.
+ */
+#ifndef ES_CORE_GGUF_H
+#define ES_CORE_GGUF_H
+
+#include "common.h"
+
+#define ES__GGUF_MAGIC 0x46554747u /* "GGUF" little-endian */
+#define ES__GGUF_DEFAULT_ALIGNMENT 32
+#define ES__GGUF_MAX_DIMS 4
+
+typedef enum es__gguf_vtype {
+    ES__GGUF_UINT8 = 0,
+    ES__GGUF_INT8 = 1,
+    ES__GGUF_UINT16 = 2,
+    ES__GGUF_INT16 = 3,
+    ES__GGUF_UINT32 = 4,
+    ES__GGUF_INT32 = 5,
+    ES__GGUF_FLOAT32 = 6,
+    ES__GGUF_BOOL = 7,
+    ES__GGUF_STRING = 8,
+    ES__GGUF_ARRAY = 9,
+    ES__GGUF_UINT64 = 10,
+    ES__GGUF_INT64 = 11,
+    ES__GGUF_FLOAT64 = 12,
+    ES__GGUF_VTYPE_COUNT
+} es__gguf_vtype;
+
+/* Tensor element types: values are ggml's, as stored in files. */
+typedef enum es__dtype {
+    ES__DTYPE_F32 = 0,
+    ES__DTYPE_F16 = 1,
+    ES__DTYPE_Q4_0 = 2,
+    ES__DTYPE_Q8_0 = 8,
+    ES__DTYPE_BF16 = 30,
+} es__dtype;
+
+/* A string inside the file: not NUL-terminated. */
+typedef struct es__str {
+    const char *ptr;
+    uint64_t len;
+} es__str;
+
+typedef struct es__gguf_kv {
+    es__str key;
+    es__gguf_vtype type;     /* value type                                        */
+    es__gguf_vtype arr_type; /* element type when type == ARRAY                   */
+    uint64_t arr_n;          /* element count when type == ARRAY                  */
+    const uint8_t *value;    /* scalar value bytes, or first array element        */
+    const es__str *strs;     /* [arr_n] when an array of strings (validated views) */
+    uint64_t offset;         /* file offset of the key-value pair (for messages)  */
+} es__gguf_kv;
+
+typedef struct es__gguf_tensor {
+    es__str name;
+    uint32_t n_dims;
+    int64_t ne[ES__GGUF_MAX_DIMS]; /* ne[0] contiguous; unused dims are 1 */
+    es__dtype type;
+    uint64_t rel_offset;           /* offset within the data section       */
+    uint64_t nbytes;
+    const uint8_t *data;           /* view into the file                   */
+    uint64_t info_offset;          /* file offset of the tensor info       */
+} es__gguf_tensor;
+
+typedef struct es__gguf {
+    const uint8_t *base; /* the file's bytes (not owned) */
+    uint64_t size;
+    uint32_t version;
+    uint64_t alignment;
+    uint64_t data_offset; /* file offset of the data section */
+    uint64_t n_kv;
+    es__gguf_kv *kv;
+    uint64_t n_tensors;
+    es__gguf_tensor *tensors;
+    const es_allocator *alloc;
+} es__gguf;
+
+/* Element type facts. Returns false for types edgespec does not support. */
+typedef struct es__dtype_traits {
+    const char *name;     /* "f32", "q8_0", ... */
+    uint32_t block_elems; /* elements per block (1 for float types) */
+    uint32_t block_bytes;
+} es__dtype_traits;
+bool es__dtype_info(uint32_t type, es__dtype_traits *out);
+
+/* Bytes for n elements of type (n a multiple of the block size). False on overflow/bad type. */
+bool es__dtype_row_bytes(uint32_t type, uint64_t n, uint64_t *bytes);
+
+/* Parses and validates data[size] (not owned; must outlive the result). On failure returns the
+ * status, fills err and leaves *out NULL. */
+es_status es__gguf_parse(const uint8_t *data, uint64_t size, const es_allocator *alloc, es__err *err,
+                         es__gguf **out);
+void es__gguf_free(es__gguf *g);
+
+const es__gguf_kv *es__gguf_find(const es__gguf *g, const char *key);
+const es__gguf_tensor *es__gguf_find_tensor(const es__gguf *g, const char *name);
+bool es__str_eq(es__str s, const char *cstr);
+
+/* Typed getters. Each fails with ES_ERR_FORMAT naming the key and its offset when the value has
+ * another type (integer getters accept any integer type whose value fits). A missing key returns
+ * ES_ERR_MODEL when required, else leaves *out untouched and returns ES_OK. */
+es_status es__gguf_get_u32(const es__gguf *g, const char *key, bool required, uint32_t *out, es__err *err);
+es_status es__gguf_get_i32(const es__gguf *g, const char *key, bool required, int32_t *out, es__err *err);
+es_status es__gguf_get_f32(const es__gguf *g, const char *key, bool required, float *out, es__err *err);
+es_status es__gguf_get_bool(const es__gguf *g, const char *key, bool required, bool *out, es__err *err);
+es_status es__gguf_get_str(const es__gguf *g, const char *key, bool required, es__str *out, es__err *err);
+/* An array of elem_type; *out points at the kv. */
+es_status es__gguf_get_arr(const es__gguf *g, const char *key, es__gguf_vtype elem_type, bool required,
+                           const es__gguf_kv **out, es__err *err);
+
+/* ---- Dequantisation (reference, scalar): n elements of src (type) to f32. */
+bool es__dequantize_row(uint32_t type, const void *src, float *dst, int64_t n);
+
+/* Half and bfloat16 conversions (round to nearest even). */
+float es__f16_to_f32(uint16_t h);
+uint16_t es__f32_to_f16(float f);
+float es__bf16_to_f32(uint16_t h);
+uint16_t es__f32_to_bf16(float f);
+
+/* Quantise n floats (n a multiple of 32) as llama.cpp's reference quantisers do. */
+bool es__quantize_row(uint32_t type, const float *src, void *dst, int64_t n);
+
+/* ---- Writer. */
+typedef struct es__gguf_writer es__gguf_writer;
+
+es__gguf_writer *es__gguf_writer_create(const es_allocator *alloc);
+void es__gguf_writer_free(es__gguf_writer *w);
+/* Setters copy their arguments. A later set of the same key replaces the earlier value. */
+es_status es__gguf_set_u32(es__gguf_writer *w, const char *key, uint32_t v);
+es_status es__gguf_set_i32(es__gguf_writer *w, const char *key, int32_t v);
+es_status es__gguf_set_u64(es__gguf_writer *w, const char *key, uint64_t v);
+es_status es__gguf_set_f32(es__gguf_writer *w, const char *key, float v);
+es_status es__gguf_set_bool(es__gguf_writer *w, const char *key, bool v);
+es_status es__gguf_set_str(es__gguf_writer *w, const char *key, const char *v);
+/* Array of fixed-size elements (not strings): n elements of elem_type from data. */
+es_status es__gguf_set_arr(es__gguf_writer *w, const char *key, es__gguf_vtype elem_type,
+                           const void *data, uint64_t n);
+es_status es__gguf_set_arr_str(es__gguf_writer *w, const char *key, const char *const *strs, uint64_t n);
+/* Tensor of the given type and shape (ne[0] contiguous); data holds its nbytes, copied. */
+es_status es__gguf_add_tensor(es__gguf_writer *w, const char *name, es__dtype type, uint32_t n_dims,
+                              const int64_t *ne, const void *data);
+/* Serialises to path (version 3, general.alignment honoured if set). */
+es_status es__gguf_write_file(es__gguf_writer *w, const char *path, es__err *err);
+/* Serialises to a malloc'd (allocator) buffer; the caller frees it with es__free. */
+es_status es__gguf_write_mem(es__gguf_writer *w, uint8_t **data, uint64_t *size, es__err *err);
+
+#endif /* ES_CORE_GGUF_H */

@@ -1,0 +1,78 @@
+/* model.h: the loaded model (internal view): hyperparameters, weight views into the mapped GGUF,
+ * tokenizer. Validation of llama keys, tensor presence and shapes lives in model.c; this header is
+ * what backends read. A model is immutable after es_model_load returns. */
+#ifndef ES_CORE_MODEL_H
+#define ES_CORE_MODEL_H
+
+#include "common.h"
+#include "gguf.h"
+#include "../../platform/platform.h"
+
+typedef struct es__vocab es__vocab;
+
+/* A weight tensor: a view into the file mapping. Shapes use GGUF order: ne[0] is contiguous, so a
+ * matrix (ne[0] = n_in, ne[1] = n_out) stores one output row of n_in weights after another. */
+typedef struct es__tensor {
+    const char *name;      /* NUL-terminated, owned by the model          */
+    es__dtype type;
+    int32_t n_dims;
+    int64_t ne[4];         /* unused dims are 1                           */
+    const void *data;      /* NULL in a vocab-only model                  */
+    uint64_t nbytes;
+    uint64_t file_offset;  /* absolute offset of the data in the file     */
+} es__tensor;
+
+typedef struct es__hparams {
+    int32_t n_vocab;
+    int32_t n_ctx_train;
+    int32_t n_embd;
+    int32_t n_layer;
+    int32_t n_head;
+    int32_t n_head_kv;
+    int32_t n_ff;
+    int32_t head_dim;      /* per-head query/key/value width                  */
+    int32_t n_rot;         /* rotary dims per head (<= head_dim, even)        */
+    float rope_freq_base;
+    float rope_freq_scale; /* positions are multiplied by this (1 = none)     */
+    float rms_eps;
+    es_rope_type rope_type;
+} es__hparams;
+
+typedef struct es__layer {
+    const es__tensor *attn_norm; /* (n_embd)                          */
+    const es__tensor *wq;        /* (n_head * head_dim, n_embd)       */
+    const es__tensor *wk;        /* (n_head_kv * head_dim, n_embd)    */
+    const es__tensor *wv;        /* (n_head_kv * head_dim, n_embd)    */
+    const es__tensor *wo;        /* (n_embd, n_head * head_dim)       */
+    const es__tensor *ffn_norm;  /* (n_embd)                          */
+    const es__tensor *ffn_gate;  /* (n_ff, n_embd)                    */
+    const es__tensor *ffn_up;    /* (n_ff, n_embd)                    */
+    const es__tensor *ffn_down;  /* (n_embd, n_ff)                    */
+} es__layer;
+
+struct es_model {
+    es_allocator alloc_copy;     /* the user's allocator, copied        */
+    const es_allocator *alloc;   /* &alloc_copy or NULL                  */
+    es__log log;
+    es__err err;
+    es__file_map map;
+    es__gguf *gguf;
+    char *path;
+    char *arch;                  /* general.architecture                 */
+    char *name;                  /* general.name or ""                   */
+    char *tokenizer_pre;         /* tokenizer.ggml.pre or "default"       */
+    es__hparams hp;
+    bool has_weights;
+    es__tensor *tensors;         /* [n_tensors] all tensors of the file  */
+    int32_t n_tensors;
+    const es__tensor *tok_embd;  /* (n_vocab, n_embd)                    */
+    const es__tensor *output_norm; /* (n_embd)                           */
+    const es__tensor *output;    /* (n_vocab, n_embd); == tok_embd when tied */
+    bool tied_output;
+    es__layer *layers;           /* [n_layer]                            */
+    es__vocab *vocab;
+    uint64_t n_params;
+    uint64_t weight_bytes;
+};
+
+#endif /* ES_CORE_MODEL_H */

@@ -1,0 +1,351 @@
+/* edgespec.h: the whole public API of edgespec.
+ *
+ * edgespec runs llama-family GGUF models on a CPU backend and a Vulkan backend and makes decoding
+ * faster with speculation. Conventions:
+ *   - Every fallible call returns es_status and writes results through out-parameters; an out
+ *     handle is NULL on failure. A failed call leaves the object as it was before the call.
+ *   - es_status_str() gives static text for a status; es_*_errmsg(obj) the last detailed message of
+ *     an object (file offset, tensor name, expected vs found); es_last_error() the calling thread's
+ *     last detailed message, which is where a failed constructor (out handle NULL) leaves it.
+ *   - *_params structs are filled by es_*_default_params() and passed by const pointer; NULL means
+ *     defaults. Every field documents its unit and what 0 means.
+ *   - The library never exits, aborts or prints. It reports through the log callback given in params.
+ *   - destroy(NULL) is a harmless no-op.
+ * Thread-safety: a loaded es_model is immutable and may be shared by any number of contexts on any
+ * number of threads. An es_context, es_sampler or es_backend is used by one thread at a time.
+ */
+#ifndef EDGESPEC_H
+#define EDGESPEC_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(_WIN32) && defined(ES_BUILDING_SHARED)
+#define ES_API __declspec(dllexport)
+#elif defined(__GNUC__) || defined(__clang__)
+#define ES_API __attribute__((visibility("default")))
+#else
+#define ES_API
+#endif
+
+#define ES_VERSION_MAJOR 0
+#define ES_VERSION_MINOR 1
+#define ES_VERSION_PATCH 0
+
+/* ---------------------------------------------------------------------------------------------
+ * Status codes. Append-only: values are pinned and never reused.
+ */
+typedef enum es_status {
+    ES_OK = 0,
+    ES_ERR_INVALID_ARGUMENT = 1, /* NULL handle, parameter out of range, invalid token id        */
+    ES_ERR_IO = 2,               /* open, stat, map, read or write failed                         */
+    ES_ERR_FORMAT = 3,           /* malformed file: magic, truncation, bounds, overlap, duplicates */
+    ES_ERR_UNSUPPORTED = 4,      /* well-formed but unsupported: version, type, architecture      */
+    ES_ERR_OUT_OF_MEMORY = 5,    /* host allocation failed                                        */
+    ES_ERR_DEVICE_MEMORY = 6,    /* device allocation failed                                      */
+    ES_ERR_BACKEND = 7,          /* backend failure (the message names the VkResult)              */
+    ES_ERR_CONTEXT_FULL = 8,     /* the KV cache cannot hold the batch                            */
+    ES_ERR_BUFFER_TOO_SMALL = 9, /* an output buffer is too small; the needed size is reported    */
+    ES_ERR_CANCELLED = 10,       /* a user callback asked to stop                                 */
+    ES_ERR_INVALID_TREE = 11,    /* token tree: bad parent, cycle, DFS intervals, size            */
+    ES_ERR_MODEL = 12,           /* model content: missing key or tensor, shape vs hyperparameters */
+} es_status;
+
+ES_API const char *es_status_str(es_status s);
+
+/* The calling thread's last detailed error message from any edgespec call ("" if none). Valid
+ * until the thread's next edgespec call. Use it when a constructor failed and left *out NULL. */
+ES_API const char *es_last_error(void);
+
+/* ---------------------------------------------------------------------------------------------
+ * Host services.
+ */
+typedef enum es_log_level {
+    ES_LOG_ERROR = 0,
+    ES_LOG_WARN = 1,
+    ES_LOG_INFO = 2,
+    ES_LOG_DEBUG = 3,
+} es_log_level;
+
+/* Called from whichever thread made the library call; msg is valid during the call only. */
+typedef void (*es_log_fn)(es_log_level level, const char *msg, void *user);
+
+/* Optional allocator for host memory. All three functions are required when one is given. Large
+ * weight memory comes from the file mapping, not from here. */
+typedef struct es_allocator {
+    void *(*alloc)(size_t size, void *user);                  /* NULL on failure          */
+    void *(*realloc)(void *ptr, size_t size, void *user);     /* NULL on failure, ptr kept */
+    void (*free)(void *ptr, void *user);                      /* free(NULL) must be a no-op */
+    void *user;
+} es_allocator;
+
+/* Progress of long work (model load, weight upload): fraction in [0, 1]. Return false to cancel;
+ * the call then fails with ES_ERR_CANCELLED. */
+typedef bool (*es_progress_fn)(float fraction, void *user);
+
+/* ---------------------------------------------------------------------------------------------
+ * Model: a validated GGUF file, mapped read-only. Immutable after load; share freely.
+ */
+typedef struct es_model es_model;
+
+typedef struct es_model_params {
+    bool vocab_only;          /* load hyperparameters and tokenizer only; weights may be absent */
+    bool use_mmap;            /* map the file (default true); false = read it into host memory  */
+    es_log_fn log_fn;         /* NULL = silent                                                   */
+    void *log_user;
+    es_log_level log_level;   /* messages above this level are dropped (default ES_LOG_WARN)    */
+    const es_allocator *allocator; /* NULL = C library; must outlive the model                   */
+    es_progress_fn progress_fn;    /* NULL = none                                                */
+    void *progress_user;
+} es_model_params;
+
+ES_API es_model_params es_model_default_params(void);
+
+/* Loads and validates path. On success *out owns the mapping; free with es_model_free(). The model
+ * must outlive every context, backend upload and speculation object made from it. */
+ES_API es_status es_model_load(const char *path, const es_model_params *params, es_model **out);
+ES_API void es_model_free(es_model *model);
+ES_API const char *es_model_errmsg(const es_model *model);
+
+typedef enum es_rope_type {
+    ES_ROPE_NORM = 0, /* rotate adjacent pairs (x[2i], x[2i+1]): llama.cpp's "llama" ordering */
+    ES_ROPE_NEOX = 1, /* rotate halves (x[i], x[i + rot/2])                                    */
+} es_rope_type;
+
+typedef enum es_tokenizer_type {
+    ES_TOKENIZER_NONE = 0,
+    ES_TOKENIZER_LLAMA = 1, /* SentencePiece BPE with scores and byte fallback */
+    ES_TOKENIZER_GPT2 = 2,  /* byte-level BPE with merges                      */
+} es_tokenizer_type;
+
+typedef struct es_model_info {
+    const char *architecture;   /* general.architecture, e.g. "llama"; owned by the model */
+    const char *name;           /* general.name or ""                                     */
+    uint32_t gguf_version;
+    int32_t n_vocab;
+    int32_t n_ctx_train;        /* tokens                                                 */
+    int32_t n_embd;
+    int32_t n_layer;
+    int32_t n_head;
+    int32_t n_head_kv;
+    int32_t n_ff;
+    int32_t head_dim;
+    int32_t n_rot;              /* rotary dimensions per head                             */
+    float rope_freq_base;
+    float rope_freq_scale;
+    float rms_norm_eps;
+    es_rope_type rope_type;
+    bool tied_output;           /* output head shares token_embd.weight                   */
+    bool has_weights;           /* false for vocab-only files                             */
+    es_tokenizer_type tokenizer;
+    const char *tokenizer_pre;  /* tokenizer.ggml.pre or "default"                        */
+    int32_t bos_id, eos_id;     /* -1 if absent                                           */
+    uint64_t n_params;          /* parameters in weight tensors                           */
+    uint64_t weight_bytes;      /* bytes of weight tensor data                            */
+    int32_t n_tensors;
+    bool has_ss_adapter;        /* a Speculative Streaming adapter is attached             */
+} es_model_info;
+
+ES_API es_status es_model_get_info(const es_model *model, es_model_info *out);
+
+typedef struct es_tensor_info {
+    const char *name;   /* owned by the model */
+    const char *type;   /* "f32", "f16", "bf16", "q8_0", "q4_0" */
+    int32_t n_dims;
+    int64_t ne[4];      /* ne[0] is the contiguous dimension (GGUF order) */
+    uint64_t offset;    /* file offset of the data */
+    uint64_t nbytes;
+} es_tensor_info;
+
+ES_API es_status es_model_tensor_info(const es_model *model, int32_t index, es_tensor_info *out);
+
+/* Reads a metadata value as text (numbers formatted, arrays summarised). */
+ES_API es_status es_model_meta_str(const es_model *model, const char *key, char *buf, size_t buf_size);
+
+/* ---------------------------------------------------------------------------------------------
+ * Tokenizer (part of the model; thread-safe).
+ */
+
+/* Encodes text (len bytes, need not be NUL-terminated). add_bos follows the model's
+ * tokenizer.ggml.add_bos_token when add_special is true; parse_special lets control-token text
+ * like "<s>" map to its id. If cap is too small returns ES_ERR_BUFFER_TOO_SMALL and sets *n_tokens
+ * to the count needed. */
+ES_API es_status es_tokenize(const es_model *model, const char *text, size_t len, bool add_special,
+                             bool parse_special, int32_t *tokens, size_t cap, size_t *n_tokens);
+
+/* The text of one token as it appears in decoded output (byte tokens give their byte; control
+ * tokens give "" unless render_special). *len gets the byte count; ES_ERR_BUFFER_TOO_SMALL sets
+ * *len to the size needed. Output is not NUL-terminated. */
+ES_API es_status es_token_to_piece(const es_model *model, int32_t token, bool render_special,
+                                   char *buf, size_t buf_size, size_t *len);
+
+/* Decodes a token sequence to text. For llama vocabularies the leading space the encoder adds is
+ * removed when remove_leading_space. Output is NUL-terminated when it fits; *len excludes the NUL. */
+ES_API es_status es_detokenize(const es_model *model, const int32_t *tokens, size_t n_tokens,
+                               bool remove_leading_space, bool render_special, char *buf,
+                               size_t buf_size, size_t *len);
+
+ES_API bool es_token_is_eog(const es_model *model, int32_t token); /* end of generation */
+
+/* ---------------------------------------------------------------------------------------------
+ * Backend: where forward passes run. CPU (reference, multithreaded) or Vulkan on one device.
+ * A backend uploads or maps a model's weights on first use and shares them among its contexts;
+ * it must outlive them. One thread at a time: forward calls through one backend serialise.
+ */
+typedef struct es_backend es_backend;
+
+typedef enum es_backend_type {
+    ES_BACKEND_CPU = 0,
+    ES_BACKEND_VULKAN = 1,
+} es_backend_type;
+
+typedef struct es_backend_params {
+    es_backend_type type;
+    int32_t n_threads;        /* CPU worker threads; 0 = number of online processors           */
+    const char *device;       /* Vulkan: index, name substring or type ("discrete", "integrated",
+                                 "cpu"); NULL or "" = EDGESPEC_VK_DEVICE, else the first GPU   */
+    uint32_t vk_flags;        /* ES_VK_* bits forcing fallback paths; 0 = use what the device has */
+    const char *pipeline_cache_path; /* Vulkan pipeline cache file; NULL = none               */
+    bool profile;             /* collect per-op timings (es_backend_profile)                   */
+    es_log_fn log_fn;
+    void *log_user;
+    es_log_level log_level;
+    const es_allocator *allocator;
+    es_progress_fn progress_fn; /* weight upload progress                                      */
+    void *progress_user;
+} es_backend_params;
+
+ES_API es_backend_params es_backend_default_params(void);
+ES_API es_status es_backend_create(const es_backend_params *params, es_backend **out);
+ES_API void es_backend_free(es_backend *backend);
+ES_API const char *es_backend_errmsg(const es_backend *backend);
+ES_API const char *es_backend_name(const es_backend *backend); /* "cpu" or the Vulkan device name */
+
+/* ---------------------------------------------------------------------------------------------
+ * Context: a KV cache and scratch memory for one sequence on one backend.
+ */
+typedef struct es_context es_context;
+
+typedef struct es_context_params {
+    int32_t n_ctx;            /* tokens of KV cache; 0 = the model's n_ctx_train capped at 4096 */
+    int32_t n_batch;          /* most tokens one forward call may take; 0 = 512                */
+    es_backend *backend;      /* NULL = a private CPU backend with default params              */
+    es_log_fn log_fn;
+    void *log_user;
+    es_log_level log_level;
+    const es_allocator *allocator;
+} es_context_params;
+
+ES_API es_context_params es_context_default_params(void);
+
+/* Creates a context for model on params->backend. The model and the backend must outlive it;
+ * free with es_context_free(). */
+ES_API es_status es_context_create(const es_model *model, const es_context_params *params,
+                                   es_context **out);
+ES_API void es_context_free(es_context *ctx);
+ES_API const char *es_context_errmsg(const es_context *ctx);
+
+ES_API int32_t es_context_n_ctx(const es_context *ctx);
+ES_API int32_t es_context_n_past(const es_context *ctx);   /* committed tokens in the KV cache */
+ES_API const es_model *es_context_model(const es_context *ctx);
+
+/* A batch of n tokens for one forward call. Positions and DFS intervals place each token in a
+ * token tree: token j may attend to in-batch token i iff dfs_start[i] <= dfs_start[j] and
+ * dfs_end[j] <= dfs_end[i]; every token attends to the committed KV [0, n_past). Prefill is a
+ * chain, plain decoding a single node, verification a tree: one call serves all three. */
+typedef struct es_batch {
+    int32_t n_tokens;
+    const int32_t *tokens;    /* [n_tokens]                                                    */
+    const int32_t *pos;       /* [n_tokens] absolute positions; NULL = n_past + i (a chain)    */
+    const int32_t *dfs_start; /* [n_tokens] DFS entry time; NULL (with dfs_end) = a chain      */
+    const int32_t *dfs_end;   /* [n_tokens] last DFS entry time inside the token's subtree     */
+    const uint8_t *logits;    /* [n_tokens] nonzero = return this token's logits; NULL = last  */
+} es_batch;
+
+/* Runs the model on batch. The batch's keys and values are held provisionally in the cache slots
+ * [n_past, n_past + n_tokens) until es_commit(); a later forward call without a commit replaces
+ * them. On failure the context is as before the call. */
+ES_API es_status es_forward(es_context *ctx, const es_batch *batch);
+
+/* The logits (n_vocab floats) of batch token i of the last forward call; owned by the context,
+ * valid until the next forward call. ES_ERR_INVALID_ARGUMENT if token i's logits were not asked. */
+ES_API es_status es_logits(es_context *ctx, int32_t i, const float **logits);
+
+/* Keeps the provisional KV of the listed batch tokens (indices into the last batch, in ascending
+ * order, forming a root-to-node path of consecutive positions n_past, n_past+1, ...), compacted to
+ * [n_past, n_past + n_keep); the rest is dropped. keep = NULL keeps the whole batch (a chain). */
+ES_API es_status es_commit(es_context *ctx, const int32_t *keep, int32_t n_keep);
+
+/* Drops committed tokens from the end: n_past becomes new_n_past (<= n_past). */
+ES_API es_status es_truncate(es_context *ctx, int32_t new_n_past);
+
+/* ---------------------------------------------------------------------------------------------
+ * Sampling. Stateless between calls apart from scratch memory: the random draw for a token is a
+ * pure function of (seed, absolute position), so a run is reproducible and speculative strategies
+ * reproduce plain sampling token for token.
+ */
+typedef struct es_sampler es_sampler;
+
+typedef struct es_sampler_params {
+    float temperature;        /* 0 = greedy (argmax, ties to the lowest id)                     */
+    int32_t top_k;            /* keep the k most likely; 0 = off                                */
+    float top_p;              /* nucleus mass in (0, 1]; 1 = off                                */
+    float min_p;              /* drop tokens below min_p * p_max; 0 = off                       */
+    float repeat_penalty;     /* divide positive / multiply negative logits of recent tokens; 1 = off */
+    int32_t repeat_last_n;    /* tokens of history the penalty looks at; 0 = off, -1 = all      */
+    uint64_t seed;            /* keys the position-indexed random stream                        */
+} es_sampler_params;
+
+ES_API es_sampler_params es_sampler_default_params(void);
+ES_API es_status es_sampler_create(int32_t n_vocab, const es_sampler_params *params,
+                                   const es_allocator *allocator, es_sampler **out);
+ES_API void es_sampler_free(es_sampler *sampler);
+
+/* Samples the token at absolute position pos from logits[n_vocab]. history holds the preceding
+ * tokens (for the repetition penalty). logits are not modified. */
+ES_API es_status es_sample(es_sampler *sampler, const float *logits, int64_t pos,
+                           const int32_t *history, size_t n_history, int32_t *token);
+
+/* The uniform draw in [0, 1) that sampling uses at position pos (exposed for verifiers). */
+ES_API double es_sampler_uniform(uint64_t seed, int64_t pos);
+
+/* ---------------------------------------------------------------------------------------------
+ * Generation: plain autoregressive decoding with streaming output.
+ */
+
+/* Called for each generated token with its text piece. Return false to stop. */
+typedef bool (*es_token_fn)(int32_t token, const char *piece, size_t len, void *user);
+
+typedef struct es_generate_params {
+    int32_t n_predict;        /* tokens to generate; 0 = until end of generation or n_ctx       */
+    bool ignore_eog;          /* keep going past end-of-generation tokens                        */
+    es_sampler_params sampling;
+    es_token_fn on_token;     /* NULL = none                                                     */
+    void *user;
+} es_generate_params;
+
+typedef struct es_generate_stats {
+    int32_t n_prompt;         /* prompt tokens processed                                         */
+    int32_t n_generated;      /* tokens produced                                                 */
+    double prompt_ms;         /* wall time of prompt processing                                  */
+    double decode_ms;         /* wall time of generation                                         */
+    int32_t n_forward_calls;  /* forward calls made during generation                            */
+} es_generate_stats;
+
+ES_API es_generate_params es_generate_default_params(void);
+
+/* Feeds prompt (chunked by n_batch) and generates into the context, committing every token.
+ * tokens_out (may be NULL) receives up to cap generated ids. */
+ES_API es_status es_generate(es_context *ctx, const int32_t *prompt, size_t n_prompt,
+                             const es_generate_params *params, int32_t *tokens_out, size_t cap,
+                             es_generate_stats *stats);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* EDGESPEC_H */

@@ -1,0 +1,30 @@
+/* platform.h: the operating-system seams: file mapping, clocks, processor count.
+ * POSIX implementation in posix.c; Windows/Android/macOS ports replace that one file.
+ * Threads use pthreads directly (available on every target, including Android and via
+ * winpthreads on Windows), so there is no thread wrapper here. */
+#ifndef ES_PLATFORM_H
+#define ES_PLATFORM_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* A read-only view of a whole file. */
+typedef struct es__file_map {
+    const uint8_t *data; /* NULL for an empty file */
+    uint64_t size;       /* bytes                  */
+    bool mapped;         /* true: munmap on close; false: data is a heap copy */
+} es__file_map;
+
+/* Opens path read-only and maps it (or reads it into malloc'd memory when use_mmap is false).
+ * Returns 0 on success, else an errno value; the map is untouched on failure. */
+int es__file_map_open(const char *path, bool use_mmap, es__file_map *out);
+void es__file_map_close(es__file_map *map);
+
+/* Monotonic clock in seconds. */
+double es__time_now(void);
+
+/* Online processors (at least 1). */
+int es__cpu_count(void);
+
+#endif /* ES_PLATFORM_H */

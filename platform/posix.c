@@ -1,0 +1,82 @@
+/* posix.c: POSIX implementation of platform.h. */
+#define _POSIX_C_SOURCE 200809L
+#include "platform.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+static int read_all(int fd, uint8_t *dst, uint64_t size) {
+    uint64_t done = 0;
+    while (done < size) {
+        ssize_t n = read(fd, dst + done, (size_t)(size - done > (1u << 30) ? (1u << 30) : size - done));
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) return n < 0 ? errno : EIO;
+        done += (uint64_t)n;
+    }
+    return 0;
+}
+
+int es__file_map_open(const char *path, bool use_mmap, es__file_map *out) {
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return errno;
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        int e = errno;
+        close(fd);
+        return e;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        close(fd);
+        return EISDIR;
+    }
+    es__file_map m = {NULL, (uint64_t)st.st_size, false};
+    int rc = 0;
+    if (m.size == 0) {
+        /* nothing to map; data stays NULL */
+    } else if (use_mmap) {
+        void *p = mmap(NULL, (size_t)m.size, PROT_READ, MAP_PRIVATE, fd, 0);
+        if (p == MAP_FAILED)
+            rc = errno;
+        else {
+            m.data = p;
+            m.mapped = true;
+        }
+    } else {
+        uint8_t *p = malloc((size_t)m.size);
+        if (!p)
+            rc = ENOMEM;
+        else if ((rc = read_all(fd, p, m.size)) != 0)
+            free(p);
+        else
+            m.data = p;
+    }
+    close(fd);
+    if (rc == 0) *out = m;
+    return rc;
+}
+
+void es__file_map_close(es__file_map *map) {
+    if (!map || !map->data) return;
+    if (map->mapped)
+        munmap((void *)map->data, (size_t)map->size);
+    else
+        free((void *)map->data);
+    map->data = NULL;
+    map->size = 0;
+}
+
+double es__time_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+int es__cpu_count(void) {
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n < 1 ? 1 : (int)n;
+}
