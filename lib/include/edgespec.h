@@ -301,17 +301,34 @@ typedef struct es_sampler_params {
     uint64_t seed;            /* keys the position-indexed random stream                        */
 } es_sampler_params;
 
+/* Defaults: temperature 0.8, top_k 40, top_p 0.95, min_p 0.05, repeat_penalty 1 (off),
+ * repeat_last_n 64, seed 0. */
 ES_API es_sampler_params es_sampler_default_params(void);
+/* Creates a sampler for a vocabulary of n_vocab tokens; params are checked and copied. allocator
+ * (NULL = C library) must outlive the sampler. Free with es_sampler_free(). */
 ES_API es_status es_sampler_create(int32_t n_vocab, const es_sampler_params *params,
                                    const es_allocator *allocator, es_sampler **out);
 ES_API void es_sampler_free(es_sampler *sampler);
 
-/* Samples the token at absolute position pos from logits[n_vocab]. history holds the preceding
- * tokens (for the repetition penalty). logits are not modified. */
+/* Samples the token at absolute position pos (the KV slot the sampled token will occupy, i.e. the
+ * context's n_past when plain decoding samples it) from logits[n_vocab]. history holds the preceding
+ * tokens (for the repetition penalty). logits are not modified. The chain, in this fixed order:
+ *   1. repetition penalty: each distinct token among the last repeat_last_n of history once:
+ *      a positive logit is divided by repeat_penalty, a negative or zero one multiplied;
+ *   2. temperature == 0 (or top_k == 1): the argmax, ties to the lowest id; done;
+ *   3. temperature: logits / temperature, softmax relative to the best token;
+ *   4. top-k: the k best (ties to the lower id);
+ *   5. top-p: the smallest set of most likely tokens (ties to the lower id) whose mass >= top_p;
+ *   6. min-p: drop tokens whose probability is below min_p times the best one's;
+ *   7. draw u = es_sampler_uniform(seed, pos); the remaining tokens in ascending id order, each with
+ *      its renormalised probability, tile [0, 1): the token whose tile holds u is returned.
+ * NaN or +inf logits, an all -inf row, history ids outside the vocabulary and pos < 0 are
+ * ES_ERR_INVALID_ARGUMENT. */
 ES_API es_status es_sample(es_sampler *sampler, const float *logits, int64_t pos,
                            const int32_t *history, size_t n_history, int32_t *token);
 
-/* The uniform draw in [0, 1) that sampling uses at position pos (exposed for verifiers). */
+/* The uniform draw in [0, 1) that sampling uses at position pos (exposed for verifiers): a pure
+ * hash of (seed, pos), so positions may be drawn in any order. */
 ES_API double es_sampler_uniform(uint64_t seed, int64_t pos);
 
 /* ---------------------------------------------------------------------------------------------

@@ -1,0 +1,335 @@
+/* sampler.c: es_sampler: greedy and filtered random sampling from one position's logits.
+ *
+ * The chain (also documented at es_sample in edgespec.h) is fixed: repetition penalty, then
+ * greedy when temperature == 0, else temperature, top-k, top-p, min-p, and one draw from the
+ * position-keyed uniform stream. Every step breaks ties by the lower token id, so the result is a
+ * pure function of (params, logits, history, pos): speculative strategies that evaluate the same
+ * position with bit-identical logits pick the same token as plain decoding.
+ * Deliberately not here: grammar constraints, logit biases, stop strings, any state carried from
+ * one call to the next (there is no RNG state to advance).
+ */
+#include "sampler.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct es_sampler {
+    es_sampler_params p;
+    int32_t n_vocab;
+    es_allocator alloc_copy;
+    const es_allocator *alloc;
+    es__err err;
+    float *work;      /* [n_vocab] logits after the penalty                         */
+    int32_t *ids;     /* [n_vocab] candidate ids, ascending                          */
+    double *w;        /* [n_vocab] candidate weights, parallel to ids               */
+    int32_t *heap;    /* [n_vocab] top-k selection heap                             */
+    struct es__cand *sorted; /* [n_vocab] top-p ordering scratch                    */
+    uint32_t *stamp;  /* [n_vocab] marks tokens already penalised in this call      */
+    uint32_t stamp_gen;
+};
+
+typedef struct es__cand {
+    double w;
+    int32_t id;
+} es__cand;
+
+es_sampler_params es_sampler_default_params(void) {
+    es_sampler_params p;
+    memset(&p, 0, sizeof p);
+    p.temperature = 0.8f;
+    p.top_k = 40;
+    p.top_p = 0.95f;
+    p.min_p = 0.05f;
+    p.repeat_penalty = 1.0f;
+    p.repeat_last_n = 64;
+    p.seed = 0;
+    return p;
+}
+
+es_status es__sampler_params_check(const es_sampler_params *p, es__err *err) {
+    /* written so that NaN fails every range test */
+    ES_RETURN_IF(!(p->temperature >= 0.0f) || isinf(p->temperature), err, ES_ERR_INVALID_ARGUMENT,
+                 "sampler: temperature %g must be finite and >= 0", (double)p->temperature);
+    ES_RETURN_IF(p->top_k < 0, err, ES_ERR_INVALID_ARGUMENT, "sampler: top_k %d must be >= 0 (0 = off)", p->top_k);
+    ES_RETURN_IF(!(p->top_p > 0.0f && p->top_p <= 1.0f), err, ES_ERR_INVALID_ARGUMENT,
+                 "sampler: top_p %g must be in (0, 1] (1 = off)", (double)p->top_p);
+    ES_RETURN_IF(!(p->min_p >= 0.0f && p->min_p <= 1.0f), err, ES_ERR_INVALID_ARGUMENT,
+                 "sampler: min_p %g must be in [0, 1] (0 = off)", (double)p->min_p);
+    ES_RETURN_IF(!(p->repeat_penalty > 0.0f) || isinf(p->repeat_penalty), err, ES_ERR_INVALID_ARGUMENT,
+                 "sampler: repeat_penalty %g must be finite and > 0 (1 = off)", (double)p->repeat_penalty);
+    ES_RETURN_IF(p->repeat_last_n < -1, err, ES_ERR_INVALID_ARGUMENT,
+                 "sampler: repeat_last_n %d must be >= -1 (0 = off, -1 = whole history)", p->repeat_last_n);
+    return ES_OK;
+}
+
+void es_sampler_free(es_sampler *s) {
+    if (!s) return;
+    es_allocator copy;
+    const es_allocator *a = NULL;
+    if (s->alloc) {
+        copy = *s->alloc;
+        a = &copy;
+    }
+    es__free(a, s->work);
+    es__free(a, s->ids);
+    es__free(a, s->w);
+    es__free(a, s->heap);
+    es__free(a, s->sorted);
+    es__free(a, s->stamp);
+    es__free(a, s);
+}
+
+es_status es_sampler_create(int32_t n_vocab, const es_sampler_params *params, const es_allocator *allocator,
+                            es_sampler **out) {
+    if (!out) return es__fail(NULL, ES_ERR_INVALID_ARGUMENT, "es_sampler_create: out is NULL");
+    *out = NULL;
+    if (n_vocab <= 0)
+        return es__fail(NULL, ES_ERR_INVALID_ARGUMENT, "es_sampler_create: n_vocab %d must be > 0", n_vocab);
+    es_sampler_params p = params ? *params : es_sampler_default_params();
+    ES_TRY(es__sampler_params_check(&p, NULL));
+    es_sampler *s = es__calloc(allocator, 1, sizeof *s);
+    if (!s) return es__fail(NULL, ES_ERR_OUT_OF_MEMORY, "es_sampler_create: out of memory");
+    if (allocator) {
+        s->alloc_copy = *allocator;
+        s->alloc = &s->alloc_copy;
+    }
+    s->p = p;
+    s->n_vocab = n_vocab;
+    const size_t n = (size_t)n_vocab;
+    s->work = es__calloc(s->alloc, n, sizeof *s->work);
+    s->ids = es__calloc(s->alloc, n, sizeof *s->ids);
+    s->w = es__calloc(s->alloc, n, sizeof *s->w);
+    s->heap = es__calloc(s->alloc, n, sizeof *s->heap);
+    s->sorted = es__calloc(s->alloc, n, sizeof *s->sorted);
+    s->stamp = es__calloc(s->alloc, n, sizeof *s->stamp);
+    if (!s->work || !s->ids || !s->w || !s->heap || !s->sorted || !s->stamp) {
+        es_sampler_free(s);
+        return es__fail(NULL, ES_ERR_OUT_OF_MEMORY, "es_sampler_create: out of memory for %d-token scratch",
+                        n_vocab);
+    }
+    *out = s;
+    return ES_OK;
+}
+
+/* ---- the position-keyed random stream */
+
+static uint64_t mix64(uint64_t z) { /* splitmix64's finaliser: a bijection with full avalanche */
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+double es_sampler_uniform(uint64_t seed, int64_t pos) {
+    /* Counter-based: hash (key, counter) instead of advancing a state, so any position can be
+     * drawn in any order. The key and the counter are mixed separately before combining so that
+     * neighbouring seeds and neighbouring positions give unrelated streams. */
+    const uint64_t key = mix64(seed + 0x9E3779B97F4A7C15ull);
+    const uint64_t h = mix64(key ^ mix64((uint64_t)pos + 0x632BE59BD9B4E019ull));
+    return (double)(h >> 11) * (1.0 / 9007199254740992.0); /* 53 bits: [0, 1) */
+}
+
+/* ---- the filter chain */
+
+/* Copies logits, rejecting NaN and +inf, and applies the repetition penalty (llama.cpp's rule:
+ * each distinct token among the last repeat_last_n history tokens once; positive logits divided,
+ * others multiplied). */
+static es_status load_logits(es_sampler *s, const float *logits, const int32_t *history, size_t n_history) {
+    const int32_t n = s->n_vocab;
+    bool any_finite = false;
+    for (int32_t i = 0; i < n; i++) {
+        float l = logits[i];
+        ES_RETURN_IF(isnan(l) || (isinf(l) && l > 0), &s->err, ES_ERR_INVALID_ARGUMENT,
+                     "es_sample: logit of token %d is %g (NaN and +inf are not logits)", i, (double)l);
+        any_finite = any_finite || l > -INFINITY;
+        s->work[i] = l;
+    }
+    ES_RETURN_IF(!any_finite, &s->err, ES_ERR_INVALID_ARGUMENT, "es_sample: every logit is -inf");
+    const es_sampler_params *p = &s->p;
+    if (p->repeat_penalty == 1.0f || p->repeat_last_n == 0 || n_history == 0) return ES_OK;
+    size_t window = p->repeat_last_n < 0 ? n_history : ES__MIN(n_history, (size_t)p->repeat_last_n);
+    if (++s->stamp_gen == 0) { /* wrapped: clear so old marks cannot alias */
+        memset(s->stamp, 0, sizeof *s->stamp * (size_t)n);
+        s->stamp_gen = 1;
+    }
+    for (size_t i = n_history - window; i < n_history; i++) {
+        int32_t t = history[i];
+        if (s->stamp[t] == s->stamp_gen) continue;
+        s->stamp[t] = s->stamp_gen;
+        float l = s->work[t];
+        s->work[t] = l <= 0.0f ? l * p->repeat_penalty : l / p->repeat_penalty;
+    }
+    return ES_OK;
+}
+
+/* a ranks below b: lower logit, or equal logit and higher id */
+static inline bool ranks_below(const float *l, int32_t a, int32_t b) {
+    return l[a] < l[b] || (l[a] == l[b] && a > b);
+}
+
+static void heap_sift_down(int32_t *h, int32_t n, int32_t i, const float *l) {
+    for (;;) {
+        int32_t c = 2 * i + 1;
+        if (c >= n) return;
+        if (c + 1 < n && ranks_below(l, h[c + 1], h[c])) c++;
+        if (!ranks_below(l, h[c], h[i])) return;
+        int32_t t = h[i];
+        h[i] = h[c];
+        h[c] = t;
+        i = c;
+    }
+}
+
+static int cmp_i32(const void *a, const void *b) {
+    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* Fills s->ids with the k best tokens (ids ascending); min-heap with the worst kept at the root. */
+static int32_t select_top_k(es_sampler *s, int32_t k) {
+    const float *l = s->work;
+    int32_t *h = s->heap, m = 0;
+    for (int32_t i = 0; i < s->n_vocab; i++) {
+        if (l[i] == -INFINITY) continue;
+        if (m < k) {
+            h[m++] = i;
+            if (m == k)
+                for (int32_t j = k / 2 - 1; j >= 0; j--) heap_sift_down(h, k, j, l);
+        } else if (ranks_below(l, h[0], i)) {
+            h[0] = i;
+            heap_sift_down(h, k, 0, l);
+        }
+    }
+    memcpy(s->ids, h, sizeof *h * (size_t)m);
+    qsort(s->ids, (size_t)m, sizeof *s->ids, cmp_i32);
+    return m;
+}
+
+static int cmp_cand_desc(const void *a, const void *b) {
+    const es__cand *x = a, *y = b;
+    if (x->w != y->w) return x->w > y->w ? -1 : 1;
+    return (x->id > y->id) - (x->id < y->id);
+}
+
+/* Top-p (Holtzman et al., nucleus sampling): keep the smallest prefix of candidates in (weight
+ * desc, id asc) order whose mass reaches top_p. Only candidates at or above a weight threshold
+ * are sorted; the threshold is lowered until they hold the needed mass, which gives the same
+ * prefix as sorting everything because the nucleus is always a set of the heaviest tokens. */
+static int32_t filter_top_p(es_sampler *s, int32_t n, double total, double top_p) {
+    const double need = top_p * total;
+    double thr = 1.0 / 1024.0; /* relative to the maximum weight, which is 1 */
+    int32_t m;
+    for (;;) {
+        double mass = 0.0;
+        m = 0;
+        for (int32_t i = 0; i < n; i++) {
+            if (s->w[i] < thr) continue;
+            s->sorted[m++] = (es__cand){s->w[i], s->ids[i]};
+            mass += s->w[i];
+        }
+        if (mass >= need || thr == 0.0 || m == n) break;
+        thr = thr > 1e-30 ? thr / 1024.0 : 0.0;
+    }
+    qsort(s->sorted, (size_t)m, sizeof *s->sorted, cmp_cand_desc);
+    double cum = 0.0;
+    int32_t last = m - 1;
+    for (int32_t i = 0; i < m; i++) {
+        cum += s->sorted[i].w;
+        if (cum >= need) {
+            last = i;
+            break;
+        }
+    }
+    const es__cand cut = s->sorted[last];
+    int32_t kept = 0;
+    for (int32_t i = 0; i < n; i++) {
+        if (s->w[i] > cut.w || (s->w[i] == cut.w && s->ids[i] <= cut.id)) {
+            s->ids[kept] = s->ids[i];
+            s->w[kept] = s->w[i];
+            kept++;
+        }
+    }
+    return kept;
+}
+
+es_status es__sampler_dist(es_sampler *s, const float *logits, const int32_t *history, size_t n_history,
+                           es__dist *out) {
+    ES_RETURN_IF(!logits || !out, &s->err, ES_ERR_INVALID_ARGUMENT, "es_sample: logits or out is NULL");
+    ES_RETURN_IF(n_history > 0 && !history, &s->err, ES_ERR_INVALID_ARGUMENT,
+                 "es_sample: history is NULL but n_history is %zu", n_history);
+    for (size_t i = 0; i < n_history; i++)
+        ES_RETURN_IF(history[i] < 0 || history[i] >= s->n_vocab, &s->err, ES_ERR_INVALID_ARGUMENT,
+                     "es_sample: history[%zu] = %d outside [0, %d)", i, history[i], s->n_vocab);
+    ES_TRY(load_logits(s, logits, history, n_history));
+    const es_sampler_params *p = &s->p;
+    const float *l = s->work;
+    int32_t best = -1;
+    for (int32_t i = 0; i < s->n_vocab; i++)
+        if (best < 0 || l[i] > l[best]) best = i; /* strict: ties keep the lower id */
+
+    if (p->temperature == 0.0f || p->top_k == 1) {
+        s->ids[0] = best;
+        s->w[0] = 1.0;
+        *out = (es__dist){1, s->ids, s->w, 1.0};
+        return ES_OK;
+    }
+
+    int32_t n;
+    if (p->top_k > 0 && p->top_k < s->n_vocab) {
+        n = select_top_k(s, p->top_k);
+    } else {
+        n = 0;
+        for (int32_t i = 0; i < s->n_vocab; i++)
+            if (l[i] > -INFINITY) s->ids[n++] = i;
+    }
+    /* temperature, then softmax weights relative to the best token (whose weight is exactly 1) */
+    /* double: a float exponent of magnitude ~50 would already carry a 1e-5 relative error */
+    const double lmax = (double)l[best], t = (double)p->temperature;
+    double total = 0.0;
+    for (int32_t i = 0; i < n; i++) {
+        double wi = exp(((double)l[s->ids[i]] - lmax) / t);
+        s->w[i] = wi;
+        total += wi;
+    }
+    if (p->top_p < 1.0f) n = filter_top_p(s, n, total, (double)p->top_p);
+    /* Min-p (Nguyen et al., "min-p sampling"): relative to the most likely token, whose weight is
+     * 1. The same pass drops weights that underflowed to 0, so every candidate left can be drawn. */
+    const double floor_w = (double)p->min_p;
+    int32_t kept = 0;
+    total = 0.0;
+    for (int32_t i = 0; i < n; i++) {
+        if (s->w[i] < floor_w || s->w[i] == 0.0) continue;
+        s->ids[kept] = s->ids[i];
+        s->w[kept] = s->w[i];
+        total += s->w[i];
+        kept++;
+    }
+    n = kept;
+    ES_ASSERT(n >= 1 && total >= 1.0);
+    *out = (es__dist){n, s->ids, s->w, total};
+    return ES_OK;
+}
+
+int32_t es__dist_draw(const es__dist *d, double u) {
+    const double target = u * d->total;
+    double cum = 0.0;
+    for (int32_t i = 0; i < d->n; i++) {
+        cum += d->w[i];
+        if (target < cum) return d->ids[i];
+    }
+    /* rounding left target at or above the sum: the last candidate with positive weight */
+    for (int32_t i = d->n - 1; i > 0; i--)
+        if (d->w[i] > 0.0) return d->ids[i];
+    return d->ids[0];
+}
+
+es_status es_sample(es_sampler *s, const float *logits, int64_t pos, const int32_t *history, size_t n_history,
+                    int32_t *token) {
+    if (!s) return es__fail(NULL, ES_ERR_INVALID_ARGUMENT, "es_sample: sampler is NULL");
+    ES_RETURN_IF(!token, &s->err, ES_ERR_INVALID_ARGUMENT, "es_sample: token is NULL");
+    ES_RETURN_IF(pos < 0, &s->err, ES_ERR_INVALID_ARGUMENT, "es_sample: position %lld < 0", (long long)pos);
+    es__dist d;
+    ES_TRY(es__sampler_dist(s, logits, history, n_history, &d));
+    *token = d.n == 1 ? d.ids[0] : es__dist_draw(&d, es_sampler_uniform(s->p.seed, pos));
+    return ES_OK;
+}
