@@ -1,0 +1,40 @@
+/* kern.h: the CPU backend's inner loops, compiled once per instruction-set level (kern_impl.c:
+ * generic, x86-64-v3 with AVX2/FMA/F16C, x86-64-v4 with AVX-512) and chosen at run time for the
+ * running CPU. Each level fixes its vector width and reduction order, so on one machine a given
+ * output element is always computed by the same sequence of operations, whatever the batch, the
+ * tile it falls in or the thread that computes it (DESIGN.md: batch invariance).
+ * Only arithmetic lives here: no threads, no model knowledge. */
+#ifndef ES_CPU_KERN_H
+#define ES_CPU_KERN_H
+
+#include "common.h"
+#include "gguf.h"
+
+typedef struct es__kern {
+    const char *name; /* "generic", "x86-64-v3", "x86-64-v4" */
+    /* y[t * ldy + (r - r0)] = sum_k W[r][k] * x[t * ldx + k] for rows r in [r0, r1) and tokens
+     * t in [0, n_tok). W: rows of n_in elements of type, row r at w + r * row_bytes. n_in is a
+     * multiple of 32 for the block types. */
+    void (*matmul)(es__dtype type, const void *w, size_t row_bytes, int64_t n_in, int64_t r0, int64_t r1,
+                   const float *x, int64_t ldx, int64_t n_tok, float *y, int64_t ldy);
+    /* sum_k a[k] * b[k] in the level's fixed order. */
+    float (*dot)(const float *a, const float *b, int64_t n);
+    /* y[k] += a * x[k]. */
+    void (*axpy)(float *y, float a, const float *x, int64_t n);
+    /* One row of n elements of type to f32 (exact for every supported type). */
+    void (*to_f32)(es__dtype type, const void *row, float *out, int64_t n);
+} es__kern;
+
+/* The levels built into this library, best first; each entry usable on this CPU or NULL. */
+const es__kern *es__kern_generic(void);
+const es__kern *es__kern_x86_v3(void); /* NULL when not built or not supported by the CPU */
+const es__kern *es__kern_x86_v4(void);
+
+/* The best level for the running CPU. The environment variable EDGESPEC_CPU_KERNELS ("generic",
+ * "x86-64-v3", "x86-64-v4") caps the choice, for tests of the fallbacks. */
+const es__kern *es__kern_best(void);
+
+/* Bytes of one row of n elements of type, 0 for an unsupported type or a bad n. */
+size_t es__kern_row_bytes(es__dtype type, int64_t n);
+
+#endif /* ES_CPU_KERN_H */

@@ -1,0 +1,279 @@
+/* ops.c: the ops of ops.h: the per-thread pieces (opsi.h) and whole-op wrappers that check shapes
+ * and spread the work over a pool. Reductions follow a fixed order (see kern_impl.c) so results do
+ * not depend on the batch or the thread split. Not here: the layer loop (forward.c). */
+#include "opsi.h"
+
+#include <math.h>
+#include <string.h>
+
+/* ---- per-thread pieces */
+
+void es__cpu_rmsnorm_row(const es__kern *k, const float *x, const float *w, int64_t n, float eps, float *y) {
+    const float ss = k->dot(x, x, n);
+    const float scale = 1.0f / sqrtf(ss / (float)n + eps);
+    for (int64_t i = 0; i < n; i++) y[i] = (x[i] * scale) * w[i];
+}
+
+static void rope_cs(int32_t pos, int64_t i0, int64_t i1, int64_t n_rot, float freq_base, float freq_scale,
+                    float *cs) {
+    for (int64_t i = i0; i < i1; i++) {
+        const double theta =
+            (double)pos * (double)freq_scale * pow((double)freq_base, -2.0 * (double)i / (double)n_rot);
+        cs[(i - i0) * 2 + 0] = (float)cos(theta);
+        cs[(i - i0) * 2 + 1] = (float)sin(theta);
+    }
+}
+
+void es__cpu_rope_table(const int32_t *pos, int64_t n_tok, int64_t n_rot, float freq_base, float freq_scale,
+                        float *cs) {
+    const int64_t half = n_rot / 2;
+    for (int64_t t = 0; t < n_tok; t++) rope_cs(pos[t], 0, half, n_rot, freq_base, freq_scale, cs + t * half * 2);
+}
+
+/* Rotates pairs [i0, i1) of every head; cs holds their cos/sin from pair i0 on. */
+static void rope_pairs(float *x, int64_t n_head, int64_t head_dim, int64_t n_rot, int64_t i0, int64_t i1,
+                       const float *cs, es_rope_type type) {
+    const int64_t half = n_rot / 2;
+    /* NORM rotates adjacent pairs, NEOX the two halves of the rotated dims */
+    const int64_t step = type == ES_ROPE_NEOX ? 1 : 2, off = type == ES_ROPE_NEOX ? half : 1;
+    for (int64_t h = 0; h < n_head; h++) {
+        float *xh = x + h * head_dim;
+        for (int64_t i = i0; i < i1; i++) {
+            const float c = cs[2 * (i - i0)], s = cs[2 * (i - i0) + 1];
+            float *a = xh + i * step, *b = a + off;
+            const float x0 = *a, x1 = *b;
+            *a = x0 * c - x1 * s;
+            *b = x0 * s + x1 * c;
+        }
+    }
+}
+
+void es__cpu_rope_token(float *x, int64_t n_head, int64_t head_dim, int64_t n_rot, const float *cs,
+                        es_rope_type type) {
+    rope_pairs(x, n_head, head_dim, n_rot, 0, n_rot / 2, cs, type);
+}
+
+void es__cpu_attention_range(const es__kern *k, const es__attn *a, int64_t lo, int64_t hi, float *scores,
+                             int32_t *visible) {
+    const int32_t hd = a->head_dim, group = a->n_head / a->n_head_kv;
+    int32_t cur_row = -1, n_vis = 0;
+    for (int64_t task = lo; task < hi; task++) {
+        const int32_t row = (int32_t)(task / a->n_head), h = (int32_t)(task % a->n_head);
+        const int32_t j = a->rows ? a->rows[row] : row;
+        if (row != cur_row) {
+            /* in-batch keys of token j: its ancestors and itself, in slot order */
+            n_vis = 0;
+            for (int32_t i = 0; i < a->n_batch; i++)
+                if (a->dfs_start[i] <= a->dfs_start[j] && a->dfs_end[j] <= a->dfs_end[i]) visible[n_vis++] = i;
+            cur_row = row;
+        }
+        const int32_t g = h / group;
+        const float *q = a->q + row * a->q_stride + (int64_t)h * hd;
+        const float *kg = a->kc + (int64_t)g * a->n_ctx * hd, *vg = a->vc + (int64_t)g * a->n_ctx * hd;
+        const int32_t m = a->n_past + n_vis;
+        float mx = -INFINITY;
+        for (int32_t s = 0; s < m; s++) {
+            const int32_t slot = s < a->n_past ? s : a->n_past + visible[s - a->n_past];
+            const float sc = k->dot(q, kg + (int64_t)slot * hd, hd) * a->scale;
+            scores[s] = sc;
+            mx = sc > mx ? sc : mx;
+        }
+        float sum = 0.0f;
+        for (int32_t s = 0; s < m; s++) {
+            scores[s] = expf(scores[s] - mx);
+            sum += scores[s];
+        }
+        float *o = a->out + row * a->out_stride + (int64_t)h * hd;
+        memset(o, 0, sizeof(float) * (size_t)hd);
+        for (int32_t s = 0; s < m; s++) {
+            const int32_t slot = s < a->n_past ? s : a->n_past + visible[s - a->n_past];
+            k->axpy(o, scores[s], vg + (int64_t)slot * hd, hd);
+        }
+        const float inv = 1.0f / sum;
+        for (int32_t d = 0; d < hd; d++) o[d] *= inv;
+    }
+}
+
+void es__cpu_swiglu_range(const float *gate, const float *up, int64_t lo, int64_t hi, float *out) {
+    for (int64_t i = lo; i < hi; i++) {
+        const float g = gate[i];
+        out[i] = g / (1.0f + expf(-g)) * up[i];
+    }
+}
+
+/* ---- whole ops */
+
+typedef struct matmul_job {
+    const es__kern *k;
+    es__dtype type;
+    const void *w;
+    size_t row_bytes;
+    int64_t n_in, n_out, n_tok;
+    const float *x;
+    float *y;
+} matmul_job;
+
+static void matmul_thread(void *arg, int ith, int nth) {
+    const matmul_job *j = arg;
+    int64_t lo, hi;
+    es__split_range(j->n_out, 16, ith, nth, &lo, &hi);
+    if (lo < hi) j->k->matmul(j->type, j->w, j->row_bytes, j->n_in, lo, hi, j->x, j->n_in, j->n_tok, j->y + lo, j->n_out);
+}
+
+static void run(es__pool *pool, es__pool_fn fn, void *arg) {
+    if (pool)
+        es__pool_run(pool, fn, arg);
+    else
+        fn(arg, 0, 1);
+}
+
+es_status es__cpu_matmul(es__pool *pool, es__dtype type, const void *w, int64_t n_in, int64_t n_out,
+                         const float *x, int64_t n_tok, float *y, es__err *err) {
+    const size_t rb = es__kern_row_bytes(type, n_in);
+    ES_RETURN_IF(rb == 0 || n_in <= 0, err, ES_ERR_INVALID_ARGUMENT,
+                 "cpu matmul: type %d with n_in %lld (block types need a positive multiple of 32)", (int)type,
+                 (long long)n_in);
+    ES_RETURN_IF(n_out < 0 || n_tok < 0 || !w || !x || !y, err, ES_ERR_INVALID_ARGUMENT,
+                 "cpu matmul: n_out %lld, n_tok %lld, or a NULL pointer", (long long)n_out, (long long)n_tok);
+    matmul_job j = {es__kern_best(), type, w, rb, n_in, n_out, n_tok, x, y};
+    run(pool, matmul_thread, &j);
+    return ES_OK;
+}
+
+es_status es__cpu_matvec(es__pool *pool, es__dtype type, const void *w, int64_t n_in, int64_t n_out,
+                         const float *x, float *y, es__err *err) {
+    return es__cpu_matmul(pool, type, w, n_in, n_out, x, 1, y, err);
+}
+
+es_status es__cpu_get_rows(es__dtype type, const void *table, int64_t n_in, int64_t n_rows, const int32_t *ids,
+                           int64_t n, float *out, es__err *err) {
+    const size_t rb = es__kern_row_bytes(type, n_in);
+    ES_RETURN_IF(rb == 0 || n_in <= 0, err, ES_ERR_INVALID_ARGUMENT, "cpu get_rows: type %d with n_in %lld",
+                 (int)type, (long long)n_in);
+    for (int64_t i = 0; i < n; i++)
+        ES_RETURN_IF(ids[i] < 0 || ids[i] >= n_rows, err, ES_ERR_INVALID_ARGUMENT,
+                     "cpu get_rows: id %d at %lld outside [0, %lld)", ids[i], (long long)i, (long long)n_rows);
+    const es__kern *k = es__kern_best();
+    for (int64_t i = 0; i < n; i++) k->to_f32(type, (const uint8_t *)table + rb * (size_t)ids[i], out + i * n_in, n_in);
+    return ES_OK;
+}
+
+void es__cpu_rmsnorm(const float *x, const float *w, int64_t n, int64_t n_tok, float eps, float *y) {
+    const es__kern *k = es__kern_best();
+    for (int64_t t = 0; t < n_tok; t++) es__cpu_rmsnorm_row(k, x + t * n, w, n, eps, y + t * n);
+}
+
+void es__cpu_rope(float *x, int64_t n_tok, int64_t n_head, int64_t head_dim, int64_t n_rot, const int32_t *pos,
+                  float freq_base, float freq_scale, es_rope_type type) {
+    enum { CHUNK = 256 };
+    float cs[2 * CHUNK];
+    for (int64_t t = 0; t < n_tok; t++) {
+        /* a chunk of pairs at a time keeps this free of allocation; same values as the table */
+        for (int64_t i0 = 0; i0 < n_rot / 2; i0 += CHUNK) {
+            const int64_t i1 = ES__MIN(n_rot / 2, i0 + CHUNK);
+            rope_cs(pos[t], i0, i1, n_rot, freq_base, freq_scale, cs);
+            rope_pairs(x + t * n_head * head_dim, n_head, head_dim, n_rot, i0, i1, cs, type);
+        }
+    }
+}
+
+typedef struct attn_job {
+    const es__kern *k;
+    es__attn a;
+    float *scores;   /* [nth][n_past + n_batch] */
+    int32_t *visible; /* [nth][n_batch] */
+} attn_job;
+
+static void attn_thread(void *arg, int ith, int nth) {
+    attn_job *j = arg;
+    int64_t lo, hi;
+    es__split_range((int64_t)j->a.n_q * j->a.n_head, 1, ith, nth, &lo, &hi);
+    es__cpu_attention_range(j->k, &j->a, lo, hi, j->scores + (size_t)ith * (size_t)(j->a.n_past + j->a.n_batch),
+                            j->visible + (size_t)ith * (size_t)j->a.n_batch);
+}
+
+es_status es__cpu_attention(es__pool *pool, const float *q, const float *kc, const float *vc, int32_t n_ctx,
+                            int32_t n_head, int32_t n_head_kv, int32_t head_dim, int32_t n_past, int32_t n,
+                            const int32_t *dfs_start, const int32_t *dfs_end, float scale, float *out,
+                            es__err *err) {
+    ES_RETURN_IF(n_head <= 0 || n_head_kv <= 0 || n_head % n_head_kv || head_dim <= 0 || n <= 0 || n_past < 0 ||
+                     (int64_t)n_past + n > n_ctx,
+                 err, ES_ERR_INVALID_ARGUMENT,
+                 "cpu attention: n_head %d, n_head_kv %d, head_dim %d, n_past %d, n %d, n_ctx %d", n_head, n_head_kv,
+                 head_dim, n_past, n, n_ctx);
+    const int nth = pool ? es__pool_size(pool) : 1;
+    float *scores = es__malloc(NULL, sizeof(float) * (size_t)nth * (size_t)(n_past + n));
+    int32_t *visible = es__malloc(NULL, sizeof(int32_t) * (size_t)nth * (size_t)n);
+    if (!scores || !visible) {
+        es__free(NULL, scores);
+        es__free(NULL, visible);
+        return es__fail(err, ES_ERR_OUT_OF_MEMORY, "cpu attention: out of memory for scratch");
+    }
+    attn_job j = {es__kern_best(),
+                  {q, (int64_t)n_head * head_dim, kc, vc, n_ctx, n_head, n_head_kv, head_dim, n_past, n, n, NULL,
+                   dfs_start, dfs_end, scale, out, (int64_t)n_head * head_dim},
+                  scores, visible};
+    run(pool, attn_thread, &j);
+    es__free(NULL, scores);
+    es__free(NULL, visible);
+    return ES_OK;
+}
+
+void es__cpu_kv_write(float *kc, float *vc, int32_t n_ctx, int32_t n_head_kv, int32_t head_dim, int32_t n_past,
+                      int32_t n, const float *k_new, const float *v_new) {
+    const size_t row = sizeof(float) * (size_t)head_dim;
+    for (int32_t i = 0; i < n; i++) {
+        for (int32_t g = 0; g < n_head_kv; g++) {
+            const size_t dst = ((size_t)g * (size_t)n_ctx + (size_t)(n_past + i)) * (size_t)head_dim;
+            const size_t src = ((size_t)i * (size_t)n_head_kv + (size_t)g) * (size_t)head_dim;
+            memcpy(kc + dst, k_new + src, row);
+            memcpy(vc + dst, v_new + src, row);
+        }
+    }
+}
+
+void es__cpu_swiglu(const float *gate, const float *up, int64_t n, float *out) {
+    es__cpu_swiglu_range(gate, up, 0, n, out);
+}
+
+void es__cpu_add(const float *a, const float *b, int64_t n, float *out) {
+    for (int64_t i = 0; i < n; i++) out[i] = a[i] + b[i];
+}
+
+void es__cpu_softmax(const float *x, int64_t n, float *y) {
+    float mx = -INFINITY;
+    for (int64_t i = 0; i < n; i++) mx = x[i] > mx ? x[i] : mx;
+    float sum = 0.0f;
+    for (int64_t i = 0; i < n; i++) {
+        y[i] = expf(x[i] - mx);
+        sum += y[i];
+    }
+    const float inv = 1.0f / sum;
+    for (int64_t i = 0; i < n; i++) y[i] *= inv;
+}
+
+int32_t es__cpu_argmax(const float *x, int64_t n) {
+    int32_t best = -1;
+    for (int64_t i = 0; i < n; i++)
+        if (!isnan(x[i]) && (best < 0 || x[i] > x[best])) best = (int32_t)i;
+    return best < 0 ? 0 : best;
+}
+
+int32_t es__cpu_topk(const float *x, int64_t n, int32_t k, int32_t *ids, float *vals) {
+    /* ids[0..m) sorted by (value desc, index asc); insertion keeps it so, O(n) for small k */
+    int32_t m = 0;
+    if (k <= 0) return 0;
+    for (int64_t i = 0; i < n; i++) {
+        const float v = x[i];
+        if (isnan(v) || (m == k && !(v > x[ids[m - 1]]))) continue;
+        int32_t p = m < k ? m++ : k - 1;
+        while (p > 0 && v > x[ids[p - 1]]) {
+            ids[p] = ids[p - 1];
+            p--;
+        }
+        ids[p] = (int32_t)i;
+    }
+    if (vals)
+        for (int32_t i = 0; i < m; i++) vals[i] = x[ids[i]];
+    return m;
+}

@@ -1,0 +1,44 @@
+/* opsi.h: the per-thread pieces of the ops in ops.h, shared by ops.c (which wraps them into
+ * whole ops) and forward.c (which calls them inside one pool job between barriers). Every output
+ * element is produced by exactly one call with the same arguments whatever the batch or thread
+ * split, which is what keeps the forward batch-invariant. */
+#ifndef ES_CPU_OPSI_H
+#define ES_CPU_OPSI_H
+
+#include "kern.h"
+#include "ops.h"
+
+/* One RMSNorm row. */
+void es__cpu_rmsnorm_row(const es__kern *k, const float *x, const float *w, int64_t n, float eps, float *y);
+
+/* cos/sin of every rotated pair for n_tok tokens: cs [n_tok][n_rot / 2][2]. */
+void es__cpu_rope_table(const int32_t *pos, int64_t n_tok, int64_t n_rot, float freq_base, float freq_scale,
+                        float *cs);
+/* Rotates one token's n_head heads (x: [n_head][head_dim]) with its row of the table. */
+void es__cpu_rope_token(float *x, int64_t n_head, int64_t head_dim, int64_t n_rot, const float *cs,
+                        es_rope_type type);
+
+/* The geometry of one attention call (see es__cpu_attention). */
+typedef struct es__attn {
+    const float *q;          /* [n_q][n_head][head_dim]                         */
+    int64_t q_stride;        /* floats between consecutive query rows            */
+    const float *kc, *vc;    /* (n_head_kv, n_ctx, head_dim)                     */
+    int32_t n_ctx, n_head, n_head_kv, head_dim;
+    int32_t n_past;          /* committed slots                                  */
+    int32_t n_batch;         /* batch tokens, in slots [n_past, n_past + n_batch) */
+    int32_t n_q;             /* query rows                                       */
+    const int32_t *rows;     /* [n_q] batch token of each query row; NULL = identity */
+    const int32_t *dfs_start, *dfs_end; /* [n_batch]                             */
+    float scale;
+    float *out;              /* [n_q][n_head][head_dim]                          */
+    int64_t out_stride;
+} es__attn;
+
+/* Computes tasks [lo, hi) of the n_q * n_head (query row, head) tasks, task = row * n_head + h.
+ * scores: n_past + n_batch floats, visible: n_batch ints of per-thread scratch. */
+void es__cpu_attention_range(const es__kern *k, const es__attn *a, int64_t lo, int64_t hi, float *scores,
+                             int32_t *visible);
+
+void es__cpu_swiglu_range(const float *gate, const float *up, int64_t lo, int64_t hi, float *out);
+
+#endif /* ES_CPU_OPSI_H */

@@ -1,0 +1,179 @@
+/* pool.c: persistent worker threads with a spin-then-sleep barrier (see pool.h). The sleeping path
+ * uses one mutex and condition variable; a thread announces itself in n_sleepers (sequentially
+ * consistent) before it re-checks the generation it waits on, and a releaser bumps the generation
+ * before it looks at n_sleepers, so a wake-up is never lost. */
+#include "pool.h"
+
+#include "../../platform/platform.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+
+#define ES__CACHE_LINE 64
+
+struct es__pool {
+    int n;                       /* threads including the caller                        */
+    double spin_s;               /* spin this long before sleeping                      */
+    const es_allocator *alloc;
+    pthread_t *threads;          /* [n - 1]                                             */
+    int n_started;
+    es__pool_fn fn;              /* the current job, published by job_gen               */
+    void *arg;
+    bool stop;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    _Alignas(ES__CACHE_LINE) atomic_uint job_gen;
+    _Alignas(ES__CACHE_LINE) atomic_uint bar_count;
+    _Alignas(ES__CACHE_LINE) atomic_uint bar_gen;
+    _Alignas(ES__CACHE_LINE) atomic_int n_sleepers;
+};
+
+typedef struct worker_arg {
+    es__pool *pool;
+    int ith;
+} worker_arg;
+
+static inline void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__) || defined(__arm__)
+    __asm__ __volatile__("yield");
+#endif
+}
+
+/* Returns once *var differs from old. */
+static void wait_change(es__pool *p, atomic_uint *var, unsigned old) {
+    if (atomic_load_explicit(var, memory_order_acquire) != old) return;
+    if (p->spin_s > 0) {
+        double t0 = es__time_now();
+        for (unsigned i = 1;; i++) {
+            cpu_relax();
+            if (atomic_load_explicit(var, memory_order_acquire) != old) return;
+            if ((i & 63) == 0 && es__time_now() - t0 > p->spin_s) break;
+        }
+    }
+    pthread_mutex_lock(&p->mu);
+    atomic_fetch_add(&p->n_sleepers, 1);
+    while (atomic_load(var) == old) pthread_cond_wait(&p->cv, &p->mu);
+    atomic_fetch_sub(&p->n_sleepers, 1);
+    pthread_mutex_unlock(&p->mu);
+}
+
+/* Bumps *var and wakes sleepers. */
+static void release(es__pool *p, atomic_uint *var) {
+    atomic_fetch_add(var, 1);
+    if (atomic_load(&p->n_sleepers) > 0) {
+        pthread_mutex_lock(&p->mu);
+        pthread_cond_broadcast(&p->cv);
+        pthread_mutex_unlock(&p->mu);
+    }
+}
+
+void es__pool_barrier(es__pool *p) {
+    if (p->n == 1) return;
+    unsigned gen = atomic_load(&p->bar_gen);
+    if (atomic_fetch_add(&p->bar_count, 1) == (unsigned)p->n - 1) {
+        atomic_store(&p->bar_count, 0);
+        release(p, &p->bar_gen);
+    } else {
+        wait_change(p, &p->bar_gen, gen);
+    }
+}
+
+static void *worker_main(void *varg) {
+    worker_arg *wa = varg;
+    es__pool *p = wa->pool;
+    const int ith = wa->ith;
+    unsigned seen = 0;
+    for (;;) {
+        wait_change(p, &p->job_gen, seen);
+        seen = atomic_load(&p->job_gen);
+        if (p->stop) break;
+        p->fn(p->arg, ith, p->n);
+        es__pool_barrier(p);
+    }
+    return NULL;
+}
+
+void es__pool_run(es__pool *p, es__pool_fn fn, void *arg) {
+    if (p->n == 1) {
+        fn(arg, 0, 1);
+        return;
+    }
+    p->fn = fn;
+    p->arg = arg;
+    release(p, &p->job_gen);
+    fn(arg, 0, p->n);
+    es__pool_barrier(p);
+}
+
+static void stop_workers(es__pool *p) {
+    p->stop = true;
+    release(p, &p->job_gen);
+    for (int i = 0; i < p->n_started; i++) pthread_join(p->threads[i], NULL);
+    p->n_started = 0;
+}
+
+es_status es__pool_create(const es_allocator *alloc, int n_threads, int spin_us, es__err *err, es__pool **out) {
+    *out = NULL;
+    ES_RETURN_IF(n_threads < 1 || n_threads > 1024, err, ES_ERR_INVALID_ARGUMENT,
+                 "cpu backend: n_threads %d outside [1, 1024]", n_threads);
+    es__pool *p = es__calloc(alloc, 1, sizeof *p);
+    ES_RETURN_IF(!p, err, ES_ERR_OUT_OF_MEMORY, "cpu backend: out of memory for the thread pool");
+    p->n = n_threads;
+    p->alloc = alloc;
+    if (spin_us < 0) spin_us = n_threads > es__cpu_count() ? 0 : 100;
+    p->spin_s = spin_us * 1e-6;
+    atomic_init(&p->job_gen, 0);
+    atomic_init(&p->bar_count, 0);
+    atomic_init(&p->bar_gen, 0);
+    atomic_init(&p->n_sleepers, 0);
+    if (pthread_mutex_init(&p->mu, NULL) != 0) {
+        es__free(alloc, p);
+        return es__fail(err, ES_ERR_BACKEND, "cpu backend: pthread_mutex_init failed");
+    }
+    if (pthread_cond_init(&p->cv, NULL) != 0) {
+        pthread_mutex_destroy(&p->mu);
+        es__free(alloc, p);
+        return es__fail(err, ES_ERR_BACKEND, "cpu backend: pthread_cond_init failed");
+    }
+    /* worker args live right after the thread handles */
+    p->threads = es__calloc(alloc, (size_t)n_threads, sizeof(pthread_t) + sizeof(worker_arg));
+    if (!p->threads) {
+        es__pool_destroy(p);
+        return es__fail(err, ES_ERR_OUT_OF_MEMORY, "cpu backend: out of memory for %d threads", n_threads);
+    }
+    worker_arg *args = (worker_arg *)(void *)(p->threads + n_threads);
+    for (int i = 0; i < n_threads - 1; i++) {
+        args[i] = (worker_arg){p, i + 1};
+        if (pthread_create(&p->threads[i], NULL, worker_main, &args[i]) != 0) {
+            es__pool_destroy(p);
+            return es__fail(err, ES_ERR_BACKEND, "cpu backend: could not start worker thread %d of %d", i + 1,
+                            n_threads - 1);
+        }
+        p->n_started++;
+    }
+    *out = p;
+    return ES_OK;
+}
+
+void es__pool_destroy(es__pool *p) {
+    if (!p) return;
+    stop_workers(p);
+    pthread_cond_destroy(&p->cv);
+    pthread_mutex_destroy(&p->mu);
+    es__free(p->alloc, p->threads);
+    es__free(p->alloc, p);
+}
+
+int es__pool_size(const es__pool *p) {
+    return p->n;
+}
+
+void es__split_range(int64_t n, int64_t align, int ith, int nth, int64_t *lo, int64_t *hi) {
+    if (align < 1) align = 1;
+    int64_t chunks = (n + align - 1) / align;
+    int64_t c0 = chunks * ith / nth, c1 = chunks * (ith + 1) / nth;
+    *lo = ES__MIN(n, c0 * align);
+    *hi = ES__MIN(n, c1 * align);
+}
