@@ -143,6 +143,10 @@ es_status es__gguf_set_str(es__gguf_writer *w, const char *key, const char *v);
 es_status es__gguf_set_arr(es__gguf_writer *w, const char *key, es__gguf_vtype elem_type,
                            const void *data, uint64_t n);
 es_status es__gguf_set_arr_str(es__gguf_writer *w, const char *key, const char *const *strs, uint64_t n);
+/* Any fixed-size scalar type (uint8 ... float64, bool): value points at a host value of that type. */
+es_status es__gguf_set_scalar(es__gguf_writer *w, const char *key, es__gguf_vtype type, const void *value);
+/* Copies a key and its value, as parsed from another file, byte for byte (any type). */
+es_status es__gguf_copy_kv(es__gguf_writer *w, const es__gguf_kv *kv);
 /* Tensor of the given type and shape (ne[0] contiguous); data holds its nbytes, copied. */
 es_status es__gguf_add_tensor(es__gguf_writer *w, const char *name, es__dtype type, uint32_t n_dims,
                               const int64_t *ne, const void *data);
