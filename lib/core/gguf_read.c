@@ -290,7 +290,8 @@ static es_status parse_tensor_info(cur *c, uint64_t i, uint64_t alignment, es__g
     snprintf(what, sizeof what, "name of tensor info #%" PRIu64, i);
     ES_TRY(rd_str(c, what, &t->name));
     ES_TRY(check_name(c, t->name, t->info_offset, what));
-    snprintf(what, sizeof what, "tensor #%" PRIu64 " '%s'", i, show(t->name).s);
+    snprintf(what, sizeof what, "tensor #%" PRIu64 " '%s' (info at offset %" PRIu64 ")", i, show(t->name).s,
+             t->info_offset);
     uint64_t at = c->pos;
     ES_TRY(rd_u32(c, what, &t->n_dims));
     if (t->n_dims == 0 || t->n_dims > ES__GGUF_MAX_DIMS)
