@@ -112,6 +112,14 @@ ES_API es_status es_model_load(const char *path, const es_model_params *params, 
 ES_API void es_model_free(es_model *model);
 ES_API const char *es_model_errmsg(const es_model *model);
 
+/* Attaches the Speculative Streaming adapter GGUF at path (DESIGN.md "Formats": stream identifier
+ * embeddings, tree-pruning adapter, optional stream-only LoRA) to model, after checking its keys
+ * and every tensor's type and shape against the model. The adapter file stays mapped until
+ * es_model_free(). This is the one call that changes a loaded model: make it before any context
+ * is created from the model, while no other thread uses it. A model holds at most one adapter.
+ * On failure the model is unchanged and es_model_errmsg(model) says what was wrong and where. */
+ES_API es_status es_model_load_adapter(es_model *model, const char *path);
+
 typedef enum es_rope_type {
     ES_ROPE_NORM = 0, /* rotate adjacent pairs (x[2i], x[2i+1]): llama.cpp's "llama" ordering */
     ES_ROPE_NEOX = 1, /* rotate halves (x[i], x[i + rot/2])                                    */
@@ -284,6 +292,16 @@ ES_API es_status es_commit(es_context *ctx, const int32_t *keep, int32_t n_keep)
 /* Drops committed tokens from the end: n_past becomes new_n_past (<= n_past). */
 ES_API es_status es_truncate(es_context *ctx, int32_t new_n_past);
 
+/* Lays out a token tree given by parent links for es_batch: parent[i] is the index of node i's
+ * parent or -1 for a root (nodes in any order; several roots make a forest). Writes, per batch
+ * row r, order[r] (the node placed there: a depth-first pre-order in which siblings keep their
+ * index order), pos[r] = n_past + depth, and the DFS interval dfs_start[r] = r, dfs_end[r] (last
+ * row of the subtree). All arrays have n entries. Fails with ES_ERR_INVALID_TREE naming the node
+ * for a parent outside [-1, n), a node that is its own ancestor (a cycle), or n < 1; outputs are
+ * then untouched. */
+ES_API es_status es_tree_flatten(const int32_t *parent, int32_t n, int32_t n_past, int32_t *order,
+                                 int32_t *pos, int32_t *dfs_start, int32_t *dfs_end);
+
 /* ---------------------------------------------------------------------------------------------
  * Sampling. Stateless between calls apart from scratch memory: the random draw for a token is a
  * pure function of (seed, absolute position), so a run is reproducible and speculative strategies
@@ -361,6 +379,87 @@ ES_API es_generate_params es_generate_default_params(void);
 ES_API es_status es_generate(es_context *ctx, const int32_t *prompt, size_t n_prompt,
                              const es_generate_params *params, int32_t *tokens_out, size_t cap,
                              es_generate_stats *stats);
+
+/* ---------------------------------------------------------------------------------------------
+ * Speculative decoding. A speculation object drives a context (the target model) and emits the
+ * tokens plain decoding would, in fewer target forward calls: each step verifies a draft token
+ * tree in one forward call, keeps the longest accepted root-to-node path plus the target's own
+ * next token, and drops the rest of the tree's KV. Lossless: greedy decoding (temperature 0) and
+ * seeded sampling emit token for token what es_generate emits with the same model, sampler params
+ * and seed; rejection sampling emits the same distribution. One thread at a time.
+ */
+typedef struct es_spec es_spec;
+
+typedef enum es_spec_strategy {
+    ES_SPEC_STREAM = 0, /* Speculative Streaming: the target drafts with its own speculative streams
+                           in the same forward call that verifies (needs es_model_load_adapter)   */
+    ES_SPEC_DRAFT = 1,  /* draft-model speculative decoding (Leviathan et al.): a smaller model with
+                           the same vocabulary drafts `lookahead` tokens, one call each             */
+} es_spec_strategy;
+
+#define ES_SPEC_MAX_DEPTH 16 /* deepest draft level (γ, lookahead) */
+
+typedef struct es_spec_params {
+    es_spec_strategy strategy;
+    es_sampler_params sampling; /* the target's sampler; temperature 0 = greedy hard matching     */
+    bool rejection_sampling;    /* temperature > 0: false = emit exactly what es_generate emits with
+                                   the same seed; true = multi-candidate rejection sampling
+                                   (SpecInfer): drafts sampled from the draft distribution, the same
+                                   output distribution as plain sampling, other tokens             */
+    int32_t n_streams;          /* stream: γ, streams that draft = tree depth, 1..the adapter's γ;
+                                   0 = the adapter's γ                                              */
+    int32_t top_k;              /* stream: tokens drafted per stream; the tree has up to
+                                   1 + k + k^2 + ... + k^γ nodes; 0 = 2                             */
+    int32_t max_nodes;          /* most tree nodes per target call, root included; the most probable
+                                   paths are kept; 0 = 32; always capped by the context's n_batch  */
+    float prune_threshold;      /* stream: drop subtrees whose early-exit parent-to-child probability
+                                   (paper 3.2.3) is below this; 0 = no pruning                      */
+    es_context *draft_ctx;      /* draft: a context of the draft model (same vocabulary, any backend);
+                                   not owned; must outlive the object                               */
+    int32_t lookahead;          /* draft: tokens drafted per step, 1..ES_SPEC_MAX_DEPTH; 0 = 4     */
+    bool ignore_eog;            /* keep going past end-of-generation tokens; false = a step emits
+                                   nothing after one                                                */
+} es_spec_params;
+
+typedef struct es_spec_stats {
+    int64_t n_prompt;           /* tokens given to es_spec_feed                                    */
+    int64_t n_generated;        /* tokens emitted by es_spec_step                                  */
+    int64_t n_target_calls;     /* target forward calls made by steps (one per step)               */
+    int64_t n_draft_calls;      /* draft-model forward calls (ES_SPEC_DRAFT)                       */
+    double tokens_per_call;     /* n_generated / n_target_calls: the call-reduction ratio against
+                                   autoregressive decoding, which makes one call per token          */
+    int64_t n_tree_nodes;       /* tree nodes sent to the target over all steps, roots included   */
+    int64_t n_pruned;           /* of those, removed by tree pruning inside the forward call       */
+    double mean_tree_size;      /* n_tree_nodes / n_target_calls                                   */
+    int64_t drafted[ES_SPEC_MAX_DEPTH];  /* steps whose tree reached depth d + 1                  */
+    int64_t accepted[ES_SPEC_MAX_DEPTH]; /* steps that accepted a draft token at depth d + 1      */
+    double prompt_ms;           /* wall time in es_spec_feed                                       */
+    double decode_ms;           /* wall time in es_spec_step                                       */
+    double target_ms;           /* of decode_ms: target forward calls (stream logits included)     */
+    double draft_ms;            /* of decode_ms: draft-model forward calls                         */
+} es_spec_stats;
+
+ES_API es_spec_params es_spec_default_params(void);
+
+/* Creates a speculation object that decodes into ctx, starting a new sequence: ctx's (and
+ * draft_ctx's) committed tokens are dropped. It does not own the contexts: they (and their
+ * models) must outlive it, and nothing else should drive them while it lives. Free with
+ * es_spec_free(). */
+ES_API es_status es_spec_create(es_context *ctx, const es_spec_params *params, es_spec **out);
+ES_API void es_spec_free(es_spec *spec);
+ES_API const char *es_spec_errmsg(const es_spec *spec);
+
+/* Appends n_tokens >= 1 tokens (a prompt, or a later user turn) to the sequence and processes
+ * them in chunks of n_batch. The next step continues after the last one. */
+ES_API es_status es_spec_feed(es_spec *spec, const int32_t *tokens, size_t n_tokens);
+
+/* One speculation step: one target forward call (plus the drafter's calls). Writes the newly
+ * decided tokens, 1..cap of them (at most the tree depth + 1), to tokens and their count to
+ * *n_tokens. Needs a prior es_spec_feed. ES_ERR_CONTEXT_FULL when the context has no room. */
+ES_API es_status es_spec_step(es_spec *spec, int32_t *tokens, size_t cap, size_t *n_tokens);
+
+/* Statistics since es_spec_create (a function named es_spec_stats would clash with the type). */
+ES_API es_status es_spec_get_stats(const es_spec *spec, es_spec_stats *out);
 
 #ifdef __cplusplus
 }
