@@ -73,6 +73,7 @@ struct es_model {
     es__vocab *vocab;
     uint64_t n_params;
     uint64_t weight_bytes;
+    struct es__ss_adapter *ss;   /* Speculative Streaming adapter (adapter.c) or NULL; freed with the model */
 };
 
 #endif /* ES_CORE_MODEL_H */
