@@ -114,10 +114,11 @@ ES_API const char *es_model_errmsg(const es_model *model);
 
 /* Attaches the Speculative Streaming adapter GGUF at path (DESIGN.md "Formats": stream identifier
  * embeddings, tree-pruning adapter, optional stream-only LoRA) to model, after checking its keys
- * and every tensor's type and shape against the model. The adapter file stays mapped until
- * es_model_free(). This is the one call that changes a loaded model: make it before any context
- * is created from the model, while no other thread uses it. A model holds at most one adapter.
- * On failure the model is unchanged and es_model_errmsg(model) says what was wrong and where. */
+ * and every tensor's type and shape against the model. Its tensors are copied (a few hundred KB
+ * at most) and freed by es_model_free(). This is the one call that changes a loaded model: make
+ * it before any context is created from the model, while no other thread uses it. A model holds
+ * at most one adapter. On failure the model is unchanged and es_model_errmsg(model) says what
+ * was wrong and where. */
 ES_API es_status es_model_load_adapter(es_model *model, const char *path);
 
 typedef enum es_rope_type {
