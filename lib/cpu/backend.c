@@ -1,40 +1,204 @@
-/* backend.c: the CPU backend's vtable. Placeholder entry points until the CPU forward lands;
- * every call fails cleanly so nothing pretends to compute. */
-#include "backend.h"
+/* backend.c: the CPU backend's vtable: the thread pool and kernel level (init), weight views
+ * checked against what the kernels need (model_upload), the KV cache and scratch (ctx_init), and
+ * compaction of provisional KV slots after a tree commit (kv_compact). The arithmetic lives in
+ * forward.c, ops.c and kern_impl.c. */
+#include "cpu.h"
 
 #include <stdio.h>
+#include <string.h>
 
 static es_status cpu_init(es_backend *b, const es_backend_params *p) {
     (void)p;
+    es__cpu_state *B = es__calloc(b->alloc, 1, sizeof *B);
+    ES_RETURN_IF(!B, &b->err, ES_ERR_OUT_OF_MEMORY, "cpu backend: out of memory");
+    es_status s = es__pool_create(b->alloc, b->n_threads, -1, &b->err, &B->pool);
+    if (s != ES_OK) {
+        es__free(b->alloc, B);
+        return s;
+    }
+    B->kern = es__kern_best();
+    b->impl = B;
     snprintf(b->name, sizeof b->name, "cpu");
+    es__logf(&b->log, ES_LOG_INFO, "cpu backend: %d threads, %s kernels", b->n_threads, B->kern->name);
     return ES_OK;
 }
+
 static void cpu_destroy(es_backend *b) {
-    (void)b;
+    es__cpu_state *B = b->impl;
+    if (!B) return;
+    es__pool_destroy(B->pool);
+    es__free(b->alloc, B);
+    b->impl = NULL;
 }
-static es_status cpu_model_upload(es_backend *b, const es_model *m, void **weights) {
-    (void)m;
-    *weights = NULL;
-    return es__fail(&b->err, ES_ERR_UNSUPPORTED, "cpu backend: forward pass not built yet");
+
+/* A matrix view of t, checked to be n_out rows of n_in elements of a type the kernels read. */
+static es_status mat_view(es_backend *b, const es__tensor *t, int64_t n_in, int64_t n_out, es__cpu_mat *out) {
+    ES_RETURN_IF(!t || !t->data, &b->err, ES_ERR_MODEL, "cpu backend: tensor %s has no data", t ? t->name : "(missing)");
+    const size_t rb = es__kern_row_bytes(t->type, n_in);
+    ES_RETURN_IF(rb == 0, &b->err, ES_ERR_UNSUPPORTED,
+                 "cpu backend: tensor %s: type %d with rows of %lld elements is not supported", t->name, (int)t->type,
+                 (long long)n_in);
+    ES_RETURN_IF(t->ne[0] != n_in || t->ne[1] != n_out || t->nbytes < rb * (uint64_t)n_out, &b->err, ES_ERR_MODEL,
+                 "cpu backend: tensor %s is (%lld, %lld) with %llu bytes, expected (%lld, %lld)", t->name,
+                 (long long)t->ne[0], (long long)t->ne[1], (unsigned long long)t->nbytes, (long long)n_in,
+                 (long long)n_out);
+    *out = (es__cpu_mat){t->type, t->data, rb, n_in, n_out};
+    return ES_OK;
 }
+
+/* An f32 copy of a norm vector of n elements (any float or block type) at dst. */
+static es_status norm_copy(es_backend *b, const es__kern *k, const es__tensor *t, int64_t n, float *dst) {
+    ES_RETURN_IF(!t || !t->data, &b->err, ES_ERR_MODEL, "cpu backend: norm tensor %s has no data",
+                 t ? t->name : "(missing)");
+    ES_RETURN_IF(t->ne[0] != n || es__kern_row_bytes(t->type, n) == 0 || t->nbytes < es__kern_row_bytes(t->type, n),
+                 &b->err, ES_ERR_MODEL, "cpu backend: norm tensor %s: %lld elements of type %d, expected %lld",
+                 t->name, (long long)t->ne[0], (int)t->type, (long long)n);
+    k->to_f32(t->type, t->data, dst, n);
+    return ES_OK;
+}
+
 static void cpu_model_release(es_backend *b, void *weights) {
-    (void)b;
-    (void)weights;
+    es__cpu_weights *W = weights;
+    if (!W) return;
+    es__free(b->alloc, W->layers);
+    es__free(b->alloc, W->norms);
+    es__free(b->alloc, W);
 }
-static es_status cpu_ctx_init(es_context *ctx) {
-    return es__fail(&ctx->backend->err, ES_ERR_UNSUPPORTED, "cpu backend: forward pass not built yet");
+
+static es_status upload_views(es_backend *b, const es_model *m, es__cpu_weights *W) {
+    const es__hparams *hp = &m->hp;
+    const es__kern *k = ((es__cpu_state *)b->impl)->kern;
+    const int64_t d = hp->n_embd, qd = (int64_t)hp->n_head * hp->head_dim, kvd = (int64_t)hp->n_head_kv * hp->head_dim;
+    ES_RETURN_IF(hp->n_head <= 0 || hp->n_head_kv <= 0 || hp->n_head % hp->n_head_kv || hp->head_dim <= 0 ||
+                     hp->n_rot < 0 || hp->n_rot > hp->head_dim || hp->n_rot % 2 || hp->n_layer <= 0 || d <= 0 ||
+                     hp->n_ff <= 0 || hp->n_vocab <= 0,
+                 &b->err, ES_ERR_MODEL,
+                 "cpu backend: unsupported shape: n_head %d, n_head_kv %d, head_dim %d, n_rot %d, n_layer %d", hp->n_head,
+                 hp->n_head_kv, hp->head_dim, hp->n_rot, hp->n_layer);
+    ES_TRY(mat_view(b, m->tok_embd, d, hp->n_vocab, &W->tok_embd));
+    ES_TRY(mat_view(b, m->output, d, hp->n_vocab, &W->output));
+    ES_TRY(norm_copy(b, k, m->output_norm, d, W->norms));
+    W->output_norm = W->norms;
+    for (int32_t il = 0; il < hp->n_layer; il++) {
+        const es__layer *l = &m->layers[il];
+        es__cpu_layer *L = &W->layers[il];
+        float *nrm = W->norms + (size_t)(1 + 2 * il) * (size_t)d;
+        ES_TRY(norm_copy(b, k, l->attn_norm, d, nrm));
+        ES_TRY(norm_copy(b, k, l->ffn_norm, d, nrm + d));
+        L->attn_norm = nrm;
+        L->ffn_norm = nrm + d;
+        ES_TRY(mat_view(b, l->wq, d, qd, &L->wq));
+        ES_TRY(mat_view(b, l->wk, d, kvd, &L->wk));
+        ES_TRY(mat_view(b, l->wv, d, kvd, &L->wv));
+        ES_TRY(mat_view(b, l->wo, qd, d, &L->wo));
+        ES_TRY(mat_view(b, l->ffn_gate, d, hp->n_ff, &L->gate));
+        ES_TRY(mat_view(b, l->ffn_up, d, hp->n_ff, &L->up));
+        ES_TRY(mat_view(b, l->ffn_down, hp->n_ff, d, &L->down));
+    }
+    return ES_OK;
 }
+
+static es_status cpu_model_upload(es_backend *b, const es_model *m, void **weights) {
+    *weights = NULL;
+    ES_RETURN_IF(!m->has_weights, &b->err, ES_ERR_INVALID_ARGUMENT, "cpu backend: model has no weights (vocab_only)");
+    es__cpu_weights *W = es__calloc(b->alloc, 1, sizeof *W);
+    if (W) {
+        W->model = m;
+        W->layers = es__calloc(b->alloc, (size_t)m->hp.n_layer, sizeof *W->layers);
+        W->norms = es__calloc(b->alloc, (size_t)(1 + 2 * (size_t)m->hp.n_layer), sizeof(float) * (size_t)m->hp.n_embd);
+    }
+    if (!W || !W->layers || !W->norms) {
+        cpu_model_release(b, W);
+        return es__fail(&b->err, ES_ERR_OUT_OF_MEMORY, "cpu backend: out of memory for weight views");
+    }
+    es_status s = upload_views(b, m, W);
+    if (s != ES_OK) {
+        cpu_model_release(b, W);
+        return s;
+    }
+    if (b->progress_fn && !b->progress_fn(1.0f, b->progress_user)) {
+        cpu_model_release(b, W);
+        return es__fail(&b->err, ES_ERR_CANCELLED, "cpu backend: weight upload cancelled");
+    }
+    *weights = W;
+    return ES_OK;
+}
+
 static void cpu_ctx_destroy(es_context *ctx) {
-    (void)ctx;
+    es__cpu_ctx *c = ctx->impl;
+    if (!c) return;
+    const es_allocator *a = ctx->backend->alloc;
+    void *bufs[] = {c->k, c->v, c->x, c->xn, c->q, c->kn, c->vn, c->att, c->tmp, c->gate, c->up, c->rope, c->scores, c->visible};
+    for (size_t i = 0; i < ES__ARRAY_LEN(bufs); i++) es__free(a, bufs[i]);
+    es__free(a, c);
+    ctx->impl = NULL;
 }
+
+/* n x m floats (or ints), overflow-checked. */
+static void *alloc_arr(const es_allocator *a, size_t n, size_t m, size_t elem) {
+    size_t nm;
+    if (!es__mul_size(n, m, &nm)) return NULL;
+    return es__calloc(a, nm ? nm : 1, elem);
+}
+
+static es_status cpu_ctx_init(es_context *ctx) {
+    es_backend *b = ctx->backend;
+    const es__hparams *hp = &ctx->model->hp;
+    const es_allocator *a = b->alloc;
+    es__cpu_ctx *c = es__calloc(a, 1, sizeof *c);
+    ES_RETURN_IF(!c, &b->err, ES_ERR_OUT_OF_MEMORY, "cpu backend: out of memory");
+    ctx->impl = c;
+    const size_t nb = (size_t)ctx->n_batch, d = (size_t)hp->n_embd;
+    const size_t qd = (size_t)hp->n_head * (size_t)hp->head_dim, kvd = (size_t)hp->n_head_kv * (size_t)hp->head_dim;
+    size_t cache;
+    bool ok = es__mul_size((size_t)hp->n_layer * kvd, (size_t)ctx->n_ctx, &cache);
+    c->n_threads = es__pool_size(((es__cpu_state *)b->impl)->pool);
+    if (ok) {
+        c->k = alloc_arr(a, cache, 1, sizeof(float));
+        c->v = alloc_arr(a, cache, 1, sizeof(float));
+        c->x = alloc_arr(a, nb, d, sizeof(float));
+        c->xn = alloc_arr(a, nb, d, sizeof(float));
+        c->q = alloc_arr(a, nb, qd, sizeof(float));
+        c->kn = alloc_arr(a, nb, kvd, sizeof(float));
+        c->vn = alloc_arr(a, nb, kvd, sizeof(float));
+        c->att = alloc_arr(a, nb, qd, sizeof(float));
+        c->tmp = alloc_arr(a, nb, d, sizeof(float));
+        c->gate = alloc_arr(a, nb, (size_t)hp->n_ff, sizeof(float));
+        c->up = alloc_arr(a, nb, (size_t)hp->n_ff, sizeof(float));
+        c->rope = alloc_arr(a, nb, (size_t)(hp->n_rot / 2) * 2, sizeof(float));
+        c->scores = alloc_arr(a, (size_t)c->n_threads, (size_t)ctx->n_ctx + nb, sizeof(float));
+        c->visible = alloc_arr(a, (size_t)c->n_threads, nb, sizeof(int32_t));
+    }
+    if (!ok || !c->k || !c->v || !c->x || !c->xn || !c->q || !c->kn || !c->vn || !c->att || !c->tmp || !c->gate ||
+        !c->up || !c->rope || !c->scores || !c->visible) {
+        cpu_ctx_destroy(ctx);
+        return es__fail(&b->err, ES_ERR_OUT_OF_MEMORY,
+                        "cpu backend: out of memory for a KV cache of %d tokens and scratch for %d", ctx->n_ctx,
+                        ctx->n_batch);
+    }
+    return ES_OK;
+}
+
 static es_status cpu_forward(es_context *ctx, const es__fwd *f) {
-    (void)f;
-    return es__fail(&ctx->backend->err, ES_ERR_UNSUPPORTED, "cpu backend: forward pass not built yet");
+    return es__cpu_forward(ctx, f);
 }
+
 static es_status cpu_kv_compact(es_context *ctx, const int32_t *keep, int32_t n_keep) {
-    (void)keep;
-    (void)n_keep;
-    return es__fail(&ctx->backend->err, ES_ERR_UNSUPPORTED, "cpu backend: forward pass not built yet");
+    const es__hparams *hp = &ctx->model->hp;
+    es__cpu_ctx *c = ctx->impl;
+    const size_t hd = (size_t)hp->head_dim, n_ctx = (size_t)ctx->n_ctx;
+    const size_t heads = (size_t)hp->n_layer * (size_t)hp->n_head_kv;
+    /* keep is ascending with keep[r] >= r: moving r = 0, 1, ... never overwrites a later source */
+    for (size_t g = 0; g < heads; g++) {
+        float *kb = c->k + g * n_ctx * hd, *vb = c->v + g * n_ctx * hd;
+        for (int32_t r = 0; r < n_keep; r++) {
+            if (keep[r] == r) continue;
+            const size_t src = (size_t)(ctx->n_past + keep[r]) * hd, dst = (size_t)(ctx->n_past + r) * hd;
+            memmove(kb + dst, kb + src, hd * sizeof(float));
+            memmove(vb + dst, vb + src, hd * sizeof(float));
+        }
+    }
+    return ES_OK;
 }
 
 const es__backend_vtbl es__cpu_backend = {

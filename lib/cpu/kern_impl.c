@@ -51,8 +51,6 @@ typedef float vf __attribute__((vector_size(VL * 4)));
 typedef uint32_t vu __attribute__((vector_size(VL * 4)));
 typedef int32_t vi __attribute__((vector_size(VL * 4)));
 typedef uint16_t vh __attribute__((vector_size(VL * 2)));
-typedef int8_t vb __attribute__((vector_size(VL)));
-typedef uint8_t vub __attribute__((vector_size(VL)));
 
 const es__kern *KERN_FN(void);
 
@@ -61,7 +59,15 @@ INLINE vf vzero(void) {
     return z;
 }
 INLINE vf vsplat(float a) {
-    return vzero() + a;
+#if ES_KERN_LEVEL == 4
+    return (vf)_mm512_set1_ps(a);
+#elif ES_KERN_LEVEL == 3
+    return (vf)_mm256_set1_ps(a);
+#else
+    vf v;
+    for (int i = 0; i < VL; i++) v[i] = a;
+    return v;
+#endif
 }
 INLINE vf loadu(const float *p) {
     vf v;
@@ -86,13 +92,28 @@ INLINE vf vfma(vf a, vf b, vf c) {
 #endif
 }
 
-/* Pairwise lane sum in a fixed order. */
+/* Pairwise lane sum in a fixed order: lane i of the lower half plus lane i of the upper half, then
+ * the same on the halved vector, down to one lane. */
+#if VL == 16
+typedef float vf8 __attribute__((vector_size(32)));
+#endif
+#if VL >= 8
+typedef float vf4 __attribute__((vector_size(16)));
+#endif
+typedef float vf2 __attribute__((vector_size(8)));
+
 INLINE float hsum(vf v) {
-    float a[VL];
-    memcpy(a, &v, sizeof a);
-    for (int w = VL / 2; w >= 1; w /= 2)
-        for (int i = 0; i < w; i++) a[i] += a[i + w];
-    return a[0];
+#if VL == 16
+    vf8 h8 = __builtin_shufflevector(v, v, 0, 1, 2, 3, 4, 5, 6, 7) +
+             __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15);
+    vf4 h4 = __builtin_shufflevector(h8, h8, 0, 1, 2, 3) + __builtin_shufflevector(h8, h8, 4, 5, 6, 7);
+#elif VL == 8
+    vf4 h4 = __builtin_shufflevector(v, v, 0, 1, 2, 3) + __builtin_shufflevector(v, v, 4, 5, 6, 7);
+#else
+    vf h4 = v;
+#endif
+    vf2 h2 = __builtin_shufflevector(h4, h4, 0, 1) + __builtin_shufflevector(h4, h4, 2, 3);
+    return h2[0] + h2[1];
 }
 
 /* ---- element conversions (all exact) */
@@ -123,10 +144,65 @@ INLINE vf bf16_to_vf(const uint16_t *p) {
 }
 
 INLINE float f16_scalar(uint16_t h) {
-    uint16_t buf[VL] = {h};
-    vf v = f16_to_vf(buf);
-    return v[0];
+#if ES_KERN_LEVEL >= 3
+    return _cvtsh_ss(h);
+#else
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, em = h & 0x7fffu, bits;
+    if (em >= 0x7c00u) {
+        bits = (em << 13) | 0x7f800000u;
+    } else {
+        float f;
+        em <<= 13;
+        memcpy(&f, &em, 4);
+        f *= 0x1p112f;
+        memcpy(&bits, &f, 4);
+    }
+    bits |= sign;
+    float r;
+    memcpy(&r, &bits, 4);
+    return r;
+#endif
 }
+
+/* VL signed bytes to floats. On x86 the widening is spelled with intrinsics: GCC 12 turns
+ * __builtin_convertvector from int8 lanes into one scalar conversion per lane. */
+#if ES_KERN_LEVEL >= 3
+INLINE __m128i load_bytes(const uint8_t *p) {
+#if VL == 16
+    return _mm_loadu_si128((const __m128i *)(const void *)p);
+#else
+    return _mm_loadl_epi64((const __m128i *)(const void *)p);
+#endif
+}
+INLINE vf widen_bytes(__m128i b) {
+#if VL == 16
+    return (vf)_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(b));
+#else
+    return (vf)_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b));
+#endif
+}
+INLINE vf q8_to_vf(const uint8_t *p) {
+    return widen_bytes(load_bytes(p));
+}
+/* Nibbles (low or high half of each byte) minus 8. */
+INLINE vf q4_to_vf(const uint8_t *p, int high) {
+    __m128i b = load_bytes(p);
+    if (high) b = _mm_srli_epi16(b, 4);
+    b = _mm_sub_epi8(_mm_and_si128(b, _mm_set1_epi8(15)), _mm_set1_epi8(8));
+    return widen_bytes(b);
+}
+#else
+INLINE vf q8_to_vf(const uint8_t *p) {
+    vf v;
+    for (int i = 0; i < VL; i++) v[i] = (float)(int8_t)p[i];
+    return v;
+}
+INLINE vf q4_to_vf(const uint8_t *p, int high) {
+    vf v;
+    for (int i = 0; i < VL; i++) v[i] = (float)((high ? p[i] >> 4 : p[i] & 15) - 8);
+    return v;
+}
+#endif
 
 /* Loads VL weights of a float-type row at element k. */
 INLINE vf load_wf(es__dtype type, const uint8_t *row, int64_t k) {
@@ -159,18 +235,9 @@ INLINE float load_block(es__dtype type, const uint8_t *blk, vf *wq) {
     memcpy(&d16, blk, 2);
     const uint8_t *q = blk + 2;
     if (type == ES__DTYPE_Q8_0) {
-        for (int v = 0; v < NV; v++) {
-            vb b;
-            memcpy(&b, q + v * VL, sizeof b);
-            wq[v] = __builtin_convertvector(b, vf);
-        }
+        for (int v = 0; v < NV; v++) wq[v] = q8_to_vf(q + v * VL);
     } else {
-        for (int v = 0; v < NV; v++) {
-            vub b;
-            memcpy(&b, q + (v * VL) % 16, sizeof b);
-            vub nib = v * VL < 16 ? (b & 15) : (b >> 4);
-            wq[v] = __builtin_convertvector((vb)(nib - 8), vf);
-        }
+        for (int v = 0; v < NV; v++) wq[v] = q4_to_vf(q + (v * VL) % 16, v * VL >= 16);
     }
     return f16_scalar(d16);
 }
@@ -178,15 +245,18 @@ INLINE float load_block(es__dtype type, const uint8_t *blk, vf *wq) {
 /* ---- tiles: R rows x T tokens, out[r * T_TILE + t] */
 
 INLINE void tile_float(es__dtype type, const uint8_t *const *wr, const float *x, int64_t ldx, int64_t n_in,
-                       const int T, float *out) {
+                       const int R, const int T, float *out) {
     vf acc[R_TILE][T_TILE];
-    for (int r = 0; r < R_TILE; r++)
+    for (int r = 0; r < R; r++)
         for (int t = 0; t < T; t++) acc[r][t] = vzero();
     int64_t k = 0;
     for (; k + VL <= n_in; k += VL) {
         vf xv[T_TILE];
         for (int t = 0; t < T; t++) xv[t] = loadu(x + t * ldx + k);
-        for (int r = 0; r < R_TILE; r++) {
+        for (int r = 0; r < R; r++) {
+#ifdef PF_DIST
+            __builtin_prefetch(wr[r] + k * (type == ES__DTYPE_F32 ? 4 : 2) + PF_DIST);
+#endif
             vf w = load_wf(type, wr[r], k);
             for (int t = 0; t < T; t++) acc[r][t] = vfma(w, xv[t], acc[r][t]);
         }
@@ -195,27 +265,30 @@ INLINE void tile_float(es__dtype type, const uint8_t *const *wr, const float *x,
         const int64_t m = n_in - k;
         vf xv[T_TILE];
         for (int t = 0; t < T; t++) xv[t] = load_x_tail(x + t * ldx + k, m);
-        for (int r = 0; r < R_TILE; r++) {
+        for (int r = 0; r < R; r++) {
             vf w = load_wf_tail(type, wr[r], k, m);
             for (int t = 0; t < T; t++) acc[r][t] = vfma(w, xv[t], acc[r][t]);
         }
     }
-    for (int r = 0; r < R_TILE; r++)
+    for (int r = 0; r < R; r++)
         for (int t = 0; t < T; t++) out[r * T_TILE + t] = hsum(acc[r][t]);
 }
 
 INLINE void tile_block(es__dtype type, const uint8_t *const *wr, const float *x, int64_t ldx, int64_t n_in,
-                       const int T, float *out) {
+                       const int R, const int T, float *out) {
     const size_t bb = type == ES__DTYPE_Q8_0 ? 34 : 18;
     vf acc[R_TILE][T_TILE];
-    for (int r = 0; r < R_TILE; r++)
+    for (int r = 0; r < R; r++)
         for (int t = 0; t < T; t++) acc[r][t] = vzero();
     const int64_t nb = n_in / QK;
     for (int64_t b = 0; b < nb; b++) {
         vf xv[T_TILE][NV];
         for (int t = 0; t < T; t++)
             for (int v = 0; v < NV; v++) xv[t][v] = loadu(x + t * ldx + b * QK + v * VL);
-        for (int r = 0; r < R_TILE; r++) {
+        for (int r = 0; r < R; r++) {
+#ifdef PF_DIST
+            __builtin_prefetch(wr[r] + (size_t)b * bb + PF_DIST);
+#endif
             vf wq[NV];
             const float d = load_block(type, wr[r] + (size_t)b * bb, wq);
             const vf dv = vsplat(d);
@@ -226,29 +299,35 @@ INLINE void tile_block(es__dtype type, const uint8_t *const *wr, const float *x,
             }
         }
     }
-    for (int r = 0; r < R_TILE; r++)
+    for (int r = 0; r < R; r++)
         for (int t = 0; t < T; t++) out[r * T_TILE + t] = hsum(acc[r][t]);
 }
 
-INLINE void tile(es__dtype type, const uint8_t *const *wr, const float *x, int64_t ldx, int64_t n_in, int T,
+INLINE void tile(es__dtype type, const uint8_t *const *wr, const float *x, int64_t ldx, int64_t n_in, int R, int T,
                  float *out) {
     if (type == ES__DTYPE_Q8_0 || type == ES__DTYPE_Q4_0)
-        tile_block(type, wr, x, ldx, n_in, T, out);
+        tile_block(type, wr, x, ldx, n_in, R, T, out);
     else
-        tile_float(type, wr, x, ldx, n_in, T, out);
+        tile_float(type, wr, x, ldx, n_in, R, T, out);
 }
 
-/* One specialisation per (type, T): the compiler keeps each tile's accumulators in registers. */
+/* One specialisation per (type, R, T): the compiler keeps each tile's accumulators in registers.
+ * A single token (decode) goes one row at a time: one sequential stream of weights per thread is
+ * what the hardware prefetchers follow best (interleaving R rows' streams halved the bandwidth). */
 #define DEF_TILES(NAME, TYPE)                                                                          \
-    static void NAME(const uint8_t *const *wr, const float *x, int64_t ldx, int64_t n_in, int T,       \
+    static void NAME(const uint8_t *const *wr, const float *x, int64_t ldx, int64_t n_in, int R, int T, \
                      float *out) {                                                                     \
+        if (R == 1) {                                                                                  \
+            tile(TYPE, wr, x, ldx, n_in, 1, 1, out);                                                   \
+            return;                                                                                    \
+        }                                                                                              \
         switch (T) {                                                                                   \
-        case 1: tile(TYPE, wr, x, ldx, n_in, 1, out); break;                                           \
-        case 2: tile(TYPE, wr, x, ldx, n_in, 2 <= T_TILE ? 2 : 1, out); break;                         \
-        case 3: tile(TYPE, wr, x, ldx, n_in, 3 <= T_TILE ? 3 : 1, out); break;                         \
-        case 4: tile(TYPE, wr, x, ldx, n_in, 4 <= T_TILE ? 4 : 1, out); break;                         \
-        case 5: tile(TYPE, wr, x, ldx, n_in, 5 <= T_TILE ? 5 : 1, out); break;                         \
-        default: tile(TYPE, wr, x, ldx, n_in, 6 <= T_TILE ? 6 : 1, out); break;                        \
+        case 1: tile(TYPE, wr, x, ldx, n_in, R_TILE, 1, out); break;                                   \
+        case 2: tile(TYPE, wr, x, ldx, n_in, R_TILE, 2 <= T_TILE ? 2 : 1, out); break;                 \
+        case 3: tile(TYPE, wr, x, ldx, n_in, R_TILE, 3 <= T_TILE ? 3 : 1, out); break;                 \
+        case 4: tile(TYPE, wr, x, ldx, n_in, R_TILE, 4 <= T_TILE ? 4 : 1, out); break;                 \
+        case 5: tile(TYPE, wr, x, ldx, n_in, R_TILE, 5 <= T_TILE ? 5 : 1, out); break;                 \
+        default: tile(TYPE, wr, x, ldx, n_in, R_TILE, 6 <= T_TILE ? 6 : 1, out); break;                \
         }                                                                                              \
     }
 DEF_TILES(tiles_f32, ES__DTYPE_F32)
@@ -257,7 +336,8 @@ DEF_TILES(tiles_bf16, ES__DTYPE_BF16)
 DEF_TILES(tiles_q8_0, ES__DTYPE_Q8_0)
 DEF_TILES(tiles_q4_0, ES__DTYPE_Q4_0)
 
-typedef void (*tiles_fn)(const uint8_t *const *wr, const float *x, int64_t ldx, int64_t n_in, int T, float *out);
+typedef void (*tiles_fn)(const uint8_t *const *wr, const float *x, int64_t ldx, int64_t n_in, int R, int T,
+                         float *out);
 
 static void k_matmul(es__dtype type, const void *w, size_t row_bytes, int64_t n_in, int64_t r0, int64_t r1,
                      const float *x, int64_t ldx, int64_t n_tok, float *y, int64_t ldy) {
@@ -271,6 +351,15 @@ static void k_matmul(es__dtype type, const void *w, size_t row_bytes, int64_t n_
     default: return;
     }
     const uint8_t *base = w;
+    if (n_tok == 1) {
+        for (int64_t r = r0; r < r1; r++) {
+            const uint8_t *wr[1] = {base + (size_t)r * row_bytes};
+            float out[R_TILE * T_TILE];
+            fn(wr, x, ldx, n_in, 1, 1, out);
+            y[r - r0] = out[0];
+        }
+        return;
+    }
     for (int64_t t0 = 0; t0 < n_tok; t0 += TOK_BLOCK) {
         const int64_t t1 = ES__MIN(n_tok, t0 + TOK_BLOCK);
         for (int64_t r = r0; r < r1; r += R_TILE) {
@@ -281,7 +370,7 @@ static void k_matmul(es__dtype type, const void *w, size_t row_bytes, int64_t n_
             for (int64_t t = t0; t < t1; t += T_TILE) {
                 const int nt = (int)ES__MIN(T_TILE, t1 - t);
                 float out[R_TILE * T_TILE];
-                fn(wr, x + t * ldx, ldx, n_in, nt, out);
+                fn(wr, x + t * ldx, ldx, n_in, R_TILE, nt, out);
                 for (int i = 0; i < nr; i++)
                     for (int j = 0; j < nt; j++) y[(t + j) * ldy + (r - r0 + i)] = out[i * T_TILE + j];
             }

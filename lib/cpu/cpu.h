@@ -1,0 +1,58 @@
+/* cpu.h: the CPU backend's private state, shared by backend.c (setup, weights, KV cache) and
+ * forward.c (the llama forward pass). */
+#ifndef ES_CPU_CPU_H
+#define ES_CPU_CPU_H
+
+#include "backend.h"
+#include "kern.h"
+#include "pool.h"
+
+typedef struct es__cpu_state {
+    es__pool *pool;
+    const es__kern *kern;
+} es__cpu_state;
+
+/* A weight matrix as the kernels read it: n_out rows of n_in elements of type. */
+typedef struct es__cpu_mat {
+    es__dtype type;
+    const void *data;
+    size_t row_bytes;
+    int64_t n_in, n_out;
+} es__cpu_mat;
+
+typedef struct es__cpu_layer {
+    const float *attn_norm, *ffn_norm; /* (n_embd) f32                          */
+    es__cpu_mat wq, wk, wv, wo;        /* (n_head*hd | n_head_kv*hd | n_embd, .) */
+    es__cpu_mat gate, up, down;        /* (n_ff, n_embd), (n_ff, n_embd), (n_embd, n_ff) */
+} es__cpu_layer;
+
+typedef struct es__cpu_weights {
+    const es_model *model;
+    es__cpu_mat tok_embd;              /* (n_vocab, n_embd) */
+    es__cpu_mat output;                /* (n_vocab, n_embd); the same data when tied */
+    const float *output_norm;          /* (n_embd) */
+    es__cpu_layer *layers;             /* [n_layer] */
+    float *norms;                      /* owned f32 copies of the norm vectors */
+    void *repacked;                    /* owned copy of the matrices (NULL = read from the mapping) */
+    size_t repacked_size;
+} es__cpu_weights;
+
+/* Per-context state: the KV cache and scratch for n_batch tokens. */
+typedef struct es__cpu_ctx {
+    float *k, *v;        /* (n_layer, n_head_kv, n_ctx, head_dim) each         */
+    float *x;            /* [n_batch][n_embd] residual stream                  */
+    float *xn;           /* [n_batch][n_embd] normalised                       */
+    float *q;            /* [n_batch][n_head * hd]                             */
+    float *kn, *vn;      /* [n_batch][n_head_kv * hd] this batch's keys/values  */
+    float *att;          /* [n_batch][n_head * hd] attention output            */
+    float *tmp;          /* [n_batch][n_embd] projection output                */
+    float *gate, *up;    /* [n_batch][n_ff]                                    */
+    float *rope;         /* [n_batch][n_rot / 2][2] cos, sin                   */
+    float *scores;       /* [n_threads][n_ctx + n_batch]                       */
+    int32_t *visible;    /* [n_threads][n_batch]                               */
+    int n_threads;
+} es__cpu_ctx;
+
+es_status es__cpu_forward(es_context *ctx, const es__fwd *f);
+
+#endif /* ES_CPU_CPU_H */
