@@ -1,0 +1,194 @@
+/* test_cpu_forward.c: properties of the CPU forward pass on random in-memory models of every
+ * weight type (odd sizes, GQA and not, tied and not, NORM and NEOX rope, partial rotation):
+ *   - batch invariance: a token's logits are bit-identical decoded alone, inside a prefill chain,
+ *     and as a node of a verification tree; and under 1, 2 and 3 threads;
+ *   - KV compaction: committing a tree's accepted path then decoding equals decoding the path;
+ *   - a batch that wants no logits, context-full and invalid batches (bad token, bad tree) fail
+ *     cleanly and leave the context usable with unchanged results.
+ * Numerical agreement with an independent reference is tests/cpu/test_cpu_reference.py's job. */
+#include "backend.h"
+#include "mem_model.h"
+
+#define N_SEQ 12
+
+typedef struct cfg_case {
+    const char *name;
+    mem_model_cfg m;
+} cfg_case;
+
+static const cfg_case cases[] = {
+    {"f32 gqa neox odd", {67, 40, 2, 4, 2, 10, 72, 10, ES_ROPE_NEOX, 10000.f, 1.f, false, ES__DTYPE_F32, 1}},
+    {"f16 tied norm partial-rot", {67, 40, 2, 4, 4, 10, 72, 6, ES_ROPE_NORM, 10000.f, 0.5f, true, ES__DTYPE_F16, 2}},
+    {"bf16 gqa norm", {50, 48, 2, 6, 3, 8, 40, 8, ES_ROPE_NORM, 500000.f, 1.f, false, ES__DTYPE_BF16, 3}},
+    {"q8_0 mqa neox", {67, 64, 2, 4, 1, 16, 96, 16, ES_ROPE_NEOX, 10000.f, 1.f, false, ES__DTYPE_Q8_0, 4}},
+    {"q4_0 tied norm", {67, 64, 2, 2, 2, 32, 96, 24, ES_ROPE_NORM, 10000.f, 1.f, true, ES__DTYPE_Q4_0, 5}},
+};
+
+typedef struct runner {
+    es_backend *be;
+    es_context *ctx;
+    int32_t n_vocab;
+} runner;
+
+static bool runner_init(runner *r, const es_model *m, int n_threads, int32_t n_ctx) {
+    es_backend_params bp = es_backend_default_params();
+    bp.n_threads = n_threads;
+    es_status s = es_backend_create(&bp, &r->be);
+    CHECK_OK(s);
+    if (s != ES_OK) return false;
+    es_context_params cp = es_context_default_params();
+    cp.n_ctx = n_ctx;
+    cp.n_batch = 32;
+    cp.backend = r->be;
+    s = es_context_create(m, &cp, &r->ctx);
+    CHECK_OK(s);
+    r->n_vocab = m->hp.n_vocab;
+    return s == ES_OK;
+}
+
+static void runner_free(runner *r) {
+    es_context_free(r->ctx);
+    es_backend_free(r->be);
+}
+
+/* Copies batch token i's logits into out[n_vocab]. */
+static bool take_logits(runner *r, int32_t i, float *out) {
+    const float *l = NULL;
+    es_status s = es_logits(r->ctx, i, &l);
+    CHECK_OK(s);
+    if (s != ES_OK) return false;
+    memcpy(out, l, sizeof(float) * (size_t)r->n_vocab);
+    for (int32_t v = 0; v < r->n_vocab; v++)
+        if (!isfinite(out[v])) return false;
+    return true;
+}
+
+static bool same(const float *a, const float *b, int32_t n) {
+    return memcmp(a, b, sizeof(float) * (size_t)n) == 0;
+}
+
+/* Builds a tree in DFS pre-order over a committed prefix of n_past tokens: a decoy branch first,
+ * then the path seq[0..len) (root to node), with extra siblings hanging off the path. Returns the
+ * node count; path_idx[d] is the batch index of the path's depth-d node. */
+static int32_t make_tree(const int32_t *seq, int32_t len, int32_t n_vocab, test_rng *rng, int32_t *tok, int32_t *st,
+                         int32_t *en, int32_t *pos, int32_t n_past, int32_t *path_idx) {
+    int32_t n = 0;
+    /* decoy root with one child: positions n_past, n_past + 1 */
+    tok[n] = (int32_t)(test_rng_u64(rng) % (uint64_t)n_vocab), pos[n] = n_past, st[n] = n, en[n] = n + 1, n++;
+    tok[n] = (int32_t)(test_rng_u64(rng) % (uint64_t)n_vocab), pos[n] = n_past + 1, st[n] = n, en[n] = n, n++;
+    /* the path; before descending, each path node gets a leaf sibling-child first */
+    int32_t open[64];
+    for (int32_t d = 0; d < len; d++) {
+        path_idx[d] = n;
+        open[d] = n;
+        tok[n] = seq[d], pos[n] = n_past + d, st[n] = n, n++;
+        if (d + 1 < len) {
+            tok[n] = (int32_t)(test_rng_u64(rng) % (uint64_t)n_vocab), pos[n] = n_past + d + 1, st[n] = n, en[n] = n,
+            n++;
+        }
+    }
+    for (int32_t d = 0; d < len; d++) en[open[d]] = n - 1;
+    return n;
+}
+
+static void run_case(const cfg_case *cc) {
+    es_model *m = mem_model_create(&cc->m);
+    const int32_t V = cc->m.n_vocab;
+    test_rng rng = {cc->m.seed * 77};
+    int32_t seq[N_SEQ];
+    for (int i = 0; i < N_SEQ; i++) seq[i] = (int32_t)(test_rng_u64(&rng) % (uint64_t)V);
+    float *chain = malloc(sizeof(float) * (size_t)(N_SEQ * V)); /* reference: the prefill chain, 1 thread */
+    float *got = malloc(sizeof(float) * (size_t)V);
+
+    for (int nth = 1; nth <= 3; nth++) {
+        runner r;
+        if (!runner_init(&r, m, nth, 64)) break;
+        /* prefill chain with every row's logits */
+        uint8_t all[N_SEQ];
+        memset(all, 1, sizeof all);
+        es_batch b = {N_SEQ, seq, NULL, NULL, NULL, all};
+        CHECK_OK(es_forward(r.ctx, &b));
+        bool ok = true;
+        for (int i = 0; i < N_SEQ; i++) {
+            if (nth == 1) {
+                ok = ok && take_logits(&r, i, chain + (size_t)i * (size_t)V);
+            } else {
+                ok = ok && take_logits(&r, i, got) && same(got, chain + (size_t)i * (size_t)V, V);
+            }
+        }
+        CHECKF(ok, "%s: prefill chain with %d threads differs from 1 thread (or is not finite)", cc->name, nth);
+        CHECK_OK(es_commit(r.ctx, NULL, 0));
+        CHECK(es_context_n_past(r.ctx) == N_SEQ);
+
+        /* each token alone */
+        CHECK_OK(es_truncate(r.ctx, 0));
+        ok = true;
+        for (int i = 0; i < N_SEQ; i++) {
+            es_batch one = {1, &seq[i], NULL, NULL, NULL, NULL};
+            CHECK_OK(es_forward(r.ctx, &one));
+            ok = ok && take_logits(&r, 0, got) && same(got, chain + (size_t)i * (size_t)V, V);
+            CHECK_OK(es_commit(r.ctx, NULL, 0));
+        }
+        CHECKF(ok, "%s, %d threads: a token decoded alone differs from the same token in the prefill chain", cc->name,
+               nth);
+
+        /* tree: prefix of 4 committed, path seq[4..9) inside a tree with decoys; then commit the path */
+        CHECK_OK(es_truncate(r.ctx, 4));
+        int32_t tok[64], st[64], en[64], pos[64], path[16];
+        const int32_t len = 5;
+        int32_t n = make_tree(seq + 4, len, V, &rng, tok, st, en, pos, 4, path);
+        uint8_t want[64];
+        memset(want, 1, sizeof want);
+        es_batch tb = {n, tok, pos, st, en, want};
+        CHECK_OK(es_forward(r.ctx, &tb));
+        ok = true;
+        for (int32_t d = 0; d < len; d++)
+            ok = ok && take_logits(&r, path[d], got) && same(got, chain + (size_t)(4 + d) * (size_t)V, V);
+        CHECKF(ok, "%s, %d threads: a tree node differs from the same token in the chain", cc->name, nth);
+        CHECK(path[0] != 0); /* the path does not start at slot 0: compaction must move entries */
+        CHECK_OK(es_commit(r.ctx, path, len));
+        CHECK(es_context_n_past(r.ctx) == 4 + len);
+        es_batch rest = {N_SEQ - 4 - len, seq + 4 + len, NULL, NULL, NULL, all};
+        CHECK_OK(es_forward(r.ctx, &rest));
+        ok = true;
+        for (int32_t i = 0; i < N_SEQ - 4 - len; i++)
+            ok = ok && take_logits(&r, i, got) && same(got, chain + (size_t)(4 + len + i) * (size_t)V, V);
+        CHECKF(ok, "%s, %d threads: decoding after committing a tree path differs from the chain", cc->name, nth);
+        runner_free(&r);
+    }
+
+    /* errors leave the context usable; a batch without logits still fills the cache */
+    runner r;
+    if (runner_init(&r, m, 2, 10)) {
+        uint8_t none[8] = {0};
+        es_batch b = {8, seq, NULL, NULL, NULL, none};
+        CHECK_OK(es_forward(r.ctx, &b));
+        const float *l;
+        CHECK_FAILS(es_logits(r.ctx, 7, &l), ES_ERR_INVALID_ARGUMENT, "no logits");
+        CHECK_OK(es_commit(r.ctx, NULL, 0));
+        es_batch too_many = {3, seq + 8, NULL, NULL, NULL, NULL};
+        CHECK_FAILS(es_forward(r.ctx, &too_many), ES_ERR_CONTEXT_FULL, "exceeds n_ctx 10");
+        int32_t bad_tok[2] = {seq[8], V};
+        es_batch bad = {2, bad_tok, NULL, NULL, NULL, NULL};
+        CHECK_FAILS(es_forward(r.ctx, &bad), ES_ERR_INVALID_ARGUMENT, "outside [0,");
+        int32_t bst[2] = {0, 1}, ben[2] = {0, 1}, bpos[2] = {8, 9};
+        es_batch badtree = {2, seq + 8, bpos, bst, ben, NULL};
+        CHECK_FAILS(es_forward(r.ctx, &badtree), ES_ERR_INVALID_TREE, "position 9");
+        CHECK(es_context_n_past(r.ctx) == 8);
+        uint8_t both[2] = {1, 1};
+        es_batch next = {2, seq + 8, NULL, NULL, NULL, both};
+        CHECK_OK(es_forward(r.ctx, &next));
+        bool ok = true;
+        for (int32_t i = 0; i < 2; i++) ok = ok && take_logits(&r, i, got) && same(got, chain + (size_t)(8 + i) * (size_t)V, V);
+        CHECKF(ok, "%s: logits after rejected batches differ from the chain", cc->name);
+        runner_free(&r);
+    }
+    free(chain);
+    free(got);
+    mem_model_free(m);
+}
+
+int main(void) {
+    for (size_t i = 0; i < ES__ARRAY_LEN(cases); i++) run_case(&cases[i]);
+    TEST_MAIN_END();
+}
