@@ -1,0 +1,169 @@
+/* test_unicode.c: the pieces under the encoders: code point classes, UTF-8 decoding (every invalid
+ * form), GPT-2's byte map against its Python definition, and the two pre-tokenizer splits on
+ * hand-worked cases (tests/tokenizer/pretok_ref.py checks them against a regex engine). */
+#include "tvocab.h"
+#include "unicode.h"
+
+#include "../test.h"
+
+static void test_classes(void) {
+    static const struct {
+        uint32_t cp;
+        es__ucls cls;
+    } cases[] = {
+        {'a', ES__UCLS_LETTER},     {'Z', ES__UCLS_LETTER},     {'0', ES__UCLS_NUMBER},    {'9', ES__UCLS_NUMBER},
+        {' ', ES__UCLS_SPACE},      {'\t', ES__UCLS_SPACE},     {'\n', ES__UCLS_SPACE},    {'\r', ES__UCLS_SPACE},
+        {0x0B, ES__UCLS_SPACE},     {0x0C, ES__UCLS_SPACE},     {0x1C, ES__UCLS_OTHER},    {0x1F, ES__UCLS_OTHER},
+        {0x85, ES__UCLS_SPACE},     {0xA0, ES__UCLS_SPACE},     {0x1680, ES__UCLS_SPACE},  {0x2000, ES__UCLS_SPACE},
+        {0x200A, ES__UCLS_SPACE},   {0x200B, ES__UCLS_OTHER},   {0x2028, ES__UCLS_SPACE},  {0x202F, ES__UCLS_SPACE},
+        {0x205F, ES__UCLS_SPACE},   {0x3000, ES__UCLS_SPACE},   {'!', ES__UCLS_OTHER},     {'\'', ES__UCLS_OTHER},
+        {0xAA, ES__UCLS_LETTER},    {0xB2, ES__UCLS_NUMBER},    {0xB5, ES__UCLS_LETTER},   {0xE9, ES__UCLS_LETTER},
+        {0xD7, ES__UCLS_OTHER},     {0x0301, ES__UCLS_OTHER},   {0x0660, ES__UCLS_NUMBER}, {0x2160, ES__UCLS_NUMBER},
+        {0x4E00, ES__UCLS_LETTER},  {0x9FFF, ES__UCLS_LETTER},  {0xAC00, ES__UCLS_LETTER}, {0x1780, ES__UCLS_LETTER},
+        {0x17D2, ES__UCLS_OTHER},   {0x1F600, ES__UCLS_OTHER},  {0xE000, ES__UCLS_OTHER},  {0x10FFFF, ES__UCLS_OTHER},
+        {0x20000, ES__UCLS_LETTER}, {0x1D7CE, ES__UCLS_NUMBER}, {0x2581, ES__UCLS_OTHER},  {0x017F, ES__UCLS_LETTER},
+        {ES__UTF8_BAD + 0xFF, ES__UCLS_OTHER},
+    };
+    for (size_t i = 0; i < ES__ARRAY_LEN(cases); i++)
+        CHECKF(es__unicode_class(cases[i].cp) == cases[i].cls, "U+%04X: class %d, want %d", cases[i].cp,
+               es__unicode_class(cases[i].cp), cases[i].cls);
+    /* the table: starts at 0, strictly increasing, and the Latin-1 copy agrees with the search */
+    CHECK(es__unicode_n_ranges > 100 && (es__unicode_ranges[0] >> 2) == 0);
+    int sorted = 1;
+    for (uint32_t i = 1; i < es__unicode_n_ranges; i++)
+        sorted &= (es__unicode_ranges[i] >> 2) > (es__unicode_ranges[i - 1] >> 2) &&
+                  (es__unicode_ranges[i] & 3) != (es__unicode_ranges[i - 1] & 3);
+    CHECK(sorted);
+    int agree = 1;
+    for (uint32_t cp = 0; cp < 256; cp++) agree &= es__unicode_class_slow(cp) == es__unicode_latin1[cp];
+    CHECK(agree);
+}
+
+static void test_utf8(void) {
+    static const struct {
+        const char *s;
+        size_t n;
+        uint32_t cp;
+        size_t len;
+    } cases[] = {
+        {"A", 1, 'A', 1},
+        {"\xC3\xA9", 2, 0xE9, 2},
+        {"\xE2\x96\x81", 3, 0x2581, 3},
+        {"\xF0\x9F\x98\x80", 4, 0x1F600, 4},
+        {"\xF4\x8F\xBF\xBF", 4, 0x10FFFF, 4},
+        {"\xC0\x80", 2, ES__UTF8_BAD + 0xC0, 1},         /* overlong NUL */
+        {"\xC1\xBF", 2, ES__UTF8_BAD + 0xC1, 1},         /* overlong */
+        {"\xE0\x80\xAF", 3, ES__UTF8_BAD + 0xE0, 1},     /* overlong '/' */
+        {"\xF0\x80\x80\xAF", 4, ES__UTF8_BAD + 0xF0, 1}, /* overlong '/' */
+        {"\xED\xA0\x80", 3, ES__UTF8_BAD + 0xED, 1},     /* surrogate */
+        {"\xF4\x90\x80\x80", 4, ES__UTF8_BAD + 0xF4, 1}, /* above U+10FFFF */
+        {"\xF5\x80\x80\x80", 4, ES__UTF8_BAD + 0xF5, 1},
+        {"\xFF", 1, ES__UTF8_BAD + 0xFF, 1},
+        {"\x80", 1, ES__UTF8_BAD + 0x80, 1},             /* lone continuation */
+        {"\xE2\x96", 2, ES__UTF8_BAD + 0xE2, 1},         /* truncated by the end */
+        {"\xE2\x96" "A", 3, ES__UTF8_BAD + 0xE2, 1},     /* truncated by a non-continuation */
+        {"\xC3\xC3", 2, ES__UTF8_BAD + 0xC3, 1},
+    };
+    for (size_t i = 0; i < ES__ARRAY_LEN(cases); i++) {
+        uint32_t cp = 0;
+        size_t len = es__utf8_decode((const uint8_t *)cases[i].s, cases[i].n, &cp);
+        CHECKF(cp == cases[i].cp && len == cases[i].len, "case %zu: U+%X len %zu", i, cp, len);
+    }
+    /* encode/decode agree with the test's own encoder on every scalar value */
+    int ok = 1;
+    for (uint32_t cp = 0; cp <= 0x10FFFF; cp += (cp < 0x3000 ? 1 : 97)) {
+        if (cp >= 0xD800 && cp <= 0xDFFF) continue;
+        char want[5];
+        uint8_t got[4];
+        int wn = tv_utf8(cp, want);
+        size_t gn = es__utf8_encode(cp, got);
+        uint32_t back;
+        ok &= (int)gn == wn && memcmp(got, want, gn) == 0 && es__utf8_decode(got, gn, &back) == gn && back == cp;
+    }
+    CHECK(ok);
+    size_t bad = 0;
+    CHECK(es__utf8_valid((const uint8_t *)"h\xC3\xA9llo", 6, &bad));
+    CHECK(!es__utf8_valid((const uint8_t *)"h\xC3\xA9l\xFFo", 6, &bad) && bad == 4);
+}
+
+static void test_byte_map(void) {
+    uint32_t map[256];
+    tv_byte_map(map);
+    int ok = 1;
+    for (int b = 0; b < 256; b++) ok &= es__byte_to_cp((uint8_t)b) == map[b] && es__cp_to_byte(map[b]) == b;
+    CHECK(ok);
+    CHECK(es__byte_to_cp(' ') == 0x120 && es__byte_to_cp('\n') == 0x10A); /* 'Ġ', 'Ċ' */
+    int unmapped = 0;
+    for (uint32_t cp = 0; cp < 0x200; cp++) unmapped += es__cp_to_byte(cp) < 0;
+    CHECK(unmapped == 0x200 - 256);
+}
+
+/* Splits text and compares with the expected words, given as "a|b|c". */
+static int split_is(es__pretok kind, const char *text, size_t len, const char *want) {
+    char got[1024];
+    size_t w = 0;
+    for (size_t pos = 0; pos < len;) {
+        size_t n = es__pretok_next(kind, (const uint8_t *)text, len, pos);
+        if (n == 0 || pos + n > len || w + n + 2 > sizeof got) return 0;
+        if (pos) got[w++] = '|';
+        memcpy(got + w, text + pos, n);
+        w += n;
+        pos += n;
+    }
+    got[w] = 0;
+    if (strcmp(got, want) != 0) {
+        fprintf(stderr, "split(%d) of \"%s\": got \"%s\", want \"%s\"\n", (int)kind, text, got, want);
+        return 0;
+    }
+    return 1;
+}
+
+#define SPLIT(kind, text, want) CHECK(split_is((kind), (text), sizeof(text) - 1, (want)))
+
+static void test_pretok(void) {
+    const es__pretok G = ES__PRETOK_GPT2, L = ES__PRETOK_LLAMA3;
+    SPLIT(G, "Hello world", "Hello| world");
+    SPLIT(G, "  Hello", " | Hello");
+    SPLIT(G, "a  \n b", "a|  \n| b");
+    SPLIT(G, "it's", "it|'s");
+    SPLIT(G, "IT'S", "IT|'|S");
+    SPLIT(G, "don't we'll they've you're I'm he'd", "don|'t| we|'ll| they|'ve| you|'re| I|'m| he|'d");
+    SPLIT(G, "x 'll", "x| '|ll");
+    SPLIT(G, "123abc", "123|abc");
+    SPLIT(G, "a 12345", "a| 12345");
+    SPLIT(G, "x!!! y", "x|!!!| y");
+    SPLIT(G, "a   ", "a|   ");
+    SPLIT(G, "a\t\tb", "a|\t|\t|b");
+    SPLIT(G, "a\xFF\xFE" "b", "a|\xFF\xFE|b");
+    SPLIT(G, " \xC3\xA9t\xC3\xA9 2\xC2\xB2", " \xC3\xA9t\xC3\xA9| 2\xC2\xB2");
+    SPLIT(G, "'", "'");
+    SPLIT(G, " ", " ");
+    SPLIT(G, "\xE3\x80\x80x", "\xE3\x80\x80|x"); /* U+3000 is \s but not the optional space */
+
+    SPLIT(L, "Hello world", "Hello| world");
+    SPLIT(L, "I'M HE'LL", "I|'M| HE|'LL");
+    SPLIT(L, "x'\xC5\xBF", "x|'\xC5\xBF"); /* U+017F folds to 's' */
+    SPLIT(L, "1234567", "123|456|7");
+    SPLIT(L, "a 1234", "a| |123|4");
+    SPLIT(L, "(hello", "(hello");
+    SPLIT(L, "\thello", "\thello");
+    SPLIT(L, "a\n\nb", "a|\n\n|b");
+    SPLIT(L, "a \n b", "a| \n| b");
+    SPLIT(L, "hi!!\n\nthere", "hi|!!\n\n|there");
+    SPLIT(L, "  x", " | x");
+    SPLIT(L, "\xF0\x9F\x98\x80" "abc", "\xF0\x9F\x98\x80" "abc");
+    SPLIT(L, "a  ", "a|  ");
+    SPLIT(L, "a\r\n\r\n  b", "a|\r\n\r\n| | b");
+    SPLIT(L, "x  \t\n", "x|  \t\n");
+    SPLIT(L, "\n1", "\n|1");
+    SPLIT(L, " ...\n\nx", " ...\n\n|x");
+    SPLIT(L, "\xFF" "abc", "\xFF" "abc");
+}
+
+int main(void) {
+    test_classes();
+    test_utf8();
+    test_byte_map();
+    test_pretok();
+    TEST_MAIN_END();
+}
