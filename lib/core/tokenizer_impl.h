@@ -35,7 +35,7 @@ typedef enum es__pretok {
                               ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+            */
 } es__pretok;
 
-/* Special token ids a vocabulary may name; order matches es__special_keys in tokenizer_vocab.c. */
+/* Special token ids a vocabulary may name, and their keys (es__special_keys). */
 enum {
     ES__SPECIAL_BOS,
     ES__SPECIAL_EOS,
@@ -46,6 +46,7 @@ enum {
     ES__SPECIAL_EOM,
     ES__SPECIAL_COUNT
 };
+extern const char *const es__special_keys[ES__SPECIAL_COUNT];
 
 /* What es__vocab_build needs: the tokenizer.ggml.* values, as es__vocab_load reads them from a
  * GGUF file or as a test writes them. Arrays of numbers are little-endian and may be unaligned

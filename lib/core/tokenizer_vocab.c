@@ -301,17 +301,22 @@ static es_status add_tokens(builder *b, const es__vocab_desc *d) {
     return ES_OK;
 }
 
+const char *const es__special_keys[ES__SPECIAL_COUNT] = {
+    [ES__SPECIAL_BOS] = "tokenizer.ggml.bos_token_id",
+    [ES__SPECIAL_EOS] = "tokenizer.ggml.eos_token_id",
+    [ES__SPECIAL_UNK] = "tokenizer.ggml.unknown_token_id",
+    [ES__SPECIAL_SEP] = "tokenizer.ggml.seperator_token_id", /* sic: llama.cpp's spelling */
+    [ES__SPECIAL_PAD] = "tokenizer.ggml.padding_token_id",
+    [ES__SPECIAL_EOT] = "tokenizer.ggml.eot_token_id",
+    [ES__SPECIAL_EOM] = "tokenizer.ggml.eom_token_id",
+};
+
 static es_status check_specials(builder *b, const es__vocab_desc *d) {
-    static const char *const keys[ES__SPECIAL_COUNT] = {
-        "tokenizer.ggml.bos_token_id",     "tokenizer.ggml.eos_token_id", "tokenizer.ggml.unknown_token_id",
-        "tokenizer.ggml.seperator_token_id", "tokenizer.ggml.padding_token_id", "tokenizer.ggml.eot_token_id",
-        "tokenizer.ggml.eom_token_id",
-    };
     es__vocab *v = b->v;
     for (int i = 0; i < ES__SPECIAL_COUNT; i++) {
         int64_t id = d->special[i];
         if (id < -1 || id >= v->n_tokens)
-            return es__fail(b->err, ES_ERR_MODEL, "%s = %lld is outside the vocabulary [0, %d)", keys[i],
+            return es__fail(b->err, ES_ERR_MODEL, "%s = %lld is outside the vocabulary [0, %d)", es__special_keys[i],
                             (long long)id, v->n_tokens);
         v->special[i] = (int32_t)id;
     }
