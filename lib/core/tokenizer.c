@@ -129,13 +129,17 @@ es_status es__detokenize(const es__vocab *v, const int32_t *tokens, size_t n_tok
                  "es_detokenize: NULL %s", !v ? "vocabulary" : !len ? "len" : !tokens ? "tokens" : "buf");
     /* first pass: check and measure; the leading space goes with the first non-empty piece */
     size_t total = 0, skip_token = SIZE_MAX;
+    bool first = remove_leading_space && v->add_space_prefix;
     for (size_t i = 0; i < n_tokens; i++) {
         ES_TRY(check_token(v, tokens[i], err));
         size_t n;
         const char *p = piece_of(v, tokens[i], render_special, &n);
-        if (total == 0 && n > 0 && remove_leading_space && v->add_space_prefix && p[0] == ' ') {
-            skip_token = i;
-            n--;
+        if (first && n > 0) {
+            first = false;
+            if (p[0] == ' ') {
+                skip_token = i;
+                n--;
+            }
         }
         ES_RETURN_IF(n > SIZE_MAX - 1 - total, err, ES_ERR_INVALID_ARGUMENT, "es_detokenize: output too long");
         total += n;
