@@ -1,0 +1,265 @@
+/* test_generate.c: es_generate's loop against a fake backend whose logits are a hash of the whole
+ * committed token sequence, so any mistake in chunking, positions or commits changes the output.
+ * An independent loop over the same fake model gives the expected tokens. Covers greedy and
+ * seeded sampling (positions continue across calls), prompt chunking without intermediate logits,
+ * n_predict, the n_ctx limit, tokens_out capacity, statistics, invalid arguments, and rollback when
+ * a forward call fails. (End-of-generation and streaming pieces need a tokenizer: tested end to end
+ * with real models in the e2e suite.) */
+#include "backend.h"
+#include "model.h"
+
+#include "../test.h"
+
+enum { V = 97 };
+
+/* ---- the fake backend: KV slots hold token ids; logits hash the sequence up to the token */
+
+typedef struct fake_kv {
+    int32_t *slots;   /* [n_ctx] */
+    int n_calls, n_calls_without_logits, fail_at_call;
+} fake_kv;
+
+static fake_kv *g_fake; /* the one context under test, for inspection */
+
+static uint64_t mix(uint64_t z) {
+    z = (z ^ (z >> 31)) * 0x7FB5D329728EA185ull;
+    z = (z ^ (z >> 27)) * 0x81DADEF4BC2DD44Dull;
+    return z ^ (z >> 33);
+}
+
+/* logits after the sequence seq[0..n): the model under test */
+static void model_logits(const int32_t *seq, int n, float *out) {
+    uint64_t h = 0x1234;
+    for (int i = 0; i < n; i++) h = mix(h ^ (uint64_t)(seq[i] + 1) * 0x9E3779B97F4A7C15ull);
+    for (int v = 0; v < V; v++) out[v] = (float)(mix(h + (uint64_t)v) >> 40) / (float)(1 << 24) * 6.0f - 3.0f;
+}
+
+static es_status fk_init(es_backend *b, const es_backend_params *p) { (void)b; (void)p; return ES_OK; }
+static void fk_destroy(es_backend *b) { (void)b; }
+static es_status fk_upload(es_backend *b, const es_model *m, void **w) { (void)b; (void)m; *w = (void *)1; return ES_OK; }
+static void fk_release(es_backend *b, void *w) { (void)b; (void)w; }
+static es_status fk_ctx_init(es_context *ctx) {
+    fake_kv *k = calloc(1, sizeof *k);
+    k->slots = calloc((size_t)ctx->n_ctx, sizeof(int32_t));
+    k->fail_at_call = -1;
+    ctx->impl = k;
+    g_fake = k;
+    return ES_OK;
+}
+static void fk_ctx_destroy(es_context *ctx) {
+    fake_kv *k = ctx->impl;
+    free(k->slots);
+    free(k);
+}
+static es_status fk_forward(es_context *ctx, const es__fwd *f) {
+    fake_kv *k = ctx->impl;
+    if (k->n_calls++ == k->fail_at_call) return es__fail(&ctx->backend->err, ES_ERR_BACKEND, "fake: injected failure");
+    if (f->n_out == 0) k->n_calls_without_logits++;
+    for (int j = 0; j < f->n; j++) {
+        if (f->parent[j] != j - 1 || f->pos[j] != f->n_past + j)
+            return es__fail(&ctx->backend->err, ES_ERR_BACKEND, "fake: expected a chain");
+        k->slots[f->n_past + j] = f->tokens[j];
+    }
+    for (int r = 0; r < f->n_out; r++)
+        model_logits(k->slots, f->n_past + f->out_rows[r] + 1, f->logits + (size_t)r * V);
+    return ES_OK;
+}
+static es_status fk_compact(es_context *ctx, const int32_t *keep, int32_t n_keep) {
+    fake_kv *k = ctx->impl;
+    for (int r = 0; r < n_keep; r++) k->slots[ctx->n_past + r] = k->slots[ctx->n_past + keep[r]];
+    return ES_OK;
+}
+static const es__backend_vtbl fake_vt = {"fake", fk_init, fk_destroy, fk_upload, fk_release,
+                                         fk_ctx_init, fk_ctx_destroy, fk_forward, fk_compact};
+
+static es_backend *fake_backend(void) {
+    es_backend *b = calloc(1, sizeof *b);
+    b->vt = &fake_vt;
+    b->n_threads = 1;
+    snprintf(b->name, sizeof b->name, "fake");
+    pthread_mutex_init(&b->lock, NULL);
+    return b;
+}
+
+static es_model *fake_model(void) {
+    es_model *m = calloc(1, sizeof *m);
+    m->hp.n_vocab = V;
+    m->hp.n_ctx_train = 4096;
+    m->has_weights = true;
+    m->path = "fake.gguf";
+    return m;
+}
+
+static es_context *make_ctx(es_model *m, es_backend *b, int n_ctx, int n_batch) {
+    es_context_params cp = es_context_default_params();
+    cp.backend = b;
+    cp.n_ctx = n_ctx;
+    cp.n_batch = n_batch;
+    es_context *ctx = NULL;
+    CHECK_OK(es_context_create(m, &cp, &ctx));
+    return ctx;
+}
+
+/* The expected continuation of seq[0..n) (extends seq in place): plain decoding written out. */
+static void reference(int32_t *seq, int n, int n_new, const es_sampler_params *sp) {
+    es_sampler *s;
+    CHECK_OK(es_sampler_create(V, sp, NULL, &s));
+    float logits[V];
+    for (int i = 0; i < n_new; i++) {
+        model_logits(seq, n + i, logits);
+        CHECK_OK(es_sample(s, logits, n + i, seq, (size_t)(n + i), &seq[n + i]));
+    }
+    es_sampler_free(s);
+}
+
+static es_generate_params gen_params(int n_predict, float temp, uint64_t seed) {
+    es_generate_params gp = es_generate_default_params();
+    gp.n_predict = n_predict;
+    gp.ignore_eog = true; /* the fake model has no vocabulary */
+    gp.sampling.temperature = temp;
+    gp.sampling.seed = seed;
+    gp.sampling.repeat_penalty = 1.3f;
+    return gp;
+}
+
+static void test_greedy_and_chunking(es_model *m, es_backend *b) {
+    es_context *ctx = make_ctx(m, b, 256, 8);
+    int32_t prompt[37], want[37 + 20], got[32];
+    for (int i = 0; i < 37; i++) prompt[i] = want[i] = (i * 13 + 5) % V;
+    es_generate_params gp = gen_params(20, 0.0f, 0);
+    reference(want, 37, 20, &gp.sampling);
+    for (int i = 0; i < 32; i++) got[i] = -7;
+    es_generate_stats st;
+    CHECK_OK(es_generate(ctx, prompt, 37, &gp, got, 32, &st));
+    int bad = 0;
+    for (int i = 0; i < 20; i++) bad += got[i] != want[37 + i];
+    CHECKF(bad == 0, "%d of 20 greedy tokens differ from plain decoding", bad);
+    CHECK(got[20] == -7); /* nothing written past the generated tokens */
+    CHECK(st.n_prompt == 37 && st.n_generated == 20 && st.n_forward_calls == 20);
+    CHECK(st.prompt_ms >= 0 && st.decode_ms >= 0);
+    /* every generated token is committed; 5 prompt chunks of <= 8, 4 of them without logits */
+    CHECK(es_context_n_past(ctx) == 57);
+    CHECK(g_fake->n_calls == 5 + 20 && g_fake->n_calls_without_logits == 4);
+    for (int i = 0; i < 57; i++) CHECK(g_fake->slots[i] == want[i]);
+    es_context_free(ctx);
+}
+
+static void test_sampling_continues(es_model *m, es_backend *b) {
+    /* two calls on one context equal one plain run: the second samples at positions 30.. */
+    es_context *ctx = make_ctx(m, b, 256, 16);
+    int32_t seq[128], first[10], second[12];
+    for (int i = 0; i < 20; i++) seq[i] = (i * 7 + 1) % V;
+    es_generate_params gp = gen_params(10, 0.9f, 4242);
+    es_generate_stats st;
+    CHECK_OK(es_generate(ctx, seq, 20, &gp, first, 10, &st));
+    int32_t more[3] = {4, 5, 6};
+    gp.n_predict = 12;
+    CHECK_OK(es_generate(ctx, more, 3, &gp, second, 12, &st));
+    CHECK(es_context_n_past(ctx) == 20 + 10 + 3 + 12);
+    es_context_free(ctx);
+    /* the reference: positions are absolute; the penalty sees only the call's own tokens */
+    int32_t ref1[64], ref2[64];
+    memcpy(ref1, seq, sizeof(int32_t) * 20);
+    es_sampler *s;
+    CHECK_OK(es_sampler_create(V, &gp.sampling, NULL, &s));
+    float logits[V];
+    for (int i = 0; i < 10; i++) {
+        model_logits(ref1, 20 + i, logits);
+        CHECK_OK(es_sample(s, logits, 20 + i, ref1, (size_t)(20 + i), &ref1[20 + i]));
+    }
+    memcpy(ref2, more, sizeof more);
+    int32_t all[64];
+    memcpy(all, ref1, sizeof(int32_t) * 30);
+    memcpy(all + 30, more, sizeof more);
+    for (int i = 0; i < 12; i++) {
+        model_logits(all, 33 + i, logits);
+        CHECK_OK(es_sample(s, logits, 33 + i, ref2, (size_t)(3 + i), &ref2[3 + i]));
+        all[33 + i] = ref2[3 + i];
+    }
+    es_sampler_free(s);
+    int bad = 0;
+    for (int i = 0; i < 10; i++) bad += first[i] != ref1[20 + i];
+    for (int i = 0; i < 12; i++) bad += second[i] != ref2[3 + i];
+    CHECKF(bad == 0, "%d of 22 sampled tokens differ from plain sampling at absolute positions", bad);
+}
+
+static void test_context_limit(es_model *m, es_backend *b) {
+    es_context *ctx = make_ctx(m, b, 50, 16);
+    int32_t prompt[37], want[64], got[64];
+    for (int i = 0; i < 37; i++) prompt[i] = want[i] = (i * 3) % V;
+    es_generate_params gp = gen_params(0, 0.0f, 0); /* until the context is full */
+    reference(want, 37, 14, &gp.sampling);
+    es_generate_stats st;
+    CHECK_OK(es_generate(ctx, prompt, 37, &gp, got, 64, &st));
+    /* 13 tokens fill slots 37..49; a 14th is sampled from the last slot's logits */
+    CHECKF(st.n_generated == 14, "generated %d", st.n_generated);
+    CHECK(es_context_n_past(ctx) == 50);
+    int bad = 0;
+    for (int i = 0; i < 14 && i < st.n_generated; i++) bad += got[i] != want[37 + i];
+    CHECK(bad == 0);
+    /* tokens_out smaller than the output: only cap entries are written */
+    es_truncate(ctx, 0);
+    int32_t small[5] = {-1, -1, -1, -1, -1};
+    gp.n_predict = 9;
+    CHECK_OK(es_generate(ctx, prompt, 37, &gp, small, 4, &st));
+    CHECK(st.n_generated == 9 && small[4] == -1);
+    for (int i = 0; i < 4; i++) CHECK(small[i] == want[37 + i]);
+    /* a prompt that does not fit fails before doing anything */
+    es_truncate(ctx, 20);
+    CHECK_FAILS(es_generate(ctx, prompt, 31, &gp, NULL, 0, &st), ES_ERR_CONTEXT_FULL, "exceeds n_ctx 50");
+    CHECK(es_context_n_past(ctx) == 20);
+    es_context_free(ctx);
+}
+
+static void test_invalid_and_rollback(es_model *m, es_backend *b) {
+    es_context *ctx = make_ctx(m, b, 64, 8);
+    int32_t prompt[12] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12};
+    es_generate_params gp = gen_params(5, 0.0f, 0);
+    es_generate_stats st;
+    CHECK_FAILS(es_generate(NULL, prompt, 3, &gp, NULL, 0, &st), ES_ERR_INVALID_ARGUMENT, "ctx is NULL");
+    CHECK_FAILS(es_generate(ctx, prompt, 0, &gp, NULL, 0, &st), ES_ERR_INVALID_ARGUMENT, "prompt is empty");
+    CHECK_FAILS(es_generate(ctx, NULL, 3, &gp, NULL, 0, &st), ES_ERR_INVALID_ARGUMENT, "prompt is empty");
+    int32_t bad_tok[2] = {1, V};
+    CHECK_FAILS(es_generate(ctx, bad_tok, 2, &gp, NULL, 0, &st), ES_ERR_INVALID_ARGUMENT, "prompt token 1");
+    gp.n_predict = -1;
+    CHECK_FAILS(es_generate(ctx, prompt, 3, &gp, NULL, 0, &st), ES_ERR_INVALID_ARGUMENT, "n_predict -1");
+    gp = gen_params(5, 0.0f, 0);
+    gp.sampling.top_p = 2.0f;
+    CHECK_FAILS(es_generate(ctx, prompt, 3, &gp, NULL, 0, &st), ES_ERR_INVALID_ARGUMENT, "top_p");
+    CHECK(es_context_n_past(ctx) == 0 && g_fake->n_calls == 0);
+    CHECK(strstr(es_context_errmsg(ctx), "top_p") != NULL);
+
+    /* a failing forward call in the prompt or in decoding: error, context back where it was */
+    gp = gen_params(5, 0.0f, 0);
+    CHECK_OK(es_generate(ctx, prompt, 3, &gp, NULL, 0, &st));
+    const int32_t n_past0 = es_context_n_past(ctx);
+    for (int fail_at = 0; fail_at < 5; fail_at++) {
+        g_fake->n_calls = 0;
+        g_fake->fail_at_call = fail_at; /* calls 0, 1: prompt chunks; 2..: decoding */
+        CHECK_FAILS(es_generate(ctx, prompt, 12, &gp, NULL, 0, &st), ES_ERR_BACKEND, "injected failure");
+        CHECK(es_context_n_past(ctx) == n_past0);
+        CHECK(strstr(es_context_errmsg(ctx), "injected failure") != NULL);
+    }
+    g_fake->fail_at_call = -1;
+    /* and the context still generates exactly what a fresh one would */
+    int32_t got[5], want[64];
+    CHECK_OK(es_generate(ctx, prompt, 12, &gp, got, 5, &st));
+    es_context_free(ctx);
+    ctx = make_ctx(m, b, 64, 8);
+    CHECK_OK(es_generate(ctx, prompt, 3, &gp, NULL, 0, &st));
+    CHECK_OK(es_generate(ctx, prompt, 12, &gp, want, 5, &st));
+    for (int i = 0; i < 5; i++) CHECK(got[i] == want[i]);
+    es_context_free(ctx);
+}
+
+int main(void) {
+    es_model *m = fake_model();
+    es_backend *b = fake_backend();
+    test_greedy_and_chunking(m, b);
+    test_sampling_continues(m, b);
+    test_context_limit(m, b);
+    test_invalid_and_rollback(m, b);
+    es_backend_free(b);
+    free(m);
+    TEST_MAIN_END();
+}
