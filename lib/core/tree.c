@@ -48,6 +48,7 @@ void es__tree_root(es__tree *t, int32_t root_token, int32_t n_past) {
     t->pos[0] = n_past;
     t->rank[0] = 0;
     t->logp[0] = 0.0f;
+    t->skip = NULL;
 }
 
 int32_t es__levels_full_size(const es__levels *lv) {
@@ -274,6 +275,7 @@ es_status es__tree_build(es__tree *t, int32_t root_token, const es__levels *lv, 
             t->max_depth = ES__MAX(t->max_depth, t->depth[r]);
         }
         t->n = n_sel;
+        t->skip = NULL;
     }
     es__free(a, sel);
     return st;
@@ -290,6 +292,6 @@ int32_t es__tree_path(const es__tree *t, int32_t node, int32_t *path) {
 
 int32_t es__tree_child(const es__tree *t, int32_t node, int32_t token) {
     for (int32_t c = node + 1; c <= t->dfs_end[node]; c = t->dfs_end[c] + 1)
-        if (t->token[c] == token) return c;
+        if (t->token[c] == token && !(t->skip && t->skip[c])) return c;
     return -1;
 }

@@ -22,6 +22,7 @@ typedef struct es__tree {
     int32_t *pos;       /* [cap] n_past + depth                                          */
     int32_t *rank;      /* [cap] the node's rank among its level's candidates (root 0)   */
     float *logp;        /* [cap] summed draft log-probability of the root-to-node path   */
+    const uint8_t *skip;/* [n] or NULL: nodes removed by tree pruning, never matched      */
 } es__tree;
 
 es_status es__tree_init(es__tree *t, int32_t cap, const es_allocator *a, es__err *err);
@@ -59,7 +60,7 @@ es_status es__tree_flatten(const int32_t *parent, int32_t n, int32_t n_past, int
  * length (depth + 1). path needs t->max_depth + 1 entries. */
 int32_t es__tree_path(const es__tree *t, int32_t node, int32_t *path);
 
-/* The child of node carrying token, or -1. */
+/* The child of node carrying token (skipped nodes excluded), or -1. */
 int32_t es__tree_child(const es__tree *t, int32_t node, int32_t token);
 
 #endif /* ES_CORE_TREE_H */

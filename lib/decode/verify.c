@@ -178,6 +178,14 @@ static es_status reject_step(es__verifier *v, const es__tree *t, int32_t node, c
             int32_t x = t->token[c];
             double qx = q[x], px = p[x];
             if (!(qx > 0.0)) continue; /* not drawable from q: skipping it changes nothing */
+            if (t->skip && t->skip[c]) {
+                /* pruned: never tested, but later candidates were drawn without it, so the
+                 * proposal loses it while the target stays as it is */
+                if (!(qx < 1.0)) break;
+                q[x] = 0.0;
+                for (int32_t y = 0; y < nv; y++) q[y] /= 1.0 - qx;
+                continue;
+            }
             double u = es__spec_uniform(v->seed, DOMAIN_VERIFY, pos, i_cand++);
             if (u * qx < px) { /* accept with probability min(1, p(x) / q(x)) */
                 *tok = x;

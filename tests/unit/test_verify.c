@@ -46,6 +46,8 @@ typedef struct sim {
     float logits[256][V_MAX];  /* per node, enough for the trees here */
     double q[ES_SPEC_MAX_DEPTH + 1][V_MAX];                /* per level: the children's draft dist */
     int32_t n_eval;
+    int32_t prune_mod; /* > 0: prune the subtree of every node whose hash says so, as tree pruning would */
+    uint8_t skip[256];
 } sim;
 
 static es_status sim_logits(void *user, int32_t node, const float **out) {
@@ -93,13 +95,23 @@ static void sim_step(sim *m, int32_t depth, int32_t k, int32_t max_nodes, uint64
         seq[n++] = got > 0 ? toks[g][0] : 0;
     }
     CHECK_OK(es__tree_build(m->t, m->hist[m->n_hist - 1], &lv, max_nodes, (int32_t)root_pos, NULL, &err));
+    if (m->prune_mod > 0) {
+        memset(m->skip, 0, sizeof m->skip);
+        for (int32_t i = 1; i < m->t->n; i++)
+            if (m->skip[m->t->parent[i]] || hash_unit(step, (uint64_t)i, 5) * m->prune_mod > m->prune_mod - 1.0)
+                m->skip[i] = 1; /* parents precede children in pre-order: whole subtrees go */
+        m->t->skip = m->skip;
+    }
     es__verify_src src = {m, sim_logits, sim_draft, NULL};
     es__verify_out out;
     int32_t hist_buf[4096];
     memcpy(hist_buf, m->hist, sizeof(int32_t) * m->n_hist);
     CHECK_OK(es__verify(m->v, m->t, &src, hist_buf, m->n_hist, max_emit, &out, &err));
     *n_emitted = 0;
-    for (int32_t i = 1; i < out.n_path; i++) emitted[(*n_emitted)++] = m->t->token[out.path[i]];
+    for (int32_t i = 1; i < out.n_path; i++) {
+        CHECK(!(m->t->skip && m->t->skip[out.path[i]]));
+        emitted[(*n_emitted)++] = m->t->token[out.path[i]];
+    }
     emitted[(*n_emitted)++] = out.next;
     *accepted = out.n_path - 1;
     for (int32_t i = 0; i < *n_emitted; i++) m->hist[m->n_hist++] = emitted[i];
@@ -167,6 +179,7 @@ static void test_exact(void) {
                 m->hist = hist;
                 memcpy(hist, prompt, sizeof prompt);
                 m->n_hist = 3;
+                m->prune_mod = seed == 2 ? 3 : 0;
                 int32_t n_got = 0;
                 for (uint64_t step = 0; n_got < n_gen; step++) {
                     int32_t em[ES_SPEC_MAX_DEPTH + 1], n_em, acc;
@@ -268,13 +281,15 @@ static void test_rejection_distribution(void) {
         int32_t top_k;
         int32_t depth, k;
         float noise;
+        int32_t prune_mod;
     } cfgs[] = {
-        {1.0f, 0, 2, 2, 0.8f}, /* a tree, full-support distributions             */
-        {0.7f, 3, 2, 3, 1.5f}, /* filtered: p and q live on different token sets */
-        {1.0f, 0, 3, 1, 0.5f}, /* a chain, as draft-model decoding drafts        */
-        {1.3f, 0, 1, 5, 0.0f}, /* draft == target: every first candidate passes  */
-        {1.0f, 0, 1, 4, 4.0f}, /* a confidently wrong draft, most of q tried     */
-        {0.5f, 0, 2, 3, 3.0f},
+        {1.0f, 0, 2, 2, 0.8f, 0}, /* a tree, full-support distributions             */
+        {0.7f, 3, 2, 3, 1.5f, 0}, /* filtered: p and q live on different token sets */
+        {1.0f, 0, 3, 1, 0.5f, 0}, /* a chain, as draft-model decoding drafts        */
+        {1.3f, 0, 1, 5, 0.0f, 0}, /* draft == target: every first candidate passes  */
+        {1.0f, 0, 1, 4, 4.0f, 0}, /* a confidently wrong draft, most of q tried     */
+        {0.5f, 0, 2, 3, 3.0f, 0},
+        {1.0f, 0, 2, 4, 1.0f, 2}, /* pruned subtrees (about half the nodes)         */
     };
     for (size_t c = 0; c < ES__ARRAY_LEN(cfgs); c++) {
         synth s = {6, 1.5f, cfgs[c].noise, 4242 + c};
@@ -303,6 +318,7 @@ static void test_rejection_distribution(void) {
             m->hist = hist;
             memcpy(hist, prompt, sizeof prompt);
             m->n_hist = 2;
+            m->prune_mod = cfgs[c].prune_mod;
             int32_t got[64], n_got = 0;
             for (uint64_t step = 0; n_got < 2; step++) {
                 int32_t em[ES_SPEC_MAX_DEPTH + 1], n_em, acc;
