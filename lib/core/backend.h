@@ -26,6 +26,16 @@ typedef struct es__fwd {
     int32_t n_out;           /* rows that want logits                                 */
     const int32_t *out_rows; /* [n_out] ascending batch indices                       */
     float *logits;           /* [n_out, n_vocab] written by the backend                */
+    /* Speculative Streaming (ssfwd.h); all zero in a plain forward. The adapter is
+     * ctx->model->ss. Streams never change the main stream's results: its logits stay
+     * bit-identical to a forward without them. */
+    int32_t n_streams;       /* γ stream rows per token in the adapter's MSA layers (Eq. 2, 3);
+                                0 = none                                                   */
+    float prune_threshold;   /* > 0: at the input of the adapter's prune layer, drop the subtree
+                                of every token whose probability under its parent's early-exit
+                                distribution is below this (3.2.3); pruned tokens get no
+                                logits, no streams, and no KV in the later layers            */
+    uint8_t *pruned;         /* [n] out when prune_threshold > 0: 1 = pruned                */
 } es__fwd;
 
 typedef struct es__backend_vtbl {
@@ -42,6 +52,10 @@ typedef struct es__backend_vtbl {
     es_status (*forward)(es_context *ctx, const es__fwd *f);
     /* Moves provisional slot n_past + keep[r] to n_past + r for r < n_keep (keep ascending). */
     es_status (*kv_compact)(es_context *ctx, const int32_t *keep, int32_t n_keep);
+    /* Speculative Streaming: the logits [n_streams][n_vocab] of the streams of batch token i of
+     * the last forward call (which had n_streams > 0; i not pruned). NULL = the backend has no
+     * multi-stream attention and rejects n_streams > 0 and prune_threshold > 0. */
+    es_status (*stream_logits)(es_context *ctx, int32_t i, float *out);
 } es__backend_vtbl;
 
 typedef struct es__upload {
@@ -86,6 +100,10 @@ struct es_context {
     int32_t *logits_row;        /* [n_batch] row in logits or -1 */
     float *logits;              /* [logits_cap, n_vocab] */
     int32_t logits_cap;
+    uint8_t *prov_pruned;       /* [n_batch] tokens of the last batch removed by tree pruning */
+    int32_t prov_streams;       /* stream rows per token in the last forward call             */
+    float *stream_logits;       /* [stream_cap, n_vocab] es__stream_logits' result            */
+    int32_t stream_cap;
     void *impl;
 };
 

@@ -1,7 +1,10 @@
 /* context.c: es_context: KV-cache bookkeeping (committed and provisional tokens), batch
  * validation, logits storage. The numbers are computed by the backend through its vtable. */
-#include "backend.h"
+#include "adapter.h"
 #include "batch.h"
+#include "ssfwd.h"
+
+#include <math.h>
 
 #include <string.h>
 
@@ -22,6 +25,8 @@ static void context_release(es_context *ctx) {
     es__free(ctx->alloc, ctx->prov_parent);
     es__free(ctx->alloc, ctx->logits_row);
     es__free(ctx->alloc, ctx->logits);
+    es__free(ctx->alloc, ctx->prov_pruned);
+    es__free(ctx->alloc, ctx->stream_logits);
     if (ctx->owns_backend) es_backend_free(ctx->backend);
 }
 
@@ -61,7 +66,8 @@ static es_status context_setup(es_context *ctx, const es_context_params *p) {
     }
     ctx->prov_parent = es__calloc(ctx->alloc, (size_t)ctx->n_batch, sizeof(int32_t));
     ctx->logits_row = es__calloc(ctx->alloc, (size_t)ctx->n_batch, sizeof(int32_t));
-    ES_RETURN_IF(!ctx->prov_parent || !ctx->logits_row, &ctx->err, ES_ERR_OUT_OF_MEMORY,
+    ctx->prov_pruned = es__calloc(ctx->alloc, (size_t)ctx->n_batch, 1);
+    ES_RETURN_IF(!ctx->prov_parent || !ctx->logits_row || !ctx->prov_pruned, &ctx->err, ES_ERR_OUT_OF_MEMORY,
                  "es_context_create: out of memory");
     es_backend *b = ctx->backend;
     pthread_mutex_lock(&b->lock);
@@ -129,11 +135,36 @@ static es_status reserve_logits(es_context *ctx, int32_t rows) {
     return ES_OK;
 }
 
-es_status es_forward(es_context *ctx, const es_batch *batch) {
+/* Checks the Speculative Streaming part of a forward call against the model and backend. */
+static es_status check_ss(es_context *ctx, int32_t n_streams, float prune_threshold) {
+    if (n_streams == 0 && prune_threshold == 0.0f) return ES_OK;
+    const es__ss_adapter *ss = ctx->model->ss;
+    ES_RETURN_IF(!ss, &ctx->err, ES_ERR_INVALID_ARGUMENT,
+                 "forward: streams or pruning asked, but model '%s' has no Speculative Streaming adapter "
+                 "(es_model_load_adapter)", ctx->model->path);
+    ES_RETURN_IF(n_streams < 0 || n_streams > ss->n_streams, &ctx->err, ES_ERR_INVALID_ARGUMENT,
+                 "forward: %d streams asked, the adapter has %d", n_streams, ss->n_streams);
+    ES_RETURN_IF(!(prune_threshold >= 0.0f && prune_threshold <= 1.0f), &ctx->err, ES_ERR_INVALID_ARGUMENT,
+                 "forward: prune threshold %g outside [0, 1]", (double)prune_threshold);
+    ES_RETURN_IF(prune_threshold > 0.0f && ss->prune_rank == 0, &ctx->err, ES_ERR_INVALID_ARGUMENT,
+                 "forward: pruning asked, but the adapter has no pruning tensors (edgespec.ss.prune_rank 0)");
+    ES_RETURN_IF(!ctx->backend->vt->stream_logits, &ctx->err, ES_ERR_UNSUPPORTED,
+                 "forward: the %s backend has no multi-stream attention (Speculative Streaming)",
+                 ctx->backend->vt->name);
+    return ES_OK;
+}
+
+static es_status forward_impl(es_context *ctx, const es_batch *batch, int32_t n_streams, float prune_threshold) {
     if (!ctx) return es__fail(NULL, ES_ERR_INVALID_ARGUMENT, "es_forward: ctx is NULL");
+    ES_TRY(check_ss(ctx, n_streams, prune_threshold));
     const int32_t cap = ctx->n_batch;
     int32_t *scratch = es__calloc(ctx->alloc, (size_t)cap * 5, sizeof(int32_t));
-    ES_RETURN_IF(!scratch, &ctx->err, ES_ERR_OUT_OF_MEMORY, "es_forward: out of memory");
+    uint8_t *pruned = es__calloc(ctx->alloc, (size_t)cap, 1);
+    if (!scratch || !pruned) {
+        es__free(ctx->alloc, scratch);
+        es__free(ctx->alloc, pruned);
+        return es__fail(&ctx->err, ES_ERR_OUT_OF_MEMORY, "es_forward: out of memory");
+    }
     es__batch_scratch s = {scratch, scratch + cap, scratch + 2 * cap, scratch + 3 * cap, scratch + 4 * cap, cap};
     int32_t n_out = 0;
     es_status st = es__batch_validate(batch, ctx->n_past, ctx->n_ctx, ctx->n_batch, ctx->model->hp.n_vocab,
@@ -143,7 +174,7 @@ es_status es_forward(es_context *ctx, const es_batch *batch) {
     if (st == ES_OK) {
         ran = true;
         es__fwd f = {batch->n_tokens, ctx->n_past, batch->tokens, s.pos, s.dfs_start, s.dfs_end, s.parent,
-                     n_out, s.out_rows, ctx->logits};
+                     n_out, s.out_rows, ctx->logits, n_streams, prune_threshold, pruned};
         es_backend *b = ctx->backend;
         pthread_mutex_lock(&b->lock);
         es__err_clear(&b->err);
@@ -154,15 +185,52 @@ es_status es_forward(es_context *ctx, const es_batch *batch) {
     if (st == ES_OK) {
         const int32_t n = batch->n_tokens;
         for (int32_t i = 0; i < n; i++) ctx->logits_row[i] = -1;
-        for (int32_t r = 0; r < n_out; r++) ctx->logits_row[s.out_rows[r]] = r;
+        for (int32_t r = 0; r < n_out; r++) ctx->logits_row[s.out_rows[r]] = pruned[s.out_rows[r]] ? -1 : r;
         memcpy(ctx->prov_parent, s.parent, sizeof(int32_t) * (size_t)n);
+        memcpy(ctx->prov_pruned, pruned, (size_t)n);
         ctx->n_provisional = n;
+        ctx->prov_streams = n_streams;
     } else if (ran) {
         /* the provisional slots may hold partial results now: they are no longer a valid batch */
         ctx->n_provisional = 0;
     }
     es__free(ctx->alloc, scratch);
+    es__free(ctx->alloc, pruned);
     return st;
+}
+
+es_status es_forward(es_context *ctx, const es_batch *batch) {
+    return forward_impl(ctx, batch, 0, 0.0f);
+}
+
+es_status es__forward_ss(es_context *ctx, const es_batch *batch, int32_t n_streams, float prune_threshold) {
+    return forward_impl(ctx, batch, n_streams, prune_threshold);
+}
+
+bool es__token_pruned(const es_context *ctx, int32_t i) {
+    return i >= 0 && i < ctx->n_provisional && ctx->prov_pruned[i];
+}
+
+es_status es__stream_logits(es_context *ctx, int32_t i, const float **logits) {
+    ES_RETURN_IF(ctx->prov_streams == 0 || i < 0 || i >= ctx->n_provisional || ctx->prov_pruned[i], &ctx->err,
+                 ES_ERR_INVALID_ARGUMENT, "stream logits: batch token %d has no streams (last batch: %d tokens, %d streams%s)",
+                 i, ctx->n_provisional, ctx->prov_streams,
+                 i >= 0 && i < ctx->n_provisional && ctx->prov_pruned[i] ? ", token pruned" : "");
+    const int32_t g = ctx->prov_streams;
+    if (g > ctx->stream_cap) {
+        float *grown = es__realloc(ctx->alloc, ctx->stream_logits, sizeof(float) * (size_t)g * (size_t)ctx->model->hp.n_vocab);
+        ES_RETURN_IF(!grown, &ctx->err, ES_ERR_OUT_OF_MEMORY, "stream logits: out of memory");
+        ctx->stream_logits = grown;
+        ctx->stream_cap = g;
+    }
+    es_backend *b = ctx->backend;
+    pthread_mutex_lock(&b->lock);
+    es__err_clear(&b->err);
+    es_status st = b->vt->stream_logits(ctx, i, ctx->stream_logits);
+    pthread_mutex_unlock(&b->lock);
+    if (st != ES_OK) return es__fail(&ctx->err, st, "%s", b->err.msg);
+    *logits = ctx->stream_logits;
+    return ES_OK;
 }
 
 es_status es_logits(es_context *ctx, int32_t i, const float **logits) {
@@ -192,6 +260,8 @@ es_status es_commit(es_context *ctx, const int32_t *keep, int32_t n_keep) {
                          ES_ERR_INVALID_ARGUMENT,
                          "es_commit: keep[%d] = %d is not the child of %d on a root-to-node path", r, keep[r],
                          want_parent);
+            ES_RETURN_IF(ctx->prov_pruned[keep[r]], &ctx->err, ES_ERR_INVALID_ARGUMENT,
+                         "es_commit: keep[%d] = %d was removed by tree pruning", r, keep[r]);
         }
         bool identity = true;
         for (int32_t r = 0; r < n_keep; r++) identity = identity && keep[r] == r;
