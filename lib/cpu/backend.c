@@ -203,5 +203,5 @@ static es_status cpu_kv_compact(es_context *ctx, const int32_t *keep, int32_t n_
 
 const es__backend_vtbl es__cpu_backend = {
     "cpu", cpu_init, cpu_destroy, cpu_model_upload, cpu_model_release,
-    cpu_ctx_init, cpu_ctx_destroy, cpu_forward, cpu_kv_compact,
+    cpu_ctx_init, cpu_ctx_destroy, cpu_forward, cpu_kv_compact, NULL,
 };
