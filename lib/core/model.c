@@ -1,0 +1,581 @@
+/* model.c: es_model: maps a GGUF file, validates it as a llama model (hyperparameters from the
+ * llama.* keys as llama.cpp names them, every tensor's presence, type and shape), loads the
+ * tokenizer, and answers the info calls. docs/formats.md lists every key and tensor read here.
+ * Deliberately not here: parsing bytes (gguf_read.c), tokenizers (tokenizer*.c), the adapter
+ * (adapter.c), and any computing: backends read the weight views this file sets up.
+ */
+#include "model.h"
+
+#include "adapter.h"
+#include "tokenizer.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+/* Upper bounds that keep every product of hyperparameters inside int32 row counts and far below
+ * anything a phone or laptop could hold. */
+#define MAX_EMBD (1 << 16)
+#define MAX_FF (1 << 18)
+#define MAX_LAYER 1024
+#define MAX_HEAD 1024
+#define MAX_HEAD_DIM 1024
+#define TOUCH_STRIDE 4096 /* bytes between touched weight bytes: one per page */
+
+es_model_params es_model_default_params(void) {
+    es_model_params p;
+    memset(&p, 0, sizeof p);
+    p.use_mmap = true;
+    p.log_level = ES_LOG_WARN;
+    return p;
+}
+
+void es_model_free(es_model *m) {
+    if (!m) return;
+    const es_allocator *a = m->alloc;
+    es__ss_adapter_free(m->ss);
+    es__vocab_free(m->vocab);
+    if (m->tensors)
+        for (int32_t i = 0; i < m->n_tensors; i++) es__free(a, (void *)m->tensors[i].name);
+    es__free(a, m->tensors);
+    es__free(a, m->layers);
+    es__gguf_free(m->gguf);
+    es__file_map_close(&m->map);
+    es__free(a, m->path);
+    es__free(a, m->arch);
+    es__free(a, m->name);
+    es__free(a, m->tokenizer_pre);
+    es_allocator copy;
+    const es_allocator *ca = NULL;
+    if (a) {
+        copy = *a;
+        ca = &copy;
+    }
+    es__free(ca, m);
+}
+
+const char *es_model_errmsg(const es_model *m) {
+    return m ? m->err.msg : "model is NULL";
+}
+
+/* ---- hyperparameters */
+
+typedef struct loader {
+    es_model *m;
+    const es__gguf *g;
+    es__err *err;
+    bool vocab_only;
+    char arch_key[160]; /* scratch for "<arch>.<name>" */
+} loader;
+
+static const char *akey(loader *L, const char *name) {
+    snprintf(L->arch_key, sizeof L->arch_key, "%s.%s", L->m->arch, name);
+    return L->arch_key;
+}
+
+/* An unsigned hyperparameter in 1..max (required unless vocab-only; absent = *out untouched). */
+static es_status hp_u32(loader *L, const char *name, bool required, uint32_t max, int32_t *out) {
+    const char *key = akey(L, name);
+    uint32_t v = 0;
+    bool present = es__gguf_find(L->g, key) != NULL;
+    ES_TRY(es__gguf_get_u32(L->g, key, required && !L->vocab_only, &v, L->err));
+    if (!present) return ES_OK;
+    const es__gguf_kv *kv = es__gguf_find(L->g, key);
+    ES_RETURN_IF(v < 1 || v > max, L->err, ES_ERR_MODEL,
+                 "metadata key '%s' (offset %" PRIu64 ") is %" PRIu32 ": expected 1..%" PRIu32, key, kv->offset, v, max);
+    *out = (int32_t)v;
+    return ES_OK;
+}
+
+/* A positive finite float hyperparameter. */
+static es_status hp_f32(loader *L, const char *name, bool required, float *out) {
+    const char *key = akey(L, name);
+    const es__gguf_kv *kv = es__gguf_find(L->g, key);
+    float v = 0;
+    ES_TRY(es__gguf_get_f32(L->g, key, required && !L->vocab_only, &v, L->err));
+    if (!kv) return ES_OK;
+    ES_RETURN_IF(!(v > 0.0f) || !isfinite(v), L->err, ES_ERR_MODEL,
+                 "metadata key '%s' (offset %" PRIu64 ") is %g: expected a positive finite number", key, kv->offset,
+                 (double)v);
+    *out = v;
+    return ES_OK;
+}
+
+static es_status read_rope(loader *L, es__hparams *hp) {
+    hp->rope_freq_base = 10000.0f;
+    hp->rope_freq_scale = 1.0f;
+    ES_TRY(hp_f32(L, "rope.freq_base", false, &hp->rope_freq_base));
+    /* rope.scaling.type "none" | "linear" (freq_scale = 1 / factor); older files give only
+     * rope.scale_linear, which means linear */
+    es__str type = {"none", 4};
+    ES_TRY(es__gguf_get_str(L->g, akey(L, "rope.scaling.type"), false, &type, L->err));
+    float factor = 0.0f;
+    if (es__str_eq(type, "linear")) {
+        ES_TRY(hp_f32(L, "rope.scaling.factor", !L->vocab_only, &factor));
+    } else if (!es__str_eq(type, "none") && !L->vocab_only) {
+        const es__gguf_kv *kv = es__gguf_find(L->g, akey(L, "rope.scaling.type"));
+        return es__fail(L->err, ES_ERR_UNSUPPORTED,
+                        "metadata key '%s' (offset %" PRIu64 "): RoPE scaling '%.*s' is not supported (none, linear)",
+                        L->arch_key, kv->offset, (int)ES__MIN(type.len, 32), type.ptr);
+    } else {
+        ES_TRY(hp_f32(L, "rope.scale_linear", false, &factor));
+    }
+    if (factor > 0.0f) hp->rope_freq_scale = 1.0f / factor;
+
+    /* edgespec.rope.ordering: "norm" (llama.cpp's llama default) or "neox" */
+    hp->rope_type = ES_ROPE_NORM;
+    es__str ord = {"norm", 4};
+    ES_TRY(es__gguf_get_str(L->g, "edgespec.rope.ordering", false, &ord, L->err));
+    if (es__str_eq(ord, "neox")) {
+        hp->rope_type = ES_ROPE_NEOX;
+    } else if (!es__str_eq(ord, "norm") && !L->vocab_only) {
+        const es__gguf_kv *kv = es__gguf_find(L->g, "edgespec.rope.ordering");
+        return es__fail(L->err, ES_ERR_UNSUPPORTED,
+                        "metadata key 'edgespec.rope.ordering' (offset %" PRIu64 ") is '%.*s': expected 'norm' or 'neox'",
+                        kv->offset, (int)ES__MIN(ord.len, 32), ord.ptr);
+    }
+    return ES_OK;
+}
+
+/* Consistency of the hyperparameters with each other (not for vocab-only loads). */
+static es_status check_hparams(loader *L, const es__hparams *hp, bool has_key_length) {
+    const char *arch = L->m->arch;
+    ES_RETURN_IF(hp->n_head % hp->n_head_kv != 0, L->err, ES_ERR_MODEL,
+                 "%s.attention.head_count %d is not a multiple of %s.attention.head_count_kv %d", arch, hp->n_head,
+                 arch, hp->n_head_kv);
+    ES_RETURN_IF(!has_key_length && hp->n_embd % hp->n_head != 0, L->err, ES_ERR_MODEL,
+                 "%s.embedding_length %d is not a multiple of %s.attention.head_count %d (set "
+                 "%s.attention.key_length for another head size)",
+                 arch, hp->n_embd, arch, hp->n_head, arch);
+    ES_RETURN_IF(hp->head_dim < 1 || hp->head_dim > MAX_HEAD_DIM, L->err, ES_ERR_MODEL,
+                 "head size %d outside 1..%d", hp->head_dim, MAX_HEAD_DIM);
+    ES_RETURN_IF(hp->n_rot < 2 || hp->n_rot > hp->head_dim || hp->n_rot % 2 != 0, L->err, ES_ERR_MODEL,
+                 "%s.rope.dimension_count %d: expected an even number in 2..head size %d", arch, hp->n_rot,
+                 hp->head_dim);
+    return ES_OK;
+}
+
+static es_status read_hparams(loader *L) {
+    es__hparams *hp = &L->m->hp;
+    ES_TRY(hp_u32(L, "context_length", true, INT32_MAX, &hp->n_ctx_train));
+    ES_TRY(hp_u32(L, "embedding_length", true, MAX_EMBD, &hp->n_embd));
+    ES_TRY(hp_u32(L, "block_count", true, MAX_LAYER, &hp->n_layer));
+    ES_TRY(hp_u32(L, "feed_forward_length", true, MAX_FF, &hp->n_ff));
+    ES_TRY(hp_u32(L, "attention.head_count", true, MAX_HEAD, &hp->n_head));
+    hp->n_head_kv = hp->n_head;
+    ES_TRY(hp_u32(L, "attention.head_count_kv", false, MAX_HEAD, &hp->n_head_kv));
+    hp->rms_eps = 1e-5f;
+    ES_TRY(hp_f32(L, "attention.layer_norm_rms_epsilon", true, &hp->rms_eps));
+    int32_t k_len = 0, v_len = 0;
+    ES_TRY(hp_u32(L, "attention.key_length", false, MAX_HEAD_DIM, &k_len));
+    ES_TRY(hp_u32(L, "attention.value_length", false, MAX_HEAD_DIM, &v_len));
+    int32_t def = hp->n_head > 0 ? hp->n_embd / hp->n_head : 0;
+    int32_t kd = k_len ? k_len : def, vd = v_len ? v_len : def;
+    ES_RETURN_IF(kd != vd && !L->vocab_only, L->err, ES_ERR_UNSUPPORTED,
+                 "%s.attention.key_length %d differs from %s.attention.value_length %d: not supported", L->m->arch, kd,
+                 L->m->arch, vd);
+    hp->head_dim = kd;
+    hp->n_rot = hp->head_dim;
+    ES_TRY(hp_u32(L, "rope.dimension_count", false, MAX_HEAD_DIM, &hp->n_rot));
+    ES_TRY(read_rope(L, hp));
+
+    /* the vocabulary size is the tokenizer's; llama.vocab_size, when present, must agree */
+    hp->n_vocab = es__vocab_n_tokens(L->m->vocab);
+    int32_t vs = 0;
+    ES_TRY(hp_u32(L, "vocab_size", false, INT32_MAX, &vs));
+    ES_RETURN_IF(vs && vs != hp->n_vocab, L->err, ES_ERR_MODEL,
+                 "%s.vocab_size %d disagrees with tokenizer.ggml.tokens, which has %d tokens", L->m->arch, vs,
+                 hp->n_vocab);
+    return L->vocab_only ? ES_OK : check_hparams(L, hp, k_len != 0);
+}
+
+/* ---- tensors */
+
+typedef enum role { ROLE_NORM, ROLE_MATRIX } role;
+
+typedef struct want {
+    const char *what; /* expected shape in words, for messages */
+    int64_t ne0, ne1;
+} want;
+
+static void fmt_shape(char *buf, size_t size, const int64_t *ne, int n) {
+    size_t o = (size_t)snprintf(buf, size, "[");
+    for (int d = 0; d < n && o < size; d++) o += (size_t)snprintf(buf + o, size - o, "%s%" PRId64, d ? ", " : "", ne[d]);
+    if (o < size) snprintf(buf + o, size - o, "]");
+}
+
+/* Finds name and checks its role's types and its shape; *out NULL when absent and optional. */
+static es_status get_tensor(loader *L, bool *used, const char *name, role r, want w, bool required,
+                            const es__tensor **out) {
+    es_model *m = L->m;
+    *out = NULL;
+    for (int32_t i = 0; i < m->n_tensors; i++) {
+        const es__tensor *t = &m->tensors[i];
+        if (strcmp(t->name, name) != 0) continue;
+        es__dtype_traits tr;
+        es__dtype_info(t->type, &tr);
+        ES_RETURN_IF(r == ROLE_NORM && t->type != ES__DTYPE_F32, L->err, ES_ERR_UNSUPPORTED,
+                     "tensor '%s' (file offset %" PRIu64 ") has type %s: norm weights must be f32", name,
+                     t->file_offset, tr.name);
+        int64_t expect[4] = {w.ne0, w.ne1 > 0 ? w.ne1 : 1, 1, 1};
+        if (memcmp(t->ne, expect, sizeof expect) != 0) {
+            char got[96], exp[96];
+            fmt_shape(got, sizeof got, t->ne, t->n_dims);
+            fmt_shape(exp, sizeof exp, expect, w.ne1 > 0 ? 2 : 1);
+            return es__fail(L->err, ES_ERR_MODEL,
+                            "tensor '%s' has shape %s, expected %s (%s) from the hyperparameters", name, got, exp,
+                            w.what);
+        }
+        used[i] = true;
+        *out = t;
+        return ES_OK;
+    }
+    ES_RETURN_IF(required, L->err, ES_ERR_MODEL, "missing tensor '%s' (%s %s)", name, r == ROLE_NORM ? "norm" : "matrix",
+                 w.what);
+    return ES_OK;
+}
+
+static es_status bind_layer(loader *L, bool *used, int32_t il, es__layer *ly) {
+    const es__hparams *hp = &L->m->hp;
+    const int64_t d = hp->n_embd, qd = (int64_t)hp->n_head * hp->head_dim, kvd = (int64_t)hp->n_head_kv * hp->head_dim;
+    struct {
+        const char *suffix;
+        role r;
+        want w;
+        const es__tensor **slot;
+    } spec[] = {
+        {"attn_norm", ROLE_NORM, {"n_embd", d, 0}, &ly->attn_norm},
+        {"attn_q", ROLE_MATRIX, {"n_embd, n_head * head_dim", d, qd}, &ly->wq},
+        {"attn_k", ROLE_MATRIX, {"n_embd, n_head_kv * head_dim", d, kvd}, &ly->wk},
+        {"attn_v", ROLE_MATRIX, {"n_embd, n_head_kv * head_dim", d, kvd}, &ly->wv},
+        {"attn_output", ROLE_MATRIX, {"n_head * head_dim, n_embd", qd, d}, &ly->wo},
+        {"ffn_norm", ROLE_NORM, {"n_embd", d, 0}, &ly->ffn_norm},
+        {"ffn_gate", ROLE_MATRIX, {"n_embd, n_ff", d, hp->n_ff}, &ly->ffn_gate},
+        {"ffn_up", ROLE_MATRIX, {"n_embd, n_ff", d, hp->n_ff}, &ly->ffn_up},
+        {"ffn_down", ROLE_MATRIX, {"n_ff, n_embd", hp->n_ff, d}, &ly->ffn_down},
+    };
+    char name[64];
+    for (size_t k = 0; k < ES__ARRAY_LEN(spec); k++) {
+        snprintf(name, sizeof name, "blk.%d.%s.weight", il, spec[k].suffix);
+        ES_TRY(get_tensor(L, used, name, spec[k].r, spec[k].w, true, spec[k].slot));
+    }
+    return ES_OK;
+}
+
+/* Views of every tensor in the file, with NUL-terminated names. */
+static es_status list_tensors(loader *L) {
+    es_model *m = L->m;
+    const es__gguf *g = L->g;
+    ES_RETURN_IF(g->n_tensors > INT32_MAX, L->err, ES_ERR_UNSUPPORTED, "%" PRIu64 " tensors are too many",
+                 g->n_tensors);
+    m->tensors = es__calloc(m->alloc, (size_t)(g->n_tensors ? g->n_tensors : 1), sizeof *m->tensors);
+    ES_RETURN_IF(!m->tensors, L->err, ES_ERR_OUT_OF_MEMORY, "out of memory for %" PRIu64 " tensors", g->n_tensors);
+    for (uint64_t i = 0; i < g->n_tensors; i++) {
+        const es__gguf_tensor *gt = &g->tensors[i];
+        es__tensor *t = &m->tensors[i];
+        t->name = es__strndup(m->alloc, gt->name.ptr, (size_t)gt->name.len);
+        ES_RETURN_IF(!t->name, L->err, ES_ERR_OUT_OF_MEMORY, "out of memory for tensor names");
+        m->n_tensors = (int32_t)i + 1;
+        t->type = gt->type;
+        t->n_dims = (int32_t)gt->n_dims;
+        memcpy(t->ne, gt->ne, sizeof t->ne);
+        t->data = L->vocab_only ? NULL : gt->data;
+        t->nbytes = gt->nbytes;
+        t->file_offset = g->data_offset + gt->rel_offset;
+    }
+    return ES_OK;
+}
+
+static void count(es_model *m, const es__tensor *t) {
+    m->n_params += (uint64_t)(t->ne[0] * t->ne[1] * t->ne[2] * t->ne[3]);
+    m->weight_bytes += t->nbytes;
+}
+
+static es_status bind_tensors(loader *L) {
+    es_model *m = L->m;
+    const es__hparams *hp = &m->hp;
+    bool *used = es__calloc(m->alloc, (size_t)(m->n_tensors ? m->n_tensors : 1), sizeof *used);
+    m->layers = es__calloc(m->alloc, (size_t)hp->n_layer, sizeof *m->layers);
+    es_status s = ES_OK;
+    if (!used || !m->layers) s = es__fail(L->err, ES_ERR_OUT_OF_MEMORY, "out of memory for %d layers", hp->n_layer);
+    const int64_t d = hp->n_embd, nv = hp->n_vocab;
+    if (s == ES_OK)
+        s = get_tensor(L, used, "token_embd.weight", ROLE_MATRIX, (want){"n_embd, n_vocab", d, nv}, true, &m->tok_embd);
+    if (s == ES_OK)
+        s = get_tensor(L, used, "output_norm.weight", ROLE_NORM, (want){"n_embd", d, 0}, true, &m->output_norm);
+    if (s == ES_OK)
+        s = get_tensor(L, used, "output.weight", ROLE_MATRIX, (want){"n_embd, n_vocab", d, nv}, false, &m->output);
+    for (int32_t il = 0; s == ES_OK && il < hp->n_layer; il++) s = bind_layer(L, used, il, &m->layers[il]);
+    if (s == ES_OK) {
+        m->tied_output = m->output == NULL;
+        if (m->tied_output) m->output = m->tok_embd;
+        for (int32_t i = 0; i < m->n_tensors; i++) {
+            if (used[i])
+                count(m, &m->tensors[i]);
+            else
+                es__logf(&m->log, ES_LOG_DEBUG, "model '%s': tensor '%s' is not used by the %s architecture", m->path,
+                         m->tensors[i].name, m->arch);
+        }
+    }
+    es__free(m->alloc, used);
+    return s;
+}
+
+/* Reads one byte per page of every weight so the load, not the first forward call, pays for
+ * faulting the mapping in; reports progress over the bytes. */
+static es_status touch_weights(loader *L, es_progress_fn fn, void *user) {
+    es_model *m = L->m;
+    uint64_t total = 0, done = 0, next_report = 0;
+    for (int32_t i = 0; i < m->n_tensors; i++) total += m->tensors[i].nbytes;
+    volatile uint8_t sink = 0;
+    for (int32_t i = 0; i < m->n_tensors; i++) {
+        const es__tensor *t = &m->tensors[i];
+        const volatile uint8_t *p = t->data;
+        for (uint64_t o = 0; o < t->nbytes; o += TOUCH_STRIDE) sink ^= p[o];
+        done += t->nbytes;
+        if (fn && (done >= next_report || i + 1 == m->n_tensors)) {
+            next_report = done + (16u << 20);
+            ES_RETURN_IF(!fn(0.1f + 0.9f * (float)((double)done / (double)(total ? total : 1)), user), L->err,
+                         ES_ERR_CANCELLED, "loading '%s' was cancelled by the progress callback", m->path);
+        }
+    }
+    (void)sink;
+    return ES_OK;
+}
+
+static char *dup_str(es_model *m, es__str s) {
+    return es__strndup(m->alloc, s.ptr, (size_t)s.len);
+}
+
+static es_status load(es_model *m, const char *path, const es_model_params *p) {
+    es__err *err = &m->err;
+    int e = es__file_map_open(path, p->use_mmap, &m->map);
+    ES_RETURN_IF(e != 0, err, ES_ERR_IO, "cannot open model '%s': %s", path, strerror(e));
+    if (p->progress_fn)
+        ES_RETURN_IF(!p->progress_fn(0.0f, p->progress_user), err, ES_ERR_CANCELLED,
+                     "loading '%s' was cancelled by the progress callback", path);
+    ES_TRY(es__gguf_parse(m->map.data, m->map.size, m->alloc, err, &m->gguf));
+    loader L = {m, m->gguf, err, p->vocab_only, ""};
+    es__str arch = {0}, name = {"", 0};
+    ES_TRY(es__gguf_get_str(L.g, "general.architecture", true, &arch, err));
+    ES_TRY(es__gguf_get_str(L.g, "general.name", false, &name, err));
+    m->arch = dup_str(m, arch);
+    m->name = dup_str(m, name);
+    ES_RETURN_IF(!m->arch || !m->name, err, ES_ERR_OUT_OF_MEMORY, "out of memory");
+    ES_RETURN_IF(!L.vocab_only && !es__str_eq(arch, "llama"), err, ES_ERR_UNSUPPORTED,
+                 "general.architecture is '%s': edgespec runs 'llama' models (load with vocab_only for the "
+                 "tokenizer alone)",
+                 m->arch);
+    ES_RETURN_IF(strlen(m->arch) != arch.len || arch.len > 64, err, ES_ERR_FORMAT,
+                 "general.architecture is not a valid name");
+    ES_TRY(es__vocab_load(L.g, m->alloc, err, &m->vocab));
+    m->tokenizer_pre = es__strndup(m->alloc, es__vocab_pre(m->vocab), strlen(es__vocab_pre(m->vocab)));
+    ES_RETURN_IF(!m->tokenizer_pre, err, ES_ERR_OUT_OF_MEMORY, "out of memory");
+    ES_TRY(read_hparams(&L));
+    ES_TRY(list_tensors(&L));
+    if (p->progress_fn)
+        ES_RETURN_IF(!p->progress_fn(0.1f, p->progress_user), err, ES_ERR_CANCELLED,
+                     "loading '%s' was cancelled by the progress callback", path);
+    if (L.vocab_only) {
+        if (p->progress_fn) p->progress_fn(1.0f, p->progress_user);
+        return ES_OK;
+    }
+    ES_TRY(bind_tensors(&L));
+    m->has_weights = true;
+    ES_TRY(touch_weights(&L, p->progress_fn, p->progress_user));
+    return ES_OK;
+}
+
+es_status es_model_load(const char *path, const es_model_params *params, es_model **out) {
+    if (!out) return es__fail(NULL, ES_ERR_INVALID_ARGUMENT, "es_model_load: out is NULL");
+    *out = NULL;
+    if (!path) return es__fail(NULL, ES_ERR_INVALID_ARGUMENT, "es_model_load: path is NULL");
+    es_model_params p = params ? *params : es_model_default_params();
+    es_model *m = es__calloc(p.allocator, 1, sizeof *m);
+    if (!m) return es__fail(NULL, ES_ERR_OUT_OF_MEMORY, "es_model_load: out of memory");
+    if (p.allocator) {
+        m->alloc_copy = *p.allocator;
+        m->alloc = &m->alloc_copy;
+    }
+    m->log = (es__log){p.log_fn, p.log_user, p.log_level};
+    m->path = es__strndup(m->alloc, path, strlen(path));
+    es_status s = m->path ? load(m, path, &p) : es__fail(&m->err, ES_ERR_OUT_OF_MEMORY, "es_model_load: out of memory");
+    if (s != ES_OK) {
+        char msg[ES__ERRMSG_SIZE];
+        snprintf(msg, sizeof msg, "%s", m->err.msg);
+        es__logf(&m->log, ES_LOG_ERROR, "%s", msg);
+        es_model_free(m);
+        /* the message names the file once, whichever layer produced it */
+        if (strstr(msg, path)) return es__fail(NULL, s, "%s", msg);
+        return es__fail(NULL, s, "'%s': %s", path, msg);
+    }
+    es__logf(&m->log, ES_LOG_INFO,
+             "model '%s': %s '%s', %d layers, n_embd %d, %d heads (%d kv), n_ff %d, vocab %d, %" PRIu64
+             " parameters in %" PRIu64 " bytes%s",
+             path, m->arch, m->name, m->hp.n_layer, m->hp.n_embd, m->hp.n_head, m->hp.n_head_kv, m->hp.n_ff,
+             m->hp.n_vocab, m->n_params, m->weight_bytes, m->has_weights ? "" : " (vocabulary only)");
+    *out = m;
+    return ES_OK;
+}
+
+/* ---- info */
+
+es_status es_model_get_info(const es_model *m, es_model_info *out) {
+    if (!m || !out) return es__fail(NULL, ES_ERR_INVALID_ARGUMENT, "es_model_get_info: NULL argument");
+    es_model_info i;
+    memset(&i, 0, sizeof i);
+    const es__hparams *hp = &m->hp;
+    i.architecture = m->arch;
+    i.name = m->name;
+    i.gguf_version = m->gguf ? m->gguf->version : 0;
+    i.n_vocab = hp->n_vocab;
+    i.n_ctx_train = hp->n_ctx_train;
+    i.n_embd = hp->n_embd;
+    i.n_layer = hp->n_layer;
+    i.n_head = hp->n_head;
+    i.n_head_kv = hp->n_head_kv;
+    i.n_ff = hp->n_ff;
+    i.head_dim = hp->head_dim;
+    i.n_rot = hp->n_rot;
+    i.rope_freq_base = hp->rope_freq_base;
+    i.rope_freq_scale = hp->rope_freq_scale;
+    i.rms_norm_eps = hp->rms_eps;
+    i.rope_type = hp->rope_type;
+    i.tied_output = m->tied_output;
+    i.has_weights = m->has_weights;
+    i.tokenizer = m->vocab ? es__vocab_type(m->vocab) : ES_TOKENIZER_NONE;
+    i.tokenizer_pre = m->tokenizer_pre ? m->tokenizer_pre : "default";
+    i.bos_id = m->vocab ? es__vocab_bos(m->vocab) : -1;
+    i.eos_id = m->vocab ? es__vocab_eos(m->vocab) : -1;
+    i.n_params = m->n_params;
+    i.weight_bytes = m->weight_bytes;
+    i.n_tensors = m->n_tensors;
+    i.has_ss_adapter = m->ss != NULL;
+    *out = i;
+    return ES_OK;
+}
+
+es_status es_model_tensor_info(const es_model *m, int32_t index, es_tensor_info *out) {
+    if (!m || !out) return es__fail(NULL, ES_ERR_INVALID_ARGUMENT, "es_model_tensor_info: NULL argument");
+    if (index < 0 || index >= m->n_tensors)
+        return es__fail(NULL, ES_ERR_INVALID_ARGUMENT, "es_model_tensor_info: index %d outside [0, %d)", index,
+                        m->n_tensors);
+    const es__tensor *t = &m->tensors[index];
+    es__dtype_traits tr;
+    es__dtype_info(t->type, &tr);
+    out->name = t->name;
+    out->type = tr.name;
+    out->n_dims = t->n_dims;
+    memcpy(out->ne, t->ne, sizeof out->ne);
+    out->offset = t->file_offset;
+    out->nbytes = t->nbytes;
+    return ES_OK;
+}
+
+/* ---- metadata as text */
+
+typedef struct textbuf {
+    char *buf;
+    size_t size, len; /* len may exceed size: the length needed */
+} textbuf;
+
+static void tb_put(textbuf *b, const char *s, size_t n) {
+    if (b->len < b->size) {
+        size_t k = ES__MIN(n, b->size - b->len);
+        memcpy(b->buf + b->len, s, k);
+    }
+    b->len += n;
+}
+
+static void tb_printf(textbuf *b, const char *fmt, ...) ES__PRINTF(2, 3);
+static void tb_printf(textbuf *b, const char *fmt, ...) {
+    char tmp[64];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
+    va_end(ap);
+    tb_put(b, tmp, n > 0 ? ES__MIN((size_t)n, sizeof tmp - 1) : 0);
+}
+
+static uint64_t ld_le(const uint8_t *p, int n) {
+    uint64_t v = 0;
+    for (int i = 0; i < n; i++) v |= (uint64_t)p[i] << (8 * i);
+    return v;
+}
+
+/* One value of a fixed-size type at p. */
+static void put_scalar(textbuf *b, es__gguf_vtype t, const uint8_t *p) {
+    switch (t) {
+    case ES__GGUF_UINT8: tb_printf(b, "%u", p[0]); break;
+    case ES__GGUF_INT8: tb_printf(b, "%d", (int8_t)p[0]); break;
+    case ES__GGUF_UINT16: tb_printf(b, "%u", (unsigned)ld_le(p, 2)); break;
+    case ES__GGUF_INT16: tb_printf(b, "%d", (int16_t)ld_le(p, 2)); break;
+    case ES__GGUF_UINT32: tb_printf(b, "%" PRIu32, (uint32_t)ld_le(p, 4)); break;
+    case ES__GGUF_INT32: tb_printf(b, "%" PRId32, (int32_t)ld_le(p, 4)); break;
+    case ES__GGUF_UINT64: tb_printf(b, "%" PRIu64, ld_le(p, 8)); break;
+    case ES__GGUF_INT64: tb_printf(b, "%" PRId64, (int64_t)ld_le(p, 8)); break;
+    case ES__GGUF_BOOL: tb_printf(b, "%s", p[0] ? "true" : "false"); break;
+    case ES__GGUF_FLOAT32: {
+        uint32_t u = (uint32_t)ld_le(p, 4);
+        float f;
+        memcpy(&f, &u, 4);
+        tb_printf(b, "%.9g", (double)f);
+        break;
+    }
+    case ES__GGUF_FLOAT64: {
+        uint64_t u = ld_le(p, 8);
+        double f;
+        memcpy(&f, &u, 8);
+        tb_printf(b, "%.17g", f);
+        break;
+    }
+    default: break;
+    }
+}
+
+static size_t vsize(es__gguf_vtype t) {
+    switch (t) {
+    case ES__GGUF_UINT8: case ES__GGUF_INT8: case ES__GGUF_BOOL: return 1;
+    case ES__GGUF_UINT16: case ES__GGUF_INT16: return 2;
+    case ES__GGUF_UINT32: case ES__GGUF_INT32: case ES__GGUF_FLOAT32: return 4;
+    default: return 8;
+    }
+}
+
+es_status es_model_meta_str(const es_model *m, const char *key, char *buf, size_t buf_size) {
+    if (!m || !key || (!buf && buf_size))
+        return es__fail(NULL, ES_ERR_INVALID_ARGUMENT, "es_model_meta_str: NULL argument");
+    const es__gguf_kv *kv = m->gguf ? es__gguf_find(m->gguf, key) : NULL;
+    if (!kv) return es__fail(NULL, ES_ERR_INVALID_ARGUMENT, "es_model_meta_str: no metadata key '%s'", key);
+    textbuf b = {buf, buf_size, 0};
+    if (kv->type == ES__GGUF_STRING) {
+        tb_put(&b, (const char *)kv->value + 8, (size_t)ld_le(kv->value, 8));
+    } else if (kv->type != ES__GGUF_ARRAY) {
+        put_scalar(&b, kv->type, kv->value);
+    } else {
+        /* arrays: "[n elements: first, second, ...]", at most 8 shown, strings quoted */
+        static const char *const names[] = {"uint8", "int8", "uint16", "int16", "uint32", "int32", "float32",
+                                            "bool", "string", "array", "uint64", "int64", "float64"};
+        tb_printf(&b, "[%" PRIu64 " %s: ", kv->arr_n, names[kv->arr_type]);
+        for (uint64_t j = 0; j < kv->arr_n && j < 8; j++) {
+            if (j) tb_put(&b, ", ", 2);
+            if (kv->arr_type == ES__GGUF_STRING) {
+                tb_put(&b, "\"", 1);
+                tb_put(&b, kv->strs[j].ptr, (size_t)ES__MIN(kv->strs[j].len, 64));
+                tb_put(&b, kv->strs[j].len > 64 ? "...\"" : "\"", kv->strs[j].len > 64 ? 4 : 1);
+            } else {
+                put_scalar(&b, kv->arr_type, kv->value + j * vsize(kv->arr_type));
+            }
+        }
+        tb_put(&b, kv->arr_n > 8 ? ", ...]" : "]", kv->arr_n > 8 ? 6 : 1);
+    }
+    if (b.len < buf_size) {
+        buf[b.len] = '\0';
+        return ES_OK;
+    }
+    if (buf_size) buf[buf_size - 1] = '\0';
+    return es__fail(NULL, ES_ERR_BUFFER_TOO_SMALL, "es_model_meta_str: '%s' needs %zu bytes, the buffer has %zu", key,
+                    b.len + 1, buf_size);
+}
