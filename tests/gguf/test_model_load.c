@@ -1,0 +1,515 @@
+/* test_model_load.c: es_model_load and the info calls on models made by tools/mkmodel: every
+ * weight type, tied and separate heads, GQA, NeOX ordering, mmap and read; the llama.cpp
+ * vocabulary files (vocab_only); every kind of bad model (missing key or tensor, wrong shape or
+ * type, inconsistent hyperparameters, unsupported features) rebuilt from a good one with the
+ * writer, each with its status and message; progress and cancellation; allocation failure at
+ * every allocation; and a forward pass on the CPU backend to show mkmodel's weights keep
+ * activations O(1). */
+#include "mkmodel.h"
+#include "model.h"
+
+#include "../test.h"
+
+#include <inttypes.h>
+#include <unistd.h>
+
+static char dir[256];
+
+static const char *tmp(const char *name) {
+    static char path[4][512];
+    static int k;
+    k = (k + 1) % 4;
+    snprintf(path[k], sizeof path[k], "%s/%s", dir, name);
+    return path[k];
+}
+
+static void make(const es_mk_params *p, const char *path) {
+    es__err err = {ES_OK, ""};
+    CHECKF(es_mk_write(p, path, &err) == ES_OK, "mkmodel: %s", err.msg);
+}
+
+/* Parameters per weight element: the formula the info call must reproduce. */
+static uint64_t expected_params(const es_mk_params *p, int32_t n_vocab) {
+    uint64_t d = (uint64_t)p->n_embd, hd = d / (uint64_t)p->n_head;
+    uint64_t kv = hd * (uint64_t)(p->n_head_kv ? p->n_head_kv : p->n_head);
+    uint64_t layer = 2 * d + 2 * d * d + 2 * d * kv + 3 * d * (uint64_t)p->n_ff;
+    return d * (uint64_t)n_vocab * (p->tied ? 1 : 2) + d + (uint64_t)p->n_layer * layer;
+}
+
+static void test_good(es__dtype type, bool tied, int32_t n_head_kv, es_rope_type rope, bool mmap) {
+    es_mk_params p = es_mk_default_params();
+    p.type = type;
+    p.tied = tied;
+    p.n_head_kv = n_head_kv;
+    p.rope = rope;
+    p.n_layer = 3;
+    p.seed = (uint64_t)type * 7 + tied;
+    const char *path = tmp("good.gguf");
+    make(&p, path);
+    es_model_params mp = es_model_default_params();
+    mp.use_mmap = mmap;
+    es_model *m = NULL;
+    CHECK_OK(es_model_load(path, &mp, &m));
+    if (!m) return;
+    es_model_info i;
+    CHECK_OK(es_model_get_info(m, &i));
+    CHECK(!strcmp(i.architecture, "llama") && !strcmp(i.name, "edgespec-random") && i.gguf_version == 3);
+    CHECK(i.n_vocab == 512 && i.n_ctx_train == 256 && i.n_embd == 64 && i.n_layer == 3 && i.n_head == 4);
+    CHECK(i.n_head_kv == (n_head_kv ? n_head_kv : 4) && i.n_ff == 128 && i.head_dim == 16 && i.n_rot == 16);
+    CHECK(i.rope_freq_base == 10000.0f && i.rope_freq_scale == 1.0f && i.rms_norm_eps == 1e-5f);
+    CHECK(i.rope_type == rope && i.tied_output == tied && i.has_weights && !i.has_ss_adapter);
+    CHECK(i.tokenizer == ES_TOKENIZER_LLAMA && !strcmp(i.tokenizer_pre, "default") && i.bos_id == 1 && i.eos_id == 2);
+    CHECKF(i.n_params == expected_params(&p, 512), "n_params %" PRIu64 ", expected %" PRIu64, i.n_params,
+           expected_params(&p, 512));
+    CHECK(i.n_tensors == 2 + 9 * 3 + (tied ? 0 : 1));
+    /* the internal view the backends read */
+    CHECK(m->tok_embd && m->output_norm && m->output && (m->output == m->tok_embd) == tied);
+    CHECK(m->tok_embd->type == type && m->output_norm->type == ES__DTYPE_F32);
+    uint64_t bytes = 0;
+    for (int32_t t = 0; t < i.n_tensors; t++) {
+        es_tensor_info ti;
+        CHECK_OK(es_model_tensor_info(m, t, &ti));
+        bytes += ti.nbytes;
+        CHECK(ti.offset % 32 == 0 && m->tensors[t].data != NULL);
+        CHECK(m->tensors[t].nbytes == ti.nbytes && !strcmp(ti.name, m->tensors[t].name));
+    }
+    CHECK(bytes == i.weight_bytes);
+    for (int32_t l = 0; l < 3; l++) {
+        const es__layer *ly = &m->layers[l];
+        CHECK(ly->attn_norm && ly->wq && ly->wk && ly->wv && ly->wo && ly->ffn_norm && ly->ffn_gate && ly->ffn_up &&
+              ly->ffn_down);
+        CHECK(ly->wk->ne[1] == 16 * i.n_head_kv && ly->ffn_down->ne[0] == 128 && ly->wq->type == type);
+    }
+    es_tensor_info ti;
+    CHECK_OK(es_model_tensor_info(m, 0, &ti));
+    es__dtype_traits tr;
+    es__dtype_info(type, &tr);
+    CHECK(!strcmp(ti.name, "token_embd.weight") && !strcmp(ti.type, tr.name) && ti.n_dims == 2 && ti.ne[0] == 64 &&
+          ti.ne[1] == 512);
+    CHECK_FAILS(es_model_tensor_info(m, i.n_tensors, &ti), ES_ERR_INVALID_ARGUMENT, "outside");
+    /* metadata as text */
+    char buf[256];
+    CHECK_OK(es_model_meta_str(m, "general.architecture", buf, sizeof buf));
+    CHECK(!strcmp(buf, "llama"));
+    CHECK_OK(es_model_meta_str(m, "llama.block_count", buf, sizeof buf));
+    CHECK(!strcmp(buf, "3"));
+    CHECK_OK(es_model_meta_str(m, "llama.attention.layer_norm_rms_epsilon", buf, sizeof buf));
+    CHECK(strtof(buf, NULL) == 1e-5f);
+    CHECK_OK(es_model_meta_str(m, "tokenizer.ggml.add_bos_token", buf, sizeof buf));
+    CHECK(!strcmp(buf, "true"));
+    CHECK_OK(es_model_meta_str(m, "tokenizer.ggml.tokens", buf, sizeof buf));
+    const char *prefix = "[512 string: \"<unk>\", \"<s>\", \"</s>\", \"<0x00>\", ";
+    CHECKF(!strncmp(buf, prefix, strlen(prefix)) && strstr(buf, ", ...]"), "%s", buf);
+    CHECK_OK(es_model_meta_str(m, "tokenizer.ggml.token_type", buf, sizeof buf));
+    CHECK(!strcmp(buf, "[512 int32: 2, 3, 3, 6, 6, 6, 6, 6, ...]"));
+    CHECK_FAILS(es_model_meta_str(m, "general.architecture", buf, 3), ES_ERR_BUFFER_TOO_SMALL, "needs 6 bytes");
+    CHECK(!strcmp(buf, "ll"));
+    CHECK_FAILS(es_model_meta_str(m, "no.such.key", buf, sizeof buf), ES_ERR_INVALID_ARGUMENT, "no.such.key");
+    /* the tokenizer came along */
+    int32_t toks[16];
+    size_t n = 0;
+    CHECK_OK(es_tokenize(m, "the", 3, true, false, toks, 16, &n));
+    CHECK(n >= 2 && toks[0] == 1);
+    es_model_free(m);
+}
+
+/* ---- rebuilding a good file with edits */
+
+typedef struct edit {
+    const char *drop_key;
+    const char *drop_tensor;
+    void (*extra)(es__gguf_writer *w);
+} edit;
+
+static void rebuild(const char *src, const char *dst, edit e) {
+    FILE *fp = fopen(src, "rb");
+    fseek(fp, 0, SEEK_END);
+    long n = ftell(fp);
+    fseek(fp, 0, SEEK_SET);
+    uint8_t *data = malloc((size_t)n);
+    CHECK(fread(data, 1, (size_t)n, fp) == (size_t)n);
+    fclose(fp);
+    es__gguf *g = NULL;
+    es__err err;
+    CHECK_OK(es__gguf_parse(data, (uint64_t)n, NULL, &err, &g));
+    es__gguf_writer *w = es__gguf_writer_create(NULL);
+    for (uint64_t i = 0; g && i < g->n_kv; i++)
+        if (!e.drop_key || !es__str_eq(g->kv[i].key, e.drop_key)) CHECK_OK(es__gguf_copy_kv(w, &g->kv[i]));
+    for (uint64_t i = 0; g && i < g->n_tensors; i++) {
+        const es__gguf_tensor *t = &g->tensors[i];
+        char name[96];
+        snprintf(name, sizeof name, "%.*s", (int)t->name.len, t->name.ptr);
+        if (e.drop_tensor && !strcmp(name, e.drop_tensor)) continue;
+        CHECK_OK(es__gguf_add_tensor(w, name, t->type, t->n_dims, t->ne, t->data));
+    }
+    if (e.extra) e.extra(w);
+    CHECK_OK(es__gguf_write_file(w, dst, &err));
+    es__gguf_writer_free(w);
+    es__gguf_free(g);
+    free(data);
+}
+
+static void add_f(es__gguf_writer *w, const char *name, es__dtype type, int64_t ne0, int64_t ne1) {
+    uint64_t nb = 0;
+    es__dtype_row_bytes(type, (uint64_t)ne0, &nb);
+    uint8_t *data = calloc((size_t)(nb * (uint64_t)ne1), 1);
+    int64_t ne[2] = {ne0, ne1};
+    CHECK_OK(es__gguf_add_tensor(w, name, type, ne1 > 1 ? 2 : 1, ne, data));
+    free(data);
+}
+
+static const char *base_path;
+
+static void expect_load(const char *label, edit e, es_status want, const char *needle) {
+    const char *path = tmp("bad.gguf");
+    rebuild(base_path, path, e);
+    es_model *m = (es_model *)&e; /* poison */
+    es_status s = es_model_load(path, NULL, &m);
+    const char *msg = es_last_error();
+    bool ok = s == want && (want == ES_OK ? m != NULL : m == NULL) && strstr(msg, needle);
+    CHECKF(ok, "%s: got %s \"%s\", expected %s with \"%s\"", label, es_status_str(s), msg, es_status_str(want), needle);
+    if (s == ES_OK) es_model_free(m);
+}
+
+static es_model_info load_info(edit e) {
+    const char *path = tmp("edit.gguf");
+    rebuild(base_path, path, e);
+    es_model *m = NULL;
+    es_model_info i;
+    memset(&i, 0, sizeof i);
+    CHECK_OK(es_model_load(path, NULL, &m));
+    if (m) es_model_get_info(m, &i);
+    es_model_free(m); /* the info's strings are not used after this */
+    return i;
+}
+
+#define SET_U32(fn, key, v)                                                                                            \
+    static void fn(es__gguf_writer *w) { CHECK_OK(es__gguf_set_u32(w, key, v)); }
+#define SET_STR(fn, key, v)                                                                                            \
+    static void fn(es__gguf_writer *w) { CHECK_OK(es__gguf_set_str(w, key, v)); }
+#define SET_F32(fn, key, v)                                                                                            \
+    static void fn(es__gguf_writer *w) { CHECK_OK(es__gguf_set_f32(w, key, v)); }
+SET_U32(kv3, "llama.attention.head_count_kv", 3)
+SET_U32(rot15, "llama.rope.dimension_count", 15)
+SET_U32(rot32, "llama.rope.dimension_count", 32)
+SET_U32(rot8, "llama.rope.dimension_count", 8)
+SET_U32(klen8, "llama.attention.key_length", 8)
+SET_U32(layers0, "llama.block_count", 0)
+SET_U32(vocab100, "llama.vocab_size", 100)
+SET_STR(arch_gpt2, "general.architecture", "gpt2")
+SET_STR(yarn, "llama.rope.scaling.type", "yarn")
+SET_STR(neox, "edgespec.rope.ordering", "neox")
+SET_STR(bogus_order, "edgespec.rope.ordering", "sideways")
+SET_STR(layers_str, "llama.block_count", "two")
+SET_F32(eps_neg, "llama.attention.layer_norm_rms_epsilon", -1.0f)
+SET_F32(scale_linear, "llama.rope.scale_linear", 2.0f)
+SET_F32(base_nan, "llama.rope.freq_base", NAN)
+static void linear4(es__gguf_writer *w) {
+    CHECK_OK(es__gguf_set_str(w, "llama.rope.scaling.type", "linear"));
+    CHECK_OK(es__gguf_set_f32(w, "llama.rope.scaling.factor", 4.0f));
+}
+static void linear_nofactor(es__gguf_writer *w) { CHECK_OK(es__gguf_set_str(w, "llama.rope.scaling.type", "linear")); }
+static void k_narrow(es__gguf_writer *w) { add_f(w, "blk.0.attn_k.weight", ES__DTYPE_F32, 64, 32); }
+static void k_wide(es__gguf_writer *w) { add_f(w, "blk.0.attn_k.weight", ES__DTYPE_F32, 32, 64); }
+static void norm_short(es__gguf_writer *w) { add_f(w, "blk.1.ffn_norm.weight", ES__DTYPE_F32, 32, 1); }
+static void norm_f16(es__gguf_writer *w) { add_f(w, "blk.0.attn_norm.weight", ES__DTYPE_F16, 64, 1); }
+static void norm_2d(es__gguf_writer *w) { add_f(w, "output_norm.weight", ES__DTYPE_F32, 64, 2); }
+static void emb_vocab(es__gguf_writer *w) { add_f(w, "token_embd.weight", ES__DTYPE_F32, 64, 511); }
+static void out_q4(es__gguf_writer *w) { add_f(w, "output.weight", ES__DTYPE_Q4_0, 64, 512); }
+static void extra_tensor(es__gguf_writer *w) { add_f(w, "adapter.extra.weight", ES__DTYPE_F32, 8, 8); }
+
+static char logged[4096];
+static void log_fn(es_log_level level, const char *msg, void *user) {
+    (void)user;
+    if (level == ES_LOG_DEBUG && strlen(logged) + strlen(msg) + 2 < sizeof logged) {
+        strcat(logged, msg);
+        strcat(logged, "\n");
+    }
+}
+
+static void test_bad(void) {
+    es_mk_params p = es_mk_default_params();
+    p.n_layer = 2;
+    base_path = tmp("base.gguf");
+    static char keep[512];
+    snprintf(keep, sizeof keep, "%s", base_path);
+    base_path = keep;
+    make(&p, base_path);
+
+    /* missing keys */
+    const char *required[] = {"llama.context_length", "llama.embedding_length", "llama.block_count",
+                              "llama.feed_forward_length", "llama.attention.head_count",
+                              "llama.attention.layer_norm_rms_epsilon", "general.architecture"};
+    for (size_t k = 0; k < ES__ARRAY_LEN(required); k++) {
+        char needle[128];
+        snprintf(needle, sizeof needle, "missing required metadata key '%s'", required[k]);
+        expect_load(required[k], (edit){required[k], NULL, NULL}, ES_ERR_MODEL, needle);
+    }
+    expect_load("no tokenizer", (edit){"tokenizer.ggml.tokens", NULL, NULL}, ES_ERR_MODEL, "tokenizer.ggml.tokens");
+    /* missing tensors; a missing output.weight means a tied head */
+    expect_load("no ffn_up", (edit){NULL, "blk.1.ffn_up.weight", NULL}, ES_ERR_MODEL,
+                "missing tensor 'blk.1.ffn_up.weight'");
+    expect_load("no output_norm", (edit){NULL, "output_norm.weight", NULL}, ES_ERR_MODEL,
+                "missing tensor 'output_norm.weight'");
+    expect_load("no token_embd", (edit){NULL, "token_embd.weight", NULL}, ES_ERR_MODEL,
+                "missing tensor 'token_embd.weight'");
+    es_model_info i = load_info((edit){NULL, "output.weight", NULL});
+    CHECK(i.tied_output && i.n_tensors == 2 + 9 * 2);
+    /* shapes and types */
+    expect_load("narrow k", (edit){NULL, "blk.0.attn_k.weight", k_narrow}, ES_ERR_MODEL,
+                "tensor 'blk.0.attn_k.weight' has shape [64, 32], expected [64, 64] (n_embd, n_head_kv * head_dim)");
+    expect_load("wide k", (edit){NULL, "blk.0.attn_k.weight", k_wide}, ES_ERR_MODEL, "has shape [32, 64], expected [64, 64]");
+    expect_load("short norm", (edit){NULL, "blk.1.ffn_norm.weight", norm_short}, ES_ERR_MODEL,
+                "tensor 'blk.1.ffn_norm.weight' has shape [32], expected [64] (n_embd)");
+    expect_load("2-d norm", (edit){NULL, "output_norm.weight", norm_2d}, ES_ERR_MODEL, "has shape [64, 2], expected [64]");
+    expect_load("vocab mismatch", (edit){NULL, "token_embd.weight", emb_vocab}, ES_ERR_MODEL,
+                "tensor 'token_embd.weight' has shape [64, 511], expected [64, 512]");
+    expect_load("f16 norm", (edit){NULL, "blk.0.attn_norm.weight", norm_f16}, ES_ERR_UNSUPPORTED,
+                "tensor 'blk.0.attn_norm.weight' (file offset");
+    expect_load("f16 norm message", (edit){NULL, "blk.0.attn_norm.weight", norm_f16}, ES_ERR_UNSUPPORTED,
+                "has type f16: norm weights must be f32");
+    expect_load("q4_0 head", (edit){NULL, "output.weight", out_q4}, ES_OK, "");
+    /* hyperparameters */
+    expect_load("kv heads", (edit){NULL, NULL, kv3}, ES_ERR_MODEL,
+                "llama.attention.head_count 4 is not a multiple of llama.attention.head_count_kv 3");
+    expect_load("odd rot", (edit){NULL, NULL, rot15}, ES_ERR_MODEL, "llama.rope.dimension_count 15: expected an even");
+    expect_load("rot > head", (edit){NULL, NULL, rot32}, ES_ERR_MODEL, "2..head size 16");
+    expect_load("key length", (edit){NULL, NULL, klen8}, ES_ERR_UNSUPPORTED,
+                "llama.attention.key_length 8 differs from llama.attention.value_length 16");
+    expect_load("0 layers", (edit){NULL, NULL, layers0}, ES_ERR_MODEL, "'llama.block_count' (offset");
+    expect_load("0 layers range", (edit){NULL, NULL, layers0}, ES_ERR_MODEL, "is 0: expected 1..1024");
+    expect_load("vocab_size", (edit){NULL, NULL, vocab100}, ES_ERR_MODEL,
+                "llama.vocab_size 100 disagrees with tokenizer.ggml.tokens, which has 512 tokens");
+    expect_load("arch", (edit){NULL, NULL, arch_gpt2}, ES_ERR_UNSUPPORTED, "general.architecture is 'gpt2'");
+    expect_load("yarn", (edit){NULL, NULL, yarn}, ES_ERR_UNSUPPORTED, "RoPE scaling 'yarn' is not supported");
+    expect_load("linear without factor", (edit){NULL, NULL, linear_nofactor}, ES_ERR_MODEL,
+                "missing required metadata key 'llama.rope.scaling.factor'");
+    expect_load("ordering", (edit){NULL, NULL, bogus_order}, ES_ERR_UNSUPPORTED,
+                "'edgespec.rope.ordering' (offset");
+    expect_load("type", (edit){NULL, NULL, layers_str}, ES_ERR_FORMAT, "'llama.block_count' (offset");
+    expect_load("eps", (edit){NULL, NULL, eps_neg}, ES_ERR_MODEL, "layer_norm_rms_epsilon' (offset");
+    expect_load("freq base", (edit){NULL, NULL, base_nan}, ES_ERR_MODEL, "expected a positive finite number");
+    /* accepted variations */
+    i = load_info((edit){NULL, NULL, linear4});
+    CHECK(i.rope_freq_scale == 0.25f);
+    i = load_info((edit){NULL, NULL, scale_linear});
+    CHECK(i.rope_freq_scale == 0.5f);
+    i = load_info((edit){NULL, NULL, neox});
+    CHECK(i.rope_type == ES_ROPE_NEOX);
+    i = load_info((edit){NULL, NULL, rot8});
+    CHECK(i.n_rot == 8 && i.head_dim == 16);
+    i = load_info((edit){"llama.attention.head_count_kv", NULL, NULL});
+    CHECK(i.n_head_kv == i.n_head);
+    i = load_info((edit){"llama.rope.freq_base", NULL, NULL});
+    CHECK(i.rope_freq_base == 10000.0f);
+    /* an extra tensor is allowed and logged at debug level */
+    const char *path = tmp("extra.gguf");
+    rebuild(base_path, path, (edit){NULL, NULL, extra_tensor});
+    es_model_params mp = es_model_default_params();
+    mp.log_fn = log_fn;
+    mp.log_level = ES_LOG_DEBUG;
+    es_model *m = NULL;
+    CHECK_OK(es_model_load(path, &mp, &m));
+    CHECK(strstr(logged, "tensor 'adapter.extra.weight' is not used"));
+    if (m) {
+        es_model_get_info(m, &i);
+        CHECK(i.n_params == expected_params(&p, 512)); /* the extra tensor is not a model parameter */
+    }
+    es_model_free(m);
+}
+
+static void test_files(void) {
+    es_model *m = (es_model *)dir;
+    CHECK_FAILS(es_model_load(tmp("missing.gguf"), NULL, &m), ES_ERR_IO, "missing.gguf");
+    CHECK(m == NULL);
+    const char *path = tmp("garbage.gguf");
+    FILE *fp = fopen(path, "wb");
+    fputs("this is not a gguf file", fp);
+    fclose(fp);
+    CHECK_FAILS(es_model_load(path, NULL, &m), ES_ERR_FORMAT, "garbage.gguf': bad magic at offset 0");
+    CHECK_FAILS(es_model_load(NULL, NULL, &m), ES_ERR_INVALID_ARGUMENT, "path is NULL");
+    CHECK_FAILS(es_model_load(path, NULL, NULL), ES_ERR_INVALID_ARGUMENT, "out is NULL");
+    es_model_free(NULL);
+
+    /* the llama.cpp vocabulary files: tokenizer and hyperparameters without weights */
+    const char *shared = getenv("ES_SHARED_DIR");
+    char vpath[1024];
+    es_model_params mp = es_model_default_params();
+    mp.vocab_only = true;
+    snprintf(vpath, sizeof vpath, "%s/vocab-tests/ggml-vocab-llama-spm.gguf", shared ? shared : "../shared");
+    CHECK_OK(es_model_load(vpath, &mp, &m));
+    es_model_info i;
+    if (m) {
+        CHECK_OK(es_model_get_info(m, &i));
+        CHECK(!i.has_weights && i.n_vocab == 32000 && i.n_layer == 32 && i.n_embd == 4096 && i.n_tensors == 0);
+        CHECK(i.tokenizer == ES_TOKENIZER_LLAMA && i.bos_id == 1 && i.n_params == 0);
+    }
+    es_model_free(m);
+    CHECK_FAILS(es_model_load(vpath, NULL, &m), ES_ERR_MODEL, "missing tensor 'token_embd.weight'");
+    snprintf(vpath, sizeof vpath, "%s/vocab-tests/ggml-vocab-gpt-2.gguf", shared ? shared : "../shared");
+    CHECK_OK(es_model_load(vpath, &mp, &m));
+    if (m) {
+        CHECK_OK(es_model_get_info(m, &i));
+        CHECK(!strcmp(i.architecture, "gpt2") && i.n_vocab == 50257 && i.tokenizer == ES_TOKENIZER_GPT2);
+        CHECK(!strcmp(i.tokenizer_pre, "gpt-2"));
+    }
+    es_model_free(m);
+    CHECK_FAILS(es_model_load(vpath, NULL, &m), ES_ERR_UNSUPPORTED, "general.architecture is 'gpt2'");
+}
+
+/* ---- progress, cancellation, allocation failure */
+
+typedef struct prog {
+    float last;
+    int calls;
+    bool monotonic;
+    int cancel_at;
+} prog;
+
+static bool progress(float f, void *user) {
+    prog *p = user;
+    if (f < p->last || f < 0 || f > 1) p->monotonic = false;
+    p->last = f;
+    return ++p->calls != p->cancel_at;
+}
+
+static void test_progress(void) {
+    const char *path = tmp("good.gguf");
+    es_mk_params p = es_mk_default_params();
+    make(&p, path);
+    prog pr = {0, 0, true, -1};
+    es_model_params mp = es_model_default_params();
+    mp.progress_fn = progress;
+    mp.progress_user = &pr;
+    es_model *m = NULL;
+    CHECK_OK(es_model_load(path, &mp, &m));
+    CHECK(pr.calls >= 3 && pr.monotonic && pr.last == 1.0f);
+    es_model_free(m);
+    for (int k = 1; k <= 3; k++) {
+        pr = (prog){0, 0, true, k};
+        CHECK_FAILS(es_model_load(path, &mp, &m), ES_ERR_CANCELLED, "cancelled by the progress callback");
+        CHECK(m == NULL);
+    }
+}
+
+typedef struct budget {
+    int left, live;
+} budget;
+static void *b_alloc(size_t n, void *u) {
+    budget *b = u;
+    if (b->left-- <= 0) return NULL;
+    b->live++;
+    return malloc(n);
+}
+static void *b_realloc(void *ptr, size_t n, void *u) {
+    budget *b = u;
+    if (b->left-- <= 0) return NULL;
+    if (!ptr) b->live++;
+    return realloc(ptr, n);
+}
+static void b_free(void *ptr, void *u) {
+    budget *b = u;
+    if (ptr) b->live--;
+    free(ptr);
+}
+
+static void test_alloc_failures(void) {
+    const char *path = tmp("good.gguf");
+    es_mk_params p = es_mk_default_params();
+    p.n_layer = 1;
+    p.n_vocab = 260; /* every token is an allocation or two: keep the loop short */
+    make(&p, path);
+    int succeeded_at = -1;
+    for (int k = 0; k < 5000 && succeeded_at < 0; k++) {
+        budget b = {k, 0};
+        es_allocator a = {b_alloc, b_realloc, b_free, &b};
+        es_model_params mp = es_model_default_params();
+        mp.allocator = &a;
+        es_model *m = NULL;
+        es_status s = es_model_load(path, &mp, &m);
+        if (s == ES_OK) {
+            succeeded_at = k;
+            es_model_free(m);
+        } else {
+            CHECKF(s == ES_ERR_OUT_OF_MEMORY && m == NULL, "budget %d: %s: %s", k, es_status_str(s), es_last_error());
+        }
+        CHECKF(b.live == 0, "budget %d: %d allocations leaked", k, b.live);
+    }
+    CHECK(succeeded_at > 5);
+}
+
+/* ---- mkmodel's weights keep activations O(1) through depth */
+
+static void test_activations(void) {
+    const int depths[2] = {1, 12};
+    for (int k = 0; k < 2; k++) {
+        es_mk_params p = es_mk_default_params();
+        p.n_layer = depths[k];
+        p.type = ES__DTYPE_Q8_0;
+        const char *path = tmp("deep.gguf");
+        make(&p, path);
+        es_model *m = NULL;
+        CHECK_OK(es_model_load(path, NULL, &m));
+        es_context *ctx = NULL;
+        es_context_params cp = es_context_default_params();
+        cp.n_ctx = 64;
+        if (m) CHECK_OK(es_context_create(m, &cp, &ctx));
+        if (!ctx) {
+            es_model_free(m);
+            continue;
+        }
+        int32_t toks[8] = {1, 300, 301, 302, 303, 304, 305, 306};
+        es_batch b = {8, toks, NULL, NULL, NULL, NULL};
+        CHECK_OK(es_forward(ctx, &b));
+        const float *lg = NULL;
+        CHECK_OK(es_logits(ctx, 7, &lg));
+        double sum = 0, sq = 0;
+        bool finite = lg != NULL;
+        for (int i = 0; lg && i < 512; i++) {
+            finite = finite && isfinite(lg[i]);
+            sum += lg[i];
+            sq += (double)lg[i] * lg[i];
+        }
+        double sd = sqrt(sq / 512 - (sum / 512) * (sum / 512));
+        CHECKF(finite && sd > 0.2 && sd < 5.0, "%d layers: logit std %g", depths[k], sd);
+        es_context_free(ctx);
+        es_model_free(m);
+    }
+}
+
+/* The documented benchmark shapes (docs/formats.md), parameter counts computed by hand. */
+static void test_presets(void) {
+    const struct {
+        const char *name;
+        uint64_t params;
+    } want[] = {{"24m", 24407712ull}, {"134m", 134105856ull}, {"853m", 852559872ull}};
+    for (size_t k = 0; k < ES__ARRAY_LEN(want); k++) {
+        es_mk_params p = es_mk_default_params();
+        CHECK(es_mk_preset(want[k].name, &p) && p.n_vocab == 32000 && p.n_ctx == 2048 && !p.tied);
+        CHECKF(expected_params(&p, 32000) == want[k].params, "%s: %" PRIu64, want[k].name, expected_params(&p, 32000));
+    }
+    es_mk_params p = es_mk_default_params();
+    CHECK(!es_mk_preset("7b", &p));
+    CHECK(es_mk_max_vocab() >= 32000);
+}
+
+int main(void) {
+    snprintf(dir, sizeof dir, "model-load-%ld", (long)getpid());
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "mkdir -p %s", dir);
+    CHECK(system(cmd) == 0);
+    test_good(ES__DTYPE_F32, false, 0, ES_ROPE_NORM, true);
+    test_good(ES__DTYPE_F16, true, 2, ES_ROPE_NEOX, true);
+    test_good(ES__DTYPE_BF16, false, 1, ES_ROPE_NORM, false);
+    test_good(ES__DTYPE_Q8_0, false, 2, ES_ROPE_NORM, true);
+    test_good(ES__DTYPE_Q4_0, true, 4, ES_ROPE_NEOX, false);
+    test_bad();
+    test_files();
+    test_progress();
+    test_alloc_failures();
+    test_activations();
+    test_presets();
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    CHECK(system(cmd) == 0);
+    TEST_MAIN_END();
+}

@@ -1,0 +1,139 @@
+/* main.c: edgespec-mkmodel, the command line around mkmodel.c: writes a random-weights llama GGUF
+ * for tests, demos and benchmarks. Run with --help for the flags. */
+#include "mkmodel.h"
+
+#include "platform.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: edgespec-mkmodel -o OUT.gguf [options]\n"
+            "Writes a llama GGUF model with random weights (uniform, std 1/sqrt(n_in)).\n"
+            "  --preset NAME      benchmark shape: 24m, 134m or 853m (vocab 32000, ctx 2048, separate output)\n"
+            "  --n-vocab N        vocabulary size (default 512; synthetic vocabulary: 260..%d)\n"
+            "  --n-embd N         embedding width (default 64)\n"
+            "  --n-layer N        blocks (default 2)\n"
+            "  --n-head N         attention heads (default 4)\n"
+            "  --n-head-kv N      key/value heads (default = n-head)\n"
+            "  --n-ff N           feed-forward width (default 128)\n"
+            "  --n-ctx N          llama.context_length (default 256)\n"
+            "  --type T           f32, f16, bf16, q8_0 or q4_0 for every matrix (norms stay f32; default f32)\n"
+            "  --tied             no output.weight: the output head shares token_embd.weight\n"
+            "  --rope R           norm (default) or neox (written as edgespec.rope.ordering)\n"
+            "  --freq-base F      llama.rope.freq_base (default 10000)\n"
+            "  --seed N           random seed (default 1); a model is a pure function of its flags\n"
+            "  --vocab FILE       copy every tokenizer.ggml.* key from another GGUF (sets n-vocab)\n"
+            "  --name NAME        general.name (default edgespec-random)\n"
+            "  --quiet            no progress line\n",
+            es_mk_max_vocab());
+}
+
+static bool parse_type(const char *s, es__dtype *t) {
+    static const struct {
+        const char *name;
+        es__dtype t;
+    } types[] = {{"f32", ES__DTYPE_F32}, {"f16", ES__DTYPE_F16}, {"bf16", ES__DTYPE_BF16},
+                 {"q8_0", ES__DTYPE_Q8_0}, {"q4_0", ES__DTYPE_Q4_0}};
+    for (size_t i = 0; i < sizeof types / sizeof *types; i++)
+        if (!strcmp(s, types[i].name)) {
+            *t = types[i].t;
+            return true;
+        }
+    return false;
+}
+
+static bool parse_int(const char *s, int32_t *out) {
+    char *end;
+    long v = strtol(s, &end, 10);
+    if (*s == '\0' || *end != '\0' || v < 0 || v > 1 << 30) return false;
+    *out = (int32_t)v;
+    return true;
+}
+
+int main(int argc, char **argv) {
+    es_mk_params p = es_mk_default_params();
+    const char *out = NULL;
+    bool quiet = false;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        bool ok = true, takes = true;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            usage(stdout);
+            return 0;
+        } else if (!strcmp(a, "--tied")) {
+            p.tied = true;
+            takes = false;
+        } else if (!strcmp(a, "--quiet")) {
+            quiet = true;
+            takes = false;
+        } else if (!v) {
+            ok = false;
+        } else if (!strcmp(a, "-o") || !strcmp(a, "--output")) {
+            out = v;
+        } else if (!strcmp(a, "--preset")) {
+            ok = es_mk_preset(v, &p);
+        } else if (!strcmp(a, "--n-vocab")) {
+            ok = parse_int(v, &p.n_vocab);
+        } else if (!strcmp(a, "--n-embd")) {
+            ok = parse_int(v, &p.n_embd);
+        } else if (!strcmp(a, "--n-layer")) {
+            ok = parse_int(v, &p.n_layer);
+        } else if (!strcmp(a, "--n-head")) {
+            ok = parse_int(v, &p.n_head);
+        } else if (!strcmp(a, "--n-head-kv")) {
+            ok = parse_int(v, &p.n_head_kv);
+        } else if (!strcmp(a, "--n-ff")) {
+            ok = parse_int(v, &p.n_ff);
+        } else if (!strcmp(a, "--n-ctx")) {
+            ok = parse_int(v, &p.n_ctx);
+        } else if (!strcmp(a, "--type")) {
+            ok = parse_type(v, &p.type);
+        } else if (!strcmp(a, "--rope")) {
+            ok = !strcmp(v, "norm") || !strcmp(v, "neox");
+            p.rope = !strcmp(v, "neox") ? ES_ROPE_NEOX : ES_ROPE_NORM;
+        } else if (!strcmp(a, "--freq-base")) {
+            char *end;
+            p.freq_base = strtof(v, &end);
+            ok = *end == '\0' && p.freq_base > 0;
+        } else if (!strcmp(a, "--seed")) {
+            char *end;
+            p.seed = strtoull(v, &end, 10);
+            ok = *end == '\0';
+        } else if (!strcmp(a, "--vocab")) {
+            p.vocab_path = v;
+        } else if (!strcmp(a, "--name")) {
+            p.name = v;
+        } else {
+            fprintf(stderr, "edgespec-mkmodel: unknown option '%s'\n", a);
+            usage(stderr);
+            return 2;
+        }
+        if (!ok) {
+            fprintf(stderr, "edgespec-mkmodel: bad or missing value for %s%s%s\n", a, v ? ": " : "", v ? v : "");
+            return 2;
+        }
+        if (takes) i++;
+    }
+    if (!out) {
+        usage(stderr);
+        return 2;
+    }
+    /* a progress line for models that take more than a moment */
+    uint64_t approx = (uint64_t)p.n_embd * (uint64_t)p.n_embd * 12u * (uint64_t)p.n_layer +
+                      2u * (uint64_t)p.n_embd * (uint64_t)p.n_vocab;
+    p.progress = !quiet && approx > 20000000u;
+    es__err err = {ES_OK, ""};
+    double t0 = es__time_now();
+    es_status s = es_mk_write(&p, out, &err);
+    if (s != ES_OK) {
+        const char *msg = err.msg[0] ? err.msg : es_last_error();
+        if (!strncmp(msg, "mkmodel: ", 9)) msg += 9;
+        fprintf(stderr, "edgespec-mkmodel: %s\n", msg);
+        return 1;
+    }
+    if (!quiet) fprintf(stderr, "edgespec-mkmodel: wrote %s in %.1f s\n", out, es__time_now() - t0);
+    return 0;
+}
