@@ -1,0 +1,63 @@
+/* cli.h: what the edgespec subcommands share: the subcommand entry points, error reporting with
+ * the library's message, model loading with a progress bar, and the backend/context options
+ * every model-running subcommand accepts. The CLI uses only the public header, like an app. */
+#ifndef EDGESPEC_CLI_H
+#define EDGESPEC_CLI_H
+
+#include "args.h"
+#include "edgespec.h"
+
+#include <stddef.h>
+
+/* Exit statuses: 0 success, 1 a failure reported by the library or the system, 2 bad usage. */
+enum { CLI_EXIT_OK = 0, CLI_EXIT_FAIL = 1, CLI_EXIT_USAGE = 2 };
+
+/* Subcommands: argv[0] is the subcommand's name. */
+int cli_cmd_run(int argc, char **argv);
+int cli_cmd_info(int argc, char **argv);
+int cli_cmd_tokenize(int argc, char **argv);
+
+/* Prints "edgespec CMD: WHAT: <es_last_error()> (<status>)" to stderr and returns CLI_EXIT_FAIL. */
+int cli_fail_status(const char *cmd, es_status s, const char *what);
+/* Prints "edgespec CMD: <message>" to stderr and returns CLI_EXIT_FAIL. */
+int cli_fail(const char *cmd, const char *fmt, ...)
+#if defined(__GNUC__) || defined(__clang__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+
+/* Loads path with a progress bar on stderr for large files (see common.c); NULL after printing
+ * the library's message. */
+es_model *cli_load_model(const char *cmd, const char *path, bool vocab_only);
+
+/* Reads a whole file into malloc'd memory (NUL-terminated; *len excludes the NUL). NULL after
+ * printing why. */
+char *cli_read_file(const char *cmd, const char *path, size_t *len);
+
+/* Options of every subcommand that runs a model. */
+typedef struct cli_backend_args {
+    int backend;          /* index into cli_backend_names */
+    const char *device;   /* Vulkan device: index, name substring or type */
+    int32_t threads;      /* 0 = all online processors */
+    int32_t ctx_size;     /* 0 = the model's, capped at 4096 */
+    int32_t batch_size;   /* 0 = 512 */
+} cli_backend_args;
+
+extern const char *const cli_backend_names[]; /* "cpu", "vulkan", NULL: es_backend_type order */
+
+cli_backend_args cli_backend_defaults(void);
+
+/* The table entries for cli_backend_args, to spread into a subcommand's option table. */
+#define CLI_BACKEND_OPTS(a)                                                                        \
+    {"--backend", NULL, CLI_CHOICE, &(a).backend, "NAME", "where the model runs", 0, 0, cli_backend_names},   \
+    {"--device", NULL, CLI_STR, &(a).device, "DEV", "Vulkan device: index, name substring or type", 0, 0, NULL}, \
+    {"--threads", "-t", CLI_INT, &(a).threads, "N", "CPU threads, 0 = all processors", 0, 4096, NULL},         \
+    {"--ctx-size", "-c", CLI_INT, &(a).ctx_size, "N", "KV cache tokens, 0 = the model's (at most 4096)", 0, 1 << 24, NULL}, \
+    {"--batch-size", "-b", CLI_INT, &(a).batch_size, "N", "most tokens per forward call, 0 = 512", 0, 1 << 20, NULL}
+
+/* Creates the backend and a context for model; on failure prints why, frees what it made and
+ * returns CLI_EXIT_FAIL. */
+int cli_open_context(const char *cmd, const cli_backend_args *a, const es_model *model, es_backend **backend,
+                     es_context **ctx);
+
+#endif /* EDGESPEC_CLI_H */

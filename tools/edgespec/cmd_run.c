@@ -1,0 +1,151 @@
+/* cmd_run.c: `edgespec run`: generate a continuation of a prompt. Only the generated text goes
+ * to stdout, streamed token by token; a stats line (prompt and decode tokens/s) ends stderr. */
+#include "cli.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+typedef struct run_args {
+    const char *model;
+    const char *prompt;
+    const char *file;
+    int32_t n_predict;
+    bool ignore_eos;
+    bool no_bos;
+    es_sampler_params sp;
+    cli_backend_args be;
+} run_args;
+
+typedef struct run_sink {
+    int write_errno; /* nonzero once stdout failed */
+    size_t bytes;
+} run_sink;
+
+static bool on_token(int32_t token, const char *piece, size_t len, void *user) {
+    (void)token;
+    run_sink *o = user;
+    if (len > 0 && fwrite(piece, 1, len, stdout) != len) o->write_errno = errno ? errno : EIO;
+    if (!o->write_errno && fflush(stdout) != 0) o->write_errno = errno ? errno : EIO;
+    o->bytes += len;
+    return o->write_errno == 0; /* a closed pipe stops generation instead of raising SIGPIPE */
+}
+
+static double per_second(int32_t n, double ms) {
+    return ms > 0 ? (double)n * 1e3 / ms : 0.0;
+}
+
+/* Tokenizes the prompt into a malloc'd array; NULL after printing why. */
+static int32_t *tokenize_prompt(const es_model *m, const char *text, size_t len, bool add_special, size_t *n) {
+    size_t cap = len + 16, need = 0;
+    int32_t *toks = malloc(sizeof *toks * cap);
+    if (!toks) {
+        cli_fail("run", "out of memory for a %zu-byte prompt", len);
+        return NULL;
+    }
+    es_status s = es_tokenize(m, text, len, add_special, true, toks, cap, &need);
+    if (s == ES_ERR_BUFFER_TOO_SMALL) {
+        int32_t *grown = realloc(toks, sizeof *toks * need);
+        if (!grown) {
+            free(toks);
+            cli_fail("run", "out of memory for %zu prompt tokens", need);
+            return NULL;
+        }
+        toks = grown;
+        s = es_tokenize(m, text, len, add_special, true, toks, need, &need);
+    }
+    if (s != ES_OK) {
+        free(toks);
+        cli_fail_status("run", s, "cannot tokenize the prompt");
+        return NULL;
+    }
+    *n = need;
+    return toks;
+}
+
+static int generate(const run_args *a, es_context *ctx, const int32_t *prompt, size_t n_prompt) {
+    run_sink sink = {0, 0};
+    es_generate_params gp = es_generate_default_params();
+    gp.n_predict = a->n_predict;
+    gp.ignore_eog = a->ignore_eos;
+    gp.sampling = a->sp;
+    gp.on_token = on_token;
+    gp.user = &sink;
+    es_generate_stats st;
+    es_status s = es_generate(ctx, prompt, n_prompt, &gp, NULL, 0, &st);
+    if (isatty(STDOUT_FILENO) && sink.bytes > 0) fputc('\n', stderr); /* keep the stats off the text's line */
+    if (s != ES_OK) return cli_fail_status("run", s, "generation failed");
+    if (sink.write_errno) return cli_fail("run", "writing the output: %s", strerror(sink.write_errno));
+    fprintf(stderr,
+            "edgespec run: prompt %d tokens in %.1f ms (%.1f tokens/s), decode %d tokens in %.1f ms "
+            "(%.1f tokens/s), backend %s\n",
+            st.n_prompt, st.prompt_ms, per_second(st.n_prompt, st.prompt_ms), st.n_generated, st.decode_ms,
+            per_second(st.n_generated, st.decode_ms), cli_backend_names[a->be.backend]);
+    return CLI_EXIT_OK;
+}
+
+int cli_cmd_run(int argc, char **argv) {
+    run_args a = {NULL, NULL, NULL, 128, false, false, es_sampler_default_params(), cli_backend_defaults()};
+    const cli_opt opts[] = {
+        {"--model", "-m", CLI_STR, &a.model, "PATH", "GGUF model file", 0, 0, NULL},
+        {"--prompt", "-p", CLI_STR, &a.prompt, "TEXT", "prompt text", 0, 0, NULL},
+        {"--file", "-f", CLI_STR, &a.file, "PATH", "read the prompt from a file", 0, 0, NULL},
+        {"--n-predict", "-n", CLI_INT, &a.n_predict, "N", "tokens to generate, 0 = until end of text or context", 0,
+         INT32_MAX, NULL},
+        {"--temp", NULL, CLI_FLOAT, &a.sp.temperature, "T", "temperature, 0 = greedy", 0, 1e6, NULL},
+        {"--top-k", NULL, CLI_INT, &a.sp.top_k, "K", "keep the K most likely tokens, 0 = off", 0, INT32_MAX, NULL},
+        {"--top-p", NULL, CLI_FLOAT, &a.sp.top_p, "P", "nucleus mass in (0, 1], 1 = off", 0, 1, NULL},
+        {"--min-p", NULL, CLI_FLOAT, &a.sp.min_p, "P", "drop tokens below P times the best one's probability", 0, 1,
+         NULL},
+        {"--repeat-penalty", NULL, CLI_FLOAT, &a.sp.repeat_penalty, "X", "penalty on recent tokens, 1 = off", 0, 1e6,
+         NULL},
+        {"--repeat-last-n", NULL, CLI_INT, &a.sp.repeat_last_n, "N", "tokens the penalty looks back, -1 = all", -1,
+         INT32_MAX, NULL},
+        {"--seed", "-s", CLI_U64, &a.sp.seed, "N", "random seed (sampling is reproducible per seed)", 0, 0, NULL},
+        {"--ignore-eos", NULL, CLI_FLAG, &a.ignore_eos, NULL, "keep generating past end-of-text tokens", 0, 0, NULL},
+        {"--no-bos", NULL, CLI_FLAG, &a.no_bos, NULL, "do not add the model's BOS token to the prompt", 0, 0, NULL},
+        CLI_BACKEND_OPTS(a.be),
+    };
+    const cli_command cmd = {"run", "-m MODEL (-p PROMPT | -f FILE) [options]",
+                             "Generate a continuation of the prompt: text on stdout, statistics on stderr.", opts,
+                             CLI_N_OPTS(opts), 0, 0};
+    const char *pos[1];
+    int n_pos;
+    cli_parse_result r = cli_parse(&cmd, argc - 1, argv + 1, pos, &n_pos, NULL);
+    if (r != CLI_PARSE_OK) return r == CLI_PARSE_HELP ? CLI_EXIT_OK : CLI_EXIT_USAGE;
+    if (!a.model || (!a.prompt) == (!a.file)) {
+        fprintf(stderr, "edgespec run: %s\n\n", !a.model ? "-m MODEL is required" : "give exactly one of -p PROMPT and -f FILE");
+        cli_usage(stderr, &cmd);
+        return CLI_EXIT_USAGE;
+    }
+
+    size_t text_len = 0;
+    char *text_buf = NULL;
+    const char *text = a.prompt;
+    if (a.file) {
+        text_buf = cli_read_file("run", a.file, &text_len);
+        if (!text_buf) return CLI_EXIT_FAIL;
+        text = text_buf;
+    } else {
+        text_len = strlen(a.prompt);
+    }
+    int rc = CLI_EXIT_FAIL;
+    es_backend *backend = NULL;
+    es_context *ctx = NULL;
+    int32_t *prompt = NULL;
+    size_t n_prompt = 0;
+    es_model *model = cli_load_model("run", a.model, false);
+    if (model && (prompt = tokenize_prompt(model, text, text_len, !a.no_bos, &n_prompt)) != NULL) {
+        if (n_prompt == 0)
+            rc = cli_fail("run", "the prompt is empty and the model adds no BOS token: nothing to continue from");
+        else if (cli_open_context("run", &a.be, model, &backend, &ctx) == CLI_EXIT_OK)
+            rc = generate(&a, ctx, prompt, n_prompt);
+    }
+    es_context_free(ctx);
+    es_backend_free(backend);
+    es_model_free(model);
+    free(prompt);
+    free(text_buf);
+    return rc;
+}
