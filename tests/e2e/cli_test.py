@@ -1,0 +1,287 @@
+#!/usr/bin/python3
+"""cli_test.py: end-to-end tests of the built `edgespec` binary (Python standard library only).
+
+Usage: cli_test.py CASE --cli PATH [--model PATH] [--example PATH] [--vocab-dir DIR]
+Cases: run, info, tokenize, errors. Each check prints what it ran when it fails; the exit
+status is the number of failed checks (0 = pass). A process ended by a signal always fails.
+"""
+import argparse
+import os
+import re
+import shlex
+import subprocess
+import sys
+import tempfile
+
+failures = 0
+checks = 0
+
+
+def check(cond, what, proc=None):
+    global failures, checks
+    checks += 1
+    if cond:
+        return True
+    failures += 1
+    print(f"FAIL: {what}", file=sys.stderr)
+    if proc is not None:
+        print(f"  command: {' '.join(proc.args)}\n  exit status: {proc.returncode}", file=sys.stderr)
+        print(f"  stdout: {proc.stdout[-2000:]!r}\n  stderr: {proc.stderr[-2000:]!r}", file=sys.stderr)
+    return False
+
+
+def run(cmd, timeout=120, stdin=None):
+    p = subprocess.run(cmd, capture_output=True, timeout=timeout, stdin=stdin if stdin is not None else subprocess.DEVNULL)
+    p.stdout = p.stdout.decode("utf-8", "replace")
+    p.stderr = p.stderr.decode("utf-8", "replace")
+    # Python reports death by signal as a negative status; it is never acceptable.
+    check(p.returncode >= 0, f"no signal (got signal {-p.returncode})", p)
+    return p
+
+
+STATS = re.compile(r"^edgespec run: prompt (\d+) tokens in [0-9.]+ ms \([0-9.]+ tokens/s\), "
+                   r"decode (\d+) tokens in [0-9.]+ ms \([0-9.]+ tokens/s\), backend \w+$")
+
+
+def case_run(a):
+    cli, m = a.cli, a.model
+    base = [cli, "run", "-m", m, "-p", "The quick brown fox", "-n", "24", "--ignore-eos"]
+    g1 = run(base + ["--temp", "0"])
+    if not check(g1.returncode == 0, "greedy run succeeds", g1):
+        return
+    lines = g1.stderr.splitlines()
+    check(len(lines) == 1 and STATS.match(lines[0]) is not None,
+          "stderr is exactly one stats line", g1)
+    mt = STATS.match(lines[-1]) if lines else None
+    check(mt is not None and int(mt.group(2)) == 24, "24 tokens generated with --ignore-eos", g1)
+    check(len(g1.stdout) > 0, "some text on stdout", g1)
+    check("tokens/s" not in g1.stdout and "edgespec" not in g1.stdout, "no statistics or logs on stdout", g1)
+    check(not g1.stdout.startswith("The quick brown fox"), "the prompt is not echoed", g1)
+
+    # greedy decoding is deterministic, and independent of threads and prompt batching
+    for extra in ([], ["--threads", "1"], ["--batch-size", "1"], ["--threads", "2", "--batch-size", "3"]):
+        g2 = run(base + ["--temp", "0"] + extra)
+        check(g2.returncode == 0 and g2.stdout == g1.stdout, f"greedy output repeats with {extra}", g2)
+
+    # the CLI's text is exactly what an embedding application gets from es_generate
+    if a.example:
+        ex = run([a.example, m, "The quick brown fox", "24"])
+        check(ex.returncode == 0, "examples/minimal runs", ex)
+        # minimal.c stops at end-of-generation; compare the common prefix length it produced
+        check(g1.stdout.startswith(ex.stdout) and len(ex.stdout) > 0,
+              "CLI greedy text equals the embedding example's", ex)
+
+    # sampling: reproducible per seed, different across seeds
+    samp = base + ["--temp", "1.0", "--top-k", "0", "--top-p", "1", "--min-p", "0"]
+    s1 = run(samp + ["--seed", "7"])
+    s2 = run(samp + ["--seed", "7"])
+    check(s1.returncode == 0 and s1.stdout == s2.stdout, "same seed, same text", s2)
+    # random tied-embedding models are very peaked: a hotter run over a few seeds must differ
+    hot = base + ["--temp", "3.0", "--top-k", "0", "--top-p", "1", "--min-p", "0"]
+    texts = {run(hot + ["--seed", str(seed)]).stdout for seed in (7, 8, 9, 10)}
+    check(len(texts) > 1, f"other seeds, other text ({len(texts)} distinct of 4)")
+
+    # prompt from a file gives the same result as -p
+    with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as f:
+        f.write("The quick brown fox")
+    try:
+        fr = run([cli, "run", "-m", m, "-f", f.name, "-n", "24", "--ignore-eos", "--temp", "0"])
+        check(fr.returncode == 0 and fr.stdout == g1.stdout, "-f FILE equals -p TEXT", fr)
+    finally:
+        os.unlink(f.name)
+
+    # a small context stops generation without an error
+    small = run([cli, "run", "-m", m, "-p", "a b", "-n", "100", "--ignore-eos", "--temp", "0", "-c", "16"])
+    ms = STATS.match(small.stderr.splitlines()[-1]) if small.stderr else None
+    check(small.returncode == 0 and ms is not None and int(ms.group(1)) + int(ms.group(2)) <= 17,
+          "generation stops at the context size", small)
+
+
+def read_vocab_cases(path):
+    with open(path + ".inp", encoding="utf-8") as f:
+        inp = f.read()
+    sep = "\n__ggml_vocab_test__\n"
+    texts = inp.split(sep)
+    if texts and texts[-1] == "":
+        texts.pop()
+    with open(path + ".out", encoding="utf-8") as f:
+        outs = [line.split() for line in f.read().split("\n")]
+    return list(zip(texts, outs[: len(texts)]))
+
+
+def case_tokenize(a):
+    cli = a.cli
+    for name in ("ggml-vocab-llama-spm.gguf", "ggml-vocab-gpt-2.gguf"):
+        vocab = os.path.join(a.vocab_dir, name)
+        cases = read_vocab_cases(vocab)
+        check(len(cases) >= 10, f"{name}: test strings found")
+        with tempfile.TemporaryDirectory() as tmp:
+            for i, (text, want) in enumerate(cases):
+                path = os.path.join(tmp, f"{i}.txt")
+                with open(path, "w", encoding="utf-8", newline="") as f:
+                    f.write(text)
+                p = run([cli, "tokenize", "-m", vocab, "-f", path, "--no-bos", "--no-parse-special"])
+                got = p.stdout.rstrip("\n").split()
+                check(p.returncode == 0 and got == want and p.stdout.count("\n") == 1,
+                      f"{name} string {i} {text[:40]!r}: ids {want}", p)
+    # with the BOS token (llama vocabularies add it by default) and from -p
+    vocab = os.path.join(a.vocab_dir, "ggml-vocab-llama-spm.gguf")
+    p = run([cli, "tokenize", "-m", vocab, "-p", "Hello world"])
+    q = run([cli, "tokenize", "-m", vocab, "-p", "Hello world", "--no-bos"])
+    check(p.returncode == 0 and q.returncode == 0 and p.stdout.split() == ["1"] + q.stdout.split(),
+          "BOS (id 1) added unless --no-bos", p)
+    e = run([cli, "tokenize", "-m", vocab, "-p", "", "--no-bos"])
+    check(e.returncode == 0 and e.stdout == "\n", "empty text: an empty line", e)
+
+
+def case_info(a):
+    p = run([a.cli, "info", a.model])
+    if not check(p.returncode == 0, "info succeeds", p):
+        return
+    for needle in ("architecture   llama", "token_embd.weight", "blk.0.attn_q.weight", "output_norm.weight",
+                   "n_layer", "n_head_kv", "tokenizer", "tensors"):
+        check(needle in p.stdout, f"info lists {needle!r}", p)
+    m = re.search(r"^tensors\s+(\d+)", p.stdout, re.M)
+    listed = len(re.findall(r"^  \S+\.weight\s", p.stdout, re.M))
+    check(m is not None and int(m.group(1)) == listed and listed > 0, "every tensor listed once", p)
+    q = run([a.cli, "info", "-m", a.model])
+    check(q.returncode == 0 and q.stdout == p.stdout, "info -m MODEL equals info MODEL", q)
+    v = run([a.cli, "info", os.path.join(a.vocab_dir, "ggml-vocab-gpt-2.gguf")])
+    check(v.returncode == 0 and "vocabulary-only" in v.stdout and "gpt2" in v.stdout,
+          "info describes a vocabulary-only file", v)
+
+
+def expect_fail(cmd, status, needles, what):
+    p = run(cmd)
+    ok = p.returncode == status and all(n in p.stderr for n in needles) and p.stdout == ""
+    check(ok, f"{what}: exit {status}, stderr mentions {needles}, nothing on stdout", p)
+
+
+def case_errors(a):
+    cli, m = a.cli, a.model
+    with tempfile.TemporaryDirectory() as tmp:
+        missing = os.path.join(tmp, "missing.gguf")
+        expect_fail([cli, "run", "-m", missing, "-p", "x"], 1, ["cannot load", missing], "missing model file")
+        expect_fail([cli, "info", missing], 1, ["cannot load", missing], "info on a missing file")
+        expect_fail([cli, "tokenize", "-m", missing, "-p", "x"], 1, ["cannot load"], "tokenize on a missing file")
+        junk = os.path.join(tmp, "junk.gguf")
+        with open(junk, "wb") as f:
+            f.write(b"this is not a gguf file at all, just some text" * 10)
+        expect_fail([cli, "run", "-m", junk, "-p", "x"], 1, ["cannot load", "magic"], "not a GGUF file")
+        expect_fail([cli, "info", junk], 1, ["magic"], "info on a non-GGUF file")
+        with open(m, "rb") as f:
+            head = f.read()
+        trunc = os.path.join(tmp, "truncated.gguf")
+        with open(trunc, "wb") as f:
+            f.write(head[: len(head) // 2])
+        expect_fail([cli, "run", "-m", trunc, "-p", "x"], 1, ["cannot load"], "truncated model")
+        expect_fail([cli, "info", trunc], 1, ["cannot load"], "info on a truncated model")
+        empty = os.path.join(tmp, "empty.gguf")
+        open(empty, "wb").close()
+        expect_fail([cli, "run", "-m", empty, "-p", "x"], 1, ["cannot load"], "empty file")
+        expect_fail([cli, "run", "-m", tmp, "-p", "x"], 1, ["cannot load"], "a directory")
+        expect_fail([cli, "run", "-m", m, "-f", missing], 1, ["cannot open", missing], "missing prompt file")
+    # usage errors: status 2 and the usage text
+    expect_fail([cli], 2, ["usage:"], "no command")
+    expect_fail([cli, "frobnicate"], 2, ["unknown command", "usage:"], "unknown command")
+    expect_fail([cli, "run", "-m", m, "-p", "x", "--bogus"], 2, ["unknown option '--bogus'", "usage:"], "bad flag")
+    expect_fail([cli, "run", "-p", "x"], 2, ["-m MODEL is required", "usage:"], "no model")
+    expect_fail([cli, "run", "-m", m], 2, ["-p PROMPT", "usage:"], "no prompt")
+    expect_fail([cli, "run", "-m", m, "-p", "x", "-n"], 2, ["needs a value"], "missing value")
+    expect_fail([cli, "run", "-m", m, "-p", "x", "--temp", "warm"], 2, ["--temp expects"], "non-numeric value")
+    expect_fail([cli, "run", "-m", m, "-p", "x", "-n", "12abc"], 2, ["--n-predict expects"], "trailing junk")
+    expect_fail([cli, "run", "-m", m, "-p", "x", "--temp", "-1"], 2, ["out of range"], "negative temperature")
+    expect_fail([cli, "run", "-m", m, "-p", "x", "--seed", "-3"], 2, ["--seed expects"], "negative seed")
+    expect_fail([cli, "run", "-m", m, "-p", "x", "--backend", "tpu"], 2, ["cpu", "vulkan"], "unknown backend")
+    expect_fail([cli, "run", "-m", m, "-p", "x", "extra"], 2, ["unexpected argument"], "stray argument")
+    expect_fail([cli, "info"], 2, ["usage:"], "info without a file")
+    expect_fail([cli, "tokenize", "-m", m, "-p", "x", "-f", "y"], 2, ["exactly one"], "both -p and -f")
+    # errors the library reports: status 1 and its message
+    expect_fail([cli, "run", "-m", m, "-p", "x", "--top-p", "0"], 1, ["top_p"], "top-p 0")
+    long_prompt = " ".join(["word"] * 64)
+    expect_fail([cli, "run", "-m", m, "-p", long_prompt, "-c", "8"], 1, ["n_ctx"], "prompt longer than the context")
+    # help goes to stdout with status 0
+    h = run([cli, "run", "--help"])
+    check(h.returncode == 0 and "--temp" in h.stdout and "--backend" in h.stdout and h.stderr == "", "run --help", h)
+    h = run([cli, "help", "tokenize"])
+    check(h.returncode == 0 and "--no-bos" in h.stdout, "help tokenize", h)
+    v = run([cli, "--version"])
+    check(v.returncode == 0 and v.stdout.startswith("edgespec "), "--version", v)
+    # a closed stdout ends generation with a status, not SIGPIPE
+    with subprocess.Popen([cli, "run", "-m", m, "-p", "x", "-n", "400", "--ignore-eos", "-c", "512"],
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE) as p:
+        p.stdout.close()
+        _, err = p.communicate(timeout=120)
+        check(p.returncode in (0, 1), f"closed stdout: exit {p.returncode} (not a signal); stderr {err[-300:]!r}")
+
+
+def sh_blocks(text):
+    """The ```sh blocks of a markdown text, in order, with the line each starts on."""
+    blocks, cur, start = [], None, 0
+    for n, line in enumerate(text.split("\n")):
+        if cur is None and line.startswith("```sh"):
+            cur, start = [], n
+        elif cur is not None and line.startswith("```"):
+            blocks.append((start, "\n".join(cur)))
+            cur = None
+        elif cur is not None:
+            cur.append(line)
+    return blocks
+
+
+def case_readme(a):
+    """README opens with exactly the two commands (demo; tests), .ci/run reads the second, and the
+    demo's CLI invocation works on what this build made (build/ mapped to this build directory)."""
+    with open(os.path.join(a.source_root, "README.md"), encoding="utf-8") as f:
+        readme = f.read()
+    first_section = readme.find("\n## ")
+    blocks = [b for b in sh_blocks(readme) if readme.count("\n", 0, first_section) > b[0]]
+    check(len(blocks) == 2, f"README's opening has exactly two sh commands (found {len(blocks)})")
+    if len(blocks) != 2:
+        return
+    demo, tests = blocks[0][1], blocks[1][1]
+    for name, cmd in (("demo", demo), ("tests", tests)):
+        check("\n" not in cmd and cmd.startswith("apt-get update && apt-get install -y "),
+              f"{name} command: one line that starts by installing the dependencies")
+    check(" && meson setup build && ninja -C build && " in demo, "demo command builds in build/")
+    check(tests.endswith(" && meson setup build && meson test -C build --print-errorlogs"),
+          "test command runs the whole suite in build/")
+    marker = readme.find("<!-- ci: test command -->")
+    check(marker != -1 and readme.find("```sh", marker) == readme.find(tests) - len("```sh\n"),
+          "the CI marker sits right before the test command")
+    with open(os.path.join(a.source_root, ".ci", "run"), encoding="utf-8") as f:
+        ci = f.read()
+    check("<!-- ci: test command -->" in ci, ".ci/run extracts the README's test command")
+    # every package the demo installs is installed by the test command too
+    pk = lambda c: set(c.split(" && ")[1].split()[3:])
+    check(pk(demo) <= pk(tests), f"test command installs the demo's packages (missing {pk(demo) - pk(tests)})")
+    run_cmd = demo.split(" && ")[-1]
+    check(run_cmd.startswith("build/tools/edgespec/edgespec run "), "demo ends by running the CLI", None)
+    argv = shlex.split(run_cmd)
+    argv = [os.path.join(a.build_root, x[len("build/"):]) if x.startswith("build/") else x for x in argv]
+    p = run(argv, timeout=300)
+    lines = p.stderr.splitlines()
+    check(p.returncode == 0 and len(p.stdout) > 0 and len(lines) >= 1 and STATS.match(lines[-1]) is not None,
+          "the demo's CLI command generates text and a stats line", p)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("case", choices=["run", "info", "tokenize", "errors", "readme"])
+    ap.add_argument("--source-root")
+    ap.add_argument("--build-root")
+    ap.add_argument("--cli", required=True)
+    ap.add_argument("--model")
+    ap.add_argument("--example")
+    ap.add_argument("--vocab-dir")
+    a = ap.parse_args()
+    globals()["case_" + a.case](a)
+    print(f"{checks} checks, {failures} failed")
+    if checks == 0:
+        print("no checks ran", file=sys.stderr)
+        return 1
+    return min(failures, 100)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# install_test.sh: `meson install` into a temporary root, then build examples/minimal.c against
+# the installed pkg-config file (shared and static), run both and the installed CLI, and check
+# only the public header was installed.
+# Usage: install_test.sh MESON BUILD_DIR SOURCE_DIR CC SANITIZE PREFIX LIBDIR MODEL
+set -euo pipefail
+meson=$1 build=$2 src=$3 cc=$4 sanitize=$5 prefix=$6 libdir=$7 model=$8
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+root=$tmp/root
+fail() { echo "install_test: $*" >&2; exit 1; }
+
+"$meson" install -C "$build" --no-rebuild --destdir "$root" >"$tmp/install.log" 2>&1 ||
+  { cat "$tmp/install.log" >&2; fail "meson install failed"; }
+
+lib=$root$prefix/$libdir
+[ -f "$root$prefix/include/edgespec.h" ] || fail "edgespec.h not installed"
+extra=$(find "$root$prefix/include" -type f ! -name edgespec.h)
+[ -z "$extra" ] || fail "internal headers installed: $extra"
+[ -f "$lib/libedgespec.a" ] || fail "static library not installed"
+ls "$lib"/libedgespec.so.* >/dev/null 2>&1 || fail "shared library not installed"
+[ -x "$root$prefix/bin/edgespec" ] || fail "CLI not installed"
+
+export PKG_CONFIG_LIBDIR=$lib/pkgconfig PKG_CONFIG_SYSROOT_DIR=$root
+cflags=$(pkg-config --cflags edgespec) || fail "pkg-config cannot find edgespec.pc in $lib/pkgconfig"
+san=()
+[ "$sanitize" = none ] || san=(-fsanitize="$sanitize")
+"$cc" -std=c11 -Wall -Wextra -Werror "${san[@]}" $cflags "$src/examples/minimal.c" \
+  $(pkg-config --libs edgespec) -o "$tmp/minimal_shared"
+other_libs=$(pkg-config --static --libs-only-l edgespec | sed 's/-ledgespec//')
+"$cc" -std=c11 -Wall -Wextra -Werror "${san[@]}" $cflags "$src/examples/minimal.c" \
+  $(pkg-config --libs-only-L edgespec) -Wl,-Bstatic -ledgespec -Wl,-Bdynamic $other_libs -o "$tmp/minimal_static"
+if ldd "$tmp/minimal_static" | grep -q libedgespec; then fail "the static build links libedgespec.so"; fi
+
+LD_LIBRARY_PATH=$lib "$tmp/minimal_shared" "$model" "Hello there" 12 >"$tmp/shared.txt" 2>"$tmp/shared.err" ||
+  { cat "$tmp/shared.err" >&2; fail "minimal (shared) failed"; }
+"$tmp/minimal_static" "$model" "Hello there" 12 >"$tmp/static.txt" 2>"$tmp/static.err" ||
+  { cat "$tmp/static.err" >&2; fail "minimal (static) failed"; }
+[ -s "$tmp/shared.txt" ] || fail "minimal printed no text"
+cmp -s "$tmp/shared.txt" "$tmp/static.txt" || fail "shared and static builds generate different text"
+LD_LIBRARY_PATH=$lib "$root$prefix/bin/edgespec" --version | grep -q '^edgespec ' || fail "installed CLI does not run"
+echo "install_test: ok ($(wc -c <"$tmp/shared.txt") bytes of text)"
