@@ -115,6 +115,13 @@ struct es__vocab {
     bool ignore_merges;          /* Llama 3: a word that is a token is not merged                */
 };
 
+/* SentencePiece segments text into normal, user-defined and unused pieces only; control, unknown
+ * and byte tokens are reserved (they come from special-token matching and byte fallback). */
+static inline bool es__spm_piece(const es__vocab *v, int32_t id) {
+    uint8_t t = v->types[id];
+    return t != ES__TOK_CONTROL && t != ES__TOK_UNKNOWN && t != ES__TOK_BYTE;
+}
+
 /* ---- Hashing. */
 static inline uint64_t es__hash_mix(uint64_t x) {
     x ^= x >> 33;

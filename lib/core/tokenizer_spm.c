@@ -1,7 +1,7 @@
 /* tokenizer_spm.c: SentencePiece BPE (tokenizer.ggml.model "llama") as llama.cpp runs it: spaces
  * become U+2581, every character is a symbol, adjacent symbols merge into the token of highest
- * score, the leftmost on ties, and a character left that is no token falls back to its <0xXX>
- * byte tokens. Invalid UTF-8 bytes are characters of their own and always fall back to bytes, so
+ * score, the leftmost on ties, and a character left that is no piece (normal, user-defined or
+ * unused token) falls back to its <0xXX> byte tokens. Invalid UTF-8 bytes are characters of their own and always fall back to bytes, so
  * every input is encodable and decodes back to itself (U+2581 in the input decodes as a space).
  * The text is cut where two adjacent characters appear together in no token: no merge can cross
  * such a point, so the pieces encode independently to exactly what the whole would give, in
@@ -42,7 +42,7 @@ static es_status encode_piece(const es__vocab *v, const uint8_t *t, int32_t n, e
     ES_TRY(es__merge_symbols(v, s, n, err));
     for (int32_t i = 0; i >= 0; i = s->sym[i].next) {
         const es__sym *y = &s->sym[i];
-        if (y->sid >= 0 && y->sid < v->n_tokens) {
+        if (y->sid >= 0 && y->sid < v->n_tokens && es__spm_piece(v, y->sid)) {
             ES_TRY(es__scratch_push(s, y->sid, err));
         } else if (y->src == PREFIX_SRC || t[y->src] == ' ') {
             ES_TRY(fallback(v, mark, 3, s, err));

@@ -337,14 +337,16 @@ static es_status check_specials(builder *b, const es__vocab_desc *d) {
 /* ---- Merge tables. */
 
 /* SentencePiece: every split of a token into two strings that can be symbols (tokens, or single
- * characters) is a merge with the token's score. Two adjacent characters that appear together in
- * no token can never be merged across, which lets the encoder cut its input there. */
+ * characters) is a merge with the token's score. As in SentencePiece, control, unknown and byte
+ * tokens are never the result of a merge. Two adjacent characters that appear together in no
+ * token can never be merged across, which lets the encoder cut its input there. */
 static es_status build_spm_pairs(builder *b) {
     es__vocab *v = b->v;
     for (int32_t id = 0; id < v->n_tokens; id++) {
         const char *t = v->text + v->text_off[id];
         size_t n = v->text_off[id + 1] - v->text_off[id];
         if (n == 0 || es__vocab_lookup(v, t, n) != id) continue; /* empty, or a shadowed duplicate */
+        if (!es__spm_piece(v, id)) continue;
         uint32_t prio = es__score_prio(v->scores[id]), prev_cp = 0;
         size_t first_len = 0;
         for (size_t off = 0; off < n;) {
