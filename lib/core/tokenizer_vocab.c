@@ -278,8 +278,10 @@ static es_status add_tokens(builder *b, const es__vocab_desc *d) {
     if (!v->scores || !v->types) return oom(b, "the token scores");
     v->text_off = es__calloc(v->alloc, 1024, sizeof *v->text_off);
     v->text_hash = es__calloc(v->alloc, 1024, sizeof *v->text_hash);
-    if (!v->text_off || !v->text_hash) return oom(b, "the token offsets");
+    v->text = es__malloc(v->alloc, 4096); /* never NULL, even when every token is empty */
+    if (!v->text_off || !v->text_hash || !v->text) return oom(b, "the token offsets");
     b->sid_cap = 1024;
+    b->text_cap = 4096;
     for (uint64_t i = 0; i < d->n_tokens; i++) {
         es__str t = d->tokens[i];
         size_t bad;
@@ -373,7 +375,7 @@ static es_status build_spm_pairs(builder *b) {
             if (left >= 0 && right >= 0) ES_TRY(pair_insert(b, left, right, id, prio));
         }
     }
-    return ES_OK;
+    return v->pairs ? ES_OK : pair_table_grow(b); /* no merges: keep lookups valid */
 }
 
 /* Byte-level BPE: merges line i, "left right", has rank i. */

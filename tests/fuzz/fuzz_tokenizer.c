@@ -3,7 +3,7 @@
  *   - encode: with one of five vocabularies (the real llama-spm and gpt-2 ones from
  *     $ES_SHARED_DIR/vocab-tests, two small ones built here, gpt2 with the Llama-3 split); every
  *     id must be in range, the count must match a count-only call, decoding must give the text back
- *     (U+2581 as a space for SentencePiece), and up to 512 bytes the ids must equal the reference
+ *     (U+2581 as a space for SentencePiece) where every byte has a token, and up to 512 bytes the ids must equal the reference
  *     encoders' (tests/tokenizer/ref_encoders.h);
  *   - build: the data describes a vocabulary (tokens, merges, types, ids); building must succeed
  *     or fail with a validation status, and a built one must encode and decode without crashing.
@@ -40,6 +40,7 @@ typedef struct fvocab {
     bool spm;
     es__pretok pretok;
     bool ignore_merges;
+    bool lossless; /* every byte has a token: decoding gives the text back */
     char *file;   /* GGUF bytes (real vocabularies) */
     es__gguf *g;
 } fvocab;
@@ -81,6 +82,7 @@ static void load_real(fvocab *fv, const char *name, bool spm) {
     ref_init(&fv->ref, toks->strs, toks->arr_n, scores ? scores->value : NULL, types ? types->value : NULL,
              merges ? merges->strs : NULL, merges ? merges->arr_n : 0, spm ? 0 : -1);
     fv->spm = spm;
+    fv->lossless = true;
     fv->pretok = spm ? ES__PRETOK_NONE : ES__PRETOK_GPT2;
 }
 
@@ -152,9 +154,11 @@ static void init_once(void) {
     vocabs[2].spm = true;
     load_small(&vocabs[3], &small_bpe);
     vocabs[3].pretok = ES__PRETOK_GPT2;
+    vocabs[3].lossless = true;
     load_small(&vocabs[4], &small_llama3);
     vocabs[4].pretok = ES__PRETOK_LLAMA3;
     vocabs[4].ignore_merges = true;
+    vocabs[4].lossless = true;
 }
 
 static void fuzz_encode(const fvocab *fv, const char *text, size_t len, bool add_special, bool parse_special) {
@@ -169,11 +173,12 @@ static void fuzz_encode(const fvocab *fv, const char *text, size_t len, bool add
     REQUIRE(n == need, "%zu tokens, count said %zu", n, need);
     int32_t n_vocab = es__vocab_n_tokens(fv->v);
     for (size_t i = 0; i < n; i++) REQUIRE(ids[i] >= 0 && ids[i] < n_vocab, "id %d", ids[i]);
-    /* decoding gives the text back when no special token was parsed out of it */
+    /* decoding gives the text back when no special token was parsed out of it and every byte has a
+     * token (the small SentencePiece vocabulary lacks <0xE9>: unknown tokens decode as U+FFFD) */
     size_t cap = len * 4 + 16, dlen = 0;
     char *dec = malloc(cap), *want = malloc(len + 1);
     REQUIRE(es__detokenize(fv->v, ids, n, true, false, dec, cap, &dlen, NULL) == ES_OK, "%s", es_last_error());
-    if (!parse_special) {
+    if (!parse_special && fv->lossless) {
         size_t want_len = fv->spm ? ref_spm_roundtrip(text, len, want) : (memcpy(want, text, len), len);
         REQUIRE(dlen == want_len && memcmp(dec, want, dlen) == 0, "round trip of %zu bytes gave %zu", len, dlen);
     }
