@@ -148,6 +148,10 @@ static es_status check_ss(es_context *ctx, int32_t n_streams, float prune_thresh
                  "forward: prune threshold %g outside [0, 1]", (double)prune_threshold);
     ES_RETURN_IF(prune_threshold > 0.0f && ss->prune_rank == 0, &ctx->err, ES_ERR_INVALID_ARGUMENT,
                  "forward: pruning asked, but the adapter has no pruning tensors (edgespec.ss.prune_rank 0)");
+    ES_RETURN_IF(prune_threshold > 0.0f && ss->prune_layer >= ctx->model->hp.n_layer, &ctx->err,
+                 ES_ERR_INVALID_ARGUMENT,
+                 "forward: the adapter's prune layer %d is the model's output (n_layer %d): nothing left to save",
+                 ss->prune_layer, ctx->model->hp.n_layer);
     ES_RETURN_IF(!ctx->backend->vt->stream_logits, &ctx->err, ES_ERR_UNSUPPORTED,
                  "forward: the %s backend has no multi-stream attention (Speculative Streaming)",
                  ctx->backend->vt->name);

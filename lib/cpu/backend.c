@@ -3,6 +3,7 @@
  * compaction of provisional KV slots after a tree commit (kv_compact). The arithmetic lives in
  * forward.c, ops.c and kern_impl.c. */
 #include "cpu.h"
+#include "msa.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -130,6 +131,7 @@ static void cpu_ctx_destroy(es_context *ctx) {
     const es_allocator *a = ctx->backend->alloc;
     void *bufs[] = {c->k, c->v, c->x, c->xn, c->q, c->kn, c->vn, c->att, c->tmp, c->gate, c->up, c->rope, c->scores, c->visible};
     for (size_t i = 0; i < ES__ARRAY_LEN(bufs); i++) es__free(a, bufs[i]);
+    es__msa_free(c, a);
     es__free(a, c);
     ctx->impl = NULL;
 }
@@ -203,5 +205,6 @@ static es_status cpu_kv_compact(es_context *ctx, const int32_t *keep, int32_t n_
 
 const es__backend_vtbl es__cpu_backend = {
     "cpu", cpu_init, cpu_destroy, cpu_model_upload, cpu_model_release,
-    cpu_ctx_init, cpu_ctx_destroy, cpu_forward, cpu_kv_compact, NULL,
+    cpu_ctx_init, cpu_ctx_destroy, cpu_forward, cpu_kv_compact,
+    es__msa_stream_logits,
 };

@@ -51,6 +51,7 @@ typedef struct es__cpu_ctx {
     float *scores;       /* [n_threads][n_ctx + n_batch]                       */
     int32_t *visible;    /* [n_threads][n_batch]                               */
     int n_threads;
+    struct es__msa *msa; /* Speculative Streaming state (msa.c), made on first use */
 } es__cpu_ctx;
 
 es_status es__cpu_forward(es_context *ctx, const es__fwd *f);

@@ -6,6 +6,7 @@
  * with the same code whatever the split (thread- and batch-invariant).
  * Not here: batch validation (core), the KV-cache allocation and compaction (backend.c). */
 #include "cpu.h"
+#include "msa.h"
 #include "opsi.h"
 
 #include <math.h>
@@ -19,6 +20,7 @@ typedef struct fwd_job {
     const es__kern *k;
     es__pool *pool;
     int32_t n_ctx;
+    es__msa_job *msa;     /* Speculative Streaming hooks (msa.c); NULL in a plain forward */
 } fwd_job;
 
 /* Threads split matrix rows in multiples of this (whole cache lines of each output row). */
@@ -148,7 +150,11 @@ static void fwd_thread(void *arg, int ith, int nth) {
     }
     es__pool_barrier(J->pool);
 
-    for (int32_t il = 0; il < hp->n_layer; il++) layer(J, il, ith, nth);
+    for (int32_t il = 0; il < hp->n_layer; il++) {
+        if (J->msa) es__msa_before_layer(J->msa, il, ith, nth);
+        layer(J, il, ith, nth);
+    }
+    if (J->msa) es__msa_after_layers(J->msa, ith, nth);
     if (f->n_out == 0) return;
 
     /* rows 0..n_out-1 of x now hold the wanted tokens (gathered in the last layer) */
@@ -159,7 +165,17 @@ static void fwd_thread(void *arg, int ith, int nth) {
 
 es_status es__cpu_forward(es_context *ctx, const es__fwd *f) {
     es__cpu_state *B = ctx->backend->impl;
-    fwd_job J = {f, &ctx->model->hp, ctx->weights, ctx->impl, B->kern, B->pool, ctx->n_ctx};
+    fwd_job J = {f, &ctx->model->hp, ctx->weights, ctx->impl, B->kern, B->pool, ctx->n_ctx, NULL};
+    /* Speculative Streaming works on a copy of the call: pruning narrows the rows that want logits */
+    es__fwd ss_f;
+    es__msa_job msa;
+    if (f->n_streams > 0 || f->prune_threshold > 0.0f) {
+        ss_f = *f;
+        ES_TRY(es__msa_prepare(ctx, &ss_f, &msa));
+        J.f = &ss_f;
+        J.msa = &msa;
+    }
     es__pool_run(B->pool, fwd_thread, &J);
+    if (J.msa) es__msa_finish(&msa, f);
     return ES_OK;
 }
