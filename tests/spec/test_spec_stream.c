@@ -1,0 +1,232 @@
+/* test_spec_stream.c: Speculative Streaming decoding is lossless. On random-weight in-memory
+ * models with random adapters (a small vocabulary, so that drafts are accepted now and then and
+ * accepted paths of several depths get their KV compacted), for several γ, k, node caps, pruning
+ * thresholds, prompt lengths and emission caps, greedy and seeded sampling emit exactly what
+ * es_generate emits; the KV left behind equals a fresh read of the sequence; rejection sampling is
+ * reproducible; bad parameters fail cleanly. */
+#include "mem_adapter.h"
+#include "edgespec.h"
+
+#define N_GEN 48
+
+static es_backend *backend;
+
+static es_context *new_ctx(const es_model *m, int32_t n_ctx) {
+    es_context_params cp = es_context_default_params();
+    cp.n_ctx = n_ctx;
+    cp.n_batch = 24;
+    cp.backend = backend;
+    es_context *c = NULL;
+    CHECK_OK(es_context_create(m, &cp, &c));
+    return c;
+}
+
+static int32_t plain(const es_model *m, const int32_t *prompt, int32_t n_prompt, const es_sampler_params *sp,
+                     int32_t n_gen, int32_t n_ctx, int32_t *out) {
+    es_context *c = new_ctx(m, n_ctx);
+    es_generate_params gp = es_generate_default_params();
+    gp.n_predict = n_gen;
+    gp.sampling = *sp;
+    gp.ignore_eog = true;
+    es_generate_stats st;
+    CHECK_OK(es_generate(c, prompt, (size_t)n_prompt, &gp, out, (size_t)n_gen, &st));
+    es_context_free(c);
+    return st.n_generated;
+}
+
+typedef struct cfg {
+    int32_t gamma, k, max_nodes;
+    float prune;
+} cfg;
+
+static int32_t speculative(es_context *c, const cfg *g, const int32_t *prompt, int32_t n_prompt,
+                           const es_sampler_params *sp, bool rejection, int32_t n_gen, int32_t *out, es_spec_stats *st) {
+    es_spec_params p = es_spec_default_params();
+    p.strategy = ES_SPEC_STREAM;
+    p.n_streams = g->gamma;
+    p.top_k = g->k;
+    p.max_nodes = g->max_nodes;
+    p.prune_threshold = g->prune;
+    p.sampling = *sp;
+    p.rejection_sampling = rejection;
+    p.ignore_eog = true;
+    es_spec *s = NULL;
+    CHECK_OK(es_spec_create(c, &p, &s));
+    if (!s) return 0;
+    CHECK_OK(es_spec_feed(s, prompt, (size_t)n_prompt));
+    int32_t n = 0, steps = 0;
+    while (n < n_gen) {
+        int32_t buf[ES_SPEC_MAX_DEPTH + 1];
+        size_t got = 0, cap = steps % 5 == 4 ? 1 + (size_t)(steps % 3) : ES__ARRAY_LEN(buf);
+        es_status r = es_spec_step(s, buf, cap, &got);
+        if (r == ES_ERR_CONTEXT_FULL) break;
+        CHECK_OK(r);
+        if (r != ES_OK) break;
+        CHECK(got >= 1 && got <= cap);
+        for (size_t i = 0; i < got && n < n_gen; i++) out[n++] = buf[i];
+        steps++;
+    }
+    CHECK_OK(es_spec_get_stats(s, st));
+    es_spec_free(s);
+    return n;
+}
+
+int main(void) {
+    es_backend_params bp = es_backend_default_params();
+    bp.n_threads = 1;
+    CHECK_OK(es_backend_create(&bp, &backend));
+    mem_model_cfg mc = {12, 32, 3, 4, 2, 8, 48, 8, ES_ROPE_NORM, 10000.0f, 1.0f, false, ES__DTYPE_F32, 31};
+    es_model *m = mem_model_create(&mc);
+    mem_adapter_cfg ac = {4, 2, 1, 4, 2, 0.3f, 32};
+    mem_adapter_attach(m, &ac);
+
+    test_rng rng = {77};
+    int32_t prompt[64];
+    for (int i = 0; i < 64; i++) prompt[i] = (int32_t)(test_rng_u64(&rng) % 12);
+    es_sampler_params greedy = es_sampler_default_params(), sampled = es_sampler_default_params();
+    greedy.temperature = 0.0f;
+    sampled.temperature = 1.0f;
+    sampled.top_k = 0;
+    sampled.top_p = 0.9f;
+    sampled.min_p = 0.0f;
+    sampled.repeat_penalty = 1.1f;
+    sampled.seed = 3;
+    const es_sampler_params *modes[2] = {&greedy, &sampled};
+    const cfg cfgs[] = {{1, 1, 2, 0.0f},   {3, 2, 15, 0.0f},  {4, 3, 32, 0.0f}, {2, 4, 21, 0.0f},
+                        {4, 3, 32, 0.05f}, {3, 3, 40, 0.2f},  {4, 2, 7, 0.01f}};
+    const int32_t prompt_lens[3] = {1, 6, 33};
+    int64_t accepted_deep = 0, pruned = 0;
+    for (size_t ci = 0; ci < ES__ARRAY_LEN(cfgs); ci++) {
+        for (int pi = 0; pi < 3; pi++) {
+            for (int mi = 0; mi < 2; mi++) {
+                const int32_t np = prompt_lens[pi];
+                int32_t want[N_GEN], got[N_GEN];
+                int32_t n_want = plain(m, prompt, np, modes[mi], N_GEN, 256, want);
+                es_context *c = new_ctx(m, 256);
+                es_spec_stats st;
+                int32_t n_got = speculative(c, &cfgs[ci], prompt, np, modes[mi], false, N_GEN, got, &st);
+                int32_t diff = -1;
+                for (int32_t i = 0; i < n_want && diff < 0; i++)
+                    if (i >= n_got || got[i] != want[i]) diff = i;
+                CHECKF(n_got == n_want && diff < 0, "cfg %zu, prompt %d, mode %d: token %d differs", ci, np, mi, diff);
+                for (int d = 1; d < ES_SPEC_MAX_DEPTH; d++) accepted_deep += st.accepted[d];
+                pruned += st.n_pruned;
+                CHECK(st.n_tree_nodes >= st.n_target_calls && st.n_draft_calls == 0);
+                es_context_free(c);
+            }
+        }
+    }
+    /* the runs did exercise deep accepted paths (KV compaction) and pruning */
+    CHECKF(accepted_deep > 20 && pruned > 20, "only %lld accepted beyond depth 1, %lld pruned",
+           (long long)accepted_deep, (long long)pruned);
+    printf("%lld drafts accepted beyond depth 1, %lld nodes pruned\n", (long long)accepted_deep, (long long)pruned);
+
+    /* KV afterwards equals a fresh read of the sequence; a second feed continues exactly */
+    {
+        es_context *c = new_ctx(m, 256);
+        es_spec_params p = es_spec_default_params();
+        p.sampling = greedy;
+        p.top_k = 3;
+        p.prune_threshold = 0.02f;
+        es_spec *s = NULL;
+        CHECK_OK(es_spec_create(c, &p, &s));
+        CHECK_OK(es_spec_feed(s, prompt, 7));
+        int32_t seq[7 + N_GEN + 8];
+        memcpy(seq, prompt, sizeof(int32_t) * 7);
+        int32_t n = 0;
+        while (n < N_GEN) {
+            size_t k = 0;
+            CHECK_OK(es_spec_step(s, seq + 7 + n, (size_t)(N_GEN - n), &k));
+            if (k == 0) break;
+            n += (int32_t)k;
+        }
+        CHECK(es_context_n_past(c) == 7 + n - 1);
+        es_batch b = {1, seq + 7 + n - 1, NULL, NULL, NULL, NULL};
+        const float *l1 = NULL, *l2 = NULL;
+        CHECK_OK(es_forward(c, &b));
+        CHECK_OK(es_logits(c, 0, &l1));
+        float keep[12];
+        if (l1) memcpy(keep, l1, sizeof keep);
+        es_context *f = new_ctx(m, 256);
+        for (int32_t off = 0; off < 7 + n; off += 24) {
+            es_batch part = {ES__MIN(24, 7 + n - off), seq + off, NULL, NULL, NULL, NULL};
+            CHECK_OK(es_forward(f, &part));
+            if (off + 24 >= 7 + n) CHECK_OK(es_logits(f, part.n_tokens - 1, &l2));
+            else CHECK_OK(es_commit(f, NULL, 0));
+        }
+        CHECKF(l1 && l2 && memcmp(keep, l2, sizeof keep) == 0, "KV after speculation differs from a fresh read");
+        es_context_free(f);
+        /* the forward above left a provisional token: a new feed replaces it */
+        es_truncate(c, es_context_n_past(c));
+        CHECK_OK(es_spec_feed(s, prompt + 40, 5));
+        int32_t more[8], n_more = 0, want[8];
+        while (n_more < 8) {
+            size_t k = 0;
+            CHECK_OK(es_spec_step(s, more + n_more, (size_t)(8 - n_more), &k));
+            if (k == 0) break;
+            n_more += (int32_t)k;
+        }
+        memcpy(seq + 7 + n, prompt + 40, sizeof(int32_t) * 5);
+        plain(m, seq, 7 + n + 5, &greedy, 8, 256, want);
+        CHECK(n_more == 8 && memcmp(more, want, sizeof want) == 0);
+        es_spec_free(s);
+        es_context_free(c);
+    }
+
+    /* the context's end matches es_generate's */
+    for (int mi = 0; mi < 2; mi++) {
+        int32_t want[64], got[64];
+        const cfg g = {4, 3, 32, 0.0f};
+        int32_t n_want = plain(m, prompt, 9, modes[mi], 64, 29, want);
+        es_context *c = new_ctx(m, 29);
+        es_spec_stats st;
+        int32_t n_got = speculative(c, &g, prompt, 9, modes[mi], false, 64, got, &st);
+        CHECKF(n_got == n_want && memcmp(got, want, sizeof(int32_t) * (size_t)n_want) == 0,
+               "context end: %d tokens vs %d", n_got, n_want);
+        es_context_free(c);
+    }
+
+    /* rejection sampling: reproducible, in the vocabulary */
+    {
+        int32_t a[N_GEN], b[N_GEN];
+        es_spec_stats st;
+        const cfg g = {3, 3, 24, 0.02f};
+        for (int rep = 0; rep < 2; rep++) {
+            es_context *c = new_ctx(m, 256);
+            CHECK(speculative(c, &g, prompt, 5, &sampled, true, N_GEN, rep ? b : a, &st) == N_GEN);
+            es_context_free(c);
+        }
+        bool ok = memcmp(a, b, sizeof a) == 0;
+        for (int i = 0; i < N_GEN; i++) ok = ok && a[i] >= 0 && a[i] < 12;
+        CHECK(ok);
+    }
+
+    /* bad parameters */
+    {
+        es_context *c = new_ctx(m, 256);
+        es_spec *s = (es_spec *)1;
+        es_spec_params p = es_spec_default_params();
+        p.n_streams = 5;
+        CHECK_FAILS(es_spec_create(c, &p, &s), ES_ERR_INVALID_ARGUMENT, "n_streams 5 outside [0, 4]");
+        CHECK(s == NULL);
+        p.n_streams = 0;
+        p.top_k = 65;
+        CHECK_FAILS(es_spec_create(c, &p, &s), ES_ERR_INVALID_ARGUMENT, "top_k 65");
+        p.top_k = 0;
+        p.prune_threshold = 1.5f;
+        CHECK_FAILS(es_spec_create(c, &p, &s), ES_ERR_INVALID_ARGUMENT, "prune_threshold 1.5");
+        p.prune_threshold = 0.0f;
+        p.max_nodes = -1;
+        CHECK_FAILS(es_spec_create(c, &p, &s), ES_ERR_INVALID_ARGUMENT, "max_nodes -1");
+        p.max_nodes = 0;
+        p.strategy = (es_spec_strategy)7;
+        CHECK_FAILS(es_spec_create(c, &p, &s), ES_ERR_INVALID_ARGUMENT, "unknown strategy 7");
+        CHECK_FAILS(es_spec_create(NULL, &p, &s), ES_ERR_INVALID_ARGUMENT, "ctx is NULL");
+        es_context_free(c);
+    }
+    es__ss_adapter_free(m->ss);
+    m->ss = NULL;
+    mem_model_free(m);
+    es_backend_free(backend);
+    TEST_MAIN_END();
+}
