@@ -42,7 +42,7 @@ void es_model_free(es_model *m) {
     es__free(a, m->tensors);
     es__free(a, m->layers);
     es__gguf_free(m->gguf);
-    es__file_map_close(&m->map);
+    if (!m->map_borrowed) es__file_map_close(&m->map);
     es__free(a, m->path);
     es__free(a, m->arch);
     es__free(a, m->name);
@@ -349,10 +349,16 @@ static char *dup_str(es_model *m, es__str s) {
     return es__strndup(m->alloc, s.ptr, (size_t)s.len);
 }
 
-static es_status load(es_model *m, const char *path, const es_model_params *p) {
+/* mem: a borrowed file image, or NULL to map path. */
+static es_status load(es_model *m, const char *path, const es__file_map *mem, const es_model_params *p) {
     es__err *err = &m->err;
-    int e = es__file_map_open(path, p->use_mmap, &m->map);
-    ES_RETURN_IF(e != 0, err, ES_ERR_IO, "cannot open model '%s': %s", path, strerror(e));
+    if (mem) {
+        m->map = *mem;
+        m->map_borrowed = true;
+    } else {
+        int e = es__file_map_open(path, p->use_mmap, &m->map);
+        ES_RETURN_IF(e != 0, err, ES_ERR_IO, "cannot open model '%s': %s", path, strerror(e));
+    }
     if (p->progress_fn)
         ES_RETURN_IF(!p->progress_fn(0.0f, p->progress_user), err, ES_ERR_CANCELLED,
                      "loading '%s' was cancelled by the progress callback", path);
@@ -388,10 +394,7 @@ static es_status load(es_model *m, const char *path, const es_model_params *p) {
     return ES_OK;
 }
 
-es_status es_model_load(const char *path, const es_model_params *params, es_model **out) {
-    if (!out) return es__fail(NULL, ES_ERR_INVALID_ARGUMENT, "es_model_load: out is NULL");
-    *out = NULL;
-    if (!path) return es__fail(NULL, ES_ERR_INVALID_ARGUMENT, "es_model_load: path is NULL");
+static es_status create(const char *path, const es__file_map *mem, const es_model_params *params, es_model **out) {
     es_model_params p = params ? *params : es_model_default_params();
     es_model *m = es__calloc(p.allocator, 1, sizeof *m);
     if (!m) return es__fail(NULL, ES_ERR_OUT_OF_MEMORY, "es_model_load: out of memory");
@@ -401,7 +404,7 @@ es_status es_model_load(const char *path, const es_model_params *params, es_mode
     }
     m->log = (es__log){p.log_fn, p.log_user, p.log_level};
     m->path = es__strndup(m->alloc, path, strlen(path));
-    es_status s = m->path ? load(m, path, &p) : es__fail(&m->err, ES_ERR_OUT_OF_MEMORY, "es_model_load: out of memory");
+    es_status s = m->path ? load(m, path, mem, &p) : es__fail(&m->err, ES_ERR_OUT_OF_MEMORY, "es_model_load: out of memory");
     if (s != ES_OK) {
         char msg[ES__ERRMSG_SIZE];
         snprintf(msg, sizeof msg, "%s", m->err.msg);
@@ -418,6 +421,22 @@ es_status es_model_load(const char *path, const es_model_params *params, es_mode
              m->hp.n_vocab, m->n_params, m->weight_bytes, m->has_weights ? "" : " (vocabulary only)");
     *out = m;
     return ES_OK;
+}
+
+es_status es_model_load(const char *path, const es_model_params *params, es_model **out) {
+    if (!out) return es__fail(NULL, ES_ERR_INVALID_ARGUMENT, "es_model_load: out is NULL");
+    *out = NULL;
+    if (!path) return es__fail(NULL, ES_ERR_INVALID_ARGUMENT, "es_model_load: path is NULL");
+    return create(path, NULL, params, out);
+}
+
+es_status es__model_load_mem(const uint8_t *data, uint64_t size, const char *name, const es_model_params *params,
+                             es_model **out) {
+    if (!out) return es__fail(NULL, ES_ERR_INVALID_ARGUMENT, "es__model_load_mem: out is NULL");
+    *out = NULL;
+    if (!name || (!data && size)) return es__fail(NULL, ES_ERR_INVALID_ARGUMENT, "es__model_load_mem: NULL argument");
+    es__file_map mem = {size ? data : NULL, size, false};
+    return create(name, &mem, params, out);
 }
 
 /* ---- info */

@@ -74,6 +74,12 @@ struct es_model {
     uint64_t n_params;
     uint64_t weight_bytes;
     struct es__ss_adapter *ss;   /* Speculative Streaming adapter (adapter.c) or NULL; freed with the model */
+    bool map_borrowed;           /* map.data is the caller's (es__model_load_mem): not unmapped */
 };
+
+/* es_model_load on a file image already in memory, which must outlive the model (not copied).
+ * name stands in for the path in messages. For fuzzing and for models embedded in a binary. */
+es_status es__model_load_mem(const uint8_t *data, uint64_t size, const char *name, const es_model_params *params,
+                             es_model **out);
 
 #endif /* ES_CORE_MODEL_H */

@@ -1,10 +1,13 @@
-/* fuzz_gguf.c: fuzz target for the GGUF reader (LLVMFuzzerTestOneInput). Any input must either
- * parse, with every view inside the input, or fail with a message; never crash, hang or leak.
- * A parsed file is exercised further: every metadata value through the typed getters, and the
- * first row of every tensor dequantised (each data byte touched, so sanitizers see bad views).
+/* fuzz_gguf.c: fuzz target for the GGUF reader and model loading (LLVMFuzzerTestOneInput). Any
+ * input must either parse, with every view inside the input, or fail with a message; never crash,
+ * hang or leak. A parsed file is exercised further: every metadata value through the typed
+ * getters, the first row of every tensor dequantised (each data byte touched, so sanitizers see
+ * bad views), then es_model_load's validation (full and vocab-only, through es__model_load_mem)
+ * and on success the info, tensor, metadata and tokenizer calls.
  * Built two ways (tests/fuzz/meson.build): linked with libFuzzer (-Dfuzzer=true, clang), and in
  * every build with driver.c, which replays seeds and deterministic mutations as a meson test. */
 #include "gguf.h"
+#include "model.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -58,6 +61,40 @@ static void exercise(const es__gguf *g) {
     }
 }
 
+static void exercise_model(const uint8_t *data, size_t size, const es__gguf *g, bool vocab_only) {
+    es_model_params p = es_model_default_params();
+    p.vocab_only = vocab_only;
+    es_model *m = NULL;
+    es_status s = es__model_load_mem(data, size, "fuzz.gguf", &p, &m);
+    if (s != ES_OK) {
+        if (m || (s != ES_ERR_FORMAT && s != ES_ERR_UNSUPPORTED && s != ES_ERR_MODEL && s != ES_ERR_OUT_OF_MEMORY))
+            abort();
+        return;
+    }
+    es_model_info info;
+    if (es_model_get_info(m, &info) != ES_OK || info.n_tensors != (int32_t)g->n_tensors) abort();
+    for (int32_t i = 0; i < info.n_tensors; i++) {
+        es_tensor_info ti;
+        if (es_model_tensor_info(m, i, &ti) != ES_OK || !ti.name || !ti.type) abort();
+    }
+    char key[256], buf[48];
+    for (uint64_t i = 0; i < g->n_kv; i++) {
+        if (g->kv[i].key.len >= sizeof key) continue;
+        memcpy(key, g->kv[i].key.ptr, (size_t)g->kv[i].key.len);
+        key[g->kv[i].key.len] = '\0';
+        es_status ms = es_model_meta_str(m, key, buf, sizeof buf);
+        if ((ms != ES_OK && ms != ES_ERR_BUFFER_TOO_SMALL) || strlen(buf) >= sizeof buf) abort();
+    }
+    int32_t toks[64];
+    size_t n = 0;
+    if (es_tokenize(m, "Hello world, <s> \xe2\x96\x81x\xff", 20, true, true, toks, 64, &n) == ES_OK) {
+        char text[256];
+        size_t len = 0;
+        es_detokenize(m, toks, n, true, false, text, sizeof text, &len);
+    }
+    es_model_free(m);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     es__gguf *g = NULL;
     es__err err;
@@ -65,6 +102,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (s == ES_OK) {
         if (!g) abort();
         exercise(g);
+        exercise_model(data, size, g, false);
+        exercise_model(data, size, g, true);
         es__gguf_free(g);
     } else if (g || err.msg[0] == '\0' || (s != ES_ERR_FORMAT && s != ES_ERR_UNSUPPORTED && s != ES_ERR_OUT_OF_MEMORY)) {
         abort(); /* a failure must leave no result, say why, and use a status meant for files */

@@ -1,7 +1,10 @@
 """make_gguf_seeds.py: writes the small seed corpus of tests/fuzz/corpus/gguf with tools/pygguf.
 usage: /usr/bin/python3 tests/fuzz/make_gguf_seeds.py tests/fuzz/corpus/gguf
 The files are committed; rerun only to change them. Inputs that once crashed a target are added
-to the same folder by hand, named crash-<what>.gguf."""
+to the same folder by hand, named crash-<what>.gguf. One more seed, a complete small model, is
+made by the C tool:
+  edgespec-mkmodel -o tests/fuzz/corpus/gguf/tiny-llama.gguf --quiet --n-vocab 260 --n-embd 32 \
+      --n-layer 1 --n-head 2 --n-ff 32 --n-ctx 64 --type q4_0 --tied"""
 import os
 import sys
 
