@@ -1,6 +1,7 @@
 /* cmd_run.c: `edgespec run`: generate a continuation of a prompt. Only the generated text goes
  * to stdout, streamed token by token; a stats line (prompt and decode tokens/s) ends stderr. */
 #include "cli.h"
+#include "spec_opts.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -16,6 +17,7 @@ typedef struct run_args {
     bool no_bos;
     es_sampler_params sp;
     cli_backend_args be;
+    cli_spec_args spec;
 } run_args;
 
 typedef struct run_sink {
@@ -64,7 +66,13 @@ static int32_t *tokenize_prompt(const es_model *m, const char *text, size_t len,
     return toks;
 }
 
-static int generate(const run_args *a, es_context *ctx, const int32_t *prompt, size_t n_prompt) {
+static int generate(const run_args *a, es_backend *backend, es_context *ctx, const int32_t *prompt,
+                    size_t n_prompt) {
+    if (a->spec.spec != 0) {
+        const cli_spec_run r = {a->model, backend, ctx, prompt, n_prompt, a->n_predict, a->ignore_eos, a->sp,
+                                cli_backend_names[a->be.backend]};
+        return cli_spec_generate(&a->spec, &r);
+    }
     run_sink sink = {0, 0};
     es_generate_params gp = es_generate_default_params();
     gp.n_predict = a->n_predict;
@@ -86,7 +94,8 @@ static int generate(const run_args *a, es_context *ctx, const int32_t *prompt, s
 }
 
 int cli_cmd_run(int argc, char **argv) {
-    run_args a = {NULL, NULL, NULL, 128, false, false, es_sampler_default_params(), cli_backend_defaults()};
+    run_args a = {NULL, NULL, NULL, 128, false, false, es_sampler_default_params(), cli_backend_defaults(),
+                  cli_spec_defaults()};
     const cli_opt opts[] = {
         {"--model", "-m", CLI_STR, &a.model, "PATH", "GGUF model file", 0, 0, NULL},
         {"--prompt", "-p", CLI_STR, &a.prompt, "TEXT", "prompt text", 0, 0, NULL},
@@ -106,6 +115,7 @@ int cli_cmd_run(int argc, char **argv) {
         {"--ignore-eos", NULL, CLI_FLAG, &a.ignore_eos, NULL, "keep generating past end-of-text tokens", 0, 0, NULL},
         {"--no-bos", NULL, CLI_FLAG, &a.no_bos, NULL, "do not add the model's BOS token to the prompt", 0, 0, NULL},
         CLI_BACKEND_OPTS(a.be),
+        CLI_SPEC_OPTS(a.spec),
     };
     const cli_command cmd = {"run", "-m MODEL (-p PROMPT | -f FILE) [options]",
                              "Generate a continuation of the prompt: text on stdout, statistics on stderr.", opts,
@@ -139,8 +149,9 @@ int cli_cmd_run(int argc, char **argv) {
     if (model && (prompt = tokenize_prompt(model, text, text_len, !a.no_bos, &n_prompt)) != NULL) {
         if (n_prompt == 0)
             rc = cli_fail("run", "the prompt is empty and the model adds no BOS token: nothing to continue from");
-        else if (cli_open_context("run", &a.be, model, &backend, &ctx) == CLI_EXIT_OK)
-            rc = generate(&a, ctx, prompt, n_prompt);
+        else if (cli_spec_prepare(&a.spec, a.model, model) == CLI_EXIT_OK &&
+                 cli_open_context("run", &a.be, model, &backend, &ctx) == CLI_EXIT_OK)
+            rc = generate(&a, backend, ctx, prompt, n_prompt);
     }
     es_context_free(ctx);
     es_backend_free(backend);

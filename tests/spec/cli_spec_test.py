@@ -1,0 +1,105 @@
+#!/usr/bin/python3
+"""cli_spec_test.py: `edgespec run --spec stream|draft` prints exactly the plain run's text.
+
+Usage: cli_spec_test.py --cli EDGESPEC --model M.gguf --adapter M.ss.gguf --draft D.gguf
+On a random-weights model with a random Speculative Streaming adapter (acceptance near zero:
+exactness must not depend on good drafts) and a draft model sharing its first layer, for several
+prompts, lengths, trees, pruning thresholds and sampling settings, stdout of the speculative run
+equals stdout of the plain run byte for byte, and stderr carries the speculation statistics.
+Bad options fail with a message and exit status 1 or 2. Exit status: the number of failed checks.
+"""
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+
+failures = 0
+checks = 0
+
+
+def check(cond, what, proc=None):
+    global failures, checks
+    checks += 1
+    if cond:
+        return True
+    failures += 1
+    print(f"FAIL: {what}", file=sys.stderr)
+    if proc is not None:
+        print(f"  command: {' '.join(proc.args)}\n  exit status: {proc.returncode}", file=sys.stderr)
+        print(f"  stdout: {proc.stdout[-1500:]!r}\n  stderr: {proc.stderr[-1500:]!r}", file=sys.stderr)
+    return False
+
+
+def run(cmd):
+    p = subprocess.run(cmd, capture_output=True, timeout=120, stdin=subprocess.DEVNULL)
+    check(p.returncode >= 0, f"no signal (got signal {-p.returncode})", p)
+    return p
+
+
+CALLS = re.compile(rb"edgespec run: target calls (\d+), tokens per call ([0-9.]+) \(call reduction ([0-9.]+)x\)")
+ACCEPT = re.compile(rb"edgespec run: acceptance per depth:( \d+:[0-9.]+)+")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--cli", required=True)
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--adapter", required=True)
+    ap.add_argument("--draft", required=True)
+    a = ap.parse_args()
+    prompts = ["In the beginning", "a", "the quick brown fox jumps over the lazy dog and then some more words follow"]
+    sampling = [["--temp", "0"], ["--temp", "0.8", "--top-k", "30", "--seed", "11"],
+                ["--temp", "1.2", "--top-p", "0.9", "--repeat-penalty", "1.2", "--seed", "4"]]
+    specs = [["--spec", "stream", "--ss", a.adapter],
+             ["--spec", "stream", "--ss", a.adapter, "--topk", "3", "--max-nodes", "20", "--prune", "0.001"],
+             ["--spec", "stream", "--ss", a.adapter, "--gamma", "1", "--topk", "4"],
+             ["--spec", "draft", "-md", a.draft, "--lookahead", "3"]]
+    for pi, prompt in enumerate(prompts):
+        for si, samp in enumerate(sampling):
+            n = ["7", "33", "64"][(pi + si) % 3]
+            base = [a.cli, "run", "-m", a.model, "-p", prompt, "-n", n, "-t", "1"] + samp
+            plain = run(base)
+            if not check(plain.returncode == 0, "plain run succeeds", plain):
+                continue
+            for sp in specs:
+                r = run(base + sp)
+                if not check(r.returncode == 0, "speculative run succeeds", r):
+                    continue
+                check(r.stdout == plain.stdout, f"stdout equals the plain run's ({' '.join(sp)}; {' '.join(samp)})", r)
+                m = CALLS.search(r.stderr)
+                check(m is not None and ACCEPT.search(r.stderr) is not None, "statistics on stderr", r)
+                check(b"edgespec run:" not in r.stdout, "no statistics on stdout", r)
+    # rejection sampling runs and is reproducible for a seed
+    base = [a.cli, "run", "-m", a.model, "-p", "In the beginning", "-n", "30", "-t", "1", "--temp", "0.9",
+            "--seed", "5", "--spec", "stream", "--ss", a.adapter, "--rejection"]
+    r1, r2 = run(base), run(base)
+    check(r1.returncode == 0 and r1.stdout == r2.stdout and len(r1.stdout) > 0, "rejection sampling reproducible", r1)
+    # the default adapter path: X.gguf -> X.ss.gguf beside the model
+    with tempfile.TemporaryDirectory() as d:
+        m2 = os.path.join(d, "m.gguf")
+        shutil.copy(a.model, m2)
+        r = run([a.cli, "run", "-m", m2, "-p", "hi", "-n", "5", "--spec", "stream"])
+        check(r.returncode == 1 and b"m.ss.gguf" in r.stderr and b"--ss" in r.stderr,
+              "a missing default adapter is named", r)
+        shutil.copy(a.adapter, os.path.join(d, "m.ss.gguf"))
+        r = run([a.cli, "run", "-m", m2, "-p", "hi", "-n", "5", "--spec", "stream", "--temp", "0"])
+        p = run([a.cli, "run", "-m", m2, "-p", "hi", "-n", "5", "--temp", "0"])
+        check(r.returncode == 0 and r.stdout == p.stdout, "the default adapter beside the model is used", r)
+    # bad options
+    r = run([a.cli, "run", "-m", a.model, "-p", "hi", "--spec", "draft"])
+    check(r.returncode == 1 and b"-md" in r.stderr, "--spec draft without a draft model", r)
+    r = run([a.cli, "run", "-m", a.model, "-p", "hi", "--spec", "sideways"])
+    check(r.returncode == 2, "unknown --spec kind", r)
+    r = run([a.cli, "run", "-m", a.model, "-p", "hi", "--spec", "stream", "--ss", a.adapter, "--gamma", "9"])
+    check(r.returncode == 1 and b"n_streams 9" in r.stderr, "more streams than the adapter has", r)
+    r = run([a.cli, "run", "-m", a.model, "-p", "hi", "--spec", "stream", "--ss", a.model])
+    check(r.returncode == 1 and b"general.type" in r.stderr, "a base model given as adapter", r)
+    print(f"{checks} checks, {failures} failed")
+    return min(failures, 100)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
