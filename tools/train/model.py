@@ -1,0 +1,332 @@
+"""model.py: the llama-architecture model edgespec runs, with Speculative Streaming, in PyTorch.
+
+The main stream is exactly the forward pass of edgespec's C library (and llama.cpp's "llama"
+graph): token embedding; per block RMSNorm (eps from metadata), attention with RoPE in NORM
+ordering (adjacent pairs (x[2i], x[2i+1]) rotated, theta_i = pos * base^(-2i/n_rot)), grouped
+query heads (query head h reads key/value head h // (n_head / n_head_kv)), SwiGLU feed-forward;
+final RMSNorm and a tied or separate output head. Linear weights are stored (out, in) as GGUF
+stores them (ne[0] = in), so export needs no transposes and no Q/K permutation.
+
+Speculative Streaming (papers/speculative-streaming.txt, 3.2):
+  - gamma stream identifier embeddings P_j; stream j at position t starts at the input of block
+    N - Ns as M_t + P_j (Eq. 3 with identity f_eta, as in A.2);
+  - in the last Ns blocks (MSA) stream j at t attends to the main stream's keys/values at
+    positions <= t and to the keys/values of streams 1..j at t (Eq. 2); stream rows use position t
+    for RoPE; streams write no KV, so the main stream is unaffected by them;
+  - stream j's final hidden state predicts token t + 1 + j through the shared head;
+  - the tree-pruning early exit (3.2.3): e = h + up(down(h)) for the main hidden state h at the
+    input of block prune_layer, logits = head(final_norm(e)); rank prune_rank;
+  - optional stream-only LoRA in the MSA blocks: y = W x + B (A x) for stream rows only, so the
+    main stream's outputs stay those of the base model.
+
+Deliberately not here: training loops (train.py), file formats (export.py), tree drafting and
+verification (the C library's job; evaluate.py only simulates acceptance).
+"""
+
+import dataclasses
+import math
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+LORA_TARGETS = ("attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down")
+
+
+@dataclasses.dataclass
+class Config:
+    n_vocab: int = 2048
+    n_embd: int = 256
+    n_layer: int = 6
+    n_head: int = 4
+    n_head_kv: int = 4
+    n_ff: int = 704
+    n_ctx: int = 512           # context length recorded as llama.context_length
+    head_dim: int = 0          # 0 = n_embd // n_head
+    n_rot: int = 0             # rotary dims per head; 0 = head_dim
+    rms_eps: float = 1e-5
+    rope_base: float = 10000.0
+    tied: bool = True
+    # Speculative Streaming
+    n_streams: int = 0         # gamma; 0 = plain model
+    n_msa: int = 0             # Ns: MSA blocks at the top
+    prune_layer: int = -1      # block whose input feeds the early exit; -1 = n_layer - n_msa
+    prune_rank: int = 8        # 0 = no pruning adapter
+    lora_rank: int = 0         # stream-only LoRA rank in MSA blocks; 0 = none
+    lora_targets: tuple = LORA_TARGETS
+
+    def __post_init__(self):
+        if self.head_dim == 0:
+            self.head_dim = self.n_embd // self.n_head
+        if self.n_rot == 0:
+            self.n_rot = self.head_dim
+        self.lora_targets = tuple(self.lora_targets)
+        if self.n_streams > 0:
+            if not 1 <= self.n_msa <= self.n_layer:
+                raise ValueError("n_msa must be in [1, n_layer] when n_streams > 0")
+        else:
+            self.n_msa = 0
+            self.lora_rank = 0
+        if self.prune_layer < 0:
+            self.prune_layer = self.n_layer - self.n_msa if self.n_streams > 0 else self.n_layer
+        if self.prune_rank > 0 and not 0 <= self.prune_layer <= self.n_layer:
+            raise ValueError("prune_layer must be in [0, n_layer]")
+        if self.n_head % self.n_head_kv:
+            raise ValueError("n_head must be a multiple of n_head_kv")
+        if self.n_rot % 2 or self.n_rot > self.head_dim:
+            raise ValueError("n_rot must be even and <= head_dim")
+        bad = [t for t in self.lora_targets if t not in LORA_TARGETS]
+        if bad:
+            raise ValueError("unknown LoRA targets %s" % bad)
+
+    @property
+    def msa_start(self):
+        return self.n_layer - self.n_msa
+
+    def base_dict(self):
+        keys = ("n_vocab", "n_embd", "n_layer", "n_head", "n_head_kv", "n_ff", "n_ctx",
+                "head_dim", "n_rot", "rms_eps", "rope_base", "tied")
+        return {k: getattr(self, k) for k in keys}
+
+
+def rms_norm(x, w, eps):
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w
+
+
+def rope_tables(n_rot, base, positions, dtype):
+    """cos/sin of theta_i = pos * base^(-2i/n_rot), i < n_rot/2, computed in float64."""
+    inv = base ** (-torch.arange(0, n_rot, 2, dtype=torch.float64) / n_rot)  # (n_rot/2)
+    ang = positions.to(torch.float64)[:, None] * inv[None, :]                 # (T, n_rot/2)
+    return torch.cos(ang).to(dtype), torch.sin(ang).to(dtype)
+
+
+def apply_rope(x, cos, sin, n_rot):
+    """NORM ordering: pairs (x[2i], x[2i+1]) rotated by theta_i. x (..., T, H, head_dim); cos/sin
+    (T, n_rot/2). Written as x * cos + swap(x) * sin, swap(x) = (-x[2i+1], x[2i]) per pair, which
+    keeps the backward pass free of strided-slice scatters."""
+    hd = x.shape[-1]
+    xr = x if n_rot == hd else x[..., :n_rot]
+    c = cos.repeat_interleave(2, dim=-1)[:, None, :]        # (T, 1, n_rot)
+    s = sin.repeat_interleave(2, dim=-1)[:, None, :]
+    sign = torch.tensor([-1.0, 1.0], dtype=x.dtype, device=x.device)
+    pairs = xr.reshape(*xr.shape[:-1], n_rot // 2, 2)
+    swap = (pairs.flip(-1) * sign).reshape(xr.shape)
+    rot = xr * c + swap * s
+    if n_rot == hd:
+        return rot
+    return torch.cat((rot, x[..., n_rot:]), dim=-1)
+
+
+class LoRA(nn.Module):
+    """Low-rank delta B (A x) applied to stream rows only. B starts at zero (no change)."""
+
+    def __init__(self, n_in, n_out, rank):
+        super().__init__()
+        self.a = nn.Parameter(torch.randn(rank, n_in) / math.sqrt(n_in))  # (rank, n_in)
+        self.b = nn.Parameter(torch.zeros(n_out, rank))                    # (n_out, rank)
+
+    def forward(self, x):
+        return F.linear(F.linear(x, self.a), self.b)
+
+
+class Block(nn.Module):
+    def __init__(self, cfg, msa):
+        super().__init__()
+        c = cfg
+        self.cfg = c
+        d, hd = c.n_embd, c.head_dim
+        self.attn_norm = nn.Parameter(torch.ones(d))
+        self.attn_q = nn.Linear(d, c.n_head * hd, bias=False)
+        self.attn_k = nn.Linear(d, c.n_head_kv * hd, bias=False)
+        self.attn_v = nn.Linear(d, c.n_head_kv * hd, bias=False)
+        self.attn_output = nn.Linear(c.n_head * hd, d, bias=False)
+        self.ffn_norm = nn.Parameter(torch.ones(d))
+        self.ffn_gate = nn.Linear(d, c.n_ff, bias=False)
+        self.ffn_up = nn.Linear(d, c.n_ff, bias=False)
+        self.ffn_down = nn.Linear(c.n_ff, d, bias=False)
+        self.lora = nn.ModuleDict()
+        if msa and c.lora_rank > 0:
+            for name in c.lora_targets:
+                lin = getattr(self, name)
+                self.lora[name] = LoRA(lin.in_features, lin.out_features, c.lora_rank)
+
+    def _proj(self, name, x, stream):
+        y = getattr(self, name)(x)
+        if stream and name in self.lora:
+            y = y + self.lora[name](x)
+        return y
+
+    def _ffn(self, x, stream):
+        h = rms_norm(x, self.ffn_norm, self.cfg.rms_eps)
+        g = self._proj("ffn_gate", h, stream)
+        u = self._proj("ffn_up", h, stream)
+        return x + self._proj("ffn_down", F.silu(g) * u, stream)
+
+    def _qkv(self, x, stream, cos, sin):
+        c = self.cfg
+        h = rms_norm(x, self.attn_norm, c.rms_eps)
+        shp = x.shape[:-1]
+        q = self._proj("attn_q", h, stream).view(*shp, c.n_head, c.head_dim)
+        k = self._proj("attn_k", h, stream).view(*shp, c.n_head_kv, c.head_dim)
+        v = self._proj("attn_v", h, stream).view(*shp, c.n_head_kv, c.head_dim)
+        if stream:  # (B, T, G, H, hd): RoPE by the stream's node position t
+            q = apply_rope(q.transpose(1, 2), cos, sin, c.n_rot).transpose(1, 2)
+            k = apply_rope(k.transpose(1, 2), cos, sin, c.n_rot).transpose(1, 2)
+        else:       # (B, T, H, hd)
+            q = apply_rope(q, cos, sin, c.n_rot)
+            k = apply_rope(k, cos, sin, c.n_rot)
+        return q, k, v
+
+    def _expand_kv(self, t, dim):
+        rep = self.cfg.n_head // self.cfg.n_head_kv
+        return t if rep == 1 else t.repeat_interleave(rep, dim=dim)
+
+    def forward_main(self, x, cos, sin, mask):
+        """x (B, T, d). Returns the block's output and the main stream's keys/values per query
+        head, (B, H, T, hd) each, which the streams attend to."""
+        c = self.cfg
+        B, T, _ = x.shape
+        q, k, v = self._qkv(x, False, cos, sin)
+        qh = q.transpose(1, 2)                                  # (B, H, T, hd)
+        kh = self._expand_kv(k.transpose(1, 2), 1)              # (B, H, T, hd)
+        vh = self._expand_kv(v.transpose(1, 2), 1)
+        att = torch.matmul(qh, kh.transpose(-1, -2)) / math.sqrt(c.head_dim)  # (B, H, T, T)
+        att = att.masked_fill(mask, float("-inf")).softmax(-1)
+        o = torch.matmul(att, vh).transpose(1, 2).reshape(B, T, -1)
+        return self._ffn(x + self.attn_output(o), False), kh, vh
+
+    def forward_streams(self, s, kh, vh, cos, sin, mask):
+        """Eq. 2: stream j at t attends to main K/V at <= t and to streams <= j at t.
+        s (B, P, G, d): the streams of P positions; kh, vh (B, H, T, hd) from forward_main;
+        cos/sin (P, n_rot/2) at the streams' positions; mask (P, T) true where the main key is
+        in the future. Returns the streams' output (B, P, G, d)."""
+        c = self.cfg
+        B, P, G, _ = s.shape
+        T = kh.shape[2]
+        qs, ks, vs = self._qkv(s, True, cos, sin)              # (B, P, G, H*, hd)
+        qs = qs.permute(0, 3, 1, 2, 4)                          # (B, H, P, G, hd)
+        ks = self._expand_kv(ks.permute(0, 3, 1, 2, 4), 1)      # (B, H, P, G, hd)
+        vs = self._expand_kv(vs.permute(0, 3, 1, 2, 4), 1)
+        scale = 1.0 / math.sqrt(c.head_dim)
+        sm = torch.matmul(qs.reshape(B, c.n_head, P * G, -1), kh.transpose(-1, -2)) * scale
+        sm = sm.view(B, c.n_head, P, G, T).masked_fill(mask[:, None, :], float("-inf"))
+        # Stream-to-stream scores are G x G per (t, head): elementwise beats tiny batched matmuls.
+        ss = (qs.unsqueeze(-2) * ks.unsqueeze(-3)).sum(-1) * scale  # (B, H, P, G, G)
+        smask = torch.ones(G, G, dtype=torch.bool, device=s.device).triu(1)
+        ss = ss.masked_fill(smask, float("-inf"))
+        # One softmax over the union of both key sets, without materialising their concatenation.
+        mx = torch.maximum(sm.amax(-1, keepdim=True), ss.amax(-1, keepdim=True)).detach()
+        em = (sm - mx).exp()                                    # (B, H, P, G, T)
+        es = (ss - mx).exp()                                    # (B, H, P, G, G)
+        den = em.sum(-1, keepdim=True) + es.sum(-1, keepdim=True)
+        o = torch.matmul(em.reshape(B, c.n_head, P * G, T), vh).view(B, c.n_head, P, G, -1)
+        o = (o + (es.unsqueeze(-1) * vs.unsqueeze(-3)).sum(-2)) / den  # (B, H, P, G, hd)
+        o = o.permute(0, 2, 3, 1, 4).reshape(B, P, G, -1)
+        return self._ffn(s + self._proj("attn_output", o, True), True)
+
+
+class Model(nn.Module):
+    def __init__(self, cfg):
+        super().__init__()
+        self.cfg = cfg
+        c = cfg
+        self.token_embd = nn.Embedding(c.n_vocab, c.n_embd)
+        self.blocks = nn.ModuleList(
+            [Block(c, i >= c.msa_start and c.n_streams > 0) for i in range(c.n_layer)])
+        self.output_norm = nn.Parameter(torch.ones(c.n_embd))
+        self.output = None if c.tied else nn.Linear(c.n_embd, c.n_vocab, bias=False)
+        if c.n_streams > 0:
+            self.stream_embd = nn.Parameter(torch.randn(c.n_streams, c.n_embd) * 0.02)  # (G, d)
+        else:
+            self.stream_embd = None
+        if c.prune_rank > 0 and c.n_streams > 0:
+            self.prune_down = nn.Linear(c.n_embd, c.prune_rank, bias=False)  # (r, d)
+            self.prune_up = nn.Linear(c.prune_rank, c.n_embd, bias=False)    # (d, r)
+            nn.init.normal_(self.prune_down.weight, std=1.0 / math.sqrt(c.n_embd))
+            nn.init.zeros_(self.prune_up.weight)
+        else:
+            self.prune_down = self.prune_up = None
+        self._init_base()
+
+    def _init_base(self):
+        std = 0.02
+        nn.init.normal_(self.token_embd.weight, std=std)
+        for b in self.blocks:
+            for name in ("attn_q", "attn_k", "attn_v", "ffn_gate", "ffn_up"):
+                nn.init.normal_(getattr(b, name).weight, std=std)
+            for name in ("attn_output", "ffn_down"):
+                nn.init.normal_(getattr(b, name).weight, std=std / math.sqrt(2 * self.cfg.n_layer))
+        if self.output is not None:
+            nn.init.normal_(self.output.weight, std=std)
+
+    def head_weight(self):
+        return self.token_embd.weight if self.output is None else self.output.weight
+
+    def base_parameters(self):
+        """Parameters of the base llama model (what base GGUF export writes)."""
+        skip = {id(p) for p in self.ss_parameters()}
+        return [p for p in self.parameters() if id(p) not in skip]
+
+    def ss_parameters(self):
+        """Parameters of the Speculative Streaming adapter (stream embeddings, pruning, LoRA)."""
+        ps = []
+        if self.stream_embd is not None:
+            ps.append(self.stream_embd)
+        if self.prune_down is not None:
+            ps += [self.prune_down.weight, self.prune_up.weight]
+        for b in self.blocks:
+            ps += list(b.lora.parameters())
+        return ps
+
+    def forward(self, tokens, pos0=0, want_streams=True, want_prune=True, freeze_base=False,
+                stream_pos=None):
+        """tokens (B, T) at positions pos0..pos0+T-1 (a chain, no KV cache).
+
+        Returns a dict: 'logits' (B, T, V) main stream; 'stream_logits' (B, P, G, V) where stream
+        j (1-based) at window offset t predicts token t+1+j; 'prune_logits' (B, P, V) early exit,
+        at the P window offsets stream_pos (sorted LongTensor; None = all T). Training samples a
+        subset of positions for the streams and the exit to save compute. With freeze_base the
+        base model runs without gradients (SS-only fine-tuning): only adapter tensors train.
+        """
+        c = self.cfg
+        B, T = tokens.shape
+        dev = tokens.device
+        dt = self.token_embd.weight.dtype
+        pos = torch.arange(pos0, pos0 + T, device=dev)
+        cos, sin = rope_tables(c.n_rot, c.rope_base, pos, dt)
+        mask = torch.ones(T, T, dtype=torch.bool, device=dev).triu(1)   # (T, T) future keys
+        sp = torch.arange(T, device=dev) if stream_pos is None else stream_pos
+        smask = torch.arange(T, device=dev)[None, :] > sp[:, None]       # (P, T)
+        scos, ssin = cos[sp], sin[sp]
+        streams = want_streams and c.n_streams > 0
+        grad_base = torch.is_grad_enabled() and not freeze_base
+        out = {}
+        with torch.set_grad_enabled(grad_base):
+            x = self.token_embd(tokens)
+        s = None
+        for i, b in enumerate(self.blocks):
+            if i == c.prune_layer and want_prune and self.prune_down is not None:
+                out["prune_logits"] = self.prune_logits(x[:, sp].detach())
+            if streams and i == c.msa_start:
+                xs = x[:, sp].detach() if freeze_base else x[:, sp]
+                s = xs.unsqueeze(2) + self.stream_embd                    # Eq. 3, identity f_eta
+            with torch.set_grad_enabled(grad_base):
+                x_new, kh, vh = b.forward_main(x, cos, sin, mask)
+            if s is not None:
+                s = b.forward_streams(s, kh, vh, scos, ssin, smask)
+            x = x_new
+        if c.prune_layer == c.n_layer and want_prune and self.prune_down is not None:
+            out["prune_logits"] = self.prune_logits(x[:, sp].detach())
+        w = self.head_weight()
+        with torch.set_grad_enabled(grad_base):
+            out["logits"] = F.linear(rms_norm(x, self.output_norm, c.rms_eps), w)
+        if s is not None:
+            hn = rms_norm(s, self.output_norm.detach() if freeze_base else self.output_norm, c.rms_eps)
+            out["stream_logits"] = F.linear(hn, w.detach() if freeze_base else w)
+        return out
+
+    def prune_logits(self, h):
+        """3.2.3 early exit: head(final_norm(h + up(down(h)))); the head is not trained by it."""
+        e = h + self.prune_up(self.prune_down(h))
+        return F.linear(rms_norm(e, self.output_norm.detach(), self.cfg.rms_eps),
+                        self.head_weight().detach())

@@ -1,0 +1,305 @@
+#!/usr/bin/python3
+"""train.py: trains edgespec models: a llama base with Speculative Streaming, from scratch (joint
+objective of Eq. 5) or as SS-only fine-tuning of an existing GGUF base with the base frozen.
+
+  train.py --out DIR [--mode scratch|ss] [--base BASE.gguf] [model and SS flags] [--steps N] ...
+
+DIR receives: tokenizer.json (trained here unless --tokenizer is given, or taken from --base),
+ckpt.pt (the latest checkpoint; --resume continues from it bit for bit), log.jsonl (one record per
+logged step and per evaluation) and final.pt. Progress (step, loss per stream, tokens/s, ETA) goes
+to stdout. Export to GGUF with export.py.
+Deliberately not here: the model (model.py), metrics (evaluate.py), GGUF writing (export.py).
+"""
+
+import argparse
+import json
+import math
+import os
+import sys
+import time
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import bpe       # noqa: E402
+import corpus    # noqa: E402
+import data      # noqa: E402
+import evaluate  # noqa: E402
+import model as M  # noqa: E402
+
+
+def parse_args(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", required=True, help="output directory")
+    ap.add_argument("--mode", choices=("scratch", "ss"), default="scratch",
+                    help="scratch: train everything jointly; ss: freeze --base, train the SS adapter")
+    ap.add_argument("--base", help="base GGUF for --mode ss (its tokenizer is used)")
+    ap.add_argument("--tokenizer", help="tokenizer.json to use instead of training one")
+    ap.add_argument("--vocab", type=int, default=2048, help="BPE vocabulary size")
+    ap.add_argument("--valid-books", default=",".join(corpus.DEFAULT_VALID_BOOKS),
+                    help="comma-separated books held out (bible's abbreviations)")
+    ap.add_argument("--corpus-file", help="train on this text file's lines instead of the KJV "
+                    "(the last --valid-frac of lines are held out)")
+    ap.add_argument("--valid-frac", type=float, default=0.05)
+    # model
+    ap.add_argument("--n-embd", type=int, default=256)
+    ap.add_argument("--n-layer", type=int, default=6)
+    ap.add_argument("--n-head", type=int, default=4)
+    ap.add_argument("--n-head-kv", type=int, default=4)
+    ap.add_argument("--n-ff", type=int, default=704)
+    ap.add_argument("--n-ctx", type=int, default=512, help="context length written to the GGUF")
+    ap.add_argument("--rms-eps", type=float, default=1e-5)
+    ap.add_argument("--rope-base", type=float, default=10000.0)
+    ap.add_argument("--untied", action="store_true", help="separate output head")
+    # Speculative Streaming
+    ap.add_argument("--gamma", type=int, default=3, help="speculative streams (0 = plain model)")
+    ap.add_argument("--n-msa", type=int, default=2, help="MSA blocks at the top (Ns)")
+    ap.add_argument("--alpha0", type=float, default=1.0, help="main-stream loss weight (Eq. 5)")
+    ap.add_argument("--alpha", type=float, default=0.1, help="stream loss weight alpha_j (Eq. 5)")
+    ap.add_argument("--prune-layer", type=int, default=-1, help="-1 = n_layer - n_msa")
+    ap.add_argument("--prune-rank", type=int, default=8)
+    ap.add_argument("--lora-rank", type=int, default=0, help="stream-only LoRA rank (0 = none)")
+    ap.add_argument("--lora-targets", default=",".join(M.LORA_TARGETS))
+    ap.add_argument("--stream-frac", type=float, default=1.0,
+                    help="fraction of window positions (sampled per step) where the streams and "
+                    "the pruning exit are trained; the main stream always trains on all")
+    # optimisation
+    ap.add_argument("--steps", type=int, default=1000)
+    ap.add_argument("--batch", type=int, default=16)
+    ap.add_argument("--ctx", type=int, default=256, help="training window (tokens)")
+    ap.add_argument("--lr", type=float, default=2e-3)
+    ap.add_argument("--min-lr-frac", type=float, default=0.1)
+    ap.add_argument("--warmup", type=int, default=100)
+    ap.add_argument("--wd", type=float, default=0.1)
+    ap.add_argument("--clip", type=float, default=1.0)
+    ap.add_argument("--seed", type=int, default=1234)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--log-every", type=int, default=10)
+    ap.add_argument("--eval-every", type=int, default=0, help="0 = at the end only")
+    ap.add_argument("--eval-windows", type=int, default=0, help="cap on eval windows (0 = all)")
+    ap.add_argument("--ckpt-every", type=int, default=100)
+    ap.add_argument("--resume", action="store_true", help="continue from OUT/ckpt.pt")
+    return ap.parse_args(argv)
+
+
+def load_splits(args, vocab_for=None):
+    """Returns (train_verses, valid_verses)."""
+    if args.corpus_file:
+        with open(args.corpus_file, encoding="utf-8") as f:
+            lines = [ln.rstrip("\n") for ln in f if ln.strip()]
+        n_valid = max(1, int(len(lines) * args.valid_frac))
+        return lines[:-n_valid], lines[-n_valid:]
+    tr, va = corpus.split_books(corpus.read_kjv(), tuple(args.valid_books.split(",")))
+    return [v for _, vs in tr for v in vs], [v for _, vs in va for v in vs]
+
+
+def make_config(args, n_vocab):
+    return M.Config(n_vocab=n_vocab, n_embd=args.n_embd, n_layer=args.n_layer, n_head=args.n_head,
+                    n_head_kv=args.n_head_kv, n_ff=args.n_ff, n_ctx=args.n_ctx,
+                    rms_eps=args.rms_eps, rope_base=args.rope_base, tied=not args.untied,
+                    n_streams=args.gamma, n_msa=args.n_msa if args.gamma else 0,
+                    prune_layer=args.prune_layer, prune_rank=args.prune_rank,
+                    lora_rank=args.lora_rank, lora_targets=tuple(args.lora_targets.split(",")))
+
+
+def lr_at(args, step):
+    if step < args.warmup:
+        return args.lr * (step + 1) / args.warmup
+    frac = (step - args.warmup) / max(1, args.steps - args.warmup)
+    lo = args.lr * args.min_lr_frac
+    return lo + 0.5 * (args.lr - lo) * (1 + math.cos(math.pi * min(1.0, frac)))
+
+
+def losses(model, out, batch, cfg, args, sp=None):
+    """Eq. 5: alpha0 * main CE + sum_j alpha_j * CE of stream j (token t+1+j); plus the pruning
+    exit's next-token CE (3.2.3), which only trains the adapter (its inputs are detached). Streams
+    and the exit are evaluated at window offsets sp (None = all); their CE is a mean over those."""
+    T = args.ctx
+    V = cfg.n_vocab
+    sp = torch.arange(T) if sp is None else sp
+    res = {"main": F.cross_entropy(out["logits"].reshape(-1, V), batch[:, 1:T + 1].reshape(-1))}
+    total = args.alpha0 * res["main"] if args.mode == "scratch" else 0.0
+    G = cfg.n_streams
+    if G:
+        # targets (B, P, G): stream j (1-based) at t predicts token t+1+j; one CE call for all
+        tgt = torch.stack([batch[:, sp + 1 + j] for j in range(1, G + 1)], dim=-1)
+        per = F.cross_entropy(out["stream_logits"].reshape(-1, V), tgt.reshape(-1),
+                              reduction="none").view(-1, G).mean(0)
+        for j in range(G):
+            res["s%d" % (j + 1)] = per[j]
+        total = total + args.alpha * per.sum()
+    if "prune_logits" in out:
+        res["prune"] = F.cross_entropy(out["prune_logits"].reshape(-1, V), batch[:, sp + 1].reshape(-1))
+        total = total + res["prune"]
+    return total, res
+
+
+def save_ckpt(path, model, opt, step, rng, args, vocab, history):
+    tmp = path + ".tmp"
+    torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "step": step,
+                "rng": rng.bit_generator.state, "torch_rng": torch.get_rng_state(),
+                "config": model.cfg.__dict__, "args": vars(args), "vocab": vocab.to_json(),
+                "history": history}, tmp)
+    os.replace(tmp, path)
+
+
+def load_model_file(path):
+    """(Model, Vocab) from a checkpoint (.pt) or a GGUF base (+ optional adapter is not read)."""
+    if path.endswith(".pt"):
+        ck = torch.load(path, map_location="cpu")
+        cfg = M.Config(**ck["config"])
+        m = M.Model(cfg)
+        m.load_state_dict(ck["model"])
+        return m, bpe.Vocab.from_json(ck["vocab"])
+    import export  # GGUF import lives with the writer
+    return export.load_gguf_model(path)
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    torch.set_num_threads(args.threads)
+    os.makedirs(args.out, exist_ok=True)
+    ckpt_path = os.path.join(args.out, "ckpt.pt")
+    log_path = os.path.join(args.out, "log.jsonl")
+    t_setup = time.time()
+
+    base = None
+    if args.mode == "ss":
+        if not args.base:
+            sys.exit("--mode ss needs --base")
+        base, vocab = load_model_file(args.base)
+    elif args.tokenizer:
+        vocab = bpe.Vocab.load(args.tokenizer)
+    train_verses, valid_verses = load_splits(args)
+    if base is None and not args.tokenizer:
+        if args.resume and os.path.exists(ckpt_path):
+            vocab = bpe.Vocab.from_json(torch.load(ckpt_path, map_location="cpu")["vocab"])
+        else:
+            texts = ["\n".join(train_verses)]
+            vocab, _ = bpe.train_bpe(texts, args.vocab, log=print)
+    vocab.save(os.path.join(args.out, "tokenizer.json"))
+    train = data.Split(vocab, train_verses)
+    valid = data.Split(vocab, valid_verses)
+    print("corpus: train %d verses %d tokens; valid %d verses %d tokens; vocab %d"
+          % (train.n_verses, train.n_tokens(), valid.n_verses, valid.n_tokens(), len(vocab)),
+          flush=True)
+
+    torch.manual_seed(args.seed)
+    rng = np.random.default_rng(args.seed)
+    if base is not None:
+        cfg = M.Config(**{**base.cfg.base_dict(), "n_streams": args.gamma, "n_msa": args.n_msa,
+                          "prune_layer": args.prune_layer, "prune_rank": args.prune_rank,
+                          "lora_rank": args.lora_rank,
+                          "lora_targets": tuple(args.lora_targets.split(","))})
+        model = M.Model(cfg)
+        missing = model.load_state_dict(base.state_dict(), strict=False)
+        assert not missing.unexpected_keys, missing.unexpected_keys
+        for p in model.base_parameters():
+            p.requires_grad_(False)
+    else:
+        cfg = make_config(args, len(vocab))
+        model = M.Model(cfg)
+    if cfg.n_ctx < args.ctx:
+        sys.exit("--ctx %d exceeds the model's n_ctx %d" % (args.ctx, cfg.n_ctx))
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    decay = [p for p in trainable if p.dim() >= 2]
+    no_decay = [p for p in trainable if p.dim() < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": args.wd},
+                             {"params": no_decay, "weight_decay": 0.0}],
+                            lr=args.lr, betas=(0.9, 0.95))
+    n_base = sum(p.numel() for p in model.base_parameters())
+    n_ss = sum(p.numel() for p in model.ss_parameters())
+    print("model: %s; base %d params, SS adapter %d params, trainable %d"
+          % (json.dumps(cfg.__dict__), n_base, n_ss, sum(p.numel() for p in trainable)), flush=True)
+
+    step = 0
+    history = []
+    if args.resume and os.path.exists(ckpt_path):
+        ck = torch.load(ckpt_path, map_location="cpu")
+        model.load_state_dict(ck["model"])
+        opt.load_state_dict(ck["opt"])
+        step = ck["step"]
+        rng.bit_generator.state = ck["rng"]
+        torch.set_rng_state(ck["torch_rng"])
+        history = ck["history"]
+        print("resumed at step %d" % step, flush=True)
+    elif os.path.exists(log_path):
+        os.remove(log_path)
+    logf = open(log_path, "a")
+
+    def log(rec):
+        history.append(rec)
+        logf.write(json.dumps(rec) + "\n")
+        logf.flush()
+
+    def run_eval():
+        res = evaluate.evaluate(model, valid, args.ctx,
+                                max_windows=args.eval_windows or None)
+        model.train()
+        log({"eval": res, "step": step})
+        s = " ".join("s%d %.3f/%.2f" % (r["j"], r["loss"], r["top1"]) for r in res["streams"])
+        print("eval step %d: main loss %.4f ppl %.2f top1 %.3f %s%s" % (
+            step, res["main_loss"], res["main_ppl"], res["main_top1"], s,
+            " prune %.3f/%.2f" % (res["prune_loss"], res["prune_top1"]) if "prune_loss" in res else ""),
+            flush=True)
+
+    L = args.ctx + cfg.n_streams + 1
+    model.train()
+    freeze = args.mode == "ss"
+    t0 = time.time()
+    step0 = step
+    toks = 0
+    acc = {}
+    n_acc = 0
+    print("setup %.1fs" % (t0 - t_setup), flush=True)
+    while step < args.steps:
+        lr = lr_at(args, step)
+        for g in opt.param_groups:
+            g["lr"] = lr
+        batch = torch.as_tensor(train.sample_batch(rng, args.batch, L))
+        sp = None
+        if args.stream_frac < 1.0:
+            n_sp = max(1, int(round(args.ctx * args.stream_frac)))
+            sp = torch.as_tensor(np.sort(rng.choice(args.ctx, n_sp, replace=False)))
+        out = model(batch[:, :args.ctx], freeze_base=freeze, stream_pos=sp)
+        total, parts = losses(model, out, batch, cfg, args, sp)
+        opt.zero_grad(set_to_none=True)
+        total.backward()
+        if args.clip > 0:
+            torch.nn.utils.clip_grad_norm_(trainable, args.clip)
+        opt.step()
+        step += 1
+        toks += args.batch * args.ctx
+        for k, v in parts.items():
+            acc[k] = acc.get(k, 0.0) + v.item()
+        n_acc += 1
+        if step % args.log_every == 0 or step == args.steps:
+            el = time.time() - t0
+            rate = toks / el
+            eta = (args.steps - step) * el / (step - step0)
+            means = {k: v / n_acc for k, v in acc.items()}
+            log({"step": step, "lr": lr, "tok_s": rate, "elapsed": el, **means})
+            print("step %d/%d  %s  lr %.2e  %.0f tok/s  elapsed %s  ETA %s" % (
+                step, args.steps, " ".join("%s %.4f" % kv for kv in means.items()), lr, rate,
+                _hms(el), _hms(eta)), flush=True)
+            acc, n_acc = {}, 0
+        if args.eval_every and step % args.eval_every == 0 and step < args.steps:
+            run_eval()
+        if step % args.ckpt_every == 0 or step == args.steps:
+            save_ckpt(ckpt_path, model, opt, step, rng, args, vocab, history)
+    run_eval()
+    save_ckpt(ckpt_path, model, opt, step, rng, args, vocab, history)
+    torch.save({"model": model.state_dict(), "config": model.cfg.__dict__, "vocab": vocab.to_json(),
+                "args": vars(args), "history": history}, os.path.join(args.out, "final.pt"))
+    print("done: %d steps in %s" % (step, _hms(time.time() - t0)), flush=True)
+
+
+def _hms(s):
+    s = int(s)
+    return "%d:%02d:%02d" % (s // 3600, s // 60 % 60, s % 60)
+
+
+if __name__ == "__main__":
+    main()
