@@ -39,7 +39,7 @@ class Config:
     n_embd: int = 256
     n_layer: int = 6
     n_head: int = 4
-    n_head_kv: int = 4
+    n_head_kv: int = 0         # 0 = n_head
     n_ff: int = 704
     n_ctx: int = 512           # context length recorded as llama.context_length
     head_dim: int = 0          # 0 = n_embd // n_head
@@ -56,6 +56,8 @@ class Config:
     lora_targets: tuple = LORA_TARGETS
 
     def __post_init__(self):
+        if self.n_head_kv == 0:
+            self.n_head_kv = self.n_head
         if self.head_dim == 0:
             self.head_dim = self.n_embd // self.n_head
         if self.n_rot == 0:

@@ -18,9 +18,24 @@ import os
 import sys
 import time
 
-import numpy as np
-import torch
-import torch.nn.functional as F
+# Threading is fixed before torch loads: OpenMP workers that spin while waiting make every small
+# elementwise op ~100x slower when another process (a teammate's build) holds a core, and
+# OpenBLAS keeps its own pool; both get --threads (default 2).
+def _early_threads(argv):
+    for i, a in enumerate(argv):
+        if a == "--threads" and i + 1 < len(argv):
+            return argv[i + 1]
+        if a.startswith("--threads="):
+            return a.split("=", 1)[1]
+    return "2"
+
+
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+os.environ.setdefault("OPENBLAS_NUM_THREADS", _early_threads(sys.argv[1:]))
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bpe       # noqa: E402
@@ -77,10 +92,14 @@ def parse_args(argv=None):
     ap.add_argument("--seed", type=int, default=1234)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--log-every", type=int, default=10)
-    ap.add_argument("--eval-every", type=int, default=0, help="0 = at the end only")
+    ap.add_argument("--eval-every", type=int, default=0,
+                    help="evaluate before training and every N steps; 0 = at the end only")
     ap.add_argument("--eval-windows", type=int, default=0, help="cap on eval windows (0 = all)")
     ap.add_argument("--ckpt-every", type=int, default=100)
     ap.add_argument("--resume", action="store_true", help="continue from OUT/ckpt.pt")
+    ap.add_argument("--stop-after", type=int, default=0,
+                    help="exit after this many steps of this run, as an interrupted run would "
+                    "(with a checkpoint); for testing --resume")
     return ap.parse_args(argv)
 
 
@@ -254,6 +273,8 @@ def main(argv=None):
     acc = {}
     n_acc = 0
     print("setup %.1fs" % (t0 - t_setup), flush=True)
+    if args.eval_every and step == 0:
+        run_eval()
     while step < args.steps:
         lr = lr_at(args, step)
         for g in opt.param_groups:
@@ -289,6 +310,10 @@ def main(argv=None):
             run_eval()
         if step % args.ckpt_every == 0 or step == args.steps:
             save_ckpt(ckpt_path, model, opt, step, rng, args, vocab, history)
+        if args.stop_after and step - step0 >= args.stop_after and step < args.steps:
+            save_ckpt(ckpt_path, model, opt, step, rng, args, vocab, history)
+            print("stopping after %d steps (--stop-after)" % (step - step0), flush=True)
+            return
     run_eval()
     save_ckpt(ckpt_path, model, opt, step, rng, args, vocab, history)
     torch.save({"model": model.state_dict(), "config": model.cfg.__dict__, "vocab": vocab.to_json(),

@@ -1,0 +1,270 @@
+#!/usr/bin/python3
+"""export.py: trained models to GGUF, and GGUF back to PyTorch models.
+
+  export.py CKPT.pt OUT.gguf [--type f32|f16|q8_0] [--ss OUT.ss.gguf] [--ss-type f32|f16|q8_0]
+            [--name NAME] [--vocab-only]
+
+The base model is a standard llama GGUF with the keys and tensor names llama.cpp writes
+(general.architecture = llama, llama.* hyperparameters, tokenizer.ggml.* as a `llama`
+SentencePiece vocabulary, token_embd.weight, blk.N.attn_q.weight ..., output_norm.weight,
+output.weight unless tied). Like llama.cpp's quantiser, f16 and q8_0 files keep 1-D tensors
+(norms) in f32 and store every matrix in the chosen type; q8_0 uses ggml's reference quantiser
+(tools/pygguf). RoPE is NORM-ordered in the model already, so Q and K need no permutation.
+The Speculative Streaming adapter (--ss) is the separate GGUF of docs/formats.md.
+Deliberately not here: training (train.py) and the GGUF byte layout itself (tools/pygguf).
+"""
+
+import argparse
+import os
+import sys
+
+import numpy as np
+import torch
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, _HERE)
+sys.path.insert(0, os.path.join(_HERE, "..", "pygguf"))
+import bpe       # noqa: E402
+import model as M  # noqa: E402
+import pygguf    # noqa: E402
+
+FILE_TYPE = {"f32": 0, "f16": 1, "q8_0": 7}  # llama.cpp's llama_ftype: ALL_F32, MOSTLY_F16, MOSTLY_Q8_0
+
+BLOCK_TENSORS = (  # (GGUF suffix, attribute of model.Block)
+    ("attn_norm.weight", "attn_norm"),
+    ("attn_q.weight", "attn_q"),
+    ("attn_k.weight", "attn_k"),
+    ("attn_v.weight", "attn_v"),
+    ("attn_output.weight", "attn_output"),
+    ("ffn_norm.weight", "ffn_norm"),
+    ("ffn_gate.weight", "ffn_gate"),
+    ("ffn_up.weight", "ffn_up"),
+    ("ffn_down.weight", "ffn_down"),
+)
+
+
+def _np(t):
+    return t.detach().to(torch.float32).cpu().numpy()
+
+
+def _weight(mod):
+    return mod.weight if isinstance(mod, torch.nn.Module) else mod
+
+
+def _type_for(arr, wtype):
+    """1-D tensors stay f32; q8_0 needs rows that are a multiple of 32 (else f16, as llama.cpp
+    falls back for such rows)."""
+    if arr.ndim < 2 or wtype == "f32":
+        return "f32"
+    if wtype == "q8_0" and arr.shape[-1] % pygguf.QK:
+        return "f16"
+    return wtype
+
+
+def add_vocab(w, vocab):
+    w.add("tokenizer.ggml.model", "llama")
+    w.add("tokenizer.ggml.tokens", vocab.tokens)
+    w.add("tokenizer.ggml.scores", np.asarray(vocab.scores, dtype=np.float32))
+    w.add("tokenizer.ggml.token_type", np.asarray(vocab.types, dtype=np.int32))
+    w.add("tokenizer.ggml.bos_token_id", vocab.bos_id, pygguf.UINT32)
+    w.add("tokenizer.ggml.eos_token_id", vocab.eos_id, pygguf.UINT32)
+    w.add("tokenizer.ggml.unknown_token_id", vocab.unk_id, pygguf.UINT32)
+    w.add("tokenizer.ggml.add_bos_token", bool(vocab.add_bos))
+    w.add("tokenizer.ggml.add_eos_token", bool(vocab.add_eos))
+    w.add("tokenizer.ggml.add_space_prefix", bool(vocab.add_space_prefix))
+
+
+def base_writer(model, vocab, wtype="f32", name="edgespec", vocab_only=False):
+    """A pygguf.Writer holding the base model (or only its hyperparameters and tokenizer)."""
+    c = model.cfg
+    if wtype not in FILE_TYPE:
+        raise ValueError("unsupported type %r" % wtype)
+    if len(vocab) != c.n_vocab:
+        raise ValueError("tokenizer has %d tokens, model %d" % (len(vocab), c.n_vocab))
+    w = pygguf.Writer()
+    w.add("general.architecture", "llama")
+    w.add("general.name", name)
+    w.add("general.file_type", FILE_TYPE[wtype], pygguf.UINT32)
+    if wtype == "q8_0":
+        w.add("general.quantization_version", 2, pygguf.UINT32)
+    w.add("llama.vocab_size", c.n_vocab, pygguf.UINT32)
+    w.add("llama.context_length", c.n_ctx, pygguf.UINT32)
+    w.add("llama.embedding_length", c.n_embd, pygguf.UINT32)
+    w.add("llama.block_count", c.n_layer, pygguf.UINT32)
+    w.add("llama.feed_forward_length", c.n_ff, pygguf.UINT32)
+    w.add("llama.rope.dimension_count", c.n_rot, pygguf.UINT32)
+    w.add("llama.attention.head_count", c.n_head, pygguf.UINT32)
+    w.add("llama.attention.head_count_kv", c.n_head_kv, pygguf.UINT32)
+    if c.head_dim * c.n_head != c.n_embd:
+        w.add("llama.attention.key_length", c.head_dim, pygguf.UINT32)
+        w.add("llama.attention.value_length", c.head_dim, pygguf.UINT32)
+    w.add("llama.attention.layer_norm_rms_epsilon", float(c.rms_eps), pygguf.FLOAT32)
+    w.add("llama.rope.freq_base", float(c.rope_base), pygguf.FLOAT32)
+    add_vocab(w, vocab)
+    if vocab_only:
+        return w
+
+    def put(tname, t):
+        a = _np(t)
+        w.add_tensor(tname, a, _type_for(a, wtype))
+
+    put("token_embd.weight", model.token_embd.weight)           # (n_vocab, n_embd)
+    put("output_norm.weight", model.output_norm)                # (n_embd)
+    if model.output is not None:
+        put("output.weight", model.output.weight)               # (n_vocab, n_embd)
+    for i, b in enumerate(model.blocks):
+        for suffix, attr in BLOCK_TENSORS:
+            put("blk.%d.%s" % (i, suffix), _weight(getattr(b, attr)))
+    return w
+
+
+def adapter_writer(model, wtype="f32", name="edgespec"):
+    """A pygguf.Writer holding the Speculative Streaming adapter (docs/formats.md)."""
+    c = model.cfg
+    if c.n_streams <= 0:
+        raise ValueError("the model has no speculative streams")
+    w = pygguf.Writer()
+    w.add("general.architecture", "llama")
+    w.add("general.type", "adapter")
+    w.add("general.name", name)
+    w.add("edgespec.adapter.type", "speculative_streaming")
+    w.add("edgespec.ss.n_streams", c.n_streams, pygguf.UINT32)
+    w.add("edgespec.ss.n_msa_layers", c.n_msa, pygguf.UINT32)
+    has_prune = model.prune_down is not None
+    w.add("edgespec.ss.prune_rank", c.prune_rank if has_prune else 0, pygguf.UINT32)
+    if has_prune:
+        w.add("edgespec.ss.prune_layer", c.prune_layer, pygguf.UINT32)
+    w.add("edgespec.ss.lora_rank", c.lora_rank, pygguf.UINT32)
+
+    def put(tname, t):
+        a = _np(t)
+        w.add_tensor(tname, a, _type_for(a, wtype))
+
+    put("ss.stream_embd.weight", model.stream_embd)              # (gamma, n_embd)
+    if has_prune:
+        put("ss.prune_down.weight", model.prune_down.weight)     # (r, n_embd)
+        put("ss.prune_up.weight", model.prune_up.weight)         # (n_embd, r)
+    for i, b in enumerate(model.blocks):
+        for tgt, lo in b.lora.items():
+            put("ss.blk.%d.%s.lora_a" % (i, tgt), lo.a)          # (rank, n_in)
+            put("ss.blk.%d.%s.lora_b" % (i, tgt), lo.b)          # (n_out, rank)
+    return w
+
+
+# ---------------------------------------------------------------------------------------------
+# GGUF -> PyTorch
+
+def _get(r, key, default=None, required=True):
+    v = r.get(key)
+    if v is None:
+        if required and default is None:
+            raise ValueError("%s: missing key %s" % (r.path if hasattr(r, "path") else "gguf", key))
+        return default
+    return v.value if hasattr(v, "value") else v
+
+
+def load_vocab(r):
+    if _get(r, "tokenizer.ggml.model") != "llama":
+        raise ValueError("only llama (SentencePiece) vocabularies are supported")
+    toks = list(_get(r, "tokenizer.ggml.tokens"))
+    toks = [t.decode("utf-8") if isinstance(t, bytes) else t for t in toks]
+    return bpe.Vocab(toks, list(_get(r, "tokenizer.ggml.scores")),
+                     list(_get(r, "tokenizer.ggml.token_type")),
+                     int(_get(r, "tokenizer.ggml.bos_token_id", 1)),
+                     int(_get(r, "tokenizer.ggml.eos_token_id", 2)),
+                     int(_get(r, "tokenizer.ggml.unknown_token_id", 0)),
+                     bool(_get(r, "tokenizer.ggml.add_bos_token", True)),
+                     bool(_get(r, "tokenizer.ggml.add_eos_token", False)),
+                     bool(_get(r, "tokenizer.ggml.add_space_prefix", True)))
+
+
+def load_gguf_model(path, adapter=None):
+    """(Model, Vocab) from a base GGUF (weights dequantised to f32) and an optional SS adapter."""
+    r = pygguf.read(path)
+    if _get(r, "general.architecture") != "llama":
+        raise ValueError("%s: not a llama model" % path)
+    vocab = load_vocab(r)
+    n_embd = int(_get(r, "llama.embedding_length"))
+    n_head = int(_get(r, "llama.attention.head_count"))
+    kw = dict(n_vocab=len(vocab), n_embd=n_embd, n_layer=int(_get(r, "llama.block_count")),
+              n_head=n_head, n_head_kv=int(_get(r, "llama.attention.head_count_kv", n_head)),
+              n_ff=int(_get(r, "llama.feed_forward_length")),
+              n_ctx=int(_get(r, "llama.context_length")),
+              head_dim=int(_get(r, "llama.attention.key_length", n_embd // n_head)),
+              rms_eps=float(_get(r, "llama.attention.layer_norm_rms_epsilon")),
+              rope_base=float(_get(r, "llama.rope.freq_base", 10000.0)),
+              tied="output.weight" not in r.tensors)
+    kw["n_rot"] = int(_get(r, "llama.rope.dimension_count", kw["head_dim"]))
+    ra = None
+    if adapter:
+        ra = pygguf.read(adapter)
+        if _get(ra, "edgespec.adapter.type") != "speculative_streaming":
+            raise ValueError("%s: not a Speculative Streaming adapter" % adapter)
+        kw.update(n_streams=int(_get(ra, "edgespec.ss.n_streams")),
+                  n_msa=int(_get(ra, "edgespec.ss.n_msa_layers")),
+                  prune_rank=int(_get(ra, "edgespec.ss.prune_rank", 0, required=False)),
+                  prune_layer=int(_get(ra, "edgespec.ss.prune_layer", -1, required=False)),
+                  lora_rank=int(_get(ra, "edgespec.ss.lora_rank", 0, required=False)))
+        targets = sorted({n.split(".")[3] for n in ra.tensors if n.startswith("ss.blk.")})
+        kw["lora_targets"] = tuple(t for t in M.LORA_TARGETS if t in targets)
+    m = M.Model(M.Config(**kw))
+
+    def t(rr, name):
+        return torch.from_numpy(np.array(rr.tensors[name].numpy(), dtype=np.float32))
+
+    with torch.no_grad():
+        m.token_embd.weight.copy_(t(r, "token_embd.weight"))
+        m.output_norm.copy_(t(r, "output_norm.weight"))
+        if m.output is not None:
+            m.output.weight.copy_(t(r, "output.weight"))
+        for i, b in enumerate(m.blocks):
+            for suffix, attr in BLOCK_TENSORS:
+                _weight(getattr(b, attr)).copy_(t(r, "blk.%d.%s" % (i, suffix)))
+        if ra is not None:
+            m.stream_embd.copy_(t(ra, "ss.stream_embd.weight"))
+            if m.prune_down is not None:
+                m.prune_down.weight.copy_(t(ra, "ss.prune_down.weight"))
+                m.prune_up.weight.copy_(t(ra, "ss.prune_up.weight"))
+            for i, b in enumerate(m.blocks):
+                for tgt, lo in b.lora.items():
+                    lo.a.copy_(t(ra, "ss.blk.%d.%s.lora_a" % (i, tgt)))
+                    lo.b.copy_(t(ra, "ss.blk.%d.%s.lora_b" % (i, tgt)))
+    return m, vocab
+
+
+def load_checkpoint(path):
+    ck = torch.load(path, map_location="cpu")
+    m = M.Model(M.Config(**ck["config"]))
+    m.load_state_dict(ck["model"])
+    return m, bpe.Vocab.from_json(ck["vocab"])
+
+
+def load_any(path, adapter=None):
+    """(Model, Vocab) from a checkpoint (.pt) or a GGUF base with an optional adapter."""
+    if path.endswith(".pt"):
+        if adapter:
+            raise ValueError("an adapter goes with a GGUF base, not a checkpoint")
+        return load_checkpoint(path)
+    return load_gguf_model(path, adapter)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("ckpt", help="checkpoint (.pt) from train.py")
+    ap.add_argument("out", help="base GGUF to write")
+    ap.add_argument("--type", default="f32", choices=sorted(FILE_TYPE))
+    ap.add_argument("--ss", help="also write the Speculative Streaming adapter here")
+    ap.add_argument("--ss-type", default="f32", choices=sorted(FILE_TYPE))
+    ap.add_argument("--name", default="edgespec")
+    ap.add_argument("--vocab-only", action="store_true", help="hyperparameters and tokenizer only")
+    args = ap.parse_args(argv)
+    model, vocab = load_checkpoint(args.ckpt)
+    base_writer(model, vocab, args.type, args.name, args.vocab_only).write(args.out)
+    print("wrote %s (%s, %d bytes)" % (args.out, args.type, os.path.getsize(args.out)))
+    if args.ss:
+        adapter_writer(model, args.ss_type, args.name).write(args.ss)
+        print("wrote %s (%s, %d bytes)" % (args.ss, args.ss_type, os.path.getsize(args.ss)))
+
+
+if __name__ == "__main__":
+    main()
