@@ -3,14 +3,19 @@
  * An independent loop over the same fake model gives the expected tokens. Covers greedy and
  * seeded sampling (positions continue across calls), prompt chunking without intermediate logits,
  * n_predict, the n_ctx limit, tokens_out capacity, statistics, invalid arguments, and rollback when
- * a forward call fails. (End-of-generation and streaming pieces need a tokenizer: tested end to end
- * with real models in the e2e suite.) */
+ * a forward call fails; with a real vocabulary (../shared/vocab-tests, loaded vocab-only and run
+ * on the fake backend): end of generation, streamed pieces and a callback that stops. */
 #include "backend.h"
 #include "model.h"
+#include "tokenizer.h"
 
 #include "../test.h"
 
 enum { V = 97 };
+
+static int32_t g_nv = V;        /* vocabulary size of the model under test */
+static int32_t g_eog_at = -1;   /* sequence length after which the model insists on g_eog_id */
+static int32_t g_eog_id = -1;
 
 /* ---- the fake backend: KV slots hold token ids; logits hash the sequence up to the token */
 
@@ -31,7 +36,8 @@ static uint64_t mix(uint64_t z) {
 static void model_logits(const int32_t *seq, int n, float *out) {
     uint64_t h = 0x1234;
     for (int i = 0; i < n; i++) h = mix(h ^ (uint64_t)(seq[i] + 1) * 0x9E3779B97F4A7C15ull);
-    for (int v = 0; v < V; v++) out[v] = (float)(mix(h + (uint64_t)v) >> 40) / (float)(1 << 24) * 6.0f - 3.0f;
+    for (int v = 0; v < g_nv; v++) out[v] = (float)(mix(h + (uint64_t)v) >> 40) / (float)(1 << 24) * 6.0f - 3.0f;
+    if (n == g_eog_at) out[g_eog_id] = 50.0f;
 }
 
 static es_status fk_init(es_backend *b, const es_backend_params *p) { (void)b; (void)p; return ES_OK; }
@@ -61,7 +67,7 @@ static es_status fk_forward(es_context *ctx, const es__fwd *f) {
         k->slots[f->n_past + j] = f->tokens[j];
     }
     for (int r = 0; r < f->n_out; r++)
-        model_logits(k->slots, f->n_past + f->out_rows[r] + 1, f->logits + (size_t)r * V);
+        model_logits(k->slots, f->n_past + f->out_rows[r] + 1, f->logits + (size_t)r * (size_t)g_nv);
     return ES_OK;
 }
 static es_status fk_compact(es_context *ctx, const int32_t *keep, int32_t n_keep) {
@@ -252,6 +258,82 @@ static void test_invalid_and_rollback(es_model *m, es_backend *b) {
     es_context_free(ctx);
 }
 
+typedef struct sink {
+    char text[4096];
+    size_t len;
+    int32_t tokens[64];
+    int n, stop_after;
+} sink;
+
+static bool collect(int32_t token, const char *piece, size_t len, void *user) {
+    sink *k = user;
+    if (k->len + len < sizeof k->text) memcpy(k->text + k->len, piece, len);
+    k->len += len;
+    if (k->n < 64) k->tokens[k->n] = token;
+    k->n++;
+    return k->stop_after < 0 || k->n < k->stop_after;
+}
+
+static void test_with_vocabulary(es_backend *b) {
+    char path[1024];
+    const char *shared = getenv("ES_SHARED_DIR");
+    snprintf(path, sizeof path, "%s/vocab-tests/ggml-vocab-llama-spm.gguf", shared ? shared : "../shared");
+    es_model_params mp = es_model_default_params();
+    mp.vocab_only = true;
+    es_model *m = NULL;
+    CHECK_OK(es_model_load(path, &mp, &m));
+    if (!m) return;
+    m->has_weights = true; /* the fake backend needs no weights */
+    g_nv = m->hp.n_vocab > 0 ? m->hp.n_vocab : es__vocab_n_tokens(m->vocab);
+    m->hp.n_vocab = g_nv;
+    g_eog_id = es__vocab_eos(m->vocab);
+    CHECK(g_eog_id >= 0 && es_token_is_eog(m, g_eog_id));
+    int32_t prompt[6];
+    size_t n_prompt = 0;
+    CHECK_OK(es_tokenize(m, "In the beginning", 16, true, false, prompt, 6, &n_prompt));
+
+    /* the model ends the text after 9 generated tokens: 9 come out, the end token does not */
+    es_context *ctx = make_ctx(m, b, 128, 4);
+    g_eog_at = (int32_t)n_prompt + 9;
+    sink k = {{0}, 0, {0}, 0, -1};
+    es_generate_params gp = es_generate_default_params();
+    gp.sampling.temperature = 0.0f;
+    gp.n_predict = 40;
+    gp.on_token = collect;
+    gp.user = &k;
+    int32_t out[40];
+    es_generate_stats st;
+    CHECK_OK(es_generate(ctx, prompt, n_prompt, &gp, out, 40, &st));
+    CHECKF(st.n_generated == 9 && k.n == 9, "generated %d, streamed %d", st.n_generated, k.n);
+    CHECK(es_context_n_past(ctx) == (int32_t)n_prompt + 9);
+    for (int i = 0; i < k.n && i < 9; i++) CHECK(k.tokens[i] == out[i] && out[i] != g_eog_id);
+    /* the streamed pieces are the text of the generated tokens */
+    char text[4096];
+    size_t len = 0;
+    CHECK_OK(es_detokenize(m, out, 9, false, false, text, sizeof text, &len));
+    CHECKF(len == k.len && memcmp(text, k.text, len) == 0, "pieces '%.*s' vs text '%.*s'", (int)k.len, k.text,
+           (int)len, text);
+    /* ignore_eog keeps going through the end token */
+    es_truncate(ctx, 0);
+    k = (sink){{0}, 0, {0}, 0, -1};
+    gp.ignore_eog = true;
+    gp.n_predict = 12;
+    CHECK_OK(es_generate(ctx, prompt, n_prompt, &gp, out, 40, &st));
+    CHECK(st.n_generated == 12 && out[9] == g_eog_id);
+    /* a callback that says stop: the token it saw is the last, and it is not committed */
+    es_truncate(ctx, 0);
+    k = (sink){{0}, 0, {0}, 0, 3};
+    gp.ignore_eog = false;
+    gp.n_predict = 0;
+    CHECK_OK(es_generate(ctx, prompt, n_prompt, &gp, out, 40, &st));
+    CHECK(st.n_generated == 3 && k.n == 3 && es_context_n_past(ctx) == (int32_t)n_prompt + 2);
+    es_context_free(ctx);
+    g_eog_at = -1;
+    g_nv = V;
+    m->has_weights = false;
+    es_model_free(m);
+}
+
 int main(void) {
     es_model *m = fake_model();
     es_backend *b = fake_backend();
@@ -259,6 +341,7 @@ int main(void) {
     test_sampling_continues(m, b);
     test_context_limit(m, b);
     test_invalid_and_rollback(m, b);
+    test_with_vocabulary(b);
     es_backend_free(b);
     free(m);
     TEST_MAIN_END();
