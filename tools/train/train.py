@@ -82,6 +82,10 @@ def parse_args(argv=None):
                     "the pruning exit are trained; the main stream always trains on all")
     # optimisation
     ap.add_argument("--steps", type=int, default=1000)
+    ap.add_argument("--time-budget", type=float, default=0,
+                    help="seconds for the whole run: after warmup, --steps is set from the measured "
+                    "speed so that training and evaluation end within it (the run prints the value; "
+                    "pass it as --steps to reproduce the run exactly)")
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--ctx", type=int, default=256, help="training window (tokens)")
     ap.add_argument("--lr", type=float, default=2e-3)
@@ -153,6 +157,14 @@ def losses(model, out, batch, cfg, args, sp=None):
         res["prune"] = F.cross_entropy(out["prune_logits"].reshape(-1, V), batch[:, sp + 1].reshape(-1))
         total = total + res["prune"]
     return total, res
+
+
+def history_steps(history, default):
+    """The --steps a time-budgeted run settled on (from its log), else default."""
+    for rec in history:
+        if "steps_set" in rec:
+            return rec["steps_set"]
+    return default
 
 
 def save_ckpt(path, model, opt, step, rng, args, vocab, history):
@@ -267,14 +279,22 @@ def main(argv=None):
     L = args.ctx + cfg.n_streams + 1
     model.train()
     freeze = args.mode == "ss"
+    print("setup %.1fs" % (time.time() - t_setup), flush=True)
+    eval_s = 0.0
+    if args.eval_every and step == 0:
+        te = time.time()
+        run_eval()
+        eval_s = time.time() - te
+    calibrate = args.time_budget > 0 and step <= args.warmup
+    if calibrate:
+        args.steps = 1 << 40  # replaced at the end of warmup
+    if args.time_budget > 0 and not calibrate:
+        args.steps = history_steps(history, args.steps)
     t0 = time.time()
     step0 = step
     toks = 0
     acc = {}
     n_acc = 0
-    print("setup %.1fs" % (t0 - t_setup), flush=True)
-    if args.eval_every and step == 0:
-        run_eval()
     while step < args.steps:
         lr = lr_at(args, step)
         for g in opt.param_groups:
@@ -296,15 +316,26 @@ def main(argv=None):
         for k, v in parts.items():
             acc[k] = acc.get(k, 0.0) + v.item()
         n_acc += 1
+        if calibrate and step == args.warmup:
+            # Steps from the speed measured so far; lr up to here depended only on warmup.
+            rate = (step - step0) / (time.time() - t0)
+            left = args.time_budget - (time.time() - t_setup)
+            n_evals = int(left * rate / args.eval_every) if args.eval_every else 0
+            left -= 1.5 * eval_s * (n_evals + 1) + 30.0  # evaluations, final checkpoint
+            args.steps = max(step + 1, step + int(left * rate))
+            calibrate = False
+            log({"step": step, "steps_set": args.steps})
+            print("time budget %.0fs: %.2f steps/s, --steps set to %d (pass --steps %d to reproduce)"
+                  % (args.time_budget, rate, args.steps, args.steps), flush=True)
         if step % args.log_every == 0 or step == args.steps:
             el = time.time() - t0
             rate = toks / el
-            eta = (args.steps - step) * el / (step - step0)
+            eta = _hms((args.steps - step) * el / (step - step0)) if not calibrate else "(calibrating)"
             means = {k: v / n_acc for k, v in acc.items()}
             log({"step": step, "lr": lr, "tok_s": rate, "elapsed": el, **means})
-            print("step %d/%d  %s  lr %.2e  %.0f tok/s  elapsed %s  ETA %s" % (
-                step, args.steps, " ".join("%s %.4f" % kv for kv in means.items()), lr, rate,
-                _hms(el), _hms(eta)), flush=True)
+            print("step %d/%s  %s  lr %.2e  %.0f tok/s  elapsed %s  ETA %s" % (
+                step, "?" if calibrate else args.steps,
+                " ".join("%s %.4f" % kv for kv in means.items()), lr, rate, _hms(el), eta), flush=True)
             acc, n_acc = {}, 0
         if args.eval_every and step % args.eval_every == 0 and step < args.steps:
             run_eval()
