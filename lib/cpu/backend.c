@@ -129,7 +129,7 @@ static void cpu_ctx_destroy(es_context *ctx) {
     es__cpu_ctx *c = ctx->impl;
     if (!c) return;
     const es_allocator *a = ctx->backend->alloc;
-    void *bufs[] = {c->k, c->v, c->x, c->xn, c->q, c->kn, c->vn, c->att, c->tmp, c->gate, c->up, c->rope, c->scores, c->visible};
+    void *bufs[] = {c->k, c->v, c->x, c->xn, c->q, c->kn, c->vn, c->att, c->tmp, c->gate, c->up, c->rope, c->scores, c->visible, c->panel};
     for (size_t i = 0; i < ES__ARRAY_LEN(bufs); i++) es__free(a, bufs[i]);
     es__msa_free(c, a);
     es__free(a, c);
@@ -154,7 +154,9 @@ static es_status cpu_ctx_init(es_context *ctx) {
     const size_t qd = (size_t)hp->n_head * (size_t)hp->head_dim, kvd = (size_t)hp->n_head_kv * (size_t)hp->head_dim;
     size_t cache;
     bool ok = es__mul_size((size_t)hp->n_layer * kvd, (size_t)ctx->n_ctx, &cache);
-    c->n_threads = es__pool_size(((es__cpu_state *)b->impl)->pool);
+    const es__cpu_state *B = b->impl;
+    c->n_threads = es__pool_size(B->pool);
+    c->panel_floats = (size_t)B->kern->panel_rows * ES__MAX(ES__MAX(d, qd), (size_t)hp->n_ff);
     if (ok) {
         c->k = alloc_arr(a, cache, 1, sizeof(float));
         c->v = alloc_arr(a, cache, 1, sizeof(float));
@@ -170,9 +172,10 @@ static es_status cpu_ctx_init(es_context *ctx) {
         c->rope = alloc_arr(a, nb, (size_t)(hp->n_rot / 2) * 2, sizeof(float));
         c->scores = alloc_arr(a, (size_t)c->n_threads, (size_t)ctx->n_ctx + nb, sizeof(float));
         c->visible = alloc_arr(a, (size_t)c->n_threads, nb, sizeof(int32_t));
+        c->panel = alloc_arr(a, (size_t)c->n_threads, c->panel_floats, sizeof(float));
     }
     if (!ok || !c->k || !c->v || !c->x || !c->xn || !c->q || !c->kn || !c->vn || !c->att || !c->tmp || !c->gate ||
-        !c->up || !c->rope || !c->scores || !c->visible) {
+        !c->up || !c->rope || !c->scores || !c->visible || !c->panel) {
         cpu_ctx_destroy(ctx);
         return es__fail(&b->err, ES_ERR_OUT_OF_MEMORY,
                         "cpu backend: out of memory for a KV cache of %d tokens and scratch for %d", ctx->n_ctx,

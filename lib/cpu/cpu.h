@@ -50,6 +50,8 @@ typedef struct es__cpu_ctx {
     float *rope;         /* [n_batch][n_rot / 2][2] cos, sin                   */
     float *scores;       /* [n_threads][n_ctx + n_batch]                       */
     int32_t *visible;    /* [n_threads][n_batch]                               */
+    float *panel;        /* [n_threads][panel_floats] matmul weight panels      */
+    size_t panel_floats; /* kern panel_rows * the widest matrix input           */
     int n_threads;
     struct es__msa *msa; /* Speculative Streaming state (msa.c), made on first use */
 } es__cpu_ctx;

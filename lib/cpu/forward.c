@@ -31,7 +31,9 @@ static void mm_part(const fwd_job *J, const es__cpu_mat *W, const float *x, int6
                     int nth, int64_t *lo_out, int64_t *hi_out) {
     int64_t lo, hi;
     es__split_range(W->n_out, ROW_ALIGN, ith, nth, &lo, &hi);
-    if (lo < hi) J->k->matmul(W->type, W->data, W->row_bytes, W->n_in, lo, hi, x, W->n_in, n_tok, y + lo, W->n_out);
+    float *panel = J->c->panel + (size_t)ith * J->c->panel_floats;
+    if (lo < hi)
+        J->k->matmul(W->type, W->data, W->row_bytes, W->n_in, lo, hi, x, W->n_in, n_tok, y + lo, W->n_out, panel);
     if (lo_out) *lo_out = lo, *hi_out = hi;
 }
 
@@ -123,7 +125,7 @@ static void layer(const fwd_job *J, int32_t il, int ith, int nth) {
     mm_part(J, &L->up, c->xn, nr, c->up, ith, nth, NULL, NULL);
     for (int32_t t = 0; t < nr; t++) {
         const int64_t off = (int64_t)t * hp->n_ff;
-        es__cpu_swiglu_range(c->gate + off, c->up + off, lo, hi, c->gate + off);
+        es__cpu_swiglu_range(J->k, c->gate + off, c->up + off, lo, hi, c->gate + off);
     }
     es__pool_barrier(J->pool);
 

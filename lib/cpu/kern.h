@@ -12,17 +12,26 @@
 
 typedef struct es__kern {
     const char *name; /* "generic", "x86-64-v3", "x86-64-v4" */
+    int panel_rows;   /* matmul's panel holds panel_rows * n_in floats */
     /* y[t * ldy + (r - r0)] = sum_k W[r][k] * x[t * ldx + k] for rows r in [r0, r1) and tokens
      * t in [0, n_tok). W: rows of n_in elements of type, row r at w + r * row_bytes. n_in is a
-     * multiple of 32 for the block types. */
+     * multiple of 32 for the block types. panel: scratch of panel_rows * n_in floats, needed when
+     * n_tok > 1 and type is not F32 (else it may be NULL). */
     void (*matmul)(es__dtype type, const void *w, size_t row_bytes, int64_t n_in, int64_t r0, int64_t r1,
-                   const float *x, int64_t ldx, int64_t n_tok, float *y, int64_t ldy);
+                   const float *x, int64_t ldx, int64_t n_tok, float *y, int64_t ldy, float *panel);
     /* sum_k a[k] * b[k] in the level's fixed order. */
     float (*dot)(const float *a, const float *b, int64_t n);
     /* y[k] += a * x[k]. */
     void (*axpy)(float *y, float a, const float *x, int64_t n);
     /* One row of n elements of type to f32 (exact for every supported type). */
     void (*to_f32)(es__dtype type, const void *row, float *out, int64_t n);
+    /* out[i] = silu(g[i]) * u[i] with the level's vector exp; out may alias g or u. */
+    void (*silu_mul)(const float *g, const float *u, int64_t n, float *out);
+    /* Attention of one query q[hd] over one kv head's keys kb and values vb, both (n_ctx, hd): the
+     * slots 0..n_past-1, then n_past + vis[i] for i < n_vis, in that (position) order.
+     * scores: scratch of n_past + n_vis floats. out[hd] = softmax(scale * q.k) weighted sum of v. */
+    void (*attend)(const float *q, const float *kb, const float *vb, int64_t hd, int32_t n_past, const int32_t *vis,
+                   int32_t n_vis, float scale, float *scores, float *out);
 } es__kern;
 
 /* The levels built into this library, best first; each entry usable on this CPU or NULL. */

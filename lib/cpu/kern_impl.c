@@ -242,22 +242,50 @@ INLINE float load_block(es__dtype type, const uint8_t *blk, vf *wq) {
     return f16_scalar(d16);
 }
 
-/* ---- tiles: R rows x T tokens, out[r * T_TILE + t] */
+/* ---- one row (decode): acc = fma(w, x, acc) over VL-wide chunks in k order; a block's weights are
+ * d * q, which is exact in f32 (11-bit by 8-bit significands), so this equals the f32 panel path. */
 
-INLINE void tile_float(es__dtype type, const uint8_t *const *wr, const float *x, int64_t ldx, int64_t n_in,
-                       const int R, const int T, float *out) {
+INLINE float row_dot(es__dtype type, const uint8_t *row, const float *x, int64_t n_in) {
+    vf acc = vzero();
+    if (type == ES__DTYPE_Q8_0 || type == ES__DTYPE_Q4_0) {
+        const size_t bb = type == ES__DTYPE_Q8_0 ? 34 : 18;
+        for (int64_t b = 0; b < n_in / QK; b++) {
+            vf wq[NV];
+            const vf dv = vsplat(load_block(type, row + (size_t)b * bb, wq));
+            for (int v = 0; v < NV; v++) acc = vfma(wq[v] * dv, loadu(x + b * QK + v * VL), acc);
+        }
+        return hsum(acc);
+    }
+    int64_t k = 0;
+    for (; k + VL <= n_in; k += VL) acc = vfma(load_wf(type, row, k), loadu(x + k), acc);
+    if (k < n_in) acc = vfma(load_wf_tail(type, row, k, n_in - k), load_x_tail(x + k, n_in - k), acc);
+    return hsum(acc);
+}
+
+#define DEF_ROWS(NAME, TYPE)                                                                           \
+    static void NAME(const uint8_t *w, size_t row_bytes, int64_t n_in, int64_t r0, int64_t r1, const float *x, \
+                     float *y) {                                                                       \
+        for (int64_t r = r0; r < r1; r++) y[r - r0] = row_dot(TYPE, w + (size_t)r * row_bytes, x, n_in); \
+    }
+DEF_ROWS(rows_f32, ES__DTYPE_F32)
+DEF_ROWS(rows_f16, ES__DTYPE_F16)
+DEF_ROWS(rows_bf16, ES__DTYPE_BF16)
+DEF_ROWS(rows_q8_0, ES__DTYPE_Q8_0)
+DEF_ROWS(rows_q4_0, ES__DTYPE_Q4_0)
+
+/* ---- tiles (several tokens): R_TILE rows of f32 weights x T tokens, out[r * T_TILE + t]. Same
+ * per-element arithmetic as row_dot. */
+
+INLINE void tile_f32(const float *const *wr, const float *x, int64_t ldx, int64_t n_in, const int T, float *out) {
     vf acc[R_TILE][T_TILE];
-    for (int r = 0; r < R; r++)
+    for (int r = 0; r < R_TILE; r++)
         for (int t = 0; t < T; t++) acc[r][t] = vzero();
     int64_t k = 0;
     for (; k + VL <= n_in; k += VL) {
         vf xv[T_TILE];
         for (int t = 0; t < T; t++) xv[t] = loadu(x + t * ldx + k);
-        for (int r = 0; r < R; r++) {
-#ifdef PF_DIST
-            __builtin_prefetch(wr[r] + k * (type == ES__DTYPE_F32 ? 4 : 2) + PF_DIST);
-#endif
-            vf w = load_wf(type, wr[r], k);
+        for (int r = 0; r < R_TILE; r++) {
+            const vf w = loadu(wr[r] + k);
             for (int t = 0; t < T; t++) acc[r][t] = vfma(w, xv[t], acc[r][t]);
         }
     }
@@ -265,114 +293,176 @@ INLINE void tile_float(es__dtype type, const uint8_t *const *wr, const float *x,
         const int64_t m = n_in - k;
         vf xv[T_TILE];
         for (int t = 0; t < T; t++) xv[t] = load_x_tail(x + t * ldx + k, m);
-        for (int r = 0; r < R; r++) {
-            vf w = load_wf_tail(type, wr[r], k, m);
+        for (int r = 0; r < R_TILE; r++) {
+            const vf w = load_x_tail(wr[r] + k, m);
             for (int t = 0; t < T; t++) acc[r][t] = vfma(w, xv[t], acc[r][t]);
         }
     }
-    for (int r = 0; r < R; r++)
+    for (int r = 0; r < R_TILE; r++)
         for (int t = 0; t < T; t++) out[r * T_TILE + t] = hsum(acc[r][t]);
 }
 
-INLINE void tile_block(es__dtype type, const uint8_t *const *wr, const float *x, int64_t ldx, int64_t n_in,
-                       const int R, const int T, float *out) {
-    const size_t bb = type == ES__DTYPE_Q8_0 ? 34 : 18;
-    vf acc[R_TILE][T_TILE];
-    for (int r = 0; r < R; r++)
-        for (int t = 0; t < T; t++) acc[r][t] = vzero();
-    const int64_t nb = n_in / QK;
-    for (int64_t b = 0; b < nb; b++) {
-        vf xv[T_TILE][NV];
-        for (int t = 0; t < T; t++)
-            for (int v = 0; v < NV; v++) xv[t][v] = loadu(x + t * ldx + b * QK + v * VL);
-        for (int r = 0; r < R; r++) {
-#ifdef PF_DIST
-            __builtin_prefetch(wr[r] + (size_t)b * bb + PF_DIST);
-#endif
-            vf wq[NV];
-            const float d = load_block(type, wr[r] + (size_t)b * bb, wq);
-            const vf dv = vsplat(d);
-            for (int t = 0; t < T; t++) {
-                vf s = wq[0] * xv[t][0];
-                for (int v = 1; v < NV; v++) s = vfma(wq[v], xv[t][v], s);
-                acc[r][t] = vfma(dv, s, acc[r][t]);
-            }
-        }
+/* One specialisation per T: the compiler keeps each tile's accumulators in registers. */
+static void tiles(const float *const *wr, const float *x, int64_t ldx, int64_t n_in, int T, float *out) {
+    switch (T) {
+    case 1: tile_f32(wr, x, ldx, n_in, 1, out); break;
+    case 2: tile_f32(wr, x, ldx, n_in, 2 <= T_TILE ? 2 : 1, out); break;
+    case 3: tile_f32(wr, x, ldx, n_in, 3 <= T_TILE ? 3 : 1, out); break;
+    case 4: tile_f32(wr, x, ldx, n_in, 4 <= T_TILE ? 4 : 1, out); break;
+    case 5: tile_f32(wr, x, ldx, n_in, 5 <= T_TILE ? 5 : 1, out); break;
+    default: tile_f32(wr, x, ldx, n_in, 6 <= T_TILE ? 6 : 1, out); break;
     }
-    for (int r = 0; r < R; r++)
-        for (int t = 0; t < T; t++) out[r * T_TILE + t] = hsum(acc[r][t]);
 }
 
-INLINE void tile(es__dtype type, const uint8_t *const *wr, const float *x, int64_t ldx, int64_t n_in, int R, int T,
-                 float *out) {
-    if (type == ES__DTYPE_Q8_0 || type == ES__DTYPE_Q4_0)
-        tile_block(type, wr, x, ldx, n_in, R, T, out);
-    else
-        tile_float(type, wr, x, ldx, n_in, R, T, out);
-}
+static void k_to_f32(es__dtype type, const void *row, float *out, int64_t n);
 
-/* One specialisation per (type, R, T): the compiler keeps each tile's accumulators in registers.
- * A single token (decode) goes one row at a time: one sequential stream of weights per thread is
- * what the hardware prefetchers follow best (interleaving R rows' streams halved the bandwidth). */
-#define DEF_TILES(NAME, TYPE)                                                                          \
-    static void NAME(const uint8_t *const *wr, const float *x, int64_t ldx, int64_t n_in, int R, int T, \
-                     float *out) {                                                                     \
-        if (R == 1) {                                                                                  \
-            tile(TYPE, wr, x, ldx, n_in, 1, 1, out);                                                   \
-            return;                                                                                    \
-        }                                                                                              \
-        switch (T) {                                                                                   \
-        case 1: tile(TYPE, wr, x, ldx, n_in, R_TILE, 1, out); break;                                   \
-        case 2: tile(TYPE, wr, x, ldx, n_in, R_TILE, 2 <= T_TILE ? 2 : 1, out); break;                 \
-        case 3: tile(TYPE, wr, x, ldx, n_in, R_TILE, 3 <= T_TILE ? 3 : 1, out); break;                 \
-        case 4: tile(TYPE, wr, x, ldx, n_in, R_TILE, 4 <= T_TILE ? 4 : 1, out); break;                 \
-        case 5: tile(TYPE, wr, x, ldx, n_in, R_TILE, 5 <= T_TILE ? 5 : 1, out); break;                 \
-        default: tile(TYPE, wr, x, ldx, n_in, R_TILE, 6 <= T_TILE ? 6 : 1, out); break;                \
-        }                                                                                              \
-    }
-DEF_TILES(tiles_f32, ES__DTYPE_F32)
-DEF_TILES(tiles_f16, ES__DTYPE_F16)
-DEF_TILES(tiles_bf16, ES__DTYPE_BF16)
-DEF_TILES(tiles_q8_0, ES__DTYPE_Q8_0)
-DEF_TILES(tiles_q4_0, ES__DTYPE_Q4_0)
-
-typedef void (*tiles_fn)(const uint8_t *const *wr, const float *x, int64_t ldx, int64_t n_in, int R, int T,
-                         float *out);
-
+/* A single token streams one row at a time: one sequential stream of weights per thread is what
+ * the hardware prefetchers follow best (interleaving several rows' streams halved the bandwidth).
+ * Several tokens convert R_TILE rows to f32 once (the panel) and reuse them for every token. */
 static void k_matmul(es__dtype type, const void *w, size_t row_bytes, int64_t n_in, int64_t r0, int64_t r1,
-                     const float *x, int64_t ldx, int64_t n_tok, float *y, int64_t ldy) {
-    tiles_fn fn;
-    switch (type) {
-    case ES__DTYPE_F32: fn = tiles_f32; break;
-    case ES__DTYPE_F16: fn = tiles_f16; break;
-    case ES__DTYPE_BF16: fn = tiles_bf16; break;
-    case ES__DTYPE_Q8_0: fn = tiles_q8_0; break;
-    case ES__DTYPE_Q4_0: fn = tiles_q4_0; break;
-    default: return;
-    }
+                     const float *x, int64_t ldx, int64_t n_tok, float *y, int64_t ldy, float *panel) {
     const uint8_t *base = w;
     if (n_tok == 1) {
-        for (int64_t r = r0; r < r1; r++) {
-            const uint8_t *wr[1] = {base + (size_t)r * row_bytes};
-            float out[R_TILE * T_TILE];
-            fn(wr, x, ldx, n_in, 1, 1, out);
-            y[r - r0] = out[0];
+        switch (type) {
+        case ES__DTYPE_F32: rows_f32(base, row_bytes, n_in, r0, r1, x, y); break;
+        case ES__DTYPE_F16: rows_f16(base, row_bytes, n_in, r0, r1, x, y); break;
+        case ES__DTYPE_BF16: rows_bf16(base, row_bytes, n_in, r0, r1, x, y); break;
+        case ES__DTYPE_Q8_0: rows_q8_0(base, row_bytes, n_in, r0, r1, x, y); break;
+        case ES__DTYPE_Q4_0: rows_q4_0(base, row_bytes, n_in, r0, r1, x, y); break;
         }
         return;
     }
     for (int64_t t0 = 0; t0 < n_tok; t0 += TOK_BLOCK) {
         const int64_t t1 = ES__MIN(n_tok, t0 + TOK_BLOCK);
         for (int64_t r = r0; r < r1; r += R_TILE) {
-            const uint8_t *wr[R_TILE];
-            /* rows past r1 repeat the last row; their results are computed and dropped */
-            for (int i = 0; i < R_TILE; i++) wr[i] = base + (size_t)ES__MIN(r + i, r1 - 1) * row_bytes;
+            const float *wr[R_TILE];
             const int nr = (int)ES__MIN(R_TILE, r1 - r);
+            /* rows past r1 repeat the last row; their results are computed and dropped */
+            for (int i = 0; i < R_TILE; i++) {
+                const uint8_t *src = base + (size_t)ES__MIN(r + i, r1 - 1) * row_bytes;
+                if (type == ES__DTYPE_F32) {
+                    wr[i] = (const float *)(const void *)src;
+                } else {
+                    if (i < nr) k_to_f32(type, src, panel + i * n_in, n_in);
+                    wr[i] = panel + ES__MIN(i, nr - 1) * n_in;
+                }
+            }
             for (int64_t t = t0; t < t1; t += T_TILE) {
                 const int nt = (int)ES__MIN(T_TILE, t1 - t);
                 float out[R_TILE * T_TILE];
-                fn(wr, x + t * ldx, ldx, n_in, R_TILE, nt, out);
+                tiles(wr, x + t * ldx, ldx, n_in, nt, out);
                 for (int i = 0; i < nr; i++)
                     for (int j = 0; j < nt; j++) y[(t + j) * ldy + (r - r0 + i)] = out[i * T_TILE + j];
+            }
+        }
+    }
+}
+
+/* exp(x) lane by lane: Cody-Waite reduction by ln 2 and a degree-6 polynomial (Cephes' expf
+ * coefficients), about 2 ulp. Each lane's result depends on that lane's input only. */
+INLINE vf vexp(vf x) {
+    const vf hi_lim = vsplat(88.3762626647949f), lo_lim = vsplat(-87.3365447504f);
+    const vi over = x > hi_lim, under = x < lo_lim;
+    vf xc = x;
+    xc = (vf)(((vi)xc & ~over) | ((vi)hi_lim & over));
+    xc = (vf)(((vi)xc & ~under) | ((vi)lo_lim & under));
+    /* n = round(x / ln 2) by the 1.5 * 2^23 trick (|x / ln 2| < 2^22) */
+    const vf magic = vsplat(12582912.0f);
+    const vf n = (xc * vsplat(1.44269504088896341f) + magic) - magic;
+    vf r = vfma(n, vsplat(-0.693359375f), xc);
+    r = vfma(n, vsplat(2.12194440e-4f), r);
+    vf p = vsplat(1.9875691500e-4f);
+    p = vfma(p, r, vsplat(1.3981999507e-3f));
+    p = vfma(p, r, vsplat(8.3334519073e-3f));
+    p = vfma(p, r, vsplat(4.1665795894e-2f));
+    p = vfma(p, r, vsplat(1.6666665459e-1f));
+    p = vfma(p, r, vsplat(5.0000001201e-1f));
+    vf y = vfma(p * r, r, r) + vsplat(1.0f);
+    const vi e = (__builtin_convertvector(n, vi) + 127) << 23;
+    y = y * (vf)e;
+    const vf inf = vsplat(__builtin_inff());
+    y = (vf)(((vi)y & ~over) | ((vi)inf & over));
+    y = (vf)((vi)y & ~under);
+    return y;
+}
+
+static void k_silu_mul(const float *g, const float *u, int64_t n, float *out) {
+    int64_t i = 0;
+    const vf one = vsplat(1.0f);
+    for (; i + VL <= n; i += VL) {
+        const vf gv = loadu(g + i);
+        storeu(out + i, gv / (one + vexp(-gv)) * loadu(u + i));
+    }
+    if (i < n) {
+        float buf[VL];
+        const vf gv = load_x_tail(g + i, n - i);
+        storeu(buf, gv / (one + vexp(-gv)) * load_x_tail(u + i, n - i));
+        memcpy(out + i, buf, sizeof(float) * (size_t)(n - i));
+    }
+}
+
+/* Attention of one query over m = n_past + n_vis keys of one kv head: slots 0..n_past-1, then
+ * n_past + vis[i]. kb, vb: (n_ctx, hd). Scores, their exponentials, their sum and the weighted sum
+ * of values all run over the keys in slot (position) order. */
+static void k_attend(const float *q, const float *kb, const float *vb, int64_t hd, int32_t n_past, const int32_t *vis,
+                     int32_t n_vis, float scale, float *sc, float *out) {
+    const int32_t m = n_past + n_vis;
+    for (int32_t s = 0; s < m; s++) {
+        const int64_t slot = s < n_past ? s : n_past + vis[s - n_past];
+        const float *kr = kb + slot * hd;
+        vf acc = vzero();
+        int64_t k = 0;
+        for (; k + VL <= hd; k += VL) acc = vfma(loadu(q + k), loadu(kr + k), acc);
+        if (k < hd) acc = vfma(load_x_tail(q + k, hd - k), load_x_tail(kr + k, hd - k), acc);
+        sc[s] = hsum(acc) * scale;
+    }
+    float mx = -__builtin_inff();
+    for (int32_t s = 0; s < m; s++) mx = sc[s] > mx ? sc[s] : mx;
+    const vf mxv = vsplat(mx);
+    vf sumv = vzero();
+    int32_t s = 0;
+    for (; s + VL <= m; s += VL) {
+        const vf e = vexp(loadu(sc + s) - mxv);
+        storeu(sc + s, e);
+        sumv = sumv + e;
+    }
+    float sum = hsum(sumv);
+    for (; s < m; s++) {
+        float buf[VL] = {sc[s] - mx};
+        sc[s] = vexp(loadu(buf))[0];
+        sum += sc[s];
+    }
+    /* out = sum_s p_s v_s, keys in order; up to ACC_CHUNKS chunks of VL output dims at a time so
+     * their accumulation chains overlap */
+    enum { ACC_CHUNKS = 8 };
+    const float inv = 1.0f / sum;
+    for (int64_t d0 = 0; d0 < hd; d0 += ACC_CHUNKS * VL) {
+        const int nc = (int)ES__MIN(ACC_CHUNKS, (hd - d0 + VL - 1) / VL);
+        const bool full = d0 + (int64_t)nc * VL <= hd;
+        vf acc[ACC_CHUNKS];
+        for (int c = 0; c < nc; c++) acc[c] = vzero();
+        for (int32_t j = 0; j < m; j++) {
+            const int64_t slot = j < n_past ? j : n_past + vis[j - n_past];
+            const float *vr = vb + slot * hd + d0;
+            const vf p = vsplat(sc[j]);
+            if (full) {
+                for (int c = 0; c < nc; c++) acc[c] = vfma(p, loadu(vr + c * VL), acc[c]);
+            } else {
+                for (int c = 0; c < nc; c++) {
+                    const int64_t w = ES__MIN(VL, hd - d0 - c * VL);
+                    acc[c] = vfma(p, w == VL ? loadu(vr + c * VL) : load_x_tail(vr + c * VL, w), acc[c]);
+                }
+            }
+        }
+        for (int c = 0; c < nc; c++) {
+            const int64_t w = ES__MIN(VL, hd - d0 - c * VL);
+            const vf r = acc[c] * vsplat(inv);
+            if (w == VL) {
+                storeu(out + d0 + c * VL, r);
+            } else {
+                float buf[VL];
+                storeu(buf, r);
+                memcpy(out + d0 + c * VL, buf, sizeof(float) * (size_t)w);
             }
         }
     }
@@ -421,6 +511,6 @@ static void k_to_f32(es__dtype type, const void *row, float *out, int64_t n) {
 }
 
 const es__kern *KERN_FN(void) {
-    static const es__kern k = {KERN_NAME, k_matmul, k_dot, k_axpy, k_to_f32};
+    static const es__kern k = {KERN_NAME, R_TILE, k_matmul, k_dot, k_axpy, k_to_f32, k_silu_mul, k_attend};
     return &k;
 }

@@ -70,35 +70,14 @@ void es__cpu_attention_range(const es__kern *k, const es__attn *a, int64_t lo, i
         const int32_t g = h / group;
         const float *q = a->q + row * a->q_stride + (int64_t)h * hd;
         const float *kg = a->kc + (int64_t)g * a->n_ctx * hd, *vg = a->vc + (int64_t)g * a->n_ctx * hd;
-        const int32_t m = a->n_past + n_vis;
-        float mx = -INFINITY;
-        for (int32_t s = 0; s < m; s++) {
-            const int32_t slot = s < a->n_past ? s : a->n_past + visible[s - a->n_past];
-            const float sc = k->dot(q, kg + (int64_t)slot * hd, hd) * a->scale;
-            scores[s] = sc;
-            mx = sc > mx ? sc : mx;
-        }
-        float sum = 0.0f;
-        for (int32_t s = 0; s < m; s++) {
-            scores[s] = expf(scores[s] - mx);
-            sum += scores[s];
-        }
-        float *o = a->out + row * a->out_stride + (int64_t)h * hd;
-        memset(o, 0, sizeof(float) * (size_t)hd);
-        for (int32_t s = 0; s < m; s++) {
-            const int32_t slot = s < a->n_past ? s : a->n_past + visible[s - a->n_past];
-            k->axpy(o, scores[s], vg + (int64_t)slot * hd, hd);
-        }
-        const float inv = 1.0f / sum;
-        for (int32_t d = 0; d < hd; d++) o[d] *= inv;
+        k->attend(q, kg, vg, hd, a->n_past, visible, n_vis, a->scale, scores,
+                  a->out + row * a->out_stride + (int64_t)h * hd);
     }
 }
 
-void es__cpu_swiglu_range(const float *gate, const float *up, int64_t lo, int64_t hi, float *out) {
-    for (int64_t i = lo; i < hi; i++) {
-        const float g = gate[i];
-        out[i] = g / (1.0f + expf(-g)) * up[i];
-    }
+void es__cpu_swiglu_range(const es__kern *k, const float *gate, const float *up, int64_t lo, int64_t hi,
+                          float *out) {
+    if (lo < hi) k->silu_mul(gate + lo, up + lo, hi - lo, out + lo);
 }
 
 /* ---- whole ops */
@@ -111,13 +90,16 @@ typedef struct matmul_job {
     int64_t n_in, n_out, n_tok;
     const float *x;
     float *y;
+    float *panel; /* [nth][panel_rows * n_in] */
 } matmul_job;
 
 static void matmul_thread(void *arg, int ith, int nth) {
     const matmul_job *j = arg;
     int64_t lo, hi;
     es__split_range(j->n_out, 16, ith, nth, &lo, &hi);
-    if (lo < hi) j->k->matmul(j->type, j->w, j->row_bytes, j->n_in, lo, hi, j->x, j->n_in, j->n_tok, j->y + lo, j->n_out);
+    float *panel = j->panel + (size_t)ith * (size_t)j->k->panel_rows * (size_t)j->n_in;
+    if (lo < hi)
+        j->k->matmul(j->type, j->w, j->row_bytes, j->n_in, lo, hi, j->x, j->n_in, j->n_tok, j->y + lo, j->n_out, panel);
 }
 
 static void run(es__pool *pool, es__pool_fn fn, void *arg) {
@@ -135,8 +117,13 @@ es_status es__cpu_matmul(es__pool *pool, es__dtype type, const void *w, int64_t 
                  (long long)n_in);
     ES_RETURN_IF(n_out < 0 || n_tok < 0 || !w || !x || !y, err, ES_ERR_INVALID_ARGUMENT,
                  "cpu matmul: n_out %lld, n_tok %lld, or a NULL pointer", (long long)n_out, (long long)n_tok);
-    matmul_job j = {es__kern_best(), type, w, rb, n_in, n_out, n_tok, x, y};
+    const es__kern *k = es__kern_best();
+    const int nth = pool ? es__pool_size(pool) : 1;
+    float *panel = es__calloc(NULL, (size_t)nth * (size_t)k->panel_rows, sizeof(float) * (size_t)n_in);
+    ES_RETURN_IF(!panel, err, ES_ERR_OUT_OF_MEMORY, "cpu matmul: out of memory for scratch");
+    matmul_job j = {k, type, w, rb, n_in, n_out, n_tok, x, y, panel};
     run(pool, matmul_thread, &j);
+    es__free(NULL, panel);
     return ES_OK;
 }
 
@@ -233,7 +220,7 @@ void es__cpu_kv_write(float *kc, float *vc, int32_t n_ctx, int32_t n_head_kv, in
 }
 
 void es__cpu_swiglu(const float *gate, const float *up, int64_t n, float *out) {
-    es__cpu_swiglu_range(gate, up, 0, n, out);
+    es__cpu_swiglu_range(es__kern_best(), gate, up, 0, n, out);
 }
 
 void es__cpu_add(const float *a, const float *b, int64_t n, float *out) {

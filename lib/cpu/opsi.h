@@ -39,6 +39,7 @@ typedef struct es__attn {
 void es__cpu_attention_range(const es__kern *k, const es__attn *a, int64_t lo, int64_t hi, float *scores,
                              int32_t *visible);
 
-void es__cpu_swiglu_range(const float *gate, const float *up, int64_t lo, int64_t hi, float *out);
+void es__cpu_swiglu_range(const es__kern *k, const float *gate, const float *up, int64_t lo, int64_t hi,
+                          float *out);
 
 #endif /* ES_CPU_OPSI_H */

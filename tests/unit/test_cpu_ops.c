@@ -140,7 +140,8 @@ static void test_kernels(const es__kern *k) {
             float *x = rand_vec(n_in * n_tok, 1.0f);
             float *y = malloc(sizeof(float) * (size_t)(n_out * n_tok));
             poison(y, n_out * n_tok);
-            k->matmul(t, w, row_bytes(t, n_in), n_in, 0, n_out, x, n_in, n_tok, y, n_out);
+            float *panel = malloc(sizeof(float) * (size_t)(k->panel_rows * n_in));
+            k->matmul(t, w, row_bytes(t, n_in), n_in, 0, n_out, x, n_in, n_tok, y, n_out, panel);
             double worst = 0;
             for (int64_t tt = 0; tt < n_tok; tt++)
                 for (int64_t r = 0; r < n_out; r++) {
@@ -161,11 +162,23 @@ static void test_kernels(const es__kern *k) {
                 poison(y1, n_out);
                 for (int64_t r0 = 0; r0 < n_out; r0 += 3) {
                     int64_t r1 = ES__MIN(n_out, r0 + 3);
-                    k->matmul(t, w, row_bytes(t, n_in), n_in, r0, r1, x + tt * n_in, n_in, 1, y1 + r0, n_out);
+                    k->matmul(t, w, row_bytes(t, n_in), n_in, r0, r1, x + tt * n_in, n_in, 1, y1 + r0, n_out, NULL);
                 }
                 same = same && memcmp(y1, y + tt * n_out, sizeof(float) * (size_t)n_out) == 0;
             }
             CHECKF(same, "%s matmul %s: token alone differs from the batch", k->name, tname(t));
+            /* two tokens at a time through odd row ranges (tiles padded with repeated rows) */
+            if (n_tok >= 3) {
+                float *y2 = malloc(sizeof(float) * (size_t)(2 * n_out));
+                poison(y2, 2 * n_out);
+                for (int64_t r0 = 0; r0 < n_out; r0 += 5)
+                    k->matmul(t, w, row_bytes(t, n_in), n_in, r0, ES__MIN(n_out, r0 + 5), x + n_in, n_in, 2, y2 + r0,
+                              n_out, panel);
+                CHECKF(memcmp(y2, y + n_out, sizeof(float) * (size_t)(2 * n_out)) == 0,
+                       "%s matmul %s: a 2-token call differs from the batch (n_in %lld n_out %lld n_tok %lld)", k->name, tname(t), (long long)n_in, (long long)n_out, (long long)n_tok);
+                free(y2);
+            }
+            free(panel);
             /* to_f32 is exact */
             float *row = malloc(sizeof(float) * (size_t)n_in);
             bool exact = true;
@@ -193,6 +206,49 @@ static void test_kernels(const es__kern *k) {
         double r = ref_f16(sp[i]);
         CHECKF(isnan(r) ? isnan(out[i]) : (out[i] == (float)r && !signbit(out[i]) == !signbit(r)),
                "%s f16 0x%04x -> %g, expected %g", k->name, sp[i], out[i], r);
+    }
+    /* silu_mul over a wide range, extremes included: checks the level's vector exp */
+    {
+        int64_t n = 203;
+        float *g = rand_vec(n, 30.0f), *u = rand_vec(n, 1.0f), *o = malloc(sizeof(float) * (size_t)n);
+        g[0] = 100.0f, g[1] = -100.0f, g[2] = 88.5f, g[3] = -88.5f, g[4] = 0.0f, g[5] = -87.0f, g[6] = 1e-8f;
+        poison(o, n);
+        k->silu_mul(g, u, n, o);
+        bool ok = true;
+        for (int64_t i = 0; i < n; i++) {
+            double ref = g[i] / (1.0 + exp(-(double)g[i])) * u[i];
+            ok = ok && fabs(o[i] - ref) <= 1e-6 * fabs(ref) + 1e-30;
+            if (!(fabs(o[i] - ref) <= 1e-6 * fabs(ref) + 1e-30))
+                fprintf(stderr, "  silu_mul(%g) * %g = %g, expected %g\n", g[i], u[i], o[i], ref);
+        }
+        CHECKF(ok, "%s silu_mul", k->name);
+        free(g), free(u), free(o);
+    }
+    /* attend: one query over committed slots and a few in-batch ones, against double */
+    for (int64_t hd = 3; hd <= 40; hd += 37) {
+        const int32_t n_ctx = 50, n_past = 41, vis[3] = {0, 2, 5};
+        float *q = rand_vec(hd, 3.0f), *kb = rand_vec(n_ctx * hd, 1.0f), *vb = rand_vec(n_ctx * hd, 1.0f);
+        float sc[44], ao[40];
+        poison(ao, hd);
+        k->attend(q, kb, vb, hd, n_past, vis, 3, 0.5f, sc, ao);
+        double p[44], mx = -INFINITY, sum = 0;
+        int32_t slots[44];
+        for (int32_t i = 0; i < 44; i++) {
+            slots[i] = i < n_past ? i : n_past + vis[i - n_past];
+            double d = 0;
+            for (int64_t e = 0; e < hd; e++) d += (double)q[e] * kb[slots[i] * hd + e];
+            p[i] = 0.5 * d;
+            mx = p[i] > mx ? p[i] : mx;
+        }
+        for (int32_t i = 0; i < 44; i++) sum += (p[i] = exp(p[i] - mx));
+        bool ok = true;
+        for (int64_t e = 0; e < hd; e++) {
+            double ref = 0;
+            for (int32_t i = 0; i < 44; i++) ref += p[i] / sum * vb[slots[i] * hd + e];
+            ok = ok && fabs(ao[e] - ref) <= 2e-6;
+        }
+        CHECKF(ok, "%s attend hd %lld", k->name, (long long)hd);
+        free(q), free(kb), free(vb);
     }
     /* dot and axpy */
     for (int64_t n = 1; n < 80; n += 13) {
