@@ -125,7 +125,9 @@ es_status es__msa_prepare(es_context *ctx, es__fwd *f, es__msa_job *job) {
 static void mm(const es__msa_job *J, const es__cpu_mat *W, const float *x, int64_t n_tok, float *y, int ith, int nth) {
     int64_t lo, hi;
     es__split_range(W->n_out, 16, ith, nth, &lo, &hi);
-    if (lo < hi && n_tok > 0) J->k->matmul(W->type, W->data, W->row_bytes, W->n_in, lo, hi, x, W->n_in, n_tok, y + lo, W->n_out);
+    float *panel = J->c->panel + (size_t)ith * J->c->panel_floats;
+    if (lo < hi && n_tok > 0)
+        J->k->matmul(W->type, W->data, W->row_bytes, W->n_in, lo, hi, x, W->n_in, n_tok, y + lo, W->n_out, panel);
 }
 
 static void rows_range(int64_t n, int ith, int nth, int64_t *lo, int64_t *hi) {
@@ -390,14 +392,17 @@ typedef struct head_job {
     const float *x;
     int64_t n_tok;
     float *y;
+    float *panel; /* [threads][panel_floats] */
+    size_t panel_floats;
 } head_job;
 
 static void head_thread(void *arg, int ith, int nth) {
     const head_job *h = arg;
     int64_t lo, hi;
     es__split_range(h->W->n_out, 16, ith, nth, &lo, &hi);
-    if (lo < hi) h->k->matmul(h->W->type, h->W->data, h->W->row_bytes, h->W->n_in, lo, hi, h->x, h->W->n_in, h->n_tok,
-                              h->y + lo, h->W->n_out);
+    if (lo < hi)
+        h->k->matmul(h->W->type, h->W->data, h->W->row_bytes, h->W->n_in, lo, hi, h->x, h->W->n_in, h->n_tok, h->y + lo,
+                     h->W->n_out, h->panel + (size_t)ith * h->panel_floats);
 }
 
 es_status es__msa_stream_logits(es_context *ctx, int32_t i, float *out) {
@@ -408,7 +413,8 @@ es_status es__msa_stream_logits(es_context *ctx, int32_t i, float *out) {
     const es__cpu_weights *w = ctx->weights;
     es__cpu_state *B = ctx->backend->impl;
     const int64_t d = ctx->model->hp.n_embd;
-    head_job h = {B->kern, &w->output, m->sn + (int64_t)m->row_of[i] * m->n_streams * d, m->n_streams, out};
+    head_job h = {B->kern, &w->output, m->sn + (int64_t)m->row_of[i] * m->n_streams * d, m->n_streams, out,
+                  c->panel, c->panel_floats};
     es__pool_run(B->pool, head_thread, &h);
     return ES_OK;
 }
