@@ -103,9 +103,10 @@ static es_status load_tensor(loader *L, const char *name, int64_t ne0, int64_t n
     }
     for (size_t i = 0; i < n; i++) {
         if (!isfinite(f[i])) {
+            const double bad = (double)f[i];
             es__free(L->a, f);
             return es__fail(L->err, ES_ERR_MODEL, "SS adapter '%s': tensor %s element %zu is %g (data at offset %" PRIu64
-                            ")", L->name, name, i, (double)f[i], L->g->data_offset + t->rel_offset);
+                            ")", L->name, name, i, bad, L->g->data_offset + t->rel_offset);
         }
     }
     *out = f;

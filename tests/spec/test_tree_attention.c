@@ -42,9 +42,9 @@ static void make_parents(int32_t n, enum shape sh, int32_t *parent) {
 
 static void check_case(int32_t n, enum shape sh, int32_t n_past, int32_t nh, int32_t nkv, int32_t hd, es__pool *pool) {
     const int32_t n_ctx = n_past + n + 5;
-    int32_t *parent = malloc(sizeof(int32_t) * (size_t)n), *order = malloc(sizeof(int32_t) * (size_t)n);
-    int32_t *pos = malloc(sizeof(int32_t) * (size_t)n), *st = malloc(sizeof(int32_t) * (size_t)n);
-    int32_t *en = malloc(sizeof(int32_t) * (size_t)n), *row_of = malloc(sizeof(int32_t) * (size_t)n);
+    int32_t *parent = calloc((size_t)n, sizeof(int32_t)), *order = calloc((size_t)n, sizeof(int32_t));
+    int32_t *pos = calloc((size_t)n, sizeof(int32_t)), *st = calloc((size_t)n, sizeof(int32_t));
+    int32_t *en = calloc((size_t)n, sizeof(int32_t)), *row_of = calloc((size_t)n, sizeof(int32_t));
     make_parents(n, sh, parent);
     CHECK_OK(es_tree_flatten(parent, n, n_past, order, pos, st, en));
     for (int32_t r = 0; r < n; r++) row_of[order[r]] = r;
