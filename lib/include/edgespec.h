@@ -183,18 +183,25 @@ ES_API es_status es_model_meta_str(const es_model *model, const char *key, char 
 /* Encodes text (len bytes, need not be NUL-terminated). add_bos follows the model's
  * tokenizer.ggml.add_bos_token when add_special is true; parse_special lets control-token text
  * like "<s>" map to its id. If cap is too small returns ES_ERR_BUFFER_TOO_SMALL and sets *n_tokens
- * to the count needed. */
+ * to the count needed (tokens is then untouched; cap 0 with tokens NULL just counts).
+ * Any bytes are accepted: those that are not valid UTF-8 become byte tokens (the unknown token
+ * where the vocabulary has none), so decoding gives them back. User-defined tokens are matched in
+ * the text whatever parse_special (as llama.cpp and Hugging Face match added tokens); where
+ * special tokens overlap, the leftmost, then the longest, wins. Errors are reported through
+ * es_last_error() (the model is shared, so its own message is not touched). */
 ES_API es_status es_tokenize(const es_model *model, const char *text, size_t len, bool add_special,
                              bool parse_special, int32_t *tokens, size_t cap, size_t *n_tokens);
 
 /* The text of one token as it appears in decoded output (byte tokens give their byte; control
- * tokens give "" unless render_special). *len gets the byte count; ES_ERR_BUFFER_TOO_SMALL sets
+ * and unused tokens give "" and the unknown token U+FFFD, unless render_special). *len gets the byte count; ES_ERR_BUFFER_TOO_SMALL sets
  * *len to the size needed. Output is not NUL-terminated. */
 ES_API es_status es_token_to_piece(const es_model *model, int32_t token, bool render_special,
                                    char *buf, size_t buf_size, size_t *len);
 
 /* Decodes a token sequence to text. For llama vocabularies the leading space the encoder adds is
- * removed when remove_leading_space. Output is NUL-terminated when it fits; *len excludes the NUL. */
+ * removed when remove_leading_space (one space, at the start of the text). Output is
+ * NUL-terminated when it fits; *len excludes the NUL. For SentencePiece (llama) vocabularies a
+ * U+2581 in encoded text decodes as a space; otherwise encoding then decoding gives the text back. */
 ES_API es_status es_detokenize(const es_model *model, const int32_t *tokens, size_t n_tokens,
                                bool remove_leading_space, bool render_special, char *buf,
                                size_t buf_size, size_t *len);
