@@ -84,6 +84,28 @@ const char *es_backend_name(const es_backend *b) {
     return b ? b->name : "";
 }
 
+es_status es_backend_get_stats(const es_backend *b, es_backend_stats *out) {
+    if (!b || !out) return es__fail(NULL, ES_ERR_INVALID_ARGUMENT, "es_backend_get_stats: NULL argument");
+    *out = b->stats;
+    return ES_OK;
+}
+
+es_status es_backend_profile(const es_backend *b, es_profile_entry *entries, size_t cap, size_t *n) {
+    if (!b || !n || (cap && !entries))
+        return es__fail(NULL, ES_ERR_INVALID_ARGUMENT, "es_backend_profile: NULL argument");
+    *n = (size_t)b->n_prof;
+    for (size_t i = 0; i < cap && i < *n; i++) entries[i] = b->prof[i];
+    if (cap < *n)
+        return es__fail(NULL, ES_ERR_BUFFER_TOO_SMALL, "es_backend_profile: %zu ops, room for %zu", *n, cap);
+    return ES_OK;
+}
+
+void es_backend_profile_reset(es_backend *b) {
+    if (!b) return;
+    b->n_prof = 0;
+    b->stats.n_forward = b->stats.n_submits = b->stats.n_forward_submits = b->stats.n_dispatches = 0;
+}
+
 /* Returns the backend's upload of m, creating it on first use. Caller holds b->lock. */
 es_status es__backend_acquire_model(es_backend *b, const es_model *m, void **weights) {
     for (int32_t i = 0; i < b->n_uploads; i++) {
@@ -116,4 +138,11 @@ void es__backend_release_model(es_backend *b, const es_model *m) {
 
 #ifndef ES_HAVE_VULKAN
 const es__backend_vtbl *const es__vulkan_backend_ptr = NULL;
+
+es_status es_vulkan_devices(es_device_info *out, size_t cap, size_t *n) {
+    (void)out;
+    (void)cap;
+    if (n) *n = 0;
+    return es__fail(NULL, ES_ERR_UNSUPPORTED, "es_vulkan_devices: this build has no Vulkan backend");
+}
 #endif

@@ -79,6 +79,11 @@ struct es_backend {
     pthread_mutex_t lock;       /* serialises forward calls from contexts sharing the backend */
     es__upload *uploads;        /* models whose weights this backend holds */
     int32_t n_uploads;
+    /* Counters and the per-op profile, kept by the backend implementation; reported by
+     * es_backend_get_stats and es_backend_profile. */
+    es_backend_stats stats;
+    es_profile_entry prof[32];
+    int32_t n_prof;
     void *impl;
 };
 

@@ -220,6 +220,21 @@ typedef enum es_backend_type {
     ES_BACKEND_VULKAN = 1,
 } es_backend_type;
 
+/* ES_VK_* bits for es_backend_params.vk_flags (also EDGESPEC_VK_FLAGS, a comma list of the names
+ * in quotes, or a number). They force the fallback path of each optional device feature so the
+ * fallbacks can be tested on a device that has the feature; results stay within the per-op error
+ * bounds, and each configuration is batch-invariant on its own. */
+#define ES_VK_NO_STORAGE16    0x01u /* "no-storage16": f16 weights unpacked from 32-bit words        */
+#define ES_VK_NO_STORAGE8     0x02u /* "no-storage8": Q8_0 quants unpacked from 32-bit words          */
+#define ES_VK_NO_FP16         0x04u /* "no-fp16": no shaderFloat16 arithmetic                         */
+#define ES_VK_NO_SUBGROUP     0x08u /* "no-subgroup": reductions through shared memory               */
+#define ES_VK_NO_INT_DOT      0x10u /* "no-int-dot": no integer dot product instructions             */
+#define ES_VK_STORAGE_BUFFERS 0x20u /* "storage-buffers": read weights and activations through
+                                       storage buffers instead of texel buffers                      */
+#define ES_VK_TEXEL_BUFFERS   0x40u /* "texel-buffers": insist on texel buffers; backend creation
+                                       fails on a device that cannot                                 */
+#define ES_VK_FALLBACKS       0x3fu /* "fallbacks": every fallback at once                           */
+
 typedef struct es_backend_params {
     es_backend_type type;
     int32_t n_threads;        /* CPU worker threads; 0 = number of online processors           */
@@ -227,7 +242,7 @@ typedef struct es_backend_params {
                                  "cpu"); NULL or "" = EDGESPEC_VK_DEVICE, else the first GPU   */
     uint32_t vk_flags;        /* ES_VK_* bits forcing fallback paths; 0 = use what the device has */
     const char *pipeline_cache_path; /* Vulkan pipeline cache file; NULL = none               */
-    bool profile;             /* collect per-op timings (es_backend_profile)                   */
+    bool profile;             /* collect per-op device timings (es_backend_profile)            */
     es_log_fn log_fn;
     void *log_user;
     es_log_level log_level;
@@ -241,6 +256,56 @@ ES_API es_status es_backend_create(const es_backend_params *params, es_backend *
 ES_API void es_backend_free(es_backend *backend);
 ES_API const char *es_backend_errmsg(const es_backend *backend);
 ES_API const char *es_backend_name(const es_backend *backend); /* "cpu" or the Vulkan device name */
+
+/* Counters and device memory of a backend since creation (or the last es_backend_profile_reset
+ * for the counters). Fields a backend does not track are 0. */
+typedef struct es_backend_stats {
+    uint64_t n_forward;          /* forward calls                                                */
+    uint64_t n_submits;          /* Vulkan queue submissions (all of them, uploads included)     */
+    uint64_t n_forward_submits;  /* queue submissions made by forward calls                      */
+    uint64_t n_dispatches;       /* compute dispatches executed by forward calls                 */
+    uint64_t device_bytes;       /* device memory allocated now: weights, KV caches, scratch    */
+    uint64_t device_peak_bytes;  /* the most device memory allocated at once                     */
+    uint64_t weight_bytes;       /* device memory holding weights                                */
+    uint64_t validation_messages;/* messages from the Khronos validation layer (see README)     */
+} es_backend_stats;
+
+ES_API es_status es_backend_get_stats(const es_backend *backend, es_backend_stats *out);
+
+/* Per-op device time, collected when es_backend_params.profile is set (Vulkan: timestamp
+ * queries around every dispatch). op points at static text. */
+typedef struct es_profile_entry {
+    const char *op;              /* "mul_mat", "attention", ...                                  */
+    uint64_t calls;              /* dispatches                                                   */
+    double ms;                   /* total device time                                            */
+} es_profile_entry;
+
+/* Copies up to cap entries (the ops seen so far, in first-seen order) and sets *n to how many
+ * exist; ES_ERR_BUFFER_TOO_SMALL when cap < *n (the first cap are still written). */
+ES_API es_status es_backend_profile(const es_backend *backend, es_profile_entry *entries, size_t cap,
+                                    size_t *n);
+/* Clears the profile and the counters of es_backend_stats (not the memory figures). */
+ES_API void es_backend_profile_reset(es_backend *backend);
+
+/* A Vulkan physical device and the optional features edgespec uses. */
+typedef struct es_device_info {
+    int32_t index;               /* what es_backend_params.device = "N" selects                  */
+    char name[256];
+    const char *type;            /* "discrete", "integrated", "virtual", "cpu" or "other" (static) */
+    uint32_t api_version;        /* VK_MAKE_API_VERSION layout                                   */
+    uint32_t vendor_id, device_id;
+    uint64_t device_local_bytes; /* sum of device-local heaps                                    */
+    uint32_t subgroup_size;
+    bool storage16, storage8, fp16, subgroup_arith, int_dot;
+    bool texel_buffers;          /* the texel formats and sizes the kernels read through        */
+    uint64_t max_storage_buffer_range;
+    uint32_t max_texel_buffer_elements;
+    bool is_default;             /* the device an empty selector picks                           */
+} es_device_info;
+
+/* Lists the Vulkan devices into out[cap] and sets *n to their count (out may be NULL to count).
+ * ES_ERR_UNSUPPORTED in a build without Vulkan; ES_ERR_BUFFER_TOO_SMALL when cap < *n. */
+ES_API es_status es_vulkan_devices(es_device_info *out, size_t cap, size_t *n);
 
 /* ---------------------------------------------------------------------------------------------
  * Context: a KV cache and scratch memory for one sequence on one backend.

@@ -1,0 +1,33 @@
+/* kernels.h: the host side of every kernel family's interface: the push-constant structs (from
+ * shaders/push.h, so shader and host share one definition) and the binding roles the host fills.
+ * pipeline.c checks each compiled variant against this table when it creates the pipeline. */
+#ifndef ES_VULKAN_KERNELS_H
+#define ES_VULKAN_KERNELS_H
+
+#include "../../shaders/push.h"
+
+#include <stdint.h>
+
+#define ES__C_U(x) uint32_t x;
+#define ES__C_F(x) float x;
+#define ES__PUSH_STRUCT(tname, XM)                                                                 \
+    typedef struct tname {                                                                         \
+        XM(ES__C_U, ES__C_F)                                                                       \
+    } tname
+
+ES__PUSH_STRUCT(es__pc_mul_mat, ES_PC_MUL_MAT);
+
+/* A kernel family: its binding roles, one letter per binding 0.. :
+ *   'r' read-only data: a uniform texel buffer in texel variants, else a storage buffer
+ *   'w' a storage buffer the kernel writes (or reads and writes)
+ * and its push-constant block size. */
+typedef struct es__kernel_family {
+    const char *name;
+    const char *roles;
+    uint32_t push_size;
+} es__kernel_family;
+
+/* NULL for an unknown family name. */
+const es__kernel_family *es__kernel_family_find(const char *name);
+
+#endif

@@ -1,0 +1,64 @@
+/* ops.c: each kernel as an op: the variant a device gets (read path, reduction, native 8/16-bit
+ * loads), its specialisation (workgroup size, team size, rows and tokens per team), and the grid
+ * and push constants of its dispatches.
+ * It deliberately allocates nothing: callers own buffers and descriptor sets. */
+#include "ops.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static const char *type_tag(es__dtype t) {
+    switch (t) {
+    case ES__DTYPE_F32: return "f32";
+    case ES__DTYPE_F16: return "f16";
+    case ES__DTYPE_BF16: return "bf16";
+    case ES__DTYPE_Q8_0: return "q8_0";
+    case ES__DTYPE_Q4_0: return "q4_0";
+    }
+    return "?";
+}
+
+/* Workgroup size: 64 invocations, or one subgroup where subgroups are wider. */
+static uint32_t wg_size(const es__vk_dev *d) {
+    uint32_t w = 64;
+    uint32_t sg = d->subgroup_size;
+    return sg > w ? sg : w;
+}
+
+/* Looks up "<family>_<tag>_<tx|ss>_<sg|sh>" (tag may be NULL) and its pipeline. */
+static es_status pipe_for(es__vk_dev *d, const char *family, const char *tag, bool native, const uint32_t *spec,
+                          uint32_t n_spec, es__vk_pipeline **out) {
+    char name[96];
+    snprintf(name, sizeof name, "%s%s%s_%s_%s%s", family, tag ? "_" : "", tag ? tag : "", d->use.texel ? "tx" : "ss",
+             d->use.subgroup ? "sg" : "sh", native ? "_nat" : "");
+    es__shader_id id;
+    ES_TRY(es__vk_shader_find(d, name, &id));
+    return es__vk_pipeline_get(d, id, spec, n_spec, out);
+}
+
+uint32_t es__vk_mul_mat_tok(uint32_t n) {
+    return n == 1 ? 1 : 4;
+}
+
+es_status es__vk_mul_mat_pipe(es__vk_dev *d, es__dtype type, uint32_t tok, uint32_t epi, es__vk_pipeline **out) {
+    /* ROWS * TOK <= 8 (the shared-memory reduction's slots); ROWS even for SwiGLU pairs. */
+    const uint32_t rows = tok == 1 ? 4 : 2;
+    const bool native = !d->use.texel && d->use.subgroup &&
+                        ((type == ES__DTYPE_F16 && d->use.storage16) || (type == ES__DTYPE_Q8_0 && d->use.storage8));
+    const uint32_t spec[5] = {wg_size(d), d->subgroup_size, rows, tok, epi};
+    return pipe_for(d, "mul_mat", type_tag(type), native, spec, 5, out);
+}
+
+void es__vk_rec_mul_mat(es__vk_rec *r, const char *op, const es__vk_pipeline *p, const es__vk_mat *m,
+                        const VkDescriptorSet *sets, uint32_t n, uint32_t x_off, uint32_t x_stride, uint32_t y_off,
+                        uint32_t y_stride) {
+    const uint32_t wg = p->spec[0], lanes = p->spec[1], rows = p->spec[2], tok = p->spec[3], epi = p->spec[4];
+    const uint32_t team = r->d->use.subgroup ? r->d->subgroup_size : lanes;
+    const uint32_t rows_per_wg = wg / team * rows;
+    for (uint32_t i = 0; i < m->n_parts; i++) {
+        const es__vk_part *pt = &m->parts[i];
+        es__pc_mul_mat pc = {pt->rows, m->K, n, x_off, x_stride,
+                             y_off + (epi == ES__EPI_SWIGLU ? pt->row0 / 2 : pt->row0), y_stride, 0, 0};
+        es__vk_rec_dispatch(r, op, p, sets[i], &pc, (pt->rows + rows_per_wg - 1) / rows_per_wg, (n + tok - 1) / tok, 1);
+    }
+}

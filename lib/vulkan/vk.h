@@ -1,0 +1,189 @@
+/* vk.h: the Vulkan backend's internal interface: device, memory, pipelines, command recording.
+ * Shared by the files of lib/vulkan only. Nothing here knows about models or forward passes:
+ * weights.c and forward.c build those on top. Everything that can fail reports through the
+ * device's es__err with the VkResult named. */
+#ifndef ES_VULKAN_VK_H
+#define ES_VULKAN_VK_H
+
+#include "backend.h"
+#include "shader_registry.h"
+
+#include <vulkan/vulkan.h>
+
+/* Optional device features the kernels use, each with a fallback. */
+typedef struct es__vk_features {
+    bool storage16;      /* 16-bit storage: f16 weights loaded as f16vec4 from storage buffers      */
+    bool storage8;       /* 8-bit storage: Q8_0 quants loaded as i8vec4 from storage buffers        */
+    bool fp16;           /* shaderFloat16                                                           */
+    bool subgroup;       /* subgroup arithmetic in compute: reductions without shared memory        */
+    bool int_dot;        /* integer dot product (VK_KHR_shader_integer_dot_product)                 */
+    bool size_control;   /* VK_EXT_subgroup_size_control with computeFullSubgroups                  */
+    bool texel;          /* texel buffers hold the formats and sizes the kernels need               */
+} es__vk_features;
+
+/* A physical device as seen at enumeration. */
+typedef struct es__vk_phys {
+    VkPhysicalDevice handle;
+    VkPhysicalDeviceProperties props;
+    VkPhysicalDeviceMemoryProperties mem;
+    es__vk_features have;
+    uint32_t subgroup_size;
+    uint32_t max_subgroup_size; /* subgroup size control: the largest size (else subgroup_size) */
+    uint32_t queue_family;   /* a compute-capable family; UINT32_MAX if none */
+    uint64_t device_local_bytes;
+    bool has_ext_float16_int8, has_ext_8bit, has_ext_int_dot, has_ext_size_control;
+} es__vk_phys;
+
+/* One created pipeline: a shader variant with its specialisation. */
+typedef struct es__vk_pipeline {
+    es__shader_id shader;
+    uint32_t spec[8];
+    uint32_t n_spec;
+    VkDescriptorSetLayout set_layout;
+    VkPipelineLayout layout;
+    VkPipeline pipeline;
+    uint32_t push_size;
+    uint32_t n_bindings;
+    VkDescriptorType types[ES__SHADER_MAX_BINDINGS];
+} es__vk_pipeline;
+
+#define ES__VK_MAX_PIPELINES 128
+#define ES__VK_MAX_PROF 32
+
+typedef struct es__vk_dev {
+    const es_allocator *alloc;
+    es__err *err;            /* the owning backend's error record */
+    es__log *log;
+    VkInstance instance;
+    VkDebugUtilsMessengerEXT messenger;
+    bool validation;
+    es__vk_phys phys;
+    uint32_t index;          /* the chosen physical device's index */
+    VkDevice dev;
+    VkQueue queue;
+    VkCommandPool pool;
+    VkCommandBuffer once;    /* for uploads and one-off work */
+    VkFence fence;
+    es__vk_features use;     /* what the kernels use after ES_VK_* flags */
+    uint32_t flags;
+    uint32_t subgroup_size;  /* lanes per reduction team in kernels */
+    VkPipelineCache pcache;
+    char *pcache_path;
+    es__vk_pipeline pipelines[ES__VK_MAX_PIPELINES];
+    uint32_t n_pipelines;
+    /* accounting: counters and the profile live in the owning es_backend */
+    es_backend_stats *stats;
+    es_profile_entry *prof;      /* [ES__VK_MAX_PROF] */
+    int32_t *n_prof;
+    bool profile;
+} es__vk_dev;
+
+/* ---- device.c */
+/* Parses EDGESPEC_VK_FLAGS ("fallbacks", "no-subgroup,ssbo", ...) into ES_VK_* bits. */
+es_status es__vk_parse_flags(const char *s, uint32_t *flags, es__err *err);
+/* Creates the instance and device for owner (errors, log, allocator and counters come from it). */
+es_status es__vk_dev_create(es__vk_dev *d, const es_backend_params *p, es_backend *owner);
+void es__vk_dev_destroy(es__vk_dev *d);
+const char *es__vk_result_str(VkResult r);
+/* Fails with a message naming the call and the VkResult; device-memory results map to
+ * ES_ERR_DEVICE_MEMORY, everything else to ES_ERR_BACKEND. */
+es_status es__vk_fail(es__vk_dev *d, VkResult r, const char *what);
+#define ES_VK_TRY(d, call)                                                                         \
+    do {                                                                                           \
+        VkResult es__r = (call);                                                                   \
+        if (ES__UNLIKELY(es__r != VK_SUCCESS)) return es__vk_fail((d), es__r, #call);              \
+    } while (0)
+
+/* ---- memory.c */
+typedef enum es__vk_mem_kind {
+    ES__VK_MEM_DEVICE,       /* device-local                               */
+    ES__VK_MEM_UPLOAD,       /* host-visible, written by the host          */
+    ES__VK_MEM_READBACK,     /* host-visible, preferably cached, read back */
+} es__vk_mem_kind;
+
+typedef struct es__vk_buf {
+    VkBuffer buf;
+    VkDeviceMemory mem;
+    VkDeviceSize size;
+    VkDeviceSize alloc_size;   /* bytes of the allocation (accounting) */
+    void *map;               /* host pointer for UPLOAD/READBACK buffers (NULL otherwise) */
+    bool coherent;
+} es__vk_buf;
+
+es_status es__vk_buf_create(es__vk_dev *d, VkDeviceSize size, es__vk_mem_kind kind, const char *what,
+                            es__vk_buf *out);
+void es__vk_buf_destroy(es__vk_dev *d, es__vk_buf *b);
+/* Makes device writes visible to the host for READBACK buffers that are not coherent. */
+es_status es__vk_buf_invalidate(es__vk_dev *d, es__vk_buf *b);
+es_status es__vk_buf_flush(es__vk_dev *d, es__vk_buf *b);
+/* A texel view of [offset, offset + range) of b. */
+es_status es__vk_view_create(es__vk_dev *d, const es__vk_buf *b, VkFormat fmt, VkDeviceSize offset,
+                             VkDeviceSize range, VkBufferView *out);
+/* Copies host bytes into a DEVICE buffer through a staging buffer (one submit per staging fill). */
+typedef struct es__vk_stager {
+    es__vk_buf staging;
+    VkDeviceSize used;
+    /* pending copies into their destinations */
+    VkBuffer dst[64];
+    VkBufferCopy region[64];
+    uint32_t n;
+} es__vk_stager;
+es_status es__vk_stager_init(es__vk_dev *d, es__vk_stager *s, VkDeviceSize size);
+es_status es__vk_stage(es__vk_dev *d, es__vk_stager *s, const es__vk_buf *dst, VkDeviceSize dst_off,
+                       const void *src, VkDeviceSize size);
+/* Reserves size bytes of staging for dst and returns a host pointer to fill (size <= staging). */
+es_status es__vk_stage_ptr(es__vk_dev *d, es__vk_stager *s, const es__vk_buf *dst, VkDeviceSize dst_off,
+                           VkDeviceSize size, void **ptr);
+es_status es__vk_stager_flush(es__vk_dev *d, es__vk_stager *s);
+void es__vk_stager_free(es__vk_dev *d, es__vk_stager *s);
+/* Fills [off, off + size) of a device buffer with a 32-bit pattern (synchronously). */
+es_status es__vk_fill(es__vk_dev *d, const es__vk_buf *b, VkDeviceSize off, VkDeviceSize size, uint32_t v);
+
+/* ---- pipeline.c */
+/* Returns the pipeline for shader with these specialisation constants, creating it (and
+ * checking its interface against the shader table) on first use. */
+es_status es__vk_pipeline_get(es__vk_dev *d, es__shader_id shader, const uint32_t *spec, uint32_t n_spec,
+                              es__vk_pipeline **out);
+void es__vk_pipelines_destroy(es__vk_dev *d);
+/* Looks a variant up by its table name. */
+es_status es__vk_shader_find(es__vk_dev *d, const char *name, es__shader_id *out);
+es_status es__vk_pcache_load(es__vk_dev *d, const char *path);
+void es__vk_pcache_save(es__vk_dev *d);
+
+/* What a binding holds, for descriptor writes. */
+typedef struct es__vk_bind {
+    VkBuffer buf;            /* storage buffers: buffer, offset, range */
+    VkDeviceSize offset, range;
+    VkBufferView view;       /* texel buffers */
+} es__vk_bind;
+/* Allocates a descriptor set for pipe from pool and writes binds[pipe->n_bindings]. */
+es_status es__vk_set_create(es__vk_dev *d, VkDescriptorPool pool, const es__vk_pipeline *pipe,
+                            const es__vk_bind *binds, VkDescriptorSet *out);
+
+/* ---- cmd.c: recording a sequence of dispatches into one command buffer. */
+typedef struct es__vk_rec {
+    es__vk_dev *d;
+    VkCommandBuffer cb;
+    VkPipeline bound;
+    VkResult err;            /* first recording failure */
+    uint32_t n_dispatch;
+    VkQueryPool queries;     /* timestamps when profiling (NULL otherwise) */
+    uint32_t n_queries, cap_queries;
+    const char **query_ops;  /* [cap_queries] op name of the dispatch ending at each query */
+} es__vk_rec;
+
+void es__vk_rec_begin(es__vk_rec *r, es__vk_dev *d, VkCommandBuffer cb, VkQueryPool queries,
+                      uint32_t cap_queries, const char **query_ops);
+/* Records bind + push + dispatch + a compute-to-compute barrier. */
+void es__vk_rec_dispatch(es__vk_rec *r, const char *op, const es__vk_pipeline *p, VkDescriptorSet set,
+                         const void *push, uint32_t gx, uint32_t gy, uint32_t gz);
+void es__vk_rec_dispatch_indirect(es__vk_rec *r, const char *op, const es__vk_pipeline *p,
+                                  VkDescriptorSet set, const void *push, VkBuffer buf, VkDeviceSize off);
+/* Ends with a barrier that makes shader writes visible to the host. */
+es_status es__vk_rec_end(es__vk_rec *r);
+/* Submits cb and waits for it. */
+es_status es__vk_submit_wait(es__vk_dev *d, VkCommandBuffer cb);
+/* Adds the timestamps of a finished submission to the device's profile. */
+es_status es__vk_profile_collect(es__vk_dev *d, VkQueryPool q, uint32_t n_queries, const char **ops);
+
+#endif /* ES_VULKAN_VK_H */

@@ -1,0 +1,311 @@
+/* weights.c: uploading weight matrices: repacking GGUF rows into the device layouts of
+ * shaders/weights.glsl (values plane + f32 block scales, rows padded to 32 elements, fused
+ * Q/K/V and interleaved gate/up), splitting rows into parts that fit the device's binding
+ * limits, placing the planes in a few large allocations, and copying them through staging.
+ * It deliberately does not read model hyperparameters (model_vk.c decides what to fuse). */
+#include "weights.h"
+
+#include <string.h>
+
+#define ES__CHUNK_MAX ((VkDeviceSize)1 << 30) /* bytes per allocation at most */
+#define ES__STAGING_SIZE ((VkDeviceSize)32 << 20)
+
+static float f16_to_f32(uint16_t h) {
+    uint32_t sign = (uint32_t)(h >> 15) << 31, exp = (h >> 10) & 31u, man = h & 1023u, bits;
+    if (exp == 0) {
+        if (man == 0) {
+            bits = sign;
+        } else { /* subnormal: normalise */
+            exp = 113;
+            while (!(man & 1024u)) {
+                man <<= 1;
+                exp--;
+            }
+            bits = sign | (exp << 23) | ((man & 1023u) << 13);
+        }
+    } else if (exp == 31) {
+        bits = sign | 0x7f800000u | (man << 13);
+    } else {
+        bits = sign | ((exp + 112u) << 23) | (man << 13);
+    }
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
+static bool is_block_type(es__dtype t) {
+    return t == ES__DTYPE_Q8_0 || t == ES__DTYPE_Q4_0;
+}
+
+uint64_t es__vk_mat_row_bytes(es__dtype type, uint32_t K, bool scale_plane) {
+    if (scale_plane) return is_block_type(type) ? (uint64_t)K / 32 * 4 : 0;
+    switch (type) {
+    case ES__DTYPE_F32: return (uint64_t)K * 4;
+    case ES__DTYPE_F16:
+    case ES__DTYPE_BF16: return (uint64_t)K * 2;
+    case ES__DTYPE_Q8_0: return K;
+    case ES__DTYPE_Q4_0: return K / 2;
+    }
+    return 0;
+}
+
+es_status es__vk_mat_init(es__vk_dev *d, es__vk_mat *m, const es__tensor *const *src, uint32_t n_src,
+                          bool interleave) {
+    memset(m, 0, sizeof *m);
+    ES_RETURN_IF(n_src < 1 || n_src > 3, d->err, ES_ERR_BACKEND, "vulkan: fusing %u tensors", n_src);
+    const es__tensor *t0 = src[0];
+    uint64_t rows = 0;
+    for (uint32_t i = 0; i < n_src; i++) {
+        const es__tensor *t = src[i];
+        ES_RETURN_IF(!t->data, d->err, ES_ERR_MODEL, "vulkan: tensor '%s' has no data", t->name);
+        ES_RETURN_IF(t->type != t0->type || t->ne[0] != t0->ne[0], d->err, ES_ERR_UNSUPPORTED,
+                     "vulkan: tensors '%s' and '%s' are fused on the device and must share type and row length",
+                     t0->name, t->name);
+        ES_RETURN_IF(t->type != ES__DTYPE_F32 && t->type != ES__DTYPE_F16 && t->type != ES__DTYPE_BF16 &&
+                         !is_block_type(t->type),
+                     d->err, ES_ERR_UNSUPPORTED, "vulkan: tensor '%s' has type %d, which the Vulkan kernels do not read",
+                     t->name, (int)t->type);
+        ES_RETURN_IF(t->ne[2] != 1 || t->ne[3] != 1, d->err, ES_ERR_MODEL, "vulkan: tensor '%s' is not a matrix", t->name);
+        rows += (uint64_t)t->ne[1];
+    }
+    ES_RETURN_IF(interleave && (n_src != 2 || src[0]->ne[1] != src[1]->ne[1]), d->err, ES_ERR_MODEL,
+                 "vulkan: interleaving '%s' needs two tensors with equal rows", t0->name);
+    ES_RETURN_IF(rows > (1u << 30) || t0->ne[0] <= 0 || t0->ne[0] > (1 << 24), d->err, ES_ERR_MODEL,
+                 "vulkan: tensor '%s' shape %lld x %llu is out of range for the kernels", t0->name,
+                 (long long)t0->ne[0], (unsigned long long)rows);
+    ES_RETURN_IF(is_block_type(t0->type) && t0->ne[0] % 32 != 0, d->err, ES_ERR_MODEL,
+                 "vulkan: tensor '%s' row length %lld is not a multiple of the 32-element block", t0->name,
+                 (long long)t0->ne[0]);
+    m->type = t0->type;
+    m->rows = (uint32_t)rows;
+    m->K_src = (uint32_t)t0->ne[0];
+    m->K = (m->K_src + 31u) & ~31u;
+    m->n_src = n_src;
+    m->interleave = interleave;
+    for (uint32_t i = 0; i < n_src; i++) m->src[i] = src[i];
+    return ES_OK;
+}
+
+/* Source row of fused row r. */
+static const uint8_t *src_row(const es__vk_mat *m, uint32_t r) {
+    const es__tensor *t;
+    uint32_t rr;
+    if (m->interleave) {
+        t = m->src[r & 1u];
+        rr = r >> 1;
+    } else {
+        uint32_t i = 0;
+        rr = r;
+        while (rr >= (uint32_t)m->src[i]->ne[1]) rr -= (uint32_t)m->src[i++]->ne[1];
+        t = m->src[i];
+    }
+    const uint64_t row_bytes = t->nbytes / (uint64_t)t->ne[1];
+    return (const uint8_t *)t->data + row_bytes * rr;
+}
+
+/* Repacks rows [r0, r0 + n) of m into the W plane at w and the S plane at s. */
+static void repack(const es__vk_mat *m, uint32_t r0, uint32_t n, uint8_t *w, uint8_t *s) {
+    const uint64_t wrb = es__vk_mat_row_bytes(m->type, m->K, false);
+    const uint32_t nb = m->K / 32;
+    for (uint32_t i = 0; i < n; i++) {
+        const uint8_t *src = src_row(m, r0 + i);
+        uint8_t *dw = w + wrb * i;
+        switch (m->type) {
+        case ES__DTYPE_F32:
+        case ES__DTYPE_F16:
+        case ES__DTYPE_BF16: {
+            const size_t have = (size_t)m->K_src * (m->type == ES__DTYPE_F32 ? 4 : 2);
+            memcpy(dw, src, have);
+            memset(dw + have, 0, (size_t)wrb - have);
+            break;
+        }
+        case ES__DTYPE_Q8_0: /* ggml block: f16 d, int8 qs[32] */
+            for (uint32_t b = 0; b < nb; b++) {
+                const uint8_t *blk = src + 34u * b;
+                uint16_t dh;
+                memcpy(&dh, blk, 2);
+                float df = f16_to_f32(dh);
+                memcpy(s + ((size_t)i * nb + b) * 4, &df, 4);
+                memcpy(dw + 32u * b, blk + 2, 32);
+            }
+            break;
+        case ES__DTYPE_Q4_0: /* ggml block: f16 d, uint8 qs[16] */
+            for (uint32_t b = 0; b < nb; b++) {
+                const uint8_t *blk = src + 18u * b;
+                uint16_t dh;
+                memcpy(&dh, blk, 2);
+                float df = f16_to_f32(dh);
+                memcpy(s + ((size_t)i * nb + b) * 4, &df, 4);
+                memcpy(dw + 16u * b, blk + 2, 16);
+            }
+            break;
+        }
+    }
+}
+
+/* The most rows one part may hold on this device. */
+static es_status rows_per_part(es__vk_dev *d, const es__vk_mat *m, uint32_t *out) {
+    const VkPhysicalDeviceLimits *lim = &d->phys.props.limits;
+    const uint64_t wrb = es__vk_mat_row_bytes(m->type, m->K, false);
+    const uint64_t srb = es__vk_mat_row_bytes(m->type, m->K, true);
+    uint64_t wmax, smax;
+    if (d->use.texel) {
+        wmax = (uint64_t)lim->maxTexelBufferElements * 16;
+        smax = (uint64_t)lim->maxTexelBufferElements * 4;
+    } else {
+        wmax = smax = lim->maxStorageBufferRange;
+    }
+    wmax = ES__MIN(wmax, ES__CHUNK_MAX);
+    smax = ES__MIN(smax, ES__CHUNK_MAX);
+    uint64_t r = wmax / wrb;
+    if (srb) r = ES__MIN(r, smax / srb);
+    r &= ~(uint64_t)1; /* gate/up pairs never straddle parts */
+    ES_RETURN_IF(r == 0, d->err, ES_ERR_UNSUPPORTED,
+                 "vulkan: a row of '%s' (%llu bytes) does not fit one binding on this device", m->src[0]->name,
+                 (unsigned long long)wrb);
+    *out = (uint32_t)ES__MIN(r, (uint64_t)m->rows);
+    return ES_OK;
+}
+
+typedef struct placer {
+    VkDeviceSize sizes[32];
+    uint32_t n;
+    VkDeviceSize align;
+} placer;
+
+static es_status place(es__vk_dev *d, placer *pl, VkDeviceSize size, uint32_t *chunk, VkDeviceSize *off) {
+    if (size == 0) {
+        *chunk = 0;
+        *off = 0;
+        return ES_OK;
+    }
+    if (pl->n > 0) {
+        VkDeviceSize at = (pl->sizes[pl->n - 1] + pl->align - 1) / pl->align * pl->align;
+        if (at + size <= ES__CHUNK_MAX) {
+            *chunk = pl->n - 1;
+            *off = at;
+            pl->sizes[pl->n - 1] = at + size;
+            return ES_OK;
+        }
+    }
+    ES_RETURN_IF(pl->n == 32, d->err, ES_ERR_DEVICE_MEMORY, "vulkan: weights need more than 32 GiB of allocations");
+    *chunk = pl->n;
+    *off = 0;
+    pl->sizes[pl->n++] = size;
+    return ES_OK;
+}
+
+static es_status plan(es__vk_wset *ws, es__vk_mat *const *mats, uint32_t n_mats, placer *pl) {
+    es__vk_dev *d = ws->d;
+    for (uint32_t i = 0; i < n_mats; i++) {
+        es__vk_mat *m = mats[i];
+        uint32_t per = 0;
+        ES_TRY(rows_per_part(d, m, &per));
+        m->n_parts = (m->rows + per - 1) / per;
+        m->parts = es__calloc(d->alloc, m->n_parts, sizeof *m->parts);
+        ES_RETURN_IF(!m->parts, d->err, ES_ERR_OUT_OF_MEMORY, "vulkan: out of memory");
+        const uint64_t wrb = es__vk_mat_row_bytes(m->type, m->K, false);
+        const uint64_t srb = es__vk_mat_row_bytes(m->type, m->K, true);
+        for (uint32_t p = 0; p < m->n_parts; p++) {
+            es__vk_part *pt = &m->parts[p];
+            pt->row0 = p * per;
+            pt->rows = ES__MIN(per, m->rows - pt->row0);
+            pt->w_size = wrb * pt->rows;
+            pt->s_size = srb * pt->rows;
+            ES_TRY(place(d, pl, pt->w_size, &pt->w_chunk, &pt->w_off));
+            ES_TRY(place(d, pl, pt->s_size, &pt->s_chunk, &pt->s_off));
+        }
+    }
+    return ES_OK;
+}
+
+static es_status fill(es__vk_wset *ws, es__vk_mat *const *mats, uint32_t n_mats, es__vk_stager *st,
+                      bool (*progress)(float, void *), void *user) {
+    es__vk_dev *d = ws->d;
+    uint64_t total = 0, done = 0;
+    for (uint32_t i = 0; i < n_mats; i++) total += (uint64_t)mats[i]->rows;
+    for (uint32_t i = 0; i < n_mats; i++) {
+        es__vk_mat *m = mats[i];
+        const uint64_t wrb = es__vk_mat_row_bytes(m->type, m->K, false);
+        const uint64_t srb = es__vk_mat_row_bytes(m->type, m->K, true);
+        const uint32_t step = (uint32_t)ES__MAX(1, (ES__STAGING_SIZE / 4) / (wrb + srb));
+        for (uint32_t p = 0; p < m->n_parts; p++) {
+            const es__vk_part *pt = &m->parts[p];
+            for (uint32_t r = 0; r < pt->rows; r += step) {
+                const uint32_t n = ES__MIN(step, pt->rows - r);
+                void *wp = NULL, *sp = NULL;
+                ES_TRY(es__vk_stage_ptr(d, st, &ws->chunks[pt->w_chunk], pt->w_off + wrb * r, wrb * n, &wp));
+                if (srb) ES_TRY(es__vk_stage_ptr(d, st, &ws->chunks[pt->s_chunk], pt->s_off + srb * r, srb * n, &sp));
+                repack(m, pt->row0 + r, n, wp, sp);
+                done += n;
+                if (progress && !progress((float)((double)done / (double)total), user))
+                    return es__fail(d->err, ES_ERR_CANCELLED, "vulkan: weight upload cancelled by the progress callback");
+            }
+        }
+    }
+    return es__vk_stager_flush(d, st);
+}
+
+static es_status make_views(es__vk_wset *ws, es__vk_mat *const *mats, uint32_t n_mats) {
+    es__vk_dev *d = ws->d;
+    if (!d->use.texel) return ES_OK;
+    for (uint32_t i = 0; i < n_mats; i++) {
+        es__vk_mat *m = mats[i];
+        const VkFormat wf = m->type == ES__DTYPE_F32 ? VK_FORMAT_R32G32B32A32_SFLOAT : VK_FORMAT_R32G32B32A32_UINT;
+        for (uint32_t p = 0; p < m->n_parts; p++) {
+            es__vk_part *pt = &m->parts[p];
+            ES_TRY(es__vk_view_create(d, &ws->chunks[pt->w_chunk], wf, pt->w_off, pt->w_size, &pt->w_view));
+            if (pt->s_size)
+                ES_TRY(es__vk_view_create(d, &ws->chunks[pt->s_chunk], VK_FORMAT_R32_SFLOAT, pt->s_off, pt->s_size,
+                                          &pt->s_view));
+        }
+    }
+    return ES_OK;
+}
+
+es_status es__vk_wset_upload(es__vk_wset *ws, es__vk_mat *const *mats, uint32_t n_mats,
+                             bool (*progress)(float, void *), void *progress_user) {
+    es__vk_dev *d = ws->d;
+    const VkPhysicalDeviceLimits *lim = &d->phys.props.limits;
+    placer pl = {{0}, 0, ES__MAX(256, ES__MAX(lim->minTexelBufferOffsetAlignment, lim->minStorageBufferOffsetAlignment))};
+    ES_TRY(plan(ws, mats, n_mats, &pl));
+    for (uint32_t c = 0; c < pl.n; c++) {
+        ES_TRY(es__vk_buf_create(d, pl.sizes[c], ES__VK_MEM_DEVICE, "model weights", &ws->chunks[c]));
+        ws->n_chunks = c + 1;
+        ws->bytes += ws->chunks[c].alloc_size;
+        if (d->stats) d->stats->weight_bytes += ws->chunks[c].alloc_size;
+    }
+    es__vk_stager st;
+    ES_TRY(es__vk_stager_init(d, &st, ES__STAGING_SIZE));
+    es_status s = fill(ws, mats, n_mats, &st, progress, progress_user);
+    es__vk_stager_free(d, &st);
+    ES_TRY(s);
+    return make_views(ws, mats, n_mats);
+}
+
+void es__vk_mat_free(es__vk_dev *d, es__vk_mat *m) {
+    for (uint32_t p = 0; m->parts && p < m->n_parts; p++) {
+        if (m->parts[p].w_view) vkDestroyBufferView(d->dev, m->parts[p].w_view, NULL);
+        if (m->parts[p].s_view) vkDestroyBufferView(d->dev, m->parts[p].s_view, NULL);
+    }
+    es__free(d->alloc, m->parts);
+    memset(m, 0, sizeof *m);
+}
+
+void es__vk_wset_free(es__vk_wset *ws) {
+    es__vk_dev *d = ws->d;
+    for (uint32_t c = 0; c < ws->n_chunks; c++) {
+        if (d->stats) d->stats->weight_bytes -= ws->chunks[c].alloc_size;
+        es__vk_buf_destroy(d, &ws->chunks[c]);
+    }
+    ws->n_chunks = 0;
+    ws->bytes = 0;
+}
+
+void es__vk_part_binds(const es__vk_wset *ws, const es__vk_part *p, es__vk_bind *w, es__vk_bind *s) {
+    *w = (es__vk_bind){ws->chunks[p->w_chunk].buf, p->w_off, p->w_size, p->w_view};
+    if (p->s_size)
+        *s = (es__vk_bind){ws->chunks[p->s_chunk].buf, p->s_off, p->s_size, p->s_view};
+    else
+        *s = *w; /* float types read no scales; any valid descriptor of the right kind will do */
+}

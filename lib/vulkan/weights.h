@@ -1,0 +1,57 @@
+/* weights.h: weight matrices on the device (weights.c): repacked into the layouts of
+ * shaders/weights.glsl, placed in a few large allocations, bound in row ranges ("parts") that
+ * respect maxStorageBufferRange and maxTexelBufferElements. */
+#ifndef ES_VULKAN_WEIGHTS_H
+#define ES_VULKAN_WEIGHTS_H
+
+#include "model.h"
+#include "vk.h"
+
+/* A row range of a matrix, bound as one descriptor. */
+typedef struct es__vk_part {
+    uint32_t row0, rows;
+    uint32_t w_chunk, s_chunk;   /* allocation holding each plane */
+    VkDeviceSize w_off, w_size;  /* the quant/value plane */
+    VkDeviceSize s_off, s_size;  /* the scale plane (block types; else 0) */
+    VkBufferView w_view, s_view; /* texel path only */
+} es__vk_part;
+
+/* A weight matrix: rows of K elements (K padded to 32), possibly several tensors fused by
+ * concatenating rows (Q, K, V) or interleaving them (gate/up: row 2i gate, 2i + 1 up). */
+typedef struct es__vk_mat {
+    es__dtype type;
+    uint32_t rows, K, K_src;     /* K_src: the tensors' row length before padding */
+    uint32_t n_parts;
+    es__vk_part *parts;
+    /* where the rows come from (host views into the model) */
+    const es__tensor *src[3];
+    uint32_t n_src;
+    bool interleave;
+} es__vk_mat;
+
+/* Bytes of one row in each plane. */
+uint64_t es__vk_mat_row_bytes(es__dtype type, uint32_t K, bool scale_plane);
+
+/* A set of matrices uploaded together into shared allocations. */
+typedef struct es__vk_wset {
+    es__vk_dev *d;
+    es__vk_buf chunks[32];
+    uint32_t n_chunks;
+    uint64_t bytes;
+} es__vk_wset;
+
+/* Describes m from tensors (same type and row length) without uploading. */
+es_status es__vk_mat_init(es__vk_dev *d, es__vk_mat *m, const es__tensor *const *src, uint32_t n_src,
+                          bool interleave);
+/* Splits each matrix into parts, places the planes in new allocations of ws, uploads the
+ * repacked rows through staging and creates the views. progress (may be NULL) is called with
+ * the fraction done and may cancel. */
+es_status es__vk_wset_upload(es__vk_wset *ws, es__vk_mat *const *mats, uint32_t n_mats,
+                             bool (*progress)(float, void *), void *progress_user);
+void es__vk_mat_free(es__vk_dev *d, es__vk_mat *m);
+void es__vk_wset_free(es__vk_wset *ws);
+
+/* Descriptor contents for a part's W and S planes (S falls back to W for float types). */
+void es__vk_part_binds(const es__vk_wset *ws, const es__vk_part *p, es__vk_bind *w, es__vk_bind *s);
+
+#endif

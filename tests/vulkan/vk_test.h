@@ -1,0 +1,148 @@
+/* vk_test.h: helpers for the Vulkan tests: backends in each feature configuration, a log
+ * callback that counts validation-layer messages (the validation run fails on any), weight data
+ * in the GGUF layouts with an independent dequantiser, and error measures. */
+#ifndef ES_VK_TEST_H
+#define ES_VK_TEST_H
+
+#include "edgespec.h"
+#include "test.h"
+
+#include <stdint.h>
+#include <string.h>
+
+/* The configurations every Vulkan test runs: the device's own features, every fallback at once,
+ * storage buffers with native 8/16-bit loads and subgroups, texel buffers without subgroups. */
+static const struct {
+    const char *name;
+    uint32_t flags;
+} vk_configs[] = {
+    {"default", 0},
+    {"fallbacks", ES_VK_FALLBACKS},
+    {"storage-buffers", ES_VK_STORAGE_BUFFERS},
+    {"texel-no-subgroup", ES_VK_NO_SUBGROUP | ES_VK_TEXEL_BUFFERS},
+};
+#define VK_N_CONFIGS ((int)(sizeof vk_configs / sizeof vk_configs[0]))
+
+static int vk_log_errors;
+static void vk_test_log(es_log_level level, const char *msg, void *user) {
+    (void)user;
+    if (level == ES_LOG_ERROR) {
+        vk_log_errors++;
+        fprintf(stderr, "log: %s\n", msg);
+    }
+}
+
+static es_backend *vk_backend(uint32_t flags) {
+    es_backend_params p = es_backend_default_params();
+    p.type = ES_BACKEND_VULKAN;
+    p.vk_flags = flags;
+    p.log_fn = vk_test_log;
+    p.log_level = ES_LOG_WARN;
+    es_backend *b = NULL;
+    CHECK_OK(es_backend_create(&p, &b));
+    return b;
+}
+
+/* Every Vulkan test ends with this: no error was logged (validation messages are errors). */
+#define VK_TEST_END()                                                                              \
+    do {                                                                                           \
+        CHECKF(vk_log_errors == 0, "%d error messages were logged (validation layer?)", vk_log_errors); \
+        TEST_MAIN_END();                                                                           \
+    } while (0)
+
+/* ---- weight types (values as in the GGUF files) */
+enum { T_F32 = 0, T_F16 = 1, T_Q4_0 = 2, T_Q8_0 = 8, T_BF16 = 30 };
+
+static inline float h2f(uint16_t h) {
+    uint32_t s = (uint32_t)(h >> 15) << 31, e = (h >> 10) & 31u, m = h & 1023u;
+    double v = e == 0 ? ldexp((double)m, -24) : e == 31 ? (m ? NAN : INFINITY) : ldexp((double)(m | 1024u), (int)e - 25);
+    float f = (float)v;
+    return s ? -f : f;
+}
+static inline uint16_t f2h(float f) { /* round to nearest even, normal range */
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    uint32_t sign = (x >> 16) & 0x8000u;
+    int32_t e = (int32_t)((x >> 23) & 0xff) - 127 + 15;
+    uint32_t m = x & 0x7fffffu;
+    if (e <= 0) return (uint16_t)sign;
+    if (e >= 31) return (uint16_t)(sign | 0x7bffu);
+    uint32_t h = sign | ((uint32_t)e << 10) | (m >> 13), rem = m & 0x1fffu;
+    if (rem > 0x1000u || (rem == 0x1000u && (h & 1u))) h++;
+    return (uint16_t)h;
+}
+static inline float bf2f(uint16_t b) {
+    uint32_t x = (uint32_t)b << 16;
+    float f;
+    memcpy(&f, &x, 4);
+    return f;
+}
+
+static inline size_t row_bytes(int type, int64_t k) {
+    switch (type) {
+    case T_F32: return (size_t)k * 4;
+    case T_F16:
+    case T_BF16: return (size_t)k * 2;
+    case T_Q8_0: return (size_t)k / 32 * 34;
+    case T_Q4_0: return (size_t)k / 32 * 18;
+    }
+    return 0;
+}
+
+/* Random weights of type (rows x k) in GGUF layout, and their exact f32 values in deq. */
+static inline void *make_weights(test_rng *r, int type, int64_t rows, int64_t k, float *deq) {
+    uint8_t *w = malloc(row_bytes(type, k) * (size_t)rows);
+    for (int64_t i = 0; i < rows; i++) {
+        uint8_t *row = w + row_bytes(type, k) * (size_t)i;
+        float *d = deq + i * k;
+        if (type == T_F32 || type == T_F16 || type == T_BF16) {
+            for (int64_t j = 0; j < k; j++) {
+                float v = test_rng_uniform(r);
+                if (type == T_F32) {
+                    memcpy(row + 4 * j, &v, 4);
+                    d[j] = v;
+                } else if (type == T_F16) {
+                    uint16_t h = f2h(v);
+                    memcpy(row + 2 * j, &h, 2);
+                    d[j] = h2f(h);
+                } else {
+                    uint32_t x;
+                    memcpy(&x, &v, 4);
+                    uint16_t b = (uint16_t)(x >> 16);
+                    memcpy(row + 2 * j, &b, 2);
+                    d[j] = bf2f(b);
+                }
+            }
+        } else {
+            const int bs = type == T_Q8_0 ? 34 : 18;
+            for (int64_t b = 0; b < k / 32; b++) {
+                uint8_t *blk = row + (size_t)b * bs;
+                uint16_t dh = f2h(0.002f + 0.02f * (float)(test_rng_u64(r) % 1000) / 1000.0f);
+                memcpy(blk, &dh, 2);
+                const float df = h2f(dh);
+                for (int j = 0; j < 32; j++) {
+                    if (type == T_Q8_0) {
+                        int8_t q = (int8_t)((int)(test_rng_u64(r) % 255) - 127);
+                        blk[2 + j] = (uint8_t)q;
+                        d[b * 32 + j] = df * (float)q;
+                    } else if (j < 16) {
+                        uint8_t byte = (uint8_t)(test_rng_u64(r) & 0xff);
+                        blk[2 + j] = byte;
+                        d[b * 32 + j] = df * (float)((int)(byte & 15) - 8);
+                        d[b * 32 + j + 16] = df * (float)((int)(byte >> 4) - 8);
+                    }
+                }
+            }
+        }
+    }
+    return w;
+}
+
+/* Normalised error of a dot-product-like result: |y - ref| / scale, scale > 0 (e.g. the sum of
+ * |w x| over the reduction). NaN and infinities count as failures (returns +inf). */
+static inline double norm_err(double y, double ref, double scale) {
+    if (!isfinite(y)) return INFINITY;
+    return fabs(y - ref) / (scale > 0 ? scale : 1e-30);
+}
+
+#endif
