@@ -19,4 +19,96 @@
     U(w_off)    /* texel of row 0 in the W view                               */                   \
     U(s_off)    /* element of row 0's first block scale in the S view         */
 
+/* Step data: 32-bit ints the host writes before each forward submission. A header of
+ * ES_STEP_HDR ints, then arrays of nb = n_batch + 1 entries, array k at
+ * ES_STEP_HDR + k * nb. The attention dispatch's indirect arguments live in the header. */
+#define ES_STEP_N_PAST 0  /* committed tokens                                    */
+#define ES_STEP_NB 1      /* entries per array: n_batch + 1                       */
+#define ES_STEP_N_KEEP 2  /* kv_move: slots kept                                 */
+#define ES_STEP_ATTN_XYZ 4 /* 3 uints: attention grid (heads, splits, tokens)    */
+#define ES_STEP_HDR 8
+#define ES_STEP_TOKENS 0  /* [n] token ids                                       */
+#define ES_STEP_POS 1     /* [n] absolute positions                              */
+#define ES_STEP_DFS_END 2 /* [n] last pre-order index of each token's subtree    */
+#define ES_STEP_OUT_ROWS 3 /* [n_out] tokens whose logits are wanted             */
+#define ES_STEP_ORDER 4   /* [n] batch indices sorted by depth (stable)          */
+#define ES_STEP_LEVEL 5   /* [depth + 2] start of each depth in ORDER            */
+#define ES_STEP_KEEP 6    /* [n_keep] kv_move sources (relative to n_past)       */
+#define ES_STEP_ARRAYS 7
+
+/* rmsnorm: Y[t] = X[row(t)] / rms(X[row(t)]) * G for t < n; row(t) = t, or out_rows[t] of
+ * the step data when gather is set (the final norm before the output head). */
+#define ES_PC_RMSNORM(U, F)                                                                        \
+    U(E)        /* elements per row                                           */                   \
+    U(n)        /* rows to normalise                                          */                   \
+    U(x_stride) /* floats between rows of X (and of Y)                        */                   \
+    U(g_off)    /* float offset of the weight vector in G                     */                   \
+    U(gather)   /* 1: read row out_rows[t] of X                               */                   \
+    F(eps)
+
+/* get_rows: X[t] = dequantised row tokens[t] of the embedding matrix, for the tokens whose row
+ * lies in this part [row0, row0 + rows). */
+#define ES_PC_GET_ROWS(U, F)                                                                       \
+    U(K)        /* elements per row (padded)                                  */                   \
+    U(E)        /* elements to write                                          */                   \
+    U(n)        /* tokens                                                     */                   \
+    U(row0)     /* first row of this part                                     */                   \
+    U(rows)     /* rows in this part                                          */                   \
+    U(x_stride) /* floats between rows of X                                   */
+
+/* rope_kv: rotates the Q and K heads of each token in QKV (in place) and writes K and V to the
+ * cache slot n_past + t. */
+#define ES_PC_ROPE_KV(U, F)                                                                        \
+    U(n)        /* tokens                                                     */                   \
+    U(n_head)                                                                                      \
+    U(n_head_kv)                                                                                   \
+    U(hd)       /* head dimension                                             */                   \
+    U(n_rot)    /* rotated dimensions per head                                */                   \
+    U(neox)     /* 1: rotate (i, i + n_rot/2); 0: rotate (2i, 2i + 1)         */                   \
+    U(qkv_stride) /* floats between token rows of QKV                         */                   \
+    U(n_ctx)    /* slots per head in the cache                                */
+
+/* attn: one (head, split, token) of tree attention with online softmax; see attn.comp. */
+#define ES_PC_ATTN(U, F)                                                                           \
+    U(n)        /* tokens                                                     */                   \
+    U(n_head)                                                                                      \
+    U(n_head_kv)                                                                                   \
+    U(hd)                                                                                          \
+    U(qkv_stride) /* floats between token rows of QKV (q at offset 0)         */                   \
+    U(n_ctx)    /* slots per head in the cache                                */                   \
+    U(split)    /* positions per split (a multiple of the tile)               */                   \
+    U(max_splits) /* splits per (token, head) in the partials buffer          */                   \
+    U(o_stride) /* floats between token rows of the output                    */                   \
+    F(scale)    /* 1 / sqrt(hd)                                               */
+
+/* attn_merge: combines the splits of each (head, token) that needed more than one. */
+#define ES_PC_ATTN_MERGE(U, F)                                                                     \
+    U(n)                                                                                           \
+    U(n_head)                                                                                      \
+    U(hd)                                                                                          \
+    U(split)                                                                                       \
+    U(max_splits)                                                                                  \
+    U(o_stride)
+
+/* kv_move: for r < n_keep, cache slot n_past + keep[r] moves to n_past + r, in ascending r. */
+#define ES_PC_KV_MOVE(U, F)                                                                        \
+    U(n_keep)                                                                                      \
+    U(n_past)                                                                                      \
+    U(row)      /* floats per slot (head dimension)                           */                   \
+    U(n_ctx)    /* slots per head                                             */                   \
+    U(n_heads)  /* heads per layer in the range (n_head_kv)                   */
+
+/* argmax / top-k over rows of logits: ids (and values) of the k largest, ties to the lower id. */
+#define ES_PC_TOPK(U, F)                                                                           \
+    U(V)        /* entries per row                                            */                   \
+    U(n)        /* rows                                                       */                   \
+    U(k)        /* results per row (k <= 64)                                  */                   \
+    U(stride)   /* floats between rows                                        */
+
+/* softmax over rows, in place: y = exp(x - max) / sum. */
+#define ES_PC_SOFTMAX(U, F)                                                                        \
+    U(V)                                                                                           \
+    U(n)                                                                                           \
+    U(stride)
+
 #endif

@@ -12,9 +12,25 @@
     _Static_assert(sizeof(tname) <= 128, #tname " exceeds the guaranteed push-constant size")
 
 ES__CHECK_PUSH(es__pc_mul_mat, ES_PC_MUL_MAT);
+ES__CHECK_PUSH(es__pc_rmsnorm, ES_PC_RMSNORM);
+ES__CHECK_PUSH(es__pc_get_rows, ES_PC_GET_ROWS);
+ES__CHECK_PUSH(es__pc_rope_kv, ES_PC_ROPE_KV);
+ES__CHECK_PUSH(es__pc_attn, ES_PC_ATTN);
+ES__CHECK_PUSH(es__pc_attn_merge, ES_PC_ATTN_MERGE);
+ES__CHECK_PUSH(es__pc_kv_move, ES_PC_KV_MOVE);
+ES__CHECK_PUSH(es__pc_topk, ES_PC_TOPK);
+ES__CHECK_PUSH(es__pc_softmax, ES_PC_SOFTMAX);
 
 static const es__kernel_family families[] = {
-    {"mul_mat", "rrrw", sizeof(es__pc_mul_mat)}, /* W, S (scales), X, Y */
+    {"mul_mat", "rrrw", sizeof(es__pc_mul_mat)},         /* W, S (scales), X, Y          */
+    {"get_rows", "rrrw", sizeof(es__pc_get_rows)},       /* W, S, step, X                */
+    {"rmsnorm", "rrrw", sizeof(es__pc_rmsnorm)},         /* X, G, step, Y                */
+    {"rope_kv", "wrrww", sizeof(es__pc_rope_kv)},        /* QKV, rope table, step, K, V  */
+    {"attn", "rrrrww", sizeof(es__pc_attn)},             /* QKV, K, V, step, out, parts  */
+    {"attn_merge", "rrw", sizeof(es__pc_attn_merge)},    /* parts, step, out             */
+    {"kv_move", "rww", sizeof(es__pc_kv_move)},          /* step, K, V                   */
+    {"topk", "rw", sizeof(es__pc_topk)},                 /* logits, results              */
+    {"softmax", "w", sizeof(es__pc_softmax)},            /* rows                         */
 };
 
 const es__kernel_family *es__kernel_family_find(const char *name) {

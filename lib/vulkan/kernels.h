@@ -16,6 +16,14 @@
     } tname
 
 ES__PUSH_STRUCT(es__pc_mul_mat, ES_PC_MUL_MAT);
+ES__PUSH_STRUCT(es__pc_rmsnorm, ES_PC_RMSNORM);
+ES__PUSH_STRUCT(es__pc_get_rows, ES_PC_GET_ROWS);
+ES__PUSH_STRUCT(es__pc_rope_kv, ES_PC_ROPE_KV);
+ES__PUSH_STRUCT(es__pc_attn, ES_PC_ATTN);
+ES__PUSH_STRUCT(es__pc_attn_merge, ES_PC_ATTN_MERGE);
+ES__PUSH_STRUCT(es__pc_kv_move, ES_PC_KV_MOVE);
+ES__PUSH_STRUCT(es__pc_topk, ES_PC_TOPK);
+ES__PUSH_STRUCT(es__pc_softmax, ES_PC_SOFTMAX);
 
 /* A kernel family: its binding roles, one letter per binding 0.. :
  *   'r' read-only data: a uniform texel buffer in texel variants, else a storage buffer

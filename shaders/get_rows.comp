@@ -1,0 +1,34 @@
+#version 450
+// get_rows.comp: the token embedding lookup: X[t] = dequantised row tokens[t] of the embedding
+// matrix, for each token whose row lies in this part of the matrix (one dispatch per part).
+// Dequantisation is exact apart from the block scale multiply, as on the CPU.
+#extension GL_GOOGLE_include_directive : require
+#include "common.glsl"
+#define WBIND 0
+#define SBIND 1
+#include "weights.glsl"
+#define STEPBIND 2
+#include "step.glsl"
+layout(binding = 3, std430) writeonly buffer X_blk { float X[]; };
+layout(push_constant) uniform PC { ES_PC_GET_ROWS(PC_U, PC_F) } pc;
+
+void main() {
+    const uint t = gl_WorkGroupID.x, lid = gl_LocalInvocationID.x;
+    const uint tok = uint(step_token(t));
+    if (tok < pc.row0 || tok >= pc.row0 + pc.rows) return;
+    const uint r = tok - pc.row0, cpr = pc.K / EPC;
+    for (uint c = lid; c < cpr; c += gl_WorkGroupSize.x) {
+        vec4 w[XV];
+        decode_chunk(r * cpr, c, w);
+        const float d = chunk_scale(r * (pc.K / 32u), c);
+        for (uint i = 0u; i < XV; i++)
+            for (uint k = 0u; k < 4u; k++) {
+                uint e = c * EPC + i * 4u + k;
+#if HAS_SCALE
+                if (e < pc.E) X[t * pc.x_stride + e] = d * w[i][k];
+#else
+                if (e < pc.E) X[t * pc.x_stride + e] = w[i][k];
+#endif
+            }
+    }
+}

@@ -1,0 +1,29 @@
+#version 450
+// rmsnorm.comp: Y[t] = X[row] * (1 / sqrt(mean(X[row]^2) + eps)) * G, one workgroup per row
+// (row = t, or out_rows[t] when gathering the rows that want logits). The sum of squares runs in
+// a fixed order (lane-strided, then reduce.glsl), so a row's result never depends on the batch.
+// Rows are padded with zeros to a multiple of 4 floats; the padding adds exact zeros.
+#extension GL_GOOGLE_include_directive : require
+#include "common.glsl"
+#include "reduce.glsl"
+
+RO_F4(0, X)
+RO_F4(1, G)
+#define STEPBIND 2
+#include "step.glsl"
+layout(binding = 3, std430) writeonly buffer Y_blk { vec4 Y[]; };
+layout(push_constant) uniform PC { ES_PC_RMSNORM(PC_U, PC_F) } pc;
+
+void main() {
+    const uint t = gl_WorkGroupID.x, lid = gl_LocalInvocationID.x, wg = gl_WorkGroupSize.x;
+    const uint row = pc.gather != 0u ? uint(step_array(ES_STEP_OUT_ROWS, t)) : t;
+    const uint e4 = (pc.E + 3u) / 4u, xb = row * (pc.x_stride / 4u), yb = t * (pc.x_stride / 4u);
+    float s = 0.0;
+    for (uint c = lid; c < e4; c += wg) {
+        vec4 v = FETCH_F4(X, xb + c);
+        s += dot4(v, v);
+    }
+    s = wg_sum(s);
+    const float r = 1.0 / sqrt(s / float(pc.E) + pc.eps);
+    for (uint c = lid; c < e4; c += wg) Y[yb + c] = FETCH_F4(X, xb + c) * r * FETCH_F4(G, pc.g_off / 4u + c);
+}
