@@ -20,7 +20,7 @@ RO_F4(2, VC)
 #define STEPBIND 3
 #include "step.glsl"
 layout(binding = 4, std430) writeonly buffer O_blk { vec4 O[]; };    // [n][o_stride / 4]
-layout(binding = 5, std430) writeonly buffer P_blk { vec4 PART[]; }; // [n][n_head][max_splits][1 + hd / 4]
+layout(binding = 5, std430) writeonly buffer P_blk { vec4 PART[]; }; // [tokens][n_head][max_splits][1 + hd / 4]
 layout(push_constant) uniform PC { ES_PC_ATTN(PC_U, PC_F) } pc;
 
 #define MAX_HD4 64 // head dimension up to 256
@@ -30,7 +30,7 @@ shared uint sh_slot[gl_WorkGroupSize.x];
 shared float sh_s[gl_WorkGroupSize.x];
 
 void main() {
-    const uint h = gl_WorkGroupID.x, s = gl_WorkGroupID.y, t = gl_WorkGroupID.z;
+    const uint h = gl_WorkGroupID.x, s = gl_WorkGroupID.y, t = pc.t0 + gl_WorkGroupID.z, tl = gl_WorkGroupID.z;
     const uint lid = gl_LocalInvocationID.x, B = gl_WorkGroupSize.x, hd4 = pc.hd / 4u;
     const uint p = uint(step_pos(t)), n_past = uint(step_n_past());
     const uint ns = p / pc.split + 1u;
@@ -84,7 +84,7 @@ void main() {
             if (c < hd4) O[t * (pc.o_stride / 4u) + h * hd4 + c] = acc[k] * (1.0 / l);
         }
     } else {
-        const uint pb = ((t * pc.n_head + h) * pc.max_splits + s) * (1u + hd4);
+        const uint pb = ((tl * pc.n_head + h) * pc.max_splits + s) * (1u + hd4);
         if (lid == 0u) PART[pb] = vec4(m, l, 0.0, 0.0);
         for (uint k = 0u; k < 2u; k++) {
             const uint c = lid + k * B;

@@ -13,10 +13,10 @@ layout(binding = 2, std430) writeonly buffer O_blk { vec4 O[]; };
 layout(push_constant) uniform PC { ES_PC_ATTN_MERGE(PC_U, PC_F) } pc;
 
 void main() {
-    const uint h = gl_WorkGroupID.x, t = gl_WorkGroupID.y, lid = gl_LocalInvocationID.x, hd4 = pc.hd / 4u;
+    const uint h = gl_WorkGroupID.x, tl = gl_WorkGroupID.y, t = pc.t0 + tl, lid = gl_LocalInvocationID.x, hd4 = pc.hd / 4u;
     const uint ns = uint(step_pos(t)) / pc.split + 1u;
     if (ns == 1u) return;
-    const uint pb = (t * pc.n_head + h) * pc.max_splits * (1u + hd4);
+    const uint pb = (tl * pc.n_head + h) * pc.max_splits * (1u + hd4);
     float M = -1.0 / 0.0;
     for (uint s = 0u; s < ns; s++) M = max(M, FETCH_F4(PART, pb + s * (1u + hd4)).x);
     float L = 0.0;

@@ -21,11 +21,11 @@
 
 /* Step data: 32-bit ints the host writes before each forward submission. A header of
  * ES_STEP_HDR ints, then arrays of nb = n_batch + 1 entries, array k at
- * ES_STEP_HDR + k * nb. The attention dispatch's indirect arguments live in the header. */
+ * ES_STEP_HDR + k * nb. After the arrays: the attention dispatches' indirect arguments,
+ * 4 uints (heads, splits, tokens, 0) per dispatch. */
 #define ES_STEP_N_PAST 0  /* committed tokens                                    */
 #define ES_STEP_NB 1      /* entries per array: n_batch + 1                       */
 #define ES_STEP_N_KEEP 2  /* kv_move: slots kept                                 */
-#define ES_STEP_ATTN_XYZ 4 /* 3 uints: attention grid (heads, splits, tokens)    */
 #define ES_STEP_HDR 8
 #define ES_STEP_TOKENS 0  /* [n] token ids                                       */
 #define ES_STEP_POS 1     /* [n] absolute positions                              */
@@ -70,20 +70,21 @@
 
 /* attn: one (head, split, token) of tree attention with online softmax; see attn.comp. */
 #define ES_PC_ATTN(U, F)                                                                           \
-    U(n)        /* tokens                                                     */                   \
+    U(t0)       /* first token of this dispatch (grid z counts from it)       */                   \
     U(n_head)                                                                                      \
     U(n_head_kv)                                                                                   \
     U(hd)                                                                                          \
     U(qkv_stride) /* floats between token rows of QKV (q at offset 0)         */                   \
     U(n_ctx)    /* slots per head in the cache                                */                   \
     U(split)    /* positions per split (a multiple of the tile)               */                   \
-    U(max_splits) /* splits per (token, head) in the partials buffer          */                   \
+    U(max_splits) /* splits per (token, head) in the partials buffer, which   */                   \
+                  /* holds the tokens t0.. of one dispatch                    */                   \
     U(o_stride) /* floats between token rows of the output                    */                   \
     F(scale)    /* 1 / sqrt(hd)                                               */
 
 /* attn_merge: combines the splits of each (head, token) that needed more than one. */
 #define ES_PC_ATTN_MERGE(U, F)                                                                     \
-    U(n)                                                                                           \
+    U(t0)       /* first token of this dispatch                               */                   \
     U(n_head)                                                                                      \
     U(hd)                                                                                          \
     U(split)                                                                                       \

@@ -1,6 +1,7 @@
-/* backend_vk.c: the Vulkan backend's vtable: device setup on backend creation, and the model
- * upload / context / forward entry points, which model_vk.c and forward.c implement. */
+/* backend_vk.c: the Vulkan backend's vtable: device setup on backend creation; the model upload,
+ * context and forward entry points live in model_vk.c and forward.c. */
 #include "backend_vk.h"
+#include "model_vk.h"
 
 #include <stdio.h>
 
@@ -28,38 +29,19 @@ static void vk_destroy(es_backend *b) {
 }
 
 static es_status vk_model_upload(es_backend *b, const es_model *m, void **weights) {
-    (void)m;
-    *weights = NULL;
-    return es__fail(&b->err, ES_ERR_UNSUPPORTED, "vulkan backend: model upload lands with the forward pass");
+    es__vk_model *w = NULL;
+    ES_TRY(es__vk_model_upload(b, m, &w));
+    *weights = w;
+    return ES_OK;
 }
 
 static void vk_model_release(es_backend *b, void *weights) {
-    (void)b;
-    (void)weights;
-}
-
-static es_status vk_ctx_init(es_context *ctx) {
-    return es__fail(&ctx->backend->err, ES_ERR_UNSUPPORTED, "vulkan backend: contexts land with the forward pass");
-}
-
-static void vk_ctx_destroy(es_context *ctx) {
-    (void)ctx;
-}
-
-static es_status vk_forward(es_context *ctx, const es__fwd *f) {
-    (void)f;
-    return es__fail(&ctx->backend->err, ES_ERR_UNSUPPORTED, "vulkan backend: forward lands next");
-}
-
-static es_status vk_kv_compact(es_context *ctx, const int32_t *keep, int32_t n_keep) {
-    (void)keep;
-    (void)n_keep;
-    return es__fail(&ctx->backend->err, ES_ERR_UNSUPPORTED, "vulkan backend: forward lands next");
+    es__vk_model_free(b, weights);
 }
 
 static const es__backend_vtbl vk_vtbl = {
     "vulkan", vk_init, vk_destroy, vk_model_upload, vk_model_release,
-    vk_ctx_init, vk_ctx_destroy, vk_forward, vk_kv_compact,
+    es__vk_ctx_init, es__vk_ctx_destroy, es__vk_forward, es__vk_kv_compact,
 };
 
 const es__backend_vtbl *const es__vulkan_backend_ptr = &vk_vtbl;

@@ -230,3 +230,41 @@ es_status es__vk_fill(es__vk_dev *d, const es__vk_buf *b, VkDeviceSize off, VkDe
     ES_VK_TRY(d, vkEndCommandBuffer(d->once));
     return es__vk_submit_wait(d, d->once);
 }
+
+/* ---- arenas */
+void es__vk_arena_init(es__vk_dev *d, es__vk_arena *a) {
+    const VkPhysicalDeviceLimits *lim = &d->phys.props.limits;
+    memset(a, 0, sizeof *a);
+    a->align = ES__MAX(256, ES__MAX(lim->minTexelBufferOffsetAlignment, lim->minStorageBufferOffsetAlignment));
+}
+
+es_status es__vk_arena_reserve(es__vk_dev *d, es__vk_arena *a, VkDeviceSize size, es__vk_region *out) {
+    ES_RETURN_IF(size > ES__VK_CHUNK_MAX, d->err, ES_ERR_DEVICE_MEMORY,
+                 "vulkan: one region of %.1f MiB exceeds the %.0f MiB allocation size", (double)size / 1048576.0,
+                 (double)ES__VK_CHUNK_MAX / 1048576.0);
+    if (size == 0) size = 16;
+    if (a->n > 0) {
+        VkDeviceSize at = (a->sizes[a->n - 1] + a->align - 1) / a->align * a->align;
+        if (at + size <= ES__VK_CHUNK_MAX) {
+            *out = (es__vk_region){a->n - 1, at, size};
+            a->sizes[a->n - 1] = at + size;
+            return ES_OK;
+        }
+    }
+    ES_RETURN_IF(a->n == ES__VK_ARENA_MAX, d->err, ES_ERR_DEVICE_MEMORY, "vulkan: more than %d allocations needed",
+                 ES__VK_ARENA_MAX);
+    *out = (es__vk_region){a->n, 0, size};
+    a->sizes[a->n++] = size;
+    return ES_OK;
+}
+
+es_status es__vk_arena_alloc(es__vk_dev *d, es__vk_arena *a, es__vk_mem_kind kind, const char *what) {
+    for (uint32_t c = 0; c < a->n; c++)
+        if (!a->chunks[c].buf) ES_TRY(es__vk_buf_create(d, a->sizes[c], kind, what, &a->chunks[c]));
+    return ES_OK;
+}
+
+void es__vk_arena_free(es__vk_dev *d, es__vk_arena *a) {
+    for (uint32_t c = 0; c < a->n; c++) es__vk_buf_destroy(d, &a->chunks[c]);
+    a->n = 0;
+}

@@ -101,7 +101,9 @@ es_status es__vk_run_mul_mat(es_backend *b, es__dtype type, const void *w, uint3
     if (s == ES_OK && t.nbytes == 0)
         s = es__fail(&b->err, ES_ERR_INVALID_ARGUMENT, "vulkan op: bad type %d or K %u", (int)type, K);
     es__vk_mat m = {0};
-    es__vk_wset ws = {d, {{0}}, 0, 0};
+    es__vk_wset ws;
+    memset(&ws, 0, sizeof ws);
+    if (d) es__vk_wset_init(&ws, d);
     const es__tensor *src = &t;
     if (s == ES_OK) s = es__vk_mat_init(d, &m, &src, 1, false);
     es__vk_mat *mp = &m;

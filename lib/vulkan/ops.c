@@ -25,12 +25,14 @@ static uint32_t wg_size(const es__vk_dev *d) {
     return sg > w ? sg : w;
 }
 
-/* Looks up "<family>_<tag>_<tx|ss>_<sg|sh>" (tag may be NULL) and its pipeline. */
-static es_status pipe_for(es__vk_dev *d, const char *family, const char *tag, bool native, const uint32_t *spec,
-                          uint32_t n_spec, es__vk_pipeline **out) {
+/* Looks up "<family>[_<tag>][_<tx|ss>][_<sg|sh>][_nat]" and its pipeline: the read-path part
+ * for families that read through it, the reduction part for families that reduce. */
+static es_status pipe_for(es__vk_dev *d, const char *family, const char *tag, bool reads, bool reduces, bool native,
+                          const uint32_t *spec, uint32_t n_spec, es__vk_pipeline **out) {
     char name[96];
-    snprintf(name, sizeof name, "%s%s%s_%s_%s%s", family, tag ? "_" : "", tag ? tag : "", d->use.texel ? "tx" : "ss",
-             d->use.subgroup ? "sg" : "sh", native ? "_nat" : "");
+    snprintf(name, sizeof name, "%s%s%s%s%s%s", family, tag ? "_" : "", tag ? tag : "",
+             reads ? (d->use.texel ? "_tx" : "_ss") : "", reduces ? (d->use.subgroup ? "_sg" : "_sh") : "",
+             native ? "_nat" : "");
     es__shader_id id;
     ES_TRY(es__vk_shader_find(d, name, &id));
     return es__vk_pipeline_get(d, id, spec, n_spec, out);
@@ -46,7 +48,22 @@ es_status es__vk_mul_mat_pipe(es__vk_dev *d, es__dtype type, uint32_t tok, uint3
     const bool native = !d->use.texel && d->use.subgroup &&
                         ((type == ES__DTYPE_F16 && d->use.storage16) || (type == ES__DTYPE_Q8_0 && d->use.storage8));
     const uint32_t spec[5] = {wg_size(d), d->subgroup_size, rows, tok, epi};
-    return pipe_for(d, "mul_mat", type_tag(type), native, spec, 5, out);
+    return pipe_for(d, "mul_mat", type_tag(type), true, true, native, spec, 5, out);
+}
+
+es_status es__vk_simple_pipe(es__vk_dev *d, const char *family, bool reads, bool reduces, es__vk_pipeline **out) {
+    const uint32_t spec[2] = {wg_size(d), d->subgroup_size};
+    return pipe_for(d, family, NULL, reads, reduces, false, spec, 2, out);
+}
+
+es_status es__vk_attn_pipe(es__vk_dev *d, uint32_t tile, es__vk_pipeline **out) {
+    const uint32_t spec[2] = {tile, d->subgroup_size};
+    return pipe_for(d, "attn", NULL, true, false, false, spec, 2, out);
+}
+
+es_status es__vk_get_rows_pipe(es__vk_dev *d, es__dtype type, es__vk_pipeline **out) {
+    const uint32_t spec[2] = {wg_size(d), d->subgroup_size};
+    return pipe_for(d, "get_rows", type_tag(type), true, false, false, spec, 2, out);
 }
 
 void es__vk_rec_mul_mat(es__vk_rec *r, const char *op, const es__vk_pipeline *p, const es__vk_mat *m,

@@ -19,6 +19,11 @@ void es__vk_rec_mul_mat(es__vk_rec *r, const char *op, const es__vk_pipeline *p,
                         const VkDescriptorSet *sets, uint32_t n, uint32_t x_off, uint32_t x_stride, uint32_t y_off,
                         uint32_t y_stride);
 
+/* Pipelines of the other families: workgroup size for the device, or the attention tile. */
+es_status es__vk_simple_pipe(es__vk_dev *d, const char *family, bool reads, bool reduces, es__vk_pipeline **out);
+es_status es__vk_attn_pipe(es__vk_dev *d, uint32_t tile, es__vk_pipeline **out);
+es_status es__vk_get_rows_pipe(es__vk_dev *d, es__dtype type, es__vk_pipeline **out);
+
 /* ---- oprun.c: one op on host arrays (tests, micro-benchmarks). All run on backend b, which
  * must be a Vulkan backend. reps > 1 repeats the dispatch inside one submission (for timing);
  * *ms (may be NULL) gets the wall time of the submission divided by reps. */

@@ -119,6 +119,29 @@ es_status es__vk_buf_flush(es__vk_dev *d, es__vk_buf *b);
 /* A texel view of [offset, offset + range) of b. */
 es_status es__vk_view_create(es__vk_dev *d, const es__vk_buf *b, VkFormat fmt, VkDeviceSize offset,
                              VkDeviceSize range, VkBufferView *out);
+/* An arena: regions planned first (es__vk_arena_reserve), then backed by as few allocations of
+ * at most ES__VK_CHUNK_MAX bytes as fit them (es__vk_arena_alloc). */
+#define ES__VK_CHUNK_MAX ((VkDeviceSize)1 << 30)
+#define ES__VK_ARENA_MAX 32
+typedef struct es__vk_region {
+    uint32_t chunk;
+    VkDeviceSize off, size;
+} es__vk_region;
+typedef struct es__vk_arena {
+    es__vk_buf chunks[ES__VK_ARENA_MAX];
+    VkDeviceSize sizes[ES__VK_ARENA_MAX];
+    uint32_t n;
+    VkDeviceSize align;
+} es__vk_arena;
+void es__vk_arena_init(es__vk_dev *d, es__vk_arena *a);
+es_status es__vk_arena_reserve(es__vk_dev *d, es__vk_arena *a, VkDeviceSize size, es__vk_region *out);
+es_status es__vk_arena_alloc(es__vk_dev *d, es__vk_arena *a, es__vk_mem_kind kind, const char *what);
+void es__vk_arena_free(es__vk_dev *d, es__vk_arena *a);
+/* The buffer and range of a region, for a storage-buffer binding or a texel view. */
+static inline es__vk_buf *es__vk_region_buf(es__vk_arena *a, const es__vk_region *r) {
+    return &a->chunks[r->chunk];
+}
+
 /* Copies host bytes into a DEVICE buffer through a staging buffer (one submit per staging fill). */
 typedef struct es__vk_stager {
     es__vk_buf staging;

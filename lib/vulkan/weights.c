@@ -7,7 +7,6 @@
 
 #include <string.h>
 
-#define ES__CHUNK_MAX ((VkDeviceSize)1 << 30) /* bytes per allocation at most */
 #define ES__STAGING_SIZE ((VkDeviceSize)32 << 20)
 
 static float f16_to_f32(uint16_t h) {
@@ -155,8 +154,8 @@ static es_status rows_per_part(es__vk_dev *d, const es__vk_mat *m, uint32_t *out
     } else {
         wmax = smax = lim->maxStorageBufferRange;
     }
-    wmax = ES__MIN(wmax, ES__CHUNK_MAX);
-    smax = ES__MIN(smax, ES__CHUNK_MAX);
+    wmax = ES__MIN(wmax, ES__VK_CHUNK_MAX);
+    smax = ES__MIN(smax, ES__VK_CHUNK_MAX);
     uint64_t r = wmax / wrb;
     if (srb) r = ES__MIN(r, smax / srb);
     r &= ~(uint64_t)1; /* gate/up pairs never straddle parts */
@@ -167,35 +166,7 @@ static es_status rows_per_part(es__vk_dev *d, const es__vk_mat *m, uint32_t *out
     return ES_OK;
 }
 
-typedef struct placer {
-    VkDeviceSize sizes[32];
-    uint32_t n;
-    VkDeviceSize align;
-} placer;
-
-static es_status place(es__vk_dev *d, placer *pl, VkDeviceSize size, uint32_t *chunk, VkDeviceSize *off) {
-    if (size == 0) {
-        *chunk = 0;
-        *off = 0;
-        return ES_OK;
-    }
-    if (pl->n > 0) {
-        VkDeviceSize at = (pl->sizes[pl->n - 1] + pl->align - 1) / pl->align * pl->align;
-        if (at + size <= ES__CHUNK_MAX) {
-            *chunk = pl->n - 1;
-            *off = at;
-            pl->sizes[pl->n - 1] = at + size;
-            return ES_OK;
-        }
-    }
-    ES_RETURN_IF(pl->n == 32, d->err, ES_ERR_DEVICE_MEMORY, "vulkan: weights need more than 32 GiB of allocations");
-    *chunk = pl->n;
-    *off = 0;
-    pl->sizes[pl->n++] = size;
-    return ES_OK;
-}
-
-static es_status plan(es__vk_wset *ws, es__vk_mat *const *mats, uint32_t n_mats, placer *pl) {
+static es_status plan(es__vk_wset *ws, es__vk_mat *const *mats, uint32_t n_mats) {
     es__vk_dev *d = ws->d;
     for (uint32_t i = 0; i < n_mats; i++) {
         es__vk_mat *m = mats[i];
@@ -210,10 +181,9 @@ static es_status plan(es__vk_wset *ws, es__vk_mat *const *mats, uint32_t n_mats,
             es__vk_part *pt = &m->parts[p];
             pt->row0 = p * per;
             pt->rows = ES__MIN(per, m->rows - pt->row0);
-            pt->w_size = wrb * pt->rows;
-            pt->s_size = srb * pt->rows;
-            ES_TRY(place(d, pl, pt->w_size, &pt->w_chunk, &pt->w_off));
-            ES_TRY(place(d, pl, pt->s_size, &pt->s_chunk, &pt->s_off));
+            ES_TRY(es__vk_arena_reserve(d, &ws->arena, wrb * pt->rows, &pt->w));
+            pt->has_s = srb > 0;
+            if (pt->has_s) ES_TRY(es__vk_arena_reserve(d, &ws->arena, srb * pt->rows, &pt->s));
         }
     }
     return ES_OK;
@@ -234,8 +204,9 @@ static es_status fill(es__vk_wset *ws, es__vk_mat *const *mats, uint32_t n_mats,
             for (uint32_t r = 0; r < pt->rows; r += step) {
                 const uint32_t n = ES__MIN(step, pt->rows - r);
                 void *wp = NULL, *sp = NULL;
-                ES_TRY(es__vk_stage_ptr(d, st, &ws->chunks[pt->w_chunk], pt->w_off + wrb * r, wrb * n, &wp));
-                if (srb) ES_TRY(es__vk_stage_ptr(d, st, &ws->chunks[pt->s_chunk], pt->s_off + srb * r, srb * n, &sp));
+                ES_TRY(es__vk_stage_ptr(d, st, es__vk_region_buf(&ws->arena, &pt->w), pt->w.off + wrb * r, wrb * n, &wp));
+                if (pt->has_s)
+                    ES_TRY(es__vk_stage_ptr(d, st, es__vk_region_buf(&ws->arena, &pt->s), pt->s.off + srb * r, srb * n, &sp));
                 repack(m, pt->row0 + r, n, wp, sp);
                 done += n;
                 if (progress && !progress((float)((double)done / (double)total), user))
@@ -254,10 +225,10 @@ static es_status make_views(es__vk_wset *ws, es__vk_mat *const *mats, uint32_t n
         const VkFormat wf = m->type == ES__DTYPE_F32 ? VK_FORMAT_R32G32B32A32_SFLOAT : VK_FORMAT_R32G32B32A32_UINT;
         for (uint32_t p = 0; p < m->n_parts; p++) {
             es__vk_part *pt = &m->parts[p];
-            ES_TRY(es__vk_view_create(d, &ws->chunks[pt->w_chunk], wf, pt->w_off, pt->w_size, &pt->w_view));
-            if (pt->s_size)
-                ES_TRY(es__vk_view_create(d, &ws->chunks[pt->s_chunk], VK_FORMAT_R32_SFLOAT, pt->s_off, pt->s_size,
-                                          &pt->s_view));
+            ES_TRY(es__vk_view_create(d, es__vk_region_buf(&ws->arena, &pt->w), wf, pt->w.off, pt->w.size, &pt->w_view));
+            if (pt->has_s)
+                ES_TRY(es__vk_view_create(d, es__vk_region_buf(&ws->arena, &pt->s), VK_FORMAT_R32_SFLOAT, pt->s.off,
+                                          pt->s.size, &pt->s_view));
         }
     }
     return ES_OK;
@@ -266,14 +237,12 @@ static es_status make_views(es__vk_wset *ws, es__vk_mat *const *mats, uint32_t n
 es_status es__vk_wset_upload(es__vk_wset *ws, es__vk_mat *const *mats, uint32_t n_mats,
                              bool (*progress)(float, void *), void *progress_user) {
     es__vk_dev *d = ws->d;
-    const VkPhysicalDeviceLimits *lim = &d->phys.props.limits;
-    placer pl = {{0}, 0, ES__MAX(256, ES__MAX(lim->minTexelBufferOffsetAlignment, lim->minStorageBufferOffsetAlignment))};
-    ES_TRY(plan(ws, mats, n_mats, &pl));
-    for (uint32_t c = 0; c < pl.n; c++) {
-        ES_TRY(es__vk_buf_create(d, pl.sizes[c], ES__VK_MEM_DEVICE, "model weights", &ws->chunks[c]));
-        ws->n_chunks = c + 1;
-        ws->bytes += ws->chunks[c].alloc_size;
-        if (d->stats) d->stats->weight_bytes += ws->chunks[c].alloc_size;
+    const uint32_t first = ws->arena.n;
+    ES_TRY(plan(ws, mats, n_mats));
+    ES_TRY(es__vk_arena_alloc(d, &ws->arena, ES__VK_MEM_DEVICE, "model weights"));
+    for (uint32_t c = first; c < ws->arena.n; c++) {
+        ws->bytes += ws->arena.chunks[c].alloc_size;
+        if (d->stats) d->stats->weight_bytes += ws->arena.chunks[c].alloc_size;
     }
     es__vk_stager st;
     ES_TRY(es__vk_stager_init(d, &st, ES__STAGING_SIZE));
@@ -281,6 +250,12 @@ es_status es__vk_wset_upload(es__vk_wset *ws, es__vk_mat *const *mats, uint32_t 
     es__vk_stager_free(d, &st);
     ES_TRY(s);
     return make_views(ws, mats, n_mats);
+}
+
+void es__vk_wset_init(es__vk_wset *ws, es__vk_dev *d) {
+    memset(ws, 0, sizeof *ws);
+    ws->d = d;
+    es__vk_arena_init(d, &ws->arena);
 }
 
 void es__vk_mat_free(es__vk_dev *d, es__vk_mat *m) {
@@ -294,18 +269,16 @@ void es__vk_mat_free(es__vk_dev *d, es__vk_mat *m) {
 
 void es__vk_wset_free(es__vk_wset *ws) {
     es__vk_dev *d = ws->d;
-    for (uint32_t c = 0; c < ws->n_chunks; c++) {
-        if (d->stats) d->stats->weight_bytes -= ws->chunks[c].alloc_size;
-        es__vk_buf_destroy(d, &ws->chunks[c]);
-    }
-    ws->n_chunks = 0;
+    if (!d) return;
+    if (d->stats) d->stats->weight_bytes -= ws->bytes;
+    es__vk_arena_free(d, &ws->arena);
     ws->bytes = 0;
 }
 
-void es__vk_part_binds(const es__vk_wset *ws, const es__vk_part *p, es__vk_bind *w, es__vk_bind *s) {
-    *w = (es__vk_bind){ws->chunks[p->w_chunk].buf, p->w_off, p->w_size, p->w_view};
-    if (p->s_size)
-        *s = (es__vk_bind){ws->chunks[p->s_chunk].buf, p->s_off, p->s_size, p->s_view};
+void es__vk_part_binds(es__vk_wset *ws, const es__vk_part *p, es__vk_bind *w, es__vk_bind *s) {
+    *w = (es__vk_bind){es__vk_region_buf(&ws->arena, &p->w)->buf, p->w.off, p->w.size, p->w_view};
+    if (p->has_s)
+        *s = (es__vk_bind){es__vk_region_buf(&ws->arena, &p->s)->buf, p->s.off, p->s.size, p->s_view};
     else
         *s = *w; /* float types read no scales; any valid descriptor of the right kind will do */
 }

@@ -10,9 +10,8 @@
 /* A row range of a matrix, bound as one descriptor. */
 typedef struct es__vk_part {
     uint32_t row0, rows;
-    uint32_t w_chunk, s_chunk;   /* allocation holding each plane */
-    VkDeviceSize w_off, w_size;  /* the quant/value plane */
-    VkDeviceSize s_off, s_size;  /* the scale plane (block types; else 0) */
+    es__vk_region w, s;          /* the value/quant plane; the scale plane (block types) */
+    bool has_s;
     VkBufferView w_view, s_view; /* texel path only */
 } es__vk_part;
 
@@ -35,10 +34,11 @@ uint64_t es__vk_mat_row_bytes(es__dtype type, uint32_t K, bool scale_plane);
 /* A set of matrices uploaded together into shared allocations. */
 typedef struct es__vk_wset {
     es__vk_dev *d;
-    es__vk_buf chunks[32];
-    uint32_t n_chunks;
+    es__vk_arena arena;
     uint64_t bytes;
 } es__vk_wset;
+
+void es__vk_wset_init(es__vk_wset *ws, es__vk_dev *d);
 
 /* Describes m from tensors (same type and row length) without uploading. */
 es_status es__vk_mat_init(es__vk_dev *d, es__vk_mat *m, const es__tensor *const *src, uint32_t n_src,
@@ -52,6 +52,6 @@ void es__vk_mat_free(es__vk_dev *d, es__vk_mat *m);
 void es__vk_wset_free(es__vk_wset *ws);
 
 /* Descriptor contents for a part's W and S planes (S falls back to W for float types). */
-void es__vk_part_binds(const es__vk_wset *ws, const es__vk_part *p, es__vk_bind *w, es__vk_bind *s);
+void es__vk_part_binds(es__vk_wset *ws, const es__vk_part *p, es__vk_bind *w, es__vk_bind *s);
 
 #endif

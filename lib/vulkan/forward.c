@@ -1,0 +1,521 @@
+/* forward.c: a context on the Vulkan backend: the KV cache, activations and step data on the
+ * device, descriptor sets made once, and the forward pass as one command buffer per batch
+ * shape (tokens, rows with logits), recorded on first use and replayed; per-call values (n_past,
+ * tokens, positions, tree intervals) travel in the step buffer, so a forward call is one
+ * submission. KV compaction after verification runs on the device.
+ * It deliberately does not validate batches (lib/core/batch.c did) or pick kernels (ops.c). */
+#include "backend_vk.h"
+#include "model_vk.h"
+
+#include <math.h>
+#include <string.h>
+
+#define ES__ATTN_SPLIT 256u /* key positions per attention split (a multiple of the tile) */
+#define ES__ATTN_TILE 32u   /* attention workgroup size = key tile */
+#define ES__ATTN_CHUNK 64u  /* tokens per attention dispatch (bounds the partials buffer) */
+#define ES__CB_CACHE 8
+#define ES__MAX_QUERIES 1024
+
+typedef struct vk_cb {
+    int32_t n, n_out;
+    VkCommandBuffer cb;
+    uint32_t n_dispatch;
+    VkQueryPool queries;
+    uint32_t n_queries;
+    const char **ops;
+    uint64_t used;
+} vk_cb;
+
+/* Per-layer descriptor sets. */
+typedef struct vk_lsets {
+    VkDescriptorSet *qkv, *wo, *gateup, *down; /* one per part */
+    VkDescriptorSet rope, attn, kv_move;
+    es__vk_region k, v;                         /* this layer's cache: (n_head_kv, n_ctx, hd) each */
+    VkBufferView k_view, v_view;
+} vk_lsets;
+
+typedef struct vk_ctx {
+    es__vk_dev *d;
+    es__vk_model *w;
+    uint32_t nb, n_ctx;
+    uint32_t E32, QKV32, Q32, F32, V32; /* row strides (floats), multiples of 32 */
+    uint32_t max_splits, step_stride, step_ind;
+    es__vk_arena arena;
+    es__vk_region r_x, r_xn, r_qkv, r_attn, r_h, r_part, r_rope;
+    VkBufferView v_x, v_xn, v_qkv, v_attn, v_h, v_part, v_rope, v_step;
+    es__vk_buf step, logits;
+    VkDescriptorPool pool;
+    VkDescriptorSet s_norm, s_merge, *s_embd, *s_out;
+    vk_lsets *ls;
+    es__vk_pipeline *p_norm, *p_rope, *p_attn, *p_merge, *p_kv_move, *p_get_rows;
+    vk_cb cbs[ES__CB_CACHE];
+    uint64_t clock;
+    int32_t *depth_count; /* [nb + 1] scratch for the depth sort */
+} vk_ctx;
+
+static es__vk_dev *ctx_dev(es_context *ctx) {
+    return &((es__vk_backend *)ctx->backend->impl)->dev;
+}
+
+static uint32_t up32(uint32_t x) {
+    return (x + 31u) & ~31u;
+}
+
+/* ---- setup */
+static es_status make_view(vk_ctx *c, const es__vk_region *r, VkFormat f, VkBufferView *out) {
+    if (!c->d->use.texel) return ES_OK;
+    return es__vk_view_create(c->d, es__vk_region_buf(&c->arena, r), f, r->off, r->size, out);
+}
+
+static es__vk_bind bind_region(vk_ctx *c, const es__vk_region *r, VkBufferView view) {
+    return (es__vk_bind){es__vk_region_buf(&c->arena, r)->buf, r->off, r->size, view};
+}
+
+static es__vk_bind bind_buf(const es__vk_buf *b, VkBufferView view) {
+    return (es__vk_bind){b->buf, 0, b->size, view};
+}
+
+static es_status plan_memory(es_context *ctx, vk_ctx *c) {
+    es__vk_dev *d = c->d;
+    const es__hparams *hp = &ctx->model->hp;
+    const uint32_t hd = (uint32_t)hp->head_dim, L = (uint32_t)hp->n_layer;
+    const VkDeviceSize nb = c->nb, f = sizeof(float);
+    es__vk_arena_init(d, &c->arena);
+    ES_TRY(es__vk_arena_reserve(d, &c->arena, nb * c->E32 * f, &c->r_x));
+    ES_TRY(es__vk_arena_reserve(d, &c->arena, nb * c->E32 * f, &c->r_xn));
+    ES_TRY(es__vk_arena_reserve(d, &c->arena, nb * c->QKV32 * f, &c->r_qkv));
+    ES_TRY(es__vk_arena_reserve(d, &c->arena, nb * c->Q32 * f, &c->r_attn));
+    ES_TRY(es__vk_arena_reserve(d, &c->arena, nb * c->F32 * f, &c->r_h));
+    const VkDeviceSize chunk = ES__MIN(nb, ES__ATTN_CHUNK);
+    ES_TRY(es__vk_arena_reserve(d, &c->arena, chunk * (VkDeviceSize)hp->n_head * c->max_splits * (hd + 4) * f,
+                                &c->r_part));
+    ES_TRY(es__vk_arena_reserve(d, &c->arena, (VkDeviceSize)c->n_ctx * (uint32_t)hp->n_rot * f, &c->r_rope));
+    const VkDeviceSize kv = (VkDeviceSize)hp->n_head_kv * c->n_ctx * hd * f;
+    const VkDeviceSize limit = d->use.texel ? (VkDeviceSize)d->phys.props.limits.maxTexelBufferElements * 16
+                                            : d->phys.props.limits.maxStorageBufferRange;
+    ES_RETURN_IF(kv > d->phys.props.limits.maxStorageBufferRange || kv > limit, d->err, ES_ERR_UNSUPPORTED,
+                 "vulkan: one layer's KV cache (%.1f MiB for n_ctx %u) exceeds the device's binding limit "
+                 "(%.1f MiB); use a smaller n_ctx",
+                 (double)kv / 1048576.0, c->n_ctx,
+                 (double)ES__MIN(limit, (VkDeviceSize)d->phys.props.limits.maxStorageBufferRange) / 1048576.0);
+    for (uint32_t l = 0; l < L; l++) {
+        ES_TRY(es__vk_arena_reserve(d, &c->arena, kv, &c->ls[l].k));
+        ES_TRY(es__vk_arena_reserve(d, &c->arena, kv, &c->ls[l].v));
+    }
+    ES_TRY(es__vk_arena_alloc(d, &c->arena, ES__VK_MEM_DEVICE, "the KV cache and activations"));
+    /* Zero once: row padding must stay zero (kernels never write it) and be finite. */
+    for (uint32_t i = 0; i < c->arena.n; i++) ES_TRY(es__vk_fill(d, &c->arena.chunks[i], 0, VK_WHOLE_SIZE, 0));
+    const VkDeviceSize step_bytes = ((VkDeviceSize)c->step_ind + 4 * ((c->nb + ES__ATTN_CHUNK - 1) / ES__ATTN_CHUNK)) * 4;
+    ES_TRY(es__vk_buf_create(d, step_bytes, ES__VK_MEM_UPLOAD, "the step buffer", &c->step));
+    memset(c->step.map, 0, (size_t)step_bytes);
+    ES_TRY(es__vk_buf_create(d, nb * c->V32 * f, ES__VK_MEM_READBACK, "the logits buffer", &c->logits));
+    return ES_OK;
+}
+
+static es_status make_views(es_context *ctx, vk_ctx *c) {
+    const VkFormat f4 = VK_FORMAT_R32G32B32A32_SFLOAT;
+    ES_TRY(make_view(c, &c->r_x, f4, &c->v_x));
+    ES_TRY(make_view(c, &c->r_xn, f4, &c->v_xn));
+    ES_TRY(make_view(c, &c->r_qkv, f4, &c->v_qkv));
+    ES_TRY(make_view(c, &c->r_attn, f4, &c->v_attn));
+    ES_TRY(make_view(c, &c->r_h, f4, &c->v_h));
+    ES_TRY(make_view(c, &c->r_part, f4, &c->v_part));
+    ES_TRY(make_view(c, &c->r_rope, VK_FORMAT_R32_SFLOAT, &c->v_rope));
+    if (c->d->use.texel) ES_TRY(es__vk_view_create(c->d, &c->step, VK_FORMAT_R32_SINT, 0, c->step.size, &c->v_step));
+    for (int32_t l = 0; l < ctx->model->hp.n_layer; l++) {
+        ES_TRY(make_view(c, &c->ls[l].k, f4, &c->ls[l].k_view));
+        ES_TRY(make_view(c, &c->ls[l].v, f4, &c->ls[l].v_view));
+    }
+    return ES_OK;
+}
+
+/* cos and sin of every (position, pair), computed in double and rounded once, as the CPU does. */
+static es_status upload_rope(es_context *ctx, vk_ctx *c) {
+    const es__hparams *hp = &ctx->model->hp;
+    const uint32_t half = (uint32_t)hp->n_rot / 2;
+    const VkDeviceSize bytes = (VkDeviceSize)c->n_ctx * half * 2 * sizeof(float);
+    if (bytes == 0) return ES_OK;
+    es__vk_stager st;
+    ES_TRY(es__vk_stager_init(c->d, &st, ES__MIN(bytes, (VkDeviceSize)16 << 20)));
+    es_status s = ES_OK;
+    const uint32_t rows_per = (uint32_t)ES__MAX(1, (st.staging.size / 2) / (half * 2 * sizeof(float)));
+    for (uint32_t p0 = 0; s == ES_OK && p0 < c->n_ctx; p0 += rows_per) {
+        const uint32_t np = ES__MIN(rows_per, c->n_ctx - p0);
+        void *ptr = NULL;
+        s = es__vk_stage_ptr(c->d, &st, es__vk_region_buf(&c->arena, &c->r_rope),
+                             c->r_rope.off + (VkDeviceSize)p0 * half * 2 * sizeof(float),
+                             (VkDeviceSize)np * half * 2 * sizeof(float), &ptr);
+        float *t = ptr;
+        for (uint32_t p = 0; s == ES_OK && p < np; p++)
+            for (uint32_t i = 0; i < half; i++) {
+                const double theta = (double)(p0 + p) * (double)hp->rope_freq_scale *
+                                     pow((double)hp->rope_freq_base, -2.0 * (double)i / (double)hp->n_rot);
+                t[(p * half + i) * 2] = (float)cos(theta);
+                t[(p * half + i) * 2 + 1] = (float)sin(theta);
+            }
+    }
+    if (s == ES_OK) s = es__vk_stager_flush(c->d, &st);
+    es__vk_stager_free(c->d, &st);
+    return s;
+}
+
+static es_status get_pipelines(es_context *ctx, vk_ctx *c) {
+    es__vk_dev *d = c->d;
+    ES_TRY(es__vk_simple_pipe(d, "rmsnorm", true, true, &c->p_norm));
+    ES_TRY(es__vk_simple_pipe(d, "rope_kv", true, false, &c->p_rope));
+    ES_TRY(es__vk_attn_pipe(d, ES__ATTN_TILE, &c->p_attn));
+    ES_TRY(es__vk_simple_pipe(d, "attn_merge", true, false, &c->p_merge));
+    ES_TRY(es__vk_simple_pipe(d, "kv_move", true, false, &c->p_kv_move));
+    ES_TRY(es__vk_get_rows_pipe(d, c->w->tok_embd.type, &c->p_get_rows));
+    /* every mul_mat the forward may record, so forward calls never compile */
+    const es__vk_model *w = c->w;
+    for (int32_t l = 0; l < ctx->model->hp.n_layer; l++) {
+        const es__vk_layer *vl = &w->layers[l];
+        const struct {
+            es__dtype t;
+            uint32_t epi;
+        } uses[4] = {{vl->qkv.type, ES__EPI_STORE}, {vl->wo.type, ES__EPI_ADD}, {vl->gateup.type, ES__EPI_SWIGLU},
+                     {vl->down.type, ES__EPI_ADD}};
+        for (int u = 0; u < 4; u++)
+            for (uint32_t tok = 1; tok <= 4; tok += 3) {
+                es__vk_pipeline *p;
+                ES_TRY(es__vk_mul_mat_pipe(d, uses[u].t, es__vk_mul_mat_tok(tok), uses[u].epi, &p));
+            }
+    }
+    for (uint32_t tok = 1; tok <= 4; tok += 3) {
+        es__vk_pipeline *p;
+        ES_TRY(es__vk_mul_mat_pipe(d, w->out->type, es__vk_mul_mat_tok(tok), ES__EPI_STORE, &p));
+    }
+    return ES_OK;
+}
+
+static es_status make_pool(es_context *ctx, vk_ctx *c) {
+    uint32_t sets = 4 + 2 * c->w->tok_embd.n_parts + c->w->out->n_parts;
+    for (int32_t l = 0; l < ctx->model->hp.n_layer; l++) {
+        const es__vk_layer *vl = &c->w->layers[l];
+        sets += 3 + vl->qkv.n_parts + vl->wo.n_parts + vl->gateup.n_parts + vl->down.n_parts;
+    }
+    VkDescriptorPoolSize ps[2] = {{VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, 6 * sets},
+                                  {VK_DESCRIPTOR_TYPE_UNIFORM_TEXEL_BUFFER, 6 * sets}};
+    VkDescriptorPoolCreateInfo pi = {.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO};
+    pi.maxSets = sets;
+    pi.poolSizeCount = c->d->use.texel ? 2 : 1;
+    pi.pPoolSizes = ps;
+    ES_VK_TRY(c->d, vkCreateDescriptorPool(c->d->dev, &pi, NULL, &c->pool));
+    return ES_OK;
+}
+
+/* One descriptor set per part of m: W, S of the part, X, Y. */
+static es_status mat_sets(vk_ctx *c, const es__vk_mat *m, es__vk_bind x, es__vk_bind y, VkDescriptorSet **out) {
+    es__vk_pipeline *p;
+    ES_TRY(es__vk_mul_mat_pipe(c->d, m->type, 1, ES__EPI_STORE, &p));
+    *out = es__calloc(c->d->alloc, m->n_parts, sizeof **out);
+    ES_RETURN_IF(!*out, c->d->err, ES_ERR_OUT_OF_MEMORY, "vulkan: out of memory");
+    for (uint32_t i = 0; i < m->n_parts; i++) {
+        es__vk_bind b[4];
+        es__vk_part_binds(&c->w->ws, &m->parts[i], &b[0], &b[1]);
+        b[2] = x;
+        b[3] = y;
+        ES_TRY(es__vk_set_create(c->d, c->pool, p, b, &(*out)[i]));
+    }
+    return ES_OK;
+}
+
+static es_status make_sets(es_context *ctx, vk_ctx *c) {
+    es__vk_dev *d = c->d;
+    es__vk_model *w = c->w;
+    const es__vk_bind x = bind_region(c, &c->r_x, c->v_x), xn = bind_region(c, &c->r_xn, c->v_xn),
+                      qkv = bind_region(c, &c->r_qkv, c->v_qkv), attn = bind_region(c, &c->r_attn, c->v_attn),
+                      h = bind_region(c, &c->r_h, c->v_h), part = bind_region(c, &c->r_part, c->v_part),
+                      rope = bind_region(c, &c->r_rope, c->v_rope), step = bind_buf(&c->step, c->v_step),
+                      vecs = bind_buf(&w->vecs, w->vecs_view), logits = bind_buf(&c->logits, VK_NULL_HANDLE);
+    {
+        es__vk_bind b[4] = {x, vecs, step, xn};
+        ES_TRY(es__vk_set_create(d, c->pool, c->p_norm, b, &c->s_norm));
+    }
+    {
+        es__vk_bind b[3] = {part, step, attn};
+        ES_TRY(es__vk_set_create(d, c->pool, c->p_merge, b, &c->s_merge));
+    }
+    c->s_embd = es__calloc(d->alloc, w->tok_embd.n_parts, sizeof *c->s_embd);
+    ES_RETURN_IF(!c->s_embd, d->err, ES_ERR_OUT_OF_MEMORY, "vulkan: out of memory");
+    for (uint32_t i = 0; i < w->tok_embd.n_parts; i++) {
+        es__vk_bind b[4];
+        es__vk_part_binds(&w->ws, &w->tok_embd.parts[i], &b[0], &b[1]);
+        b[2] = step;
+        b[3] = x;
+        ES_TRY(es__vk_set_create(d, c->pool, c->p_get_rows, b, &c->s_embd[i]));
+    }
+    ES_TRY(mat_sets(c, w->out, xn, logits, &c->s_out));
+    for (int32_t l = 0; l < ctx->model->hp.n_layer; l++) {
+        vk_lsets *s = &c->ls[l];
+        const es__vk_layer *vl = &w->layers[l];
+        es__vk_bind k_w = bind_region(c, &s->k, VK_NULL_HANDLE), v_w = bind_region(c, &s->v, VK_NULL_HANDLE);
+        es__vk_bind k_r = bind_region(c, &s->k, s->k_view), v_r = bind_region(c, &s->v, s->v_view);
+        ES_TRY(mat_sets(c, &vl->qkv, xn, qkv, &s->qkv));
+        ES_TRY(mat_sets(c, &vl->wo, attn, x, &s->wo));
+        ES_TRY(mat_sets(c, &vl->gateup, xn, h, &s->gateup));
+        ES_TRY(mat_sets(c, &vl->down, h, x, &s->down));
+        es__vk_bind br[5] = {bind_region(c, &c->r_qkv, VK_NULL_HANDLE), rope, step, k_w, v_w};
+        ES_TRY(es__vk_set_create(d, c->pool, c->p_rope, br, &s->rope));
+        es__vk_bind ba[6] = {qkv, k_r, v_r, step, bind_region(c, &c->r_attn, VK_NULL_HANDLE),
+                             bind_region(c, &c->r_part, VK_NULL_HANDLE)};
+        ES_TRY(es__vk_set_create(d, c->pool, c->p_attn, ba, &s->attn));
+        es__vk_bind bm[3] = {step, k_w, v_w};
+        ES_TRY(es__vk_set_create(d, c->pool, c->p_kv_move, bm, &s->kv_move));
+    }
+    return ES_OK;
+}
+
+static void ctx_free(es_context *ctx, vk_ctx *c) {
+    es__vk_dev *d = c->d;
+    vkDeviceWaitIdle(d->dev);
+    for (int i = 0; i < ES__CB_CACHE; i++) {
+        if (c->cbs[i].cb) vkFreeCommandBuffers(d->dev, d->pool, 1, &c->cbs[i].cb);
+        if (c->cbs[i].queries) vkDestroyQueryPool(d->dev, c->cbs[i].queries, NULL);
+        es__free(d->alloc, c->cbs[i].ops);
+    }
+    if (c->pool) vkDestroyDescriptorPool(d->dev, c->pool, NULL);
+    VkBufferView views[] = {c->v_x, c->v_xn, c->v_qkv, c->v_attn, c->v_h, c->v_part, c->v_rope, c->v_step};
+    for (size_t i = 0; i < ES__ARRAY_LEN(views); i++)
+        if (views[i]) vkDestroyBufferView(d->dev, views[i], NULL);
+    for (int32_t l = 0; c->ls && l < ctx->model->hp.n_layer; l++) {
+        vk_lsets *s = &c->ls[l];
+        if (s->k_view) vkDestroyBufferView(d->dev, s->k_view, NULL);
+        if (s->v_view) vkDestroyBufferView(d->dev, s->v_view, NULL);
+        es__free(d->alloc, s->qkv);
+        es__free(d->alloc, s->wo);
+        es__free(d->alloc, s->gateup);
+        es__free(d->alloc, s->down);
+    }
+    es__free(d->alloc, c->ls);
+    es__free(d->alloc, c->s_embd);
+    es__free(d->alloc, c->s_out);
+    es__free(d->alloc, c->depth_count);
+    es__vk_buf_destroy(d, &c->step);
+    es__vk_buf_destroy(d, &c->logits);
+    es__vk_arena_free(d, &c->arena);
+    es__free(d->alloc, c);
+}
+
+es_status es__vk_ctx_init(es_context *ctx) {
+    es__vk_dev *d = ctx_dev(ctx);
+    const es__hparams *hp = &ctx->model->hp;
+    vk_ctx *c = es__calloc(d->alloc, 1, sizeof *c);
+    ES_RETURN_IF(!c, d->err, ES_ERR_OUT_OF_MEMORY, "vulkan: out of memory");
+    c->d = d;
+    c->w = ctx->weights;
+    c->nb = (uint32_t)ctx->n_batch;
+    c->n_ctx = (uint32_t)ctx->n_ctx;
+    c->E32 = up32((uint32_t)hp->n_embd);
+    c->Q32 = up32((uint32_t)(hp->n_head * hp->head_dim));
+    c->QKV32 = up32((uint32_t)((hp->n_head + 2 * hp->n_head_kv) * hp->head_dim));
+    c->F32 = up32((uint32_t)hp->n_ff);
+    c->V32 = up32((uint32_t)hp->n_vocab);
+    c->max_splits = (c->n_ctx + ES__ATTN_SPLIT - 1) / ES__ATTN_SPLIT;
+    c->step_stride = c->nb + 1;
+    c->step_ind = ES_STEP_HDR + ES_STEP_ARRAYS * c->step_stride;
+    c->ls = es__calloc(d->alloc, (size_t)hp->n_layer, sizeof *c->ls);
+    c->depth_count = es__calloc(d->alloc, (size_t)c->nb + 2, sizeof *c->depth_count);
+    es_status s = c->ls && c->depth_count ? ES_OK : es__fail(d->err, ES_ERR_OUT_OF_MEMORY, "vulkan: out of memory");
+    if (s == ES_OK) s = get_pipelines(ctx, c);
+    if (s == ES_OK) s = plan_memory(ctx, c);
+    if (s == ES_OK) s = make_views(ctx, c);
+    if (s == ES_OK) s = upload_rope(ctx, c);
+    if (s == ES_OK) s = make_pool(ctx, c);
+    if (s == ES_OK) s = make_sets(ctx, c);
+    if (s != ES_OK) {
+        ctx_free(ctx, c);
+        return s;
+    }
+    ctx->impl = c;
+    return ES_OK;
+}
+
+void es__vk_ctx_destroy(es_context *ctx) {
+    if (ctx->impl) ctx_free(ctx, ctx->impl);
+    ctx->impl = NULL;
+}
+
+/* ---- recording */
+static void rec_norm(vk_ctx *c, es__vk_rec *r, uint32_t n, uint32_t g_off, bool gather, float eps) {
+    es__pc_rmsnorm pc = {(uint32_t)c->w->model->hp.n_embd, n, c->E32, g_off, gather ? 1u : 0u, eps};
+    es__vk_rec_dispatch(r, gather ? "rmsnorm_out" : "rmsnorm", c->p_norm, c->s_norm, &pc, n, 1, 1);
+}
+
+static es_status rec_mat(vk_ctx *c, es__vk_rec *r, const char *op, const es__vk_mat *m, const VkDescriptorSet *sets,
+                         uint32_t n, uint32_t epi, uint32_t x_stride, uint32_t y_stride) {
+    es__vk_pipeline *p;
+    ES_TRY(es__vk_mul_mat_pipe(c->d, m->type, es__vk_mul_mat_tok(n), epi, &p));
+    es__vk_rec_mul_mat(r, op, p, m, sets, n, 0, x_stride / 4, 0, y_stride);
+    return ES_OK;
+}
+
+static es_status record(es_context *ctx, vk_ctx *c, vk_cb *cb) {
+    const es__hparams *hp = &ctx->model->hp;
+    const uint32_t n = (uint32_t)cb->n, n_out = (uint32_t)cb->n_out, L = (uint32_t)hp->n_layer;
+    const es__vk_model *w = c->w;
+    es__vk_rec r;
+    es__vk_rec_begin(&r, c->d, cb->cb, cb->queries, cb->queries ? ES__MAX_QUERIES : 0, cb->ops);
+    for (uint32_t i = 0; i < w->tok_embd.n_parts; i++) {
+        const es__vk_part *pt = &w->tok_embd.parts[i];
+        es__pc_get_rows pc = {w->tok_embd.K, (uint32_t)hp->n_embd, n, pt->row0, pt->rows, c->E32};
+        es__vk_rec_dispatch(&r, "get_rows", c->p_get_rows, c->s_embd[i], &pc, n, 1, 1);
+    }
+    const uint32_t hd = (uint32_t)hp->head_dim;
+    const es__pc_rope_kv pc_rope = {n, (uint32_t)hp->n_head, (uint32_t)hp->n_head_kv, hd, (uint32_t)hp->n_rot,
+                                    hp->rope_type == ES_ROPE_NEOX ? 1u : 0u, c->QKV32, c->n_ctx};
+    for (uint32_t l = 0; l < L; l++) {
+        const es__vk_layer *vl = &w->layers[l];
+        const vk_lsets *s = &c->ls[l];
+        rec_norm(c, &r, n, vl->attn_norm, false, hp->rms_eps);
+        ES_TRY(rec_mat(c, &r, "mul_mat_qkv", &vl->qkv, s->qkv, n, ES__EPI_STORE, c->E32, c->QKV32));
+        es__vk_rec_dispatch(&r, "rope_kv", c->p_rope, s->rope, &pc_rope, n, 1, 1);
+        for (uint32_t t0 = 0, k = 0; t0 < n; t0 += ES__ATTN_CHUNK, k++) {
+            es__pc_attn pa = {t0, (uint32_t)hp->n_head, (uint32_t)hp->n_head_kv, hd, c->QKV32, c->n_ctx,
+                              ES__ATTN_SPLIT, c->max_splits, c->Q32, 1.0f / sqrtf((float)hd)};
+            es__vk_rec_dispatch_indirect(&r, "attn", c->p_attn, s->attn, &pa, c->step.buf,
+                                         ((VkDeviceSize)c->step_ind + 4 * k) * 4);
+            if (c->max_splits > 1) {
+                es__pc_attn_merge pm = {t0, (uint32_t)hp->n_head, hd, ES__ATTN_SPLIT, c->max_splits, c->Q32};
+                es__vk_rec_dispatch(&r, "attn_merge", c->p_merge, c->s_merge, &pm, (uint32_t)hp->n_head,
+                                    ES__MIN(ES__ATTN_CHUNK, n - t0), 1);
+            }
+        }
+        ES_TRY(rec_mat(c, &r, "mul_mat_wo", &vl->wo, s->wo, n, ES__EPI_ADD, c->Q32, c->E32));
+        rec_norm(c, &r, n, vl->ffn_norm, false, hp->rms_eps);
+        ES_TRY(rec_mat(c, &r, "mul_mat_gateup", &vl->gateup, s->gateup, n, ES__EPI_SWIGLU, c->E32, c->F32));
+        ES_TRY(rec_mat(c, &r, "mul_mat_down", &vl->down, s->down, n, ES__EPI_ADD, c->F32, c->E32));
+    }
+    rec_norm(c, &r, n_out, w->output_norm, true, hp->rms_eps);
+    ES_TRY(rec_mat(c, &r, "mul_mat_out", w->out, c->s_out, n_out, ES__EPI_STORE, c->E32, c->V32));
+    ES_TRY(es__vk_rec_end(&r));
+    cb->n_dispatch = r.n_dispatch;
+    cb->n_queries = r.n_queries;
+    return ES_OK;
+}
+
+/* The command buffer for (n, n_out): cached, else recorded into the least recently used slot. */
+static es_status get_cb(es_context *ctx, vk_ctx *c, int32_t n, int32_t n_out, vk_cb **out) {
+    es__vk_dev *d = c->d;
+    vk_cb *lru = &c->cbs[0];
+    for (int i = 0; i < ES__CB_CACHE; i++) {
+        vk_cb *e = &c->cbs[i];
+        if (e->cb && e->n == n && e->n_out == n_out && (e->queries != VK_NULL_HANDLE) == d->profile) {
+            e->used = ++c->clock;
+            *out = e;
+            return ES_OK;
+        }
+        if (!e->cb || e->used < lru->used) lru = e;
+    }
+    if (!lru->cb) {
+        VkCommandBufferAllocateInfo ai = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO};
+        ai.commandPool = d->pool;
+        ai.level = VK_COMMAND_BUFFER_LEVEL_PRIMARY;
+        ai.commandBufferCount = 1;
+        ES_VK_TRY(d, vkAllocateCommandBuffers(d->dev, &ai, &lru->cb));
+    } else {
+        ES_VK_TRY(d, vkResetCommandBuffer(lru->cb, 0));
+    }
+    if (d->profile && !lru->queries) {
+        VkQueryPoolCreateInfo qi = {.sType = VK_STRUCTURE_TYPE_QUERY_POOL_CREATE_INFO};
+        qi.queryType = VK_QUERY_TYPE_TIMESTAMP;
+        qi.queryCount = ES__MAX_QUERIES;
+        ES_VK_TRY(d, vkCreateQueryPool(d->dev, &qi, NULL, &lru->queries));
+        lru->ops = es__calloc(d->alloc, ES__MAX_QUERIES, sizeof *lru->ops);
+        ES_RETURN_IF(!lru->ops, d->err, ES_ERR_OUT_OF_MEMORY, "vulkan: out of memory");
+    } else if (!d->profile && lru->queries) {
+        vkDestroyQueryPool(d->dev, lru->queries, NULL);
+        lru->queries = VK_NULL_HANDLE;
+    }
+    lru->n = n;
+    lru->n_out = n_out;
+    lru->used = ++c->clock;
+    es_status s = record(ctx, c, lru);
+    if (s != ES_OK) {
+        lru->n = 0; /* never reuse a half-recorded buffer */
+        return s;
+    }
+    *out = lru;
+    return ES_OK;
+}
+
+/* ---- forward */
+/* Writes the step data of f: arrays, the depth order of the tree, the attention grids. */
+static void write_step(const es_context *ctx, vk_ctx *c, const es__fwd *f) {
+    int32_t *s = c->step.map;
+    const uint32_t st = c->step_stride, n = (uint32_t)f->n;
+    s[ES_STEP_N_PAST] = f->n_past;
+    s[ES_STEP_NB] = (int32_t)st;
+    int32_t *tokens = s + ES_STEP_HDR + ES_STEP_TOKENS * st, *pos = s + ES_STEP_HDR + ES_STEP_POS * st,
+            *dfs_end = s + ES_STEP_HDR + ES_STEP_DFS_END * st, *out_rows = s + ES_STEP_HDR + ES_STEP_OUT_ROWS * st,
+            *order = s + ES_STEP_HDR + ES_STEP_ORDER * st, *level = s + ES_STEP_HDR + ES_STEP_LEVEL * st;
+    memcpy(tokens, f->tokens, sizeof *tokens * n);
+    memcpy(pos, f->pos, sizeof *pos * n);
+    memcpy(dfs_end, f->dfs_end, sizeof *dfs_end * n);
+    memcpy(out_rows, f->out_rows, sizeof *out_rows * (size_t)f->n_out);
+    /* counting sort by depth (stable): level[d] = first index in order of depth d */
+    int32_t *cnt = c->depth_count;
+    memset(cnt, 0, sizeof *cnt * (n + 2));
+    uint32_t max_depth = 0;
+    for (uint32_t j = 0; j < n; j++) {
+        uint32_t dj = (uint32_t)(f->pos[j] - f->n_past);
+        cnt[dj + 1]++;
+        if (dj > max_depth) max_depth = dj;
+    }
+    for (uint32_t dd = 0; dd <= max_depth + 1 && dd < n + 1; dd++) {
+        level[dd] = dd == 0 ? 0 : level[dd - 1] + cnt[dd];
+        cnt[dd] = level[dd];
+    }
+    for (uint32_t j = 0; j < n; j++) order[cnt[f->pos[j] - f->n_past]++] = (int32_t)j;
+    /* attention grids per token chunk: splits up to the chunk's largest position */
+    uint32_t *ind = (uint32_t *)(s + c->step_ind);
+    for (uint32_t t0 = 0, k = 0; t0 < n; t0 += ES__ATTN_CHUNK, k++) {
+        const uint32_t t1 = ES__MIN(n, t0 + ES__ATTN_CHUNK);
+        int32_t maxp = 0;
+        for (uint32_t t = t0; t < t1; t++) maxp = ES__MAX(maxp, f->pos[t]);
+        ind[4 * k] = (uint32_t)ctx->model->hp.n_head;
+        ind[4 * k + 1] = (uint32_t)maxp / ES__ATTN_SPLIT + 1;
+        ind[4 * k + 2] = t1 - t0;
+        ind[4 * k + 3] = 0;
+    }
+}
+
+es_status es__vk_forward(es_context *ctx, const es__fwd *f) {
+    vk_ctx *c = ctx->impl;
+    es__vk_dev *d = c->d;
+    vk_cb *cb = NULL;
+    ES_TRY(get_cb(ctx, c, f->n, f->n_out, &cb));
+    write_step(ctx, c, f);
+    ES_TRY(es__vk_buf_flush(d, &c->step));
+    ES_TRY(es__vk_submit_wait(d, cb->cb));
+    d->stats->n_forward++;
+    d->stats->n_forward_submits++;
+    d->stats->n_dispatches += cb->n_dispatch;
+    ES_TRY(es__vk_buf_invalidate(d, &c->logits));
+    const uint32_t V = (uint32_t)ctx->model->hp.n_vocab;
+    const float *src = c->logits.map;
+    for (int32_t r = 0; r < f->n_out; r++)
+        memcpy(f->logits + (size_t)r * V, src + (size_t)r * c->V32, sizeof(float) * V);
+    if (cb->queries) ES_TRY(es__vk_profile_collect(d, cb->queries, cb->n_queries, cb->ops));
+    return ES_OK;
+}
+
+es_status es__vk_kv_compact(es_context *ctx, const int32_t *keep, int32_t n_keep) {
+    vk_ctx *c = ctx->impl;
+    es__vk_dev *d = c->d;
+    const es__hparams *hp = &ctx->model->hp;
+    int32_t *s = c->step.map;
+    s[ES_STEP_NB] = (int32_t)c->step_stride;
+    memcpy(s + ES_STEP_HDR + ES_STEP_KEEP * c->step_stride, keep, sizeof *keep * (size_t)n_keep);
+    ES_TRY(es__vk_buf_flush(d, &c->step));
+    es__vk_rec r;
+    es__pc_kv_move pc = {(uint32_t)n_keep, (uint32_t)ctx->n_past, (uint32_t)hp->head_dim, c->n_ctx,
+                         (uint32_t)hp->n_head_kv};
+    ES_VK_TRY(d, vkResetCommandBuffer(d->once, 0));
+    es__vk_rec_begin(&r, d, d->once, VK_NULL_HANDLE, 0, NULL);
+    for (int32_t l = 0; l < hp->n_layer; l++)
+        es__vk_rec_dispatch(&r, "kv_move", c->p_kv_move, c->ls[l].kv_move, &pc, (uint32_t)hp->n_head_kv, 2, 1);
+    ES_TRY(es__vk_rec_end(&r));
+    return es__vk_submit_wait(d, d->once);
+}

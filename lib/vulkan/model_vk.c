@@ -1,0 +1,163 @@
+/* model_vk.c: uploading a llama model's weights to the device: which tensors are fused (Q, K
+ * and V rows concatenated; gate and up rows interleaved for the SwiGLU epilogue), the norm
+ * vectors as f32, the tied output head. One upload per (backend, model), shared by contexts.
+ * It deliberately does not allocate per-context memory (forward.c). */
+#include "backend_vk.h"
+#include "model_vk.h"
+
+#include <string.h>
+
+static float half_to_float(uint16_t h) {
+    uint32_t sign = (uint32_t)(h >> 15) << 31, exp = (h >> 10) & 31u, man = h & 1023u, bits;
+    if (exp == 0) {
+        if (man == 0) {
+            bits = sign;
+        } else {
+            exp = 113;
+            while (!(man & 1024u)) {
+                man <<= 1;
+                exp--;
+            }
+            bits = sign | (exp << 23) | ((man & 1023u) << 13);
+        }
+    } else if (exp == 31) {
+        bits = sign | 0x7f800000u | (man << 13);
+    } else {
+        bits = sign | ((exp + 112u) << 23) | (man << 13);
+    }
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
+/* A norm vector as f32 into dst[E32] (zero padded). */
+static es_status norm_vector(es__vk_dev *d, const es__tensor *t, uint32_t E, uint32_t E32, float *dst) {
+    ES_RETURN_IF(!t || !t->data || t->ne[0] != E, d->err, ES_ERR_MODEL, "vulkan: norm tensor '%s' is not (%u)",
+                 t ? t->name : "(missing)", E);
+    memset(dst, 0, sizeof *dst * E32);
+    for (uint32_t i = 0; i < E; i++) {
+        if (t->type == ES__DTYPE_F32) {
+            memcpy(&dst[i], (const uint8_t *)t->data + 4 * i, 4);
+        } else if (t->type == ES__DTYPE_F16 || t->type == ES__DTYPE_BF16) {
+            uint16_t h;
+            memcpy(&h, (const uint8_t *)t->data + 2 * i, 2);
+            if (t->type == ES__DTYPE_F16) {
+                dst[i] = half_to_float(h);
+            } else {
+                uint32_t x = (uint32_t)h << 16;
+                memcpy(&dst[i], &x, 4);
+            }
+        } else {
+            return es__fail(d->err, ES_ERR_UNSUPPORTED, "vulkan: norm tensor '%s' has type %d; expected f32/f16/bf16",
+                            t->name, (int)t->type);
+        }
+    }
+    return ES_OK;
+}
+
+static es_status upload_vectors(es__vk_dev *d, const es_model *m, es__vk_model *w) {
+    const uint32_t L = (uint32_t)m->hp.n_layer, E = (uint32_t)m->hp.n_embd, E32 = w->E32;
+    const size_t n_vec = 2 * (size_t)L + 1;
+    float *host = es__calloc(d->alloc, n_vec * E32, sizeof *host);
+    ES_RETURN_IF(!host, d->err, ES_ERR_OUT_OF_MEMORY, "vulkan: out of memory");
+    es_status s = ES_OK;
+    for (uint32_t l = 0; s == ES_OK && l < L; l++) {
+        w->layers[l].attn_norm = 2 * l * E32;
+        w->layers[l].ffn_norm = (2 * l + 1) * E32;
+        s = norm_vector(d, m->layers[l].attn_norm, E, E32, host + w->layers[l].attn_norm);
+        if (s == ES_OK) s = norm_vector(d, m->layers[l].ffn_norm, E, E32, host + w->layers[l].ffn_norm);
+    }
+    w->output_norm = 2 * L * E32;
+    if (s == ES_OK) s = norm_vector(d, m->output_norm, E, E32, host + w->output_norm);
+    const VkDeviceSize bytes = sizeof *host * n_vec * E32;
+    if (s == ES_OK) s = es__vk_buf_create(d, bytes, ES__VK_MEM_DEVICE, "norm weights", &w->vecs);
+    es__vk_stager st;
+    if (s == ES_OK) s = es__vk_stager_init(d, &st, bytes);
+    if (s == ES_OK) {
+        s = es__vk_stage(d, &st, &w->vecs, 0, host, bytes);
+        if (s == ES_OK) s = es__vk_stager_flush(d, &st);
+        es__vk_stager_free(d, &st);
+    }
+    if (s == ES_OK && d->use.texel) s = es__vk_view_create(d, &w->vecs, VK_FORMAT_R32G32B32A32_SFLOAT, 0, bytes, &w->vecs_view);
+    es__free(d->alloc, host);
+    return s;
+}
+
+/* Shapes the kernels rely on, checked once so they never see one they cannot handle. */
+static es_status check_shapes(es__vk_dev *d, const es_model *m) {
+    const es__hparams *hp = &m->hp;
+    ES_RETURN_IF(hp->head_dim % 4 != 0 || hp->head_dim > 256 || hp->head_dim < 4, d->err, ES_ERR_UNSUPPORTED,
+                 "vulkan: head_dim %d; the attention kernel needs a multiple of 4 up to 256", hp->head_dim);
+    ES_RETURN_IF(hp->n_rot % 2 != 0 || hp->n_rot > hp->head_dim, d->err, ES_ERR_UNSUPPORTED,
+                 "vulkan: n_rot %d must be even and at most head_dim %d", hp->n_rot, hp->head_dim);
+    ES_RETURN_IF(hp->n_head_kv <= 0 || hp->n_head % hp->n_head_kv != 0, d->err, ES_ERR_MODEL,
+                 "vulkan: n_head %d is not a multiple of n_head_kv %d", hp->n_head, hp->n_head_kv);
+    return ES_OK;
+}
+
+es_status es__vk_model_upload(es_backend *b, const es_model *m, es__vk_model **out) {
+    es__vk_dev *d = &((es__vk_backend *)b->impl)->dev;
+    *out = NULL;
+    ES_TRY(check_shapes(d, m));
+    const uint32_t L = (uint32_t)m->hp.n_layer;
+    es__vk_model *w = es__calloc(d->alloc, 1, sizeof *w);
+    ES_RETURN_IF(!w, d->err, ES_ERR_OUT_OF_MEMORY, "vulkan: out of memory");
+    w->model = m;
+    es__vk_wset_init(&w->ws, d);
+    w->layers = es__calloc(d->alloc, L ? L : 1, sizeof *w->layers);
+    w->E32 = ((uint32_t)m->hp.n_embd + 31u) & ~31u;
+    es__vk_mat **mats = es__calloc(d->alloc, 4 * (size_t)L + 2, sizeof *mats);
+    es_status s = w->layers && mats ? ES_OK : es__fail(d->err, ES_ERR_OUT_OF_MEMORY, "vulkan: out of memory");
+    uint32_t n = 0;
+    for (uint32_t l = 0; s == ES_OK && l < L; l++) {
+        const es__layer *ml = &m->layers[l];
+        es__vk_layer *vl = &w->layers[l];
+        const es__tensor *qkv[3] = {ml->wq, ml->wk, ml->wv}, *gu[2] = {ml->ffn_gate, ml->ffn_up};
+        s = es__vk_mat_init(d, &vl->qkv, qkv, 3, false);
+        if (s == ES_OK) s = es__vk_mat_init(d, &vl->wo, &ml->wo, 1, false);
+        if (s == ES_OK) s = es__vk_mat_init(d, &vl->gateup, gu, 2, true);
+        if (s == ES_OK) s = es__vk_mat_init(d, &vl->down, &ml->ffn_down, 1, false);
+        mats[n++] = &vl->qkv;
+        mats[n++] = &vl->wo;
+        mats[n++] = &vl->gateup;
+        mats[n++] = &vl->down;
+    }
+    if (s == ES_OK) s = es__vk_mat_init(d, &w->tok_embd, &m->tok_embd, 1, false);
+    mats[n++] = &w->tok_embd;
+    w->out = &w->tok_embd;
+    if (s == ES_OK && !m->tied_output) {
+        s = es__vk_mat_init(d, &w->output, &m->output, 1, false);
+        mats[n++] = &w->output;
+        w->out = &w->output;
+    }
+    if (s == ES_OK) s = es__vk_wset_upload(&w->ws, mats, n, b->progress_fn, b->progress_user);
+    if (s == ES_OK) s = upload_vectors(d, m, w);
+    es__free(d->alloc, mats);
+    if (s != ES_OK) {
+        es__vk_model_free(b, w);
+        return s;
+    }
+    es__logf(d->log, ES_LOG_INFO, "vulkan: uploaded %.1f MiB of weights for '%s'", (double)w->ws.bytes / 1048576.0,
+             m->name ? m->name : "");
+    *out = w;
+    return ES_OK;
+}
+
+void es__vk_model_free(es_backend *b, es__vk_model *w) {
+    if (!w) return;
+    es__vk_dev *d = &((es__vk_backend *)b->impl)->dev;
+    vkDeviceWaitIdle(d->dev);
+    for (int32_t l = 0; w->layers && l < w->model->hp.n_layer; l++) {
+        es__vk_mat_free(d, &w->layers[l].qkv);
+        es__vk_mat_free(d, &w->layers[l].wo);
+        es__vk_mat_free(d, &w->layers[l].gateup);
+        es__vk_mat_free(d, &w->layers[l].down);
+    }
+    es__vk_mat_free(d, &w->tok_embd);
+    es__vk_mat_free(d, &w->output);
+    if (w->vecs_view) vkDestroyBufferView(d->dev, w->vecs_view, NULL);
+    es__vk_buf_destroy(d, &w->vecs);
+    es__vk_wset_free(&w->ws);
+    es__free(d->alloc, w->layers);
+    es__free(d->alloc, w);
+}

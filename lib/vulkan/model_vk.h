@@ -1,0 +1,38 @@
+/* model_vk.h: a model's weights on a Vulkan device (model_vk.c) and the per-context forward
+ * state (forward.c). */
+#ifndef ES_VULKAN_MODEL_VK_H
+#define ES_VULKAN_MODEL_VK_H
+
+#include "ops.h"
+
+typedef struct es__vk_layer {
+    es__vk_mat qkv;          /* (n_head*hd + 2*n_head_kv*hd, n_embd): wq, wk, wv rows      */
+    es__vk_mat wo;           /* (n_embd, n_head*hd)                                       */
+    es__vk_mat gateup;       /* (2*n_ff, n_embd): gate and up rows interleaved           */
+    es__vk_mat down;         /* (n_embd, n_ff)                                            */
+    uint32_t attn_norm, ffn_norm; /* float offsets of the norm vectors in vecs            */
+} es__vk_layer;
+
+typedef struct es__vk_model {
+    const es_model *model;
+    es__vk_wset ws;
+    es__vk_mat tok_embd;     /* (n_vocab, n_embd)                                         */
+    es__vk_mat output;       /* (n_vocab, n_embd); unused when tied                       */
+    const es__vk_mat *out;   /* &output, or &tok_embd when the head is tied               */
+    es__vk_layer *layers;    /* [n_layer]                                                 */
+    es__vk_buf vecs;         /* f32 norm vectors, each padded to 32 floats                */
+    VkBufferView vecs_view;
+    uint32_t output_norm;    /* float offset in vecs                                      */
+    uint32_t E32;            /* n_embd rounded up to 32: the padded row of every vector   */
+} es__vk_model;
+
+es_status es__vk_model_upload(es_backend *b, const es_model *m, es__vk_model **out);
+void es__vk_model_free(es_backend *b, es__vk_model *w);
+
+/* forward.c */
+es_status es__vk_ctx_init(es_context *ctx);
+void es__vk_ctx_destroy(es_context *ctx);
+es_status es__vk_forward(es_context *ctx, const es__fwd *f);
+es_status es__vk_kv_compact(es_context *ctx, const int32_t *keep, int32_t n_keep);
+
+#endif
