@@ -39,9 +39,19 @@ static void vk_model_release(es_backend *b, void *weights) {
     es__vk_model_free(b, weights);
 }
 
+/* Multi-stream attention (Speculative Streaming) is not in the Vulkan kernels yet: without
+ * stream_logits the core rejects forward calls that ask for streams or pruning. */
 static const es__backend_vtbl vk_vtbl = {
-    "vulkan", vk_init, vk_destroy, vk_model_upload, vk_model_release,
-    es__vk_ctx_init, es__vk_ctx_destroy, es__vk_forward, es__vk_kv_compact,
+    .name = "vulkan",
+    .init = vk_init,
+    .destroy = vk_destroy,
+    .model_upload = vk_model_upload,
+    .model_release = vk_model_release,
+    .ctx_init = es__vk_ctx_init,
+    .ctx_destroy = es__vk_ctx_destroy,
+    .forward = es__vk_forward,
+    .kv_compact = es__vk_kv_compact,
+    .stream_logits = NULL,
 };
 
 const es__backend_vtbl *const es__vulkan_backend_ptr = &vk_vtbl;
