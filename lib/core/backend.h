@@ -36,6 +36,9 @@ typedef struct es__fwd {
                                 distribution is below this (3.2.3); pruned tokens get no
                                 logits, no streams, and no KV in the later layers            */
     uint8_t *pruned;         /* [n] out when prune_threshold > 0: 1 = pruned                */
+    bool streams_lazy;       /* compute a token's streams only when its logits are asked
+                                (after verification: one token's γ rows instead of every
+                                token's); the values are the same                          */
 } es__fwd;
 
 typedef struct es__backend_vtbl {

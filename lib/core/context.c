@@ -158,7 +158,8 @@ static es_status check_ss(es_context *ctx, int32_t n_streams, float prune_thresh
     return ES_OK;
 }
 
-static es_status forward_impl(es_context *ctx, const es_batch *batch, int32_t n_streams, float prune_threshold) {
+static es_status forward_impl(es_context *ctx, const es_batch *batch, int32_t n_streams, float prune_threshold,
+                              bool lazy) {
     if (!ctx) return es__fail(NULL, ES_ERR_INVALID_ARGUMENT, "es_forward: ctx is NULL");
     ES_TRY(check_ss(ctx, n_streams, prune_threshold));
     const int32_t cap = ctx->n_batch;
@@ -178,7 +179,7 @@ static es_status forward_impl(es_context *ctx, const es_batch *batch, int32_t n_
     if (st == ES_OK) {
         ran = true;
         es__fwd f = {batch->n_tokens, ctx->n_past, batch->tokens, s.pos, s.dfs_start, s.dfs_end, s.parent,
-                     n_out, s.out_rows, ctx->logits, n_streams, prune_threshold, pruned};
+                     n_out, s.out_rows, ctx->logits, n_streams, prune_threshold, pruned, lazy};
         es_backend *b = ctx->backend;
         pthread_mutex_lock(&b->lock);
         es__err_clear(&b->err);
@@ -204,11 +205,16 @@ static es_status forward_impl(es_context *ctx, const es_batch *batch, int32_t n_
 }
 
 es_status es_forward(es_context *ctx, const es_batch *batch) {
-    return forward_impl(ctx, batch, 0, 0.0f);
+    return forward_impl(ctx, batch, 0, 0.0f, false);
 }
 
 es_status es__forward_ss(es_context *ctx, const es_batch *batch, int32_t n_streams, float prune_threshold) {
-    return forward_impl(ctx, batch, n_streams, prune_threshold);
+    return forward_impl(ctx, batch, n_streams, prune_threshold, false);
+}
+
+es_status es__forward_ss_ex(es_context *ctx, const es_batch *batch, int32_t n_streams, float prune_threshold,
+                            bool lazy) {
+    return forward_impl(ctx, batch, n_streams, prune_threshold, lazy);
 }
 
 bool es__token_pruned(const es_context *ctx, int32_t i) {

@@ -13,6 +13,12 @@
  * context's model and a backend with multi-stream attention. */
 es_status es__forward_ss(es_context *ctx, const es_batch *batch, int32_t n_streams, float prune_threshold);
 
+/* The same with a choice of when the streams run: lazy = only for the tokens whose stream logits
+ * are asked later (before the next commit or forward), with the same results. The Speculative
+ * Streaming strategy asks for one token per step, so lazy saves all other tokens' stream rows. */
+es_status es__forward_ss_ex(es_context *ctx, const es_batch *batch, int32_t n_streams, float prune_threshold,
+                            bool lazy);
+
 /* Whether batch token i of the last forward call was pruned (false after a commit). */
 bool es__token_pruned(const es_context *ctx, int32_t i);
 

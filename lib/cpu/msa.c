@@ -33,6 +33,11 @@ struct es__msa {
     int32_t *act;            /* [tok_cap] surviving batch tokens, ascending                     */
     int32_t *row_of;         /* [tok_cap] token -> index in act, -1 when pruned                 */
     int32_t *out_rows;       /* [tok_cap] the surviving out rows                                */
+    /* lazy streams: what the stream pass needs of the last forward, and whose rows are computed */
+    bool lazy;
+    int32_t lazy_node;       /* the token whose streams sit in rows 0..n_streams-1, or -1       */
+    int32_t fwd_n, fwd_n_past;
+    int32_t *dfs_s, *dfs_e;  /* [tok_cap] copies of the last forward's DFS intervals            */
     float *x0;               /* [tok_cap][n_embd] main hidden state at the first MSA layer      */
     /* stream rows, row = a * n_streams + j for act[a]'s stream j + 1 */
     float *s, *sn;           /* [rows_cap][n_embd] residual; normalised (final: the output)     */
@@ -55,7 +60,7 @@ struct es__msa {
 void es__msa_free(es__cpu_ctx *c, const es_allocator *a) {
     struct es__msa *m = c->msa;
     if (!m) return;
-    void *bufs[] = {m->act,  m->row_of, m->out_rows, m->x0,     m->s,       m->sn,      m->q,
+    void *bufs[] = {m->dfs_s, m->dfs_e, m->act,  m->row_of, m->out_rows, m->x0,     m->s,       m->sn,      m->q,
                     m->att,  m->kk,     m->vv,       m->tmp,    m->gate,    m->up,      m->scores,
                     m->visible, m->lora_tmp, m->ee_x, m->ee_down, m->ee_logits};
     for (size_t i = 0; i < ES__ARRAY_LEN(bufs); i++) es__free(a, bufs[i]);
@@ -88,10 +93,11 @@ es_status es__msa_prepare(es_context *ctx, es__fwd *f, es__msa_job *job) {
     struct es__msa *m = c->msa;
     const size_t n = (size_t)f->n, G = (size_t)f->n_streams, d = (size_t)hp->n_embd;
     const size_t qd = (size_t)hp->n_head * (size_t)hp->head_dim, kvd = (size_t)hp->n_head_kv * (size_t)hp->head_dim;
-    const size_t ff = (size_t)hp->n_ff, th = (size_t)c->n_threads, rows = n * G;
+    const size_t ff = (size_t)hp->n_ff, th = (size_t)c->n_threads, rows = f->streams_lazy ? G : n * G;
     const size_t tc = (size_t)m->tok_cap, rc = (size_t)m->rows_cap;
     bool ok = grow(a, &m->act, tc, n, 1, sizeof(int32_t)) && grow(a, &m->row_of, tc, n, 1, sizeof(int32_t)) &&
-              grow(a, &m->out_rows, tc, n, 1, sizeof(int32_t)) && grow(a, &m->x0, tc * d, n, d, sizeof(float));
+              grow(a, &m->out_rows, tc, n, 1, sizeof(int32_t)) && grow(a, &m->x0, tc * d, n, d, sizeof(float)) &&
+              grow(a, &m->dfs_s, tc, n, 1, sizeof(int32_t)) && grow(a, &m->dfs_e, tc, n, 1, sizeof(int32_t));
     if (ok) m->tok_cap = (int32_t)ES__MAX(tc, n);
     ok = ok && grow(a, &m->s, rc * d, rows, d, sizeof(float)) && grow(a, &m->sn, rc * d, rows, d, sizeof(float)) &&
          grow(a, &m->q, rc * qd, rows, qd, sizeof(float)) && grow(a, &m->att, rc * qd, rows, qd, sizeof(float)) &&
@@ -114,7 +120,13 @@ es_status es__msa_prepare(es_context *ctx, es__fwd *f, es__msa_job *job) {
     /* without pruning every token survives */
     for (int32_t i = 0; i < f->n; i++) m->act[i] = m->row_of[i] = i;
     m->n_act = f->n;
-    m->n_streams = 0; /* set when the streams have run */
+    m->n_streams = 0; /* set when the streams have run (or can run, when lazy) */
+    m->lazy = f->streams_lazy;
+    m->lazy_node = -1;
+    m->fwd_n = f->n;
+    m->fwd_n_past = f->n_past;
+    memcpy(m->dfs_s, f->dfs_start, sizeof(int32_t) * n);
+    memcpy(m->dfs_e, f->dfs_end, sizeof(int32_t) * n);
     *job = (es__msa_job){f, hp, ctx->weights, c, B->kern, B->pool, ctx->n_ctx, ss, m};
     return ES_OK;
 }
@@ -353,9 +365,9 @@ static void stream_layer(const es__msa_job *J, int32_t il, int ith, int nth) {
     es__pool_barrier(J->pool);
 }
 
-void es__msa_after_layers(es__msa_job *J, int ith, int nth) {
+/* The streams of the tokens m->act[0..n_act): Eq. 3, then the MSA layers, then output_norm. */
+static void stream_pass(es__msa_job *J, int ith, int nth) {
     const int32_t G = J->f->n_streams;
-    if (G == 0) return;
     struct es__msa *m = J->m;
     const int64_t d = J->hp->n_embd, R = (int64_t)m->n_act * G;
     int64_t lo, hi;
@@ -369,6 +381,43 @@ void es__msa_after_layers(es__msa_job *J, int ith, int nth) {
     norm_range(J, m->s, J->w->output_norm, m->sn, R, ith, nth);
     if (ith == 0) m->n_streams = G;
     es__pool_barrier(J->pool);
+}
+
+void es__msa_after_layers(es__msa_job *J, int ith, int nth) {
+    if (J->f->n_streams == 0) return;
+    if (J->f->streams_lazy) {
+        if (ith == 0) J->m->n_streams = J->f->n_streams; /* read after the pool job */
+        return;
+    }
+    stream_pass(J, ith, nth);
+}
+
+static void lazy_thread(void *arg, int ith, int nth) {
+    stream_pass(arg, ith, nth);
+}
+
+/* Lazy mode: token i's streams alone, into rows 0..n_streams-1, from what the forward kept (its
+ * hidden state at the first MSA layer, its DFS interval, the cache's provisional slots, the RoPE
+ * table). */
+static void lazy_streams(es_context *ctx, int32_t i) {
+    es__cpu_ctx *c = ctx->impl;
+    struct es__msa *m = c->msa;
+    es__cpu_state *B = ctx->backend->impl;
+    es__fwd lf;
+    memset(&lf, 0, sizeof lf);
+    lf.n = m->fwd_n;
+    lf.n_past = m->fwd_n_past;
+    lf.dfs_start = m->dfs_s;
+    lf.dfs_end = m->dfs_e;
+    lf.n_streams = m->n_streams;
+    es__msa_job J = {&lf, &ctx->model->hp, ctx->weights, c, B->kern, B->pool, ctx->n_ctx, ctx->model->ss, m};
+    int32_t *act = m->act, n_act = m->n_act, one = i;
+    m->act = &one;
+    m->n_act = 1;
+    es__pool_run(B->pool, lazy_thread, &J);
+    m->act = act;
+    m->n_act = n_act;
+    m->lazy_node = i;
 }
 
 void es__msa_finish(es__msa_job *J, const es__fwd *orig) {
@@ -407,13 +456,15 @@ static void head_thread(void *arg, int ith, int nth) {
 
 es_status es__msa_stream_logits(es_context *ctx, int32_t i, float *out) {
     es__cpu_ctx *c = ctx->impl;
-    const struct es__msa *m = c->msa;
-    ES_RETURN_IF(!m || m->n_streams == 0 || i < 0 || i >= m->tok_cap || m->row_of[i] < 0, &ctx->backend->err,
+    struct es__msa *m = c->msa;
+    ES_RETURN_IF(!m || m->n_streams == 0 || i < 0 || i >= m->fwd_n || m->row_of[i] < 0, &ctx->backend->err,
                  ES_ERR_INVALID_ARGUMENT, "cpu backend: no streams computed for batch token %d", i);
+    if (m->lazy && m->lazy_node != i) lazy_streams(ctx, i);
+    const int64_t row = m->lazy ? 0 : m->row_of[i];
     const es__cpu_weights *w = ctx->weights;
     es__cpu_state *B = ctx->backend->impl;
     const int64_t d = ctx->model->hp.n_embd;
-    head_job h = {B->kern, &w->output, m->sn + (int64_t)m->row_of[i] * m->n_streams * d, m->n_streams, out,
+    head_job h = {B->kern, &w->output, m->sn + row * m->n_streams * d, m->n_streams, out,
                   c->panel, c->panel_floats};
     es__pool_run(B->pool, head_thread, &h);
     return ES_OK;

@@ -40,7 +40,9 @@ es_status es__spec_stream_step(es_spec *s, int32_t *tokens, size_t cap, size_t *
     es__tree *t = &s->tree;
     const double t0 = es__time_now();
     es_batch b = {t->n, t->token, t->pos, t->dfs_start, t->dfs_end, s->logit_flags};
-    es_status st = es__forward_ss(ctx, &b, s->depth, s->p.prune_threshold);
+    /* lazy streams: only the last accepted node's are ever read (the same values as computing
+     * every node's in the pass) */
+    es_status st = es__forward_ss_ex(ctx, &b, s->depth, s->p.prune_threshold, true);
     if (st != ES_OK) return es__fail(&s->err, st, "%s", ctx->err.msg);
     for (int32_t i = 0; i < t->n; i++) s->skip[i] = es__token_pruned(ctx, i);
     t->skip = s->skip;

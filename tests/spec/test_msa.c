@@ -5,7 +5,8 @@
  *   - every stream of every tree node matches the reference within 1e-4 (relative to the row's
  *     largest logit), stream-only LoRA included;
  *   - a node's streams do not depend on the rest of the tree (same bits in a tree and in a chain,
- *     with or without pruning);
+ *     with or without pruning), and computing them lazily (one node when asked) gives the bits of
+ *     computing every node's in the forward;
  *   - pruning removes exactly the subtrees the reference's early exit says, and pruned tokens
  *     have neither logits nor streams and cannot be committed. */
 #include "mem_adapter.h"
@@ -275,6 +276,23 @@ static void run(const mem_model_cfg *mc, const mem_adapter_cfg *ac) {
     printf("streams vs reference: max relative error %.2e (gamma %d, Ns %d, LoRA rank %d)\n", worst, G, ac->n_msa,
            ac->lora_rank);
 
+    /* lazy streams: the same bits, in any order of asking, asked twice */
+    {
+        es_context *c3 = new_ctx(m);
+        CHECK_OK(es_forward(c3, &pre));
+        CHECK_OK(es_commit(c3, NULL, 0));
+        CHECK_OK(es__forward_ss_ex(c3, &tree, G, 0.0f, true));
+        int lazy_bad = 0;
+        for (int32_t k = 0; k < 2 * N; k++) {
+            const int32_t i = (int32_t)((k * 5) % N);
+            const float *sl = NULL;
+            CHECK_OK(es__stream_logits(c3, i, &sl));
+            if (!sl || memcmp(sl, streams[i], sizeof(float) * (size_t)G * (size_t)V) != 0) lazy_bad++;
+        }
+        CHECKF(lazy_bad == 0, "%d lazy stream rows differ from the eager ones", lazy_bad);
+        es_context_free(c3);
+    }
+
     /* a node's streams are the same bits in a chain of its ancestors */
     {
         int32_t leaf = N - 1, path[N], len = 0, chain[N];
@@ -312,7 +330,7 @@ static void run(const mem_model_cfg *mc, const mem_adapter_cfg *ac) {
             es_truncate(c2, 0);
             CHECK_OK(es_forward(c2, &pre));
             CHECK_OK(es_commit(c2, NULL, 0));
-            CHECK_OK(es__forward_ss(c2, &tree, G, thr));
+            CHECK_OK(es__forward_ss_ex(c2, &tree, G, thr, a % 2 == 1));
             int32_t n_pruned = 0, mismatch = 0, differ = 0;
             for (int32_t i = 0; i < N; i++) {
                 bool pr = es__token_pruned(c2, i);
