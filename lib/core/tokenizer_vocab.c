@@ -425,8 +425,8 @@ static es_status build_bpe_pairs(builder *b, const es__vocab_desc *d) {
 
 /* ---- Decoding tables, byte tables, special tokens. */
 
-/* Appends the decoded text of token id to the piece blob at *used (capacity checked by caller:
- * decoded text is never longer than the token's text, plus 3 bytes for U+FFFD). */
+/* Writes the decoded text of token id to out and returns its length: never more than the token's
+ * text, or 3 bytes (U+FFFD for the unknown token), which is what build_pieces allows for. */
 static size_t decode_token(const es__vocab *v, int32_t id, char *out) {
     const char *t = v->text + v->text_off[id];
     size_t n = v->text_off[id + 1] - v->text_off[id], w = 0;

@@ -66,9 +66,8 @@ static char *read_all(const char *path, size_t *size) {
 }
 
 static void load_real(fvocab *fv, const char *name, bool spm) {
-    const char *dir = getenv("ES_SHARED_DIR");
-    char path[4096];
-    snprintf(path, sizeof path, "%s/vocab-tests/%s", dir && *dir ? dir : "../shared", name);
+    char path[4200];
+    snprintf(path, sizeof path, "%s/vocab-tests/%s", tv_shared_dir(), name);
     size_t size = 0;
     fv->file = read_all(path, &size);
     REQUIRE(fv->file, "cannot read %s (set ES_SHARED_DIR)", path);

@@ -12,9 +12,8 @@
 #include <pthread.h>
 
 static es_model *load(const char *name) {
-    const char *dir = getenv("ES_SHARED_DIR");
-    char path[4096];
-    snprintf(path, sizeof path, "%s/vocab-tests/%s", dir && *dir ? dir : "../shared", name);
+    char path[4200];
+    snprintf(path, sizeof path, "%s/vocab-tests/%s", tv_shared_dir(), name);
     es_model_params p = es_model_default_params();
     p.vocab_only = true;
     es_model *m = NULL;

@@ -31,15 +31,6 @@ static char *read_file(const char *path, size_t *size) {
     return buf;
 }
 
-static const char *shared_dir(void) {
-    static char dir[4096];
-    const char *d = getenv("ES_SHARED_DIR");
-    if (d && *d) return d;
-    const char *root = getenv("ES_SOURCE_ROOT");
-    snprintf(dir, sizeof dir, "%s/../shared", root && *root ? root : ".");
-    return dir;
-}
-
 /* A vocabulary file, parsed, with its vectors. */
 typedef struct vfile {
     char *bytes;
@@ -53,7 +44,7 @@ typedef struct vfile {
 static int open_vocab(const char *name, vfile *f) {
     char path[4200];
     memset(f, 0, sizeof *f);
-    snprintf(path, sizeof path, "%s/vocab-tests/%s", shared_dir(), name);
+    snprintf(path, sizeof path, "%s/vocab-tests/%s", tv_shared_dir(), name);
     f->bytes = read_file(path, &f->size);
     CHECKF(f->bytes != NULL, "cannot read %s (set ES_SHARED_DIR)", path);
     if (!f->bytes) return 0;
@@ -61,9 +52,9 @@ static int open_vocab(const char *name, vfile *f) {
     CHECK_OK(es__gguf_parse((const uint8_t *)f->bytes, f->size, NULL, &err, &f->g));
     if (!f->g) return 0;
     CHECK_OK(es__vocab_load(f->g, NULL, &err, &f->v));
-    snprintf(path, sizeof path, "%s/vocab-tests/%s.inp", shared_dir(), name);
+    snprintf(path, sizeof path, "%s/vocab-tests/%s.inp", tv_shared_dir(), name);
     f->inp = read_file(path, &f->inp_len);
-    snprintf(path, sizeof path, "%s/vocab-tests/%s.out", shared_dir(), name);
+    snprintf(path, sizeof path, "%s/vocab-tests/%s.out", tv_shared_dir(), name);
     f->out = read_file(path, &f->out_len);
     CHECK(f->inp && f->out);
     return f->v && f->inp && f->out;

@@ -97,6 +97,16 @@ static inline int tv_utf8(uint32_t cp, char *out) {
     return 4;
 }
 
+/* ../shared: $ES_SHARED_DIR (tests/meson.build sets it), else $ES_SOURCE_ROOT/../shared, else ../shared. */
+static inline const char *tv_shared_dir(void) {
+    static char dir[4096];
+    const char *d = getenv("ES_SHARED_DIR");
+    if (d && *d) return d;
+    const char *root = getenv("ES_SOURCE_ROOT");
+    snprintf(dir, sizeof dir, "%s/../shared", root && *root ? root : ".");
+    return dir;
+}
+
 /* Encodes text (NUL-terminated) and compares with the expected ids; prints both on mismatch. */
 static inline int tv_expect(const es__vocab *v, const char *text, size_t len, bool add_special, bool parse_special,
                             const int32_t *want, size_t n_want) {
