@@ -1,0 +1,188 @@
+"""llama_ref.py: an independent numpy reference of the llama forward pass edgespec computes.
+
+Reads a GGUF file with tools/pygguf (parsing only: the raw bytes of each tensor), dequantises
+F32/F16/BF16/Q8_0/Q4_0 here in numpy (independently of pygguf's and the C library's dequantisers),
+and computes logits in float64 (or float32) with plain array code: token embedding, per layer
+RMSNorm, Q/K/V, RoPE (NORM and NEOX pairings, partial rotation, frequency base and linear scale),
+causal grouped-query attention, output projection and residual, RMSNorm, SwiGLU FFN and residual;
+final RMSNorm and the output head (tied to the embedding when output.weight is absent).
+
+    python3 llama_ref.py MODEL.gguf TOKEN [TOKEN ...]   # prints the argmax of each position
+
+Deliberately simple and slow; not here: KV caches, batching, trees (a tree node's logits are those
+of its root-to-node path, so chains cover them).
+"""
+
+import os
+import sys
+
+import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "pygguf"))
+import pygguf  # noqa: E402
+
+
+# ---------------------------------------------------------------------------------------------
+# dequantisation from raw little-endian bytes
+
+def _f16(u8pairs):
+    """(..., 2) uint8 -> float64 via IEEE half decoding by hand."""
+    h = u8pairs[..., 0].astype(np.uint32) | (u8pairs[..., 1].astype(np.uint32) << 8)
+    sign = np.where(h >> 15, -1.0, 1.0)
+    e = ((h >> 10) & 31).astype(np.int64)
+    m = (h & 1023).astype(np.float64)
+    val = np.where(e == 0, m * 2.0 ** -24, (1024.0 + m) * np.exp2(e.astype(np.float64) - 25.0))
+    val = np.where(e == 31, np.where(m == 0, np.inf, np.nan), val)
+    return sign * val
+
+
+def dequantize(raw, type_name, ne):
+    """raw: uint8 array of the tensor's bytes; returns float64 in numpy shape (reversed ne)."""
+    n = int(np.prod(ne))
+    raw = np.asarray(raw, dtype=np.uint8)
+    if type_name == "f32":
+        v = raw[: 4 * n].view("<f4").astype(np.float64)
+    elif type_name == "f16":
+        v = _f16(raw[: 2 * n].reshape(-1, 2))
+    elif type_name == "bf16":
+        b = raw[: 2 * n].reshape(-1, 2).astype(np.uint32)
+        v = ((b[:, 0] << 16) | (b[:, 1] << 24)).astype(np.uint32).view(np.float32).astype(np.float64)
+    elif type_name == "q8_0":
+        blk = raw[: n // 32 * 34].reshape(-1, 34)
+        d = _f16(blk[:, 0:2])
+        q = blk[:, 2:].view(np.int8).astype(np.float64)
+        v = (d[:, None] * q).reshape(-1)
+    elif type_name == "q4_0":
+        blk = raw[: n // 32 * 18].reshape(-1, 18)
+        d = _f16(blk[:, 0:2])
+        qs = blk[:, 2:].astype(np.int64)
+        q = np.concatenate([(qs & 15) - 8, (qs >> 4) - 8], axis=1).astype(np.float64)
+        v = (d[:, None] * q).reshape(-1)
+    else:
+        raise ValueError("unsupported tensor type " + type_name)
+    return v.reshape(tuple(reversed(ne)))
+
+
+# ---------------------------------------------------------------------------------------------
+# the model
+
+class Model:
+    """Hyperparameters and dequantised weights of a llama GGUF file."""
+
+    def __init__(self, path, dtype=np.float64):
+        r = pygguf.read(path)
+        arch = r.get("general.architecture")
+        if arch != "llama":
+            raise ValueError("architecture %r, expected 'llama'" % (arch,))
+
+        def key(name, default=None):
+            v = r.get("llama." + name, default)
+            if v is None:
+                raise ValueError("missing key llama." + name)
+            return v
+
+        self.n_embd = int(key("embedding_length"))
+        self.n_layer = int(key("block_count"))
+        self.n_ff = int(key("feed_forward_length"))
+        self.n_head = int(key("attention.head_count"))
+        self.n_head_kv = int(key("attention.head_count_kv", self.n_head))
+        self.head_dim = int(key("attention.key_length", self.n_embd // self.n_head))
+        self.n_rot = int(key("rope.dimension_count", self.head_dim))
+        self.freq_base = float(key("rope.freq_base", 10000.0))
+        scale = 1.0
+        if r.get("llama.rope.scaling.type") == "linear":
+            scale = float(r.get("llama.rope.scaling.factor", 1.0))
+        elif r.get("llama.rope.scale_linear") is not None:
+            scale = float(r.get("llama.rope.scale_linear"))
+        self.freq_scale = 1.0 / scale if scale else 1.0
+        self.eps = float(key("attention.layer_norm_rms_epsilon", 1e-5))
+        self.neox = rope_is_neox(r)
+
+        def w(name):
+            t = r.tensors[name]
+            return dequantize(t.raw, t.type, t.ne).astype(dtype)
+
+        self.tok_embd = w("token_embd.weight")  # (n_vocab, n_embd)
+        self.output = w("output.weight") if "output.weight" in r.tensors else self.tok_embd
+        self.output_norm = w("output_norm.weight")
+        self.layers = []
+        for i in range(self.n_layer):
+            p = "blk.%d." % i
+            self.layers.append({k: w(p + k + ".weight") for k in (
+                "attn_norm", "attn_q", "attn_k", "attn_v", "attn_output",
+                "ffn_norm", "ffn_gate", "ffn_up", "ffn_down")})
+        self.n_vocab = self.tok_embd.shape[0]
+        self.dtype = dtype
+
+
+def rope_is_neox(r):
+    """The rope pairing: edgespec.rope.ordering ("norm" or "neox", docs/formats.md) if present,
+    else llama.cpp's rule for architecture "llama": NORM."""
+    v = r.get("edgespec.rope.ordering")
+    if v is None:
+        return False
+    if v not in ("norm", "neox"):
+        raise ValueError("edgespec.rope.ordering %r" % (v,))
+    return v == "neox"
+
+
+def rmsnorm(x, w, eps):
+    return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * w
+
+
+def rope(x, pos, m):
+    """x: (n, heads, head_dim); rotates the first n_rot dims of each head by position."""
+    half = m.n_rot // 2
+    i = np.arange(half, dtype=np.float64)
+    theta = np.asarray(pos, dtype=np.float64)[:, None] * m.freq_scale * m.freq_base ** (-2.0 * i / m.n_rot)
+    c = np.cos(theta)[:, None, :].astype(x.dtype)
+    s = np.sin(theta)[:, None, :].astype(x.dtype)
+    y = x.copy()
+    if m.neox:
+        a, b = x[..., :half], x[..., half:m.n_rot]
+        y[..., :half] = a * c - b * s
+        y[..., half:m.n_rot] = a * s + b * c
+    else:
+        a, b = x[..., 0:m.n_rot:2], x[..., 1:m.n_rot:2]
+        y[..., 0:m.n_rot:2] = a * c - b * s
+        y[..., 1:m.n_rot:2] = a * s + b * c
+    return y
+
+
+def forward(m, tokens):
+    """Logits (len(tokens), n_vocab) of a chain starting at position 0."""
+    n = len(tokens)
+    pos = np.arange(n)
+    x = m.tok_embd[np.asarray(tokens)]
+    group = m.n_head // m.n_head_kv
+    mask = np.triu(np.full((n, n), -np.inf), 1)
+    for L in m.layers:
+        h = rmsnorm(x, L["attn_norm"], m.eps)
+        q = rope((h @ L["attn_q"].T).reshape(n, m.n_head, m.head_dim), pos, m)
+        k = rope((h @ L["attn_k"].T).reshape(n, m.n_head_kv, m.head_dim), pos, m)
+        v = (h @ L["attn_v"].T).reshape(n, m.n_head_kv, m.head_dim)
+        att = np.empty((n, m.n_head, m.head_dim), dtype=x.dtype)
+        for hq in range(m.n_head):
+            g = hq // group
+            s = q[:, hq, :] @ k[:, g, :].T / np.sqrt(m.head_dim) + mask
+            s = np.exp(s - s.max(axis=1, keepdims=True))
+            att[:, hq, :] = (s / s.sum(axis=1, keepdims=True)) @ v[:, g, :]
+        x = x + att.reshape(n, -1) @ L["attn_output"].T
+        h = rmsnorm(x, L["ffn_norm"], m.eps)
+        gate = h @ L["ffn_gate"].T
+        x = x + (gate / (1.0 + np.exp(-gate)) * (h @ L["ffn_up"].T)) @ L["ffn_down"].T
+    return rmsnorm(x, m.output_norm, m.eps) @ m.output.T
+
+
+def main(argv):
+    if len(argv) < 3:
+        print(__doc__.strip().splitlines()[-4].strip(), file=sys.stderr)
+        return 1
+    m = Model(argv[1])
+    logits = forward(m, [int(t) for t in argv[2:]])
+    print(" ".join(str(int(i)) for i in logits.argmax(axis=1)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
