@@ -129,7 +129,7 @@ static void cpu_ctx_destroy(es_context *ctx) {
     es__cpu_ctx *c = ctx->impl;
     if (!c) return;
     const es_allocator *a = ctx->backend->alloc;
-    void *bufs[] = {c->k, c->v, c->x, c->xn, c->q, c->kn, c->vn, c->att, c->tmp, c->gate, c->up, c->rope, c->scores, c->visible, c->panel};
+    void *bufs[] = {c->k, c->v, c->x, c->xn, c->q, c->kn, c->vn, c->att, c->tmp, c->gate, c->up, c->rope, c->scores, c->visible, c->panel, c->sched_mem};
     for (size_t i = 0; i < ES__ARRAY_LEN(bufs); i++) es__free(a, bufs[i]);
     es__msa_free(c, a);
     es__free(a, c);
@@ -173,9 +173,12 @@ static es_status cpu_ctx_init(es_context *ctx) {
         c->scores = alloc_arr(a, (size_t)c->n_threads, (size_t)ctx->n_ctx + nb, sizeof(float));
         c->visible = alloc_arr(a, (size_t)c->n_threads, nb, sizeof(int32_t));
         c->panel = alloc_arr(a, (size_t)c->n_threads, c->panel_floats, sizeof(float));
+        c->n_phases = es__cpu_fwd_phases(hp->n_layer);
+        c->sched_mem = es__malloc(a, es__sched_bytes(c->n_threads, c->n_phases) + 64);
+        if (c->sched_mem) c->sched = (es__sched *)(void *)(((uintptr_t)c->sched_mem + 63) & ~(uintptr_t)63);
     }
     if (!ok || !c->k || !c->v || !c->x || !c->xn || !c->q || !c->kn || !c->vn || !c->att || !c->tmp || !c->gate ||
-        !c->up || !c->rope || !c->scores || !c->visible || !c->panel) {
+        !c->up || !c->rope || !c->scores || !c->visible || !c->panel || !c->sched) {
         cpu_ctx_destroy(ctx);
         return es__fail(&b->err, ES_ERR_OUT_OF_MEMORY,
                         "cpu backend: out of memory for a KV cache of %d tokens and scratch for %d", ctx->n_ctx,

@@ -52,10 +52,15 @@ typedef struct es__cpu_ctx {
     int32_t *visible;    /* [n_threads][n_batch]                               */
     float *panel;        /* [n_threads][panel_floats] matmul weight panels      */
     size_t panel_floats; /* kern panel_rows * the widest matrix input           */
+    es__sched *sched;    /* phases of one forward (pool.h), 64-byte aligned      */
+    void *sched_mem;     /* its allocation                                      */
+    int32_t n_phases;
     int n_threads;
     struct es__msa *msa; /* Speculative Streaming state (msa.c), made on first use */
 } es__cpu_ctx;
 
 es_status es__cpu_forward(es_context *ctx, const es__fwd *f);
+/* Phases a forward pass of an n_layer model runs (the size of es__cpu_ctx.sched). */
+int32_t es__cpu_fwd_phases(int32_t n_layer);
 
 #endif /* ES_CPU_CPU_H */

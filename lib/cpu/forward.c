@@ -1,9 +1,10 @@
 /* forward.c: the llama forward pass on the CPU: token embedding, per layer RMSNorm, Q/K/V
  * projections, RoPE, grouped-query tree attention over the KV cache, output projection and
  * residual, RMSNorm, SwiGLU FFN and residual; final RMSNorm and the output head for the rows that
- * want logits. All pool threads run one job (fwd_thread) and meet at a barrier between phases;
- * each phase splits its outputs over threads, so every output element is computed by one thread
- * with the same code whatever the split (thread- and batch-invariant).
+ * want logits. All pool threads run one job (fwd_thread) through the same sequence of phases; a
+ * phase hands its outputs out in chunks (pool.h: own range first, then stealing) and ends when all
+ * are done. Every output element is computed by one thread with the same code whatever the split
+ * or the chunk it falls in (thread- and batch-invariant).
  * Not here: batch validation (core), the KV-cache allocation and compaction (backend.c). */
 #include "cpu.h"
 #include "msa.h"
@@ -23,18 +24,48 @@ typedef struct fwd_job {
     es__msa_job *msa;     /* Speculative Streaming hooks (msa.c); NULL in a plain forward */
 } fwd_job;
 
-/* Threads split matrix rows in multiples of this (whole cache lines of each output row). */
+/* Matrix rows are handed out in multiples of this (whole cache lines of each output row). */
 #define ROW_ALIGN 16
 
-/* This thread's rows of y = W x for n_tok tokens: y [n_tok][W.n_out]. */
-static void mm_part(const fwd_job *J, const es__cpu_mat *W, const float *x, int64_t n_tok, float *y, int ith,
-                    int nth, int64_t *lo_out, int64_t *hi_out) {
-    int64_t lo, hi;
-    es__split_range(W->n_out, ROW_ALIGN, ith, nth, &lo, &hi);
-    float *panel = J->c->panel + (size_t)ith * J->c->panel_floats;
-    if (lo < hi)
-        J->k->matmul(W->type, W->data, W->row_bytes, W->n_in, lo, hi, x, W->n_in, n_tok, y + lo, W->n_out, panel);
-    if (lo_out) *lo_out = lo, *hi_out = hi;
+/* One thread's walk through the job's phases (pool.h: phases with work stealing). */
+typedef struct thr {
+    const fwd_job *J;
+    int ith, nth;
+    int phase; /* the next phase's number: every thread meets the phases in the same order */
+} thr;
+
+static void phase_begin(thr *t, es__work *w, int64_t n, int64_t align) {
+    ES_ASSERT(t->phase < t->J->c->n_phases);
+    es__work_begin(w, t->J->pool, t->J->c->sched, t->phase++, n, align, t->ith, t->nth);
+}
+
+/* One matrix of a matmul phase: y [n_tok][W.n_out] = W x. */
+typedef struct mm_seg {
+    const es__cpu_mat *W;
+    float *y;
+} mm_seg;
+
+/* Rows [lo, hi) of a phase over the rows of several matrices laid end to end. */
+static void mm_rows(const thr *t, const mm_seg *seg, int n_seg, const float *x, int64_t n_tok, int64_t lo, int64_t hi) {
+    const fwd_job *J = t->J;
+    float *panel = J->c->panel + (size_t)t->ith * J->c->panel_floats;
+    int64_t off = 0;
+    for (int i = 0; i < n_seg; i++) {
+        const es__cpu_mat *W = seg[i].W;
+        const int64_t a = ES__MAX(lo, off) - off, b = ES__MIN(hi, off + W->n_out) - off;
+        if (a < b) J->k->matmul(W->type, W->data, W->row_bytes, W->n_in, a, b, x, W->n_in, n_tok, seg[i].y + a, W->n_out, panel);
+        off += W->n_out;
+    }
+}
+
+/* A phase computing y = W x for every matrix of seg. */
+static void mm_phase(thr *t, const mm_seg *seg, int n_seg, const float *x, int64_t n_tok) {
+    int64_t rows = 0;
+    for (int i = 0; i < n_seg; i++) rows += seg[i].W->n_out;
+    es__work w;
+    phase_begin(t, &w, rows, ROW_ALIGN);
+    for (int64_t lo, hi; es__work_next(&w, &lo, &hi);) mm_rows(t, seg, n_seg, x, n_tok, lo, hi);
+    es__work_end(&w);
 }
 
 /* x[t][lo..hi) += y[t][lo..hi) */
@@ -43,11 +74,26 @@ static void add_rows(float *x, const float *y, int64_t width, int64_t n_tok, int
         for (int64_t i = lo; i < hi; i++) x[t * width + i] += y[t * width + i];
 }
 
-static void norm_rows(const fwd_job *J, const float *x, const float *w, float *y, int64_t n_tok, int ith, int nth) {
+/* A phase computing x += W a (the output projections and their residual). */
+static void mm_residual_phase(thr *t, const es__cpu_mat *W, const float *a, int64_t n_tok, float *tmp, float *x) {
+    const mm_seg seg = {W, tmp};
+    es__work w;
+    phase_begin(t, &w, W->n_out, ROW_ALIGN);
+    for (int64_t lo, hi; es__work_next(&w, &lo, &hi);) {
+        mm_rows(t, &seg, 1, a, n_tok, lo, hi);
+        add_rows(x, tmp, W->n_out, n_tok, lo, hi);
+    }
+    es__work_end(&w);
+}
+
+static void norm_phase(thr *t, const float *x, const float *wt, float *y, int64_t n_tok) {
+    const fwd_job *J = t->J;
     const int64_t d = J->hp->n_embd;
-    int64_t lo, hi;
-    es__split_range(n_tok, 1, ith, nth, &lo, &hi);
-    for (int64_t t = lo; t < hi; t++) es__cpu_rmsnorm_row(J->k, x + t * d, w, d, J->hp->rms_eps, y + t * d);
+    es__work w;
+    phase_begin(t, &w, n_tok, 1);
+    for (int64_t lo, hi; es__work_next(&w, &lo, &hi);)
+        for (int64_t i = lo; i < hi; i++) es__cpu_rmsnorm_row(J->k, x + i * d, wt, d, J->hp->rms_eps, y + i * d);
+    es__work_end(&w);
 }
 
 /* Moves rows rows[r] to r (rows ascending, so r <= rows[r] and a forward copy is safe). */
@@ -56,7 +102,8 @@ static void gather_rows(float *a, int64_t width, const int32_t *rows, int32_t n_
         if (rows[r] != r) memcpy(a + (int64_t)r * width, a + (int64_t)rows[r] * width, sizeof(float) * (size_t)width);
 }
 
-static void layer(const fwd_job *J, int32_t il, int ith, int nth) {
+static void layer(thr *t, int32_t il) {
+    const fwd_job *J = t->J;
     const es__fwd *f = J->f;
     const es__hparams *hp = J->hp;
     const es__cpu_layer *L = &J->w->layers[il];
@@ -64,28 +111,24 @@ static void layer(const fwd_job *J, int32_t il, int ith, int nth) {
     const int32_t n = f->n, d = hp->n_embd, hd = hp->head_dim;
     const int32_t qd = hp->n_head * hd, kvd = hp->n_head_kv * hd;
     const bool last = il == hp->n_layer - 1;
+    const size_t cache_off = (size_t)il * (size_t)hp->n_head_kv * (size_t)J->n_ctx * (size_t)hd;
+    es__work w;
 
-    norm_rows(J, c->x, L->attn_norm, c->xn, n, ith, nth);
-    es__pool_barrier(J->pool);
-    mm_part(J, &L->wq, c->xn, n, c->q, ith, nth, NULL, NULL);
-    mm_part(J, &L->wk, c->xn, n, c->kn, ith, nth, NULL, NULL);
-    mm_part(J, &L->wv, c->xn, n, c->vn, ith, nth, NULL, NULL);
-    es__pool_barrier(J->pool);
+    norm_phase(t, c->x, L->attn_norm, c->xn, n);
+    const mm_seg qkv[3] = {{&L->wq, c->q}, {&L->wk, c->kn}, {&L->wv, c->vn}};
+    mm_phase(t, qkv, 3, c->xn, n);
 
     /* RoPE on q and k, then this batch's keys/values into its provisional slots */
-    {
-        int64_t lo, hi;
-        es__split_range(n, 1, ith, nth, &lo, &hi);
-        const size_t cache_off = (size_t)il * (size_t)hp->n_head_kv * (size_t)J->n_ctx * (size_t)hd;
-        for (int64_t t = lo; t < hi; t++) {
-            const float *cs = c->rope + t * (hp->n_rot / 2) * 2;
-            es__cpu_rope_token(c->q + t * qd, hp->n_head, hd, hp->n_rot, cs, hp->rope_type);
-            es__cpu_rope_token(c->kn + t * kvd, hp->n_head_kv, hd, hp->n_rot, cs, hp->rope_type);
-            es__cpu_kv_write(c->k + cache_off, c->v + cache_off, J->n_ctx, hp->n_head_kv, hd, f->n_past + (int32_t)t,
-                             1, c->kn + t * kvd, c->vn + t * kvd);
+    phase_begin(t, &w, n, 1);
+    for (int64_t lo, hi; es__work_next(&w, &lo, &hi);)
+        for (int64_t i = lo; i < hi; i++) {
+            const float *cs = c->rope + i * (hp->n_rot / 2) * 2;
+            es__cpu_rope_token(c->q + i * qd, hp->n_head, hd, hp->n_rot, cs, hp->rope_type);
+            es__cpu_rope_token(c->kn + i * kvd, hp->n_head_kv, hd, hp->n_rot, cs, hp->rope_type);
+            es__cpu_kv_write(c->k + cache_off, c->v + cache_off, J->n_ctx, hp->n_head_kv, hd, f->n_past + (int32_t)i,
+                             1, c->kn + i * kvd, c->vn + i * kvd);
         }
-    }
-    es__pool_barrier(J->pool);
+    es__work_end(&w);
 
     /* In the last layer only the rows that want logits go on. */
     int32_t nr = n;
@@ -93,45 +136,49 @@ static void layer(const fwd_job *J, int32_t il, int ith, int nth) {
     if (last && f->n_out < n) {
         nr = f->n_out;
         rows = f->out_rows;
-        if (ith == 0) {
+        phase_begin(t, &w, 1, 1);
+        for (int64_t lo, hi; es__work_next(&w, &lo, &hi);) {
             gather_rows(c->x, d, rows, nr);
             gather_rows(c->q, qd, rows, nr);
         }
-        es__pool_barrier(J->pool);
+        es__work_end(&w);
     }
     if (nr == 0) return;
 
     {
-        const size_t cache_off = (size_t)il * (size_t)hp->n_head_kv * (size_t)J->n_ctx * (size_t)hd;
-        es__attn a = {c->q,      qd,           c->k + cache_off, c->v + cache_off, J->n_ctx, hp->n_head,
-                      hp->n_head_kv, hd,       f->n_past,        n,                nr,       rows,
-                      f->dfs_start,  f->dfs_end, 1.0f / sqrtf((float)hd), c->att, qd};
-        int64_t lo, hi;
-        es__split_range((int64_t)nr * hp->n_head, 1, ith, nth, &lo, &hi);
-        es__cpu_attention_range(J->k, &a, lo, hi, c->scores + (size_t)ith * (size_t)(J->n_ctx + n),
-                                c->visible + (size_t)ith * (size_t)n);
+        const es__attn a = {c->q,          qd,          c->k + cache_off,        c->v + cache_off, J->n_ctx,
+                            hp->n_head,    hp->n_head_kv, hd,                    f->n_past,        n,
+                            nr,            rows,        f->dfs_start,            f->dfs_end,
+                            1.0f / sqrtf((float)hd),    c->att,                  qd};
+        phase_begin(t, &w, (int64_t)nr * hp->n_head, 1);
+        for (int64_t lo, hi; es__work_next(&w, &lo, &hi);)
+            es__cpu_attention_range(J->k, &a, lo, hi, c->scores + (size_t)t->ith * (size_t)(J->n_ctx + n),
+                                    c->visible + (size_t)t->ith * (size_t)n);
+        es__work_end(&w);
     }
-    es__pool_barrier(J->pool);
 
-    int64_t lo, hi;
-    mm_part(J, &L->wo, c->att, nr, c->tmp, ith, nth, &lo, &hi);
-    add_rows(c->x, c->tmp, d, nr, lo, hi);
-    es__pool_barrier(J->pool);
+    mm_residual_phase(t, &L->wo, c->att, nr, c->tmp, c->x);
+    norm_phase(t, c->x, L->ffn_norm, c->xn, nr);
 
-    norm_rows(J, c->x, L->ffn_norm, c->xn, nr, ith, nth);
-    es__pool_barrier(J->pool);
-
-    mm_part(J, &L->gate, c->xn, nr, c->gate, ith, nth, &lo, &hi);
-    mm_part(J, &L->up, c->xn, nr, c->up, ith, nth, NULL, NULL);
-    for (int32_t t = 0; t < nr; t++) {
-        const int64_t off = (int64_t)t * hp->n_ff;
-        es__cpu_swiglu_range(J->k, c->gate + off, c->up + off, lo, hi, c->gate + off);
+    /* gate and up for the same rows, then SwiGLU on them */
+    const mm_seg g = {&L->gate, c->gate}, u = {&L->up, c->up};
+    phase_begin(t, &w, hp->n_ff, ROW_ALIGN);
+    for (int64_t lo, hi; es__work_next(&w, &lo, &hi);) {
+        mm_rows(t, &g, 1, c->xn, nr, lo, hi);
+        mm_rows(t, &u, 1, c->xn, nr, lo, hi);
+        for (int32_t i = 0; i < nr; i++) {
+            const int64_t off = (int64_t)i * hp->n_ff;
+            es__cpu_swiglu_range(J->k, c->gate + off, c->up + off, lo, hi, c->gate + off);
+        }
     }
-    es__pool_barrier(J->pool);
+    es__work_end(&w);
 
-    mm_part(J, &L->down, c->gate, nr, c->tmp, ith, nth, &lo, &hi);
-    add_rows(c->x, c->tmp, d, nr, lo, hi);
-    es__pool_barrier(J->pool);
+    mm_residual_phase(t, &L->down, c->gate, nr, c->tmp, c->x);
+}
+
+/* Phases of one forward: the embedding, 9 per layer at most, the final norm and the head. */
+int32_t es__cpu_fwd_phases(int32_t n_layer) {
+    return 9 * n_layer + 3;
 }
 
 static void fwd_thread(void *arg, int ith, int nth) {
@@ -140,29 +187,30 @@ static void fwd_thread(void *arg, int ith, int nth) {
     const es__hparams *hp = J->hp;
     es__cpu_ctx *c = J->c;
     const int32_t n = f->n, d = hp->n_embd;
+    thr t = {J, ith, nth, 0};
+    es__work w;
 
-    {
-        int64_t lo, hi;
-        es__split_range(n, 1, ith, nth, &lo, &hi);
+    phase_begin(&t, &w, n, 1);
+    for (int64_t lo, hi; es__work_next(&w, &lo, &hi);) {
         const es__cpu_mat *E = &J->w->tok_embd;
-        for (int64_t t = lo; t < hi; t++)
-            J->k->to_f32(E->type, (const uint8_t *)E->data + E->row_bytes * (size_t)f->tokens[t], c->x + t * d, d);
+        for (int64_t i = lo; i < hi; i++)
+            J->k->to_f32(E->type, (const uint8_t *)E->data + E->row_bytes * (size_t)f->tokens[i], c->x + i * d, d);
         es__cpu_rope_table(f->pos + lo, hi - lo, hp->n_rot, hp->rope_freq_base, hp->rope_freq_scale,
                            c->rope + lo * (hp->n_rot / 2) * 2);
     }
-    es__pool_barrier(J->pool);
+    es__work_end(&w);
 
     for (int32_t il = 0; il < hp->n_layer; il++) {
         if (J->msa) es__msa_before_layer(J->msa, il, ith, nth);
-        layer(J, il, ith, nth);
+        layer(&t, il);
     }
     if (J->msa) es__msa_after_layers(J->msa, ith, nth);
     if (f->n_out == 0) return;
 
     /* rows 0..n_out-1 of x now hold the wanted tokens (gathered in the last layer) */
-    norm_rows(J, c->x, J->w->output_norm, c->xn, f->n_out, ith, nth);
-    es__pool_barrier(J->pool);
-    mm_part(J, &J->w->output, c->xn, f->n_out, f->logits, ith, nth, NULL, NULL);
+    norm_phase(&t, c->x, J->w->output_norm, c->xn, f->n_out);
+    const mm_seg head = {&J->w->output, f->logits};
+    mm_phase(&t, &head, 1, c->xn, f->n_out);
 }
 
 es_status es__cpu_forward(es_context *ctx, const es__fwd *f) {
@@ -177,6 +225,8 @@ es_status es__cpu_forward(es_context *ctx, const es__fwd *f) {
         J.f = &ss_f;
         J.msa = &msa;
     }
+    es__cpu_ctx *c = ctx->impl;
+    es__sched_reset(c->sched, es__pool_size(B->pool), c->n_phases);
     es__pool_run(B->pool, fwd_thread, &J);
     if (J.msa) es__msa_finish(&msa, f);
     return ES_OK;

@@ -170,6 +170,99 @@ int es__pool_size(const es__pool *p) {
     return p->n;
 }
 
+/* ---- phases with work stealing */
+
+typedef struct sched_slot {
+    _Alignas(ES__CACHE_LINE) atomic_llong v;
+} sched_slot;
+
+/* Per phase: one slot for the units done, then one cursor per thread (offset into its range). */
+struct es__sched {
+    sched_slot slots[1];
+};
+
+size_t es__sched_bytes(int n_threads, int n_phases) {
+    return sizeof(sched_slot) * (size_t)n_phases * (size_t)(n_threads + 1);
+}
+
+void es__sched_reset(es__sched *s, int n_threads, int n_phases) {
+    const size_t n = (size_t)n_phases * (size_t)(n_threads + 1);
+    for (size_t i = 0; i < n; i++) atomic_init(&s->slots[i].v, 0);
+}
+
+static sched_slot *phase_slots(es__sched *s, int phase, int nth) {
+    return s->slots + (size_t)phase * (size_t)(nth + 1);
+}
+
+void es__work_begin(es__work *w, es__pool *p, es__sched *s, int phase, int64_t n, int64_t align, int ith, int nth) {
+    if (align < 1) align = 1;
+    /* chunks: about 8 per thread's range, in multiples of align, at most 256 aligns */
+    int64_t per = (n + nth - 1) / nth;
+    int64_t chunk = ((per + 7) / 8 + align - 1) / align * align;
+    chunk = ES__MAX(align, ES__MIN(chunk, 256 * align));
+    *w = (es__work){p, s, phase, ith, nth, n, chunk, align, ith, 0};
+}
+
+/* Adds the pending units to the phase's done count; wakes sleepers when that completes it. */
+static void report_done(es__work *w, sched_slot *ph) {
+    if (!w->pending) return;
+    const long long done = atomic_fetch_add(&ph[0].v, w->pending) + w->pending;
+    w->pending = 0;
+    if (done >= w->n && atomic_load(&w->pool->n_sleepers) > 0) {
+        pthread_mutex_lock(&w->pool->mu);
+        pthread_cond_broadcast(&w->pool->cv);
+        pthread_mutex_unlock(&w->pool->mu);
+    }
+}
+
+/* Thread v's range of units, in the same multiples as es__split_range. */
+static void range_of(const es__work *w, int v, int64_t *lo, int64_t *hi) {
+    es__split_range(w->n, w->align, v, w->nth, lo, hi);
+}
+
+bool es__work_next(es__work *w, int64_t *lo, int64_t *hi) {
+    sched_slot *ph = phase_slots(w->s, w->phase, w->nth);
+    report_done(w, ph);
+    /* own range first, then the others' in turn */
+    for (int tries = 0; tries < w->nth; tries++) {
+        const int v = w->victim;
+        int64_t rlo, rhi;
+        range_of(w, v, &rlo, &rhi);
+        if (rlo < rhi) {
+            const int64_t off = atomic_fetch_add_explicit(&ph[1 + v].v, w->chunk, memory_order_relaxed);
+            if (rlo + off < rhi) {
+                *lo = rlo + off;
+                *hi = ES__MIN(rhi, *lo + w->chunk);
+                w->pending = *hi - *lo;
+                return true;
+            }
+        }
+        w->victim = (v + 1) % w->nth;
+    }
+    return false;
+}
+
+void es__work_end(es__work *w) {
+    es__pool *p = w->pool;
+    sched_slot *ph = phase_slots(w->s, w->phase, w->nth);
+    report_done(w, ph);
+    if (atomic_load_explicit(&ph[0].v, memory_order_acquire) >= w->n) return;
+    /* wait for chunks other threads still hold: spin, then sleep until a finisher wakes us */
+    if (p->spin_s > 0) {
+        double t0 = es__time_now();
+        for (unsigned i = 1;; i++) {
+            cpu_relax();
+            if (atomic_load_explicit(&ph[0].v, memory_order_acquire) >= w->n) return;
+            if ((i & 63) == 0 && es__time_now() - t0 > p->spin_s) break;
+        }
+    }
+    pthread_mutex_lock(&p->mu);
+    atomic_fetch_add(&p->n_sleepers, 1);
+    while (atomic_load(&ph[0].v) < w->n) pthread_cond_wait(&p->cv, &p->mu);
+    atomic_fetch_sub(&p->n_sleepers, 1);
+    pthread_mutex_unlock(&p->mu);
+}
+
 void es__split_range(int64_t n, int64_t align, int ith, int nth, int64_t *lo, int64_t *hi) {
     if (align < 1) align = 1;
     int64_t chunks = (n + align - 1) / align;

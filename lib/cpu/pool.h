@@ -32,4 +32,34 @@ void es__pool_barrier(es__pool *p);
  * align (the last may be shorter). */
 void es__split_range(int64_t n, int64_t align, int ith, int nth, int64_t *lo, int64_t *hi);
 
+/* ---- Phases with work stealing. A job's phases are numbered 0, 1, ... in the order every thread
+ * meets them. Each phase splits its units [0, n) into one contiguous range per thread (sequential
+ * weight streams stay sequential) and hands them out in chunks; a thread that finishes its range
+ * takes chunks from the others' ranges, so a thread the OS has descheduled (or a slower core)
+ * holds up at most the chunk it is working on. A phase ends when every unit is done (not when
+ * every thread has arrived): es__work_end waits for that, and a latecomer finds nothing left.
+ * Which thread computes a unit never changes what the unit computes. */
+typedef struct es__sched es__sched;
+
+/* Bytes of a schedule for n_phases phases of n_threads threads. */
+size_t es__sched_bytes(int n_threads, int n_phases);
+/* Clears a schedule (caller-allocated, es__sched_bytes, 64-byte aligned) before a job. */
+void es__sched_reset(es__sched *s, int n_threads, int n_phases);
+
+typedef struct es__work {
+    es__pool *pool;
+    es__sched *s;
+    int phase, ith, nth;
+    int64_t n, chunk, align;
+    int victim;          /* next thread whose range to take from */
+    int64_t pending;     /* units claimed and not yet reported done */
+} es__work;
+
+/* Starts this thread's part of phase `phase` over n units; chunks are multiples of align. */
+void es__work_begin(es__work *w, es__pool *p, es__sched *s, int phase, int64_t n, int64_t align, int ith, int nth);
+/* Claims the next chunk [*lo, *hi) (reporting the previous one done); false when none is left. */
+bool es__work_next(es__work *w, int64_t *lo, int64_t *hi);
+/* Reports the last chunk done and returns when the whole phase is done. */
+void es__work_end(es__work *w);
+
 #endif /* ES_CPU_POOL_H */

@@ -13,6 +13,7 @@
 #include "../test.h"
 
 #include <stdint.h>
+#include <time.h>
 
 static test_rng rng = {12345};
 
@@ -542,7 +543,7 @@ static void test_elementwise(void) {
     CHECK(es__cpu_argmax(a, 8) == 1);
     float nans[2] = {NAN, NAN};
     CHECK(es__cpu_argmax(nans, 2) == 0);
-    int32_t ids[5];
+    int32_t ids[8];
     float vals[5];
     CHECK(es__cpu_topk(a, 8, 5, ids, vals) == 5);
     int32_t want[5] = {1, 3, 6, 5, 0};
@@ -585,6 +586,69 @@ static void pool_thread(void *arg, int ith, int nth) {
     }
 }
 
+typedef struct steal_job {
+    es__pool *p;
+    es__sched *s;
+    int n_phases;
+    int64_t n_units;
+    int *count;   /* [n_phases][n_units] times each unit was run */
+    int *owner;   /* [n_phases][n_units] thread that ran it */
+    int bad;
+} steal_job;
+
+static void steal_thread(void *arg, int ith, int nth) {
+    steal_job *j = arg;
+    if (ith == 1) {
+        struct timespec ts = {0, 20 * 1000 * 1000}; /* a late thread: the others must take its range */
+        nanosleep(&ts, NULL);
+    }
+    for (int ph = 0; ph < j->n_phases; ph++) {
+        es__work w;
+        const int64_t n = j->n_units - ph; /* odd sizes */
+        es__work_begin(&w, j->p, j->s, ph, n, 3, ith, nth);
+        for (int64_t lo, hi; es__work_next(&w, &lo, &hi);)
+            for (int64_t u = lo; u < hi; u++) {
+                __atomic_add_fetch(&j->count[ph * j->n_units + u], 1, __ATOMIC_RELAXED);
+                j->owner[ph * j->n_units + u] = ith;
+            }
+        es__work_end(&w);
+        /* the phase is complete for everyone who gets past es__work_end */
+        for (int64_t u = 0; u < n; u++)
+            if (__atomic_load_n(&j->count[ph * j->n_units + u], __ATOMIC_RELAXED) != 1)
+                __atomic_add_fetch(&j->bad, 1, __ATOMIC_RELAXED);
+    }
+}
+
+static void test_steal(void) {
+    es__err err;
+    for (int nth = 1; nth <= 3; nth++) {
+        es__pool *p;
+        CHECK_OK(es__pool_create(NULL, nth, -1, &err, &p));
+        const int n_phases = 5;
+        const int64_t n_units = 1000;
+        void *mem = malloc(es__sched_bytes(nth, n_phases) + 64);
+        es__sched *s = (es__sched *)(void *)(((uintptr_t)mem + 63) & ~(uintptr_t)63);
+        int *count = calloc((size_t)(n_phases * n_units), sizeof(int)), *owner = calloc((size_t)(n_phases * n_units), sizeof(int));
+        es__sched_reset(s, nth, n_phases);
+        steal_job j = {p, s, n_phases, n_units, count, owner, 0};
+        es__pool_run(p, steal_thread, &j);
+        CHECKF(j.bad == 0, "%d threads: %d units not done exactly once when a thread left es__work_end", nth, j.bad);
+        bool once = true;
+        for (int ph = 0; ph < n_phases; ph++)
+            for (int64_t u = 0; u < n_units; u++) once = once && count[ph * n_units + u] == (u < n_units - ph ? 1 : 0);
+        CHECK(once);
+        if (nth >= 2) {
+            /* thread 1 slept through phase 0: its range was taken by the others */
+            int64_t lo, hi, stolen = 0;
+            es__split_range(n_units, 3, 1, nth, &lo, &hi);
+            for (int64_t u = lo; u < hi; u++) stolen += owner[u] != 1;
+            CHECKF(stolen > 0, "%d threads: nobody took the late thread's units", nth);
+        }
+        free(count), free(owner), free(mem);
+        es__pool_destroy(p);
+    }
+}
+
 static void test_pool(void) {
     es__err err;
     for (int nth = 1; nth <= 4; nth++)
@@ -624,5 +688,6 @@ int main(void) {
     test_kv_write();
     test_elementwise();
     test_pool();
+    test_steal();
     TEST_MAIN_END();
 }
