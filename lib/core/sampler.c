@@ -14,6 +14,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Weight buckets for top-p: the exponent and 6 mantissa bits of a weight in [2^-126, 1] order
+ * the weights in steps of 1.1% without sorting them. */
+#define ES__TOPP_KEY_LO (897u << 6) /* key of 2^-126: exponent 1023 - 126 */
+#define ES__TOPP_BUCKETS ((1023u << 6) - ES__TOPP_KEY_LO + 1)
+
 struct es_sampler {
     es_sampler_params p;
     int32_t n_vocab;
@@ -21,6 +26,7 @@ struct es_sampler {
     const es_allocator *alloc;
     es__err err;
     float *work;      /* [n_vocab] logits after the penalty                         */
+    double *bucket_mass; /* [ES__TOPP_BUCKETS] top-p mass per weight bucket          */
     int32_t *ids;     /* [n_vocab] candidate ids, ascending                          */
     double *w;        /* [n_vocab] candidate weights, parallel to ids               */
     int32_t *heap;    /* [n_vocab] top-k selection heap                             */
@@ -72,6 +78,7 @@ void es_sampler_free(es_sampler *s) {
         a = &copy;
     }
     es__free(a, s->work);
+    es__free(a, s->bucket_mass);
     es__free(a, s->ids);
     es__free(a, s->w);
     es__free(a, s->heap);
@@ -98,12 +105,13 @@ es_status es_sampler_create(int32_t n_vocab, const es_sampler_params *params, co
     s->n_vocab = n_vocab;
     const size_t n = (size_t)n_vocab;
     s->work = es__calloc(s->alloc, n, sizeof *s->work);
+    s->bucket_mass = es__calloc(s->alloc, ES__TOPP_BUCKETS, sizeof *s->bucket_mass);
     s->ids = es__calloc(s->alloc, n, sizeof *s->ids);
     s->w = es__calloc(s->alloc, n, sizeof *s->w);
     s->heap = es__calloc(s->alloc, n, sizeof *s->heap);
     s->sorted = es__calloc(s->alloc, n, sizeof *s->sorted);
     s->stamp = es__calloc(s->alloc, n, sizeof *s->stamp);
-    if (!s->work || !s->ids || !s->w || !s->heap || !s->sorted || !s->stamp) {
+    if (!s->work || !s->bucket_mass || !s->ids || !s->w || !s->heap || !s->sorted || !s->stamp) {
         es_sampler_free(s);
         return es__fail(NULL, ES_ERR_OUT_OF_MEMORY, "es_sampler_create: out of memory for %d-token scratch",
                         n_vocab);
@@ -131,35 +139,54 @@ double es_sampler_uniform(uint64_t seed, int64_t pos) {
 
 /* ---- the filter chain */
 
-/* Copies logits, rejecting NaN and +inf, and applies the repetition penalty (llama.cpp's rule:
- * each distinct token among the last repeat_last_n history tokens once; positive logits divided,
- * others multiplied). */
-static es_status load_logits(es_sampler *s, const float *logits, const int32_t *history, size_t n_history) {
+/* Checks logits in one branch-free pass over their bits (integer compares vectorise where a float
+ * max reduction does not): NaN and +inf are rejected, the maximum is returned. The search for the
+ * offending index runs only on failure. */
+static es_status scan_logits(es_sampler *s, const float *logits, float *max_out) {
     const int32_t n = s->n_vocab;
-    bool any_finite = false;
+    int32_t kmax = INT32_MIN;
+    uint32_t bad = 0;
     for (int32_t i = 0; i < n; i++) {
-        float l = logits[i];
-        ES_RETURN_IF(isnan(l) || (isinf(l) && l > 0), &s->err, ES_ERR_INVALID_ARGUMENT,
-                     "es_sample: logit of token %d is %g (NaN and +inf are not logits)", i, (double)l);
-        any_finite = any_finite || l > -INFINITY;
-        s->work[i] = l;
+        uint32_t b;
+        memcpy(&b, &logits[i], sizeof b);
+        bad |= ((b & 0x7FFFFFFFu) > 0x7F800000u) | (b == 0x7F800000u); /* NaN, +inf */
+        /* order-preserving map of a float's bits to a signed integer */
+        const int32_t k = (int32_t)(b ^ ((uint32_t)((int32_t)b >> 31) & 0x7FFFFFFFu));
+        kmax = k > kmax ? k : kmax;
     }
-    ES_RETURN_IF(!any_finite, &s->err, ES_ERR_INVALID_ARGUMENT, "es_sample: every logit is -inf");
+    if (ES__UNLIKELY(bad)) {
+        for (int32_t i = 0; i < n; i++)
+            ES_RETURN_IF(isnan(logits[i]) || logits[i] == INFINITY, &s->err, ES_ERR_INVALID_ARGUMENT,
+                         "es_sample: logit of token %d is %g (NaN and +inf are not logits)", i, (double)logits[i]);
+    }
+    const uint32_t mb = (uint32_t)kmax ^ ((uint32_t)(kmax >> 31) & 0x7FFFFFFFu);
+    float mx;
+    memcpy(&mx, &mb, sizeof mx);
+    ES_RETURN_IF(mx == -INFINITY, &s->err, ES_ERR_INVALID_ARGUMENT, "es_sample: every logit is -inf");
+    *max_out = mx;
+    return ES_OK;
+}
+
+/* The repetition penalty, llama.cpp's rule: each distinct token among the last repeat_last_n
+ * history tokens once; positive logits divided, others multiplied. Works on a copy of the logits;
+ * returns the array the rest of the chain reads (the caller's own when nothing is penalised). */
+static const float *apply_penalty(es_sampler *s, const float *logits, const int32_t *history, size_t n_history) {
     const es_sampler_params *p = &s->p;
-    if (p->repeat_penalty == 1.0f || p->repeat_last_n == 0 || n_history == 0) return ES_OK;
-    size_t window = p->repeat_last_n < 0 ? n_history : ES__MIN(n_history, (size_t)p->repeat_last_n);
+    if (p->repeat_penalty == 1.0f || p->repeat_last_n == 0 || n_history == 0) return logits;
+    const size_t window = p->repeat_last_n < 0 ? n_history : ES__MIN(n_history, (size_t)p->repeat_last_n);
+    memcpy(s->work, logits, sizeof *s->work * (size_t)s->n_vocab);
     if (++s->stamp_gen == 0) { /* wrapped: clear so old marks cannot alias */
-        memset(s->stamp, 0, sizeof *s->stamp * (size_t)n);
+        memset(s->stamp, 0, sizeof *s->stamp * (size_t)s->n_vocab);
         s->stamp_gen = 1;
     }
     for (size_t i = n_history - window; i < n_history; i++) {
-        int32_t t = history[i];
+        const int32_t t = history[i];
         if (s->stamp[t] == s->stamp_gen) continue;
         s->stamp[t] = s->stamp_gen;
-        float l = s->work[t];
+        const float l = s->work[t];
         s->work[t] = l <= 0.0f ? l * p->repeat_penalty : l / p->repeat_penalty;
     }
-    return ES_OK;
+    return s->work;
 }
 
 /* a ranks below b: lower logit, or equal logit and higher id */
@@ -185,9 +212,9 @@ static int cmp_i32(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-/* Fills s->ids with the k best tokens (ids ascending); min-heap with the worst kept at the root. */
-static int32_t select_top_k(es_sampler *s, int32_t k) {
-    const float *l = s->work;
+/* Fills s->ids with the k best tokens (ids ascending); min-heap with the worst kept at the root,
+ * so most tokens cost one comparison. */
+static int32_t select_top_k(es_sampler *s, const float *l, int32_t k) {
     int32_t *h = s->heap, m = 0;
     for (int32_t i = 0; i < s->n_vocab; i++) {
         if (l[i] == -INFINITY) continue;
@@ -205,47 +232,94 @@ static int32_t select_top_k(es_sampler *s, int32_t k) {
     return m;
 }
 
+/* exp(x) for x <= 0, written so the compiler vectorises the loops that call it: x = k ln2 + r
+ * with |r| <= ln2/2 (reduced in double, so large |x| keeps its accuracy), a degree-7 Taylor
+ * polynomial for e^r (relative error below 1e-8), and 2^k from the exponent bits. Below -87
+ * (e^-87 ~ 2^-126) it returns 0: such a token is e^87 times less likely than the best one. */
+static inline double exp_neg(double x) {
+    const double xc = x < -87.0 ? -87.0 : x;
+    const int64_t k = (int64_t)(xc * 1.4426950408889634 - 0.5); /* round to nearest for xc <= 0 */
+    const double kd = (double)k;
+    const double r = xc - kd * 0.6931471805599453;
+    double q = 1.0 / 5040.0;
+    q = q * r + 1.0 / 720.0;
+    q = q * r + 1.0 / 120.0;
+    q = q * r + 1.0 / 24.0;
+    q = q * r + 1.0 / 6.0;
+    q = q * r + 0.5;
+    q = q * r + 1.0;
+    q = q * r + 1.0;
+    const uint64_t bits = (uint64_t)(k + 1023) << 52;
+    double scale;
+    memcpy(&scale, &bits, sizeof scale);
+    return x < -87.0 ? 0.0 : q * scale;
+}
+
+/* Weights relative to the best token for the candidates in s->ids[0..n), or for every token when
+ * dense (ids = 0..n_vocab-1, -inf tokens get weight 0). Returns the total. */
+static double weigh(es_sampler *s, const float *l, float lmax, int32_t n, bool dense) {
+    const double inv_t = 1.0 / (double)s->p.temperature, m = (double)lmax;
+    double *w = s->w;
+    if (dense) {
+        for (int32_t i = 0; i < n; i++) w[i] = exp_neg(((double)l[i] - m) * inv_t);
+        for (int32_t i = 0; i < n; i++) s->ids[i] = i;
+    } else {
+        for (int32_t i = 0; i < n; i++) w[i] = exp_neg(((double)l[s->ids[i]] - m) * inv_t);
+    }
+    double total = 0.0;
+    for (int32_t i = 0; i < n; i++) total += w[i];
+    return total;
+}
+
 static int cmp_cand_desc(const void *a, const void *b) {
     const es__cand *x = a, *y = b;
     if (x->w != y->w) return x->w > y->w ? -1 : 1;
     return (x->id > y->id) - (x->id < y->id);
 }
 
-/* Top-p (Holtzman et al., nucleus sampling): keep the smallest prefix of candidates in (weight
- * desc, id asc) order whose mass reaches top_p. Only candidates at or above a weight threshold
- * are sorted; the threshold is lowered until they hold the needed mass, which gives the same
- * prefix as sorting everything because the nucleus is always a set of the heaviest tokens. */
+static inline uint32_t weight_bucket(double w) {
+    uint64_t bits;
+    memcpy(&bits, &w, sizeof bits);
+    const uint32_t key = (uint32_t)(bits >> 46);
+    return key > ES__TOPP_KEY_LO ? key - ES__TOPP_KEY_LO : 0; /* exp_neg never goes below 2^-126 */
+}
+
+/* Top-p (Holtzman et al., nucleus sampling): keep the smallest set of most likely candidates, in
+ * (weight desc, id asc) order, whose mass reaches top_p. Bucketing finds the bucket where the mass
+ * is reached; only that bucket's candidates are sorted. Weights are 0 or >= 2^-126 (exp_neg). */
 static int32_t filter_top_p(es_sampler *s, int32_t n, double total, double top_p) {
     const double need = top_p * total;
-    double thr = 1.0 / 1024.0; /* relative to the maximum weight, which is 1 */
-    int32_t m;
-    for (;;) {
-        double mass = 0.0;
-        m = 0;
-        for (int32_t i = 0; i < n; i++) {
-            if (s->w[i] < thr) continue;
-            s->sorted[m++] = (es__cand){s->w[i], s->ids[i]};
-            mass += s->w[i];
-        }
-        if (mass >= need || thr == 0.0 || m == n) break;
-        thr = thr > 1e-30 ? thr / 1024.0 : 0.0;
+    double *mass = s->bucket_mass;
+    memset(mass, 0, sizeof *mass * ES__TOPP_BUCKETS);
+    for (int32_t i = 0; i < n; i++)
+        if (s->w[i] > 0.0) mass[weight_bucket(s->w[i])] += s->w[i];
+    double above = 0.0; /* mass of the buckets above the boundary */
+    uint32_t b = ES__TOPP_BUCKETS - 1;
+    for (;; b--) {
+        if (above + mass[b] >= need || b == 0) break;
+        above += mass[b];
     }
+    int32_t m = 0;
+    for (int32_t i = 0; i < n; i++)
+        if (s->w[i] > 0.0 && weight_bucket(s->w[i]) == b) s->sorted[m++] = (es__cand){s->w[i], s->ids[i]};
     qsort(s->sorted, (size_t)m, sizeof *s->sorted, cmp_cand_desc);
-    double cum = 0.0;
-    int32_t last = m - 1;
+    es__cand cut = m > 0 ? s->sorted[m - 1] : (es__cand){0.0, INT32_MAX};
+    double cum = above;
     for (int32_t i = 0; i < m; i++) {
         cum += s->sorted[i].w;
         if (cum >= need) {
-            last = i;
+            cut = s->sorted[i];
             break;
         }
     }
-    const es__cand cut = s->sorted[last];
     int32_t kept = 0;
     for (int32_t i = 0; i < n; i++) {
-        if (s->w[i] > cut.w || (s->w[i] == cut.w && s->ids[i] <= cut.id)) {
+        const double w = s->w[i];
+        if (w <= 0.0) continue;
+        const uint32_t k = weight_bucket(w);
+        if (k > b || (k == b && (w > cut.w || (w == cut.w && s->ids[i] <= cut.id)))) {
             s->ids[kept] = s->ids[i];
-            s->w[kept] = s->w[i];
+            s->w[kept] = w;
             kept++;
         }
     }
@@ -260,40 +334,37 @@ es_status es__sampler_dist(es_sampler *s, const float *logits, const int32_t *hi
     for (size_t i = 0; i < n_history; i++)
         ES_RETURN_IF(history[i] < 0 || history[i] >= s->n_vocab, &s->err, ES_ERR_INVALID_ARGUMENT,
                      "es_sample: history[%zu] = %d outside [0, %d)", i, history[i], s->n_vocab);
-    ES_TRY(load_logits(s, logits, history, n_history));
+    float lmax = 0.0f;
+    ES_TRY(scan_logits(s, logits, &lmax));
     const es_sampler_params *p = &s->p;
-    const float *l = s->work;
-    int32_t best = -1;
-    for (int32_t i = 0; i < s->n_vocab; i++)
-        if (best < 0 || l[i] > l[best]) best = i; /* strict: ties keep the lower id */
+    const float *l = apply_penalty(s, logits, history, n_history);
+    if (l != logits) { /* the penalty moved logits: find the new maximum */
+        lmax = -INFINITY;
+        for (int32_t i = 0; i < s->n_vocab; i++) lmax = l[i] > lmax ? l[i] : lmax;
+    }
 
     if (p->temperature == 0.0f || p->top_k == 1) {
+        int32_t best = 0;
+        while (l[best] != lmax) best++; /* the first maximum: ties to the lowest id */
         s->ids[0] = best;
         s->w[0] = 1.0;
         *out = (es__dist){1, s->ids, s->w, 1.0};
         return ES_OK;
     }
 
-    int32_t n;
-    if (p->top_k > 0 && p->top_k < s->n_vocab) {
-        n = select_top_k(s, p->top_k);
-    } else {
-        n = 0;
-        for (int32_t i = 0; i < s->n_vocab; i++)
-            if (l[i] > -INFINITY) s->ids[n++] = i;
-    }
     /* temperature, then softmax weights relative to the best token (whose weight is exactly 1) */
-    /* double: a float exponent of magnitude ~50 would already carry a 1e-5 relative error */
-    const double lmax = (double)l[best], t = (double)p->temperature;
-    double total = 0.0;
-    for (int32_t i = 0; i < n; i++) {
-        double wi = exp(((double)l[s->ids[i]] - lmax) / t);
-        s->w[i] = wi;
-        total += wi;
+    int32_t n;
+    double total;
+    if (p->top_k > 0 && p->top_k < s->n_vocab) {
+        n = select_top_k(s, l, p->top_k);
+        total = weigh(s, l, lmax, n, false);
+    } else {
+        n = s->n_vocab;
+        total = weigh(s, l, lmax, n, true);
     }
     if (p->top_p < 1.0f) n = filter_top_p(s, n, total, (double)p->top_p);
     /* Min-p (Nguyen et al., "min-p sampling"): relative to the most likely token, whose weight is
-     * 1. The same pass drops weights that underflowed to 0, so every candidate left can be drawn. */
+     * 1. The same pass drops zero weights, so every candidate left can be drawn. */
     const double floor_w = (double)p->min_p;
     int32_t kept = 0;
     total = 0.0;

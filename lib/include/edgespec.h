@@ -407,7 +407,8 @@ ES_API void es_sampler_free(es_sampler *sampler);
  *   1. repetition penalty: each distinct token among the last repeat_last_n of history once:
  *      a positive logit is divided by repeat_penalty, a negative or zero one multiplied;
  *   2. temperature == 0 (or top_k == 1): the argmax, ties to the lowest id; done;
- *   3. temperature: logits / temperature, softmax relative to the best token;
+ *   3. temperature: logits / temperature, softmax relative to the best token (a token e^87 or
+ *      more times less likely than the best gets probability 0);
  *   4. top-k: the k best (ties to the lower id);
  *   5. top-p: the smallest set of most likely tokens (ties to the lower id) whose mass >= top_p;
  *   6. min-p: drop tokens whose probability is below min_p times the best one's;

@@ -290,6 +290,19 @@ static void test_filters(void) {
         }
     check_dist(big, V, 1.0f, 0, 1.0f, 0.01f);
     check_dist(big, V, 1.0f, 1000, 0.95f, 0.0f);
+    /* many exact ties: the top-p boundary falls inside a run of equal weights */
+    for (int i = 0; i < V; i++) big[i] = (float)(test_rng_u64(&rng) % 7);
+    const float tie_ps[4] = {0.05f, 0.3f, 0.77f, 0.999f};
+    for (int p = 0; p < 4; p++) check_dist(big, V, 1.0f, 0, tie_ps[p], 0.0f);
+    /* a spread past e^-87: far tokens get probability 0, the rest match the reference */
+    for (int i = 0; i < V; i++) big[i] = -200.0f * (float)i / V;
+    es_sampler *far = make(V, 1.0f, 0, 1.0f, 0.0f, 0);
+    CHECK_OK(es__sampler_dist(far, big, NULL, 0, &d));
+    CHECKF(d.n == (int)(87.0 * V / 200.0) + 1, "%d candidates within e^-87 of the best", d.n);
+    CHECK(d.ids[0] == 0 && d.w[0] == 1.0);
+    for (int i = 0; i < d.n; i++)
+        CHECKF(d.ids[i] == i && fabs(d.w[i] - exp((double)big[i])) <= 1e-6 * exp((double)big[i]), "token %d", i);
+    es_sampler_free(far);
     free(big);
 }
 
