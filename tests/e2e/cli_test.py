@@ -265,9 +265,31 @@ def case_readme(a):
           "the demo's CLI command generates text and a stats line", p)
 
 
+def case_bench(a):
+    """`edgespec bench` runs tools/bench's benchmark: JSON on stdout, the CLI's exit statuses."""
+    import json
+    p = run([a.cli, "bench", "-m", a.model, "-r", "2", "-p", "8,16", "-n", "4", "-c", "64", "--no-membw"])
+    if not check(p.returncode == 0, "bench succeeds", p):
+        return
+    try:
+        doc = json.loads(p.stdout)
+    except ValueError as e:
+        check(False, f"bench prints one JSON object ({e})", p)
+        return
+    names = [t.get("name") for t in doc.get("tests", [])]
+    check(names == ["pp8", "pp16", "tg4"], f"bench ran pp8, pp16, tg4 (got {names})", p)
+    check(all(t.get("tok_s_median", 0) > 0 and len(t.get("tok_s", [])) == 2 for t in doc.get("tests", [])),
+          "every test has 2 repetitions and a positive median", p)
+    check(doc.get("backend") == "cpu" and doc.get("n_vocab", 0) > 0, "bench reports the backend and the model", p)
+    expect_fail([a.cli, "bench", "-m", a.model, "--bogus"], 2, ["--bogus"], "bench with a bad option")
+    expect_fail([a.cli, "bench", "-m", a.model + ".missing"], 1, ["No such file"], "bench on a missing model")
+    h = run([a.cli, "help"])
+    check(h.returncode == 0 and "bench" in h.stdout, "help lists bench", h)
+
+
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("case", choices=["run", "info", "tokenize", "errors", "readme"])
+    ap.add_argument("case", choices=["run", "info", "tokenize", "errors", "readme", "bench"])
     ap.add_argument("--source-root")
     ap.add_argument("--build-root")
     ap.add_argument("--cli", required=True)

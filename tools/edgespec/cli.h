@@ -16,6 +16,7 @@ enum { CLI_EXIT_OK = 0, CLI_EXIT_FAIL = 1, CLI_EXIT_USAGE = 2 };
 int cli_cmd_run(int argc, char **argv);
 int cli_cmd_info(int argc, char **argv);
 int cli_cmd_tokenize(int argc, char **argv);
+int cli_cmd_bench(int argc, char **argv);
 
 /* Prints "edgespec CMD: WHAT: <es_last_error()> (<status>)" to stderr and returns CLI_EXIT_FAIL. */
 int cli_fail_status(const char *cmd, es_status s, const char *what);
