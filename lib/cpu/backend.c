@@ -3,6 +3,7 @@
  * compaction of provisional KV slots after a tree commit (kv_compact). The arithmetic lives in
  * forward.c, ops.c and kern_impl.c. */
 #include "cpu.h"
+#include "opsi.h"
 #include "msa.h"
 
 #include <stdio.h>
@@ -171,7 +172,7 @@ static es_status cpu_ctx_init(es_context *ctx) {
         c->up = alloc_arr(a, nb, (size_t)hp->n_ff, sizeof(float));
         c->rope = alloc_arr(a, nb, (size_t)(hp->n_rot / 2) * 2, sizeof(float));
         c->scores = alloc_arr(a, (size_t)c->n_threads, (size_t)ctx->n_ctx + nb, sizeof(float));
-        c->visible = alloc_arr(a, (size_t)c->n_threads, nb, sizeof(int32_t));
+        c->visible = alloc_arr(a, (size_t)c->n_threads * ES__CPU_ATTN_ROWS, nb, sizeof(int32_t));
         c->panel = alloc_arr(a, (size_t)c->n_threads, c->panel_floats, sizeof(float));
         c->n_phases = es__cpu_fwd_phases(hp->n_layer);
         c->sched_mem = es__malloc(a, es__sched_bytes(c->n_threads, c->n_phases) + 64);

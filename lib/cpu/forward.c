@@ -153,7 +153,7 @@ static void layer(thr *t, int32_t il) {
         phase_begin(t, &w, (int64_t)nr * hp->n_head, 1);
         for (int64_t lo, hi; es__work_next(&w, &lo, &hi);)
             es__cpu_attention_range(J->k, &a, lo, hi, c->scores + (size_t)t->ith * (size_t)(J->n_ctx + n),
-                                    c->visible + (size_t)t->ith * (size_t)n);
+                                    c->visible + (size_t)t->ith * ES__CPU_ATTN_ROWS * (size_t)n);
         es__work_end(&w);
     }
 

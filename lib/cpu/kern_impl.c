@@ -1,13 +1,17 @@
 /* kern_impl.c: the CPU inner loops (kern.h), compiled once per instruction-set level with
  * -DES_KERN_LEVEL=0 (generic), 3 (x86-64-v3) or 4 (x86-64-v4) and the matching -march. Portable C
- * with GCC/Clang vector extensions; the only intrinsics are the fused multiply-add and the
- * half-precision conversion, so the arithmetic is spelled out and never left to contraction.
+ * with GCC/Clang vector extensions; intrinsics only where the extensions fall short (fused
+ * multiply-add, half-precision and int8 widening), so the arithmetic is spelled out and never
+ * left to the compiler's contraction.
  *
  * Reduction order (why results are batch-invariant): an output element y[t][r] has one
- * accumulator of VL lanes; lane l accumulates k = l, l + VL, l + 2 VL, ... in increasing k (block
- * types: one partial per 32-element block, scaled and added in block order); the lanes are then
- * summed pairwise (hsum). Tiles only decide which elements are computed together, never how.
- * Weights are read in place (no repacking). Not here: threading, which rows a thread takes. */
+ * accumulator of VL lanes; lane l accumulates w[k] * x[k] for k = l, l + VL, l + 2 VL, ... in
+ * increasing k with one fused multiply-add each (w converted to f32 exactly: a Q8_0/Q4_0 weight
+ * d * q fits f32's significand); the lanes are then summed pairwise (hsum). A single token streams
+ * the weights in place row by row; several tokens convert a few rows to f32 once (the panel) and
+ * run them through register tiles: the same arithmetic per element, so tiles and panels only
+ * decide which elements are computed together, never how.
+ * Not here: threading, which rows a thread takes. */
 #include "kern.h"
 
 #include <string.h>
@@ -115,6 +119,38 @@ INLINE float hsum(vf v) {
     vf2 h2 = __builtin_shufflevector(h4, h4, 0, 1) + __builtin_shufflevector(h4, h4, 2, 3);
     return h2[0] + h2[1];
 }
+
+/* hsum of VL vectors at once: lane g of the result is hsum(v[g]), by the same pairwise additions
+ * (each level pairs two vectors' halves with shuffles instead of halving one vector). */
+#if VL == 16
+INLINE vf hsum_keys(const vf *v) {
+    vf w[8], x[4], y[2];
+    for (int i = 0; i < 8; i++)
+        w[i] = __builtin_shufflevector(v[2 * i], v[2 * i + 1], 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23) +
+               __builtin_shufflevector(v[2 * i], v[2 * i + 1], 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30,
+                                       31);
+    for (int i = 0; i < 4; i++)
+        x[i] = __builtin_shufflevector(w[2 * i], w[2 * i + 1], 0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27) +
+               __builtin_shufflevector(w[2 * i], w[2 * i + 1], 4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23, 28, 29, 30, 31);
+    for (int i = 0; i < 2; i++)
+        y[i] = __builtin_shufflevector(x[2 * i], x[2 * i + 1], 0, 1, 4, 5, 8, 9, 12, 13, 16, 17, 20, 21, 24, 25, 28, 29) +
+               __builtin_shufflevector(x[2 * i], x[2 * i + 1], 2, 3, 6, 7, 10, 11, 14, 15, 18, 19, 22, 23, 26, 27, 30, 31);
+    return __builtin_shufflevector(y[0], y[1], 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30) +
+           __builtin_shufflevector(y[0], y[1], 1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+}
+#elif VL == 8
+INLINE vf hsum_keys(const vf *v) {
+    vf w[4], x[2];
+    for (int i = 0; i < 4; i++)
+        w[i] = __builtin_shufflevector(v[2 * i], v[2 * i + 1], 0, 1, 2, 3, 8, 9, 10, 11) +
+               __builtin_shufflevector(v[2 * i], v[2 * i + 1], 4, 5, 6, 7, 12, 13, 14, 15);
+    for (int i = 0; i < 2; i++)
+        x[i] = __builtin_shufflevector(w[2 * i], w[2 * i + 1], 0, 1, 4, 5, 8, 9, 12, 13) +
+               __builtin_shufflevector(w[2 * i], w[2 * i + 1], 2, 3, 6, 7, 10, 11, 14, 15);
+    return __builtin_shufflevector(x[0], x[1], 0, 2, 4, 6, 8, 10, 12, 14) +
+           __builtin_shufflevector(x[0], x[1], 1, 3, 5, 7, 9, 11, 13, 15);
+}
+#endif
 
 /* ---- element conversions (all exact) */
 
@@ -401,13 +437,50 @@ static void k_silu_mul(const float *g, const float *u, int64_t n, float *out) {
     }
 }
 
+/* out[d0 .. d0 + NC VL) = inv * sum_j p_j v_slot(j)[...], keys in order. */
+INLINE void pv_chunks(const float *vb, int64_t hd, int32_t n_past, const int32_t *vis, int32_t m, const float *p,
+                      float inv, int64_t d0, const int NC, float *out) {
+    vf acc[4];
+    for (int c = 0; c < NC; c++) acc[c] = vzero();
+    for (int32_t j = 0; j < m; j++) {
+        const int64_t slot = j < n_past ? j : n_past + vis[j - n_past];
+        const float *vr = vb + slot * hd + d0;
+        const vf pv = vsplat(p[j]);
+        for (int c = 0; c < NC; c++) acc[c] = vfma(pv, loadu(vr + c * VL), acc[c]);
+    }
+    for (int c = 0; c < NC; c++) storeu(out + d0 + c * VL, acc[c] * vsplat(inv));
+}
+
 /* Attention of one query over m = n_past + n_vis keys of one kv head: slots 0..n_past-1, then
  * n_past + vis[i]. kb, vb: (n_ctx, hd). Scores, their exponentials, their sum and the weighted sum
  * of values all run over the keys in slot (position) order. */
 static void k_attend(const float *q, const float *kb, const float *vb, int64_t hd, int32_t n_past, const int32_t *vis,
                      int32_t n_vis, float scale, float *sc, float *out) {
     const int32_t m = n_past + n_vis;
-    for (int32_t s = 0; s < m; s++) {
+    int32_t s0 = 0;
+#if VL >= 8
+    /* VL keys at a time: their lane sums finish together (hsum_keys), with the same additions */
+    for (; s0 + VL <= m; s0 += VL) {
+        const float *kr[VL];
+        vf acc[VL];
+        for (int g = 0; g < VL; g++) {
+            const int32_t s = s0 + g;
+            kr[g] = kb + (s < n_past ? s : n_past + vis[s - n_past]) * hd;
+            acc[g] = vzero();
+        }
+        int64_t k = 0;
+        for (; k + VL <= hd; k += VL) {
+            const vf qv = loadu(q + k);
+            for (int g = 0; g < VL; g++) acc[g] = vfma(qv, loadu(kr[g] + k), acc[g]);
+        }
+        if (k < hd) {
+            const vf qv = load_x_tail(q + k, hd - k);
+            for (int g = 0; g < VL; g++) acc[g] = vfma(qv, load_x_tail(kr[g] + k, hd - k), acc[g]);
+        }
+        storeu(sc + s0, hsum_keys(acc) * vsplat(scale));
+    }
+#endif
+    for (int32_t s = s0; s < m; s++) {
         const int64_t slot = s < n_past ? s : n_past + vis[s - n_past];
         const float *kr = kb + slot * hd;
         vf acc = vzero();
@@ -432,39 +505,22 @@ static void k_attend(const float *q, const float *kb, const float *vb, int64_t h
         sc[s] = vexp(loadu(buf))[0];
         sum += sc[s];
     }
-    /* out = sum_s p_s v_s, keys in order; up to ACC_CHUNKS chunks of VL output dims at a time so
-     * their accumulation chains overlap */
-    enum { ACC_CHUNKS = 8 };
+    /* out = sum_s p_s v_s, keys in order; several chunks of VL output dims at a time so their
+     * accumulation chains overlap (pv_chunks keeps them in registers) */
     const float inv = 1.0f / sum;
-    for (int64_t d0 = 0; d0 < hd; d0 += ACC_CHUNKS * VL) {
-        const int nc = (int)ES__MIN(ACC_CHUNKS, (hd - d0 + VL - 1) / VL);
-        const bool full = d0 + (int64_t)nc * VL <= hd;
-        vf acc[ACC_CHUNKS];
-        for (int c = 0; c < nc; c++) acc[c] = vzero();
+    int64_t d0 = 0;
+    for (; d0 + 4 * VL <= hd; d0 += 4 * VL) pv_chunks(vb, hd, n_past, vis, m, sc, inv, d0, 4, out);
+    for (; d0 + VL <= hd; d0 += VL) pv_chunks(vb, hd, n_past, vis, m, sc, inv, d0, 1, out);
+    if (d0 < hd) {
+        const int64_t w = hd - d0;
+        vf acc = vzero();
         for (int32_t j = 0; j < m; j++) {
             const int64_t slot = j < n_past ? j : n_past + vis[j - n_past];
-            const float *vr = vb + slot * hd + d0;
-            const vf p = vsplat(sc[j]);
-            if (full) {
-                for (int c = 0; c < nc; c++) acc[c] = vfma(p, loadu(vr + c * VL), acc[c]);
-            } else {
-                for (int c = 0; c < nc; c++) {
-                    const int64_t w = ES__MIN(VL, hd - d0 - c * VL);
-                    acc[c] = vfma(p, w == VL ? loadu(vr + c * VL) : load_x_tail(vr + c * VL, w), acc[c]);
-                }
-            }
+            acc = vfma(vsplat(sc[j]), load_x_tail(vb + slot * hd + d0, w), acc);
         }
-        for (int c = 0; c < nc; c++) {
-            const int64_t w = ES__MIN(VL, hd - d0 - c * VL);
-            const vf r = acc[c] * vsplat(inv);
-            if (w == VL) {
-                storeu(out + d0 + c * VL, r);
-            } else {
-                float buf[VL];
-                storeu(buf, r);
-                memcpy(out + d0 + c * VL, buf, sizeof(float) * (size_t)w);
-            }
-        }
+        float buf[VL];
+        storeu(buf, acc * vsplat(inv));
+        memcpy(out + d0, buf, sizeof(float) * (size_t)w);
     }
 }
 

@@ -53,25 +53,35 @@ void es__cpu_rope_token(float *x, int64_t n_head, int64_t head_dim, int64_t n_ro
     rope_pairs(x, n_head, head_dim, n_rot, 0, n_rot / 2, cs, type);
 }
 
+/* In-batch keys of batch token j: its ancestors and itself, in slot order. Returns the count. */
+static int32_t visible_keys(const es__attn *a, int32_t j, int32_t *visible) {
+    int32_t n_vis = 0;
+    for (int32_t i = 0; i < a->n_batch; i++)
+        if (a->dfs_start[i] <= a->dfs_start[j] && a->dfs_end[j] <= a->dfs_end[i]) visible[n_vis++] = i;
+    return n_vis;
+}
+
 void es__cpu_attention_range(const es__kern *k, const es__attn *a, int64_t lo, int64_t hi, float *scores,
                              int32_t *visible) {
-    const int32_t hd = a->head_dim, group = a->n_head / a->n_head_kv;
-    int32_t cur_row = -1, n_vis = 0;
+    const int32_t hd = a->head_dim, group = a->n_head / a->n_head_kv, rb = ES__CPU_ATTN_ROWS;
+    int32_t cur_block = -1, n_vis[ES__CPU_ATTN_ROWS];
     for (int64_t task = lo; task < hi; task++) {
-        const int32_t row = (int32_t)(task / a->n_head), h = (int32_t)(task % a->n_head);
-        const int32_t j = a->rows ? a->rows[row] : row;
-        if (row != cur_row) {
-            /* in-batch keys of token j: its ancestors and itself, in slot order */
-            n_vis = 0;
-            for (int32_t i = 0; i < a->n_batch; i++)
-                if (a->dfs_start[i] <= a->dfs_start[j] && a->dfs_end[j] <= a->dfs_end[i]) visible[n_vis++] = i;
-            cur_row = row;
+        /* blocks of rb query rows; inside a block head-major, so one head's keys and values stay
+         * in cache while the block's rows read them */
+        const int32_t block = (int32_t)(task / ((int64_t)rb * a->n_head));
+        const int32_t r0 = block * rb, nr = ES__MIN(rb, a->n_q - r0);
+        const int32_t u = (int32_t)(task - (int64_t)block * rb * a->n_head);
+        const int32_t h = u / nr, row = r0 + u % nr;
+        if (block != cur_block) {
+            for (int32_t r = 0; r < nr; r++)
+                n_vis[r] = visible_keys(a, a->rows ? a->rows[r0 + r] : r0 + r, visible + (size_t)r * (size_t)a->n_batch);
+            cur_block = block;
         }
         const int32_t g = h / group;
         const float *q = a->q + row * a->q_stride + (int64_t)h * hd;
         const float *kg = a->kc + (int64_t)g * a->n_ctx * hd, *vg = a->vc + (int64_t)g * a->n_ctx * hd;
-        k->attend(q, kg, vg, hd, a->n_past, visible, n_vis, a->scale, scores,
-                  a->out + row * a->out_stride + (int64_t)h * hd);
+        k->attend(q, kg, vg, hd, a->n_past, visible + (size_t)(row - r0) * (size_t)a->n_batch, n_vis[row - r0],
+                  a->scale, scores, a->out + row * a->out_stride + (int64_t)h * hd);
     }
 }
 
@@ -176,7 +186,7 @@ static void attn_thread(void *arg, int ith, int nth) {
     int64_t lo, hi;
     es__split_range((int64_t)j->a.n_q * j->a.n_head, 1, ith, nth, &lo, &hi);
     es__cpu_attention_range(j->k, &j->a, lo, hi, j->scores + (size_t)ith * (size_t)(j->a.n_past + j->a.n_batch),
-                            j->visible + (size_t)ith * (size_t)j->a.n_batch);
+                            j->visible + (size_t)ith * ES__CPU_ATTN_ROWS * (size_t)j->a.n_batch);
 }
 
 es_status es__cpu_attention(es__pool *pool, const float *q, const float *kc, const float *vc, int32_t n_ctx,
@@ -190,7 +200,7 @@ es_status es__cpu_attention(es__pool *pool, const float *q, const float *kc, con
                  head_dim, n_past, n, n_ctx);
     const int nth = pool ? es__pool_size(pool) : 1;
     float *scores = es__malloc(NULL, sizeof(float) * (size_t)nth * (size_t)(n_past + n));
-    int32_t *visible = es__malloc(NULL, sizeof(int32_t) * (size_t)nth * (size_t)n);
+    int32_t *visible = es__malloc(NULL, sizeof(int32_t) * (size_t)nth * ES__CPU_ATTN_ROWS * (size_t)n);
     if (!scores || !visible) {
         es__free(NULL, scores);
         es__free(NULL, visible);

@@ -34,8 +34,12 @@ typedef struct es__attn {
     int64_t out_stride;
 } es__attn;
 
-/* Computes tasks [lo, hi) of the n_q * n_head (query row, head) tasks, task = row * n_head + h.
- * scores: n_past + n_batch floats, visible: n_batch ints of per-thread scratch. */
+/* Query rows per attention block: tasks run block by block, head-major inside a block. */
+#define ES__CPU_ATTN_ROWS 16
+
+/* Computes tasks [lo, hi) of the n_q * n_head (query row, head) tasks, numbered block by block
+ * (ES__CPU_ATTN_ROWS rows each), head-major inside a block. Per-thread scratch: scores of
+ * n_past + n_batch floats, visible of ES__CPU_ATTN_ROWS * n_batch ints. */
 void es__cpu_attention_range(const es__kern *k, const es__attn *a, int64_t lo, int64_t hi, float *scores,
                              int32_t *visible);
 
