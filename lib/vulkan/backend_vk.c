@@ -39,8 +39,6 @@ static void vk_model_release(es_backend *b, void *weights) {
     es__vk_model_free(b, weights);
 }
 
-/* Multi-stream attention (Speculative Streaming) is not in the Vulkan kernels yet: without
- * stream_logits the core rejects forward calls that ask for streams or pruning. */
 static const es__backend_vtbl vk_vtbl = {
     .name = "vulkan",
     .init = vk_init,
@@ -51,7 +49,7 @@ static const es__backend_vtbl vk_vtbl = {
     .ctx_destroy = es__vk_ctx_destroy,
     .forward = es__vk_forward,
     .kv_compact = es__vk_kv_compact,
-    .stream_logits = NULL,
+    .stream_logits = es__vk_stream_logits,
 };
 
 const es__backend_vtbl *const es__vulkan_backend_ptr = &vk_vtbl;

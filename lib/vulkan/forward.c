@@ -6,6 +6,7 @@
  * It deliberately does not validate batches (lib/core/batch.c did) or pick kernels (ops.c). */
 #include "backend_vk.h"
 #include "model_vk.h"
+#include "msa_vk.h"
 
 #include <math.h>
 #include <string.h>
@@ -18,6 +19,7 @@
 
 typedef struct vk_cb {
     int32_t n, n_out;
+    uint32_t ss;          /* Speculative Streaming hooks recorded (msa_vk.h flags) */
     VkCommandBuffer cb;
     uint32_t n_dispatch;
     VkQueryPool queries;
@@ -51,6 +53,7 @@ typedef struct vk_ctx {
     vk_cb cbs[ES__CB_CACHE];
     uint64_t clock;
     int32_t *depth_count; /* [nb + 1] scratch for the depth sort */
+    struct es__vk_msa *msa; /* Speculative Streaming (msa_vk.c), when the model has an adapter */
 } vk_ctx;
 
 static es__vk_dev *ctx_dev(es_context *ctx) {
@@ -270,6 +273,7 @@ static es_status make_sets(es_context *ctx, vk_ctx *c) {
 static void ctx_free(es_context *ctx, vk_ctx *c) {
     es__vk_dev *d = c->d;
     vkDeviceWaitIdle(d->dev);
+    es__vk_msa_free(c->msa);
     for (int i = 0; i < ES__CB_CACHE; i++) {
         if (c->cbs[i].cb) vkFreeCommandBuffers(d->dev, d->pool, 1, &c->cbs[i].cb);
         if (c->cbs[i].queries) vkDestroyQueryPool(d->dev, c->cbs[i].queries, NULL);
@@ -298,6 +302,24 @@ static void ctx_free(es_context *ctx, vk_ctx *c) {
     es__free(d->alloc, c);
 }
 
+/* What the Speculative Streaming stream pass borrows from the context (msa_vk.c). */
+static es_status ss_setup(es_context *ctx, vk_ctx *c) {
+    const int32_t L = ctx->model->hp.n_layer;
+    es__vk_bind *kv = es__calloc(c->d->alloc, 2 * (size_t)L, sizeof *kv);
+    ES_RETURN_IF(!kv, c->d->err, ES_ERR_OUT_OF_MEMORY, "vulkan: out of memory");
+    for (int32_t l = 0; l < L; l++) {
+        kv[l] = bind_region(c, &c->ls[l].k, c->ls[l].k_view);
+        kv[L + l] = bind_region(c, &c->ls[l].v, c->ls[l].v_view);
+    }
+    const es__vk_ss_res res = {c->w, c->nb, c->n_ctx, c->E32, c->QKV32, c->Q32, c->F32, c->V32,
+                               bind_region(c, &c->r_x, c->v_x), bind_buf(&c->step, c->v_step),
+                               bind_region(c, &c->r_rope, c->v_rope), bind_buf(&c->w->vecs, c->w->vecs_view),
+                               &c->step, kv, kv + L};
+    es_status s = es__vk_msa_create(ctx, &res, &c->msa);
+    es__free(c->d->alloc, kv);
+    return s;
+}
+
 es_status es__vk_ctx_init(es_context *ctx) {
     es__vk_dev *d = ctx_dev(ctx);
     const es__hparams *hp = &ctx->model->hp;
@@ -324,6 +346,7 @@ es_status es__vk_ctx_init(es_context *ctx) {
     if (s == ES_OK) s = upload_rope(ctx, c);
     if (s == ES_OK) s = make_pool(ctx, c);
     if (s == ES_OK) s = make_sets(ctx, c);
+    if (s == ES_OK && ctx->model->ss) s = ss_setup(ctx, c);
     if (s != ES_OK) {
         ctx_free(ctx, c);
         return s;
@@ -368,6 +391,7 @@ static es_status record(es_context *ctx, vk_ctx *c, vk_cb *cb) {
     for (uint32_t l = 0; l < L; l++) {
         const es__vk_layer *vl = &w->layers[l];
         const vk_lsets *s = &c->ls[l];
+        if (cb->ss) ES_TRY(es__vk_msa_rec_layer(c->msa, &r, (int32_t)l, n, cb->ss));
         rec_norm(c, &r, n, vl->attn_norm, false, hp->rms_eps);
         ES_TRY(rec_mat(c, &r, "mul_mat_qkv", &vl->qkv, s->qkv, n, ES__EPI_STORE, c->E32, c->QKV32));
         es__vk_rec_dispatch(&r, "rope_kv", c->p_rope, s->rope, &pc_rope, n, 1, 1);
@@ -395,13 +419,13 @@ static es_status record(es_context *ctx, vk_ctx *c, vk_cb *cb) {
     return ES_OK;
 }
 
-/* The command buffer for (n, n_out): cached, else recorded into the least recently used slot. */
-static es_status get_cb(es_context *ctx, vk_ctx *c, int32_t n, int32_t n_out, vk_cb **out) {
+/* The command buffer for (n, n_out, ss): cached, else recorded into the least recently used slot. */
+static es_status get_cb(es_context *ctx, vk_ctx *c, int32_t n, int32_t n_out, uint32_t ss, vk_cb **out) {
     es__vk_dev *d = c->d;
     vk_cb *lru = &c->cbs[0];
     for (int i = 0; i < ES__CB_CACHE; i++) {
         vk_cb *e = &c->cbs[i];
-        if (e->cb && e->n == n && e->n_out == n_out && (e->queries != VK_NULL_HANDLE) == d->profile) {
+        if (e->cb && e->n == n && e->n_out == n_out && e->ss == ss && (e->queries != VK_NULL_HANDLE) == d->profile) {
             e->used = ++c->clock;
             *out = e;
             return ES_OK;
@@ -430,6 +454,7 @@ static es_status get_cb(es_context *ctx, vk_ctx *c, int32_t n, int32_t n_out, vk
     }
     lru->n = n;
     lru->n_out = n_out;
+    lru->ss = ss;
     lru->used = ++c->clock;
     es_status s = record(ctx, c, lru);
     if (s != ES_OK) {
@@ -485,7 +510,8 @@ es_status es__vk_forward(es_context *ctx, const es__fwd *f) {
     vk_ctx *c = ctx->impl;
     es__vk_dev *d = c->d;
     vk_cb *cb = NULL;
-    ES_TRY(get_cb(ctx, c, f->n, f->n_out, &cb));
+    const uint32_t ss = es__vk_msa_flags(c->msa, f);
+    ES_TRY(get_cb(ctx, c, f->n, f->n_out, ss, &cb));
     write_step(ctx, c, f);
     ES_TRY(es__vk_buf_flush(d, &c->step));
     ES_TRY(es__vk_submit_wait(d, cb->cb));
@@ -498,7 +524,14 @@ es_status es__vk_forward(es_context *ctx, const es__fwd *f) {
     for (int32_t r = 0; r < f->n_out; r++)
         memcpy(f->logits + (size_t)r * V, src + (size_t)r * c->V32, sizeof(float) * V);
     if (cb->queries) ES_TRY(es__vk_profile_collect(d, cb->queries, cb->n_queries, cb->ops));
+    if (c->msa) ES_TRY(es__vk_msa_after_forward(c->msa, f, ss));
     return ES_OK;
+}
+
+es_status es__vk_stream_logits(es_context *ctx, int32_t i, float *out) {
+    vk_ctx *c = ctx->impl;
+    ES_RETURN_IF(!c->msa, c->d->err, ES_ERR_INVALID_ARGUMENT, "vulkan: the model has no Speculative Streaming adapter");
+    return es__vk_msa_stream_logits(c->msa, i, out);
 }
 
 es_status es__vk_kv_compact(es_context *ctx, const int32_t *keep, int32_t n_keep) {

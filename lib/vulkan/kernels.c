@@ -20,6 +20,9 @@ ES__CHECK_PUSH(es__pc_attn_merge, ES_PC_ATTN_MERGE);
 ES__CHECK_PUSH(es__pc_kv_move, ES_PC_KV_MOVE);
 ES__CHECK_PUSH(es__pc_topk, ES_PC_TOPK);
 ES__CHECK_PUSH(es__pc_softmax, ES_PC_SOFTMAX);
+ES__CHECK_PUSH(es__pc_ss_rows, ES_PC_SS_ROWS);
+ES__CHECK_PUSH(es__pc_ss_rope, ES_PC_SS_ROPE);
+ES__CHECK_PUSH(es__pc_ss_attn, ES_PC_SS_ATTN);
 
 static const es__kernel_family families[] = {
     {"mul_mat", "rrrw", sizeof(es__pc_mul_mat)},         /* W, S (scales), X, Y          */
@@ -31,6 +34,9 @@ static const es__kernel_family families[] = {
     {"kv_move", "rww", sizeof(es__pc_kv_move)},          /* step, K, V                   */
     {"topk", "rw", sizeof(es__pc_topk)},                 /* logits, results              */
     {"softmax", "w", sizeof(es__pc_softmax)},            /* rows                         */
+    {"ss_rows", "rrrw", sizeof(es__pc_ss_rows)},         /* X, P, step, Y                */
+    {"ss_rope", "wrr", sizeof(es__pc_ss_rope)},          /* QKV, rope table, step        */
+    {"ss_attn", "rrrrw", sizeof(es__pc_ss_attn)},        /* QKV, K, V, step, out         */
 };
 
 const es__kernel_family *es__kernel_family_find(const char *name) {

@@ -5,6 +5,7 @@
 #define ES_VULKAN_KERNELS_H
 
 #include "../../shaders/push.h"
+#include "../../shaders/ss_push.h"
 
 #include <stdint.h>
 
@@ -24,6 +25,9 @@ ES__PUSH_STRUCT(es__pc_attn_merge, ES_PC_ATTN_MERGE);
 ES__PUSH_STRUCT(es__pc_kv_move, ES_PC_KV_MOVE);
 ES__PUSH_STRUCT(es__pc_topk, ES_PC_TOPK);
 ES__PUSH_STRUCT(es__pc_softmax, ES_PC_SOFTMAX);
+ES__PUSH_STRUCT(es__pc_ss_rows, ES_PC_SS_ROWS);
+ES__PUSH_STRUCT(es__pc_ss_rope, ES_PC_SS_ROPE);
+ES__PUSH_STRUCT(es__pc_ss_attn, ES_PC_SS_ATTN);
 
 /* A kernel family: its binding roles, one letter per binding 0.. :
  *   'r' read-only data: a uniform texel buffer in texel variants, else a storage buffer

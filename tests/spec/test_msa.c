@@ -406,10 +406,14 @@ static void test_errors(void) {
     mem_model_free(m);
 }
 
-int main(void) {
+/* argv[1]: "cpu" (default) or "vulkan"; argv[2] (Vulkan): "fallbacks" forces every fallback path. */
+int main(int argc, char **argv) {
     es_backend_params bp = es_backend_default_params();
     bp.n_threads = 3; /* an odd split of every range */
+    if (argc > 1 && strcmp(argv[1], "vulkan") == 0) bp.type = ES_BACKEND_VULKAN;
+    if (argc > 2 && strcmp(argv[2], "fallbacks") == 0) bp.vk_flags = ES_VK_FALLBACKS;
     CHECK_OK(es_backend_create(&bp, &backend));
+    if (!backend) TEST_MAIN_END();
     /* GQA, LoRA on every projection of the top layer, pruning at the MSA start */
     mem_model_cfg m1 = {61, 48, 4, 4, 2, 12, 64, 12, ES_ROPE_NORM, 10000.0f, 1.0f, false, ES__DTYPE_F32, 21};
     mem_adapter_cfg a1 = {3, 2, 2, 4, 2, 0.2f, 8};
@@ -423,6 +427,10 @@ int main(void) {
     mem_adapter_cfg a3 = {4, 2, 0, 3, 1, 0.2f, 10};
     run(&m3, &a3);
     test_errors();
+    es_backend_stats bs;
+    CHECK_OK(es_backend_get_stats(backend, &bs));
+    CHECKF(bs.validation_messages == 0, "%llu Vulkan validation messages (see the log)",
+           (unsigned long long)bs.validation_messages);
     es_backend_free(backend);
     TEST_MAIN_END();
 }

@@ -1,0 +1,561 @@
+/* msa_vk.c: Speculative Streaming on the Vulkan backend (papers/speculative-streaming.txt 3.2;
+ * the CPU twin is lib/cpu/msa.c, the reference tools/train/model.py):
+ *   - in the forward's command buffer, before the first MSA layer, the main stream's hidden
+ *     states are copied aside (the streams start from them, Eq. 3); before the prune layer, the
+ *     early exit output(output_norm(h + up(down(h)))) of every row is computed and read back with
+ *     the logits, and the host prunes each child (with its subtree) whose probability under its
+ *     parent is below the threshold (3.2.3);
+ *   - the stream pass of one node, its γ rows through the top Ns layers (the layers' own weights,
+ *     plus the adapter's stream-only LoRA), attending to the main stream's KV of the node's
+ *     ancestors and itself and to streams <= j of the node (ss_attn.comp, Eq. 2), then the output
+ *     head: one command buffer recorded per context and replayed, the node in the step data.
+ * Streams run lazily: only the node whose stream logits are asked (the last accepted one, for the
+ * Speculative Streaming strategy) runs them; the values are those of computing every node's.
+ * The forward's shape is fixed per command buffer, so pruned rows still run the main stream's
+ * layers here: pruning on this backend removes tree nodes from verification, not work.
+ * Deliberately not here: the main stream (forward.c), verification and drafting (lib/decode). */
+#include "msa_vk.h"
+
+#include "adapter.h"
+
+#include <math.h>
+#include <string.h>
+
+/* One matrix bound to one (X, Y) pair: a descriptor set per part. */
+typedef struct ss_mm {
+    const es__vk_mat *m;
+    VkDescriptorSet *sets;
+} ss_mm;
+
+/* A stream-only LoRA of one fused projection: Y += B (A X), A stacking the targets' A rows, B
+ * their B blocks (block diagonal, or interleaved for gate/up). */
+typedef struct ss_lora {
+    bool on;
+    es__vk_mat a, b;
+    es__tensor ta[3], tb;
+    float *host_a[3], *host_b;
+    ss_mm ma, mb;
+} ss_lora;
+
+enum { LO_QKV, LO_O, LO_GU, LO_DOWN, LO_N };
+
+typedef struct ss_layer {
+    ss_lora lora[LO_N];
+    ss_mm qkv, wo, gateup, down;      /* stream rows as X and Y                            */
+    VkDescriptorSet norm_attn, norm_ffn, rope, attn, swiglu;
+} ss_layer;
+
+struct es__vk_msa {
+    es__vk_dev *d;
+    es_context *ctx;
+    const es__ss_adapter *ss;
+    es__vk_ss_res res;
+    es__vk_bind *kv;                  /* [2][n_layer] copies of res.k, res.v                */
+    uint32_t G, R32, PR32;            /* stream rows; LoRA temporary and early-exit widths  */
+    es__vk_arena arena;
+    es__vk_region r_x0, r_s, r_sn, r_qkv, r_att, r_h, r_g2, r_lt, r_e, r_en, r_p;
+    VkBufferView v_x0, v_s, v_sn, v_qkv, v_att, v_h, v_g2, v_lt, v_e, v_en, v_p;
+    es__vk_buf out_streams, out_exit; /* readback: [G][V32], [nb][V32]                    */
+    es__vk_wset ws;
+    es__vk_mat prune_down, prune_up;
+    es__tensor t_pd, t_pu;
+    ss_layer *layers;                 /* [n_msa]                                            */
+    VkDescriptorPool pool;
+    es__vk_pipeline *p_rows, *p_rope, *p_attn, *p_norm;
+    /* forward hooks */
+    VkDescriptorSet s_keep_x, s_copy_e, s_norm_e;
+    ss_mm pd, pu, exit_out;
+    /* the stream pass */
+    VkDescriptorSet s_init, s_norm_out;
+    ss_mm stream_out;
+    VkCommandBuffer cb;
+    uint32_t cb_G;                    /* streams the recorded pass computes; 0 = none yet   */
+    /* the last forward */
+    bool valid;
+    int32_t n, n_streams, cur_node;   /* cur_node: whose stream logits out_streams holds     */
+};
+
+static uint32_t up32(uint32_t x) {
+    return (x + 31u) & ~31u;
+}
+
+static es__vk_bind bind_of(struct es__vk_msa *m, const es__vk_region *r, VkBufferView view) {
+    return (es__vk_bind){es__vk_region_buf(&m->arena, r)->buf, r->off, r->size, view};
+}
+
+static es__vk_bind bind_buf(const es__vk_buf *b) {
+    return (es__vk_bind){b->buf, 0, b->size, VK_NULL_HANDLE};
+}
+
+/* ---- setup */
+
+static void tensor_view(es__tensor *t, const char *name, const float *data, int64_t n_in, int64_t n_out) {
+    memset(t, 0, sizeof *t);
+    t->name = name;
+    t->type = ES__DTYPE_F32;
+    t->n_dims = 2;
+    t->ne[0] = n_in;
+    t->ne[1] = n_out;
+    t->ne[2] = t->ne[3] = 1;
+    t->data = data;
+    t->nbytes = (uint64_t)n_in * (uint64_t)n_out * sizeof(float);
+}
+
+/* The stacked A and block B of one fused LoRA: targets t[0..k) with (n_in, n_out) each; gate/up
+ * (interleave) puts target 0's B rows at even rows and target 1's at odd rows. */
+static es_status lora_build(struct es__vk_msa *m, ss_lora *lo, const es__ss_lora *src, const es__ss_lora_target *t,
+                            uint32_t k, bool interleave) {
+    const int32_t r = m->ss->lora_rank;
+    bool any = false;
+    for (uint32_t i = 0; i < k; i++) any = any || src[t[i]].a;
+    if (!any) return ES_OK;
+    int32_t n_out_total = 0;
+    for (uint32_t i = 0; i < k; i++) n_out_total += src[t[i]].n_out;
+    const int32_t kr = (int32_t)k * r;
+    lo->host_b = es__calloc(m->d->alloc, (size_t)n_out_total * (size_t)kr, sizeof(float));
+    ES_RETURN_IF(!lo->host_b, m->d->err, ES_ERR_OUT_OF_MEMORY, "vulkan: out of memory for the stream LoRA");
+    int32_t row0 = 0;
+    const es__tensor *ta[3];
+    for (uint32_t i = 0; i < k; i++) {
+        const es__ss_lora *l = &src[t[i]];
+        /* A: the target's rows, or zeros when the target has no LoRA */
+        const float *a = l->a;
+        if (!a) {
+            lo->host_a[i] = es__calloc(m->d->alloc, (size_t)r * (size_t)l->n_in, sizeof(float));
+            ES_RETURN_IF(!lo->host_a[i], m->d->err, ES_ERR_OUT_OF_MEMORY, "vulkan: out of memory");
+            a = lo->host_a[i];
+        }
+        tensor_view(&lo->ta[i], "ss lora a", a, l->n_in, r);
+        ta[i] = &lo->ta[i];
+        for (int32_t o = 0; l->b && o < l->n_out; o++) {
+            const int32_t row = interleave ? 2 * o + (int32_t)i : row0 + o;
+            memcpy(lo->host_b + (size_t)row * (size_t)kr + (size_t)i * (size_t)r, l->b + (size_t)o * (size_t)r,
+                   sizeof(float) * (size_t)r);
+        }
+        row0 += l->n_out;
+    }
+    tensor_view(&lo->tb, "ss lora b", lo->host_b, kr, n_out_total);
+    ES_TRY(es__vk_mat_init(m->d, &lo->a, ta, k, false));
+    ES_TRY(es__vk_mat_init(m->d, &lo->b, (const es__tensor *const[]){&lo->tb}, 1, false));
+    lo->on = true;
+    return ES_OK;
+}
+
+static es_status upload(struct es__vk_msa *m) {
+    const es__ss_adapter *ss = m->ss;
+    const es__hparams *hp = &m->ctx->model->hp;
+    es__vk_mat *mats[2 + 8 * 16];
+    uint32_t n = 0;
+    if (ss->prune_rank > 0) {
+        tensor_view(&m->t_pd, "ss.prune_down.weight", ss->prune_down, hp->n_embd, ss->prune_rank);
+        tensor_view(&m->t_pu, "ss.prune_up.weight", ss->prune_up, ss->prune_rank, hp->n_embd);
+        ES_TRY(es__vk_mat_init(m->d, &m->prune_down, (const es__tensor *const[]){&m->t_pd}, 1, false));
+        ES_TRY(es__vk_mat_init(m->d, &m->prune_up, (const es__tensor *const[]){&m->t_pu}, 1, false));
+        mats[n++] = &m->prune_down;
+        mats[n++] = &m->prune_up;
+    }
+    static const es__ss_lora_target qkv[3] = {ES__SS_LORA_Q, ES__SS_LORA_K, ES__SS_LORA_V},
+                                     o[1] = {ES__SS_LORA_O}, gu[2] = {ES__SS_LORA_GATE, ES__SS_LORA_UP},
+                                     dn[1] = {ES__SS_LORA_DOWN};
+    for (int32_t i = 0; ss->lora_rank > 0 && i < ss->n_msa; i++) {
+        const es__ss_lora *src = ss->lora + (size_t)i * ES__SS_LORA_COUNT;
+        ss_layer *L = &m->layers[i];
+        ES_TRY(lora_build(m, &L->lora[LO_QKV], src, qkv, 3, false));
+        ES_TRY(lora_build(m, &L->lora[LO_O], src, o, 1, false));
+        ES_TRY(lora_build(m, &L->lora[LO_GU], src, gu, 2, true));
+        ES_TRY(lora_build(m, &L->lora[LO_DOWN], src, dn, 1, false));
+        for (int k = 0; k < LO_N; k++)
+            if (L->lora[k].on && n + 2 <= ES__ARRAY_LEN(mats)) {
+                mats[n++] = &L->lora[k].a;
+                mats[n++] = &L->lora[k].b;
+            }
+    }
+    if (n > 0) ES_TRY(es__vk_wset_upload(&m->ws, mats, n, NULL, NULL));
+    /* the stream embeddings, one padded row per stream */
+    const size_t bytes = (size_t)m->G * m->res.E32 * sizeof(float);
+    float *p = es__calloc(m->d->alloc, (size_t)m->G * m->res.E32, sizeof(float));
+    ES_RETURN_IF(!p, m->d->err, ES_ERR_OUT_OF_MEMORY, "vulkan: out of memory");
+    for (uint32_t j = 0; j < m->G; j++)
+        memcpy(p + (size_t)j * m->res.E32, ss->stream_embd + (size_t)j * (size_t)hp->n_embd, sizeof(float) * (size_t)hp->n_embd);
+    es__vk_stager st;
+    es_status s = es__vk_stager_init(m->d, &st, bytes);
+    if (s == ES_OK) {
+        s = es__vk_stage(m->d, &st, es__vk_region_buf(&m->arena, &m->r_p), m->r_p.off, p, bytes);
+        if (s == ES_OK) s = es__vk_stager_flush(m->d, &st);
+        es__vk_stager_free(m->d, &st);
+    }
+    es__free(m->d->alloc, p);
+    return s;
+}
+
+static es_status plan_memory(struct es__vk_msa *m) {
+    es__vk_dev *d = m->d;
+    const es__vk_ss_res *r = &m->res;
+    const VkDeviceSize f = sizeof(float), G = m->G, nb = r->nb;
+    es__vk_arena_init(d, &m->arena);
+    struct {
+        es__vk_region *reg;
+        VkDeviceSize bytes;
+    } plan[] = {
+        {&m->r_x0, nb * r->E32 * f},      {&m->r_s, G * r->E32 * f},          {&m->r_sn, G * r->E32 * f},
+        {&m->r_qkv, G * r->QKV32 * f},    {&m->r_att, G * r->Q32 * f},        {&m->r_h, G * r->F32 * f},
+        {&m->r_g2, G * 2 * r->F32 * f},   {&m->r_lt, ES__MAX(G, nb) * m->R32 * f},
+        {&m->r_e, nb * r->E32 * f},       {&m->r_en, nb * r->E32 * f},        {&m->r_p, G * r->E32 * f},
+    };
+    for (size_t i = 0; i < ES__ARRAY_LEN(plan); i++) ES_TRY(es__vk_arena_reserve(d, &m->arena, plan[i].bytes, plan[i].reg));
+    ES_TRY(es__vk_arena_alloc(d, &m->arena, ES__VK_MEM_DEVICE, "the Speculative Streaming rows"));
+    /* zero once: row padding stays zero and finite, as the kernels expect */
+    for (uint32_t i = 0; i < m->arena.n; i++) ES_TRY(es__vk_fill(d, &m->arena.chunks[i], 0, VK_WHOLE_SIZE, 0));
+    ES_TRY(es__vk_buf_create(d, G * r->V32 * f, ES__VK_MEM_READBACK, "the stream logits", &m->out_streams));
+    if (m->ss->prune_rank > 0)
+        ES_TRY(es__vk_buf_create(d, nb * r->V32 * f, ES__VK_MEM_READBACK, "the early-exit logits", &m->out_exit));
+    if (!d->use.texel) return ES_OK;
+    const VkFormat f4 = VK_FORMAT_R32G32B32A32_SFLOAT;
+    struct {
+        es__vk_region *reg;
+        VkBufferView *view;
+    } views[] = {{&m->r_x0, &m->v_x0}, {&m->r_s, &m->v_s},   {&m->r_sn, &m->v_sn}, {&m->r_qkv, &m->v_qkv},
+                 {&m->r_att, &m->v_att}, {&m->r_h, &m->v_h}, {&m->r_g2, &m->v_g2}, {&m->r_lt, &m->v_lt},
+                 {&m->r_e, &m->v_e},   {&m->r_en, &m->v_en}, {&m->r_p, &m->v_p}};
+    for (size_t i = 0; i < ES__ARRAY_LEN(views); i++)
+        ES_TRY(es__vk_view_create(d, es__vk_region_buf(&m->arena, views[i].reg), f4, views[i].reg->off,
+                                  views[i].reg->size, views[i].view));
+    return ES_OK;
+}
+
+/* Descriptor sets of mat (whose planes live in ws) with X and Y. */
+static es_status mm_sets(struct es__vk_msa *m, ss_mm *out, const es__vk_mat *mat, es__vk_wset *ws, es__vk_bind x,
+                         es__vk_bind y) {
+    es__vk_pipeline *p;
+    ES_TRY(es__vk_mul_mat_pipe(m->d, mat->type, 1, ES__EPI_STORE, &p));
+    out->m = mat;
+    out->sets = es__calloc(m->d->alloc, mat->n_parts, sizeof *out->sets);
+    ES_RETURN_IF(!out->sets, m->d->err, ES_ERR_OUT_OF_MEMORY, "vulkan: out of memory");
+    for (uint32_t i = 0; i < mat->n_parts; i++) {
+        es__vk_bind b[4];
+        es__vk_part_binds(ws, &mat->parts[i], &b[0], &b[1]);
+        b[2] = x;
+        b[3] = y;
+        ES_TRY(es__vk_set_create(m->d, m->pool, p, b, &out->sets[i]));
+    }
+    return ES_OK;
+}
+
+static es_status set4(struct es__vk_msa *m, const es__vk_pipeline *p, es__vk_bind a, es__vk_bind b, es__vk_bind c,
+                      es__vk_bind dd, VkDescriptorSet *out) {
+    es__vk_bind bs[4] = {a, b, c, dd};
+    return es__vk_set_create(m->d, m->pool, p, bs, out);
+}
+
+static es_status make_sets(struct es__vk_msa *m) {
+    const es__vk_ss_res *r = &m->res;
+    const es__ss_adapter *ss = m->ss;
+    const es__vk_model *w = r->w;
+    uint32_t n_sets = 16 + w->out->n_parts * 2;
+    for (int32_t i = 0; i < ss->n_msa; i++) {
+        const es__vk_layer *vl = &w->layers[ss->msa_start + i];
+        n_sets += 8 + vl->qkv.n_parts + vl->wo.n_parts + vl->gateup.n_parts + vl->down.n_parts;
+        for (int k = 0; k < LO_N; k++)
+            if (m->layers[i].lora[k].on) n_sets += m->layers[i].lora[k].a.n_parts + m->layers[i].lora[k].b.n_parts;
+    }
+    if (ss->prune_rank > 0) n_sets += m->prune_down.n_parts + m->prune_up.n_parts;
+    VkDescriptorPoolSize ps[2] = {{VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, 6 * n_sets},
+                                  {VK_DESCRIPTOR_TYPE_UNIFORM_TEXEL_BUFFER, 6 * n_sets}};
+    VkDescriptorPoolCreateInfo pi = {.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO};
+    pi.maxSets = n_sets;
+    pi.poolSizeCount = m->d->use.texel ? 2 : 1;
+    pi.pPoolSizes = ps;
+    ES_VK_TRY(m->d, vkCreateDescriptorPool(m->d->dev, &pi, NULL, &m->pool));
+
+    const es__vk_bind x0 = bind_of(m, &m->r_x0, m->v_x0), s = bind_of(m, &m->r_s, m->v_s),
+                      sn = bind_of(m, &m->r_sn, m->v_sn), qkv = bind_of(m, &m->r_qkv, m->v_qkv),
+                      att = bind_of(m, &m->r_att, m->v_att), h = bind_of(m, &m->r_h, m->v_h),
+                      g2 = bind_of(m, &m->r_g2, m->v_g2), lt = bind_of(m, &m->r_lt, m->v_lt),
+                      e = bind_of(m, &m->r_e, m->v_e), en = bind_of(m, &m->r_en, m->v_en),
+                      p = bind_of(m, &m->r_p, m->v_p);
+    const es__vk_bind qkv_w = bind_of(m, &m->r_qkv, VK_NULL_HANDLE);
+    /* the forward's hooks */
+    ES_TRY(set4(m, m->p_rows, r->x, p, r->step, bind_of(m, &m->r_x0, VK_NULL_HANDLE), &m->s_keep_x));
+    if (ss->prune_rank > 0) {
+        ES_TRY(set4(m, m->p_rows, r->x, p, r->step, bind_of(m, &m->r_e, VK_NULL_HANDLE), &m->s_copy_e));
+        ES_TRY(mm_sets(m, &m->pd, &m->prune_down, &m->ws, r->x, bind_of(m, &m->r_lt, VK_NULL_HANDLE)));
+        ES_TRY(mm_sets(m, &m->pu, &m->prune_up, &m->ws, lt, bind_of(m, &m->r_e, VK_NULL_HANDLE)));
+        ES_TRY(set4(m, m->p_norm, e, r->vecs, r->step, bind_of(m, &m->r_en, VK_NULL_HANDLE), &m->s_norm_e));
+        ES_TRY(mm_sets(m, &m->exit_out, w->out, &r->w->ws, en, bind_buf(&m->out_exit)));
+    }
+    /* the stream pass */
+    ES_TRY(set4(m, m->p_rows, x0, p, r->step, bind_of(m, &m->r_s, VK_NULL_HANDLE), &m->s_init));
+    for (int32_t i = 0; i < ss->n_msa; i++) {
+        const int32_t l = ss->msa_start + i;
+        const es__vk_layer *vl = &w->layers[l];
+        ss_layer *L = &m->layers[i];
+        const es__vk_bind sn_w = bind_of(m, &m->r_sn, VK_NULL_HANDLE), s_w = bind_of(m, &m->r_s, VK_NULL_HANDLE),
+                          h_w = bind_of(m, &m->r_h, VK_NULL_HANDLE), g2_w = bind_of(m, &m->r_g2, VK_NULL_HANDLE),
+                          lt_w = bind_of(m, &m->r_lt, VK_NULL_HANDLE), att_w = bind_of(m, &m->r_att, VK_NULL_HANDLE);
+        ES_TRY(set4(m, m->p_norm, s, r->vecs, r->step, sn_w, &L->norm_attn));
+        ES_TRY(set4(m, m->p_norm, s, r->vecs, r->step, sn_w, &L->norm_ffn));
+        ES_TRY(mm_sets(m, &L->qkv, &vl->qkv, &r->w->ws, sn, qkv_w));
+        ES_TRY(mm_sets(m, &L->wo, &vl->wo, &r->w->ws, att, s_w));
+        ES_TRY(mm_sets(m, &L->gateup, &vl->gateup, &r->w->ws, sn, L->lora[LO_GU].on ? g2_w : h_w));
+        ES_TRY(mm_sets(m, &L->down, &vl->down, &r->w->ws, h, s_w));
+        {
+            es__vk_bind b[3] = {qkv_w, r->rope, r->step};
+            ES_TRY(es__vk_set_create(m->d, m->pool, m->p_rope, b, &L->rope));
+        }
+        {
+            es__vk_bind b[5] = {qkv, m->kv[l], m->kv[r->w->model->hp.n_layer + l], r->step, att_w};
+            ES_TRY(es__vk_set_create(m->d, m->pool, m->p_attn, b, &L->attn));
+        }
+        ES_TRY(set4(m, m->p_rows, g2, p, r->step, h_w, &L->swiglu));
+        const es__vk_bind lora_in[LO_N] = {sn, att, sn, h}, lora_out[LO_N] = {qkv_w, s_w, g2_w, s_w};
+        for (int k = 0; k < LO_N; k++) {
+            ss_lora *lo = &L->lora[k];
+            if (!lo->on) continue;
+            ES_TRY(mm_sets(m, &lo->ma, &lo->a, &m->ws, lora_in[k], lt_w));
+            ES_TRY(mm_sets(m, &lo->mb, &lo->b, &m->ws, lt, lora_out[k]));
+        }
+    }
+    ES_TRY(set4(m, m->p_norm, s, r->vecs, r->step, bind_of(m, &m->r_sn, VK_NULL_HANDLE), &m->s_norm_out));
+    ES_TRY(mm_sets(m, &m->stream_out, w->out, &r->w->ws, sn, bind_buf(&m->out_streams)));
+    return ES_OK;
+}
+
+void es__vk_msa_free(struct es__vk_msa *m) {
+    if (!m) return;
+    es__vk_dev *d = m->d;
+    vkDeviceWaitIdle(d->dev);
+    if (m->cb) vkFreeCommandBuffers(d->dev, d->pool, 1, &m->cb);
+    if (m->pool) vkDestroyDescriptorPool(d->dev, m->pool, NULL);
+    VkBufferView views[] = {m->v_x0, m->v_s, m->v_sn, m->v_qkv, m->v_att, m->v_h,
+                            m->v_g2, m->v_lt, m->v_e, m->v_en, m->v_p};
+    for (size_t i = 0; i < ES__ARRAY_LEN(views); i++)
+        if (views[i]) vkDestroyBufferView(d->dev, views[i], NULL);
+    ss_mm *mms[] = {&m->pd, &m->pu, &m->exit_out, &m->stream_out};
+    for (size_t i = 0; i < ES__ARRAY_LEN(mms); i++) es__free(d->alloc, mms[i]->sets);
+    for (int32_t i = 0; m->layers && i < m->ss->n_msa; i++) {
+        ss_layer *L = &m->layers[i];
+        es__free(d->alloc, L->qkv.sets);
+        es__free(d->alloc, L->wo.sets);
+        es__free(d->alloc, L->gateup.sets);
+        es__free(d->alloc, L->down.sets);
+        for (int k = 0; k < LO_N; k++) {
+            ss_lora *lo = &L->lora[k];
+            es__vk_mat_free(d, &lo->a);
+            es__vk_mat_free(d, &lo->b);
+            es__free(d->alloc, lo->ma.sets);
+            es__free(d->alloc, lo->mb.sets);
+            es__free(d->alloc, lo->host_b);
+            for (int t = 0; t < 3; t++) es__free(d->alloc, lo->host_a[t]);
+        }
+    }
+    es__vk_mat_free(d, &m->prune_down);
+    es__vk_mat_free(d, &m->prune_up);
+    es__vk_wset_free(&m->ws);
+    es__vk_buf_destroy(d, &m->out_streams);
+    es__vk_buf_destroy(d, &m->out_exit);
+    es__vk_arena_free(d, &m->arena);
+    es__free(d->alloc, m->layers);
+    es__free(d->alloc, m->kv);
+    es__free(d->alloc, m);
+}
+
+es_status es__vk_msa_create(es_context *ctx, const es__vk_ss_res *res, struct es__vk_msa **out) {
+    *out = NULL;
+    es__vk_dev *d = res->w->ws.d;
+    const es__ss_adapter *ss = ctx->model->ss;
+    const es__hparams *hp = &ctx->model->hp;
+    ES_RETURN_IF(hp->head_dim % 4 != 0 || hp->head_dim > 256, d->err, ES_ERR_UNSUPPORTED,
+                 "vulkan: streams need a head dimension that is a multiple of 4, at most 256 (have %d)", hp->head_dim);
+    struct es__vk_msa *m = es__calloc(d->alloc, 1, sizeof *m);
+    ES_RETURN_IF(!m, d->err, ES_ERR_OUT_OF_MEMORY, "vulkan: out of memory");
+    m->d = d;
+    m->ctx = ctx;
+    m->ss = ss;
+    m->res = *res;
+    m->G = (uint32_t)ss->n_streams;
+    m->R32 = up32((uint32_t)ES__MAX(3 * ss->lora_rank, ES__MAX(ss->prune_rank, 1)));
+    m->cur_node = -1;
+    es__vk_wset_init(&m->ws, d);
+    const size_t L = (size_t)hp->n_layer;
+    m->kv = es__calloc(d->alloc, 2 * L, sizeof *m->kv);
+    m->layers = es__calloc(d->alloc, (size_t)ss->n_msa, sizeof *m->layers);
+    es_status s = m->kv && m->layers ? ES_OK : es__fail(d->err, ES_ERR_OUT_OF_MEMORY, "vulkan: out of memory");
+    if (s == ES_OK) {
+        memcpy(m->kv, res->k, sizeof *m->kv * L);
+        memcpy(m->kv + L, res->v, sizeof *m->kv * L);
+        m->res.k = m->kv;
+        m->res.v = m->kv + L;
+    }
+    if (s == ES_OK) s = es__vk_simple_pipe(d, "ss_rows", true, false, &m->p_rows);
+    if (s == ES_OK) s = es__vk_simple_pipe(d, "ss_rope", true, false, &m->p_rope);
+    if (s == ES_OK) s = es__vk_simple_pipe(d, "ss_attn", true, false, &m->p_attn);
+    if (s == ES_OK) s = es__vk_simple_pipe(d, "rmsnorm", true, true, &m->p_norm);
+    if (s == ES_OK) s = plan_memory(m);
+    if (s == ES_OK) s = upload(m);
+    if (s == ES_OK) s = make_sets(m);
+    if (s != ES_OK) {
+        es__vk_msa_free(m);
+        return s;
+    }
+    *out = m;
+    return ES_OK;
+}
+
+/* ---- recording */
+
+static es_status rec_mm(struct es__vk_msa *m, es__vk_rec *r, const char *op, const ss_mm *mm, uint32_t n,
+                        uint32_t epi, uint32_t x_stride, uint32_t y_stride) {
+    es__vk_pipeline *p;
+    ES_TRY(es__vk_mul_mat_pipe(m->d, mm->m->type, es__vk_mul_mat_tok(n), epi, &p));
+    es__vk_rec_mul_mat(r, op, p, mm->m, mm->sets, n, 0, x_stride / 4, 0, y_stride);
+    return ES_OK;
+}
+
+static void rec_rows(struct es__vk_msa *m, es__vk_rec *r, const char *op, VkDescriptorSet set, uint32_t mode,
+                     uint32_t n_rows, uint32_t width, uint32_t x_stride, uint32_t y_stride) {
+    es__pc_ss_rows pc = {mode, n_rows, width / 4, x_stride / 4, m->res.E32 / 4, y_stride / 4};
+    es__vk_rec_dispatch(r, op, m->p_rows, set, &pc, n_rows, 1, 1);
+}
+
+static void rec_norm(struct es__vk_msa *m, es__vk_rec *r, const char *op, VkDescriptorSet set, uint32_t n,
+                     uint32_t g_off) {
+    const es__hparams *hp = &m->ctx->model->hp;
+    es__pc_rmsnorm pc = {(uint32_t)hp->n_embd, n, m->res.E32, g_off, 0, hp->rms_eps};
+    es__vk_rec_dispatch(r, op, m->p_norm, set, &pc, n, 1, 1);
+}
+
+uint32_t es__vk_msa_flags(const struct es__vk_msa *m, const es__fwd *f) {
+    if (!m) return 0;
+    return (f->n_streams > 0 ? ES__VK_SS_KEEP_X : 0u) | (f->prune_threshold > 0.0f ? ES__VK_SS_EARLY_EXIT : 0u);
+}
+
+es_status es__vk_msa_rec_layer(struct es__vk_msa *m, es__vk_rec *r, int32_t l, uint32_t n, uint32_t flags) {
+    const es__vk_ss_res *res = &m->res;
+    if ((flags & ES__VK_SS_EARLY_EXIT) && l == m->ss->prune_layer) {
+        /* e = h + up(down(h)), normalised, through the output head: every row's early exit */
+        rec_rows(m, r, "ss_exit_copy", m->s_copy_e, 0, n, res->E32, res->E32, res->E32);
+        ES_TRY(rec_mm(m, r, "ss_exit_down", &m->pd, n, ES__EPI_STORE, res->E32, m->R32));
+        ES_TRY(rec_mm(m, r, "ss_exit_up", &m->pu, n, ES__EPI_ADD, m->R32, res->E32));
+        rec_norm(m, r, "ss_exit_norm", m->s_norm_e, n, res->w->output_norm);
+        ES_TRY(rec_mm(m, r, "ss_exit_head", &m->exit_out, n, ES__EPI_STORE, res->E32, res->V32));
+    }
+    if ((flags & ES__VK_SS_KEEP_X) && l == m->ss->msa_start)
+        rec_rows(m, r, "ss_keep_x", m->s_keep_x, 0, n, res->E32, res->E32, res->E32); /* Eq. 3's M */
+    return ES_OK;
+}
+
+/* The stream pass of G streams of the step's node: Eq. 3, the MSA layers, the output head. */
+static es_status record_streams(struct es__vk_msa *m, uint32_t G) {
+    es__vk_dev *d = m->d;
+    const es__vk_ss_res *res = &m->res;
+    const es__hparams *hp = &m->ctx->model->hp;
+    if (!m->cb) {
+        VkCommandBufferAllocateInfo ai = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO};
+        ai.commandPool = d->pool;
+        ai.level = VK_COMMAND_BUFFER_LEVEL_PRIMARY;
+        ai.commandBufferCount = 1;
+        ES_VK_TRY(d, vkAllocateCommandBuffers(d->dev, &ai, &m->cb));
+    } else {
+        ES_VK_TRY(d, vkResetCommandBuffer(m->cb, 0));
+    }
+    m->cb_G = 0;
+    es__vk_rec r;
+    es__vk_rec_begin(&r, d, m->cb, VK_NULL_HANDLE, 0, NULL);
+    rec_rows(m, &r, "ss_init", m->s_init, 1, G, res->E32, res->E32, res->E32);
+    const uint32_t hd = (uint32_t)hp->head_dim;
+    for (int32_t i = 0; i < m->ss->n_msa; i++) {
+        const int32_t l = m->ss->msa_start + i;
+        const es__vk_layer *vl = &res->w->layers[l];
+        const ss_layer *L = &m->layers[i];
+        const ss_lora *lo = L->lora;
+        rec_norm(m, &r, "ss_norm", L->norm_attn, G, vl->attn_norm);
+        ES_TRY(rec_mm(m, &r, "ss_qkv", &L->qkv, G, ES__EPI_STORE, res->E32, res->QKV32));
+        if (lo[LO_QKV].on) {
+            ES_TRY(rec_mm(m, &r, "ss_lora", &lo[LO_QKV].ma, G, ES__EPI_STORE, res->E32, m->R32));
+            ES_TRY(rec_mm(m, &r, "ss_lora", &lo[LO_QKV].mb, G, ES__EPI_ADD, m->R32, res->QKV32));
+        }
+        es__pc_ss_rope pr = {G, (uint32_t)hp->n_head, (uint32_t)hp->n_head_kv, hd, (uint32_t)hp->n_rot,
+                             hp->rope_type == ES_ROPE_NEOX ? 1u : 0u, res->QKV32};
+        es__vk_rec_dispatch(&r, "ss_rope", m->p_rope, L->rope, &pr, G, 1, 1);
+        es__pc_ss_attn pa = {(uint32_t)hp->n_head, (uint32_t)hp->n_head_kv, hd, res->QKV32, res->n_ctx, res->Q32,
+                             1.0f / sqrtf((float)hd)};
+        es__vk_rec_dispatch(&r, "ss_attn", m->p_attn, L->attn, &pa, (uint32_t)hp->n_head, G, 1);
+        ES_TRY(rec_mm(m, &r, "ss_wo", &L->wo, G, ES__EPI_ADD, res->Q32, res->E32));
+        if (lo[LO_O].on) {
+            ES_TRY(rec_mm(m, &r, "ss_lora", &lo[LO_O].ma, G, ES__EPI_STORE, res->Q32, m->R32));
+            ES_TRY(rec_mm(m, &r, "ss_lora", &lo[LO_O].mb, G, ES__EPI_ADD, m->R32, res->E32));
+        }
+        rec_norm(m, &r, "ss_norm", L->norm_ffn, G, vl->ffn_norm);
+        if (lo[LO_GU].on) {
+            /* gate and up with their LoRA deltas first, SwiGLU after */
+            ES_TRY(rec_mm(m, &r, "ss_gateup", &L->gateup, G, ES__EPI_STORE, res->E32, 2 * res->F32));
+            ES_TRY(rec_mm(m, &r, "ss_lora", &lo[LO_GU].ma, G, ES__EPI_STORE, res->E32, m->R32));
+            ES_TRY(rec_mm(m, &r, "ss_lora", &lo[LO_GU].mb, G, ES__EPI_ADD, m->R32, 2 * res->F32));
+            rec_rows(m, &r, "ss_swiglu", L->swiglu, 2, G, res->F32, 2 * res->F32, res->F32);
+        } else {
+            ES_TRY(rec_mm(m, &r, "ss_gateup", &L->gateup, G, ES__EPI_SWIGLU, res->E32, res->F32));
+        }
+        ES_TRY(rec_mm(m, &r, "ss_down", &L->down, G, ES__EPI_ADD, res->F32, res->E32));
+        if (lo[LO_DOWN].on) {
+            ES_TRY(rec_mm(m, &r, "ss_lora", &lo[LO_DOWN].ma, G, ES__EPI_STORE, res->F32, m->R32));
+            ES_TRY(rec_mm(m, &r, "ss_lora", &lo[LO_DOWN].mb, G, ES__EPI_ADD, m->R32, res->E32));
+        }
+    }
+    rec_norm(m, &r, "ss_norm_out", m->s_norm_out, G, res->w->output_norm);
+    ES_TRY(rec_mm(m, &r, "ss_head", &m->stream_out, G, ES__EPI_STORE, res->E32, res->V32));
+    ES_TRY(es__vk_rec_end(&r));
+    m->cb_G = G;
+    return ES_OK;
+}
+
+/* ---- after the forward, and on demand */
+
+/* Prunes from the early exit's logits: a child whose token's probability under its parent's
+ * distribution is below the threshold goes, with its subtree (pre-order: parents decide first). */
+static void decide_pruning(struct es__vk_msa *m, const es__fwd *f) {
+    const uint32_t V = (uint32_t)m->ctx->model->hp.n_vocab;
+    const float *all = m->out_exit.map;
+    for (int32_t p = 0; p < f->n; p++) {
+        if (f->dfs_end[p] == p || f->pruned[p]) continue;
+        const float *l = all + (size_t)p * m->res.V32;
+        float mx = -INFINITY;
+        for (uint32_t v = 0; v < V; v++) mx = l[v] > mx ? l[v] : mx;
+        double sum = 0.0;
+        for (uint32_t v = 0; v < V; v++) sum += exp((double)l[v] - (double)mx);
+        const double lse = (double)mx + log(sum);
+        for (int32_t c = p + 1; c <= f->dfs_end[p]; c = f->dfs_end[c] + 1)
+            if (!(exp((double)l[f->tokens[c]] - lse) >= (double)f->prune_threshold))
+                for (int32_t i = c; i <= f->dfs_end[c]; i++) f->pruned[i] = 1;
+    }
+}
+
+es_status es__vk_msa_after_forward(struct es__vk_msa *m, const es__fwd *f, uint32_t flags) {
+    m->valid = true;
+    m->n = f->n;
+    m->n_streams = f->n_streams;
+    m->cur_node = -1;
+    if (flags & ES__VK_SS_EARLY_EXIT) {
+        ES_TRY(es__vk_buf_invalidate(m->d, &m->out_exit));
+        decide_pruning(m, f);
+    }
+    return ES_OK;
+}
+
+es_status es__vk_msa_stream_logits(struct es__vk_msa *m, int32_t i, float *out) {
+    es__vk_dev *d = m->d;
+    ES_RETURN_IF(!m->valid || m->n_streams == 0 || i < 0 || i >= m->n, d->err, ES_ERR_INVALID_ARGUMENT,
+                 "vulkan: no streams for batch token %d in the last forward call", i);
+    const uint32_t V = (uint32_t)m->ctx->model->hp.n_vocab, G = (uint32_t)m->n_streams;
+    if (m->cur_node != i) {
+        if (m->cb_G != G) ES_TRY(record_streams(m, G));
+        int32_t *step = m->res.step_buf->map;
+        step[ES_STEP_SS_NODE] = i;
+        ES_TRY(es__vk_buf_flush(d, m->res.step_buf));
+        ES_TRY(es__vk_submit_wait(d, m->cb));
+        ES_TRY(es__vk_buf_invalidate(d, &m->out_streams));
+        m->cur_node = i;
+    }
+    const float *src = m->out_streams.map;
+    for (uint32_t j = 0; j < G; j++) memcpy(out + (size_t)j * V, src + (size_t)j * m->res.V32, sizeof(float) * V);
+    return ES_OK;
+}

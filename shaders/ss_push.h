@@ -1,0 +1,47 @@
+/* ss_push.h: push-constant blocks of the Speculative Streaming kernels (ss_*.comp), shared with
+ * lib/vulkan/msa_vk.c like push.h; lib/vulkan/kernels.c checks their sizes. The token whose
+ * streams run is read from the step data (ES_STEP_SS_NODE), so the stream pass's command buffer
+ * is recorded once and replayed. */
+#ifndef ES_SHADERS_SS_PUSH_H
+#define ES_SHADERS_SS_PUSH_H
+
+/* Step-data header slot: the batch token whose streams the stream pass computes. */
+#define ES_STEP_SS_NODE 3
+
+/* ss_rows: row copies and the element-wise steps of the stream pass.
+ *   mode 0: Y[r] = X[r]                       (r < n_rows)
+ *   mode 1: Y[j] = X[node] + P[j]             (Eq. 3: the streams' start; node from the step)
+ *   mode 2: Y[r][i] = silu(X[r][2i]) X[r][2i+1] (SwiGLU of interleaved gate/up rows)
+ * Strides and widths in texels (4 floats). */
+#define ES_PC_SS_ROWS(U, F)                                                                        \
+    U(mode)                                                                                        \
+    U(n_rows)                                                                                      \
+    U(width)    /* texels written per row                                     */                   \
+    U(x_stride) /* texels between rows of X                                   */                   \
+    U(p_stride) /* texels between rows of P                                   */                   \
+    U(y_stride) /* texels between rows of Y                                   */
+
+/* ss_rope: rotates the Q and K heads of the stream rows in QKV in place, at the position of the
+ * step's node; writes nothing to the cache (streams write no KV). */
+#define ES_PC_SS_ROPE(U, F)                                                                        \
+    U(n)        /* stream rows                                                */                   \
+    U(n_head)                                                                                      \
+    U(n_head_kv)                                                                                   \
+    U(hd)                                                                                          \
+    U(n_rot)                                                                                       \
+    U(neox)                                                                                        \
+    U(qkv_stride) /* floats between rows of QKV                               */
+
+/* ss_attn: multi-stream attention (Eq. 2) of stream row j of the step's node: the keys of
+ * positions 0..pos(node) (committed slots, then the node's ancestors and itself) and the keys of
+ * stream rows 0..j. One workgroup per (head, stream). */
+#define ES_PC_SS_ATTN(U, F)                                                                        \
+    U(n_head)                                                                                      \
+    U(n_head_kv)                                                                                   \
+    U(hd)                                                                                          \
+    U(qkv_stride) /* floats between stream rows of QKV                        */                   \
+    U(n_ctx)    /* slots per head in the cache                                */                   \
+    U(o_stride) /* floats between rows of the output                          */                   \
+    F(scale)
+
+#endif
