@@ -40,7 +40,7 @@ def run(cmd, timeout=120, stdin=None):
 
 
 STATS = re.compile(r"^edgespec run: prompt (\d+) tokens in [0-9.]+ ms \([0-9.]+ tokens/s\), "
-                   r"decode (\d+) tokens in [0-9.]+ ms \([0-9.]+ tokens/s\), backend \w+$")
+                   r"decode (\d+) tokens in [0-9.]+ ms \([0-9.]+ tokens/s\), backend (cpu|vulkan \(.+\))$")
 
 
 def case_run(a):
@@ -62,6 +62,14 @@ def case_run(a):
     for extra in ([], ["--threads", "1"], ["--batch-size", "1"], ["--threads", "2", "--batch-size", "3"]):
         g2 = run(base + ["--temp", "0"] + extra)
         check(g2.returncode == 0 and g2.stdout == g1.stdout, f"greedy output repeats with {extra}", g2)
+
+    # the Vulkan backend (lavapipe in CI) through the CLI: the same greedy text
+    if a.vulkan:
+        vk = run(base + ["--temp", "0", "--backend", "vulkan"], timeout=300)
+        vl = vk.stderr.splitlines()
+        check(vk.returncode == 0 and vk.stdout == g1.stdout, "--backend vulkan: the CPU backend's greedy text", vk)
+        check(len(vl) == 1 and STATS.match(vl[0]) is not None and "backend vulkan (" in vl[0],
+              "--backend vulkan: one stats line naming the device", vk)
 
     # the CLI's text is exactly what an embedding application gets from es_generate
     if a.example:
@@ -290,6 +298,7 @@ def case_bench(a):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("case", choices=["run", "info", "tokenize", "errors", "readme", "bench"])
+    ap.add_argument("--vulkan", action="store_true", help="the build has the Vulkan backend")
     ap.add_argument("--source-root")
     ap.add_argument("--build-root")
     ap.add_argument("--cli", required=True)

@@ -68,9 +68,15 @@ static int32_t *tokenize_prompt(const es_model *m, const char *text, size_t len,
 
 static int generate(const run_args *a, es_backend *backend, es_context *ctx, const int32_t *prompt,
                     size_t n_prompt) {
+    /* "cpu", or "vulkan (DEVICE NAME)": which device ran belongs with its numbers */
+    char where[320];
+    const char *kind = cli_backend_names[a->be.backend];
+    if (strcmp(es_backend_name(backend), kind) == 0)
+        snprintf(where, sizeof where, "%s", kind);
+    else
+        snprintf(where, sizeof where, "%s (%s)", kind, es_backend_name(backend));
     if (a->spec.spec != 0) {
-        const cli_spec_run r = {a->model, backend, ctx, prompt, n_prompt, a->n_predict, a->ignore_eos, a->sp,
-                                cli_backend_names[a->be.backend]};
+        const cli_spec_run r = {a->model, backend, ctx, prompt, n_prompt, a->n_predict, a->ignore_eos, a->sp, where};
         return cli_spec_generate(&a->spec, &r);
     }
     run_sink sink = {0, 0};
@@ -89,7 +95,7 @@ static int generate(const run_args *a, es_backend *backend, es_context *ctx, con
             "edgespec run: prompt %d tokens in %.1f ms (%.1f tokens/s), decode %d tokens in %.1f ms "
             "(%.1f tokens/s), backend %s\n",
             st.n_prompt, st.prompt_ms, per_second(st.n_prompt, st.prompt_ms), st.n_generated, st.decode_ms,
-            per_second(st.n_generated, st.decode_ms), cli_backend_names[a->be.backend]);
+            per_second(st.n_generated, st.decode_ms), where);
     return CLI_EXIT_OK;
 }
 
