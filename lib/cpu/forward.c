@@ -22,21 +22,42 @@ typedef struct fwd_job {
     es__pool *pool;
     int32_t n_ctx;
     es__msa_job *msa;     /* Speculative Streaming hooks (msa.c); NULL in a plain forward */
+    es_profile_entry *prof; /* [OP_COUNT] phase wall times when the backend profiles, else NULL */
 } fwd_job;
 
 /* Matrix rows are handed out in multiples of this (whole cache lines of each output row). */
 #define ROW_ALIGN 16
 
+/* What a phase computes, for the profile (es_backend_profile). */
+enum { OP_EMBED, OP_NORM, OP_QKV, OP_ROPE, OP_GATHER, OP_ATTN, OP_WO, OP_FFN, OP_DOWN, OP_HEAD, OP_COUNT };
+static const char *const op_names[OP_COUNT] = {
+    "get_rows", "rms_norm", "mul_mat_qkv", "rope_kv_write", "gather_rows", "attention",
+    "mul_mat_wo", "mul_mat_gate_up_swiglu", "mul_mat_down", "mul_mat_head",
+};
+
 /* One thread's walk through the job's phases (pool.h: phases with work stealing). */
 typedef struct thr {
     const fwd_job *J;
     int ith, nth;
-    int phase; /* the next phase's number: every thread meets the phases in the same order */
+    int phase;       /* the next phase's number: every thread meets the phases in the same order */
+    int op;          /* the current phase's OP_ */
+    double t0;       /* when thread 0 began it (profiling only) */
 } thr;
 
-static void phase_begin(thr *t, es__work *w, int64_t n, int64_t align) {
+static void phase_begin(thr *t, es__work *w, int op, int64_t n, int64_t align) {
     ES_ASSERT(t->phase < t->J->c->n_phases);
     es__work_begin(w, t->J->pool, t->J->c->sched, t->phase++, n, align, t->ith, t->nth);
+    t->op = op;
+    if (t->J->prof && t->ith == 0) t->t0 = es__time_now();
+}
+
+/* Waits for the phase to complete; thread 0 adds its wall time to the profile. */
+static void phase_end(thr *t, es__work *w) {
+    es__work_end(w);
+    if (t->J->prof && t->ith == 0) {
+        t->J->prof[t->op].calls++;
+        t->J->prof[t->op].ms += (es__time_now() - t->t0) * 1e3;
+    }
 }
 
 /* One matrix of a matmul phase: y [n_tok][W.n_out] = W x. */
@@ -59,13 +80,13 @@ static void mm_rows(const thr *t, const mm_seg *seg, int n_seg, const float *x, 
 }
 
 /* A phase computing y = W x for every matrix of seg. */
-static void mm_phase(thr *t, const mm_seg *seg, int n_seg, const float *x, int64_t n_tok) {
+static void mm_phase(thr *t, int op, const mm_seg *seg, int n_seg, const float *x, int64_t n_tok) {
     int64_t rows = 0;
     for (int i = 0; i < n_seg; i++) rows += seg[i].W->n_out;
     es__work w;
-    phase_begin(t, &w, rows, ROW_ALIGN);
+    phase_begin(t, &w, op, rows, ROW_ALIGN);
     for (int64_t lo, hi; es__work_next(&w, &lo, &hi);) mm_rows(t, seg, n_seg, x, n_tok, lo, hi);
-    es__work_end(&w);
+    phase_end(t, &w);
 }
 
 /* x[t][lo..hi) += y[t][lo..hi) */
@@ -75,25 +96,26 @@ static void add_rows(float *x, const float *y, int64_t width, int64_t n_tok, int
 }
 
 /* A phase computing x += W a (the output projections and their residual). */
-static void mm_residual_phase(thr *t, const es__cpu_mat *W, const float *a, int64_t n_tok, float *tmp, float *x) {
+static void mm_residual_phase(thr *t, int op, const es__cpu_mat *W, const float *a, int64_t n_tok, float *tmp,
+                              float *x) {
     const mm_seg seg = {W, tmp};
     es__work w;
-    phase_begin(t, &w, W->n_out, ROW_ALIGN);
+    phase_begin(t, &w, op, W->n_out, ROW_ALIGN);
     for (int64_t lo, hi; es__work_next(&w, &lo, &hi);) {
         mm_rows(t, &seg, 1, a, n_tok, lo, hi);
         add_rows(x, tmp, W->n_out, n_tok, lo, hi);
     }
-    es__work_end(&w);
+    phase_end(t, &w);
 }
 
 static void norm_phase(thr *t, const float *x, const float *wt, float *y, int64_t n_tok) {
     const fwd_job *J = t->J;
     const int64_t d = J->hp->n_embd;
     es__work w;
-    phase_begin(t, &w, n_tok, 1);
+    phase_begin(t, &w, OP_NORM, n_tok, 1);
     for (int64_t lo, hi; es__work_next(&w, &lo, &hi);)
         for (int64_t i = lo; i < hi; i++) es__cpu_rmsnorm_row(J->k, x + i * d, wt, d, J->hp->rms_eps, y + i * d);
-    es__work_end(&w);
+    phase_end(t, &w);
 }
 
 /* Moves rows rows[r] to r (rows ascending, so r <= rows[r] and a forward copy is safe). */
@@ -116,10 +138,10 @@ static void layer(thr *t, int32_t il) {
 
     norm_phase(t, c->x, L->attn_norm, c->xn, n);
     const mm_seg qkv[3] = {{&L->wq, c->q}, {&L->wk, c->kn}, {&L->wv, c->vn}};
-    mm_phase(t, qkv, 3, c->xn, n);
+    mm_phase(t, OP_QKV, qkv, 3, c->xn, n);
 
     /* RoPE on q and k, then this batch's keys/values into its provisional slots */
-    phase_begin(t, &w, n, 1);
+    phase_begin(t, &w, OP_ROPE, n, 1);
     for (int64_t lo, hi; es__work_next(&w, &lo, &hi);)
         for (int64_t i = lo; i < hi; i++) {
             const float *cs = c->rope + i * (hp->n_rot / 2) * 2;
@@ -128,7 +150,7 @@ static void layer(thr *t, int32_t il) {
             es__cpu_kv_write(c->k + cache_off, c->v + cache_off, J->n_ctx, hp->n_head_kv, hd, f->n_past + (int32_t)i,
                              1, c->kn + i * kvd, c->vn + i * kvd);
         }
-    es__work_end(&w);
+    phase_end(t, &w);
 
     /* In the last layer only the rows that want logits go on. */
     int32_t nr = n;
@@ -136,12 +158,12 @@ static void layer(thr *t, int32_t il) {
     if (last && f->n_out < n) {
         nr = f->n_out;
         rows = f->out_rows;
-        phase_begin(t, &w, 1, 1);
+        phase_begin(t, &w, OP_GATHER, 1, 1);
         for (int64_t lo, hi; es__work_next(&w, &lo, &hi);) {
             gather_rows(c->x, d, rows, nr);
             gather_rows(c->q, qd, rows, nr);
         }
-        es__work_end(&w);
+        phase_end(t, &w);
     }
     if (nr == 0) return;
 
@@ -150,19 +172,19 @@ static void layer(thr *t, int32_t il) {
                             hp->n_head,    hp->n_head_kv, hd,                    f->n_past,        n,
                             nr,            rows,        f->dfs_start,            f->dfs_end,
                             1.0f / sqrtf((float)hd),    c->att,                  qd};
-        phase_begin(t, &w, (int64_t)nr * hp->n_head, 1);
+        phase_begin(t, &w, OP_ATTN, (int64_t)nr * hp->n_head, 1);
         for (int64_t lo, hi; es__work_next(&w, &lo, &hi);)
             es__cpu_attention_range(J->k, &a, lo, hi, c->scores + (size_t)t->ith * (size_t)(J->n_ctx + n),
                                     c->visible + (size_t)t->ith * ES__CPU_ATTN_ROWS * (size_t)n);
-        es__work_end(&w);
+        phase_end(t, &w);
     }
 
-    mm_residual_phase(t, &L->wo, c->att, nr, c->tmp, c->x);
+    mm_residual_phase(t, OP_WO, &L->wo, c->att, nr, c->tmp, c->x);
     norm_phase(t, c->x, L->ffn_norm, c->xn, nr);
 
     /* gate and up for the same rows, then SwiGLU on them */
     const mm_seg g = {&L->gate, c->gate}, u = {&L->up, c->up};
-    phase_begin(t, &w, hp->n_ff, ROW_ALIGN);
+    phase_begin(t, &w, OP_FFN, hp->n_ff, ROW_ALIGN);
     for (int64_t lo, hi; es__work_next(&w, &lo, &hi);) {
         mm_rows(t, &g, 1, c->xn, nr, lo, hi);
         mm_rows(t, &u, 1, c->xn, nr, lo, hi);
@@ -171,9 +193,9 @@ static void layer(thr *t, int32_t il) {
             es__cpu_swiglu_range(J->k, c->gate + off, c->up + off, lo, hi, c->gate + off);
         }
     }
-    es__work_end(&w);
+    phase_end(t, &w);
 
-    mm_residual_phase(t, &L->down, c->gate, nr, c->tmp, c->x);
+    mm_residual_phase(t, OP_DOWN, &L->down, c->gate, nr, c->tmp, c->x);
 }
 
 /* Phases of one forward: the embedding, 9 per layer at most, the final norm and the head. */
@@ -187,10 +209,10 @@ static void fwd_thread(void *arg, int ith, int nth) {
     const es__hparams *hp = J->hp;
     es__cpu_ctx *c = J->c;
     const int32_t n = f->n, d = hp->n_embd;
-    thr t = {J, ith, nth, 0};
+    thr t = {J, ith, nth, 0, 0, 0.0};
     es__work w;
 
-    phase_begin(&t, &w, n, 1);
+    phase_begin(&t, &w, OP_EMBED, n, 1);
     for (int64_t lo, hi; es__work_next(&w, &lo, &hi);) {
         const es__cpu_mat *E = &J->w->tok_embd;
         for (int64_t i = lo; i < hi; i++)
@@ -198,7 +220,7 @@ static void fwd_thread(void *arg, int ith, int nth) {
         es__cpu_rope_table(f->pos + lo, hi - lo, hp->n_rot, hp->rope_freq_base, hp->rope_freq_scale,
                            c->rope + lo * (hp->n_rot / 2) * 2);
     }
-    es__work_end(&w);
+    phase_end(&t, &w);
 
     for (int32_t il = 0; il < hp->n_layer; il++) {
         if (J->msa) es__msa_before_layer(J->msa, il, ith, nth);
@@ -210,12 +232,30 @@ static void fwd_thread(void *arg, int ith, int nth) {
     /* rows 0..n_out-1 of x now hold the wanted tokens (gathered in the last layer) */
     norm_phase(&t, c->x, J->w->output_norm, c->xn, f->n_out);
     const mm_seg head = {&J->w->output, f->logits};
-    mm_phase(&t, &head, 1, c->xn, f->n_out);
+    mm_phase(&t, OP_HEAD, &head, 1, c->xn, f->n_out);
+}
+
+/* Adds one forward call's phase times to the backend's profile, ops in first-seen order. */
+static void add_profile(es_backend *b, const es_profile_entry *prof) {
+    for (int op = 0; op < OP_COUNT; op++) {
+        if (!prof[op].calls) continue;
+        int32_t k = 0;
+        while (k < b->n_prof && strcmp(b->prof[k].op, op_names[op]) != 0) k++;
+        if (k == b->n_prof) {
+            if (b->n_prof == (int32_t)ES__ARRAY_LEN(b->prof)) continue;
+            b->prof[b->n_prof++] = (es_profile_entry){op_names[op], 0, 0.0};
+        }
+        b->prof[k].calls += prof[op].calls;
+        b->prof[k].ms += prof[op].ms;
+    }
 }
 
 es_status es__cpu_forward(es_context *ctx, const es__fwd *f) {
     es__cpu_state *B = ctx->backend->impl;
-    fwd_job J = {f, &ctx->model->hp, ctx->weights, ctx->impl, B->kern, B->pool, ctx->n_ctx, NULL};
+    es_backend *b = ctx->backend;
+    es_profile_entry prof[OP_COUNT];
+    memset(prof, 0, sizeof prof);
+    fwd_job J = {f, &ctx->model->hp, ctx->weights, ctx->impl, B->kern, B->pool, ctx->n_ctx, NULL, b->profile ? prof : NULL};
     /* Speculative Streaming works on a copy of the call: pruning narrows the rows that want logits */
     es__fwd ss_f;
     es__msa_job msa;
@@ -229,5 +269,7 @@ es_status es__cpu_forward(es_context *ctx, const es__fwd *f) {
     es__sched_reset(c->sched, es__pool_size(B->pool), c->n_phases);
     es__pool_run(B->pool, fwd_thread, &J);
     if (J.msa) es__msa_finish(&msa, f);
+    b->stats.n_forward++;
+    if (J.prof) add_profile(b, prof);
     return ES_OK;
 }

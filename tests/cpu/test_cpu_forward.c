@@ -188,7 +188,46 @@ static void run_case(const cfg_case *cc) {
     mem_model_free(m);
 }
 
+/* With profile set, the CPU backend reports its phases' wall times and counts forward calls. */
+static void test_profile(void) {
+    es_model *m = mem_model_create(&cases[0].m);
+    es_backend_params bp = es_backend_default_params();
+    bp.n_threads = 2;
+    bp.profile = true;
+    es_backend *be = NULL;
+    CHECK_OK(es_backend_create(&bp, &be));
+    es_context_params cp = es_context_default_params();
+    cp.n_ctx = 32;
+    cp.backend = be;
+    es_context *ctx = NULL;
+    CHECK_OK(es_context_create(m, &cp, &ctx));
+    int32_t toks[4] = {1, 2, 3, 4};
+    es_batch b = {4, toks, NULL, NULL, NULL, NULL};
+    CHECK_OK(es_forward(ctx, &b));
+    CHECK_OK(es_forward(ctx, &b));
+    es_backend_stats st;
+    CHECK_OK(es_backend_get_stats(be, &st));
+    CHECK(st.n_forward == 2);
+    es_profile_entry e[32];
+    size_t n = 0;
+    CHECK_OK(es_backend_profile(be, e, 32, &n));
+    bool attn = false, head = false, positive = true;
+    for (size_t i = 0; i < n; i++) {
+        attn = attn || (strcmp(e[i].op, "attention") == 0 && e[i].calls == 2 * (uint64_t)cases[0].m.n_layer);
+        head = head || (strcmp(e[i].op, "mul_mat_head") == 0 && e[i].calls == 2);
+        positive = positive && e[i].ms >= 0.0 && e[i].calls > 0;
+    }
+    CHECKF(n >= 8 && attn && head && positive, "profile: %zu entries", n);
+    es_backend_profile_reset(be);
+    CHECK_OK(es_backend_profile(be, e, 32, &n));
+    CHECK(n == 0);
+    es_context_free(ctx);
+    es_backend_free(be);
+    mem_model_free(m);
+}
+
 int main(void) {
     for (size_t i = 0; i < ES__ARRAY_LEN(cases); i++) run_case(&cases[i]);
+    test_profile();
     TEST_MAIN_END();
 }

@@ -33,6 +33,7 @@ typedef struct opts {
     int ctx;
     int depth;
     bool membw;
+    bool profile;
     unsigned long long seed;
 } opts;
 
@@ -55,6 +56,7 @@ static void usage(FILE *f, const char *prog) {
             "  -c, --ctx N          context size in tokens (default 2048)\n"
             "  -d, --depth N        committed tokens before each decode test (default 0)\n"
             "      --no-membw       skip the machine read-bandwidth measurement\n"
+            "      --profile        per-op times of the backend over all timed tests\n"
             "  -s, --seed N         seed of the random prompt tokens (default 1)\n"
             "Prints one JSON object on stdout.\n",
             prog);
@@ -70,7 +72,7 @@ static bool parse_int(const char *s, int lo, int hi, int *out) {
 
 /* Returns 0 to go on, 1 on a usage error, -1 after --help. */
 static int parse_args(int argc, char **argv, opts *o) {
-    *o = (opts){NULL, ES_BACKEND_CPU, NULL, 0, 5, {64, 512}, 2, 128, 2048, 0, true, 1};
+    *o = (opts){NULL, ES_BACKEND_CPU, NULL, 0, 5, {64, 512}, 2, 128, 2048, 0, true, false, 1};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -128,6 +130,8 @@ static int parse_args(int argc, char **argv, opts *o) {
             ok = parse_int(v, 0, 1 << 24, &o->depth);
         } else if (strcmp(a, "--no-membw") == 0) {
             o->membw = false;
+        } else if (strcmp(a, "--profile") == 0) {
+            o->profile = true;
         } else if (OPT("-s", "--seed")) {
             NEED();
             int s;
@@ -299,7 +303,8 @@ static const char *weight_type(const es_model *m, const es_model_info *mi) {
     return "unknown";
 }
 
-static int run_tests(const opts *o, es_context *ctx, const es_model_info *mi, test_result *res, int *n_res) {
+static int run_tests(const opts *o, es_backend *be, es_context *ctx, const es_model_info *mi, test_result *res,
+                     int *n_res) {
     int32_t *toks = malloc(sizeof(int32_t) * (size_t)o->ctx);
     if (!toks) return fail("allocation", ES_ERR_OUT_OF_MEMORY, "prompt tokens");
     unsigned long long rs = o->seed;
@@ -313,6 +318,7 @@ static int run_tests(const opts *o, es_context *ctx, const es_model_info *mi, te
             rc = fail("warm-up", s, es_context_errmsg(ctx));
             goto done;
         }
+        es_backend_profile_reset(be);
     }
     for (int p = 0; p < o->n_pp; p++) {
         test_result *r = &res[(*n_res)++];
@@ -422,7 +428,20 @@ static void print_json(const opts *o, const es_model *m, const es_model_info *mi
     json_loadavg("loadavg_before", la0_ok, la0);
     printf(",\n");
     json_loadavg("loadavg_after", la1_ok, la1);
-    printf("\n  },\n  \"peak_rss_bytes\": %lld\n}\n", (long long)ru.ru_maxrss * 1024);
+    printf("\n  },\n");
+    if (o->profile) {
+        es_profile_entry e[64];
+        size_t n = 0;
+        es_backend_profile(be, e, 64, &n);
+        printf("  \"profile\": [");
+        for (size_t i = 0; i < n && i < 64; i++) {
+            printf("%s\n    {\"op\": ", i ? "," : "");
+            json_str(e[i].op);
+            printf(", \"calls\": %llu, \"ms\": %.3f}", (unsigned long long)e[i].calls, e[i].ms);
+        }
+        printf("\n  ],\n");
+    }
+    printf("  \"peak_rss_bytes\": %lld\n}\n", (long long)ru.ru_maxrss * 1024);
 }
 
 int es_bench_main(int argc, char **argv) {
@@ -448,6 +467,7 @@ int es_bench_main(int argc, char **argv) {
     bp.type = o.backend;
     bp.n_threads = o.threads;
     bp.device = o.device;
+    bp.profile = o.profile;
     es_backend *be = NULL;
     if ((s = es_backend_create(&bp, &be)) != ES_OK) {
         es_model_free(m);
@@ -471,7 +491,7 @@ int es_bench_main(int argc, char **argv) {
 
     static test_result res[MAX_PP + 1];
     int n_res = 0;
-    int rc = run_tests(&o, ctx, &mi, res, &n_res);
+    int rc = run_tests(&o, be, ctx, &mi, res, &n_res);
     const int n_threads = o.threads > 0 ? o.threads : 0;
     if (rc == 0) {
         bool la1_ok = read_loadavg(la1);
