@@ -278,30 +278,55 @@ INLINE float load_block(es__dtype type, const uint8_t *blk, vf *wq) {
     return f16_scalar(d16);
 }
 
-/* ---- one row (decode): acc = fma(w, x, acc) over VL-wide chunks in k order; a block's weights are
- * d * q, which is exact in f32 (11-bit by 8-bit significands), so this equals the f32 panel path. */
+/* ---- one token (decode): acc = fma(w, x, acc) over VL-wide chunks in k order; a block's weights
+ * are d * q, which is exact in f32 (11-bit by 8-bit significands), so this equals the panel path. */
 
-INLINE float row_dot(es__dtype type, const uint8_t *row, const float *x, int64_t n_in) {
-    vf acc = vzero();
+/* NR rows at once (one accumulator each, so each row's result is what it is alone). */
+INLINE void rows_dot(es__dtype type, const uint8_t *const *row, const int NR, const float *x, int64_t n_in,
+                     float *out) {
+    vf acc[2];
+    for (int r = 0; r < NR; r++) acc[r] = vzero();
     if (type == ES__DTYPE_Q8_0 || type == ES__DTYPE_Q4_0) {
         const size_t bb = type == ES__DTYPE_Q8_0 ? 34 : 18;
         for (int64_t b = 0; b < n_in / QK; b++) {
-            vf wq[NV];
-            const vf dv = vsplat(load_block(type, row + (size_t)b * bb, wq));
-            for (int v = 0; v < NV; v++) acc = vfma(wq[v] * dv, loadu(x + b * QK + v * VL), acc);
+            for (int r = 0; r < NR; r++) {
+                vf wq[NV];
+                const vf dv = vsplat(load_block(type, row[r] + (size_t)b * bb, wq));
+                for (int v = 0; v < NV; v++) acc[r] = vfma(wq[v] * dv, loadu(x + b * QK + v * VL), acc[r]);
+            }
         }
-        return hsum(acc);
+    } else {
+        int64_t k = 0;
+        for (; k + VL <= n_in; k += VL) {
+            const vf xv = loadu(x + k);
+            for (int r = 0; r < NR; r++) acc[r] = vfma(load_wf(type, row[r], k), xv, acc[r]);
+        }
+        if (k < n_in) {
+            const vf xv = load_x_tail(x + k, n_in - k);
+            for (int r = 0; r < NR; r++) acc[r] = vfma(load_wf_tail(type, row[r], k, n_in - k), xv, acc[r]);
+        }
     }
-    int64_t k = 0;
-    for (; k + VL <= n_in; k += VL) acc = vfma(load_wf(type, row, k), loadu(x + k), acc);
-    if (k < n_in) acc = vfma(load_wf_tail(type, row, k, n_in - k), load_x_tail(x + k, n_in - k), acc);
-    return hsum(acc);
+    for (int r = 0; r < NR; r++) out[r] = hsum(acc[r]);
 }
 
+/* Rows [r0, r1) for one token: row i together with row i + half, two sequential weight streams
+ * far enough apart for the prefetchers to follow both (adjacent rows interleaved ran at half the
+ * bandwidth of one stream); two chains of fused multiply-adds hide each other's latency. */
 #define DEF_ROWS(NAME, TYPE)                                                                           \
     static void NAME(const uint8_t *w, size_t row_bytes, int64_t n_in, int64_t r0, int64_t r1, const float *x, \
                      float *y) {                                                                       \
-        for (int64_t r = r0; r < r1; r++) y[r - r0] = row_dot(TYPE, w + (size_t)r * row_bytes, x, n_in); \
+        const int64_t half = (r1 - r0) / 2;                                                            \
+        for (int64_t i = 0; i < half; i++) {                                                           \
+            const uint8_t *rows[2] = {w + (size_t)(r0 + i) * row_bytes, w + (size_t)(r0 + half + i) * row_bytes}; \
+            float out[2];                                                                              \
+            rows_dot(TYPE, rows, 2, x, n_in, out);                                                     \
+            y[i] = out[0];                                                                             \
+            y[half + i] = out[1];                                                                      \
+        }                                                                                              \
+        if ((r1 - r0) % 2) {                                                                           \
+            const uint8_t *rows[1] = {w + (size_t)(r1 - 1) * row_bytes};                               \
+            rows_dot(TYPE, rows, 1, x, n_in, y + (r1 - 1 - r0));                                       \
+        }                                                                                              \
     }
 DEF_ROWS(rows_f32, ES__DTYPE_F32)
 DEF_ROWS(rows_f16, ES__DTYPE_F16)
@@ -310,7 +335,7 @@ DEF_ROWS(rows_q8_0, ES__DTYPE_Q8_0)
 DEF_ROWS(rows_q4_0, ES__DTYPE_Q4_0)
 
 /* ---- tiles (several tokens): R_TILE rows of f32 weights x T tokens, out[r * T_TILE + t]. Same
- * per-element arithmetic as row_dot. */
+ * per-element arithmetic as rows_dot. */
 
 INLINE void tile_f32(const float *const *wr, const float *x, int64_t ldx, int64_t n_in, const int T, float *out) {
     vf acc[R_TILE][T_TILE];
