@@ -295,9 +295,44 @@ def case_bench(a):
     check(h.returncode == 0 and "bench" in h.stdout, "help lists bench", h)
 
 
+def case_progress(a):
+    """A model of 16 MiB or more shows a load progress bar when stderr is a terminal; not when it
+    is a pipe (the other tests' stderr), where only models of 256 MiB or more report."""
+    import pty
+    size = os.path.getsize(a.model)
+    check(16 << 20 <= size < 256 << 20, f"the model is between 16 and 256 MiB ({size} bytes)")
+    master, slave = pty.openpty()
+    try:
+        p = subprocess.run([a.cli, "run", "-m", a.model, "-p", "x", "-n", "2", "--temp", "0"],
+                           stdout=subprocess.PIPE, stderr=slave, stdin=subprocess.DEVNULL, timeout=300)
+        os.close(slave)
+        slave = -1
+        out = b""
+        while True:
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:
+                break
+            if not chunk:
+                break
+            out += chunk
+    finally:
+        if slave >= 0:
+            os.close(slave)
+        os.close(master)
+    err = out.decode("utf-8", "replace")
+    check(p.returncode == 0, f"run on a terminal succeeds (exit {p.returncode}; stderr {err[-400:]!r})")
+    check("loading [" in err and "100%" in err and "\r" in err,
+          f"a progress bar redrawn in place up to 100% (stderr {err[-400:]!r})")
+    check(STATS.match(err.replace("\r\n", "\n").splitlines()[-1]) is not None, "then the stats line")
+    piped = run([a.cli, "run", "-m", a.model, "-p", "x", "-n", "2", "--temp", "0"], timeout=300)
+    check(piped.returncode == 0 and "loading" not in piped.stderr and len(piped.stderr.splitlines()) == 1,
+          "no progress output when stderr is a pipe", piped)
+
+
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("case", choices=["run", "info", "tokenize", "errors", "readme", "bench"])
+    ap.add_argument("case", choices=["run", "info", "tokenize", "errors", "readme", "bench", "progress"])
     ap.add_argument("--vulkan", action="store_true", help="the build has the Vulkan backend")
     ap.add_argument("--source-root")
     ap.add_argument("--build-root")

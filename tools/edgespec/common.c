@@ -46,6 +46,10 @@ static bool progress_cb(float fraction, void *user) {
     cli_progress *p = user;
     if (!(fraction >= 0.0f)) fraction = 0.0f;
     if (fraction > 1.0f) fraction = 1.0f;
+    if (p->last < 0 && fraction >= 1.0f) { /* done at the first report: nothing worth a bar */
+        p->last = p->tty ? 100 : 4;
+        return true;
+    }
     if (p->tty) {
         int pct = (int)(fraction * 100.0f);
         if (pct == p->last) return true;
