@@ -252,7 +252,7 @@ def case_readme(a):
         check("\n" not in cmd and cmd.startswith("apt-get update && apt-get install -y "),
               f"{name} command: one line that starts by installing the dependencies")
     check(" && meson setup build && ninja -C build && " in demo, "demo command builds in build/")
-    check(tests.endswith(" && meson setup build && meson test -C build --print-errorlogs"),
+    check(tests.endswith(" && meson setup build && ninja -C build && meson test -C build --print-errorlogs"),
           "test command runs the whole suite in build/")
     marker = readme.find("<!-- ci: test command -->")
     check(marker != -1 and readme.find("```sh", marker) == readme.find(tests) - len("```sh\n"),
