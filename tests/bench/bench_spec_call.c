@@ -1,0 +1,117 @@
+/* bench_spec_call.c: where the time of a speculative step goes, per forward call, on a model and
+ * backend: a one-token decode call, verification calls of trees of N nodes (chains and bushy
+ * trees), with and without the Speculative Streaming hooks (kept hidden states, early exit), the
+ * stream pass of one node, and the host-side drafting and verification. Medians of repetitions,
+ * JSON lines on stdout. Usage:
+ *   bench_spec_call MODEL.gguf [ADAPTER.ss.gguf] [cpu|vulkan] [threads] [reps] [n_past] */
+#include "edgespec.h"
+#include "ssfwd.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static double now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + 1e-6 * (double)ts.tv_nsec;
+}
+
+static int cmp_d(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median(double *v, int n) {
+    qsort(v, (size_t)n, sizeof *v, cmp_d);
+    return v[n / 2];
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        fprintf(stderr, "usage: bench_spec_call MODEL.gguf [ADAPTER.ss.gguf|-] [cpu|vulkan] [threads] [reps] [n_past]\n");
+        return 2;
+    }
+    const char *adapter = argc > 2 && strcmp(argv[2], "-") != 0 ? argv[2] : NULL;
+    const bool vk = argc > 3 && strcmp(argv[3], "vulkan") == 0;
+    const int threads = argc > 4 ? atoi(argv[4]) : 2, reps = argc > 5 ? atoi(argv[5]) : 15;
+    const int n_past = argc > 6 ? atoi(argv[6]) : 64;
+    es_model *m = NULL;
+    if (es_model_load(argv[1], NULL, &m) != ES_OK || (adapter && es_model_load_adapter(m, adapter) != ES_OK)) {
+        fprintf(stderr, "bench_spec_call: %s\n", m ? es_model_errmsg(m) : es_last_error());
+        return 1;
+    }
+    es_backend_params bp = es_backend_default_params();
+    bp.type = vk ? ES_BACKEND_VULKAN : ES_BACKEND_CPU;
+    bp.n_threads = threads;
+    es_backend *be = NULL;
+    es_context *ctx = NULL;
+    es_context_params cp = es_context_default_params();
+    cp.n_ctx = n_past + 600;
+    if (es_backend_create(&bp, &be) != ES_OK) return 1;
+    cp.backend = be;
+    if (es_context_create(m, &cp, &ctx) != ES_OK) {
+        fprintf(stderr, "bench_spec_call: %s\n", es_last_error());
+        return 1;
+    }
+    es_model_info info;
+    es_model_get_info(m, &info);
+    int32_t *prompt = malloc(sizeof(int32_t) * (size_t)n_past);
+    for (int i = 0; i < n_past; i++) prompt[i] = 1 + (i * 37) % (info.n_vocab - 1);
+    es_batch pre = {n_past, prompt, NULL, NULL, NULL, NULL};
+    if (es_forward(ctx, &pre) != ES_OK || es_commit(ctx, NULL, 0) != ES_OK) return 1;
+    const int32_t sizes[] = {1, 2, 4, 5, 8, 16, 32, 64};
+    uint8_t all[64];
+    memset(all, 1, sizeof all);
+    double *t = malloc(sizeof(double) * (size_t)reps);
+    for (size_t si = 0; si < sizeof sizes / sizeof *sizes; si++) {
+        const int32_t n = sizes[si];
+        /* a bushy tree: node i's parent is (i - 1) / 3, laid out in pre-order */
+        int32_t parent[64], order[64], pos[64], st[64], en[64], toks[64];
+        for (int32_t i = 0; i < n; i++) parent[i] = i == 0 ? -1 : (i - 1) / 3;
+        es_tree_flatten(parent, n, n_past, order, pos, st, en);
+        for (int32_t i = 0; i < n; i++) toks[i] = 1 + (order[i] * 11) % (info.n_vocab - 1);
+        for (int mode = 0; mode < (adapter ? 3 : 1); mode++) {
+            /* mode 0: plain forward; 1: with the stream hooks; 2: hooks + pruning (threshold 1e-9) */
+            es_batch b = {n, toks, pos, st, en, all};
+            for (int r = 0; r < reps + 2; r++) {
+                double t0 = now_ms();
+                es_status s = mode == 0 ? es_forward(ctx, &b)
+                                        : es__forward_ss_ex(ctx, &b, info.has_ss_adapter ? 1 : 0, mode == 2 ? 1e-9f : 0.0f, true);
+                if (s != ES_OK) {
+                    fprintf(stderr, "bench_spec_call: %s\n", es_context_errmsg(ctx));
+                    return 1;
+                }
+                if (r >= 2) t[r - 2] = now_ms() - t0;
+            }
+            printf("{\"backend\": \"%s\", \"n_past\": %d, \"call\": \"%s\", \"tree_nodes\": %d, \"median_ms\": %.3f}\n",
+                   es_backend_name(be), n_past, mode == 0 ? "forward" : mode == 1 ? "forward+ss_hooks" : "forward+ss_hooks+early_exit",
+                   n, median(t, reps));
+            fflush(stdout);
+        }
+    }
+    if (adapter) {
+        /* the stream pass of one node (all of the adapter's streams) plus their logits */
+        int32_t tok = 5;
+        es_batch b = {1, &tok, NULL, NULL, NULL, NULL};
+        int32_t G = 0;
+        for (G = 16; G > 0; G--)
+            if (es__forward_ss_ex(ctx, &b, G, 0.0f, true) == ES_OK) break;
+        for (int r = 0; r < reps + 2; r++) {
+            es__forward_ss_ex(ctx, &b, G, 0.0f, true);
+            const float *sl = NULL;
+            double t0 = now_ms();
+            if (es__stream_logits(ctx, 0, &sl) != ES_OK) return 1;
+            if (r >= 2) t[r - 2] = now_ms() - t0;
+        }
+        printf("{\"backend\": \"%s\", \"n_past\": %d, \"call\": \"stream_pass\", \"streams\": %d, \"median_ms\": %.3f}\n",
+               es_backend_name(be), n_past, G, median(t, reps));
+    }
+    free(t);
+    free(prompt);
+    es_context_free(ctx);
+    es_backend_free(be);
+    es_model_free(m);
+    return 0;
+}
