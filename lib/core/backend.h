@@ -55,10 +55,11 @@ typedef struct es__backend_vtbl {
     es_status (*forward)(es_context *ctx, const es__fwd *f);
     /* Moves provisional slot n_past + keep[r] to n_past + r for r < n_keep (keep ascending). */
     es_status (*kv_compact)(es_context *ctx, const int32_t *keep, int32_t n_keep);
-    /* Speculative Streaming: the logits [n_streams][n_vocab] of the streams of batch token i of
-     * the last forward call (which had n_streams > 0; i not pruned). NULL = the backend has no
-     * multi-stream attention and rejects n_streams > 0 and prune_threshold > 0. */
-    es_status (*stream_logits)(es_context *ctx, int32_t i, float *out);
+    /* Speculative Streaming: the logits [g][n_vocab] of the first g (1..n_streams) streams of
+     * batch token i of the last forward call (which had n_streams > 0; i not pruned); stream j
+     * depends on streams <= j only, so fewer streams cost less and change nothing. NULL = the
+     * backend has no multi-stream attention and rejects n_streams > 0 and prune_threshold > 0. */
+    es_status (*stream_logits)(es_context *ctx, int32_t i, int32_t g, float *out);
 } es__backend_vtbl;
 
 typedef struct es__upload {

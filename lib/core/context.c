@@ -222,11 +222,16 @@ bool es__token_pruned(const es_context *ctx, int32_t i) {
 }
 
 es_status es__stream_logits(es_context *ctx, int32_t i, const float **logits) {
+    return es__stream_logits_n(ctx, i, ctx->prov_streams, logits);
+}
+
+es_status es__stream_logits_n(es_context *ctx, int32_t i, int32_t g, const float **logits) {
     ES_RETURN_IF(ctx->prov_streams == 0 || i < 0 || i >= ctx->n_provisional || ctx->prov_pruned[i], &ctx->err,
                  ES_ERR_INVALID_ARGUMENT, "stream logits: batch token %d has no streams (last batch: %d tokens, %d streams%s)",
                  i, ctx->n_provisional, ctx->prov_streams,
                  i >= 0 && i < ctx->n_provisional && ctx->prov_pruned[i] ? ", token pruned" : "");
-    const int32_t g = ctx->prov_streams;
+    ES_RETURN_IF(g < 1 || g > ctx->prov_streams, &ctx->err, ES_ERR_INVALID_ARGUMENT,
+                 "stream logits: %d streams asked, the last forward had %d", g, ctx->prov_streams);
     if (g > ctx->stream_cap) {
         float *grown = es__realloc(ctx->alloc, ctx->stream_logits, sizeof(float) * (size_t)g * (size_t)ctx->model->hp.n_vocab);
         ES_RETURN_IF(!grown, &ctx->err, ES_ERR_OUT_OF_MEMORY, "stream logits: out of memory");
@@ -236,7 +241,7 @@ es_status es__stream_logits(es_context *ctx, int32_t i, const float **logits) {
     es_backend *b = ctx->backend;
     pthread_mutex_lock(&b->lock);
     es__err_clear(&b->err);
-    es_status st = b->vt->stream_logits(ctx, i, ctx->stream_logits);
+    es_status st = b->vt->stream_logits(ctx, i, g, ctx->stream_logits);
     pthread_mutex_unlock(&b->lock);
     if (st != ES_OK) return es__fail(&ctx->err, st, "%s", b->err.msg);
     *logits = ctx->stream_logits;

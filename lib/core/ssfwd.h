@@ -27,4 +27,7 @@ bool es__token_pruned(const es_context *ctx, int32_t i);
  * valid until the next forward or stream_logits call. */
 es_status es__stream_logits(es_context *ctx, int32_t i, const float **logits);
 
+/* The same for the first g (1..n_streams) streams only: the same values, less work. */
+es_status es__stream_logits_n(es_context *ctx, int32_t i, int32_t g, const float **logits);
+
 #endif /* ES_CORE_SSFWD_H */

@@ -241,7 +241,13 @@ es_status es__tree_build(es__tree *t, int32_t root_token, const es__levels *lv, 
     int32_t n_heap = 0, n_sel = 0, seq = 0;
     heap_push(heap, &n_heap, (cand){0.0f, seq++, -1, 0, 0});
     float *sel_logp = t->logp; /* written in selection order, permuted below */
+    double expect = 1.0; /* expected tokens per call of the tree so far (cost-aware size) */
     while (n_sel < cap && n_heap > 0) {
+        if (lv->cost_b > 0.0 && n_sel > 0) {
+            const double p = exp((double)heap[0].logp), cost = lv->cost_a + lv->cost_b * (double)n_sel;
+            if (!(p * cost > expect * lv->cost_b)) break;
+            expect += p;
+        }
         cand c = heap_pop(heap, &n_heap);
         int32_t s = n_sel++;
         sel_parent[s] = c.parent;

@@ -38,6 +38,12 @@ typedef struct es__levels {
     int32_t k[ES_SPEC_MAX_DEPTH];
     const int32_t *tokens[ES_SPEC_MAX_DEPTH]; /* [k[g]] */
     const float *logp[ES_SPEC_MAX_DEPTH];     /* [k[g]] */
+    /* Optional cost-aware size (cost_b > 0): with logp the candidates' log-probabilities of
+     * acceptance, a call of n nodes costing cost_a + cost_b n, the best-first expansion stops
+     * before a node whose probability adds less to the expected tokens per call than the tree so
+     * far yields per unit of cost: exp(path logp) / cost_b <= E / T, E = 1 + the selected
+     * non-root nodes' probabilities, T = cost_a + cost_b n. */
+    double cost_a, cost_b;
 } es__levels;
 
 /* Nodes of the full tree over lv: 1 + k0 + k0 k1 + ... (saturates at INT32_MAX). */

@@ -35,7 +35,8 @@ struct es__msa {
     int32_t *out_rows;       /* [tok_cap] the surviving out rows                                */
     /* lazy streams: what the stream pass needs of the last forward, and whose rows are computed */
     bool lazy;
-    int32_t lazy_node;       /* the token whose streams sit in rows 0..n_streams-1, or -1       */
+    int32_t lazy_node;       /* the token whose streams sit in rows 0..lazy_g-1, or -1          */
+    int32_t lazy_g;
     int32_t fwd_n, fwd_n_past;
     int32_t *dfs_s, *dfs_e;  /* [tok_cap] copies of the last forward's DFS intervals            */
     float *x0;               /* [tok_cap][n_embd] main hidden state at the first MSA layer      */
@@ -399,7 +400,7 @@ static void lazy_thread(void *arg, int ith, int nth) {
 /* Lazy mode: token i's streams alone, into rows 0..n_streams-1, from what the forward kept (its
  * hidden state at the first MSA layer, its DFS interval, the cache's provisional slots, the RoPE
  * table). */
-static void lazy_streams(es_context *ctx, int32_t i) {
+static void lazy_streams(es_context *ctx, int32_t i, int32_t g) {
     es__cpu_ctx *c = ctx->impl;
     struct es__msa *m = c->msa;
     es__cpu_state *B = ctx->backend->impl;
@@ -409,15 +410,17 @@ static void lazy_streams(es_context *ctx, int32_t i) {
     lf.n_past = m->fwd_n_past;
     lf.dfs_start = m->dfs_s;
     lf.dfs_end = m->dfs_e;
-    lf.n_streams = m->n_streams;
+    lf.n_streams = g;
     es__msa_job J = {&lf, &ctx->model->hp, ctx->weights, c, B->kern, B->pool, ctx->n_ctx, ctx->model->ss, m};
-    int32_t *act = m->act, n_act = m->n_act, one = i;
+    int32_t *act = m->act, n_act = m->n_act, one = i, n_streams = m->n_streams;
     m->act = &one;
     m->n_act = 1;
     es__pool_run(B->pool, lazy_thread, &J);
     m->act = act;
     m->n_act = n_act;
+    m->n_streams = n_streams;
     m->lazy_node = i;
+    m->lazy_g = g;
 }
 
 void es__msa_finish(es__msa_job *J, const es__fwd *orig) {
@@ -454,17 +457,21 @@ static void head_thread(void *arg, int ith, int nth) {
                      h->W->n_out, h->panel + (size_t)ith * h->panel_floats);
 }
 
-es_status es__msa_stream_logits(es_context *ctx, int32_t i, float *out) {
+es_status es__msa_stream_logits(es_context *ctx, int32_t i, int32_t g, float *out) {
     es__cpu_ctx *c = ctx->impl;
     struct es__msa *m = c->msa;
     ES_RETURN_IF(!m || m->n_streams == 0 || i < 0 || i >= m->fwd_n || m->row_of[i] < 0, &ctx->backend->err,
                  ES_ERR_INVALID_ARGUMENT, "cpu backend: no streams computed for batch token %d", i);
-    if (m->lazy && m->lazy_node != i) lazy_streams(ctx, i);
+    ES_RETURN_IF(g < 1 || g > m->n_streams, &ctx->backend->err, ES_ERR_INVALID_ARGUMENT,
+                 "cpu backend: %d streams asked of %d", g, m->n_streams);
+    if (m->lazy && (m->lazy_node != i || m->lazy_g < g)) lazy_streams(ctx, i, g);
+    /* eager rows hold every stream of each token; lazy rows the first lazy_g of one token */
     const int64_t row = m->lazy ? 0 : m->row_of[i];
+    const int64_t stride = m->lazy ? m->lazy_g : m->n_streams;
     const es__cpu_weights *w = ctx->weights;
     es__cpu_state *B = ctx->backend->impl;
     const int64_t d = ctx->model->hp.n_embd;
-    head_job h = {B->kern, &w->output, m->sn + row * m->n_streams * d, m->n_streams, out,
+    head_job h = {B->kern, &w->output, m->sn + row * stride * d, g, out,
                   c->panel, c->panel_floats};
     es__pool_run(B->pool, head_thread, &h);
     return ES_OK;

@@ -36,8 +36,8 @@ void es__msa_after_layers(es__msa_job *J, int ith, int nth);
  * them (row r for the original out_rows[r]). */
 void es__msa_finish(es__msa_job *J, const es__fwd *orig);
 
-/* The vtable's stream_logits: out [n_streams][n_vocab] for batch token i of the last forward. */
-es_status es__msa_stream_logits(es_context *ctx, int32_t i, float *out);
+/* The vtable's stream_logits: out [g][n_vocab] for batch token i of the last forward. */
+es_status es__msa_stream_logits(es_context *ctx, int32_t i, int32_t g, float *out);
 void es__msa_free(es__cpu_ctx *c, const es_allocator *a);
 
 #endif /* ES_CPU_MSA_H */

@@ -31,6 +31,8 @@ void es_spec_free(es_spec *s) {
     es__free(a, s->hist);
     es__free(a, s->cand_tok);
     es__free(a, s->cand_lp);
+    es__free(a, s->cand_cal);
+    es__free(a, s->node_lp);
     es__free(a, s->cand_q);
     es__free(a, s->logit_flags);
     es__free(a, s->skip);
@@ -120,11 +122,15 @@ static es_status setup(es_spec *s, es_context *ctx, const es_spec_params *p) {
     s->hist = es__calloc(s->alloc, s->hist_cap, sizeof(int32_t));
     s->cand_tok = es__calloc(s->alloc, 2 * levels * (size_t)s->k, sizeof(int32_t));
     s->cand_lp = es__calloc(s->alloc, 2 * levels * (size_t)s->k, sizeof(float));
+    s->cand_cal = es__calloc(s->alloc, 2 * levels * (size_t)s->k, sizeof(float));
+    s->node_lp = es__calloc(s->alloc, (size_t)tree_cap, sizeof(float));
+    es__tuner_init(&s->tune, !p->fixed_tree);
     s->cand_q = s->ver.mode == ES__VERIFY_REJECTION ? es__calloc(s->alloc, 2 * levels * V, sizeof(double)) : NULL;
     s->logit_flags = es__malloc(s->alloc, (size_t)ctx->n_batch);
     s->skip = es__calloc(s->alloc, (size_t)tree_cap, 1);
     s->zeros = es__calloc(s->alloc, (size_t)ES__MAX(ctx->n_batch, s->dctx ? s->dctx->n_batch : 0), 1);
-    ES_RETURN_IF(!s->hist || !s->cand_tok || !s->cand_lp || !s->logit_flags || !s->skip || !s->zeros ||
+    ES_RETURN_IF(!s->hist || !s->cand_tok || !s->cand_lp || !s->cand_cal || !s->node_lp || !s->logit_flags ||
+                     !s->skip || !s->zeros ||
                      (s->ver.mode == ES__VERIFY_REJECTION && !s->cand_q),
                  &s->err, ES_ERR_OUT_OF_MEMORY, "es_spec_create: out of memory");
     memset(s->logit_flags, 1, (size_t)ctx->n_batch);
@@ -262,9 +268,28 @@ es_status es__spec_verify(es_spec *s, size_t cap, int32_t *tokens, size_t *n_tok
     }
     for (int32_t d = 0; d < reach && d < ES_SPEC_MAX_DEPTH; d++) s->st.drafted[d]++;
     for (int32_t d = 0; d < out.n_path - 1; d++) s->st.accepted[d]++;
+    /* calibration: every tested draft, each node's own draft probability from its level */
+    const es__tree *t = &s->tree;
+    for (int32_t i = 1; i < t->n; i++)
+        s->node_lp[i] = s->cand_lp[((size_t)s->cur * (size_t)s->depth + (size_t)(t->depth[i] - 1)) * (size_t)s->k +
+                                   (size_t)t->rank[i]];
+    es__tuner_observe_tree(&s->tune, t, out.path, out.n_path, out.next_child, s->node_lp);
     s->st.n_tree_nodes += s->tree.n;
     s->st.n_pruned += pruned;
     return ES_OK;
+}
+
+void es__spec_calibrate(es_spec *s, int32_t buf, es__levels *lv) {
+    for (int32_t g = 0; g < lv->n_levels; g++) {
+        const size_t at = ((size_t)buf * (size_t)s->depth + (size_t)g) * (size_t)s->k;
+        for (int32_t r = 0; r < lv->k[g]; r++) s->cand_cal[at + (size_t)r] = es__tuner_accept(&s->tune, g + 1, s->cand_lp[at + (size_t)r]);
+        lv->logp[g] = s->cand_cal + at;
+    }
+    double a, b;
+    if (es__tuner_cost(&s->tune, &a, &b)) {
+        lv->cost_a = a;
+        lv->cost_b = b;
+    }
 }
 
 /* Appends the emitted tokens to the history; the last becomes the pending root. */

@@ -4,6 +4,7 @@
 #define ES_DECODE_SPEC_H
 
 #include "backend.h"
+#include "spec_tune.h"
 #include "tree.h"
 #include "verify.h"
 
@@ -29,7 +30,10 @@ struct es_spec {
      * for the next tree while the current one may still be needed (a failed step is retried). */
     int32_t cur;
     int32_t *cand_tok;         /* [2][depth][k]                                                   */
-    float *cand_lp;            /* [2][depth][k]                                                   */
+    float *cand_lp;            /* [2][depth][k] draft log-probabilities                           */
+    float *cand_cal;           /* [2][depth][k] calibrated log-probabilities of acceptance        */
+    float *node_lp;            /* [tree cap] each node's own draft log-probability                */
+    es__tuner tune;
     double *cand_q;            /* [2][depth][n_vocab] rejection mode: the levels' draft dists     */
     uint8_t *logit_flags;      /* [n_batch] all ones: every tree node wants logits                */
     uint8_t *zeros;            /* [max n_batch] no logits (prefill)                               */
@@ -57,6 +61,9 @@ int32_t es__spec_tree_room(const es_spec *s);
  * the history; *last is the last accepted node, path/n_path the nodes to keep. */
 es_status es__spec_verify(es_spec *s, size_t cap, int32_t *tokens, size_t *n_tokens, int32_t *path,
                           int32_t *n_path);
+
+/* Fills lv->logp with the calibrated acceptance of candidate buffer `buf` and the cost model. */
+void es__spec_calibrate(es_spec *s, int32_t buf, es__levels *lv);
 
 /* Appends emitted tokens to the history; the last one becomes the pending root. */
 void es__spec_advance(es_spec *s, const int32_t *tokens, size_t n);

@@ -7,6 +7,7 @@
  * Deliberately not here: tree drafts from the drafter (a chain is the classic baseline). */
 #include "spec.h"
 
+#include <math.h>
 #include <string.h>
 
 /* The drafter takes the chain the target just committed (plus what it had not consumed). */
@@ -29,12 +30,24 @@ es_status es__spec_draft_feed(es_spec *s, const int32_t *chain, int32_t n_chain)
 static es_status draft_call(es_spec *s, const int32_t *toks, int32_t n, const float **logits) {
     es_context *d = s->dctx;
     es_batch b = {n, toks, NULL, NULL, NULL, NULL};
+    const double t0 = es__time_now();
     es_status st = es_forward(d, &b);
     if (st == ES_OK) st = es_logits(d, n - 1, logits);
     if (st == ES_OK) st = es_commit(d, NULL, 0);
     s->st.n_draft_calls++;
+    if (st == ES_OK) es__tuner_observe_draft_call(&s->tune, (es__time_now() - t0) * 1e3);
     if (st != ES_OK) return es__fail(&s->err, st, "draft model: %s", d->err.msg);
     return ES_OK;
+}
+
+/* Whether drafting one more token pays (spec_tune.h): its chance of acceptance, taken as the path's
+ * so far times the last draft's, per the cost of a draft call and a verified node, against the
+ * expected tokens per unit of cost of the chain so far. */
+static bool draft_more(const es_spec *s, int32_t n_drafted, double p_path, double p_last, double expect) {
+    double a, b;
+    if (!es__tuner_cost(&s->tune, &a, &b) || !(s->tune.draft_ms > 0.0)) return true;
+    const double cost = a + b * (double)(n_drafted + 1) + s->tune.draft_ms * (double)n_drafted;
+    return p_path * p_last * cost > expect * (s->tune.draft_ms + b);
 }
 
 /* Drafts up to K tokens after the root into candidate buffer s->cur; returns how many. The
@@ -47,6 +60,7 @@ static es_status draft_chain(es_spec *s, int32_t K, int32_t *n_drafted) {
     for (int32_t i = 0; i < s->n_dpend; i++) feed[n_feed++] = s->dpend[i];
     feed[n_feed++] = s->hist[s->n_hist - 1];
     *n_drafted = 0;
+    double p_path = 1.0, expect = 1.0;
     for (int32_t g = 0; g < K; g++) {
         const float *logits = NULL;
         ES_TRY(draft_call(s, feed, n_feed, &logits));
@@ -60,6 +74,10 @@ static es_status draft_chain(es_spec *s, int32_t K, int32_t *n_drafted) {
         s->hist[s->n_hist + (size_t)g] = tok;
         *n_drafted = g + 1;
         if (!s->p.ignore_eog && es_token_is_eog(s->model, tok)) break; /* nothing follows it */
+        const double p_last = exp((double)es__tuner_accept(&s->tune, g + 1, s->cand_lp[at]));
+        p_path *= p_last;
+        expect += p_path;
+        if (!draft_more(s, g + 1, p_path, p_last, expect)) break;
         feed[0] = tok;
         n_feed = 1;
     }
@@ -71,7 +89,10 @@ es_status es__spec_draft_step(es_spec *s, int32_t *tokens, size_t cap, size_t *n
     const int32_t n_past = ctx->n_past, d_past0 = d->n_past, n_dpend0 = s->n_dpend;
     const int32_t root = s->hist[s->n_hist - 1];
     /* a chain of K + 1 nodes must fit the target, and more than cap - 1 drafts cannot be emitted */
-    const int32_t K = ES__MIN(ES__MIN(s->depth, es__spec_tree_room(s) - 1), (int32_t)ES__MIN(cap - 1, (size_t)INT32_MAX));
+    int32_t K = ES__MIN(ES__MIN(s->depth, es__spec_tree_room(s) - 1), (int32_t)ES__MIN(cap - 1, (size_t)INT32_MAX));
+    double ca, cb;
+    if (s->tune.adaptive && !es__tuner_cost(&s->tune, &ca, &cb))
+        K = ES__MIN(K, 1 + (int32_t)s->tune.calls); /* short, varied chains until costs are known */
     es__tree *t = &s->tree;
     int32_t n_drafted = 0;
     es_status st = ES_OK;
@@ -102,7 +123,9 @@ es_status es__spec_draft_step(es_spec *s, int32_t *tokens, size_t cap, size_t *n
             st = es_commit(ctx, path, n_path);
             if (st != ES_OK) es__fail(&s->err, st, "%s", ctx->err.msg);
         }
-        s->st.target_ms += (es__time_now() - t0) * 1e3;
+        const double ms = (es__time_now() - t0) * 1e3;
+        s->st.target_ms += ms;
+        if (st == ES_OK) es__tuner_observe_call(&s->tune, t->n, ms);
     }
     if (st != ES_OK) {
         /* as before the step: the drafter forgets what it drafted */

@@ -14,14 +14,19 @@
  * stream g + 1 predicts the token at pos + 2 + g, a child of level g's nodes (3.2.2). They go to
  * the candidate buffer that is not s->cur. */
 static es_status draft_from_streams(es_spec *s, int32_t last, es__levels *lv) {
+    memset(lv, 0, sizeof *lv);
+    /* how many streams pay for themselves now (all of them when drafting is not adaptive) */
+    const int32_t n_lv = es__tuner_streams(&s->tune, s->depth, s->k, ES__MIN(s->p.max_nodes, s->tree.cap));
+    if (n_lv == 0) return ES_OK; /* a plain step next */
     const float *sl = NULL;
-    es_status st = es__stream_logits(s->ctx, last, &sl);
+    const double t0 = es__time_now();
+    es_status st = es__stream_logits_n(s->ctx, last, n_lv, &sl);
     if (st != ES_OK) return es__fail(&s->err, st, "%s", s->ctx->err.msg);
+    es__tuner_observe_streams(&s->tune, n_lv, (es__time_now() - t0) * 1e3);
     const int32_t nxt = 1 - s->cur, k = s->k, V = s->n_vocab;
     const int64_t pos = s->tree.pos[last];
-    memset(lv, 0, sizeof *lv);
-    lv->n_levels = s->depth;
-    for (int32_t g = 0; g < s->depth; g++) {
+    lv->n_levels = n_lv;
+    for (int32_t g = 0; g < n_lv; g++) {
         const size_t at = ((size_t)nxt * (size_t)s->depth + (size_t)g);
         int32_t got = 0;
         ES_TRY(es__draft_candidates(&s->ver, sl + (size_t)g * (size_t)V, s->hist, s->n_hist, pos + 2 + g,
@@ -30,8 +35,8 @@ static es_status draft_from_streams(es_spec *s, int32_t last, es__levels *lv) {
                                     &s->err));
         lv->k[g] = got;
         lv->tokens[g] = s->cand_tok + at * (size_t)k;
-        lv->logp[g] = s->cand_lp + at * (size_t)k;
     }
+    es__spec_calibrate(s, nxt, lv); /* best-first by calibrated acceptance, sized to the cost */
     return ES_OK;
 }
 
@@ -44,13 +49,16 @@ es_status es__spec_stream_step(es_spec *s, int32_t *tokens, size_t cap, size_t *
      * every node's in the pass) */
     es_status st = es__forward_ss_ex(ctx, &b, s->depth, s->p.prune_threshold, true);
     if (st != ES_OK) return es__fail(&s->err, st, "%s", ctx->err.msg);
+    const double fwd_ms = (es__time_now() - t0) * 1e3;
     for (int32_t i = 0; i < t->n; i++) s->skip[i] = es__token_pruned(ctx, i);
     t->skip = s->skip;
     int32_t path[ES_SPEC_MAX_DEPTH + 1], n_path = 0;
     st = es__spec_verify(s, cap, tokens, n_tokens, path, &n_path);
     es__levels lv;
     if (st == ES_OK) st = draft_from_streams(s, path[n_path - 1], &lv);
-    s->st.target_ms += (es__time_now() - t0) * 1e3;
+    const double ms = (es__time_now() - t0) * 1e3;
+    s->st.target_ms += ms;
+    if (st == ES_OK) es__tuner_observe_call(&s->tune, t->n, fwd_ms);
     if (st == ES_OK) {
         st = es_commit(ctx, path, n_path);
         if (st != ES_OK) es__fail(&s->err, st, "%s", ctx->err.msg);
@@ -62,7 +70,11 @@ es_status es__spec_stream_step(es_spec *s, int32_t *tokens, size_t cap, size_t *
     es__spec_advance(s, tokens, *n_tokens);
     s->cur = 1 - s->cur;
     /* the next tree: the new root (the target's own token) and the streams' candidates below it */
-    const int32_t room = es__spec_tree_room(s), root = s->hist[s->n_hist - 1];
+    int32_t room = es__spec_tree_room(s);
+    const int32_t root = s->hist[s->n_hist - 1];
+    double ca, cb;
+    if (s->tune.adaptive && !es__tuner_cost(&s->tune, &ca, &cb))
+        room = ES__MIN(room, 2 + 2 * (int32_t)s->tune.calls); /* small, varied trees until costs are known */
     if (room < 2 || es__tree_build(t, root, &lv, room, ctx->n_past, s->alloc, &s->err) != ES_OK) {
         /* no room (or no memory) for a draft: the next step verifies the root alone */
         es__tree_root(t, root, ctx->n_past);

@@ -228,6 +228,7 @@ es_status es__verify(es__verifier *v, const es__tree *t, const es__verify_src *s
     size_t nh = n_history;
     out->n_path = 1;
     out->path[0] = 0;
+    out->next_child = -1;
     for (;;) {
         const float *logits = NULL;
         ES_TRY(src->logits(src->user, node, &logits));
@@ -243,6 +244,7 @@ es_status es__verify(es__verifier *v, const es__tree *t, const es__verify_src *s
         bool stop = src->stop && src->stop(src->user, tok);
         if (child < 0 || stop || out->n_path >= max_emit) {
             out->next = tok;
+            out->next_child = child;
             return ES_OK;
         }
         out->path[out->n_path++] = child;

@@ -67,6 +67,9 @@ typedef struct es__verify_out {
     int32_t n_path;                         /* accepted path length, root included (>= 1) */
     int32_t path[ES_SPEC_MAX_DEPTH + 1];    /* tree nodes, root first                      */
     int32_t next;                           /* the target's token after path's last node   */
+    int32_t next_child;                     /* the child of that node carrying `next` (the
+                                               walk stopped there for the cap or an
+                                               end-of-generation token), or -1           */
 } es__verify_out;
 
 /* Walks tree t from its root, deciding the target token after each node; emits at most

@@ -493,6 +493,11 @@ typedef struct es_spec_params {
     int32_t lookahead;          /* draft: tokens drafted per step, 1..ES_SPEC_MAX_DEPTH; 0 = 4     */
     bool ignore_eog;            /* keep going past end-of-generation tokens; false = a step emits
                                    nothing after one                                                */
+    bool fixed_tree;            /* false: size each draft (tree nodes, drafted tokens) to the
+                                   measured cost of the calls and the acceptance seen so far, up to
+                                   the limits above, down to plain decoding when drafts do not pay;
+                                   true: always draft up to the limits. Rejection sampling's tokens
+                                   depend on the drafts: they repeat for a seed only with true      */
 } es_spec_params;
 
 typedef struct es_spec_stats {

@@ -528,10 +528,10 @@ es_status es__vk_forward(es_context *ctx, const es__fwd *f) {
     return ES_OK;
 }
 
-es_status es__vk_stream_logits(es_context *ctx, int32_t i, float *out) {
+es_status es__vk_stream_logits(es_context *ctx, int32_t i, int32_t g, float *out) {
     vk_ctx *c = ctx->impl;
     ES_RETURN_IF(!c->msa, c->d->err, ES_ERR_INVALID_ARGUMENT, "vulkan: the model has no Speculative Streaming adapter");
-    return es__vk_msa_stream_logits(c->msa, i, out);
+    return es__vk_msa_stream_logits(c->msa, i, g, out);
 }
 
 es_status es__vk_kv_compact(es_context *ctx, const int32_t *keep, int32_t n_keep) {

@@ -68,11 +68,11 @@ struct es__vk_msa {
     /* the stream pass */
     VkDescriptorSet s_init, s_norm_out;
     ss_mm stream_out;
-    VkCommandBuffer cb;
-    uint32_t cb_G;                    /* streams the recorded pass computes; 0 = none yet   */
+    VkCommandBuffer cbs[ES_SPEC_MAX_DEPTH + 1]; /* the stream pass of g streams at cbs[g]   */
     /* the last forward */
     bool valid;
     int32_t n, n_streams, cur_node;   /* cur_node: whose stream logits out_streams holds     */
+    int32_t cur_g;                    /* and how many of them                               */
 };
 
 static uint32_t up32(uint32_t x) {
@@ -324,7 +324,8 @@ void es__vk_msa_free(struct es__vk_msa *m) {
     if (!m) return;
     es__vk_dev *d = m->d;
     vkDeviceWaitIdle(d->dev);
-    if (m->cb) vkFreeCommandBuffers(d->dev, d->pool, 1, &m->cb);
+    for (int i = 0; i <= ES_SPEC_MAX_DEPTH; i++)
+        if (m->cbs[i]) vkFreeCommandBuffers(d->dev, d->pool, 1, &m->cbs[i]);
     if (m->pool) vkDestroyDescriptorPool(d->dev, m->pool, NULL);
     VkBufferView views[] = {m->v_x0, m->v_s, m->v_sn, m->v_qkv, m->v_att, m->v_h,
                             m->v_g2, m->v_lt, m->v_e, m->v_en, m->v_p};
@@ -449,18 +450,14 @@ static es_status record_streams(struct es__vk_msa *m, uint32_t G) {
     es__vk_dev *d = m->d;
     const es__vk_ss_res *res = &m->res;
     const es__hparams *hp = &m->ctx->model->hp;
-    if (!m->cb) {
-        VkCommandBufferAllocateInfo ai = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO};
-        ai.commandPool = d->pool;
-        ai.level = VK_COMMAND_BUFFER_LEVEL_PRIMARY;
-        ai.commandBufferCount = 1;
-        ES_VK_TRY(d, vkAllocateCommandBuffers(d->dev, &ai, &m->cb));
-    } else {
-        ES_VK_TRY(d, vkResetCommandBuffer(m->cb, 0));
-    }
-    m->cb_G = 0;
+    VkCommandBufferAllocateInfo ai = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO};
+    ai.commandPool = d->pool;
+    ai.level = VK_COMMAND_BUFFER_LEVEL_PRIMARY;
+    ai.commandBufferCount = 1;
+    VkCommandBuffer cb;
+    ES_VK_TRY(d, vkAllocateCommandBuffers(d->dev, &ai, &cb));
     es__vk_rec r;
-    es__vk_rec_begin(&r, d, m->cb, VK_NULL_HANDLE, 0, NULL);
+    es__vk_rec_begin(&r, d, cb, VK_NULL_HANDLE, 0, NULL);
     rec_rows(m, &r, "ss_init", m->s_init, 1, G, res->E32, res->E32, res->E32);
     const uint32_t hd = (uint32_t)hp->head_dim;
     for (int32_t i = 0; i < m->ss->n_msa; i++) {
@@ -502,9 +499,13 @@ static es_status record_streams(struct es__vk_msa *m, uint32_t G) {
         }
     }
     rec_norm(m, &r, "ss_norm_out", m->s_norm_out, G, res->w->output_norm);
-    ES_TRY(rec_mm(m, &r, "ss_head", &m->stream_out, G, ES__EPI_STORE, res->E32, res->V32));
-    ES_TRY(es__vk_rec_end(&r));
-    m->cb_G = G;
+    es_status s = rec_mm(m, &r, "ss_head", &m->stream_out, G, ES__EPI_STORE, res->E32, res->V32);
+    if (s == ES_OK) s = es__vk_rec_end(&r);
+    if (s != ES_OK) {
+        vkFreeCommandBuffers(d->dev, d->pool, 1, &cb);
+        return s;
+    }
+    m->cbs[G] = cb;
     return ES_OK;
 }
 
@@ -541,19 +542,20 @@ es_status es__vk_msa_after_forward(struct es__vk_msa *m, const es__fwd *f, uint3
     return ES_OK;
 }
 
-es_status es__vk_msa_stream_logits(struct es__vk_msa *m, int32_t i, float *out) {
+es_status es__vk_msa_stream_logits(struct es__vk_msa *m, int32_t i, int32_t g, float *out) {
     es__vk_dev *d = m->d;
-    ES_RETURN_IF(!m->valid || m->n_streams == 0 || i < 0 || i >= m->n, d->err, ES_ERR_INVALID_ARGUMENT,
-                 "vulkan: no streams for batch token %d in the last forward call", i);
-    const uint32_t V = (uint32_t)m->ctx->model->hp.n_vocab, G = (uint32_t)m->n_streams;
-    if (m->cur_node != i) {
-        if (m->cb_G != G) ES_TRY(record_streams(m, G));
+    ES_RETURN_IF(!m->valid || m->n_streams == 0 || i < 0 || i >= m->n || g < 1 || g > m->n_streams, d->err,
+                 ES_ERR_INVALID_ARGUMENT, "vulkan: no %d streams for batch token %d in the last forward call", g, i);
+    const uint32_t V = (uint32_t)m->ctx->model->hp.n_vocab, G = (uint32_t)g;
+    if (m->cur_node != i || m->cur_g < g) {
+        if (!m->cbs[G]) ES_TRY(record_streams(m, G));
         int32_t *step = m->res.step_buf->map;
         step[ES_STEP_SS_NODE] = i;
         ES_TRY(es__vk_buf_flush(d, m->res.step_buf));
-        ES_TRY(es__vk_submit_wait(d, m->cb));
+        ES_TRY(es__vk_submit_wait(d, m->cbs[G]));
         ES_TRY(es__vk_buf_invalidate(d, &m->out_streams));
         m->cur_node = i;
+        m->cur_g = g;
     }
     const float *src = m->out_streams.map;
     for (uint32_t j = 0; j < G; j++) memcpy(out + (size_t)j * V, src + (size_t)j * m->res.V32, sizeof(float) * V);

@@ -36,6 +36,6 @@ es_status es__vk_msa_rec_layer(struct es__vk_msa *m, es__vk_rec *r, int32_t l, u
  * the stream pass needs to know about the call. */
 es_status es__vk_msa_after_forward(struct es__vk_msa *m, const es__fwd *f, uint32_t flags);
 /* The logits [n_streams][n_vocab] of batch token i's streams in the last forward call. */
-es_status es__vk_msa_stream_logits(struct es__vk_msa *m, int32_t i, float *out);
+es_status es__vk_msa_stream_logits(struct es__vk_msa *m, int32_t i, int32_t g, float *out);
 
 #endif

@@ -79,7 +79,7 @@ def main():
                 check(b"edgespec run:" not in r.stdout, "no statistics on stdout", r)
     # rejection sampling runs and is reproducible for a seed
     base = [a.cli, "run", "-m", a.model, "-p", "In the beginning", "-n", "30", "-t", "1"] + be + ["--temp", "0.9",
-            "--seed", "5", "--spec", "stream", "--ss", a.adapter, "--rejection"]
+            "--seed", "5", "--spec", "stream", "--ss", a.adapter, "--rejection", "--fixed-tree"]
     r1, r2 = run(base), run(base)
     check(r1.returncode == 0 and r1.stdout == r2.stdout and len(r1.stdout) > 0, "rejection sampling reproducible", r1)
     # the default adapter path: X.gguf -> X.ss.gguf beside the model

@@ -41,6 +41,8 @@ static int32_t plain(const es_model *m, const int32_t *prompt, int32_t n_prompt,
 static int32_t speculative(es_context *c, es_context *d, const int32_t *prompt, int32_t n_prompt,
                            const es_sampler_params *sp, bool rejection, int32_t lookahead, int32_t n_gen, int32_t *out,
                            es_spec_stats *stats) {
+    static int call;
+    call++;
     es_spec_params p = es_spec_default_params();
     p.strategy = ES_SPEC_DRAFT;
     p.draft_ctx = d;
@@ -48,6 +50,7 @@ static int32_t speculative(es_context *c, es_context *d, const int32_t *prompt, 
     p.sampling = *sp;
     p.rejection_sampling = rejection;
     p.ignore_eog = true;
+    p.fixed_tree = rejection || call % 2 == 0; /* reproducible rejection sampling needs fixed drafts */
     es_spec *s = NULL;
     CHECK_OK(es_spec_create(c, &p, &s));
     if (!s) return 0;

@@ -80,12 +80,12 @@ static void print_stats(const cli_spec_args *a, const cli_spec_run *r, const es_
     (void)spec;
     const double tps = st->decode_ms > 0 ? (double)st->n_generated * 1e3 / st->decode_ms : 0.0;
     if (a->spec == 1)
-        fprintf(stderr, "edgespec run: speculative streaming, gamma %s%d, top-k %d, max nodes %d, prune %g%s\n",
-                a->gamma ? "" : "(adapter's) ", a->gamma, a->topk, a->max_nodes, (double)a->prune,
-                a->rejection && r->sp.temperature > 0 ? ", rejection sampling" : "");
+        fprintf(stderr, "edgespec run: speculative streaming, gamma %s%d, top-k %d, max nodes %d%s, prune %g%s\n",
+                a->gamma ? "" : "(adapter's) ", a->gamma, a->topk, a->max_nodes, a->fixed_tree ? " (fixed)" : "",
+                (double)a->prune, a->rejection && r->sp.temperature > 0 ? ", rejection sampling" : "");
     else
-        fprintf(stderr, "edgespec run: draft-model speculation, draft %s, lookahead %d%s\n", a->draft_model,
-                a->lookahead, a->rejection && r->sp.temperature > 0 ? ", rejection sampling" : "");
+        fprintf(stderr, "edgespec run: draft-model speculation, draft %s, lookahead %d%s%s\n", a->draft_model,
+                a->lookahead, a->fixed_tree ? " (fixed)" : "", a->rejection && r->sp.temperature > 0 ? ", rejection sampling" : "");
     fprintf(stderr,
             "edgespec run: prompt %lld tokens in %.1f ms, decode %lld tokens in %.1f ms (%.1f tokens/s), backend %s\n",
             (long long)st->n_prompt, st->prompt_ms, (long long)st->n_generated, st->decode_ms, tps, r->backend_name);
@@ -156,6 +156,7 @@ int cli_spec_generate(const cli_spec_args *a, const cli_spec_run *r) {
     p.draft_ctx = dctx;
     p.lookahead = a->lookahead;
     p.ignore_eog = r->ignore_eos;
+    p.fixed_tree = a->fixed_tree;
     out_state o = {malloc(256), 256, 0, 0};
     es_status s = o.piece ? es_spec_create(r->ctx, &p, &spec) : ES_ERR_OUT_OF_MEMORY;
     if (s != ES_OK) {

@@ -16,6 +16,7 @@ typedef struct cli_spec_args {
     const char *draft_model; /* -md                                                */
     int32_t lookahead;
     bool rejection;
+    bool fixed_tree;
 } cli_spec_args;
 
 extern const char *const cli_spec_names[];
@@ -31,7 +32,8 @@ cli_spec_args cli_spec_defaults(void);
     {"--ss", NULL, CLI_STR, &(a).ss, "PATH", "stream: adapter GGUF (default: MODEL's X.gguf -> X.ss.gguf)", 0, 0, NULL}, \
     {"--draft-model", "-md", CLI_STR, &(a).draft_model, "PATH", "draft: the draft model (same vocabulary)", 0, 0, NULL}, \
     {"--lookahead", NULL, CLI_INT, &(a).lookahead, "K", "draft: tokens drafted per step", 1, ES_SPEC_MAX_DEPTH, NULL}, \
-    {"--rejection", NULL, CLI_FLAG, &(a).rejection, NULL, "sampling: rejection sampling (same distribution, other tokens) instead of the seeded exact mode", 0, 0, NULL}
+    {"--rejection", NULL, CLI_FLAG, &(a).rejection, NULL, "sampling: rejection sampling (same distribution, other tokens) instead of the seeded exact mode", 0, 0, NULL}, \
+    {"--fixed-tree", NULL, CLI_FLAG, &(a).fixed_tree, NULL, "draft up to the limits every step instead of sizing drafts to measured costs and acceptance", 0, 0, NULL}
 
 /* Attaches what --spec needs to the model before any context exists (the stream adapter).
  * Returns CLI_EXIT_OK or a failure already reported. */

@@ -1,0 +1,114 @@
+/* spec_tune.c: the cost model and acceptance calibration behind adaptive draft trees (see
+ * spec_tune.h). Deliberately small and deterministic given the timings it is fed; it never
+ * affects which tokens are emitted, only how many tree nodes each target call carries. */
+#include "spec_tune.h"
+
+#include <math.h>
+#include <string.h>
+
+#define FORGET 0.97  /* weight of past calls per new one: about the last 30 calls count */
+#define PRIOR 2.0f   /* pseudo-counts of the raw draft probability in the calibration  */
+#define EXPLORE 32   /* every EXPLORE-th call drafts from every stream, so that what they are
+                        worth and cost stays measured while drafting does not pay */
+
+void es__tuner_init(es__tuner *t, bool adaptive) {
+    memset(t, 0, sizeof *t);
+    t->adaptive = adaptive;
+}
+
+static int32_t bin_of(float logp) {
+    float q = expf(logp);
+    int32_t b = (int32_t)(q * ES__TUNE_BINS);
+    return b < 0 ? 0 : b >= ES__TUNE_BINS ? ES__TUNE_BINS - 1 : b;
+}
+
+float es__tuner_accept(const es__tuner *t, int32_t d, float logp) {
+    if (!(logp > -INFINITY)) return -INFINITY;
+    const int32_t di = ES__MIN(ES__MAX(d, 1), ES_SPEC_MAX_DEPTH) - 1, b = bin_of(logp);
+    const float q = expf(logp), p = (t->acc[di][b] + PRIOR * q) / (t->cnt[di][b] + PRIOR);
+    return p > 0.0f ? logf(p) : -INFINITY;
+}
+
+bool es__tuner_cost(const es__tuner *t, double *a, double *b) {
+    if (!t->adaptive || t->calls < 4) return false;
+    const double den = t->w * t->snn - t->sn * t->sn;
+    if (!(den > 1e-9 * t->w * t->w)) return false; /* all recent calls had about the same size */
+    const double slope = (t->w * t->snt - t->sn * t->st) / den, base = (t->st - slope * t->sn) / t->w;
+    /* a node never costs nothing; timing noise may say so */
+    *b = slope > 1e-6 ? slope : 1e-6;
+    *a = base > 0.0 ? base : 0.0;
+    return true;
+}
+
+void es__tuner_observe_call(es__tuner *t, int32_t n_nodes, double ms) {
+    if (!(ms >= 0.0) || n_nodes < 1) return;
+    const double n = (double)n_nodes;
+    t->w = FORGET * t->w + 1.0;
+    t->sn = FORGET * t->sn + n;
+    t->st = FORGET * t->st + ms;
+    t->snn = FORGET * t->snn + n * n;
+    t->snt = FORGET * t->snt + n * ms;
+    t->calls++;
+}
+
+void es__tuner_observe_streams(es__tuner *t, int32_t g, double ms) {
+    if (!(ms >= 0.0) || g < 1) return;
+    t->gw = FORGET * t->gw + 1.0;
+    t->gs = FORGET * t->gs + g;
+    t->gss = FORGET * t->gss + (double)g * g;
+    t->gt = FORGET * t->gt + ms;
+    t->gst = FORGET * t->gst + (double)g * ms;
+}
+
+/* Cost of a stream pass of g streams: a line through the passes seen, or proportional to g while
+ * they all had the same g. */
+static double stream_cost(const es__tuner *t, int32_t g) {
+    const double den = t->gw * t->gss - t->gs * t->gs;
+    if (den > 1e-9 * t->gw * t->gw) {
+        const double c1 = (t->gw * t->gst - t->gs * t->gt) / den, c0 = (t->gt - c1 * t->gs) / t->gw;
+        return ES__MAX(c0, 0.0) + ES__MAX(c1, 1e-6) * g;
+    }
+    return t->gt / t->gs * g;
+}
+
+int32_t es__tuner_streams(const es__tuner *t, int32_t gamma, int32_t k, int32_t cap) {
+    double a, b;
+    if (!es__tuner_cost(t, &a, &b) || !(t->gs > 0.0) || t->calls % EXPLORE == 0) return gamma;
+    /* expected tokens per call: 1 + the chances of reaching each depth, the conditional
+     * acceptance per depth smoothed towards 0.3 with one pseudo-count */
+    double best = 1.0 / (a + b), reach = 1.0, expect = 1.0;
+    int32_t best_g = 0;
+    for (int32_t g = 1; g <= gamma && g <= ES_SPEC_MAX_DEPTH; g++) {
+        reach *= (t->hit[g - 1] + 0.3) / (t->tested[g - 1] + 1.0);
+        expect += reach;
+        const int32_t n = ES__MIN(cap, 1 + g * k);
+        const double rate = expect / (a + b * n + stream_cost(t, g));
+        if (rate > best) best = rate, best_g = g;
+    }
+    return best_g;
+}
+
+void es__tuner_observe_draft_call(es__tuner *t, double ms) {
+    if (!(ms >= 0.0)) return;
+    t->draft_ms = t->draft_ms > 0.0 ? 0.9 * t->draft_ms + 0.1 * ms : ms;
+}
+
+void es__tuner_observe_tree(es__tuner *t, const es__tree *tree, const int32_t *path, int32_t n_path,
+                            int32_t next_child, const float *raw_logp) {
+    for (int32_t d = 0; d < ES_SPEC_MAX_DEPTH; d++) t->tested[d] *= FORGET, t->hit[d] *= FORGET;
+    for (int32_t k = 0; k < n_path; k++) {
+        const int32_t p = path[k], next = k + 1 < n_path ? path[k + 1] : next_child;
+        bool tested = false;
+        for (int32_t c = p + 1; c <= tree->dfs_end[p]; c = tree->dfs_end[c] + 1) tested = tested || !(tree->skip && tree->skip[c]);
+        if (tested && tree->depth[p] < ES_SPEC_MAX_DEPTH) {
+            t->tested[tree->depth[p]] += 1.0;
+            if (next >= 0) t->hit[tree->depth[p]] += 1.0;
+        }
+        for (int32_t c = p + 1; c <= tree->dfs_end[p]; c = tree->dfs_end[c] + 1) {
+            if (tree->skip && tree->skip[c]) continue;
+            const int32_t d = ES__MIN(tree->depth[c], ES_SPEC_MAX_DEPTH) - 1, b = bin_of(raw_logp[c]);
+            t->cnt[d][b] += 1.0f;
+            if (c == next) t->acc[d][b] += 1.0f;
+        }
+    }
+}

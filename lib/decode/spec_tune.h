@@ -1,0 +1,53 @@
+/* spec_tune.h: sizing draft trees to the measured cost of the target's forward calls and the
+ * observed acceptance (spec_tune.c). A node's chance of acceptance is its draft probability
+ * calibrated by how often drafts of that depth and probability were accepted so far; a call of n
+ * tree nodes costs a + b n (a least-squares fit over recent calls); a tree grows, best node first,
+ * while the next node adds more expected tokens per unit of cost than the tree yields so far.
+ * So a backend where nodes are costly gets small trees (down to plain decoding) and one where they
+ * are nearly free gets large ones. Losslessness does not depend on any of this. */
+#ifndef ES_DECODE_SPEC_TUNE_H
+#define ES_DECODE_SPEC_TUNE_H
+
+#include "tree.h"
+
+#define ES__TUNE_BINS 10
+
+typedef struct es__tuner {
+    bool adaptive;
+    double w, sn, st, snn, snt;                   /* decayed sums over calls of (n, ms)          */
+    double draft_ms;                              /* decayed mean of one draft-model call        */
+    double gw, gs, gss, gt, gst;                  /* decayed sums over stream passes of (g, ms)  */
+    double tested[ES_SPEC_MAX_DEPTH];             /* steps whose accepted path reached depth d
+                                                     with drafts below (decayed)                 */
+    double hit[ES_SPEC_MAX_DEPTH];                /* of those, steps that accepted one of them   */
+    float acc[ES_SPEC_MAX_DEPTH][ES__TUNE_BINS];  /* accepted drafts per depth and probability   */
+    float cnt[ES_SPEC_MAX_DEPTH][ES__TUNE_BINS];  /* tested drafts (their parent was accepted)    */
+    int64_t calls;
+} es__tuner;
+
+void es__tuner_init(es__tuner *t, bool adaptive);
+
+/* Calibrated log-probability that a draft at depth d (1-based) with draft log-probability logp
+ * is accepted, given that its parent is. */
+float es__tuner_accept(const es__tuner *t, int32_t d, float logp);
+
+/* The fitted cost of a call, a + b n in ms; false while the calls seen do not determine it, or
+ * when not adaptive. */
+bool es__tuner_cost(const es__tuner *t, double *a, double *b);
+
+void es__tuner_observe_call(es__tuner *t, int32_t n_nodes, double ms);
+/* A stream pass computing g streams took ms. */
+void es__tuner_observe_streams(es__tuner *t, int32_t g, double ms);
+
+/* How many streams the next draft should come from (0 = none: a plain step), the one among
+ * 0..gamma that maximises expected tokens per unit of cost, with k candidates per stream and at
+ * most cap tree nodes; gamma when not adaptive or while the costs are unknown. */
+int32_t es__tuner_streams(const es__tuner *t, int32_t gamma, int32_t k, int32_t cap);
+void es__tuner_observe_draft_call(es__tuner *t, double ms);
+/* Counts, for every child of an accepted node, whether it was accepted: path[1..n_path) were,
+ * and of the last path node's children next_child (or none, -1). raw_logp[i] is node i's own
+ * draft log-probability (not the path's). */
+void es__tuner_observe_tree(es__tuner *t, const es__tree *tree, const int32_t *path, int32_t n_path,
+                            int32_t next_child, const float *raw_logp);
+
+#endif /* ES_DECODE_SPEC_TUNE_H */

@@ -1,0 +1,138 @@
+/* test_spec_tune.c: the cost model and calibration behind adaptive draft trees, and the tree
+ * builder's cost-aware stop: exact fits on exact timings, calibration that follows the observed
+ * acceptance, stream counts that go to all streams when drafts are accepted and nodes are cheap
+ * and to none when they are not, and a best-first tree that stops where the rule says. */
+#include "decode/spec_tune.h"
+
+#include "../test.h"
+
+#include <math.h>
+
+static void test_fit(void) {
+    es__tuner t;
+    es__tuner_init(&t, true);
+    double a, b;
+    CHECK(!es__tuner_cost(&t, &a, &b));
+    for (int i = 0; i < 40; i++) es__tuner_observe_call(&t, 1 + i % 7, 2.0 + 0.5 * (1 + i % 7));
+    CHECK(es__tuner_cost(&t, &a, &b));
+    CHECKF(fabs(a - 2.0) < 1e-6 && fabs(b - 0.5) < 1e-6, "fit a %g b %g", a, b);
+    /* calls of one size only: the slope is unknown */
+    es__tuner_init(&t, true);
+    for (int i = 0; i < 40; i++) es__tuner_observe_call(&t, 5, 3.0);
+    CHECK(!es__tuner_cost(&t, &a, &b));
+    /* not adaptive: never a fit */
+    es__tuner_init(&t, false);
+    for (int i = 0; i < 40; i++) es__tuner_observe_call(&t, 1 + i % 3, 1.0 + i % 3);
+    CHECK(!es__tuner_cost(&t, &a, &b));
+    CHECK(es__tuner_streams(&t, 4, 2, 32) == 4);
+}
+
+/* A chain tree of depth n: node i at depth i. */
+static void chain(es__tree *tr, int32_t n) {
+    es__tree_root(tr, 1, 0);
+    for (int32_t i = 1; i < n; i++) {
+        tr->token[i] = i;
+        tr->parent[i] = i - 1;
+        tr->depth[i] = i;
+        tr->dfs_start[i] = i;
+        tr->rank[i] = 0;
+    }
+    for (int32_t i = 0; i < n; i++) tr->dfs_end[i] = n - 1;
+    tr->n = n;
+    tr->max_depth = n - 1;
+}
+
+static void test_calibration(void) {
+    es__tuner t;
+    es__tuner_init(&t, true);
+    es__err err;
+    es__tree tr;
+    CHECK_OK(es__tree_init(&tr, 8, NULL, &err));
+    chain(&tr, 4);
+    float raw[4] = {0.0f, logf(0.9f), logf(0.9f), logf(0.9f)};
+    int32_t path[4] = {0, 1, 2, 3};
+    /* drafts that look confident (0.9) but are accepted at depth 1 a quarter of the time only */
+    for (int i = 0; i < 400; i++) es__tuner_observe_tree(&t, &tr, path, i % 4 == 0 ? 2 : 1, -1, raw);
+    float p1 = expf(es__tuner_accept(&t, 1, logf(0.9f)));
+    CHECKF(fabs(p1 - 0.25f) < 0.02f, "calibrated depth-1 acceptance %g", (double)p1);
+    /* an unseen probability bin falls back to the draft probability itself */
+    CHECK(fabsf(expf(es__tuner_accept(&t, 3, logf(0.45f))) - 0.45f) < 1e-5f);
+    CHECK(es__tuner_accept(&t, 1, -INFINITY) == -INFINITY);
+    /* the per-depth counts decay, so recent behaviour counts: reach is what was seen */
+    CHECK(t.hit[0] / t.tested[0] > 0.2 && t.hit[0] / t.tested[0] < 0.3);
+    /* a walk stopped by the emission cap on a matching child counts it as accepted */
+    es__tuner u;
+    es__tuner_init(&u, true);
+    es__tuner_observe_tree(&u, &tr, path, 1, 1, raw);
+    CHECK(u.hit[0] == 1.0 && u.tested[0] == 1.0);
+    es__tree_free(&tr, NULL);
+}
+
+static void test_streams(void) {
+    es__err err;
+    es__tree tr;
+    CHECK_OK(es__tree_init(&tr, 8, NULL, &err));
+    chain(&tr, 5);
+    float raw[5] = {0.0f, -0.1f, -0.1f, -0.1f, -0.1f};
+    int32_t path[5] = {0, 1, 2, 3, 4};
+    /* every draft accepted, nodes nearly free: draft from every stream */
+    es__tuner t;
+    es__tuner_init(&t, true);
+    for (int i = 0; i < 64; i++) {
+        es__tuner_observe_call(&t, 1 + i % 5, 10.0 + 0.1 * (1 + i % 5));
+        es__tuner_observe_streams(&t, 4, 0.4);
+        es__tuner_observe_tree(&t, &tr, path, 5, -1, raw);
+    }
+    CHECK(es__tuner_streams(&t, 4, 1, 32) == 4);
+    /* nothing ever accepted and nodes as dear as the call: plain steps (exploration aside) */
+    es__tuner_init(&t, true);
+    int plain = 0;
+    for (int i = 0; i < 64; i++) {
+        es__tuner_observe_call(&t, 1 + i % 5, 1.0 * (1 + i % 5));
+        es__tuner_observe_streams(&t, 4, 2.0);
+        es__tuner_observe_tree(&t, &tr, path, 1, -1, raw);
+        plain += es__tuner_streams(&t, 4, 2, 32) == 0;
+    }
+    CHECKF(plain >= 56, "%d of 64 decisions were plain steps", plain);
+    es__tree_free(&tr, NULL);
+}
+
+/* The tree builder stops before the first node whose probability per unit of cost is below the
+ * yield of the tree so far. */
+static void test_cost_stop(void) {
+    es__err err;
+    es__tree tr;
+    CHECK_OK(es__tree_init(&tr, 64, NULL, &err));
+    int32_t tok[4] = {10, 11, 12, 13};
+    float lp[4] = {logf(0.8f), logf(0.5f), logf(0.1f), logf(0.05f)};
+    es__levels lv;
+    memset(&lv, 0, sizeof lv);
+    lv.n_levels = 1;
+    lv.k[0] = 4;
+    lv.tokens[0] = tok;
+    lv.logp[0] = lp;
+    /* a = 1, b = 0.25: E/T after root 1/1.25 = 0.8; 0.8 / 0.25 = 3.2 > 0.8 keep; then
+     * E = 1.8, T = 1.5: 1.2; 0.5 / 0.25 = 2 > 1.2 keep; E = 2.3, T = 1.75: 1.31; 0.1 / 0.25 =
+     * 0.4 < 1.31 stop: root + 2 */
+    lv.cost_a = 1.0;
+    lv.cost_b = 0.25;
+    CHECK_OK(es__tree_build(&tr, 1, &lv, 64, 0, NULL, &err));
+    CHECKF(tr.n == 3, "tree of %d nodes", tr.n);
+    /* free nodes: everything */
+    lv.cost_b = 1e-9;
+    CHECK_OK(es__tree_build(&tr, 1, &lv, 64, 0, NULL, &err));
+    CHECK(tr.n == 5);
+    /* dear nodes: the root alone */
+    lv.cost_b = 100.0;
+    CHECK_OK(es__tree_build(&tr, 1, &lv, 64, 0, NULL, &err));
+    CHECK(tr.n == 1);
+    es__tree_free(&tr, NULL);
+}
+
+int main(void) {
+    test_fit();
+    test_calibration();
+    test_streams();
+    test_cost_stop();
+    TEST_MAIN_END();
+}
