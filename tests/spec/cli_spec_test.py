@@ -33,8 +33,11 @@ def check(cond, what, proc=None):
     return False
 
 
+ENV = dict(os.environ)
+
+
 def run(cmd):
-    p = subprocess.run(cmd, capture_output=True, timeout=120, stdin=subprocess.DEVNULL)
+    p = subprocess.run(cmd, capture_output=True, timeout=120, stdin=subprocess.DEVNULL, env=ENV)
     check(p.returncode >= 0, f"no signal (got signal {-p.returncode})", p)
     return p
 
@@ -52,6 +55,11 @@ def main():
     ap.add_argument("--backend", default="cpu")
     a = ap.parse_args()
     be = ["--backend", a.backend]
+    if a.backend == "vulkan" and "ASAN_OPTIONS" in ENV:
+        # The loader unloads lavapipe when the CLI frees its instance, and LeakSanitizer then
+        # reports the driver's one-time allocations from an unknown module, which no suppression
+        # can name. The library's own Vulkan leaks are covered by the C tests, which pin the driver.
+        ENV["ASAN_OPTIONS"] += ":detect_leaks=0"
     prompts = ["In the beginning", "a", "the quick brown fox jumps over the lazy dog and then some more words follow"]
     sampling = [["--temp", "0"], ["--temp", "0.8", "--top-k", "30", "--seed", "11"],
                 ["--temp", "1.2", "--top-p", "0.9", "--repeat-penalty", "1.2", "--seed", "4"]]

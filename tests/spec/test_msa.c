@@ -11,6 +11,7 @@
  *     have neither logits nor streams and cannot be committed. */
 #include "mem_adapter.h"
 #include "ssfwd.h"
+#include "vk_pin.h"
 
 #include <math.h>
 
@@ -410,7 +411,10 @@ static void test_errors(void) {
 int main(int argc, char **argv) {
     es_backend_params bp = es_backend_default_params();
     bp.n_threads = 3; /* an odd split of every range */
-    if (argc > 1 && strcmp(argv[1], "vulkan") == 0) bp.type = ES_BACKEND_VULKAN;
+    if (argc > 1 && strcmp(argv[1], "vulkan") == 0) {
+        bp.type = ES_BACKEND_VULKAN;
+        spec_pin_vulkan();
+    }
     if (argc > 2 && strcmp(argv[2], "fallbacks") == 0) bp.vk_flags = ES_VK_FALLBACKS;
     CHECK_OK(es_backend_create(&bp, &backend));
     if (!backend) TEST_MAIN_END();

@@ -7,6 +7,7 @@
  * bad parameters fail cleanly. */
 #include "../cpu/mem_model.h"
 #include "edgespec.h"
+#include "vk_pin.h"
 
 #define N_GEN 40
 
@@ -95,7 +96,10 @@ static void check_kv(es_context *c, const es_model *m, const int32_t *seq) {
 int main(int argc, char **argv) {
     es_backend_params bp = es_backend_default_params();
     bp.n_threads = 1;
-    if (argc > 1 && strcmp(argv[1], "vulkan") == 0) bp.type = ES_BACKEND_VULKAN, quick = true;
+    if (argc > 1 && strcmp(argv[1], "vulkan") == 0) {
+        bp.type = ES_BACKEND_VULKAN, quick = true;
+        spec_pin_vulkan();
+    }
     CHECK_OK(es_backend_create(&bp, &backend));
     if (!backend) TEST_MAIN_END();
     mem_model_cfg tc = {97, 64, 3, 4, 2, 16, 96, 16, ES_ROPE_NORM, 10000.0f, 1.0f, false, ES__DTYPE_F32, 11};

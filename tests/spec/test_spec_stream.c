@@ -6,6 +6,7 @@
  * reproducible; bad parameters fail cleanly. */
 #include "mem_adapter.h"
 #include "edgespec.h"
+#include "vk_pin.h"
 
 #define N_GEN 48
 
@@ -79,7 +80,10 @@ static int32_t speculative(es_context *c, const cfg *g, const int32_t *prompt, i
 int main(int argc, char **argv) {
     es_backend_params bp = es_backend_default_params();
     bp.n_threads = 1;
-    if (argc > 1 && strcmp(argv[1], "vulkan") == 0) bp.type = ES_BACKEND_VULKAN, quick = true;
+    if (argc > 1 && strcmp(argv[1], "vulkan") == 0) {
+        bp.type = ES_BACKEND_VULKAN, quick = true;
+        spec_pin_vulkan();
+    }
     if (argc > 2 && strcmp(argv[2], "fallbacks") == 0) bp.vk_flags = ES_VK_FALLBACKS;
     CHECK_OK(es_backend_create(&bp, &backend));
     if (!backend) TEST_MAIN_END();
@@ -112,7 +116,10 @@ int main(int argc, char **argv) {
                 int32_t n_want = plain(m, prompt, np, modes[mi], N_GEN, 256, want);
                 es_context *c = new_ctx(m, 256);
                 es_spec_stats st;
+                /* fixed trees (deep paths whatever the timings) and adaptive ones, alternately */
+                fixed = (pi + mi) % 2 == 0;
                 int32_t n_got = speculative(c, &cfgs[ci], prompt, np, modes[mi], false, N_GEN, got, &st);
+                fixed = false;
                 int32_t diff = -1;
                 for (int32_t i = 0; i < n_want && diff < 0; i++)
                     if (i >= n_got || got[i] != want[i]) diff = i;
