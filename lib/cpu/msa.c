@@ -12,8 +12,11 @@
  * The streams run after the main stream's last layer, when the cache holds every layer's keys and
  * values of the batch: the result is the same as interleaving them layer by layer, and the main
  * stream's code path is left exactly as it is (its logits stay bit-identical).
- * Pruned nodes still run the main stream's remaining layers (their KV is dropped at commit); the
- * output head and the streams skip them, which is where almost all of the saving lies.
+ * Pruning compacts the batch: the surviving tokens' rows (residual, RoPE, and the KV the earlier
+ * layers wrote) move down to consecutive rows and slots, and the remaining layers, the output head
+ * and the streams run on them alone; kv_compact and the stream logits translate the core's batch
+ * indices (msa_map_keep). A surviving token's arithmetic is unchanged: its ancestors survive, at
+ * the same positions, in the same order.
  * Deliberately not here: drafting and verification (lib/decode), the adapter file (adapter.c). */
 #include "msa.h"
 
@@ -33,11 +36,18 @@ struct es__msa {
     int32_t *act;            /* [tok_cap] surviving batch tokens, ascending                     */
     int32_t *row_of;         /* [tok_cap] token -> index in act, -1 when pruned                 */
     int32_t *out_rows;       /* [tok_cap] the surviving out rows                                */
+    /* pruning's compaction of the last forward (compact = some token was pruned) */
+    bool compact;
+    int32_t *map_c;          /* [tok_cap] batch index -> compacted row, -1 when pruned         */
+    int32_t *orig_of;        /* [tok_cap] compacted row -> batch index                         */
+    int32_t *c_arrays;       /* [5][tok_cap] compacted tokens, pos, dfs_start, dfs_end, parent  */
+    int32_t *keep_buf;       /* [tok_cap] translated kv_compact sources                        */
     /* lazy streams: what the stream pass needs of the last forward, and whose rows are computed */
     bool lazy;
     int32_t lazy_node;       /* the token whose streams sit in rows 0..lazy_g-1, or -1          */
     int32_t lazy_g;
-    int32_t fwd_n, fwd_n_past;
+    int32_t fwd_n, fwd_n_past;  /* rows of the last forward after compaction; its n_past      */
+    int32_t batch_n;         /* tokens of the last forward as the core counts them              */
     int32_t *dfs_s, *dfs_e;  /* [tok_cap] copies of the last forward's DFS intervals            */
     float *x0;               /* [tok_cap][n_embd] main hidden state at the first MSA layer      */
     /* stream rows, row = a * n_streams + j for act[a]'s stream j + 1 */
@@ -58,10 +68,17 @@ struct es__msa {
     int32_t ee_n, ee_next;
 };
 
+const int32_t *es__msa_map_keep(es__cpu_ctx *c, const int32_t *keep, int32_t n_keep) {
+    struct es__msa *m = c->msa;
+    if (!m || !m->compact) return keep;
+    for (int32_t r = 0; r < n_keep; r++) m->keep_buf[r] = m->map_c[keep[r]];
+    return m->keep_buf;
+}
+
 void es__msa_free(es__cpu_ctx *c, const es_allocator *a) {
     struct es__msa *m = c->msa;
     if (!m) return;
-    void *bufs[] = {m->dfs_s, m->dfs_e, m->act,  m->row_of, m->out_rows, m->x0,     m->s,       m->sn,      m->q,
+    void *bufs[] = {m->map_c, m->orig_of, m->c_arrays, m->keep_buf, m->dfs_s, m->dfs_e, m->act,  m->row_of, m->out_rows, m->x0,     m->s,       m->sn,      m->q,
                     m->att,  m->kk,     m->vv,       m->tmp,    m->gate,    m->up,      m->scores,
                     m->visible, m->lora_tmp, m->ee_x, m->ee_down, m->ee_logits};
     for (size_t i = 0; i < ES__ARRAY_LEN(bufs); i++) es__free(a, bufs[i]);
@@ -98,7 +115,9 @@ es_status es__msa_prepare(es_context *ctx, es__fwd *f, es__msa_job *job) {
     const size_t tc = (size_t)m->tok_cap, rc = (size_t)m->rows_cap;
     bool ok = grow(a, &m->act, tc, n, 1, sizeof(int32_t)) && grow(a, &m->row_of, tc, n, 1, sizeof(int32_t)) &&
               grow(a, &m->out_rows, tc, n, 1, sizeof(int32_t)) && grow(a, &m->x0, tc * d, n, d, sizeof(float)) &&
-              grow(a, &m->dfs_s, tc, n, 1, sizeof(int32_t)) && grow(a, &m->dfs_e, tc, n, 1, sizeof(int32_t));
+              grow(a, &m->dfs_s, tc, n, 1, sizeof(int32_t)) && grow(a, &m->dfs_e, tc, n, 1, sizeof(int32_t)) &&
+              grow(a, &m->map_c, tc, n, 1, sizeof(int32_t)) && grow(a, &m->orig_of, tc, n, 1, sizeof(int32_t)) &&
+              grow(a, &m->c_arrays, 5 * tc, 5, n, sizeof(int32_t)) && grow(a, &m->keep_buf, tc, n, 1, sizeof(int32_t));
     if (ok) m->tok_cap = (int32_t)ES__MAX(tc, n);
     ok = ok && grow(a, &m->s, rc * d, rows, d, sizeof(float)) && grow(a, &m->sn, rc * d, rows, d, sizeof(float)) &&
          grow(a, &m->q, rc * qd, rows, qd, sizeof(float)) && grow(a, &m->att, rc * qd, rows, qd, sizeof(float)) &&
@@ -124,7 +143,9 @@ es_status es__msa_prepare(es_context *ctx, es__fwd *f, es__msa_job *job) {
     m->n_streams = 0; /* set when the streams have run (or can run, when lazy) */
     m->lazy = f->streams_lazy;
     m->lazy_node = -1;
+    m->compact = false;
     m->fwd_n = f->n;
+    m->batch_n = f->n;
     m->fwd_n_past = f->n_past;
     memcpy(m->dfs_s, f->dfs_start, sizeof(int32_t) * n);
     memcpy(m->dfs_e, f->dfs_end, sizeof(int32_t) * n);
@@ -194,6 +215,68 @@ static void decide_chunk(const es__msa_job *J) {
     }
 }
 
+/* Thread 0, after the pruning decisions: moves the surviving tokens to consecutive rows and cache
+ * slots (ascending, so a source is never overwritten before it is read) and points the call at
+ * compacted arrays. */
+static void compact_batch(const es__msa_job *J) {
+    struct es__msa *m = J->m;
+    es__fwd *f = J->f;
+    const es__hparams *hp = J->hp;
+    const int32_t n = f->n, tc = m->tok_cap;
+    int32_t na = 0;
+    for (int32_t i = 0; i < n; i++) {
+        m->map_c[i] = f->pruned[i] ? -1 : na;
+        if (!f->pruned[i]) m->orig_of[na++] = i;
+    }
+    int32_t k = 0;
+    for (int32_t o = 0; o < f->n_out; o++)
+        if (!f->pruned[f->out_rows[o]]) m->out_rows[k++] = m->map_c[f->out_rows[o]];
+    m->n_act = na;
+    for (int32_t r = 0; r < na; r++) m->act[r] = r;
+    for (int32_t i = 0; i < n; i++) m->row_of[i] = m->map_c[i];
+    f->out_rows = m->out_rows;
+    f->n_out = k;
+    if (na == n) return;
+    m->compact = true;
+    int32_t *tok = m->c_arrays, *pos = tok + tc, *st = pos + tc, *en = st + tc, *par = en + tc;
+    for (int32_t r = 0; r < na; r++) {
+        const int32_t o = m->orig_of[r];
+        tok[r] = f->tokens[o];
+        pos[r] = f->pos[o];
+        st[r] = en[r] = r;
+        par[r] = f->parent[o] < 0 ? -1 : m->map_c[f->parent[o]]; /* pruning takes whole subtrees */
+    }
+    for (int32_t r = na - 1; r > 0; r--)
+        if (par[r] >= 0 && en[r] > en[par[r]]) en[par[r]] = en[r];
+    const int64_t d = hp->n_embd, half2 = (hp->n_rot / 2) * 2, hd = hp->head_dim;
+    const bool x0_taken = f->n_streams > 0 && J->ss->msa_start < J->ss->prune_layer;
+    for (int32_t r = 0; r < na; r++) {
+        const int32_t o = m->orig_of[r];
+        if (o == r) continue;
+        memcpy(J->c->x + r * d, J->c->x + o * d, sizeof(float) * (size_t)d);
+        memcpy(J->c->rope + r * half2, J->c->rope + o * half2, sizeof(float) * (size_t)half2);
+        if (x0_taken) memcpy(m->x0 + r * d, m->x0 + o * d, sizeof(float) * (size_t)d);
+        for (int32_t l = 0; l < J->ss->prune_layer; l++)
+            for (int32_t g = 0; g < hp->n_head_kv; g++) {
+                const size_t base = ((size_t)l * (size_t)hp->n_head_kv + (size_t)g) * (size_t)J->n_ctx;
+                memcpy(J->c->k + (base + (size_t)(f->n_past + r)) * (size_t)hd,
+                       J->c->k + (base + (size_t)(f->n_past + o)) * (size_t)hd, sizeof(float) * (size_t)hd);
+                memcpy(J->c->v + (base + (size_t)(f->n_past + r)) * (size_t)hd,
+                       J->c->v + (base + (size_t)(f->n_past + o)) * (size_t)hd, sizeof(float) * (size_t)hd);
+            }
+    }
+    f->n = na;
+    f->tokens = tok;
+    f->pos = pos;
+    f->dfs_start = st;
+    f->dfs_end = en;
+    f->parent = par;
+    /* the lazy stream pass reads these after the forward */
+    memcpy(m->dfs_s, st, sizeof(int32_t) * (size_t)na);
+    memcpy(m->dfs_e, en, sizeof(int32_t) * (size_t)na);
+    m->fwd_n = na;
+}
+
 static void prune(const es__msa_job *J, int ith, int nth) {
     struct es__msa *m = J->m;
     es__fwd *f = J->f;
@@ -222,18 +305,7 @@ static void prune(const es__msa_job *J, int ith, int nth) {
         if (ith == 0) decide_chunk(J);
         /* the next pick (thread 0) is followed by a barrier before anyone reads it */
     }
-    if (ith == 0) {
-        int32_t k = 0;
-        m->n_act = 0;
-        for (int32_t i = 0; i < f->n; i++) {
-            m->row_of[i] = f->pruned[i] ? -1 : m->n_act;
-            if (!f->pruned[i]) m->act[m->n_act++] = i;
-        }
-        for (int32_t o = 0; o < f->n_out; o++)
-            if (!f->pruned[f->out_rows[o]]) m->out_rows[k++] = f->out_rows[o];
-        f->out_rows = m->out_rows;
-        f->n_out = k;
-    }
+    if (ith == 0) compact_batch(J);
     es__pool_barrier(J->pool);
 }
 
@@ -426,11 +498,12 @@ static void lazy_streams(es_context *ctx, int32_t i, int32_t g) {
 void es__msa_finish(es__msa_job *J, const es__fwd *orig) {
     const es__fwd *f = J->f;
     if (f->n_out == orig->n_out) return;
-    /* row k holds f->out_rows[k], a subsequence of orig->out_rows: move rows up, last first */
+    /* row k holds the token f->out_rows[k] (a compacted row), a subsequence of orig->out_rows:
+     * move rows up, last first */
     const size_t V = (size_t)J->hp->n_vocab;
     int32_t k = f->n_out - 1;
     for (int32_t r = orig->n_out - 1; r >= 0 && k >= 0; r--) {
-        if (orig->out_rows[r] != f->out_rows[k]) continue;
+        if (orig->out_rows[r] != J->m->orig_of[f->out_rows[k]]) continue;
         if (r != k) memmove(f->logits + (size_t)r * V, f->logits + (size_t)k * V, sizeof(float) * V);
         k--;
     }
@@ -460,13 +533,14 @@ static void head_thread(void *arg, int ith, int nth) {
 es_status es__msa_stream_logits(es_context *ctx, int32_t i, int32_t g, float *out) {
     es__cpu_ctx *c = ctx->impl;
     struct es__msa *m = c->msa;
-    ES_RETURN_IF(!m || m->n_streams == 0 || i < 0 || i >= m->fwd_n || m->row_of[i] < 0, &ctx->backend->err,
+    ES_RETURN_IF(!m || m->n_streams == 0 || i < 0 || i >= m->batch_n || m->row_of[i] < 0, &ctx->backend->err,
                  ES_ERR_INVALID_ARGUMENT, "cpu backend: no streams computed for batch token %d", i);
     ES_RETURN_IF(g < 1 || g > m->n_streams, &ctx->backend->err, ES_ERR_INVALID_ARGUMENT,
                  "cpu backend: %d streams asked of %d", g, m->n_streams);
-    if (m->lazy && (m->lazy_node != i || m->lazy_g < g)) lazy_streams(ctx, i, g);
+    const int32_t ci = m->row_of[i]; /* the token's row after pruning's compaction */
+    if (m->lazy && (m->lazy_node != ci || m->lazy_g < g)) lazy_streams(ctx, ci, g);
     /* eager rows hold every stream of each token; lazy rows the first lazy_g of one token */
-    const int64_t row = m->lazy ? 0 : m->row_of[i];
+    const int64_t row = m->lazy ? 0 : ci;
     const int64_t stride = m->lazy ? m->lazy_g : m->n_streams;
     const es__cpu_weights *w = ctx->weights;
     es__cpu_state *B = ctx->backend->impl;

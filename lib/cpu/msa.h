@@ -39,5 +39,8 @@ void es__msa_finish(es__msa_job *J, const es__fwd *orig);
 /* The vtable's stream_logits: out [g][n_vocab] for batch token i of the last forward. */
 es_status es__msa_stream_logits(es_context *ctx, int32_t i, int32_t g, float *out);
 void es__msa_free(es__cpu_ctx *c, const es_allocator *a);
+/* kv_compact's sources in the cache's slots: the core's batch indices, or after pruning compacted
+ * the batch, their compacted rows (keep never holds a pruned token). */
+const int32_t *es__msa_map_keep(es__cpu_ctx *c, const int32_t *keep, int32_t n_keep);
 
 #endif /* ES_CPU_MSA_H */
