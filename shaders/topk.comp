@@ -48,7 +48,8 @@ void main() {
                 bi = si[i];
             }
         barrier();
-        if (lid == 0u) R[row * pc.k + r] = uvec2(bi, floatBitsToUint(bv));
+        // fewer than k entries that are not NaN: the rest are id 0xffffffff (-1), value -inf
+        if (lid == 0u) R[row * pc.k + r] = uvec2(bi, floatBitsToUint(bi == 0xffffffffu ? -1.0 / 0.0 : bv));
         pv = bv;
         pi = bi;
         first = false;

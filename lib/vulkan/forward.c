@@ -11,9 +11,6 @@
 #include <math.h>
 #include <string.h>
 
-#define ES__ATTN_SPLIT 256u /* key positions per attention split (a multiple of the tile) */
-#define ES__ATTN_TILE 32u   /* attention workgroup size = key tile */
-#define ES__ATTN_CHUNK 64u  /* tokens per attention dispatch (bounds the partials buffer) */
 #define ES__CB_CACHE 8
 #define ES__MAX_QUERIES 1024
 
@@ -148,14 +145,7 @@ static es_status upload_rope(es_context *ctx, vk_ctx *c) {
         s = es__vk_stage_ptr(c->d, &st, es__vk_region_buf(&c->arena, &c->r_rope),
                              c->r_rope.off + (VkDeviceSize)p0 * half * 2 * sizeof(float),
                              (VkDeviceSize)np * half * 2 * sizeof(float), &ptr);
-        float *t = ptr;
-        for (uint32_t p = 0; s == ES_OK && p < np; p++)
-            for (uint32_t i = 0; i < half; i++) {
-                const double theta = (double)(p0 + p) * (double)hp->rope_freq_scale *
-                                     pow((double)hp->rope_freq_base, -2.0 * (double)i / (double)hp->n_rot);
-                t[(p * half + i) * 2] = (float)cos(theta);
-                t[(p * half + i) * 2 + 1] = (float)sin(theta);
-            }
+        if (s == ES_OK) es__vk_rope_table(ptr, p0, np, (uint32_t)hp->n_rot, hp->rope_freq_base, hp->rope_freq_scale);
     }
     if (s == ES_OK) s = es__vk_stager_flush(c->d, &st);
     es__vk_stager_free(c->d, &st);
@@ -466,35 +456,14 @@ static es_status get_cb(es_context *ctx, vk_ctx *c, int32_t n, int32_t n_out, ui
 }
 
 /* ---- forward */
-/* Writes the step data of f: arrays, the depth order of the tree, the attention grids. */
+/* Writes the step data of f and the attention grids of its token chunks. */
 static void write_step(const es_context *ctx, vk_ctx *c, const es__fwd *f) {
     int32_t *s = c->step.map;
-    const uint32_t st = c->step_stride, n = (uint32_t)f->n;
-    s[ES_STEP_N_PAST] = f->n_past;
-    s[ES_STEP_NB] = (int32_t)st;
-    int32_t *tokens = s + ES_STEP_HDR + ES_STEP_TOKENS * st, *pos = s + ES_STEP_HDR + ES_STEP_POS * st,
-            *dfs_end = s + ES_STEP_HDR + ES_STEP_DFS_END * st, *out_rows = s + ES_STEP_HDR + ES_STEP_OUT_ROWS * st,
-            *order = s + ES_STEP_HDR + ES_STEP_ORDER * st, *level = s + ES_STEP_HDR + ES_STEP_LEVEL * st;
-    memcpy(tokens, f->tokens, sizeof *tokens * n);
-    memcpy(pos, f->pos, sizeof *pos * n);
-    memcpy(dfs_end, f->dfs_end, sizeof *dfs_end * n);
-    memcpy(out_rows, f->out_rows, sizeof *out_rows * (size_t)f->n_out);
-    /* counting sort by depth (stable): level[d] = first index in order of depth d */
-    int32_t *cnt = c->depth_count;
-    memset(cnt, 0, sizeof *cnt * (n + 2));
-    uint32_t max_depth = 0;
-    for (uint32_t j = 0; j < n; j++) {
-        uint32_t dj = (uint32_t)(f->pos[j] - f->n_past);
-        cnt[dj + 1]++;
-        if (dj > max_depth) max_depth = dj;
-    }
-    for (uint32_t dd = 0; dd <= max_depth + 1 && dd < n + 1; dd++) {
-        level[dd] = dd == 0 ? 0 : level[dd - 1] + cnt[dd];
-        cnt[dd] = level[dd];
-    }
-    for (uint32_t j = 0; j < n; j++) order[cnt[f->pos[j] - f->n_past]++] = (int32_t)j;
+    es__vk_step_write(s, c->step_stride, f->n_past, f->n, f->tokens, f->pos, f->dfs_end, f->out_rows, f->n_out,
+                      c->depth_count);
     /* attention grids per token chunk: splits up to the chunk's largest position */
     uint32_t *ind = (uint32_t *)(s + c->step_ind);
+    const uint32_t n = (uint32_t)f->n;
     for (uint32_t t0 = 0, k = 0; t0 < n; t0 += ES__ATTN_CHUNK, k++) {
         const uint32_t t1 = ES__MIN(n, t0 + ES__ATTN_CHUNK);
         int32_t maxp = 0;

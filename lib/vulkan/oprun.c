@@ -150,3 +150,299 @@ es_status es__vk_run_mul_mat(es_backend *b, es__dtype type, const void *w, uint3
     }
     return s;
 }
+
+/* A step buffer for a batch of n tokens at n_past (chain unless dfs_end is given). */
+static es_status run_step(run *r, int32_t n_past, int32_t n, const int32_t *tokens, const int32_t *pos,
+                          const int32_t *dfs_end, const int32_t *out_rows, int32_t n_out, const int32_t *keep,
+                          int32_t n_keep, es__vk_buf **out, es__vk_bind *bind) {
+    const uint32_t stride = (uint32_t)ES__MAX(n, n_keep) + 1;
+    const size_t ints = ES_STEP_HDR + (size_t)ES_STEP_ARRAYS * stride;
+    int32_t *s = es__calloc(r->d->alloc, ints + (size_t)stride + 2, sizeof *s);
+    ES_RETURN_IF(!s, r->d->err, ES_ERR_OUT_OF_MEMORY, "vulkan op: out of memory");
+    int32_t *p = s + ints; /* scratch after the data: positions and then the depth counts */
+    int32_t *own_pos = es__calloc(r->d->alloc, (size_t)n + 1, sizeof *own_pos);
+    int32_t *own_end = es__calloc(r->d->alloc, (size_t)n + 1, sizeof *own_end);
+    es_status st = own_pos && own_end ? ES_OK : es__fail(r->d->err, ES_ERR_OUT_OF_MEMORY, "vulkan op: out of memory");
+    if (st == ES_OK) {
+        for (int32_t j = 0; j < n; j++) {
+            own_end[j] = dfs_end ? dfs_end[j] : n - 1;
+            if (pos) {
+                own_pos[j] = pos[j];
+            } else { /* depth = ancestors i < j whose interval covers j */
+                int32_t depth = 0;
+                for (int32_t i = 0; i < j; i++) depth += own_end[i] >= j;
+                own_pos[j] = n_past + depth;
+            }
+        }
+        es__vk_step_write(s, stride, n_past, n, tokens, own_pos, own_end, out_rows, n_out, p);
+        s[ES_STEP_N_KEEP] = n_keep;
+        if (keep) memcpy(s + ES_STEP_HDR + ES_STEP_KEEP * stride, keep, sizeof *keep * (size_t)n_keep);
+        st = run_buf(r, s, sizeof *s * ints, out);
+    }
+    if (st == ES_OK) {
+        *bind = (es__vk_bind){(*out)->buf, 0, (*out)->size, VK_NULL_HANDLE};
+        if (r->d->use.texel) st = run_ro(r, *out, VK_FORMAT_R32_SINT, bind);
+    }
+    es__free(r->d->alloc, own_pos);
+    es__free(r->d->alloc, own_end);
+    es__free(r->d->alloc, s);
+    return st;
+}
+
+static es__vk_bind whole(const es__vk_buf *b) {
+    return (es__vk_bind){b->buf, 0, b->size, VK_NULL_HANDLE};
+}
+
+/* Copies rows of `width` floats into a buffer with rows of `stride` floats (zero padded). */
+static es_status run_rows(run *r, const float *src, uint32_t n, uint32_t width, uint32_t stride, es__vk_buf **out) {
+    float *tmp = es__calloc(r->d->alloc, (size_t)n * stride + 4, sizeof *tmp);
+    ES_RETURN_IF(!tmp, r->d->err, ES_ERR_OUT_OF_MEMORY, "vulkan op: out of memory");
+    for (uint32_t i = 0; src && i < n; i++) memcpy(tmp + (size_t)i * stride, src + (size_t)i * width, sizeof *tmp * width);
+    es_status s = run_buf(r, tmp, sizeof *tmp * ((size_t)n * stride + 4), out);
+    es__free(r->d->alloc, tmp);
+    return s;
+}
+
+static void read_rows(const es__vk_buf *b, uint32_t n, uint32_t width, uint32_t stride, float *dst) {
+    const float *src = b->map;
+    for (uint32_t i = 0; i < n; i++) memcpy(dst + (size_t)i * width, src + (size_t)i * stride, sizeof *dst * width);
+}
+
+/* Records one dispatch of p with binds, submits and waits. */
+static es_status run_one(run *r, es__vk_pipeline *p, const es__vk_bind *binds, const void *push, uint32_t gx,
+                         uint32_t gy, uint32_t gz) {
+    VkDescriptorSet set;
+    ES_TRY(es__vk_set_create(r->d, r->pool, p, binds, &set));
+    es__vk_rec rec;
+    ES_VK_TRY(r->d, vkResetCommandBuffer(r->cb, 0));
+    es__vk_rec_begin(&rec, r->d, r->cb, VK_NULL_HANDLE, 0, NULL);
+    es__vk_rec_dispatch(&rec, "op", p, set, push, gx, gy, gz);
+    return run_submit(r, &rec, 1, NULL);
+}
+
+#define RUN_BEGIN(b)                                                                               \
+    run r;                                                                                         \
+    es_status s = run_init(&r, (b));
+#define RUN_END()                                                                                  \
+    run_free(&r);                                                                                  \
+    return s;
+
+es_status es__vk_run_rmsnorm(es_backend *b, const float *x, const float *w, uint32_t E, uint32_t n, float eps,
+                             float *y) {
+    RUN_BEGIN(b)
+    const uint32_t E32 = (E + 31u) & ~31u;
+    es__vk_buf *X = NULL, *G = NULL, *Y = NULL, *S = NULL;
+    es__vk_bind bx, bg, bs;
+    es__vk_pipeline *p = NULL;
+    if (s == ES_OK) s = es__vk_simple_pipe(r.d, "rmsnorm", true, true, &p);
+    if (s == ES_OK) s = run_rows(&r, x, n, E, E32, &X);
+    if (s == ES_OK) s = run_rows(&r, w, 1, E, E32, &G);
+    if (s == ES_OK) s = run_rows(&r, NULL, n, E, E32, &Y);
+    if (s == ES_OK) s = run_ro(&r, X, VK_FORMAT_R32G32B32A32_SFLOAT, &bx);
+    if (s == ES_OK) s = run_ro(&r, G, VK_FORMAT_R32G32B32A32_SFLOAT, &bg);
+    int32_t pos0 = 0, end0 = 0;
+    if (s == ES_OK) s = run_step(&r, 0, 1, NULL, &pos0, &end0, NULL, 0, NULL, 0, &S, &bs);
+    if (s == ES_OK) {
+        es__vk_bind binds[4] = {bx, bg, bs, whole(Y)};
+        es__pc_rmsnorm pc = {E, n, E32, 0, 0, eps};
+        s = run_one(&r, p, binds, &pc, n, 1, 1);
+    }
+    if (s == ES_OK) read_rows(Y, n, E, E32, y);
+    RUN_END()
+}
+
+es_status es__vk_run_get_rows(es_backend *b, es__dtype type, const void *table, uint32_t K, uint32_t rows,
+                              const int32_t *ids, uint32_t n, float *out) {
+    RUN_BEGIN(b)
+    es__vk_dev *d = r.d;
+    es__tensor t = {"op.table", type, 2, {K, rows, 1, 1}, table, ggml_row_bytes(type, K) * rows, 0};
+    es__vk_mat m;
+    memset(&m, 0, sizeof m);
+    es__vk_wset ws;
+    memset(&ws, 0, sizeof ws);
+    if (d) es__vk_wset_init(&ws, d);
+    const es__tensor *src = &t;
+    es__vk_mat *mp = &m;
+    if (s == ES_OK) s = es__vk_mat_init(d, &m, &src, 1, false);
+    if (s == ES_OK) s = es__vk_wset_upload(&ws, &mp, 1, NULL, NULL);
+    es__vk_pipeline *p = NULL;
+    if (s == ES_OK) s = es__vk_get_rows_pipe(d, type, &p);
+    es__vk_buf *X = NULL, *S = NULL;
+    es__vk_bind bs;
+    int32_t *pos = es__calloc(d ? d->alloc : NULL, n, sizeof *pos), *end = es__calloc(d ? d->alloc : NULL, n, sizeof *end);
+    if (s == ES_OK && (!pos || !end)) s = es__fail(&b->err, ES_ERR_OUT_OF_MEMORY, "vulkan op: out of memory");
+    for (uint32_t i = 0; s == ES_OK && i < n; i++) {
+        pos[i] = (int32_t)i;
+        end[i] = (int32_t)n - 1;
+    }
+    if (s == ES_OK) s = run_step(&r, 0, (int32_t)n, ids, pos, end, NULL, 0, NULL, 0, &S, &bs);
+    const uint32_t E32 = m.K;
+    if (s == ES_OK) s = run_rows(&r, NULL, n, K, E32, &X);
+    for (uint32_t i = 0; s == ES_OK && i < m.n_parts; i++) {
+        es__vk_bind binds[4];
+        es__vk_part_binds(&ws, &m.parts[i], &binds[0], &binds[1]);
+        binds[2] = bs;
+        binds[3] = whole(X);
+        es__pc_get_rows pc = {m.K, K, n, m.parts[i].row0, m.parts[i].rows, E32};
+        s = run_one(&r, p, binds, &pc, n, 1, 1);
+    }
+    if (s == ES_OK) read_rows(X, n, K, E32, out);
+    if (d) {
+        es__free(d->alloc, pos);
+        es__free(d->alloc, end);
+    }
+    run_free(&r);
+    if (d) {
+        es__vk_mat_free(d, &m);
+        es__vk_wset_free(&ws);
+    }
+    return s;
+}
+
+es_status es__vk_run_rope_kv(es_backend *b, float *qkv, uint32_t n, uint32_t n_head, uint32_t n_head_kv, uint32_t hd,
+                             uint32_t n_rot, es_rope_type type, float freq_base, float freq_scale, const int32_t *pos,
+                             uint32_t n_past, uint32_t n_ctx, float *kc, float *vc) {
+    RUN_BEGIN(b)
+    const uint32_t width = (n_head + 2 * n_head_kv) * hd;
+    int32_t max_pos = 0;
+    for (uint32_t t = 0; t < n; t++) max_pos = ES__MAX(max_pos, pos[t]);
+    const uint32_t np = (uint32_t)max_pos + 1, half = n_rot / 2;
+    es__vk_buf *Q = NULL, *T = NULL, *K = NULL, *V = NULL, *S = NULL;
+    es__vk_bind bt, bs;
+    es__vk_pipeline *p = NULL;
+    float *table = r.d ? es__calloc(r.d->alloc, (size_t)np * half * 2 + 1, sizeof *table) : NULL;
+    if (s == ES_OK && !table) s = es__fail(&b->err, ES_ERR_OUT_OF_MEMORY, "vulkan op: out of memory");
+    if (s == ES_OK) {
+        es__vk_rope_table(table, 0, np, n_rot, freq_base, freq_scale);
+        s = es__vk_simple_pipe(r.d, "rope_kv", true, false, &p);
+    }
+    if (s == ES_OK) s = run_buf(&r, qkv, sizeof *qkv * n * width, &Q);
+    if (s == ES_OK) s = run_buf(&r, table, sizeof *table * ((size_t)np * half * 2 + 1), &T);
+    if (s == ES_OK) s = run_buf(&r, kc, sizeof *kc * n_head_kv * n_ctx * hd, &K);
+    if (s == ES_OK) s = run_buf(&r, vc, sizeof *vc * n_head_kv * n_ctx * hd, &V);
+    if (s == ES_OK) s = run_ro(&r, T, VK_FORMAT_R32_SFLOAT, &bt);
+    /* consecutive positions from n_past as a chain, or the given ones (depth from them) */
+    int32_t *end = r.d ? es__calloc(r.d->alloc, n, sizeof *end) : NULL;
+    for (uint32_t i = 0; end && i < n; i++) end[i] = (int32_t)n - 1;
+    if (s == ES_OK && !end) s = es__fail(&b->err, ES_ERR_OUT_OF_MEMORY, "vulkan op: out of memory");
+    if (s == ES_OK) s = run_step(&r, (int32_t)n_past, (int32_t)n, NULL, pos, end, NULL, 0, NULL, 0, &S, &bs);
+    if (s == ES_OK) {
+        es__vk_bind binds[5] = {whole(Q), bt, bs, whole(K), whole(V)};
+        es__pc_rope_kv pc = {n, n_head, n_head_kv, hd, n_rot, type == ES_ROPE_NEOX ? 1u : 0u, width, n_ctx};
+        s = run_one(&r, p, binds, &pc, n, 1, 1);
+    }
+    if (s == ES_OK) {
+        memcpy(qkv, Q->map, sizeof *qkv * n * width);
+        memcpy(kc, K->map, sizeof *kc * n_head_kv * n_ctx * hd);
+        memcpy(vc, V->map, sizeof *vc * n_head_kv * n_ctx * hd);
+    }
+    if (r.d) {
+        es__free(r.d->alloc, table);
+        es__free(r.d->alloc, end);
+    }
+    RUN_END()
+}
+
+es_status es__vk_run_attention(es_backend *b, const float *q, const float *kc, const float *vc, uint32_t n_ctx,
+                               uint32_t n_head, uint32_t n_head_kv, uint32_t hd, uint32_t n_past, uint32_t n,
+                               const int32_t *dfs_end, float scale, float *out) {
+    RUN_BEGIN(b)
+    const uint32_t qd = n_head * hd, max_splits = (n_ctx + ES__ATTN_SPLIT - 1) / ES__ATTN_SPLIT;
+    es__vk_buf *Q = NULL, *K = NULL, *V = NULL, *S = NULL, *O = NULL, *P = NULL;
+    es__vk_bind bq, bk, bv, bs, bp;
+    es__vk_pipeline *pa = NULL, *pm = NULL;
+    if (s == ES_OK) s = es__vk_attn_pipe(r.d, ES__ATTN_TILE, &pa);
+    if (s == ES_OK) s = es__vk_simple_pipe(r.d, "attn_merge", true, false, &pm);
+    if (s == ES_OK) s = run_buf(&r, q, sizeof *q * n * qd, &Q);
+    if (s == ES_OK) s = run_buf(&r, kc, sizeof *kc * n_head_kv * n_ctx * hd, &K);
+    if (s == ES_OK) s = run_buf(&r, vc, sizeof *vc * n_head_kv * n_ctx * hd, &V);
+    if (s == ES_OK) s = run_buf(&r, NULL, sizeof(float) * n * qd, &O);
+    if (s == ES_OK) s = run_buf(&r, NULL, sizeof(float) * ES__ATTN_CHUNK * n_head * max_splits * (hd + 4), &P);
+    const VkFormat f4 = VK_FORMAT_R32G32B32A32_SFLOAT;
+    if (s == ES_OK) s = run_ro(&r, Q, f4, &bq);
+    if (s == ES_OK) s = run_ro(&r, K, f4, &bk);
+    if (s == ES_OK) s = run_ro(&r, V, f4, &bv);
+    if (s == ES_OK) s = run_ro(&r, P, f4, &bp);
+    if (s == ES_OK) s = run_step(&r, (int32_t)n_past, (int32_t)n, NULL, NULL, dfs_end, NULL, 0, NULL, 0, &S, &bs);
+    const int32_t *pos = S ? (const int32_t *)S->map + ES_STEP_HDR + ES_STEP_POS * ((const int32_t *)S->map)[ES_STEP_NB] : NULL;
+    for (uint32_t t0 = 0; s == ES_OK && t0 < n; t0 += ES__ATTN_CHUNK) {
+        const uint32_t t1 = ES__MIN(n, t0 + ES__ATTN_CHUNK);
+        int32_t maxp = 0;
+        for (uint32_t t = t0; t < t1; t++) maxp = ES__MAX(maxp, pos[t]);
+        es__vk_bind ba[6] = {bq, bk, bv, bs, whole(O), whole(P)};
+        es__pc_attn pc = {t0, n_head, n_head_kv, hd, qd, n_ctx, ES__ATTN_SPLIT, max_splits, qd, scale};
+        s = run_one(&r, pa, ba, &pc, n_head, (uint32_t)maxp / ES__ATTN_SPLIT + 1, t1 - t0);
+        if (s == ES_OK && max_splits > 1) {
+            es__vk_bind bm[3] = {bp, bs, whole(O)};
+            es__pc_attn_merge pm_pc = {t0, n_head, hd, ES__ATTN_SPLIT, max_splits, qd};
+            s = run_one(&r, pm, bm, &pm_pc, n_head, t1 - t0, 1);
+        }
+    }
+    if (s == ES_OK) memcpy(out, O->map, sizeof *out * n * qd);
+    RUN_END()
+}
+
+es_status es__vk_run_softmax(es_backend *b, const float *x, uint32_t V, uint32_t n, float *y) {
+    RUN_BEGIN(b)
+    es__vk_buf *X = NULL;
+    es__vk_pipeline *p = NULL;
+    if (s == ES_OK) s = es__vk_simple_pipe(r.d, "softmax", false, true, &p);
+    if (s == ES_OK) s = run_buf(&r, x, sizeof *x * V * n, &X);
+    if (s == ES_OK) {
+        es__vk_bind binds[1] = {whole(X)};
+        es__pc_softmax pc = {V, n, V};
+        s = run_one(&r, p, binds, &pc, n, 1, 1);
+    }
+    if (s == ES_OK) memcpy(y, X->map, sizeof *y * V * n);
+    RUN_END()
+}
+
+es_status es__vk_run_topk(es_backend *b, const float *x, uint32_t V, uint32_t n, uint32_t k, int32_t *ids,
+                          float *vals) {
+    RUN_BEGIN(b)
+    if (s == ES_OK && (k == 0 || k > 64 || k > V)) s = es__fail(&b->err, ES_ERR_INVALID_ARGUMENT, "vulkan op: top-k with k %u", k);
+    const uint32_t V4 = (V + 3u) & ~3u;
+    es__vk_buf *X = NULL, *R = NULL;
+    es__vk_bind bx;
+    es__vk_pipeline *p = NULL;
+    if (s == ES_OK) s = es__vk_simple_pipe(r.d, "topk", true, false, &p);
+    if (s == ES_OK) s = run_rows(&r, x, n, V, V4, &X);
+    if (s == ES_OK) s = run_buf(&r, NULL, sizeof(uint32_t) * 2 * n * k, &R);
+    if (s == ES_OK) s = run_ro(&r, X, VK_FORMAT_R32G32B32A32_SFLOAT, &bx);
+    if (s == ES_OK) {
+        es__vk_bind binds[2] = {bx, whole(R)};
+        es__pc_topk pc = {V, n, k, V4};
+        s = run_one(&r, p, binds, &pc, n, 1, 1);
+    }
+    if (s == ES_OK) {
+        const uint32_t *res = R->map;
+        for (uint32_t i = 0; i < n * k; i++) {
+            ids[i] = (int32_t)res[2 * i];
+            if (vals) memcpy(&vals[i], &res[2 * i + 1], sizeof *vals);
+        }
+    }
+    RUN_END()
+}
+
+es_status es__vk_run_kv_move(es_backend *b, float *kc, float *vc, uint32_t n_head_kv, uint32_t n_ctx, uint32_t hd,
+                             uint32_t n_past, const int32_t *keep, uint32_t n_keep) {
+    RUN_BEGIN(b)
+    es__vk_buf *K = NULL, *V = NULL, *S = NULL;
+    es__vk_bind bs;
+    es__vk_pipeline *p = NULL;
+    if (s == ES_OK) s = es__vk_simple_pipe(r.d, "kv_move", true, false, &p);
+    if (s == ES_OK) s = run_buf(&r, kc, sizeof *kc * n_head_kv * n_ctx * hd, &K);
+    if (s == ES_OK) s = run_buf(&r, vc, sizeof *vc * n_head_kv * n_ctx * hd, &V);
+    int32_t one_pos = (int32_t)n_past, one_end = 0;
+    if (s == ES_OK) s = run_step(&r, (int32_t)n_past, 1, NULL, &one_pos, &one_end, NULL, 0, keep, (int32_t)n_keep, &S, &bs);
+    if (s == ES_OK) {
+        es__vk_bind binds[3] = {bs, whole(K), whole(V)};
+        es__pc_kv_move pc = {n_keep, n_past, hd, n_ctx, n_head_kv};
+        s = run_one(&r, p, binds, &pc, n_head_kv, 2, 1);
+    }
+    if (s == ES_OK) {
+        memcpy(kc, K->map, sizeof *kc * n_head_kv * n_ctx * hd);
+        memcpy(vc, V->map, sizeof *vc * n_head_kv * n_ctx * hd);
+    }
+    RUN_END()
+}

@@ -4,6 +4,7 @@
  * It deliberately allocates nothing: callers own buffers and descriptor sets. */
 #include "ops.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -78,4 +79,41 @@ void es__vk_rec_mul_mat(es__vk_rec *r, const char *op, const es__vk_pipeline *p,
                              y_off + (epi == ES__EPI_SWIGLU ? pt->row0 / 2 : pt->row0), y_stride, 0, 0};
         es__vk_rec_dispatch(r, op, p, sets[i], &pc, (pt->rows + rows_per_wg - 1) / rows_per_wg, (n + tok - 1) / tok, 1);
     }
+}
+
+void es__vk_step_write(int32_t *s, uint32_t stride, int32_t n_past, int32_t n, const int32_t *tokens,
+                       const int32_t *pos, const int32_t *dfs_end, const int32_t *out_rows, int32_t n_out,
+                       int32_t *cnt) {
+    s[ES_STEP_N_PAST] = n_past;
+    s[ES_STEP_NB] = (int32_t)stride;
+    int32_t *a = s + ES_STEP_HDR;
+    if (tokens) memcpy(a + ES_STEP_TOKENS * stride, tokens, sizeof *tokens * (size_t)n);
+    memcpy(a + ES_STEP_POS * stride, pos, sizeof *pos * (size_t)n);
+    memcpy(a + ES_STEP_DFS_END * stride, dfs_end, sizeof *dfs_end * (size_t)n);
+    if (out_rows) memcpy(a + ES_STEP_OUT_ROWS * stride, out_rows, sizeof *out_rows * (size_t)n_out);
+    /* counting sort by depth (stable): level[d] = first index in order of depth d */
+    int32_t *order = a + ES_STEP_ORDER * stride, *level = a + ES_STEP_LEVEL * stride;
+    memset(cnt, 0, sizeof *cnt * (size_t)(n + 2));
+    int32_t max_depth = 0;
+    for (int32_t j = 0; j < n; j++) {
+        const int32_t dj = pos[j] - n_past;
+        cnt[dj + 1]++;
+        max_depth = ES__MAX(max_depth, dj);
+    }
+    for (int32_t dd = 0; dd <= max_depth + 1; dd++) {
+        level[dd] = dd == 0 ? 0 : level[dd - 1] + cnt[dd];
+        cnt[dd] = level[dd];
+    }
+    for (int32_t j = 0; j < n; j++) order[cnt[pos[j] - n_past]++] = j;
+}
+
+void es__vk_rope_table(float *dst, uint32_t p0, uint32_t np, uint32_t n_rot, float freq_base, float freq_scale) {
+    const uint32_t half = n_rot / 2;
+    for (uint32_t p = 0; p < np; p++)
+        for (uint32_t i = 0; i < half; i++) {
+            const double theta =
+                (double)(p0 + p) * (double)freq_scale * pow((double)freq_base, -2.0 * (double)i / (double)n_rot);
+            dst[(p * half + i) * 2] = (float)cos(theta);
+            dst[(p * half + i) * 2 + 1] = (float)sin(theta);
+        }
 }

@@ -2,7 +2,11 @@
  * weight type and epilogue against a double-precision reference on the dequantised weights, in
  * every feature configuration, with odd shapes; and batch invariance: each token's output is
  * bit-identical whether it is multiplied alone or inside a batch.
- * Bound: |y - ref| <= 2e-6 * sum_k |w_k x_k| (f32 accumulation of exactly decoded weights). */
+ * The CPU backend's es__cpu_matmul (with es__cpu_swiglu and es__cpu_add for the epilogues) is
+ * a second reference.
+ * Bound: |y - ref| <= 2e-6 * sum_k |w_k x_k| (f32 accumulation of exactly decoded weights) against
+ * the double reference, and twice that against the CPU backend. */
+#include "cpu/ops.h"
 #include "ops.h"
 #include "vk_test.h"
 
@@ -18,7 +22,23 @@ static void check_case(es_backend *b, test_rng *r, int type, uint32_t rows, uint
     float *y = malloc(sizeof(float) * cols * n), *y0 = malloc(sizeof(float) * cols * n);
     for (size_t i = 0; i < (size_t)cols * n; i++) y0[i] = y[i] = epi == ES__EPI_ADD ? test_rng_uniform(r) : NAN;
     CHECK_OK(es__vk_run_mul_mat(b, (es__dtype)type, w, rows, k, x, n, epi, y, 1, NULL));
-    double worst = 0;
+    /* the CPU backend's ops on the same inputs */
+    float *full = malloc(sizeof(float) * rows * n), *cpu = malloc(sizeof(float) * cols * n);
+    CHECK_OK(es__cpu_matmul(NULL, (es__dtype)type, w, k, rows, x, n, full, NULL));
+    for (uint32_t t = 0; t < n; t++) {
+        float *yc = cpu + (size_t)t * cols, *f = full + (size_t)t * rows;
+        if (epi == ES__EPI_SWIGLU) {
+            for (uint32_t c = 0; c < cols; c++) {
+                float g = f[2 * c], u = f[2 * c + 1];
+                es__cpu_swiglu(&g, &u, 1, &yc[c]);
+            }
+        } else if (epi == ES__EPI_ADD) {
+            es__cpu_add(y0 + (size_t)t * cols, f, cols, yc);
+        } else {
+            memcpy(yc, f, sizeof(float) * cols);
+        }
+    }
+    double worst = 0, worst_cpu = 0;
     for (uint32_t t = 0; t < n; t++) {
         for (uint32_t c = 0; c < cols; c++) {
             double ref = 0, scale = 0, g = 0, gs = 0;
@@ -43,10 +63,16 @@ static void check_case(es_backend *b, test_rng *r, int type, uint32_t rows, uint
             }
             double e = norm_err(y[(size_t)t * cols + c], ref, scale);
             if (e > worst) worst = e;
+            e = norm_err(y[(size_t)t * cols + c], cpu[(size_t)t * cols + c], scale);
+            if (e > worst_cpu) worst_cpu = e;
         }
     }
     CHECKF(worst <= BOUND, "[%s] type %d rows %u k %u n %u epi %u: normalised error %.3g > %.1g", cfg, type, rows, k, n,
            epi, worst, BOUND);
+    CHECKF(worst_cpu <= 2 * BOUND, "[%s] type %d rows %u k %u n %u epi %u: normalised difference from the CPU %.3g > %.1g",
+           cfg, type, rows, k, n, epi, worst_cpu, 2 * BOUND);
+    free(full);
+    free(cpu);
     /* batch invariance: token t alone == token t in the batch, bit for bit */
     if (n > 1 && epi != ES__EPI_ADD) {
         float *y1 = malloc(sizeof(float) * cols);

@@ -1,0 +1,239 @@
+/* test_vk_ops: every Vulkan op other than mul_mat against the CPU backend's op of lib/cpu/ops.h,
+ * on fresh random inputs with odd shapes, in every feature configuration. Bounds (normalised by
+ * the largest reference magnitude of the row unless stated):
+ *   rmsnorm 2e-6; rope (q rotated in place, k rotated into the cache) 1e-6; cache write of v
+ *   exact; tree attention 2e-5 of max |v| (many splits, chunks, GQA, random trees); softmax
+ *   5e-5 per element of the row's max (the CPU sums up to 32000 exponentials in index order, the
+ *   device in a tree: their rounding differs by that much); get_rows exact for every weight type; argmax and top-k
+ *   exact ids and values (ties to the lower id, NaN ignored); KV compaction exact. */
+#include "cpu/ops.h"
+#include "ops.h"
+#include "vk_test.h"
+
+static double max_abs(const float *x, size_t n) {
+    double m = 0;
+    for (size_t i = 0; i < n; i++) m = fmax(m, fabs(x[i]));
+    return m;
+}
+
+/* max |a - b| / scale; infinite when a has a NaN or an infinity */
+static double diff(const float *a, const float *b, size_t n, double scale) {
+    double m = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!isfinite(a[i])) return INFINITY;
+        m = fmax(m, fabs((double)a[i] - b[i]));
+    }
+    return m / (scale > 0 ? scale : 1);
+}
+
+static float *rand_vec(test_rng *r, size_t n, float scale) {
+    float *x = malloc(sizeof *x * (n ? n : 1));
+    for (size_t i = 0; i < n; i++) x[i] = scale * test_rng_uniform(r);
+    return x;
+}
+
+static void test_rmsnorm(es_backend *b, test_rng *r, const char *cfg) {
+    static const uint32_t Es[] = {1, 7, 64, 1000, 4099};
+    for (size_t e = 0; e < sizeof Es / sizeof Es[0]; e++)
+        for (uint32_t n = 1; n <= 5; n += 4) {
+            const uint32_t E = Es[e];
+            float *x = rand_vec(r, (size_t)E * n, 3.0f), *w = rand_vec(r, E, 1.0f), *y = rand_vec(r, (size_t)E * n, 0);
+            float *ref = malloc(sizeof *ref * E * n);
+            for (size_t i = 0; i < (size_t)E * n; i++) y[i] = NAN;
+            CHECK_OK(es__vk_run_rmsnorm(b, x, w, E, n, 1e-5f, y));
+            es__cpu_rmsnorm(x, w, E, n, 1e-5f, ref);
+            for (uint32_t t = 0; t < n; t++) {
+                double d = diff(y + (size_t)t * E, ref + (size_t)t * E, E, max_abs(ref + (size_t)t * E, E));
+                CHECKF(d <= 2e-6, "[%s] rmsnorm E %u row %u: error %.3g > 2e-6", cfg, E, t, d);
+            }
+            free(x), free(w), free(y), free(ref);
+        }
+}
+
+static void test_get_rows(es_backend *b, test_rng *r, const char *cfg) {
+    static const int types[] = {T_F32, T_F16, T_BF16, T_Q8_0, T_Q4_0};
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+        const int t = types[ti];
+        const uint32_t K = t == T_Q8_0 || t == T_Q4_0 ? 96 : 37, rows = 53, n = 9;
+        float *deq = malloc(sizeof *deq * K * rows);
+        void *table = make_weights(r, t, rows, K, deq);
+        int32_t ids[9];
+        for (uint32_t i = 0; i < n; i++) ids[i] = (int32_t)(test_rng_u64(r) % rows);
+        ids[3] = ids[1]; /* a repeat */
+        ids[8] = (int32_t)rows - 1;
+        float *out = malloc(sizeof *out * K * n), *ref = malloc(sizeof *ref * K * n);
+        for (size_t i = 0; i < (size_t)K * n; i++) out[i] = NAN;
+        CHECK_OK(es__vk_run_get_rows(b, (es__dtype)t, table, K, rows, ids, n, out));
+        CHECK_OK(es__cpu_get_rows((es__dtype)t, table, K, rows, ids, n, ref, NULL));
+        CHECKF(memcmp(out, ref, sizeof *out * K * n) == 0, "[%s] get_rows type %d differs from the CPU", cfg, t);
+        free(deq), free(table), free(out), free(ref);
+    }
+}
+
+static void test_rope_kv(es_backend *b, test_rng *r, const char *cfg) {
+    static const struct {
+        uint32_t n_head, n_head_kv, hd, n_rot;
+        es_rope_type type;
+    } cases[] = {{4, 2, 16, 16, ES_ROPE_NORM}, {3, 3, 12, 8, ES_ROPE_NEOX}, {2, 1, 64, 32, ES_ROPE_NORM},
+                 {2, 2, 8, 2, ES_ROPE_NEOX}};
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        const uint32_t nh = cases[c].n_head, nkv = cases[c].n_head_kv, hd = cases[c].hd, n_rot = cases[c].n_rot;
+        const uint32_t n = 6, n_past = 300, n_ctx = 320, width = (nh + 2 * nkv) * hd;
+        const int32_t pos[6] = {300, 301, 302, 302, 301, 302}; /* a small tree */
+        float *qkv = rand_vec(r, (size_t)n * width, 1.0f), *orig = malloc(sizeof *orig * n * width);
+        memcpy(orig, qkv, sizeof *orig * n * width);
+        const size_t cache = (size_t)nkv * n_ctx * hd;
+        float *kc = rand_vec(r, cache, 1.0f), *vc = rand_vec(r, cache, 1.0f);
+        float *kc0 = malloc(sizeof *kc0 * cache), *vc0 = malloc(sizeof *vc0 * cache);
+        memcpy(kc0, kc, sizeof *kc * cache);
+        memcpy(vc0, vc, sizeof *vc * cache);
+        CHECK_OK(es__vk_run_rope_kv(b, qkv, n, nh, nkv, hd, n_rot, cases[c].type, 10000.0f, 0.75f, pos, n_past, n_ctx,
+                                    kc, vc));
+        /* reference: rotate q and k on the CPU, write k and v into the cache */
+        float *q = malloc(sizeof *q * n * nh * hd), *k = malloc(sizeof *k * n * nkv * hd), *v = malloc(sizeof *v * n * nkv * hd);
+        for (uint32_t t = 0; t < n; t++) {
+            memcpy(q + (size_t)t * nh * hd, orig + (size_t)t * width, sizeof *q * nh * hd);
+            memcpy(k + (size_t)t * nkv * hd, orig + (size_t)t * width + nh * hd, sizeof *k * nkv * hd);
+            memcpy(v + (size_t)t * nkv * hd, orig + (size_t)t * width + (nh + nkv) * hd, sizeof *v * nkv * hd);
+        }
+        es__cpu_rope(q, n, nh, hd, n_rot, pos, 10000.0f, 0.75f, cases[c].type);
+        es__cpu_rope(k, n, nkv, hd, n_rot, pos, 10000.0f, 0.75f, cases[c].type);
+        es__cpu_kv_write(kc0, vc0, (int32_t)n_ctx, (int32_t)nkv, (int32_t)hd, (int32_t)n_past, (int32_t)n, k, v);
+        double dq = 0;
+        for (uint32_t t = 0; t < n; t++)
+            dq = fmax(dq, diff(qkv + (size_t)t * width, q + (size_t)t * nh * hd, nh * hd, 1.0));
+        CHECKF(dq <= 1e-6, "[%s] rope q case %zu: error %.3g > 1e-6", cfg, c, dq);
+        const double dk = diff(kc, kc0, cache, 1.0);
+        CHECKF(dk <= 1e-6, "[%s] rope k into the cache case %zu: error %.3g > 1e-6", cfg, c, dk);
+        CHECKF(memcmp(vc, vc0, sizeof *vc * cache) == 0, "[%s] cache write of v case %zu differs", cfg, c);
+        free(qkv), free(orig), free(kc), free(vc), free(kc0), free(vc0), free(q), free(k), free(v);
+    }
+}
+
+/* A random tree of n nodes in DFS pre-order: dfs_end[]. */
+static void random_tree(test_rng *r, int32_t n, int32_t *dfs_end, int chain) {
+    int32_t *parent = malloc(sizeof *parent * (size_t)n);
+    for (int32_t j = 0; j < n; j++) {
+        /* pre-order: the parent is j-1 or an ancestor of j-1 */
+        int32_t p = j - 1;
+        if (!chain)
+            while (p >= 0 && test_rng_u64(r) % 3 == 0) p = parent[p];
+        parent[j] = p;
+    }
+    for (int32_t j = n - 1; j >= 0; j--) dfs_end[j] = j;
+    for (int32_t j = n - 1; j >= 0; j--)
+        if (parent[j] >= 0 && dfs_end[j] > dfs_end[parent[j]]) dfs_end[parent[j]] = dfs_end[j];
+    free(parent);
+}
+
+static void test_attention(es_backend *b, test_rng *r, const char *cfg) {
+    static const struct {
+        uint32_t n_ctx, n_head, n_head_kv, hd, n_past, n;
+        int chain;
+    } cases[] = {{40, 2, 2, 8, 0, 1, 1},     {40, 4, 2, 16, 7, 13, 0},    {600, 4, 1, 32, 300, 9, 0},
+                 {600, 2, 2, 64, 0, 70, 1},  {600, 3, 3, 12, 520, 33, 0}, {1100, 2, 1, 128, 1000, 5, 0},
+                 {300, 2, 2, 256, 250, 12, 0}};
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        const uint32_t n_ctx = cases[c].n_ctx, nh = cases[c].n_head, nkv = cases[c].n_head_kv, hd = cases[c].hd;
+        const uint32_t n_past = cases[c].n_past, n = cases[c].n;
+        const size_t cache = (size_t)nkv * n_ctx * hd;
+        float *q = rand_vec(r, (size_t)n * nh * hd, 1.0f), *kc = rand_vec(r, cache, 1.0f), *vc = rand_vec(r, cache, 1.0f);
+        int32_t *end = malloc(sizeof *end * n), *start = malloc(sizeof *start * n);
+        random_tree(r, (int32_t)n, end, cases[c].chain);
+        for (uint32_t j = 0; j < n; j++) start[j] = (int32_t)j;
+        float *out = malloc(sizeof *out * n * nh * hd), *ref = malloc(sizeof *ref * n * nh * hd);
+        for (size_t i = 0; i < (size_t)n * nh * hd; i++) out[i] = NAN;
+        const float scale = 1.0f / sqrtf((float)hd);
+        CHECK_OK(es__vk_run_attention(b, q, kc, vc, n_ctx, nh, nkv, hd, n_past, n, end, scale, out));
+        CHECK_OK(es__cpu_attention(NULL, q, kc, vc, (int32_t)n_ctx, (int32_t)nh, (int32_t)nkv, (int32_t)hd,
+                                   (int32_t)n_past, (int32_t)n, start, end, scale, ref, NULL));
+        const double d = diff(out, ref, (size_t)n * nh * hd, max_abs(vc, cache));
+        CHECKF(d <= 2e-5, "[%s] attention case %zu (n_ctx %u, n_past %u, n %u, hd %u): error %.3g > 2e-5", cfg, c,
+               n_ctx, n_past, n, hd, d);
+        free(q), free(kc), free(vc), free(end), free(start), free(out), free(ref);
+    }
+}
+
+static void test_softmax(es_backend *b, test_rng *r, const char *cfg) {
+    static const uint32_t Vs[] = {1, 17, 32000};
+    for (size_t i = 0; i < sizeof Vs / sizeof Vs[0]; i++) {
+        const uint32_t V = Vs[i], n = 3;
+        float *x = rand_vec(r, (size_t)V * n, 20.0f), *y = malloc(sizeof *y * V * n), *ref = malloc(sizeof *ref * V * n);
+        CHECK_OK(es__vk_run_softmax(b, x, V, n, y));
+        for (uint32_t t = 0; t < n; t++) {
+            es__cpu_softmax(x + (size_t)t * V, V, ref + (size_t)t * V);
+            const double d = diff(y + (size_t)t * V, ref + (size_t)t * V, V, max_abs(ref + (size_t)t * V, V));
+            CHECKF(d <= 5e-5, "[%s] softmax V %u row %u: error %.3g > 5e-5", cfg, V, t, d);
+        }
+        free(x), free(y), free(ref);
+    }
+}
+
+static void test_topk(es_backend *b, test_rng *r, const char *cfg) {
+    static const uint32_t Vs[] = {5, 1000, 32003}, ks[] = {1, 5, 40};
+    for (size_t i = 0; i < sizeof Vs / sizeof Vs[0]; i++)
+        for (size_t j = 0; j < sizeof ks / sizeof ks[0]; j++) {
+            const uint32_t V = Vs[i], k = ks[j] < V ? ks[j] : V, n = 2;
+            float *x = rand_vec(r, (size_t)V * n, 4.0f);
+            /* ties: repeat the largest values at later ids; a NaN in the middle */
+            for (uint32_t t = 0; t < n; t++) {
+                float *row = x + (size_t)t * V;
+                int32_t a = es__cpu_argmax(row, V);
+                row[V - 1] = row[a];
+                if (V > 4) row[V / 2] = NAN, row[1] = row[a];
+            }
+            int32_t *ids = malloc(sizeof *ids * n * k), *rid = malloc(sizeof *rid * k);
+            float *vals = malloc(sizeof *vals * n * k), *rval = malloc(sizeof *rval * k);
+            CHECK_OK(es__vk_run_topk(b, x, V, n, k, ids, vals));
+            for (uint32_t t = 0; t < n; t++) {
+                /* fewer than k non-NaN entries: the CPU returns the count, Vulkan pads with id -1 */
+                const int32_t got = es__cpu_topk(x + (size_t)t * V, V, (int32_t)k, rid, rval);
+                bool pad_ok = true;
+                for (uint32_t m = (uint32_t)got; m < k; m++) pad_ok = pad_ok && ids[(size_t)t * k + m] == -1;
+                CHECKF(got > 0 && pad_ok && memcmp(ids + (size_t)t * k, rid, sizeof *rid * (size_t)got) == 0 &&
+                           memcmp(vals + (size_t)t * k, rval, sizeof *rval * (size_t)got) == 0,
+                       "[%s] top-%u of %u row %u differs from the CPU (first ids %d vs %d)", cfg, k, V, t, ids[t * k],
+                       rid[0]);
+                CHECKF(ids[(size_t)t * k] == es__cpu_argmax(x + (size_t)t * V, V), "[%s] argmax of %u row %u", cfg, V, t);
+            }
+            free(x), free(ids), free(rid), free(vals), free(rval);
+        }
+}
+
+static void test_kv_move(es_backend *b, test_rng *r, const char *cfg) {
+    const uint32_t nkv = 3, n_ctx = 40, hd = 20, n_past = 11;
+    const int32_t keep[5] = {0, 2, 3, 6, 7};
+    const size_t cache = (size_t)nkv * n_ctx * hd;
+    float *kc = rand_vec(r, cache, 1.0f), *vc = rand_vec(r, cache, 1.0f);
+    float *rk = malloc(sizeof *rk * cache), *rv = malloc(sizeof *rv * cache);
+    memcpy(rk, kc, sizeof *rk * cache);
+    memcpy(rv, vc, sizeof *rv * cache);
+    for (uint32_t h = 0; h < nkv; h++)
+        for (int i = 0; i < 5; i++) {
+            size_t dst = ((size_t)h * n_ctx + n_past + (size_t)i) * hd, src = ((size_t)h * n_ctx + n_past + (size_t)keep[i]) * hd;
+            memmove(rk + dst, rk + src, sizeof *rk * hd);
+            memmove(rv + dst, rv + src, sizeof *rv * hd);
+        }
+    CHECK_OK(es__vk_run_kv_move(b, kc, vc, nkv, n_ctx, hd, n_past, keep, 5));
+    CHECKF(memcmp(kc, rk, sizeof *kc * cache) == 0 && memcmp(vc, rv, sizeof *vc * cache) == 0,
+           "[%s] KV compaction differs from sequential moves", cfg);
+    free(kc), free(vc), free(rk), free(rv);
+}
+
+int main(void) {
+    test_rng r = {7};
+    for (int c = 0; c < VK_N_CONFIGS; c++) {
+        es_backend *b = vk_backend(vk_configs[c].flags);
+        if (!b) continue;
+        const char *cfg = vk_configs[c].name;
+        test_rmsnorm(b, &r, cfg);
+        test_get_rows(b, &r, cfg);
+        test_rope_kv(b, &r, cfg);
+        test_attention(b, &r, cfg);
+        test_softmax(b, &r, cfg);
+        test_topk(b, &r, cfg);
+        test_kv_move(b, &r, cfg);
+        es_backend_free(b);
+    }
+    VK_TEST_END();
+}
