@@ -16,14 +16,19 @@ void main() {
     const uint t = gl_WorkGroupID.x, lid = gl_LocalInvocationID.x;
     const uint tok = uint(step_token(t));
     if (tok < pc.row0 || tok >= pc.row0 + pc.rows) return;
-    const uint r = tok - pc.row0, cpr = pc.K / EPC;
-    for (uint c = lid; c < cpr; c += gl_WorkGroupSize.x) {
-        vec4 w[XV];
-        decode_chunk(r * cpr, c, w);
-        const float d = chunk_scale(r * (pc.K / 32u), c);
-        for (uint i = 0u; i < XV; i++)
+    const uint r = tok - pc.row0, upr = pc.K / EPU;
+#if HAS_SCALE
+    const uint srow = r * scale_row_texels(pc.K / 32u, pc.team);
+#endif
+    for (uint u = lid; u < upr; u += gl_WorkGroupSize.x) {
+        vec4 w[UV];
+        decode_unit(r * upr * TPU, u, w);
+#if HAS_SCALE
+        const float d = scale_of(srow, u, pc.team);
+#endif
+        for (uint i = 0u; i < UV; i++)
             for (uint k = 0u; k < 4u; k++) {
-                uint e = c * EPC + i * 4u + k;
+                const uint e = u * EPU + i * 4u + k;
 #if HAS_SCALE
                 if (e < pc.E) X[t * pc.x_stride + e] = d * w[i][k];
 #else

@@ -17,7 +17,7 @@
     U(y_off)    /* float offset of row 0 in token 0's row of Y               */                    \
     U(y_stride) /* floats between token rows of Y                             */                   \
     U(w_off)    /* texel of row 0 in the W view                               */                   \
-    U(s_off)    /* element of row 0's first block scale in the S view         */
+    U(s_off)    /* texel of row 0's first scales in the S view                */
 
 /* Step data: 32-bit ints the host writes before each forward submission. A header of
  * ES_STEP_HDR ints, then arrays of nb = n_batch + 1 entries, array k at
@@ -54,7 +54,8 @@
     U(n)        /* tokens                                                     */                   \
     U(row0)     /* first row of this part                                     */                   \
     U(rows)     /* rows in this part                                          */                   \
-    U(x_stride) /* floats between rows of X                                   */
+    U(x_stride) /* floats between rows of X                                   */                   \
+    U(team)     /* lanes per team the scales were interleaved for (weights.glsl) */
 
 /* rope_kv: rotates the Q and K heads of each token in QKV (in place) and writes K and V to the
  * cache slot n_past + t. */

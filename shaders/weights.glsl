@@ -1,12 +1,18 @@
-// weights.glsl: the device layout of weight matrices and how one chunk of a row is decoded.
-// Rows are padded to a multiple of 32 elements. Every type keeps the quantised values in one
-// plane W (texels of 16 bytes) and, for the block types, the block scales as f32 in a plane S:
-//   F32   W: RGBA32F, 4 values per texel                       (chunk = 4 elements)
+// weights.glsl: the device layout of weight matrices and how one unit of a row is decoded.
+// A row is cut into units, the piece one lane handles per step: F32 4 elements (one texel),
+// F16 and BF16 8 (one texel), Q8_0 and Q4_0 one 32-element block (two texels, one texel).
+// Rows are padded with zeros to a multiple of 32 elements. Planes:
+//   F32   W: RGBA32F, 4 values per texel
 //   F16   W: RGBA32UI, 8 halves per texel, element 2i in the low half of word i
 //   BF16  W: RGBA32UI, 8 bfloat16 per texel, packed the same way
-//   Q8_0  W: RGBA32UI, 16 int8 per texel (half a block);  S: one f32 per 32-element block
+//   Q8_0  W: RGBA32UI, the 32 int8 of a block in two texels
 //   Q4_0  W: RGBA32UI, one block per texel in ggml's nibble order (byte j holds elements j and
-//         j + 16);  S: one f32 per block
+//         j + 16)
+//   Q8_0, Q4_0  S: f32 block scales as RGBA32F, four per texel, lane-interleaved: the lane that
+//         handles blocks l, l + T, l + 2T, l + 3T of a row (T = lanes per team) finds their four
+//         scales in one texel, so scales cost one fetch per four blocks (on lavapipe a texel
+//         fetch costs about as much as the arithmetic of a whole unit). Row r's scales start at
+//         texel s_off + r * ceil(blocks / (4 T)) * T.
 // The repacking happens once at upload (lib/vulkan/weights.c). Select the type with one of
 // TYPE_F32, TYPE_F16, TYPE_BF16, TYPE_Q8_0, TYPE_Q4_0. With ES_TEXEL=0 and ES_NATIVE=1, F16 and
 // Q8_0 are loaded with 16-/8-bit storage types instead of being unpacked from 32-bit words.
@@ -40,21 +46,25 @@
 #endif
 
 #if TYPE_F32
-#define EPC 4
+#define EPU 4  // elements per unit
+#define TPU 1  // texels per unit
 #define HAS_SCALE 0
 #elif TYPE_F16 || TYPE_BF16
-#define EPC 8
+#define EPU 8
+#define TPU 1
 #define HAS_SCALE 0
 #elif TYPE_Q8_0
-#define EPC 16
+#define EPU 32
+#define TPU 2
 #define HAS_SCALE 1
 #elif TYPE_Q4_0
-#define EPC 32
+#define EPU 32
+#define TPU 1
 #define HAS_SCALE 1
 #else
 #error "weights.glsl: no TYPE_* defined"
 #endif
-#define XV (EPC / 4) // vec4s of activations per chunk
+#define UV (EPU / 4) // vec4s of activations per unit
 
 #if ES_NATIVE && TYPE_F16 && !ES_TEXEL
 layout(binding = WBIND, std430) readonly buffer W_blk { f16vec4 W[]; };
@@ -66,7 +76,7 @@ RO_F4(WBIND, W)
 RO_U4(WBIND, W)
 #endif
 #if HAS_SCALE
-RO_F1(SBIND, S)
+RO_F4(SBIND, S)
 #endif
 
 // Four signed bytes of a word, sign-extended by arithmetic shifts.
@@ -80,47 +90,59 @@ vec4 bf16_pair2(uint a, uint b) {
                 uintBitsToFloat(b & 0xffff0000u));
 }
 
-// Decodes chunk c (counted in texels) of the row starting at texel `row` into w[XV].
-void decode_chunk(uint row, uint c, out vec4 w[XV]) {
-#if ES_NATIVE && TYPE_F16 && !ES_TEXEL
-    uint i = (row + c) * 2u;
-    w[0] = vec4(W[i]);
-    w[1] = vec4(W[i + 1u]);
-#elif ES_NATIVE && TYPE_Q8_0 && !ES_TEXEL
-    uint i = (row + c) * 4u;
-    for (uint k = 0u; k < 4u; k++) w[k] = vec4(W[i + k]);
-#elif TYPE_F32
-    w[0] = FETCH_F4(W, row + c);
-#else
-    uvec4 u = FETCH_U4(W, row + c);
-#if TYPE_F16
-    w[0] = vec4(unpackHalf2x16(u.x), unpackHalf2x16(u.y));
-    w[1] = vec4(unpackHalf2x16(u.z), unpackHalf2x16(u.w));
-#elif TYPE_BF16
-    w[0] = bf16_pair2(u.x, u.y);
-    w[1] = bf16_pair2(u.z, u.w);
-#elif TYPE_Q8_0
-    w[0] = q8_word(u.x);
-    w[1] = q8_word(u.y);
-    w[2] = q8_word(u.z);
-    w[3] = q8_word(u.w);
-#elif TYPE_Q4_0
+void q4_texel(uvec4 u, out vec4 w[UV]) {
     for (uint k = 0u; k < 4u; k++) {
         uint v = u[k];
         w[k] = vec4(v & 15u, (v >> 8) & 15u, (v >> 16) & 15u, (v >> 24) & 15u) - 8.0;
         w[k + 4u] = vec4((v >> 4) & 15u, (v >> 12) & 15u, (v >> 20) & 15u, v >> 28) - 8.0;
     }
-#endif
+}
+
+// Decodes unit u of the row whose first texel is `row` into w[UV].
+void decode_unit(uint row, uint u, out vec4 w[UV]) {
+    const uint t = row + u * TPU;
+#if ES_NATIVE && TYPE_F16 && !ES_TEXEL
+    w[0] = vec4(W[2u * t]);
+    w[1] = vec4(W[2u * t + 1u]);
+#elif ES_NATIVE && TYPE_Q8_0 && !ES_TEXEL
+    for (uint k = 0u; k < 8u; k++) w[k] = vec4(W[4u * t + k]);
+#elif TYPE_F32
+    w[0] = FETCH_F4(W, t);
+#elif TYPE_F16
+    uvec4 q = FETCH_U4(W, t);
+    w[0] = vec4(unpackHalf2x16(q.x), unpackHalf2x16(q.y));
+    w[1] = vec4(unpackHalf2x16(q.z), unpackHalf2x16(q.w));
+#elif TYPE_BF16
+    uvec4 q = FETCH_U4(W, t);
+    w[0] = bf16_pair2(q.x, q.y);
+    w[1] = bf16_pair2(q.z, q.w);
+#elif TYPE_Q8_0
+    uvec4 a = FETCH_U4(W, t), b = FETCH_U4(W, t + 1u);
+    w[0] = q8_word(a.x);
+    w[1] = q8_word(a.y);
+    w[2] = q8_word(a.z);
+    w[3] = q8_word(a.w);
+    w[4] = q8_word(b.x);
+    w[5] = q8_word(b.y);
+    w[6] = q8_word(b.z);
+    w[7] = q8_word(b.w);
+#elif TYPE_Q4_0
+    q4_texel(FETCH_U4(W, t), w);
 #endif
 }
 
-// The scale of chunk c of a row whose first block scale is element `srow` of S.
-float chunk_scale(uint srow, uint c) {
-#if TYPE_Q8_0
-    return FETCH_F1(S, srow + (c >> 1));
-#elif TYPE_Q4_0
-    return FETCH_F1(S, srow + c);
-#else
-    return 1.0;
-#endif
+#if HAS_SCALE
+// Texels of scales per row for a team of `team` lanes.
+uint scale_row_texels(uint blocks, uint team) {
+    return (blocks + 4u * team - 1u) / (4u * team) * team;
 }
+// The four scales of blocks lane + team * (4 g + 0..3) of a row whose scales start at srow.
+vec4 scales4(uint srow, uint g, uint lane, uint team) {
+    return FETCH_F4(S, srow + g * team + lane);
+}
+// The scale of block b alone.
+float scale_of(uint srow, uint b, uint team) {
+    const uint i = b / team;
+    return FETCH_F4(S, srow + (i >> 2) * team + b % team)[i & 3u];
+}
+#endif

@@ -170,14 +170,14 @@ static es_status get_pipelines(es_context *ctx, vk_ctx *c) {
         } uses[4] = {{vl->qkv.type, ES__EPI_STORE}, {vl->wo.type, ES__EPI_ADD}, {vl->gateup.type, ES__EPI_SWIGLU},
                      {vl->down.type, ES__EPI_ADD}};
         for (int u = 0; u < 4; u++)
-            for (uint32_t tok = 1; tok <= 4; tok += 3) {
+            for (uint32_t n = 1; n <= 2; n++) { /* matrix-vector and matrix-matrix */
                 es__vk_pipeline *p;
-                ES_TRY(es__vk_mul_mat_pipe(d, uses[u].t, es__vk_mul_mat_tok(tok), uses[u].epi, &p));
+                ES_TRY(es__vk_mul_mat_pipe(d, uses[u].t, es__vk_mul_mat_tok(uses[u].t, n), uses[u].epi, &p));
             }
     }
-    for (uint32_t tok = 1; tok <= 4; tok += 3) {
+    for (uint32_t n = 1; n <= 2; n++) {
         es__vk_pipeline *p;
-        ES_TRY(es__vk_mul_mat_pipe(d, w->out->type, es__vk_mul_mat_tok(tok), ES__EPI_STORE, &p));
+        ES_TRY(es__vk_mul_mat_pipe(d, w->out->type, es__vk_mul_mat_tok(w->out->type, n), ES__EPI_STORE, &p));
     }
     return ES_OK;
 }
@@ -359,7 +359,7 @@ static void rec_norm(vk_ctx *c, es__vk_rec *r, uint32_t n, uint32_t g_off, bool 
 static es_status rec_mat(vk_ctx *c, es__vk_rec *r, const char *op, const es__vk_mat *m, const VkDescriptorSet *sets,
                          uint32_t n, uint32_t epi, uint32_t x_stride, uint32_t y_stride) {
     es__vk_pipeline *p;
-    ES_TRY(es__vk_mul_mat_pipe(c->d, m->type, es__vk_mul_mat_tok(n), epi, &p));
+    ES_TRY(es__vk_mul_mat_pipe(c->d, m->type, es__vk_mul_mat_tok(m->type, n), epi, &p));
     es__vk_rec_mul_mat(r, op, p, m, sets, n, 0, x_stride / 4, 0, y_stride);
     return ES_OK;
 }
@@ -372,7 +372,7 @@ static es_status record(es_context *ctx, vk_ctx *c, vk_cb *cb) {
     es__vk_rec_begin(&r, c->d, cb->cb, cb->queries, cb->queries ? ES__MAX_QUERIES : 0, cb->ops);
     for (uint32_t i = 0; i < w->tok_embd.n_parts; i++) {
         const es__vk_part *pt = &w->tok_embd.parts[i];
-        es__pc_get_rows pc = {w->tok_embd.K, (uint32_t)hp->n_embd, n, pt->row0, pt->rows, c->E32};
+        es__pc_get_rows pc = {w->tok_embd.K, (uint32_t)hp->n_embd, n, pt->row0, pt->rows, c->E32, c->d->subgroup_size};
         es__vk_rec_dispatch(&r, "get_rows", c->p_get_rows, c->s_embd[i], &pc, n, 1, 1);
     }
     const uint32_t hd = (uint32_t)hp->head_dim;

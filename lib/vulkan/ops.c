@@ -39,13 +39,22 @@ static es_status pipe_for(es__vk_dev *d, const char *family, const char *tag, bo
     return es__vk_pipeline_get(d, id, spec, n_spec, out);
 }
 
-uint32_t es__vk_mul_mat_tok(uint32_t n) {
-    return n == 1 ? 1 : 4;
+/* Tile shapes, measured on lavapipe (tools/vkbench mul_mat, docs/perf.md): eight rows per team
+ * amortise each activation fetch best for matrix-vector; for matrix-matrix the block types
+ * prefer more rows, the float types more tokens (their units hold fewer elements, so more tokens
+ * fit in registers). ROWS stays even for the SwiGLU pairs. */
+static uint32_t mm_rows(es__dtype type, uint32_t tok) {
+    if (tok == 1) return 8;
+    return type == ES__DTYPE_Q8_0 || type == ES__DTYPE_Q4_0 ? 8 : 4;
+}
+
+uint32_t es__vk_mul_mat_tok(es__dtype type, uint32_t n) {
+    if (n == 1) return 1;
+    return type == ES__DTYPE_Q8_0 || type == ES__DTYPE_Q4_0 ? 4 : 8;
 }
 
 es_status es__vk_mul_mat_pipe(es__vk_dev *d, es__dtype type, uint32_t tok, uint32_t epi, es__vk_pipeline **out) {
-    /* ROWS * TOK <= 8 (the shared-memory reduction's slots); ROWS even for SwiGLU pairs. */
-    const uint32_t rows = tok == 1 ? 4 : 2;
+    const uint32_t rows = mm_rows(type, tok);
     const bool native = !d->use.texel && d->use.subgroup &&
                         ((type == ES__DTYPE_F16 && d->use.storage16) || (type == ES__DTYPE_Q8_0 && d->use.storage8));
     const uint32_t spec[5] = {wg_size(d), d->subgroup_size, rows, tok, epi};

@@ -36,8 +36,12 @@ static bool is_block_type(es__dtype t) {
     return t == ES__DTYPE_Q8_0 || t == ES__DTYPE_Q4_0;
 }
 
-uint64_t es__vk_mat_row_bytes(es__dtype type, uint32_t K, bool scale_plane) {
-    if (scale_plane) return is_block_type(type) ? (uint64_t)K / 32 * 4 : 0;
+uint64_t es__vk_mat_row_bytes(es__dtype type, uint32_t K, uint32_t team, bool scale_plane) {
+    if (scale_plane) {
+        if (!is_block_type(type)) return 0;
+        const uint64_t blocks = K / 32, group = 4ull * team; /* weights.glsl: 4 scales per texel per lane */
+        return (blocks + group - 1) / group * group * 4;
+    }
     switch (type) {
     case ES__DTYPE_F32: return (uint64_t)K * 4;
     case ES__DTYPE_F16:
@@ -102,13 +106,23 @@ static const uint8_t *src_row(const es__vk_mat *m, uint32_t r) {
     return (const uint8_t *)t->data + row_bytes * rr;
 }
 
+/* Where block b's scale goes in a row's scale plane: the lane handling b (b % team) finds the
+ * scales of its blocks i, i+1, i+2, i+3 (i = b / team, in steps of four) in one texel. */
+static size_t scale_slot(uint32_t b, uint32_t team) {
+    const uint32_t i = b / team, l = b % team;
+    return ((size_t)(i / 4) * team + l) * 4 + i % 4;
+}
+
 /* Repacks rows [r0, r0 + n) of m into the W plane at w and the S plane at s. */
-static void repack(const es__vk_mat *m, uint32_t r0, uint32_t n, uint8_t *w, uint8_t *s) {
-    const uint64_t wrb = es__vk_mat_row_bytes(m->type, m->K, false);
+static void repack(const es__vk_mat *m, uint32_t team, uint32_t r0, uint32_t n, uint8_t *w, uint8_t *s) {
+    const uint64_t wrb = es__vk_mat_row_bytes(m->type, m->K, team, false);
+    const uint64_t srb = es__vk_mat_row_bytes(m->type, m->K, team, true);
     const uint32_t nb = m->K / 32;
+    if (srb) memset(s, 0, (size_t)(srb * n));
     for (uint32_t i = 0; i < n; i++) {
         const uint8_t *src = src_row(m, r0 + i);
         uint8_t *dw = w + wrb * i;
+        float *ds = srb ? (float *)(s + srb * i) : NULL;
         switch (m->type) {
         case ES__DTYPE_F32:
         case ES__DTYPE_F16:
@@ -119,25 +133,17 @@ static void repack(const es__vk_mat *m, uint32_t r0, uint32_t n, uint8_t *w, uin
             break;
         }
         case ES__DTYPE_Q8_0: /* ggml block: f16 d, int8 qs[32] */
+        case ES__DTYPE_Q4_0: /* ggml block: f16 d, uint8 qs[16] */ {
+            const uint32_t bs = m->type == ES__DTYPE_Q8_0 ? 34 : 18, qb = bs - 2;
             for (uint32_t b = 0; b < nb; b++) {
-                const uint8_t *blk = src + 34u * b;
+                const uint8_t *blk = src + (size_t)bs * b;
                 uint16_t dh;
                 memcpy(&dh, blk, 2);
-                float df = f16_to_f32(dh);
-                memcpy(s + ((size_t)i * nb + b) * 4, &df, 4);
-                memcpy(dw + 32u * b, blk + 2, 32);
+                ds[scale_slot(b, team)] = f16_to_f32(dh);
+                memcpy(dw + (size_t)qb * b, blk + 2, qb);
             }
             break;
-        case ES__DTYPE_Q4_0: /* ggml block: f16 d, uint8 qs[16] */
-            for (uint32_t b = 0; b < nb; b++) {
-                const uint8_t *blk = src + 18u * b;
-                uint16_t dh;
-                memcpy(&dh, blk, 2);
-                float df = f16_to_f32(dh);
-                memcpy(s + ((size_t)i * nb + b) * 4, &df, 4);
-                memcpy(dw + 16u * b, blk + 2, 16);
-            }
-            break;
+        }
         }
     }
 }
@@ -145,12 +151,12 @@ static void repack(const es__vk_mat *m, uint32_t r0, uint32_t n, uint8_t *w, uin
 /* The most rows one part may hold on this device. */
 static es_status rows_per_part(es__vk_dev *d, const es__vk_mat *m, uint32_t *out) {
     const VkPhysicalDeviceLimits *lim = &d->phys.props.limits;
-    const uint64_t wrb = es__vk_mat_row_bytes(m->type, m->K, false);
-    const uint64_t srb = es__vk_mat_row_bytes(m->type, m->K, true);
+    const uint64_t wrb = es__vk_mat_row_bytes(m->type, m->K, d->subgroup_size, false);
+    const uint64_t srb = es__vk_mat_row_bytes(m->type, m->K, d->subgroup_size, true);
     uint64_t wmax, smax;
     if (d->use.texel) {
         wmax = (uint64_t)lim->maxTexelBufferElements * 16;
-        smax = (uint64_t)lim->maxTexelBufferElements * 4;
+        smax = (uint64_t)lim->maxTexelBufferElements * 16;
     } else {
         wmax = smax = lim->maxStorageBufferRange;
     }
@@ -175,8 +181,8 @@ static es_status plan(es__vk_wset *ws, es__vk_mat *const *mats, uint32_t n_mats)
         m->n_parts = (m->rows + per - 1) / per;
         m->parts = es__calloc(d->alloc, m->n_parts, sizeof *m->parts);
         ES_RETURN_IF(!m->parts, d->err, ES_ERR_OUT_OF_MEMORY, "vulkan: out of memory");
-        const uint64_t wrb = es__vk_mat_row_bytes(m->type, m->K, false);
-        const uint64_t srb = es__vk_mat_row_bytes(m->type, m->K, true);
+        const uint64_t wrb = es__vk_mat_row_bytes(m->type, m->K, d->subgroup_size, false);
+        const uint64_t srb = es__vk_mat_row_bytes(m->type, m->K, d->subgroup_size, true);
         for (uint32_t p = 0; p < m->n_parts; p++) {
             es__vk_part *pt = &m->parts[p];
             pt->row0 = p * per;
@@ -196,8 +202,8 @@ static es_status fill(es__vk_wset *ws, es__vk_mat *const *mats, uint32_t n_mats,
     for (uint32_t i = 0; i < n_mats; i++) total += (uint64_t)mats[i]->rows;
     for (uint32_t i = 0; i < n_mats; i++) {
         es__vk_mat *m = mats[i];
-        const uint64_t wrb = es__vk_mat_row_bytes(m->type, m->K, false);
-        const uint64_t srb = es__vk_mat_row_bytes(m->type, m->K, true);
+        const uint64_t wrb = es__vk_mat_row_bytes(m->type, m->K, d->subgroup_size, false);
+        const uint64_t srb = es__vk_mat_row_bytes(m->type, m->K, d->subgroup_size, true);
         const uint32_t step = (uint32_t)ES__MAX(1, (ES__STAGING_SIZE / 4) / (wrb + srb));
         for (uint32_t p = 0; p < m->n_parts; p++) {
             const es__vk_part *pt = &m->parts[p];
@@ -207,7 +213,7 @@ static es_status fill(es__vk_wset *ws, es__vk_mat *const *mats, uint32_t n_mats,
                 ES_TRY(es__vk_stage_ptr(d, st, es__vk_region_buf(&ws->arena, &pt->w), pt->w.off + wrb * r, wrb * n, &wp));
                 if (pt->has_s)
                     ES_TRY(es__vk_stage_ptr(d, st, es__vk_region_buf(&ws->arena, &pt->s), pt->s.off + srb * r, srb * n, &sp));
-                repack(m, pt->row0 + r, n, wp, sp);
+                repack(m, d->subgroup_size, pt->row0 + r, n, wp, sp);
                 done += n;
                 if (progress && !progress((float)((double)done / (double)total), user))
                     return es__fail(d->err, ES_ERR_CANCELLED, "vulkan: weight upload cancelled by the progress callback");
@@ -227,7 +233,7 @@ static es_status make_views(es__vk_wset *ws, es__vk_mat *const *mats, uint32_t n
             es__vk_part *pt = &m->parts[p];
             ES_TRY(es__vk_view_create(d, es__vk_region_buf(&ws->arena, &pt->w), wf, pt->w.off, pt->w.size, &pt->w_view));
             if (pt->has_s)
-                ES_TRY(es__vk_view_create(d, es__vk_region_buf(&ws->arena, &pt->s), VK_FORMAT_R32_SFLOAT, pt->s.off,
+                ES_TRY(es__vk_view_create(d, es__vk_region_buf(&ws->arena, &pt->s), VK_FORMAT_R32G32B32A32_SFLOAT, pt->s.off,
                                           pt->s.size, &pt->s_view));
         }
     }

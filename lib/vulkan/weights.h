@@ -28,8 +28,8 @@ typedef struct es__vk_mat {
     bool interleave;
 } es__vk_mat;
 
-/* Bytes of one row in each plane. */
-uint64_t es__vk_mat_row_bytes(es__dtype type, uint32_t K, bool scale_plane);
+/* Bytes of one row in each plane, for teams of `team` lanes (the scale interleave). */
+uint64_t es__vk_mat_row_bytes(es__dtype type, uint32_t K, uint32_t team, bool scale_plane);
 
 /* A set of matrices uploaded together into shared allocations. */
 typedef struct es__vk_wset {

@@ -1,12 +1,21 @@
-/* vkbench: micro-benchmarks of single Vulkan kernels (the forward pass is measured by
- * tools/bench). Prints one JSON object per measurement on stdout:
+/* vkbench: benchmarks of the Vulkan backend. One JSON object per measurement on stdout:
  *   edgespec-vkbench mul_mat [--type f32|f16|bf16|q8_0|q4_0] [--rows M] [--cols K] [--n N]
  *                            [--reps R] [--runs S] [--device SEL] [--flags FLAGS]
- *   edgespec-vkbench dispatch [--reps R] [--runs S]      (fixed cost per dispatch and submit)
- * Weight bandwidth is the bytes of the device layout read per dispatch divided by the median
- * time per dispatch (R dispatches in one submission, S submissions).
- * It deliberately checks results only loosely (a sanity check); tests/vulkan does it properly. */
+ *       one matrix kernel: R dispatches in one submission, median of S submissions; weight
+ *       bandwidth = bytes of the device layout per dispatch / time per dispatch
+ *   edgespec-vkbench dispatch [--reps R] [--runs S]
+ *       the fixed cost of a dispatch (a tiny kernel R times in one submission) and of a submit
+ *       (R = 1)
+ *   edgespec-vkbench membw [--runs S]
+ *       the host's memory read bandwidth with 1 and 2 threads (the decode speed of light)
+ *   edgespec-vkbench model -m FILE [--backend vulkan|cpu] [--threads N] [--pp 64,512] [--tg 128]
+ *                          [--tree 32] [--reps R] [--profile]      (bench_model.c)
+ * It deliberately checks nothing: tests/vulkan does. */
 #include "ops.h"
+#include "vkbench.h"
+
+#include <pthread.h>
+#include <time.h>
 
 #include <math.h>
 #include <stdio.h>
@@ -74,65 +83,98 @@ static es__dtype parse_type(const char *s) {
     return ES__DTYPE_F32;
 }
 
-int main(int argc, char **argv) {
-    const char *mode = argc > 1 ? argv[1] : "mul_mat";
-    const char *type_s = "f32", *device = NULL, *flags = NULL;
-    uint32_t rows = 4096, K = 4096, n = 1, reps = 20, runs = 7;
-    for (int i = 2; i + 1 < argc; i += 2) {
-        if (!strcmp(argv[i], "--type")) type_s = argv[i + 1];
-        else if (!strcmp(argv[i], "--rows")) rows = (uint32_t)atoi(argv[i + 1]);
-        else if (!strcmp(argv[i], "--cols")) K = (uint32_t)atoi(argv[i + 1]);
-        else if (!strcmp(argv[i], "--n")) n = (uint32_t)atoi(argv[i + 1]);
-        else if (!strcmp(argv[i], "--reps")) reps = (uint32_t)atoi(argv[i + 1]);
-        else if (!strcmp(argv[i], "--runs")) runs = (uint32_t)atoi(argv[i + 1]);
-        else if (!strcmp(argv[i], "--device")) device = argv[i + 1];
-        else if (!strcmp(argv[i], "--flags")) flags = argv[i + 1];
-        else {
-            fprintf(stderr, "unknown option %s\n", argv[i]);
-            return 2;
-        }
+static double wall_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
+}
+
+typedef struct bw_job {
+    const uint64_t *p;
+    size_t n;
+    uint64_t sum;
+} bw_job;
+
+static void *bw_read(void *arg) {
+    bw_job *j = arg;
+    uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+    for (size_t i = 0; i + 3 < j->n; i += 4) {
+        s0 += j->p[i];
+        s1 += j->p[i + 1];
+        s2 += j->p[i + 2];
+        s3 += j->p[i + 3];
     }
+    j->sum = s0 + s1 + s2 + s3;
+    return NULL;
+}
+
+/* Read bandwidth of a 1 GiB buffer with 1 and 2 threads: median of runs passes. */
+static int membw(const vkbench_opts *o) {
+    const size_t bytes = (size_t)1 << 30, n = bytes / 8;
+    uint64_t *buf = malloc(bytes);
+    if (!buf) return 1;
+    for (size_t i = 0; i < n; i++) buf[i] = i;
+    for (int threads = 1; threads <= 2; threads++) {
+        double *t = calloc((size_t)o->runs, sizeof *t);
+        uint64_t sink = 0;
+        for (int r = 0; r < o->runs; r++) {
+            pthread_t th[2];
+            bw_job jobs[2];
+            const double t0 = wall_ms();
+            for (int k = 0; k < threads; k++) {
+                jobs[k] = (bw_job){buf + n / (size_t)threads * (size_t)k, n / (size_t)threads, 0};
+                pthread_create(&th[k], NULL, bw_read, &jobs[k]);
+            }
+            for (int k = 0; k < threads; k++) {
+                pthread_join(th[k], NULL);
+                sink += jobs[k].sum;
+            }
+            t[r] = wall_ms() - t0;
+        }
+        qsort(t, (size_t)o->runs, sizeof *t, cmp_d);
+        printf("{\"op\": \"membw\", \"threads\": %d, \"read_gb_s\": %.2f, \"check\": %llu}\n", threads,
+               (double)bytes / (t[o->runs / 2] * 1e-3) / 1e9, (unsigned long long)(sink & 1));
+        free(t);
+    }
+    free(buf);
+    return 0;
+}
+
+static int kernel_bench(const char *mode, const vkbench_opts *o) {
     es_backend_params bp = es_backend_default_params();
     bp.type = ES_BACKEND_VULKAN;
-    bp.device = device;
-    if (flags && es__vk_parse_flags(flags, &bp.vk_flags, NULL) != ES_OK) {
-        fprintf(stderr, "vkbench: %s\n", es_last_error());
-        return 2;
-    }
+    bp.device = o->device;
+    bp.vk_flags = o->vk_flags;
     es_backend *b = NULL;
     if (es_backend_create(&bp, &b) != ES_OK) {
         fprintf(stderr, "vkbench: %s\n", es_last_error());
         return 1;
     }
-    const es__dtype type = parse_type(type_s);
-    if (!strcmp(mode, "dispatch")) {
-        rows = 8;
-        K = 32;
-        type_s = "f32";
-    }
+    const bool disp = !strcmp(mode, "dispatch");
+    const es__dtype type = disp ? ES__DTYPE_F32 : parse_type(o->type);
+    const uint32_t rows = disp ? 8 : o->rows, K = disp ? 32 : o->cols, n = o->n;
     size_t wbytes = 0;
-    void *w = make_weights(!strcmp(mode, "dispatch") ? ES__DTYPE_F32 : type, rows, K, &wbytes);
+    void *w = make_weights(type, rows, K, &wbytes);
     float *x = malloc(sizeof(float) * K * n), *y = malloc(sizeof(float) * rows * n);
-    double *t = calloc(runs, sizeof *t);
+    double *t = calloc((size_t)o->runs, sizeof *t);
     if (!w || !x || !y || !t) return 1;
     for (size_t i = 0; i < (size_t)K * n; i++) x[i] = frand();
     int rc = 0;
-    for (uint32_t r = 0; r < runs && rc == 0; r++)
-        if (es__vk_run_mul_mat(b, !strcmp(mode, "dispatch") ? ES__DTYPE_F32 : type, w, rows, K, x, n, ES__EPI_STORE, y,
-                               reps, &t[r]) != ES_OK) {
+    for (int r = 0; r < o->runs && rc == 0; r++)
+        if (es__vk_run_mul_mat(b, type, w, rows, K, x, n, ES__EPI_STORE, y, (uint32_t)o->reps, &t[r]) != ES_OK) {
             fprintf(stderr, "vkbench: %s\n", es_backend_errmsg(b));
             rc = 1;
         }
     if (rc == 0) {
-        qsort(t, runs, sizeof *t, cmp_d);
-        const double med = t[runs / 2];
-        const double dev_bytes = (double)es__vk_mat_row_bytes(type, (K + 31) & ~31u, false) * rows +
-                                 (double)es__vk_mat_row_bytes(type, (K + 31) & ~31u, true) * rows;
+        qsort(t, (size_t)o->runs, sizeof *t, cmp_d);
+        const double med = t[o->runs / 2];
+        const uint32_t Kp = (K + 31) & ~31u;
+        const double dev_bytes = (double)(es__vk_mat_row_bytes(type, Kp, 8, false) + es__vk_mat_row_bytes(type, Kp, 8, true)) * rows;
         printf("{\"op\": \"%s\", \"device\": \"%s\", \"type\": \"%s\", \"rows\": %u, \"cols\": %u, \"n\": %u, "
-               "\"reps\": %u, \"runs\": %u, \"flags\": \"%s\", \"ms_median\": %.4f, \"ms_min\": %.4f, "
+               "\"reps\": %d, \"runs\": %d, \"flags\": \"%s\", \"ms_median\": %.4f, \"ms_min\": %.4f, "
                "\"weight_gb_s\": %.2f, \"gflop_s\": %.2f}\n",
-               mode, es_backend_name(b), type_s, rows, K, n, reps, runs, flags ? flags : "", med, t[0],
-               dev_bytes / (med * 1e-3) / 1e9, 2.0 * rows * K * n / (med * 1e-3) / 1e9);
+               mode, es_backend_name(b), disp ? "f32" : o->type, rows, K, n, o->reps, o->runs, o->flags ? o->flags : "",
+               med, t[0], dev_bytes / (med * 1e-3) / 1e9, 2.0 * rows * K * n / (med * 1e-3) / 1e9);
     }
     free(w);
     free(x);
@@ -140,4 +182,73 @@ int main(int argc, char **argv) {
     free(t);
     es_backend_free(b);
     return rc;
+}
+
+int main(int argc, char **argv) {
+    const char *mode = argc > 1 ? argv[1] : "mul_mat";
+    vkbench_opts o;
+    memset(&o, 0, sizeof o);
+    o.type = "f32";
+    o.vulkan = true;
+    o.threads = 2;
+    o.reps = 20;
+    o.runs = 7;
+    o.rows = o.cols = 4096;
+    o.n = 1;
+    o.tg = 128;
+    o.tree = 32;
+    o.pp[0] = 64;
+    o.pp[1] = 512;
+    o.n_pp = 2;
+    bool reps_set = false;
+    for (int i = 2; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--profile")) {
+            o.profile = true;
+            continue;
+        }
+        if (!v) {
+            fprintf(stderr, "vkbench: %s needs a value\n", a);
+            return 2;
+        }
+        i++;
+        if (!strcmp(a, "--type")) o.type = v;
+        else if (!strcmp(a, "--rows")) o.rows = (uint32_t)atoi(v);
+        else if (!strcmp(a, "--cols")) o.cols = (uint32_t)atoi(v);
+        else if (!strcmp(a, "--n")) o.n = (uint32_t)atoi(v);
+        else if (!strcmp(a, "--reps")) o.reps = atoi(v), reps_set = true;
+        else if (!strcmp(a, "--runs")) o.runs = atoi(v);
+        else if (!strcmp(a, "--device")) o.device = v;
+        else if (!strcmp(a, "--flags")) o.flags = v;
+        else if (!strcmp(a, "-m") || !strcmp(a, "--model")) o.model = v;
+        else if (!strcmp(a, "--backend")) o.vulkan = strcmp(v, "cpu") != 0;
+        else if (!strcmp(a, "--threads")) o.threads = atoi(v);
+        else if (!strcmp(a, "--tg")) o.tg = atoi(v);
+        else if (!strcmp(a, "--tree")) o.tree = atoi(v);
+        else if (!strcmp(a, "--pp")) {
+            o.n_pp = 0;
+            for (const char *p = v; *p && o.n_pp < 8; p += strcspn(p, ",") + (p[strcspn(p, ",")] ? 1 : 0))
+                o.pp[o.n_pp++] = atoi(p);
+        } else {
+            fprintf(stderr, "vkbench: unknown option %s\n", a);
+            return 2;
+        }
+    }
+    if (o.flags && es__vk_parse_flags(o.flags, &o.vk_flags, NULL) != ES_OK) {
+        fprintf(stderr, "vkbench: %s\n", es_last_error());
+        return 2;
+    }
+    if (o.reps < 1 || o.runs < 1) return 2;
+    if (!strcmp(mode, "membw")) return membw(&o);
+    if (!strcmp(mode, "model")) {
+        if (!o.model) {
+            fprintf(stderr, "vkbench model: -m FILE is required\n");
+            return 2;
+        }
+        if (!reps_set) o.reps = 3;
+        return vkbench_model(&o);
+    }
+    if (!strcmp(mode, "mul_mat") || !strcmp(mode, "dispatch")) return kernel_bench(mode, &o);
+    fprintf(stderr, "vkbench: unknown mode %s (mul_mat, dispatch, membw, model)\n", mode);
+    return 2;
 }
