@@ -21,6 +21,8 @@
 layout(constant_id = 2) const uint ROWS = 4; // rows per team
 layout(constant_id = 3) const uint TOK = 1;  // tokens per workgroup
 layout(constant_id = 4) const uint EPI = 0;  // 0: Y = WX; 1: Y += WX; 2: Y[r/2] = silu(g) * u
+layout(constant_id = 5) const uint LK = 8;   // lanes per row: 1 (one invocation walks whole rows:
+                                             // short rows) or the team size
 
 RO_F4(2, X)
 layout(binding = 3, std430) buffer Y_blk { float Y[]; };
@@ -32,9 +34,11 @@ shared float red[gl_WorkGroupSize.x * ROWS * TOK];
 
 void main() {
     const uint upr = pc.K / EPU; // units per row
-    const uint row0 = (gl_WorkGroupID.x * N_TEAMS + TEAM_ID) * ROWS;
+    const bool solo = LK == 1u;
+    const uint team = solo ? 1u : TEAM_SIZE, lane = solo ? 0u : TEAM_LANE;
+    const uint row0 = (gl_WorkGroupID.x * (solo ? gl_WorkGroupSize.x : N_TEAMS) +
+                       (solo ? gl_LocalInvocationID.x : TEAM_ID)) * ROWS;
     const uint t0 = gl_WorkGroupID.y * TOK;
-    const uint lane = TEAM_LANE, team = TEAM_SIZE;
 
     float acc[ROWS * TOK];
     uint wrow[ROWS], xrow[TOK];
@@ -77,20 +81,22 @@ void main() {
         }
     }
 
+    if (!solo) {
 #if ES_SUBGROUP
-    for (uint i = 0u; i < ROWS * TOK; i++) acc[i] = subgroupAdd(acc[i]);
+        for (uint i = 0u; i < ROWS * TOK; i++) acc[i] = subgroupAdd(acc[i]);
 #else
-    // Each lane publishes its partial sums; every lane of the team adds them in lane order.
-    const uint nv = ROWS * TOK;
-    for (uint i = 0u; i < nv; i++) red[gl_LocalInvocationID.x * nv + i] = acc[i];
-    barrier();
-    const uint lead = TEAM_ID * LANES * nv;
-    for (uint i = 0u; i < nv; i++) {
-        float s = red[lead + i];
-        for (uint l = 1u; l < LANES; l++) s += red[lead + l * nv + i];
-        acc[i] = s;
-    }
+        // Each lane publishes its partial sums; every lane of the team adds them in lane order.
+        const uint nv = ROWS * TOK;
+        for (uint i = 0u; i < nv; i++) red[gl_LocalInvocationID.x * nv + i] = acc[i];
+        barrier();
+        const uint lead = TEAM_ID * LANES * nv;
+        for (uint i = 0u; i < nv; i++) {
+            float s = red[lead + i];
+            for (uint l = 1u; l < LANES; l++) s += red[lead + l * nv + i];
+            acc[i] = s;
+        }
 #endif
+    }
 
     if (lane != 0u) return;
     for (uint t = 0u; t < TOK; t++) {

@@ -165,19 +165,19 @@ static es_status get_pipelines(es_context *ctx, vk_ctx *c) {
     for (int32_t l = 0; l < ctx->model->hp.n_layer; l++) {
         const es__vk_layer *vl = &w->layers[l];
         const struct {
-            es__dtype t;
+            const es__vk_mat *m;
             uint32_t epi;
-        } uses[4] = {{vl->qkv.type, ES__EPI_STORE}, {vl->wo.type, ES__EPI_ADD}, {vl->gateup.type, ES__EPI_SWIGLU},
-                     {vl->down.type, ES__EPI_ADD}};
+        } uses[4] = {{&vl->qkv, ES__EPI_STORE}, {&vl->wo, ES__EPI_ADD}, {&vl->gateup, ES__EPI_SWIGLU},
+                     {&vl->down, ES__EPI_ADD}};
         for (int u = 0; u < 4; u++)
             for (uint32_t n = 1; n <= 2; n++) { /* matrix-vector and matrix-matrix */
                 es__vk_pipeline *p;
-                ES_TRY(es__vk_mul_mat_pipe(d, uses[u].t, es__vk_mul_mat_tok(uses[u].t, n), uses[u].epi, &p));
+                ES_TRY(es__vk_mul_mat_pipe(d, uses[u].m, es__vk_mul_mat_tok(uses[u].m->type, n), uses[u].epi, &p));
             }
     }
     for (uint32_t n = 1; n <= 2; n++) {
         es__vk_pipeline *p;
-        ES_TRY(es__vk_mul_mat_pipe(d, w->out->type, es__vk_mul_mat_tok(w->out->type, n), ES__EPI_STORE, &p));
+        ES_TRY(es__vk_mul_mat_pipe(d, w->out, es__vk_mul_mat_tok(w->out->type, n), ES__EPI_STORE, &p));
     }
     return ES_OK;
 }
@@ -201,7 +201,7 @@ static es_status make_pool(es_context *ctx, vk_ctx *c) {
 /* One descriptor set per part of m: W, S of the part, X, Y. */
 static es_status mat_sets(vk_ctx *c, const es__vk_mat *m, es__vk_bind x, es__vk_bind y, VkDescriptorSet **out) {
     es__vk_pipeline *p;
-    ES_TRY(es__vk_mul_mat_pipe(c->d, m->type, 1, ES__EPI_STORE, &p));
+    ES_TRY(es__vk_mul_mat_pipe(c->d, m, 1, ES__EPI_STORE, &p));
     *out = es__calloc(c->d->alloc, m->n_parts, sizeof **out);
     ES_RETURN_IF(!*out, c->d->err, ES_ERR_OUT_OF_MEMORY, "vulkan: out of memory");
     for (uint32_t i = 0; i < m->n_parts; i++) {
@@ -359,7 +359,7 @@ static void rec_norm(vk_ctx *c, es__vk_rec *r, uint32_t n, uint32_t g_off, bool 
 static es_status rec_mat(vk_ctx *c, es__vk_rec *r, const char *op, const es__vk_mat *m, const VkDescriptorSet *sets,
                          uint32_t n, uint32_t epi, uint32_t x_stride, uint32_t y_stride) {
     es__vk_pipeline *p;
-    ES_TRY(es__vk_mul_mat_pipe(c->d, m->type, es__vk_mul_mat_tok(m->type, n), epi, &p));
+    ES_TRY(es__vk_mul_mat_pipe(c->d, m, es__vk_mul_mat_tok(m->type, n), epi, &p));
     es__vk_rec_mul_mat(r, op, p, m, sets, n, 0, x_stride / 4, 0, y_stride);
     return ES_OK;
 }
@@ -372,7 +372,7 @@ static es_status record(es_context *ctx, vk_ctx *c, vk_cb *cb) {
     es__vk_rec_begin(&r, c->d, cb->cb, cb->queries, cb->queries ? ES__MAX_QUERIES : 0, cb->ops);
     for (uint32_t i = 0; i < w->tok_embd.n_parts; i++) {
         const es__vk_part *pt = &w->tok_embd.parts[i];
-        es__pc_get_rows pc = {w->tok_embd.K, (uint32_t)hp->n_embd, n, pt->row0, pt->rows, c->E32, c->d->subgroup_size};
+        es__pc_get_rows pc = {w->tok_embd.K, (uint32_t)hp->n_embd, n, pt->row0, pt->rows, c->E32, w->tok_embd.team};
         es__vk_rec_dispatch(&r, "get_rows", c->p_get_rows, c->s_embd[i], &pc, n, 1, 1);
     }
     const uint32_t hd = (uint32_t)hp->head_dim;

@@ -132,7 +132,7 @@ es_status es__vk_run_mul_mat(es_backend *b, es__dtype type, const void *w, uint3
     }
     if (s == ES_OK) s = run_buf(&r, epi == ES__EPI_ADD ? y : NULL, sizeof *y * n * y_cols, &Y);
     es__vk_pipeline *p = NULL;
-    if (s == ES_OK) s = es__vk_mul_mat_pipe(d, type, es__vk_mul_mat_tok(type, n), epi, &p);
+    if (s == ES_OK) s = es__vk_mul_mat_pipe(d, &m, es__vk_mul_mat_tok(type, n), epi, &p);
     VkDescriptorSet sets[16];
     es__vk_bind bx;
     if (s == ES_OK) s = run_ro(&r, X, VK_FORMAT_R32G32B32A32_SFLOAT, &bx);
@@ -294,7 +294,7 @@ es_status es__vk_run_get_rows(es_backend *b, es__dtype type, const void *table, 
         es__vk_part_binds(&ws, &m.parts[i], &binds[0], &binds[1]);
         binds[2] = bs;
         binds[3] = whole(X);
-        es__pc_get_rows pc = {m.K, K, n, m.parts[i].row0, m.parts[i].rows, E32, d->subgroup_size};
+        es__pc_get_rows pc = {m.K, K, n, m.parts[i].row0, m.parts[i].rows, E32, m.team};
         s = run_one(&r, p, binds, &pc, n, 1, 1);
     }
     if (s == ES_OK) read_rows(X, n, K, E32, out);

@@ -53,12 +53,13 @@ uint32_t es__vk_mul_mat_tok(es__dtype type, uint32_t n) {
     return type == ES__DTYPE_Q8_0 || type == ES__DTYPE_Q4_0 ? 4 : 8;
 }
 
-es_status es__vk_mul_mat_pipe(es__vk_dev *d, es__dtype type, uint32_t tok, uint32_t epi, es__vk_pipeline **out) {
+es_status es__vk_mul_mat_pipe(es__vk_dev *d, const es__vk_mat *m, uint32_t tok, uint32_t epi, es__vk_pipeline **out) {
+    const es__dtype type = m->type;
     const uint32_t rows = mm_rows(type, tok);
     const bool native = !d->use.texel && d->use.subgroup &&
                         ((type == ES__DTYPE_F16 && d->use.storage16) || (type == ES__DTYPE_Q8_0 && d->use.storage8));
-    const uint32_t spec[5] = {wg_size(d), d->subgroup_size, rows, tok, epi};
-    return pipe_for(d, "mul_mat", type_tag(type), true, true, native, spec, 5, out);
+    const uint32_t spec[6] = {wg_size(d), d->subgroup_size, rows, tok, epi, m->team};
+    return pipe_for(d, "mul_mat", type_tag(type), true, true, native, spec, 6, out);
 }
 
 es_status es__vk_simple_pipe(es__vk_dev *d, const char *family, bool reads, bool reduces, es__vk_pipeline **out) {
@@ -79,8 +80,7 @@ es_status es__vk_get_rows_pipe(es__vk_dev *d, es__dtype type, es__vk_pipeline **
 void es__vk_rec_mul_mat(es__vk_rec *r, const char *op, const es__vk_pipeline *p, const es__vk_mat *m,
                         const VkDescriptorSet *sets, uint32_t n, uint32_t x_off, uint32_t x_stride, uint32_t y_off,
                         uint32_t y_stride) {
-    const uint32_t wg = p->spec[0], lanes = p->spec[1], rows = p->spec[2], tok = p->spec[3], epi = p->spec[4];
-    const uint32_t team = r->d->use.subgroup ? r->d->subgroup_size : lanes;
+    const uint32_t wg = p->spec[0], rows = p->spec[2], tok = p->spec[3], epi = p->spec[4], team = p->spec[5];
     const uint32_t rows_per_wg = wg / team * rows;
     for (uint32_t i = 0; i < m->n_parts; i++) {
         const es__vk_part *pt = &m->parts[i];

@@ -52,6 +52,13 @@ uint64_t es__vk_mat_row_bytes(es__dtype type, uint32_t K, uint32_t team, bool sc
     return 0;
 }
 
+uint32_t es__vk_row_team(const es__vk_dev *d, es__dtype type, uint32_t K) {
+    /* A team leaves lanes idle when a row has few units (weights.glsl): below two units per
+     * lane one invocation walks the whole row instead (measured on lavapipe, docs/perf.md). */
+    const uint32_t epu = type == ES__DTYPE_F32 ? 4 : type == ES__DTYPE_F16 || type == ES__DTYPE_BF16 ? 8 : 32;
+    return K / epu < 2 * d->subgroup_size ? 1 : d->subgroup_size;
+}
+
 es_status es__vk_mat_init(es__vk_dev *d, es__vk_mat *m, const es__tensor *const *src, uint32_t n_src,
                           bool interleave) {
     memset(m, 0, sizeof *m);
@@ -83,6 +90,7 @@ es_status es__vk_mat_init(es__vk_dev *d, es__vk_mat *m, const es__tensor *const 
     m->rows = (uint32_t)rows;
     m->K_src = (uint32_t)t0->ne[0];
     m->K = (m->K_src + 31u) & ~31u;
+    m->team = es__vk_row_team(d, m->type, m->K);
     m->n_src = n_src;
     m->interleave = interleave;
     for (uint32_t i = 0; i < n_src; i++) m->src[i] = src[i];
@@ -151,8 +159,8 @@ static void repack(const es__vk_mat *m, uint32_t team, uint32_t r0, uint32_t n, 
 /* The most rows one part may hold on this device. */
 static es_status rows_per_part(es__vk_dev *d, const es__vk_mat *m, uint32_t *out) {
     const VkPhysicalDeviceLimits *lim = &d->phys.props.limits;
-    const uint64_t wrb = es__vk_mat_row_bytes(m->type, m->K, d->subgroup_size, false);
-    const uint64_t srb = es__vk_mat_row_bytes(m->type, m->K, d->subgroup_size, true);
+    const uint64_t wrb = es__vk_mat_row_bytes(m->type, m->K, m->team, false);
+    const uint64_t srb = es__vk_mat_row_bytes(m->type, m->K, m->team, true);
     uint64_t wmax, smax;
     if (d->use.texel) {
         wmax = (uint64_t)lim->maxTexelBufferElements * 16;
@@ -181,8 +189,8 @@ static es_status plan(es__vk_wset *ws, es__vk_mat *const *mats, uint32_t n_mats)
         m->n_parts = (m->rows + per - 1) / per;
         m->parts = es__calloc(d->alloc, m->n_parts, sizeof *m->parts);
         ES_RETURN_IF(!m->parts, d->err, ES_ERR_OUT_OF_MEMORY, "vulkan: out of memory");
-        const uint64_t wrb = es__vk_mat_row_bytes(m->type, m->K, d->subgroup_size, false);
-        const uint64_t srb = es__vk_mat_row_bytes(m->type, m->K, d->subgroup_size, true);
+        const uint64_t wrb = es__vk_mat_row_bytes(m->type, m->K, m->team, false);
+        const uint64_t srb = es__vk_mat_row_bytes(m->type, m->K, m->team, true);
         for (uint32_t p = 0; p < m->n_parts; p++) {
             es__vk_part *pt = &m->parts[p];
             pt->row0 = p * per;
@@ -202,8 +210,8 @@ static es_status fill(es__vk_wset *ws, es__vk_mat *const *mats, uint32_t n_mats,
     for (uint32_t i = 0; i < n_mats; i++) total += (uint64_t)mats[i]->rows;
     for (uint32_t i = 0; i < n_mats; i++) {
         es__vk_mat *m = mats[i];
-        const uint64_t wrb = es__vk_mat_row_bytes(m->type, m->K, d->subgroup_size, false);
-        const uint64_t srb = es__vk_mat_row_bytes(m->type, m->K, d->subgroup_size, true);
+        const uint64_t wrb = es__vk_mat_row_bytes(m->type, m->K, m->team, false);
+        const uint64_t srb = es__vk_mat_row_bytes(m->type, m->K, m->team, true);
         const uint32_t step = (uint32_t)ES__MAX(1, (ES__STAGING_SIZE / 4) / (wrb + srb));
         for (uint32_t p = 0; p < m->n_parts; p++) {
             const es__vk_part *pt = &m->parts[p];
@@ -213,7 +221,7 @@ static es_status fill(es__vk_wset *ws, es__vk_mat *const *mats, uint32_t n_mats,
                 ES_TRY(es__vk_stage_ptr(d, st, es__vk_region_buf(&ws->arena, &pt->w), pt->w.off + wrb * r, wrb * n, &wp));
                 if (pt->has_s)
                     ES_TRY(es__vk_stage_ptr(d, st, es__vk_region_buf(&ws->arena, &pt->s), pt->s.off + srb * r, srb * n, &sp));
-                repack(m, d->subgroup_size, pt->row0 + r, n, wp, sp);
+                repack(m, m->team, pt->row0 + r, n, wp, sp);
                 done += n;
                 if (progress && !progress((float)((double)done / (double)total), user))
                     return es__fail(d->err, ES_ERR_CANCELLED, "vulkan: weight upload cancelled by the progress callback");

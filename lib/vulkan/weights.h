@@ -20,6 +20,8 @@ typedef struct es__vk_part {
 typedef struct es__vk_mat {
     es__dtype type;
     uint32_t rows, K, K_src;     /* K_src: the tensors' row length before padding */
+    uint32_t team;               /* lanes per row in mul_mat: 1, or the device's team size;
+                                    the scale plane is interleaved for it (weights.glsl) */
     uint32_t n_parts;
     es__vk_part *parts;
     /* where the rows come from (host views into the model) */
@@ -39,6 +41,10 @@ typedef struct es__vk_wset {
 } es__vk_wset;
 
 void es__vk_wset_init(es__vk_wset *ws, es__vk_dev *d);
+
+/* Lanes per row for rows of K elements of type on this device: short rows are walked by one
+ * lane. */
+uint32_t es__vk_row_team(const es__vk_dev *d, es__dtype type, uint32_t K);
 
 /* Describes m from tensors (same type and row length) without uploading. */
 es_status es__vk_mat_init(es__vk_dev *d, es__vk_mat *m, const es__tensor *const *src, uint32_t n_src,
