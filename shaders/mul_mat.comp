@@ -1,16 +1,19 @@
 #version 450
 // mul_mat.comp: Y = W X for a weight matrix W (M rows of K elements, any weight type) and a tile
-// of TOK activation rows X, with an epilogue: store, add into Y (the residual), or SwiGLU of
-// interleaved gate/up row pairs.
+// of TOK activation rows X, optionally RMS-normalising X on the fly (NORM), with an epilogue:
+// store, add into Y (the residual), SwiGLU of interleaved gate/up row pairs, or RoPE of the
+// Q and K rows with the write of K and V into the cache (attention's input projection).
 // One source serves matrix-vector (decode, TOK = 1) and tiled matrix-matrix (prefill, tree
 // verification, TOK > 1). A team of lanes (a subgroup, or LANES invocations) owns ROWS rows;
 // lane l accumulates units l, l + lanes, l + 2 lanes, ... of each row (weights.glsl), for each
 // token separately, and the team reduces its lanes in one fixed way. So a token's output is
-// bit-identical whatever TOK, ROWS or the batch (batch invariance, DESIGN.md).
+// bit-identical whatever TOK, ROWS or the batch (batch invariance, DESIGN.md). Rows with few
+// units are walked by one invocation each (LK = 1), with no reduction at all.
 // Lanes of a team read consecutive texels: on lavapipe scattered texel fetches (one row per
 // lane) are several times slower, and a fetch costs about as much as decoding a unit, so each
 // activation fetch is reused for ROWS rows and each scale fetch for four blocks.
-// It deliberately does not normalise its input (rmsnorm.comp does).
+// Fusing RMSNorm and RoPE/KV-write here saves two dispatches per layer, which on lavapipe cost
+// more than the arithmetic they would do.
 #extension GL_GOOGLE_include_directive : require
 #include "common.glsl"
 
@@ -20,17 +23,61 @@
 
 layout(constant_id = 2) const uint ROWS = 4; // rows per team
 layout(constant_id = 3) const uint TOK = 1;  // tokens per workgroup
-layout(constant_id = 4) const uint EPI = 0;  // 0: Y = WX; 1: Y += WX; 2: Y[r/2] = silu(g) * u
-layout(constant_id = 5) const uint LK = 8;   // lanes per row: 1 (one invocation walks whole rows:
-                                             // short rows) or the team size
+layout(constant_id = 4) const uint EPI = 0;  // 0: Y = WX; 1: Y += WX; 2: Y[r/2] = silu(g) * u; 3: RoPE + KV
+layout(constant_id = 5) const uint LK = 8;   // lanes per row: 1, or the team size
+layout(constant_id = 6) const uint NORM = 0; // 1: X is RMS-normalised with weight G first
 
 RO_F4(2, X)
 layout(binding = 3, std430) buffer Y_blk { float Y[]; };
+RO_F4(4, G)
+RO_F1(5, ROPE) // [n_ctx][n_rot / 2][2]: cos, sin
+#define STEPBIND 6
+#include "step.glsl"
+layout(binding = 7, std430) writeonly buffer KC_blk { float KC[]; }; // [n_head_kv][n_ctx][hd]
+layout(binding = 8, std430) writeonly buffer VC_blk { float VC[]; };
 layout(push_constant) uniform PC { ES_PC_MUL_MAT(PC_U, PC_F) } pc;
 
 #if !ES_SUBGROUP
-shared float red[gl_WorkGroupSize.x * ROWS * TOK];
+shared float red[gl_WorkGroupSize.x * (ROWS + 1u) * TOK];
 #endif
+
+// The head dimension a RoPE row holds: with NEOX the host permuted each head's rows so that
+// pairs (i, i + n_rot/2) are adjacent: row 2i is dimension i, row 2i + 1 is i + n_rot/2.
+uint rope_dim(uint j) {
+    if (pc.neox == 0u || j >= pc.n_rot) return j;
+    return (j & 1u) == 0u ? j >> 1 : (j >> 1) + pc.n_rot / 2u;
+}
+
+// RoPE epilogue for the pair of fused rows (row, row + 1) of token t.
+void rope_pair(uint row, uint t, float a, float b) {
+    const uint hd = pc.hd, qr = pc.n_head * hd, kr = pc.n_head_kv * hd;
+    const uint p = uint(step_pos(t)), slot = uint(step_n_past()) + t;
+    if (row >= qr + kr) { // V: copied to the cache
+        const uint h = (row - qr - kr) / hd, j = (row - qr - kr) % hd, base = (h * pc.n_ctx + slot) * hd;
+        VC[base + j] = a;
+        VC[base + j + 1u] = b;
+        return;
+    }
+    const bool is_q = row < qr;
+    const uint rr = is_q ? row : row - qr, h = rr / hd, j = rr % hd;
+    float o0 = a, o1 = b;
+    if (j < pc.n_rot) {
+        const uint i = j >> 1, tab = (p * (pc.n_rot / 2u) + i) * 2u;
+        const float c = FETCH_F1(ROPE, tab), s = FETCH_F1(ROPE, tab + 1u);
+        o0 = a * c - b * s;
+        o1 = a * s + b * c;
+    }
+    const uint d0 = rope_dim(j), d1 = rope_dim(j + 1u);
+    if (is_q) {
+        const uint base = t * pc.y_stride + h * hd;
+        Y[base + d0] = o0;
+        Y[base + d1] = o1;
+    } else {
+        const uint base = (h * pc.n_ctx + slot) * hd;
+        KC[base + d0] = o0;
+        KC[base + d1] = o1;
+    }
+}
 
 void main() {
     const uint upr = pc.K / EPU; // units per row
@@ -40,7 +87,7 @@ void main() {
                        (solo ? gl_LocalInvocationID.x : TEAM_ID)) * ROWS;
     const uint t0 = gl_WorkGroupID.y * TOK;
 
-    float acc[ROWS * TOK];
+    float acc[ROWS * TOK], ssq[TOK];
     uint wrow[ROWS], xrow[TOK];
 #if HAS_SCALE
     uint srow[ROWS];
@@ -54,7 +101,10 @@ void main() {
         srow[r] = pc.s_off + row * srt;
 #endif
     }
-    for (uint t = 0u; t < TOK; t++) xrow[t] = pc.x_off + min(t0 + t, pc.n - 1u) * pc.x_stride;
+    for (uint t = 0u; t < TOK; t++) {
+        xrow[t] = pc.x_off + min(t0 + t, pc.n - 1u) * pc.x_stride;
+        ssq[t] = 0.0;
+    }
     for (uint i = 0u; i < ROWS * TOK; i++) acc[i] = 0.0;
 
     uint it = 0u;
@@ -62,6 +112,15 @@ void main() {
         vec4 x[TOK][UV];
         for (uint t = 0u; t < TOK; t++)
             for (uint i = 0u; i < UV; i++) x[t][i] = FETCH_F4(X, xrow[t] + u * UV + i);
+        if (NORM != 0u) {
+            for (uint i = 0u; i < UV; i++) {
+                const vec4 g = FETCH_F4(G, pc.g_off + u * UV + i);
+                for (uint t = 0u; t < TOK; t++) {
+                    ssq[t] += dot4(x[t][i], x[t][i]);
+                    x[t][i] *= g;
+                }
+            }
+        }
         for (uint r = 0u; r < ROWS; r++) {
             vec4 w[UV];
             decode_unit(wrow[r], u, w);
@@ -84,16 +143,22 @@ void main() {
     if (!solo) {
 #if ES_SUBGROUP
         for (uint i = 0u; i < ROWS * TOK; i++) acc[i] = subgroupAdd(acc[i]);
+        if (NORM != 0u)
+            for (uint t = 0u; t < TOK; t++) ssq[t] = subgroupAdd(ssq[t]);
 #else
         // Each lane publishes its partial sums; every lane of the team adds them in lane order.
-        const uint nv = ROWS * TOK;
-        for (uint i = 0u; i < nv; i++) red[gl_LocalInvocationID.x * nv + i] = acc[i];
+        const uint nv = (ROWS + 1u) * TOK;
+        for (uint i = 0u; i < ROWS * TOK; i++) red[gl_LocalInvocationID.x * nv + i] = acc[i];
+        for (uint t = 0u; t < TOK; t++) red[gl_LocalInvocationID.x * nv + ROWS * TOK + t] = ssq[t];
         barrier();
         const uint lead = TEAM_ID * LANES * nv;
         for (uint i = 0u; i < nv; i++) {
             float s = red[lead + i];
             for (uint l = 1u; l < LANES; l++) s += red[lead + l * nv + i];
-            acc[i] = s;
+            if (i < ROWS * TOK)
+                acc[i] = s;
+            else
+                ssq[i - ROWS * TOK] = s;
         }
 #endif
     }
@@ -101,12 +166,19 @@ void main() {
     if (lane != 0u) return;
     for (uint t = 0u; t < TOK; t++) {
         if (t0 + t >= pc.n) break;
+        if (NORM != 0u) {
+            const float rs = 1.0 / sqrt(ssq[t] / float(pc.kn) + pc.eps);
+            for (uint r = 0u; r < ROWS; r++) acc[r * TOK + t] *= rs;
+        }
         const uint base = (t0 + t) * pc.y_stride + pc.y_off;
-        if (EPI == 2u) {
+        if (EPI >= 2u) {
             for (uint r = 0u; r + 1u < ROWS; r += 2u) {
                 if (row0 + r + 1u >= pc.M) break;
-                const float g = acc[r * TOK + t], u = acc[(r + 1u) * TOK + t];
-                Y[base + (row0 + r) / 2u] = g / (1.0 + exp(-g)) * u;
+                const float a = acc[r * TOK + t], b = acc[(r + 1u) * TOK + t];
+                if (EPI == 2u)
+                    Y[base + (row0 + r) / 2u] = a / (1.0 + exp(-a)) * b;
+                else
+                    rope_pair(pc.row0 + row0 + r, t0 + t, a, b);
             }
         } else {
             for (uint r = 0u; r < ROWS; r++) {

@@ -7,7 +7,9 @@
 #define ES_SHADERS_PUSH_H
 
 /* mul_mat: Y[t][y_off + r] (=, +=, or SwiGLU of row pairs) = sum_k W[r][k] * X[t][k],
- * r < M, t < n. W row r starts at texel w_off + r * (K / elements-per-texel). */
+ * r < M, t < n. W row r starts at texel w_off + r * (K / elements-per-texel). With NORM, X is
+ * RMS-normalised on the fly (weight G); with the RoPE epilogue the rows are Q, K and V of
+ * attention and the results are rotated and written to QKV (Q) and the KV cache (K, V). */
 #define ES_PC_MUL_MAT(U, F)                                                                        \
     U(M)        /* rows of W                                                 */                    \
     U(K)        /* elements per row, a multiple of 32                         */                   \
@@ -17,7 +19,17 @@
     U(y_off)    /* float offset of row 0 in token 0's row of Y               */                    \
     U(y_stride) /* floats between token rows of Y                             */                   \
     U(w_off)    /* texel of row 0 in the W view                               */                   \
-    U(s_off)    /* texel of row 0's first scales in the S view                */
+    U(s_off)    /* texel of row 0's first scales in the S view                */                   \
+    U(kn)       /* NORM: elements of X that count in the mean (unpadded)      */                   \
+    U(g_off)    /* NORM: texel of the norm weight vector in G                 */                   \
+    F(eps)      /* NORM: epsilon                                              */                   \
+    U(row0)     /* RoPE: fused row of this part's row 0                       */                   \
+    U(n_head)   /* RoPE: query heads (rows n_head * hd are Q, then K, then V) */                   \
+    U(n_head_kv)                                                                                   \
+    U(hd)       /* RoPE: head dimension                                       */                   \
+    U(n_rot)    /* RoPE: rotated dimensions per head                          */                   \
+    U(neox)     /* RoPE: 1 = pairs (i, i + n_rot/2), rows permuted to adjacency */                 \
+    U(n_ctx)    /* RoPE: cache slots per head                                 */
 
 /* Step data: 32-bit ints the host writes before each forward submission. A header of
  * ES_STEP_HDR ints, then arrays of nb = n_batch + 1 entries, array k at
@@ -56,18 +68,6 @@
     U(rows)     /* rows in this part                                          */                   \
     U(x_stride) /* floats between rows of X                                   */                   \
     U(team)     /* lanes per team the scales were interleaved for (weights.glsl) */
-
-/* rope_kv: rotates the Q and K heads of each token in QKV (in place) and writes K and V to the
- * cache slot n_past + t. */
-#define ES_PC_ROPE_KV(U, F)                                                                        \
-    U(n)        /* tokens                                                     */                   \
-    U(n_head)                                                                                      \
-    U(n_head_kv)                                                                                   \
-    U(hd)       /* head dimension                                             */                   \
-    U(n_rot)    /* rotated dimensions per head                                */                   \
-    U(neox)     /* 1: rotate (i, i + n_rot/2); 0: rotate (2i, 2i + 1)         */                   \
-    U(qkv_stride) /* floats between token rows of QKV                         */                   \
-    U(n_ctx)    /* slots per head in the cache                                */
 
 /* attn: one (head, split, token) of tree attention with online softmax; see attn.comp. */
 #define ES_PC_ATTN(U, F)                                                                           \

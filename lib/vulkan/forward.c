@@ -28,7 +28,7 @@ typedef struct vk_cb {
 /* Per-layer descriptor sets. */
 typedef struct vk_lsets {
     VkDescriptorSet *qkv, *wo, *gateup, *down; /* one per part */
-    VkDescriptorSet rope, attn, kv_move;
+    VkDescriptorSet attn, kv_move;
     es__vk_region k, v;                         /* this layer's cache: (n_head_kv, n_ctx, hd) each */
     VkBufferView k_view, v_view;
 } vk_lsets;
@@ -46,7 +46,7 @@ typedef struct vk_ctx {
     VkDescriptorPool pool;
     VkDescriptorSet s_norm, s_merge, *s_embd, *s_out;
     vk_lsets *ls;
-    es__vk_pipeline *p_norm, *p_rope, *p_attn, *p_merge, *p_kv_move, *p_get_rows;
+    es__vk_pipeline *p_norm, *p_attn, *p_merge, *p_kv_move, *p_get_rows;
     vk_cb cbs[ES__CB_CACHE];
     uint64_t clock;
     int32_t *depth_count; /* [nb + 1] scratch for the depth sort */
@@ -105,7 +105,7 @@ static es_status plan_memory(es_context *ctx, vk_ctx *c) {
     ES_TRY(es__vk_arena_alloc(d, &c->arena, ES__VK_MEM_DEVICE, "the KV cache and activations"));
     /* Zero once: row padding must stay zero (kernels never write it) and be finite. */
     for (uint32_t i = 0; i < c->arena.n; i++) ES_TRY(es__vk_fill(d, &c->arena.chunks[i], 0, VK_WHOLE_SIZE, 0));
-    const VkDeviceSize step_bytes = ((VkDeviceSize)c->step_ind + 4 * ((c->nb + ES__ATTN_CHUNK - 1) / ES__ATTN_CHUNK)) * 4;
+    const VkDeviceSize step_bytes = ((VkDeviceSize)c->step_ind + 8 * ((c->nb + ES__ATTN_CHUNK - 1) / ES__ATTN_CHUNK)) * 4;
     ES_TRY(es__vk_buf_create(d, step_bytes, ES__VK_MEM_UPLOAD, "the step buffer", &c->step));
     memset(c->step.map, 0, (size_t)step_bytes);
     ES_TRY(es__vk_buf_create(d, nb * c->V32 * f, ES__VK_MEM_READBACK, "the logits buffer", &c->logits));
@@ -155,7 +155,6 @@ static es_status upload_rope(es_context *ctx, vk_ctx *c) {
 static es_status get_pipelines(es_context *ctx, vk_ctx *c) {
     es__vk_dev *d = c->d;
     ES_TRY(es__vk_simple_pipe(d, "rmsnorm", true, true, &c->p_norm));
-    ES_TRY(es__vk_simple_pipe(d, "rope_kv", true, false, &c->p_rope));
     ES_TRY(es__vk_attn_pipe(d, ES__ATTN_TILE, &c->p_attn));
     ES_TRY(es__vk_simple_pipe(d, "attn_merge", true, false, &c->p_merge));
     ES_TRY(es__vk_simple_pipe(d, "kv_move", true, false, &c->p_kv_move));
@@ -167,17 +166,19 @@ static es_status get_pipelines(es_context *ctx, vk_ctx *c) {
         const struct {
             const es__vk_mat *m;
             uint32_t epi;
-        } uses[4] = {{&vl->qkv, ES__EPI_STORE}, {&vl->wo, ES__EPI_ADD}, {&vl->gateup, ES__EPI_SWIGLU},
-                     {&vl->down, ES__EPI_ADD}};
+            bool norm;
+        } uses[4] = {{&vl->qkv, ES__EPI_ROPE_KV, true}, {&vl->wo, ES__EPI_ADD, false},
+                     {&vl->gateup, ES__EPI_SWIGLU, true}, {&vl->down, ES__EPI_ADD, false}};
         for (int u = 0; u < 4; u++)
             for (uint32_t n = 1; n <= 2; n++) { /* matrix-vector and matrix-matrix */
                 es__vk_pipeline *p;
-                ES_TRY(es__vk_mul_mat_pipe(d, uses[u].m, es__vk_mul_mat_tok(uses[u].m->type, n), uses[u].epi, &p));
+                ES_TRY(es__vk_mul_mat_pipe(d, uses[u].m, es__vk_mul_mat_tok(uses[u].m->type, n), uses[u].epi,
+                                           uses[u].norm, &p));
             }
     }
     for (uint32_t n = 1; n <= 2; n++) {
         es__vk_pipeline *p;
-        ES_TRY(es__vk_mul_mat_pipe(d, w->out, es__vk_mul_mat_tok(w->out->type, n), ES__EPI_STORE, &p));
+        ES_TRY(es__vk_mul_mat_pipe(d, w->out, es__vk_mul_mat_tok(w->out->type, n), ES__EPI_STORE, false, &p));
     }
     return ES_OK;
 }
@@ -186,10 +187,10 @@ static es_status make_pool(es_context *ctx, vk_ctx *c) {
     uint32_t sets = 4 + 2 * c->w->tok_embd.n_parts + c->w->out->n_parts;
     for (int32_t l = 0; l < ctx->model->hp.n_layer; l++) {
         const es__vk_layer *vl = &c->w->layers[l];
-        sets += 3 + vl->qkv.n_parts + vl->wo.n_parts + vl->gateup.n_parts + vl->down.n_parts;
+        sets += 2 + vl->qkv.n_parts + vl->wo.n_parts + vl->gateup.n_parts + vl->down.n_parts;
     }
-    VkDescriptorPoolSize ps[2] = {{VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, 6 * sets},
-                                  {VK_DESCRIPTOR_TYPE_UNIFORM_TEXEL_BUFFER, 6 * sets}};
+    VkDescriptorPoolSize ps[2] = {{VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, ES__SHADER_MAX_BINDINGS * sets},
+                                  {VK_DESCRIPTOR_TYPE_UNIFORM_TEXEL_BUFFER, ES__SHADER_MAX_BINDINGS * sets}};
     VkDescriptorPoolCreateInfo pi = {.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO};
     pi.maxSets = sets;
     pi.poolSizeCount = c->d->use.texel ? 2 : 1;
@@ -198,17 +199,24 @@ static es_status make_pool(es_context *ctx, vk_ctx *c) {
     return ES_OK;
 }
 
-/* One descriptor set per part of m: W, S of the part, X, Y. */
-static es_status mat_sets(vk_ctx *c, const es__vk_mat *m, es__vk_bind x, es__vk_bind y, VkDescriptorSet **out) {
+/* One descriptor set per part of m: W, S of the part, X, Y, and the fused extras (norm
+ * weights, RoPE table, step data, this layer's KV cache; any valid buffer where unused). */
+static es_status mat_sets(vk_ctx *c, const es__vk_mat *m, es__vk_bind x, es__vk_bind y, es__vk_bind kc, es__vk_bind vc,
+                          VkDescriptorSet **out) {
     es__vk_pipeline *p;
-    ES_TRY(es__vk_mul_mat_pipe(c->d, m, 1, ES__EPI_STORE, &p));
+    ES_TRY(es__vk_mul_mat_pipe(c->d, m, 1, ES__EPI_STORE, false, &p));
     *out = es__calloc(c->d->alloc, m->n_parts, sizeof **out);
     ES_RETURN_IF(!*out, c->d->err, ES_ERR_OUT_OF_MEMORY, "vulkan: out of memory");
     for (uint32_t i = 0; i < m->n_parts; i++) {
-        es__vk_bind b[4];
+        es__vk_bind b[9];
         es__vk_part_binds(&c->w->ws, &m->parts[i], &b[0], &b[1]);
         b[2] = x;
         b[3] = y;
+        b[4] = bind_buf(&c->w->vecs, c->w->vecs_view);
+        b[5] = bind_region(c, &c->r_rope, c->v_rope);
+        b[6] = bind_buf(&c->step, c->v_step);
+        b[7] = kc;
+        b[8] = vc;
         ES_TRY(es__vk_set_create(c->d, c->pool, p, b, &(*out)[i]));
     }
     return ES_OK;
@@ -220,7 +228,7 @@ static es_status make_sets(es_context *ctx, vk_ctx *c) {
     const es__vk_bind x = bind_region(c, &c->r_x, c->v_x), xn = bind_region(c, &c->r_xn, c->v_xn),
                       qkv = bind_region(c, &c->r_qkv, c->v_qkv), attn = bind_region(c, &c->r_attn, c->v_attn),
                       h = bind_region(c, &c->r_h, c->v_h), part = bind_region(c, &c->r_part, c->v_part),
-                      rope = bind_region(c, &c->r_rope, c->v_rope), step = bind_buf(&c->step, c->v_step),
+                      step = bind_buf(&c->step, c->v_step),
                       vecs = bind_buf(&w->vecs, w->vecs_view), logits = bind_buf(&c->logits, VK_NULL_HANDLE);
     {
         es__vk_bind b[4] = {x, vecs, step, xn};
@@ -239,18 +247,17 @@ static es_status make_sets(es_context *ctx, vk_ctx *c) {
         b[3] = x;
         ES_TRY(es__vk_set_create(d, c->pool, c->p_get_rows, b, &c->s_embd[i]));
     }
-    ES_TRY(mat_sets(c, w->out, xn, logits, &c->s_out));
+    const es__vk_bind any = bind_region(c, &c->r_h, VK_NULL_HANDLE); /* for unused storage slots */
+    ES_TRY(mat_sets(c, w->out, xn, logits, any, any, &c->s_out));
     for (int32_t l = 0; l < ctx->model->hp.n_layer; l++) {
         vk_lsets *s = &c->ls[l];
         const es__vk_layer *vl = &w->layers[l];
         es__vk_bind k_w = bind_region(c, &s->k, VK_NULL_HANDLE), v_w = bind_region(c, &s->v, VK_NULL_HANDLE);
         es__vk_bind k_r = bind_region(c, &s->k, s->k_view), v_r = bind_region(c, &s->v, s->v_view);
-        ES_TRY(mat_sets(c, &vl->qkv, xn, qkv, &s->qkv));
-        ES_TRY(mat_sets(c, &vl->wo, attn, x, &s->wo));
-        ES_TRY(mat_sets(c, &vl->gateup, xn, h, &s->gateup));
-        ES_TRY(mat_sets(c, &vl->down, h, x, &s->down));
-        es__vk_bind br[5] = {bind_region(c, &c->r_qkv, VK_NULL_HANDLE), rope, step, k_w, v_w};
-        ES_TRY(es__vk_set_create(d, c->pool, c->p_rope, br, &s->rope));
+        ES_TRY(mat_sets(c, &vl->qkv, x, bind_region(c, &c->r_qkv, VK_NULL_HANDLE), k_w, v_w, &s->qkv));
+        ES_TRY(mat_sets(c, &vl->wo, attn, bind_region(c, &c->r_x, VK_NULL_HANDLE), any, any, &s->wo));
+        ES_TRY(mat_sets(c, &vl->gateup, x, bind_region(c, &c->r_h, VK_NULL_HANDLE), any, any, &s->gateup));
+        ES_TRY(mat_sets(c, &vl->down, h, bind_region(c, &c->r_x, VK_NULL_HANDLE), any, any, &s->down));
         es__vk_bind ba[6] = {qkv, k_r, v_r, step, bind_region(c, &c->r_attn, VK_NULL_HANDLE),
                              bind_region(c, &c->r_part, VK_NULL_HANDLE)};
         ES_TRY(es__vk_set_create(d, c->pool, c->p_attn, ba, &s->attn));
@@ -356,14 +363,38 @@ static void rec_norm(vk_ctx *c, es__vk_rec *r, uint32_t n, uint32_t g_off, bool 
     es__vk_rec_dispatch(r, gather ? "rmsnorm_out" : "rmsnorm", c->p_norm, c->s_norm, &pc, n, 1, 1);
 }
 
+/* The fields of a mul_mat call that do not depend on the part. */
+static es__pc_mul_mat mat_call(const vk_ctx *c, uint32_t n, uint32_t x_stride, uint32_t y_stride, uint32_t g_off) {
+    const es__hparams *hp = &c->w->model->hp;
+    es__pc_mul_mat pc;
+    memset(&pc, 0, sizeof pc);
+    pc.n = n;
+    pc.x_stride = x_stride / 4;
+    pc.y_stride = y_stride;
+    pc.kn = (uint32_t)hp->n_embd;
+    pc.g_off = g_off / 4;
+    pc.eps = hp->rms_eps;
+    pc.n_head = (uint32_t)hp->n_head;
+    pc.n_head_kv = (uint32_t)hp->n_head_kv;
+    pc.hd = (uint32_t)hp->head_dim;
+    pc.n_rot = (uint32_t)hp->n_rot;
+    pc.neox = hp->rope_type == ES_ROPE_NEOX ? 1u : 0u;
+    pc.n_ctx = c->n_ctx;
+    return pc;
+}
+
 static es_status rec_mat(vk_ctx *c, es__vk_rec *r, const char *op, const es__vk_mat *m, const VkDescriptorSet *sets,
-                         uint32_t n, uint32_t epi, uint32_t x_stride, uint32_t y_stride) {
+                         uint32_t epi, bool norm, const es__pc_mul_mat *pc) {
     es__vk_pipeline *p;
-    ES_TRY(es__vk_mul_mat_pipe(c->d, m, es__vk_mul_mat_tok(m->type, n), epi, &p));
-    es__vk_rec_mul_mat(r, op, p, m, sets, n, 0, x_stride / 4, 0, y_stride);
+    ES_TRY(es__vk_mul_mat_pipe(c->d, m, es__vk_mul_mat_tok(m->type, pc->n), epi, norm, &p));
+    es__vk_rec_mul_mat(r, op, p, m, sets, pc);
     return ES_OK;
 }
 
+/* One forward pass: per layer five dispatches (six when attention needs its merge):
+ *   QKV projection with RMSNorm, RoPE and the KV write fused; tree attention; [merge];
+ *   output projection + residual; gate/up projection with RMSNorm and SwiGLU fused;
+ *   down projection + residual. */
 static es_status record(es_context *ctx, vk_ctx *c, vk_cb *cb) {
     const es__hparams *hp = &ctx->model->hp;
     const uint32_t n = (uint32_t)cb->n, n_out = (uint32_t)cb->n_out, L = (uint32_t)hp->n_layer;
@@ -376,33 +407,33 @@ static es_status record(es_context *ctx, vk_ctx *c, vk_cb *cb) {
         es__vk_rec_dispatch(&r, "get_rows", c->p_get_rows, c->s_embd[i], &pc, n, 1, 1);
     }
     const uint32_t hd = (uint32_t)hp->head_dim;
-    const es__pc_rope_kv pc_rope = {n, (uint32_t)hp->n_head, (uint32_t)hp->n_head_kv, hd, (uint32_t)hp->n_rot,
-                                    hp->rope_type == ES_ROPE_NEOX ? 1u : 0u, c->QKV32, c->n_ctx};
     for (uint32_t l = 0; l < L; l++) {
         const es__vk_layer *vl = &w->layers[l];
         const vk_lsets *s = &c->ls[l];
         if (cb->ss) ES_TRY(es__vk_msa_rec_layer(c->msa, &r, (int32_t)l, n, cb->ss));
-        rec_norm(c, &r, n, vl->attn_norm, false, hp->rms_eps);
-        ES_TRY(rec_mat(c, &r, "mul_mat_qkv", &vl->qkv, s->qkv, n, ES__EPI_STORE, c->E32, c->QKV32));
-        es__vk_rec_dispatch(&r, "rope_kv", c->p_rope, s->rope, &pc_rope, n, 1, 1);
+        es__pc_mul_mat pc = mat_call(c, n, c->E32, c->QKV32, vl->attn_norm);
+        ES_TRY(rec_mat(c, &r, "mul_mat_qkv", &vl->qkv, s->qkv, ES__EPI_ROPE_KV, true, &pc));
         for (uint32_t t0 = 0, k = 0; t0 < n; t0 += ES__ATTN_CHUNK, k++) {
             es__pc_attn pa = {t0, (uint32_t)hp->n_head, (uint32_t)hp->n_head_kv, hd, c->QKV32, c->n_ctx,
                               ES__ATTN_SPLIT, c->max_splits, c->Q32, 1.0f / sqrtf((float)hd)};
             es__vk_rec_dispatch_indirect(&r, "attn", c->p_attn, s->attn, &pa, c->step.buf,
-                                         ((VkDeviceSize)c->step_ind + 4 * k) * 4);
-            if (c->max_splits > 1) {
+                                         ((VkDeviceSize)c->step_ind + 8 * k) * 4);
+            if (c->max_splits > 1) { /* its grid is empty when no token of the chunk needs two splits */
                 es__pc_attn_merge pm = {t0, (uint32_t)hp->n_head, hd, ES__ATTN_SPLIT, c->max_splits, c->Q32};
-                es__vk_rec_dispatch(&r, "attn_merge", c->p_merge, c->s_merge, &pm, (uint32_t)hp->n_head,
-                                    ES__MIN(ES__ATTN_CHUNK, n - t0), 1);
+                es__vk_rec_dispatch_indirect(&r, "attn_merge", c->p_merge, c->s_merge, &pm, c->step.buf,
+                                             ((VkDeviceSize)c->step_ind + 8 * k + 4) * 4);
             }
         }
-        ES_TRY(rec_mat(c, &r, "mul_mat_wo", &vl->wo, s->wo, n, ES__EPI_ADD, c->Q32, c->E32));
-        rec_norm(c, &r, n, vl->ffn_norm, false, hp->rms_eps);
-        ES_TRY(rec_mat(c, &r, "mul_mat_gateup", &vl->gateup, s->gateup, n, ES__EPI_SWIGLU, c->E32, c->F32));
-        ES_TRY(rec_mat(c, &r, "mul_mat_down", &vl->down, s->down, n, ES__EPI_ADD, c->F32, c->E32));
+        pc = mat_call(c, n, c->Q32, c->E32, 0);
+        ES_TRY(rec_mat(c, &r, "mul_mat_wo", &vl->wo, s->wo, ES__EPI_ADD, false, &pc));
+        pc = mat_call(c, n, c->E32, c->F32, vl->ffn_norm);
+        ES_TRY(rec_mat(c, &r, "mul_mat_gateup", &vl->gateup, s->gateup, ES__EPI_SWIGLU, true, &pc));
+        pc = mat_call(c, n, c->F32, c->E32, 0);
+        ES_TRY(rec_mat(c, &r, "mul_mat_down", &vl->down, s->down, ES__EPI_ADD, false, &pc));
     }
     rec_norm(c, &r, n_out, w->output_norm, true, hp->rms_eps);
-    ES_TRY(rec_mat(c, &r, "mul_mat_out", w->out, c->s_out, n_out, ES__EPI_STORE, c->E32, c->V32));
+    es__pc_mul_mat pc = mat_call(c, n_out, c->E32, c->V32, 0);
+    ES_TRY(rec_mat(c, &r, "mul_mat_out", w->out, c->s_out, ES__EPI_STORE, false, &pc));
     ES_TRY(es__vk_rec_end(&r));
     cb->n_dispatch = r.n_dispatch;
     cb->n_queries = r.n_queries;
@@ -461,17 +492,17 @@ static void write_step(const es_context *ctx, vk_ctx *c, const es__fwd *f) {
     int32_t *s = c->step.map;
     es__vk_step_write(s, c->step_stride, f->n_past, f->n, f->tokens, f->pos, f->dfs_end, f->out_rows, f->n_out,
                       c->depth_count);
-    /* attention grids per token chunk: splits up to the chunk's largest position */
+    /* per token chunk: the attention grid (splits up to the chunk's largest position) and the
+     * merge grid, empty when no token of the chunk needs more than one split */
     uint32_t *ind = (uint32_t *)(s + c->step_ind);
-    const uint32_t n = (uint32_t)f->n;
+    const uint32_t n = (uint32_t)f->n, heads = (uint32_t)ctx->model->hp.n_head;
     for (uint32_t t0 = 0, k = 0; t0 < n; t0 += ES__ATTN_CHUNK, k++) {
         const uint32_t t1 = ES__MIN(n, t0 + ES__ATTN_CHUNK);
         int32_t maxp = 0;
         for (uint32_t t = t0; t < t1; t++) maxp = ES__MAX(maxp, f->pos[t]);
-        ind[4 * k] = (uint32_t)ctx->model->hp.n_head;
-        ind[4 * k + 1] = (uint32_t)maxp / ES__ATTN_SPLIT + 1;
-        ind[4 * k + 2] = t1 - t0;
-        ind[4 * k + 3] = 0;
+        const uint32_t splits = (uint32_t)maxp / ES__ATTN_SPLIT + 1;
+        const uint32_t grids[8] = {heads, splits, t1 - t0, 0, splits > 1 ? heads : 0, t1 - t0, 1, 0};
+        memcpy(ind + 8 * k, grids, sizeof grids);
     }
 }
 

@@ -14,7 +14,6 @@
 ES__CHECK_PUSH(es__pc_mul_mat, ES_PC_MUL_MAT);
 ES__CHECK_PUSH(es__pc_rmsnorm, ES_PC_RMSNORM);
 ES__CHECK_PUSH(es__pc_get_rows, ES_PC_GET_ROWS);
-ES__CHECK_PUSH(es__pc_rope_kv, ES_PC_ROPE_KV);
 ES__CHECK_PUSH(es__pc_attn, ES_PC_ATTN);
 ES__CHECK_PUSH(es__pc_attn_merge, ES_PC_ATTN_MERGE);
 ES__CHECK_PUSH(es__pc_kv_move, ES_PC_KV_MOVE);
@@ -25,10 +24,10 @@ ES__CHECK_PUSH(es__pc_ss_rope, ES_PC_SS_ROPE);
 ES__CHECK_PUSH(es__pc_ss_attn, ES_PC_SS_ATTN);
 
 static const es__kernel_family families[] = {
-    {"mul_mat", "rrrw", sizeof(es__pc_mul_mat)},         /* W, S (scales), X, Y          */
+    {"mul_mat", "rrrwrrrww", sizeof(es__pc_mul_mat)},    /* W, S (scales), X, Y, norm G,
+                                                            RoPE table, step, K cache, V cache */
     {"get_rows", "rrrw", sizeof(es__pc_get_rows)},       /* W, S, step, X                */
     {"rmsnorm", "rrrw", sizeof(es__pc_rmsnorm)},         /* X, G, step, Y                */
-    {"rope_kv", "wrrww", sizeof(es__pc_rope_kv)},        /* QKV, rope table, step, K, V  */
     {"attn", "rrrrww", sizeof(es__pc_attn)},             /* QKV, K, V, step, out, parts  */
     {"attn_merge", "rrw", sizeof(es__pc_attn_merge)},    /* parts, step, out             */
     {"kv_move", "rww", sizeof(es__pc_kv_move)},          /* step, K, V                   */

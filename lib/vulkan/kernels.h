@@ -19,7 +19,6 @@
 ES__PUSH_STRUCT(es__pc_mul_mat, ES_PC_MUL_MAT);
 ES__PUSH_STRUCT(es__pc_rmsnorm, ES_PC_RMSNORM);
 ES__PUSH_STRUCT(es__pc_get_rows, ES_PC_GET_ROWS);
-ES__PUSH_STRUCT(es__pc_rope_kv, ES_PC_ROPE_KV);
 ES__PUSH_STRUCT(es__pc_attn, ES_PC_ATTN);
 ES__PUSH_STRUCT(es__pc_attn_merge, ES_PC_ATTN_MERGE);
 ES__PUSH_STRUCT(es__pc_kv_move, ES_PC_KV_MOVE);

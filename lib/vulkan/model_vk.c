@@ -114,6 +114,11 @@ es_status es__vk_model_upload(es_backend *b, const es_model *m, es__vk_model **o
         es__vk_layer *vl = &w->layers[l];
         const es__tensor *qkv[3] = {ml->wq, ml->wk, ml->wv}, *gu[2] = {ml->ffn_gate, ml->ffn_up};
         s = es__vk_mat_init(d, &vl->qkv, qkv, 3, false);
+        if (m->hp.rope_type == ES_ROPE_NEOX) {
+            vl->qkv.rope_rows = (uint32_t)((m->hp.n_head + m->hp.n_head_kv) * m->hp.head_dim);
+            vl->qkv.rope_hd = (uint32_t)m->hp.head_dim;
+            vl->qkv.rope_nrot = (uint32_t)m->hp.n_rot;
+        }
         if (s == ES_OK) s = es__vk_mat_init(d, &vl->wo, &ml->wo, 1, false);
         if (s == ES_OK) s = es__vk_mat_init(d, &vl->gateup, gu, 2, true);
         if (s == ES_OK) s = es__vk_mat_init(d, &vl->down, &ml->ffn_down, 1, false);

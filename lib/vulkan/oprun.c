@@ -23,9 +23,9 @@ static uint64_t ggml_row_bytes(es__dtype type, uint32_t K) {
 /* Scratch owned by one run. */
 typedef struct run {
     es__vk_dev *d;
-    es__vk_buf bufs[8];
+    es__vk_buf bufs[12];
     uint32_t n_bufs;
-    VkBufferView views[8];
+    VkBufferView views[12];
     uint32_t n_views;
     VkDescriptorPool pool;
     VkCommandBuffer cb;
@@ -93,6 +93,20 @@ static double cpu_seconds(void) {
 
 /* Submits; *ms gets the wall time per rep, or with EDGESPEC_VKBENCH_CPU_TIME set the process CPU
  * time per rep (all threads), which a busy machine disturbs less. */
+static es__vk_bind whole(const es__vk_buf *b);
+static es_status run_rows(run *r, const float *src, uint32_t n, uint32_t width, uint32_t stride, es__vk_buf **out);
+
+/* Valid descriptors for the mul_mat bindings an op does not use: a small buffer with views of
+ * the formats the shader declares (f32 vec4 norm weights, f32 RoPE table, int step data). */
+static es_status run_extras(run *r, es__vk_bind out[5]) {
+    es__vk_buf *b;
+    ES_TRY(run_buf(r, NULL, 256, &b));
+    const VkFormat fmts[3] = {VK_FORMAT_R32G32B32A32_SFLOAT, VK_FORMAT_R32_SFLOAT, VK_FORMAT_R32_SINT};
+    for (int i = 0; i < 3; i++) ES_TRY(run_ro(r, b, fmts[i], &out[i]));
+    out[3] = out[4] = (es__vk_bind){b->buf, 0, b->size, VK_NULL_HANDLE};
+    return ES_OK;
+}
+
 static es_status run_submit(run *r, es__vk_rec *rec, uint32_t reps, double *ms) {
     ES_TRY(es__vk_rec_end(rec));
     const bool cpu = getenv("EDGESPEC_VKBENCH_CPU_TIME") != NULL;
@@ -109,9 +123,10 @@ es_status es__vk_run_mul_mat(es_backend *b, es__dtype type, const void *w, uint3
     es__vk_dev *d = r.d;
     es__tensor t = {"op.weight", type, 2, {K, rows, 1, 1}, w, 0, 0};
     t.nbytes = ggml_row_bytes(type, K) * rows;
-    if (s == ES_OK && t.nbytes == 0)
-        s = es__fail(&b->err, ES_ERR_INVALID_ARGUMENT, "vulkan op: bad type %d or K %u", (int)type, K);
-    es__vk_mat m = {0};
+    if (s == ES_OK && (t.nbytes == 0 || epi == ES__EPI_ROPE_KV))
+        s = es__fail(&b->err, ES_ERR_INVALID_ARGUMENT, "vulkan op: bad type %d, K %u or epilogue %u", (int)type, K, epi);
+    es__vk_mat m;
+    memset(&m, 0, sizeof m);
     es__vk_wset ws;
     memset(&ws, 0, sizeof ws);
     if (d) es__vk_wset_init(&ws, d);
@@ -120,40 +135,37 @@ es_status es__vk_run_mul_mat(es_backend *b, es__dtype type, const void *w, uint3
     es__vk_mat *mp = &m;
     if (s == ES_OK) s = es__vk_wset_upload(&ws, &mp, 1, NULL, NULL);
     const uint32_t Kp = m.K, y_cols = epi == ES__EPI_SWIGLU ? rows / 2 : rows;
-    float *xp = NULL;
     es__vk_buf *X = NULL, *Y = NULL;
-    if (s == ES_OK) {
-        xp = es__calloc(d->alloc, (size_t)n * Kp, sizeof *xp);
-        if (!xp) s = es__fail(&b->err, ES_ERR_OUT_OF_MEMORY, "vulkan op: out of memory");
-    }
-    if (s == ES_OK) {
-        for (uint32_t i = 0; i < n; i++) memcpy(xp + (size_t)i * Kp, x + (size_t)i * K, sizeof *x * K);
-        s = run_buf(&r, xp, sizeof *xp * n * Kp, &X);
-    }
+    if (s == ES_OK) s = run_rows(&r, x, n, K, Kp, &X);
     if (s == ES_OK) s = run_buf(&r, epi == ES__EPI_ADD ? y : NULL, sizeof *y * n * y_cols, &Y);
     es__vk_pipeline *p = NULL;
-    if (s == ES_OK) s = es__vk_mul_mat_pipe(d, &m, es__vk_mul_mat_tok(type, n), epi, &p);
+    if (s == ES_OK) s = es__vk_mul_mat_pipe(d, &m, es__vk_mul_mat_tok(type, n), epi, false, &p);
     VkDescriptorSet sets[16];
-    es__vk_bind bx;
+    es__vk_bind bx, extras[5];
     if (s == ES_OK) s = run_ro(&r, X, VK_FORMAT_R32G32B32A32_SFLOAT, &bx);
+    if (s == ES_OK) s = run_extras(&r, extras);
     if (s == ES_OK && m.n_parts > 16) s = es__fail(&b->err, ES_ERR_INVALID_ARGUMENT, "vulkan op: matrix too large");
     for (uint32_t i = 0; s == ES_OK && i < m.n_parts; i++) {
-        es__vk_bind bind[4];
+        es__vk_bind bind[9];
         es__vk_part_binds(&ws, &m.parts[i], &bind[0], &bind[1]);
         bind[2] = bx;
-        bind[3] = (es__vk_bind){Y->buf, 0, Y->size, VK_NULL_HANDLE};
+        bind[3] = whole(Y);
+        memcpy(&bind[4], extras, sizeof extras);
         s = es__vk_set_create(d, r.pool, p, bind, &sets[i]);
     }
     if (s == ES_OK) {
         es__vk_rec rec;
         es__vk_rec_begin(&rec, d, r.cb, VK_NULL_HANDLE, 0, NULL);
-        for (uint32_t k = 0; k < (reps ? reps : 1); k++)
-            es__vk_rec_mul_mat(&rec, "mul_mat", p, &m, sets, n, 0, Kp / 4, 0, y_cols);
+        es__pc_mul_mat pc;
+        memset(&pc, 0, sizeof pc);
+        pc.n = n;
+        pc.x_stride = Kp / 4;
+        pc.y_stride = y_cols;
+        for (uint32_t k = 0; k < (reps ? reps : 1); k++) es__vk_rec_mul_mat(&rec, "mul_mat", p, &m, sets, &pc);
         s = run_submit(&r, &rec, reps, ms);
     }
     if (s == ES_OK) s = es__vk_buf_invalidate(d, Y);
     if (s == ES_OK) memcpy(y, Y->map, sizeof *y * n * y_cols);
-    es__free(d ? d->alloc : NULL, xp);
     run_free(&r);
     if (d) {
         es__vk_mat_free(d, &m);
@@ -310,48 +322,104 @@ es_status es__vk_run_get_rows(es_backend *b, es__dtype type, const void *table, 
     return s;
 }
 
+/* RoPE and the KV write run as the epilogue of the Q/K/V projection (mul_mat.comp); here the
+ * projection is an identity matrix (exact in f32), so the epilogue sees qkv itself. With NEOX the
+ * identity's rows are permuted the way model upload permutes the projection. */
 es_status es__vk_run_rope_kv(es_backend *b, float *qkv, uint32_t n, uint32_t n_head, uint32_t n_head_kv, uint32_t hd,
                              uint32_t n_rot, es_rope_type type, float freq_base, float freq_scale, const int32_t *pos,
                              uint32_t n_past, uint32_t n_ctx, float *kc, float *vc) {
     RUN_BEGIN(b)
+    es__vk_dev *d = r.d;
     const uint32_t width = (n_head + 2 * n_head_kv) * hd;
     int32_t max_pos = 0;
     for (uint32_t t = 0; t < n; t++) max_pos = ES__MAX(max_pos, pos[t]);
     const uint32_t np = (uint32_t)max_pos + 1, half = n_rot / 2;
-    es__vk_buf *Q = NULL, *T = NULL, *K = NULL, *V = NULL, *S = NULL;
-    es__vk_bind bt, bs;
+    float *ident = d ? es__calloc(d->alloc, (size_t)width * width, sizeof *ident) : NULL;
+    float *table = d ? es__calloc(d->alloc, (size_t)np * half * 2 + 1, sizeof *table) : NULL;
+    if (s == ES_OK && (!ident || !table)) s = es__fail(&b->err, ES_ERR_OUT_OF_MEMORY, "vulkan op: out of memory");
+    for (uint32_t i = 0; s == ES_OK && i < width; i++) ident[(size_t)i * width + i] = 1.0f;
+    es__tensor t = {"op.qkv", ES__DTYPE_F32, 2, {width, width, 1, 1}, ident, (uint64_t)width * width * 4, 0};
+    es__vk_mat m;
+    memset(&m, 0, sizeof m);
+    es__vk_wset ws;
+    memset(&ws, 0, sizeof ws);
+    if (d) es__vk_wset_init(&ws, d);
+    const es__tensor *src = &t;
+    es__vk_mat *mp = &m;
+    if (s == ES_OK) s = es__vk_mat_init(d, &m, &src, 1, false);
+    if (s == ES_OK && type == ES_ROPE_NEOX) {
+        m.rope_rows = (n_head + n_head_kv) * hd;
+        m.rope_hd = hd;
+        m.rope_nrot = n_rot;
+    }
+    if (s == ES_OK) s = es__vk_wset_upload(&ws, &mp, 1, NULL, NULL);
+    es__vk_buf *X = NULL, *Q = NULL, *T = NULL, *K = NULL, *V = NULL, *S = NULL;
+    es__vk_bind bx, bt, bs, extras[5];
     es__vk_pipeline *p = NULL;
-    float *table = r.d ? es__calloc(r.d->alloc, (size_t)np * half * 2 + 1, sizeof *table) : NULL;
-    if (s == ES_OK && !table) s = es__fail(&b->err, ES_ERR_OUT_OF_MEMORY, "vulkan op: out of memory");
     if (s == ES_OK) {
         es__vk_rope_table(table, 0, np, n_rot, freq_base, freq_scale);
-        s = es__vk_simple_pipe(r.d, "rope_kv", true, false, &p);
+        s = es__vk_mul_mat_pipe(d, &m, es__vk_mul_mat_tok(ES__DTYPE_F32, n), ES__EPI_ROPE_KV, false, &p);
     }
-    if (s == ES_OK) s = run_buf(&r, qkv, sizeof *qkv * n * width, &Q);
+    if (s == ES_OK) s = run_rows(&r, qkv, n, width, m.K, &X);
+    if (s == ES_OK) s = run_buf(&r, NULL, sizeof *qkv * n * width, &Q);
     if (s == ES_OK) s = run_buf(&r, table, sizeof *table * ((size_t)np * half * 2 + 1), &T);
     if (s == ES_OK) s = run_buf(&r, kc, sizeof *kc * n_head_kv * n_ctx * hd, &K);
     if (s == ES_OK) s = run_buf(&r, vc, sizeof *vc * n_head_kv * n_ctx * hd, &V);
+    if (s == ES_OK) s = run_ro(&r, X, VK_FORMAT_R32G32B32A32_SFLOAT, &bx);
     if (s == ES_OK) s = run_ro(&r, T, VK_FORMAT_R32_SFLOAT, &bt);
-    /* consecutive positions from n_past as a chain, or the given ones (depth from them) */
-    int32_t *end = r.d ? es__calloc(r.d->alloc, n, sizeof *end) : NULL;
+    if (s == ES_OK) s = run_extras(&r, extras);
+    int32_t *end = d ? es__calloc(d->alloc, n, sizeof *end) : NULL;
     for (uint32_t i = 0; end && i < n; i++) end[i] = (int32_t)n - 1;
     if (s == ES_OK && !end) s = es__fail(&b->err, ES_ERR_OUT_OF_MEMORY, "vulkan op: out of memory");
     if (s == ES_OK) s = run_step(&r, (int32_t)n_past, (int32_t)n, NULL, pos, end, NULL, 0, NULL, 0, &S, &bs);
-    if (s == ES_OK) {
-        es__vk_bind binds[5] = {whole(Q), bt, bs, whole(K), whole(V)};
-        es__pc_rope_kv pc = {n, n_head, n_head_kv, hd, n_rot, type == ES_ROPE_NEOX ? 1u : 0u, width, n_ctx};
-        s = run_one(&r, p, binds, &pc, n, 1, 1);
+    VkDescriptorSet sets[16];
+    if (s == ES_OK && m.n_parts > 16) s = es__fail(&b->err, ES_ERR_INVALID_ARGUMENT, "vulkan op: matrix too large");
+    for (uint32_t i = 0; s == ES_OK && i < m.n_parts; i++) {
+        es__vk_bind bind[9];
+        es__vk_part_binds(&ws, &m.parts[i], &bind[0], &bind[1]);
+        bind[2] = bx;
+        bind[3] = whole(Q);
+        bind[4] = extras[0];
+        bind[5] = bt;
+        bind[6] = bs;
+        bind[7] = whole(K);
+        bind[8] = whole(V);
+        s = es__vk_set_create(d, r.pool, p, bind, &sets[i]);
     }
     if (s == ES_OK) {
-        memcpy(qkv, Q->map, sizeof *qkv * n * width);
+        es__vk_rec rec;
+        es__vk_rec_begin(&rec, d, r.cb, VK_NULL_HANDLE, 0, NULL);
+        es__pc_mul_mat pc;
+        memset(&pc, 0, sizeof pc);
+        pc.n = n;
+        pc.x_stride = m.K / 4;
+        pc.y_stride = width;
+        pc.n_head = n_head;
+        pc.n_head_kv = n_head_kv;
+        pc.hd = hd;
+        pc.n_rot = n_rot;
+        pc.neox = type == ES_ROPE_NEOX ? 1u : 0u;
+        pc.n_ctx = n_ctx;
+        es__vk_rec_mul_mat(&rec, "rope_kv", p, &m, sets, &pc);
+        s = run_submit(&r, &rec, 1, NULL);
+    }
+    if (s == ES_OK) {
+        const float *q = Q->map;
+        for (uint32_t i = 0; i < n; i++) memcpy(qkv + (size_t)i * width, q + (size_t)i * width, sizeof *q * n_head * hd);
         memcpy(kc, K->map, sizeof *kc * n_head_kv * n_ctx * hd);
         memcpy(vc, V->map, sizeof *vc * n_head_kv * n_ctx * hd);
     }
-    if (r.d) {
-        es__free(r.d->alloc, table);
-        es__free(r.d->alloc, end);
+    if (d) {
+        es__free(d->alloc, ident);
+        es__free(d->alloc, table);
+        es__free(d->alloc, end);
     }
-    RUN_END()
+    run_free(&r);
+    if (d) {
+        es__vk_mat_free(d, &m);
+        es__vk_wset_free(&ws);
+    }
+    return s;
 }
 
 es_status es__vk_run_attention(es_backend *b, const float *q, const float *kc, const float *vc, uint32_t n_ctx,

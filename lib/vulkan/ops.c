@@ -53,13 +53,14 @@ uint32_t es__vk_mul_mat_tok(es__dtype type, uint32_t n) {
     return type == ES__DTYPE_Q8_0 || type == ES__DTYPE_Q4_0 ? 4 : 8;
 }
 
-es_status es__vk_mul_mat_pipe(es__vk_dev *d, const es__vk_mat *m, uint32_t tok, uint32_t epi, es__vk_pipeline **out) {
+es_status es__vk_mul_mat_pipe(es__vk_dev *d, const es__vk_mat *m, uint32_t tok, uint32_t epi, bool norm,
+                              es__vk_pipeline **out) {
     const es__dtype type = m->type;
     const uint32_t rows = mm_rows(type, tok);
     const bool native = !d->use.texel && d->use.subgroup &&
                         ((type == ES__DTYPE_F16 && d->use.storage16) || (type == ES__DTYPE_Q8_0 && d->use.storage8));
-    const uint32_t spec[6] = {wg_size(d), d->subgroup_size, rows, tok, epi, m->team};
-    return pipe_for(d, "mul_mat", type_tag(type), true, true, native, spec, 6, out);
+    const uint32_t spec[7] = {wg_size(d), d->subgroup_size, rows, tok, epi, m->team, norm ? 1u : 0u};
+    return pipe_for(d, "mul_mat", type_tag(type), true, true, native, spec, 7, out);
 }
 
 es_status es__vk_simple_pipe(es__vk_dev *d, const char *family, bool reads, bool reduces, es__vk_pipeline **out) {
@@ -78,15 +79,20 @@ es_status es__vk_get_rows_pipe(es__vk_dev *d, es__dtype type, es__vk_pipeline **
 }
 
 void es__vk_rec_mul_mat(es__vk_rec *r, const char *op, const es__vk_pipeline *p, const es__vk_mat *m,
-                        const VkDescriptorSet *sets, uint32_t n, uint32_t x_off, uint32_t x_stride, uint32_t y_off,
-                        uint32_t y_stride) {
+                        const VkDescriptorSet *sets, const es__pc_mul_mat *call) {
     const uint32_t wg = p->spec[0], rows = p->spec[2], tok = p->spec[3], epi = p->spec[4], team = p->spec[5];
     const uint32_t rows_per_wg = wg / team * rows;
     for (uint32_t i = 0; i < m->n_parts; i++) {
         const es__vk_part *pt = &m->parts[i];
-        es__pc_mul_mat pc = {pt->rows, m->K, n, x_off, x_stride,
-                             y_off + (epi == ES__EPI_SWIGLU ? pt->row0 / 2 : pt->row0), y_stride, 0, 0};
-        es__vk_rec_dispatch(r, op, p, sets[i], &pc, (pt->rows + rows_per_wg - 1) / rows_per_wg, (n + tok - 1) / tok, 1);
+        es__pc_mul_mat pc = *call;
+        pc.M = pt->rows;
+        pc.K = m->K;
+        pc.y_off = call->y_off + (epi == ES__EPI_SWIGLU ? pt->row0 / 2 : epi == ES__EPI_ROPE_KV ? 0 : pt->row0);
+        pc.row0 = pt->row0;
+        pc.w_off = 0;
+        pc.s_off = 0;
+        es__vk_rec_dispatch(r, op, p, sets[i], &pc, (pt->rows + rows_per_wg - 1) / rows_per_wg,
+                            (call->n + tok - 1) / tok, 1);
     }
 }
 

@@ -26,16 +26,18 @@ void es__vk_step_write(int32_t *s, uint32_t stride, int32_t n_past, int32_t n, c
 void es__vk_rope_table(float *dst, uint32_t p0, uint32_t np, uint32_t n_rot, float freq_base, float freq_scale);
 
 /* mul_mat epilogues (spec constant EPI). */
-enum { ES__EPI_STORE = 0, ES__EPI_ADD = 1, ES__EPI_SWIGLU = 2 };
+enum { ES__EPI_STORE = 0, ES__EPI_ADD = 1, ES__EPI_SWIGLU = 2, ES__EPI_ROPE_KV = 3 };
 
 /* Kernel shape for mul_mat: tokens per workgroup for a batch of n. Batch invariance does not
  * depend on it. */
 uint32_t es__vk_mul_mat_tok(es__dtype type, uint32_t n);
-es_status es__vk_mul_mat_pipe(es__vk_dev *d, const es__vk_mat *m, uint32_t tok, uint32_t epi, es__vk_pipeline **out);
-/* Records Y (+)= W X for every part of m; sets[] holds one descriptor set per part. */
+es_status es__vk_mul_mat_pipe(es__vk_dev *d, const es__vk_mat *m, uint32_t tok, uint32_t epi, bool norm,
+                              es__vk_pipeline **out);
+/* Records Y (+)= W X for every part of m; sets[] holds one descriptor set per part. pc carries
+ * the call's fields (n, X and Y placement, the NORM and RoPE fields); the part fields (M, y_off,
+ * row0, w_off, s_off) are filled here. */
 void es__vk_rec_mul_mat(es__vk_rec *r, const char *op, const es__vk_pipeline *p, const es__vk_mat *m,
-                        const VkDescriptorSet *sets, uint32_t n, uint32_t x_off, uint32_t x_stride, uint32_t y_off,
-                        uint32_t y_stride);
+                        const VkDescriptorSet *sets, const es__pc_mul_mat *pc);
 
 /* Pipelines of the other families: workgroup size for the device, or the attention tile. */
 es_status es__vk_simple_pipe(es__vk_dev *d, const char *family, bool reads, bool reduces, es__vk_pipeline **out);

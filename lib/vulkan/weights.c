@@ -101,6 +101,11 @@ es_status es__vk_mat_init(es__vk_dev *d, es__vk_mat *m, const es__tensor *const 
 static const uint8_t *src_row(const es__vk_mat *m, uint32_t r) {
     const es__tensor *t;
     uint32_t rr;
+    if (r < m->rope_rows) {
+        const uint32_t h = r / m->rope_hd, j = r % m->rope_hd;
+        const uint32_t dim = j >= m->rope_nrot ? j : (j & 1u) == 0 ? j >> 1 : (j >> 1) + m->rope_nrot / 2;
+        r = h * m->rope_hd + dim;
+    }
     if (m->interleave) {
         t = m->src[r & 1u];
         rr = r >> 1;

@@ -28,6 +28,10 @@ typedef struct es__vk_mat {
     const es__tensor *src[3];
     uint32_t n_src;
     bool interleave;
+    /* NEOX RoPE in the mul_mat epilogue wants each rotated pair in adjacent rows: the first
+     * rope_rows rows (Q and K) are permuted within heads of rope_hd rows so that row 2i holds
+     * dimension i and row 2i + 1 dimension i + rope_nrot / 2 (shaders/mul_mat.comp rope_dim). */
+    uint32_t rope_rows, rope_hd, rope_nrot;
 } es__vk_mat;
 
 /* Bytes of one row in each plane, for teams of `team` lanes (the scale interleave). */
