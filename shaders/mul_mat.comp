@@ -183,10 +183,13 @@ void main() {
         } else {
             for (uint r = 0u; r < ROWS; r++) {
                 if (row0 + r >= pc.M) break;
+                uint y = base + row0 + r;
+                const uint g = pc.row0 + row0 + r; // fused row
+                if (g < pc.perm_rows) y = y - g + (g / pc.hd) * pc.hd + rope_dim(g % pc.hd);
                 if (EPI == 1u)
-                    Y[base + row0 + r] += acc[r * TOK + t];
+                    Y[y] += acc[r * TOK + t];
                 else
-                    Y[base + row0 + r] = acc[r * TOK + t];
+                    Y[y] = acc[r * TOK + t];
             }
         }
     }

@@ -29,7 +29,9 @@
     U(hd)       /* RoPE: head dimension                                       */                   \
     U(n_rot)    /* RoPE: rotated dimensions per head                          */                   \
     U(neox)     /* RoPE: 1 = pairs (i, i + n_rot/2), rows permuted to adjacency */                 \
-    U(n_ctx)    /* RoPE: cache slots per head                                 */
+    U(n_ctx)    /* RoPE: cache slots per head                                 */                   \
+    U(perm_rows) /* rows (from fused row 0) permuted for NEOX (0 = none): the    */                  \
+                 /* store epilogue writes them back in head-dimension order      */
 
 /* Step data: 32-bit ints the host writes before each forward submission. A header of
  * ES_STEP_HDR ints, then arrays of nb = n_batch + 1 entries, array k at

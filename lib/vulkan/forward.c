@@ -378,7 +378,6 @@ static es__pc_mul_mat mat_call(const vk_ctx *c, uint32_t n, uint32_t x_stride, u
     pc.n_head_kv = (uint32_t)hp->n_head_kv;
     pc.hd = (uint32_t)hp->head_dim;
     pc.n_rot = (uint32_t)hp->n_rot;
-    pc.neox = hp->rope_type == ES_ROPE_NEOX ? 1u : 0u;
     pc.n_ctx = c->n_ctx;
     return pc;
 }

@@ -398,7 +398,6 @@ es_status es__vk_run_rope_kv(es_backend *b, float *qkv, uint32_t n, uint32_t n_h
         pc.n_head_kv = n_head_kv;
         pc.hd = hd;
         pc.n_rot = n_rot;
-        pc.neox = type == ES_ROPE_NEOX ? 1u : 0u;
         pc.n_ctx = n_ctx;
         es__vk_rec_mul_mat(&rec, "rope_kv", p, &m, sets, &pc);
         s = run_submit(&r, &rec, 1, NULL);

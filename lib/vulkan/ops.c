@@ -91,6 +91,13 @@ void es__vk_rec_mul_mat(es__vk_rec *r, const char *op, const es__vk_pipeline *p,
         pc.row0 = pt->row0;
         pc.w_off = 0;
         pc.s_off = 0;
+        /* rows permuted for NEOX RoPE: the epilogues need the permutation */
+        pc.perm_rows = m->rope_rows;
+        pc.neox = m->rope_rows > 0 ? 1u : 0u;
+        if (m->rope_rows) {
+            pc.hd = m->rope_hd;
+            pc.n_rot = m->rope_nrot;
+        }
         es__vk_rec_dispatch(r, op, p, sets[i], &pc, (pt->rows + rows_per_wg - 1) / rows_per_wg,
                             (call->n + tok - 1) / tok, 1);
     }
