@@ -1,8 +1,8 @@
 #version 450
 // mul_mat.comp: Y = W X for a weight matrix W (M rows of K elements, any weight type) and a tile
-// of TOK activation rows X, optionally RMS-normalising X on the fly (NORM), with an epilogue:
-// store, add into Y (the residual), SwiGLU of interleaved gate/up row pairs, or RoPE of the
-// Q and K rows with the write of K and V into the cache (attention's input projection).
+// of TOK activation rows X, with an epilogue: store, add into Y (the residual), SwiGLU of
+// interleaved gate/up row pairs, or RoPE of the Q and K rows with the write of K and V into the
+// cache (attention's input projection).
 // One source serves matrix-vector (decode, TOK = 1) and tiled matrix-matrix (prefill, tree
 // verification, TOK > 1). A team of lanes (a subgroup, or LANES invocations) owns ROWS rows;
 // lane l accumulates units l, l + lanes, l + 2 lanes, ... of each row (weights.glsl), for each
@@ -12,8 +12,10 @@
 // Lanes of a team read consecutive texels: on lavapipe scattered texel fetches (one row per
 // lane) are several times slower, and a fetch costs about as much as decoding a unit, so each
 // activation fetch is reused for ROWS rows and each scale fetch for four blocks.
-// Fusing RMSNorm and RoPE/KV-write here saves two dispatches per layer, which on lavapipe cost
-// more than the arithmetic they would do.
+// Fusing RoPE and the KV write here saves a dispatch per layer, which on lavapipe costs more
+// than the arithmetic it would do. RMSNorm stays a kernel of its own (rmsnorm.comp): folding it
+// in here rounds differently from the CPU backend's (x * scale) * w, and closer numerics between
+// the backends are worth a dispatch.
 #extension GL_GOOGLE_include_directive : require
 #include "common.glsl"
 
@@ -25,20 +27,18 @@ layout(constant_id = 2) const uint ROWS = 4; // rows per team
 layout(constant_id = 3) const uint TOK = 1;  // tokens per workgroup
 layout(constant_id = 4) const uint EPI = 0;  // 0: Y = WX; 1: Y += WX; 2: Y[r/2] = silu(g) * u; 3: RoPE + KV
 layout(constant_id = 5) const uint LK = 8;   // lanes per row: 1, or the team size
-layout(constant_id = 6) const uint NORM = 0; // 1: X is RMS-normalised with weight G first
 
 RO_F4(2, X)
 layout(binding = 3, std430) buffer Y_blk { float Y[]; };
-RO_F4(4, G)
-RO_F1(5, ROPE) // [n_ctx][n_rot / 2][2]: cos, sin
-#define STEPBIND 6
+RO_F1(4, ROPE) // [n_ctx][n_rot / 2][2]: cos, sin
+#define STEPBIND 5
 #include "step.glsl"
-layout(binding = 7, std430) writeonly buffer KC_blk { float KC[]; }; // [n_head_kv][n_ctx][hd]
-layout(binding = 8, std430) writeonly buffer VC_blk { float VC[]; };
+layout(binding = 6, std430) writeonly buffer KC_blk { float KC[]; }; // [n_head_kv][n_ctx][hd]
+layout(binding = 7, std430) writeonly buffer VC_blk { float VC[]; };
 layout(push_constant) uniform PC { ES_PC_MUL_MAT(PC_U, PC_F) } pc;
 
 #if !ES_SUBGROUP
-shared float red[gl_WorkGroupSize.x * (ROWS + 1u) * TOK];
+shared float red[gl_WorkGroupSize.x * ROWS * TOK];
 #endif
 
 // The head dimension a RoPE row holds: with NEOX the host permuted each head's rows so that
@@ -87,7 +87,7 @@ void main() {
                        (solo ? gl_LocalInvocationID.x : TEAM_ID)) * ROWS;
     const uint t0 = gl_WorkGroupID.y * TOK;
 
-    float acc[ROWS * TOK], ssq[TOK];
+    float acc[ROWS * TOK];
     uint wrow[ROWS], xrow[TOK];
 #if HAS_SCALE
     uint srow[ROWS];
@@ -101,10 +101,7 @@ void main() {
         srow[r] = pc.s_off + row * srt;
 #endif
     }
-    for (uint t = 0u; t < TOK; t++) {
-        xrow[t] = pc.x_off + min(t0 + t, pc.n - 1u) * pc.x_stride;
-        ssq[t] = 0.0;
-    }
+    for (uint t = 0u; t < TOK; t++) xrow[t] = pc.x_off + min(t0 + t, pc.n - 1u) * pc.x_stride;
     for (uint i = 0u; i < ROWS * TOK; i++) acc[i] = 0.0;
 
     uint it = 0u;
@@ -112,15 +109,6 @@ void main() {
         vec4 x[TOK][UV];
         for (uint t = 0u; t < TOK; t++)
             for (uint i = 0u; i < UV; i++) x[t][i] = FETCH_F4(X, xrow[t] + u * UV + i);
-        if (NORM != 0u) {
-            for (uint i = 0u; i < UV; i++) {
-                const vec4 g = FETCH_F4(G, pc.g_off + u * UV + i);
-                for (uint t = 0u; t < TOK; t++) {
-                    ssq[t] += dot4(x[t][i], x[t][i]);
-                    x[t][i] *= g;
-                }
-            }
-        }
         for (uint r = 0u; r < ROWS; r++) {
             vec4 w[UV];
             decode_unit(wrow[r], u, w);
@@ -143,22 +131,16 @@ void main() {
     if (!solo) {
 #if ES_SUBGROUP
         for (uint i = 0u; i < ROWS * TOK; i++) acc[i] = subgroupAdd(acc[i]);
-        if (NORM != 0u)
-            for (uint t = 0u; t < TOK; t++) ssq[t] = subgroupAdd(ssq[t]);
 #else
         // Each lane publishes its partial sums; every lane of the team adds them in lane order.
-        const uint nv = (ROWS + 1u) * TOK;
-        for (uint i = 0u; i < ROWS * TOK; i++) red[gl_LocalInvocationID.x * nv + i] = acc[i];
-        for (uint t = 0u; t < TOK; t++) red[gl_LocalInvocationID.x * nv + ROWS * TOK + t] = ssq[t];
+        const uint nv = ROWS * TOK;
+        for (uint i = 0u; i < nv; i++) red[gl_LocalInvocationID.x * nv + i] = acc[i];
         barrier();
         const uint lead = TEAM_ID * LANES * nv;
         for (uint i = 0u; i < nv; i++) {
             float s = red[lead + i];
             for (uint l = 1u; l < LANES; l++) s += red[lead + l * nv + i];
-            if (i < ROWS * TOK)
-                acc[i] = s;
-            else
-                ssq[i - ROWS * TOK] = s;
+            acc[i] = s;
         }
 #endif
     }
@@ -166,10 +148,6 @@ void main() {
     if (lane != 0u) return;
     for (uint t = 0u; t < TOK; t++) {
         if (t0 + t >= pc.n) break;
-        if (NORM != 0u) {
-            const float rs = 1.0 / sqrt(ssq[t] / float(pc.kn) + pc.eps);
-            for (uint r = 0u; r < ROWS; r++) acc[r * TOK + t] *= rs;
-        }
         const uint base = (t0 + t) * pc.y_stride + pc.y_off;
         if (EPI >= 2u) {
             for (uint r = 0u; r + 1u < ROWS; r += 2u) {

@@ -7,9 +7,9 @@
 #define ES_SHADERS_PUSH_H
 
 /* mul_mat: Y[t][y_off + r] (=, +=, or SwiGLU of row pairs) = sum_k W[r][k] * X[t][k],
- * r < M, t < n. W row r starts at texel w_off + r * (K / elements-per-texel). With NORM, X is
- * RMS-normalised on the fly (weight G); with the RoPE epilogue the rows are Q, K and V of
- * attention and the results are rotated and written to QKV (Q) and the KV cache (K, V). */
+ * r < M, t < n. W row r starts at texel w_off + r * (K / elements-per-texel). With the RoPE
+ * epilogue the rows are Q, K and V of attention and the results are rotated and written to QKV
+ * (Q) and the KV cache (K, V). */
 #define ES_PC_MUL_MAT(U, F)                                                                        \
     U(M)        /* rows of W                                                 */                    \
     U(K)        /* elements per row, a multiple of 32                         */                   \
@@ -20,9 +20,6 @@
     U(y_stride) /* floats between token rows of Y                             */                   \
     U(w_off)    /* texel of row 0 in the W view                               */                   \
     U(s_off)    /* texel of row 0's first scales in the S view                */                   \
-    U(kn)       /* NORM: elements of X that count in the mean (unpadded)      */                   \
-    U(g_off)    /* NORM: texel of the norm weight vector in G                 */                   \
-    F(eps)      /* NORM: epsilon                                              */                   \
     U(row0)     /* RoPE: fused row of this part's row 0                       */                   \
     U(n_head)   /* RoPE: query heads (rows n_head * hd are Q, then K, then V) */                   \
     U(n_head_kv)                                                                                   \

@@ -166,19 +166,17 @@ static es_status get_pipelines(es_context *ctx, vk_ctx *c) {
         const struct {
             const es__vk_mat *m;
             uint32_t epi;
-            bool norm;
-        } uses[4] = {{&vl->qkv, ES__EPI_ROPE_KV, true}, {&vl->wo, ES__EPI_ADD, false},
-                     {&vl->gateup, ES__EPI_SWIGLU, true}, {&vl->down, ES__EPI_ADD, false}};
+        } uses[4] = {{&vl->qkv, ES__EPI_ROPE_KV}, {&vl->wo, ES__EPI_ADD}, {&vl->gateup, ES__EPI_SWIGLU},
+                     {&vl->down, ES__EPI_ADD}};
         for (int u = 0; u < 4; u++)
             for (uint32_t n = 1; n <= 2; n++) { /* matrix-vector and matrix-matrix */
                 es__vk_pipeline *p;
-                ES_TRY(es__vk_mul_mat_pipe(d, uses[u].m, es__vk_mul_mat_tok(uses[u].m->type, n), uses[u].epi,
-                                           uses[u].norm, &p));
+                ES_TRY(es__vk_mul_mat_pipe(d, uses[u].m, es__vk_mul_mat_tok(uses[u].m->type, n), uses[u].epi, &p));
             }
     }
     for (uint32_t n = 1; n <= 2; n++) {
         es__vk_pipeline *p;
-        ES_TRY(es__vk_mul_mat_pipe(d, w->out, es__vk_mul_mat_tok(w->out->type, n), ES__EPI_STORE, false, &p));
+        ES_TRY(es__vk_mul_mat_pipe(d, w->out, es__vk_mul_mat_tok(w->out->type, n), ES__EPI_STORE, &p));
     }
     return ES_OK;
 }
@@ -199,24 +197,23 @@ static es_status make_pool(es_context *ctx, vk_ctx *c) {
     return ES_OK;
 }
 
-/* One descriptor set per part of m: W, S of the part, X, Y, and the fused extras (norm
- * weights, RoPE table, step data, this layer's KV cache; any valid buffer where unused). */
+/* One descriptor set per part of m: W, S of the part, X, Y, and what the RoPE epilogue uses
+ * (RoPE table, step data, this layer's KV cache; any valid buffer where unused). */
 static es_status mat_sets(vk_ctx *c, const es__vk_mat *m, es__vk_bind x, es__vk_bind y, es__vk_bind kc, es__vk_bind vc,
                           VkDescriptorSet **out) {
     es__vk_pipeline *p;
-    ES_TRY(es__vk_mul_mat_pipe(c->d, m, 1, ES__EPI_STORE, false, &p));
+    ES_TRY(es__vk_mul_mat_pipe(c->d, m, 1, ES__EPI_STORE, &p));
     *out = es__calloc(c->d->alloc, m->n_parts, sizeof **out);
     ES_RETURN_IF(!*out, c->d->err, ES_ERR_OUT_OF_MEMORY, "vulkan: out of memory");
     for (uint32_t i = 0; i < m->n_parts; i++) {
-        es__vk_bind b[9];
+        es__vk_bind b[8];
         es__vk_part_binds(&c->w->ws, &m->parts[i], &b[0], &b[1]);
         b[2] = x;
         b[3] = y;
-        b[4] = bind_buf(&c->w->vecs, c->w->vecs_view);
-        b[5] = bind_region(c, &c->r_rope, c->v_rope);
-        b[6] = bind_buf(&c->step, c->v_step);
-        b[7] = kc;
-        b[8] = vc;
+        b[4] = bind_region(c, &c->r_rope, c->v_rope);
+        b[5] = bind_buf(&c->step, c->v_step);
+        b[6] = kc;
+        b[7] = vc;
         ES_TRY(es__vk_set_create(c->d, c->pool, p, b, &(*out)[i]));
     }
     return ES_OK;
@@ -254,9 +251,9 @@ static es_status make_sets(es_context *ctx, vk_ctx *c) {
         const es__vk_layer *vl = &w->layers[l];
         es__vk_bind k_w = bind_region(c, &s->k, VK_NULL_HANDLE), v_w = bind_region(c, &s->v, VK_NULL_HANDLE);
         es__vk_bind k_r = bind_region(c, &s->k, s->k_view), v_r = bind_region(c, &s->v, s->v_view);
-        ES_TRY(mat_sets(c, &vl->qkv, x, bind_region(c, &c->r_qkv, VK_NULL_HANDLE), k_w, v_w, &s->qkv));
+        ES_TRY(mat_sets(c, &vl->qkv, xn, bind_region(c, &c->r_qkv, VK_NULL_HANDLE), k_w, v_w, &s->qkv));
         ES_TRY(mat_sets(c, &vl->wo, attn, bind_region(c, &c->r_x, VK_NULL_HANDLE), any, any, &s->wo));
-        ES_TRY(mat_sets(c, &vl->gateup, x, bind_region(c, &c->r_h, VK_NULL_HANDLE), any, any, &s->gateup));
+        ES_TRY(mat_sets(c, &vl->gateup, xn, bind_region(c, &c->r_h, VK_NULL_HANDLE), any, any, &s->gateup));
         ES_TRY(mat_sets(c, &vl->down, h, bind_region(c, &c->r_x, VK_NULL_HANDLE), any, any, &s->down));
         es__vk_bind ba[6] = {qkv, k_r, v_r, step, bind_region(c, &c->r_attn, VK_NULL_HANDLE),
                              bind_region(c, &c->r_part, VK_NULL_HANDLE)};
@@ -364,16 +361,13 @@ static void rec_norm(vk_ctx *c, es__vk_rec *r, uint32_t n, uint32_t g_off, bool 
 }
 
 /* The fields of a mul_mat call that do not depend on the part. */
-static es__pc_mul_mat mat_call(const vk_ctx *c, uint32_t n, uint32_t x_stride, uint32_t y_stride, uint32_t g_off) {
+static es__pc_mul_mat mat_call(const vk_ctx *c, uint32_t n, uint32_t x_stride, uint32_t y_stride) {
     const es__hparams *hp = &c->w->model->hp;
     es__pc_mul_mat pc;
     memset(&pc, 0, sizeof pc);
     pc.n = n;
     pc.x_stride = x_stride / 4;
     pc.y_stride = y_stride;
-    pc.kn = (uint32_t)hp->n_embd;
-    pc.g_off = g_off / 4;
-    pc.eps = hp->rms_eps;
     pc.n_head = (uint32_t)hp->n_head;
     pc.n_head_kv = (uint32_t)hp->n_head_kv;
     pc.hd = (uint32_t)hp->head_dim;
@@ -383,16 +377,16 @@ static es__pc_mul_mat mat_call(const vk_ctx *c, uint32_t n, uint32_t x_stride, u
 }
 
 static es_status rec_mat(vk_ctx *c, es__vk_rec *r, const char *op, const es__vk_mat *m, const VkDescriptorSet *sets,
-                         uint32_t epi, bool norm, const es__pc_mul_mat *pc) {
+                         uint32_t epi, const es__pc_mul_mat *pc) {
     es__vk_pipeline *p;
-    ES_TRY(es__vk_mul_mat_pipe(c->d, m, es__vk_mul_mat_tok(m->type, pc->n), epi, norm, &p));
+    ES_TRY(es__vk_mul_mat_pipe(c->d, m, es__vk_mul_mat_tok(m->type, pc->n), epi, &p));
     es__vk_rec_mul_mat(r, op, p, m, sets, pc);
     return ES_OK;
 }
 
-/* One forward pass: per layer five dispatches (six when attention needs its merge):
- *   QKV projection with RMSNorm, RoPE and the KV write fused; tree attention; [merge];
- *   output projection + residual; gate/up projection with RMSNorm and SwiGLU fused;
+/* One forward pass: per layer seven dispatches (eight when attention needs its merge):
+ *   RMSNorm; QKV projection with RoPE and the KV write fused; tree attention; [merge];
+ *   output projection + residual; RMSNorm; gate/up projection with SwiGLU fused;
  *   down projection + residual. */
 static es_status record(es_context *ctx, vk_ctx *c, vk_cb *cb) {
     const es__hparams *hp = &ctx->model->hp;
@@ -410,8 +404,9 @@ static es_status record(es_context *ctx, vk_ctx *c, vk_cb *cb) {
         const es__vk_layer *vl = &w->layers[l];
         const vk_lsets *s = &c->ls[l];
         if (cb->ss) ES_TRY(es__vk_msa_rec_layer(c->msa, &r, (int32_t)l, n, cb->ss));
-        es__pc_mul_mat pc = mat_call(c, n, c->E32, c->QKV32, vl->attn_norm);
-        ES_TRY(rec_mat(c, &r, "mul_mat_qkv", &vl->qkv, s->qkv, ES__EPI_ROPE_KV, true, &pc));
+        rec_norm(c, &r, n, vl->attn_norm, false, hp->rms_eps);
+        es__pc_mul_mat pc = mat_call(c, n, c->E32, c->QKV32);
+        ES_TRY(rec_mat(c, &r, "mul_mat_qkv", &vl->qkv, s->qkv, ES__EPI_ROPE_KV, &pc));
         for (uint32_t t0 = 0, k = 0; t0 < n; t0 += ES__ATTN_CHUNK, k++) {
             es__pc_attn pa = {t0, (uint32_t)hp->n_head, (uint32_t)hp->n_head_kv, hd, c->QKV32, c->n_ctx,
                               ES__ATTN_SPLIT, c->max_splits, c->Q32, 1.0f / sqrtf((float)hd)};
@@ -423,16 +418,17 @@ static es_status record(es_context *ctx, vk_ctx *c, vk_cb *cb) {
                                              ((VkDeviceSize)c->step_ind + 8 * k + 4) * 4);
             }
         }
-        pc = mat_call(c, n, c->Q32, c->E32, 0);
-        ES_TRY(rec_mat(c, &r, "mul_mat_wo", &vl->wo, s->wo, ES__EPI_ADD, false, &pc));
-        pc = mat_call(c, n, c->E32, c->F32, vl->ffn_norm);
-        ES_TRY(rec_mat(c, &r, "mul_mat_gateup", &vl->gateup, s->gateup, ES__EPI_SWIGLU, true, &pc));
-        pc = mat_call(c, n, c->F32, c->E32, 0);
-        ES_TRY(rec_mat(c, &r, "mul_mat_down", &vl->down, s->down, ES__EPI_ADD, false, &pc));
+        pc = mat_call(c, n, c->Q32, c->E32);
+        ES_TRY(rec_mat(c, &r, "mul_mat_wo", &vl->wo, s->wo, ES__EPI_ADD, &pc));
+        rec_norm(c, &r, n, vl->ffn_norm, false, hp->rms_eps);
+        pc = mat_call(c, n, c->E32, c->F32);
+        ES_TRY(rec_mat(c, &r, "mul_mat_gateup", &vl->gateup, s->gateup, ES__EPI_SWIGLU, &pc));
+        pc = mat_call(c, n, c->F32, c->E32);
+        ES_TRY(rec_mat(c, &r, "mul_mat_down", &vl->down, s->down, ES__EPI_ADD, &pc));
     }
     rec_norm(c, &r, n_out, w->output_norm, true, hp->rms_eps);
-    es__pc_mul_mat pc = mat_call(c, n_out, c->E32, c->V32, 0);
-    ES_TRY(rec_mat(c, &r, "mul_mat_out", w->out, c->s_out, ES__EPI_STORE, false, &pc));
+    es__pc_mul_mat pc = mat_call(c, n_out, c->E32, c->V32);
+    ES_TRY(rec_mat(c, &r, "mul_mat_out", w->out, c->s_out, ES__EPI_STORE, &pc));
     ES_TRY(es__vk_rec_end(&r));
     cb->n_dispatch = r.n_dispatch;
     cb->n_queries = r.n_queries;

@@ -227,20 +227,19 @@ static es_status plan_memory(struct es__vk_msa *m) {
 static es_status mm_sets(struct es__vk_msa *m, ss_mm *out, const es__vk_mat *mat, es__vk_wset *ws, es__vk_bind x,
                          es__vk_bind y) {
     es__vk_pipeline *p;
-    ES_TRY(es__vk_mul_mat_pipe(m->d, mat, 1, ES__EPI_STORE, false, &p));
+    ES_TRY(es__vk_mul_mat_pipe(m->d, mat, 1, ES__EPI_STORE, &p));
     out->m = mat;
     out->sets = es__calloc(m->d->alloc, mat->n_parts, sizeof *out->sets);
     ES_RETURN_IF(!out->sets, m->d->err, ES_ERR_OUT_OF_MEMORY, "vulkan: out of memory");
     for (uint32_t i = 0; i < mat->n_parts; i++) {
-        /* W, S, X, Y, then the fused extras mul_mat's plain epilogues do not read */
-        es__vk_bind b[9];
+        /* W, S, X, Y, then what only mul_mat's RoPE epilogue reads */
+        es__vk_bind b[8];
         es__vk_part_binds(ws, &mat->parts[i], &b[0], &b[1]);
         b[2] = x;
         b[3] = y;
-        b[4] = m->res.vecs;
-        b[5] = m->res.rope;
-        b[6] = m->res.step;
-        b[7] = b[8] = y;
+        b[4] = m->res.rope;
+        b[5] = m->res.step;
+        b[6] = b[7] = y;
         ES_TRY(es__vk_set_create(m->d, m->pool, p, b, &out->sets[i]));
     }
     return ES_OK;
@@ -412,7 +411,7 @@ es_status es__vk_msa_create(es_context *ctx, const es__vk_ss_res *res, struct es
 static es_status rec_mm(struct es__vk_msa *m, es__vk_rec *r, const char *op, const ss_mm *mm, uint32_t n,
                         uint32_t epi, uint32_t x_stride, uint32_t y_stride) {
     es__vk_pipeline *p;
-    ES_TRY(es__vk_mul_mat_pipe(m->d, mm->m, es__vk_mul_mat_tok(mm->m->type, n), epi, false, &p));
+    ES_TRY(es__vk_mul_mat_pipe(m->d, mm->m, es__vk_mul_mat_tok(mm->m->type, n), epi, &p));
     es__pc_mul_mat pc;
     memset(&pc, 0, sizeof pc);
     pc.n = n;

@@ -97,13 +97,14 @@ static es__vk_bind whole(const es__vk_buf *b);
 static es_status run_rows(run *r, const float *src, uint32_t n, uint32_t width, uint32_t stride, es__vk_buf **out);
 
 /* Valid descriptors for the mul_mat bindings an op does not use: a small buffer with views of
- * the formats the shader declares (f32 vec4 norm weights, f32 RoPE table, int step data). */
-static es_status run_extras(run *r, es__vk_bind out[5]) {
+ * the formats the shader declares (f32 RoPE table, int step data), and the buffer itself for the
+ * cache bindings. */
+static es_status run_extras(run *r, es__vk_bind out[4]) {
     es__vk_buf *b;
     ES_TRY(run_buf(r, NULL, 256, &b));
-    const VkFormat fmts[3] = {VK_FORMAT_R32G32B32A32_SFLOAT, VK_FORMAT_R32_SFLOAT, VK_FORMAT_R32_SINT};
-    for (int i = 0; i < 3; i++) ES_TRY(run_ro(r, b, fmts[i], &out[i]));
-    out[3] = out[4] = (es__vk_bind){b->buf, 0, b->size, VK_NULL_HANDLE};
+    ES_TRY(run_ro(r, b, VK_FORMAT_R32_SFLOAT, &out[0]));
+    ES_TRY(run_ro(r, b, VK_FORMAT_R32_SINT, &out[1]));
+    out[2] = out[3] = (es__vk_bind){b->buf, 0, b->size, VK_NULL_HANDLE};
     return ES_OK;
 }
 
@@ -139,14 +140,14 @@ es_status es__vk_run_mul_mat(es_backend *b, es__dtype type, const void *w, uint3
     if (s == ES_OK) s = run_rows(&r, x, n, K, Kp, &X);
     if (s == ES_OK) s = run_buf(&r, epi == ES__EPI_ADD ? y : NULL, sizeof *y * n * y_cols, &Y);
     es__vk_pipeline *p = NULL;
-    if (s == ES_OK) s = es__vk_mul_mat_pipe(d, &m, es__vk_mul_mat_tok(type, n), epi, false, &p);
+    if (s == ES_OK) s = es__vk_mul_mat_pipe(d, &m, es__vk_mul_mat_tok(type, n), epi, &p);
     VkDescriptorSet sets[16];
-    es__vk_bind bx, extras[5];
+    es__vk_bind bx, extras[4];
     if (s == ES_OK) s = run_ro(&r, X, VK_FORMAT_R32G32B32A32_SFLOAT, &bx);
     if (s == ES_OK) s = run_extras(&r, extras);
     if (s == ES_OK && m.n_parts > 16) s = es__fail(&b->err, ES_ERR_INVALID_ARGUMENT, "vulkan op: matrix too large");
     for (uint32_t i = 0; s == ES_OK && i < m.n_parts; i++) {
-        es__vk_bind bind[9];
+        es__vk_bind bind[8];
         es__vk_part_binds(&ws, &m.parts[i], &bind[0], &bind[1]);
         bind[2] = bx;
         bind[3] = whole(Y);
@@ -354,11 +355,11 @@ es_status es__vk_run_rope_kv(es_backend *b, float *qkv, uint32_t n, uint32_t n_h
     }
     if (s == ES_OK) s = es__vk_wset_upload(&ws, &mp, 1, NULL, NULL);
     es__vk_buf *X = NULL, *Q = NULL, *T = NULL, *K = NULL, *V = NULL, *S = NULL;
-    es__vk_bind bx, bt, bs, extras[5];
+    es__vk_bind bx, bt, bs;
     es__vk_pipeline *p = NULL;
     if (s == ES_OK) {
         es__vk_rope_table(table, 0, np, n_rot, freq_base, freq_scale);
-        s = es__vk_mul_mat_pipe(d, &m, es__vk_mul_mat_tok(ES__DTYPE_F32, n), ES__EPI_ROPE_KV, false, &p);
+        s = es__vk_mul_mat_pipe(d, &m, es__vk_mul_mat_tok(ES__DTYPE_F32, n), ES__EPI_ROPE_KV, &p);
     }
     if (s == ES_OK) s = run_rows(&r, qkv, n, width, m.K, &X);
     if (s == ES_OK) s = run_buf(&r, NULL, sizeof *qkv * n * width, &Q);
@@ -367,7 +368,6 @@ es_status es__vk_run_rope_kv(es_backend *b, float *qkv, uint32_t n, uint32_t n_h
     if (s == ES_OK) s = run_buf(&r, vc, sizeof *vc * n_head_kv * n_ctx * hd, &V);
     if (s == ES_OK) s = run_ro(&r, X, VK_FORMAT_R32G32B32A32_SFLOAT, &bx);
     if (s == ES_OK) s = run_ro(&r, T, VK_FORMAT_R32_SFLOAT, &bt);
-    if (s == ES_OK) s = run_extras(&r, extras);
     int32_t *end = d ? es__calloc(d->alloc, n, sizeof *end) : NULL;
     for (uint32_t i = 0; end && i < n; i++) end[i] = (int32_t)n - 1;
     if (s == ES_OK && !end) s = es__fail(&b->err, ES_ERR_OUT_OF_MEMORY, "vulkan op: out of memory");
@@ -375,15 +375,14 @@ es_status es__vk_run_rope_kv(es_backend *b, float *qkv, uint32_t n, uint32_t n_h
     VkDescriptorSet sets[16];
     if (s == ES_OK && m.n_parts > 16) s = es__fail(&b->err, ES_ERR_INVALID_ARGUMENT, "vulkan op: matrix too large");
     for (uint32_t i = 0; s == ES_OK && i < m.n_parts; i++) {
-        es__vk_bind bind[9];
+        es__vk_bind bind[8];
         es__vk_part_binds(&ws, &m.parts[i], &bind[0], &bind[1]);
         bind[2] = bx;
         bind[3] = whole(Q);
-        bind[4] = extras[0];
-        bind[5] = bt;
-        bind[6] = bs;
-        bind[7] = whole(K);
-        bind[8] = whole(V);
+        bind[4] = bt;
+        bind[5] = bs;
+        bind[6] = whole(K);
+        bind[7] = whole(V);
         s = es__vk_set_create(d, r.pool, p, bind, &sets[i]);
     }
     if (s == ES_OK) {

@@ -31,10 +31,10 @@ enum { ES__EPI_STORE = 0, ES__EPI_ADD = 1, ES__EPI_SWIGLU = 2, ES__EPI_ROPE_KV =
 /* Kernel shape for mul_mat: tokens per workgroup for a batch of n. Batch invariance does not
  * depend on it. */
 uint32_t es__vk_mul_mat_tok(es__dtype type, uint32_t n);
-es_status es__vk_mul_mat_pipe(es__vk_dev *d, const es__vk_mat *m, uint32_t tok, uint32_t epi, bool norm,
+es_status es__vk_mul_mat_pipe(es__vk_dev *d, const es__vk_mat *m, uint32_t tok, uint32_t epi,
                               es__vk_pipeline **out);
 /* Records Y (+)= W X for every part of m; sets[] holds one descriptor set per part. pc carries
- * the call's fields (n, X and Y placement, the NORM and RoPE fields); the part fields (M, y_off,
+ * the call's fields (n, X and Y placement, the RoPE fields); the part fields (M, y_off,
  * row0, w_off, s_off) are filled here. */
 void es__vk_rec_mul_mat(es__vk_rec *r, const char *op, const es__vk_pipeline *p, const es__vk_mat *m,
                         const VkDescriptorSet *sets, const es__pc_mul_mat *pc);
