@@ -35,6 +35,7 @@ typedef struct opts {
     bool membw;
     bool profile;
     unsigned long long seed;
+    const char *vk_flags; /* EDGESPEC_VK_FLAGS syntax, passed through the environment */
 } opts;
 
 static double now_s(void) {
@@ -57,6 +58,7 @@ static void usage(FILE *f, const char *prog) {
             "  -d, --depth N        committed tokens before each decode test (default 0)\n"
             "      --no-membw       skip the machine read-bandwidth measurement\n"
             "      --profile        per-op times of the backend over all timed tests\n"
+            "      --vk-flags LIST  Vulkan fallbacks to force (EDGESPEC_VK_FLAGS names, e.g. fallbacks)\n"
             "  -s, --seed N         seed of the random prompt tokens (default 1)\n"
             "Prints one JSON object on stdout.\n",
             prog);
@@ -72,7 +74,7 @@ static bool parse_int(const char *s, int lo, int hi, int *out) {
 
 /* Returns 0 to go on, 1 on a usage error, -1 after --help. */
 static int parse_args(int argc, char **argv, opts *o) {
-    *o = (opts){NULL, ES_BACKEND_CPU, NULL, 0, 5, {64, 512}, 2, 128, 2048, 0, true, false, 1};
+    *o = (opts){NULL, ES_BACKEND_CPU, NULL, 0, 5, {64, 512}, 2, 128, 2048, 0, true, false, 1, NULL};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -132,6 +134,9 @@ static int parse_args(int argc, char **argv, opts *o) {
             o->membw = false;
         } else if (strcmp(a, "--profile") == 0) {
             o->profile = true;
+        } else if (strcmp(a, "--vk-flags") == 0) {
+            NEED();
+            o->vk_flags = v;
         } else if (OPT("-s", "--seed")) {
             NEED();
             int s;
@@ -441,6 +446,17 @@ static void print_json(const opts *o, const es_model *m, const es_model_info *mi
         }
         printf("\n  ],\n");
     }
+    es_backend_stats bs;
+    if (es_backend_get_stats(be, &bs) == ES_OK) {
+        /* counters since the warm-up (the profile reset clears them), device memory since creation */
+        printf("  \"backend_stats\": {\"forward_calls\": %llu, \"dispatches_per_forward\": %.2f, "
+               "\"submits_per_forward\": %.2f, \"device_bytes\": %llu, \"device_peak_bytes\": %llu, "
+               "\"weight_device_bytes\": %llu},\n",
+               (unsigned long long)bs.n_forward, bs.n_forward ? (double)bs.n_dispatches / (double)bs.n_forward : 0.0,
+               bs.n_forward ? (double)bs.n_forward_submits / (double)bs.n_forward : 0.0,
+               (unsigned long long)bs.device_bytes, (unsigned long long)bs.device_peak_bytes,
+               (unsigned long long)bs.weight_bytes);
+    }
     printf("  \"peak_rss_bytes\": %lld\n}\n", (long long)ru.ru_maxrss * 1024);
 }
 
@@ -463,6 +479,7 @@ int es_bench_main(int argc, char **argv) {
         return fail("es_model_get_info", s, es_last_error());
     }
 
+    if (o.vk_flags) setenv("EDGESPEC_VK_FLAGS", o.vk_flags, 1); /* read at backend creation */
     es_backend_params bp = es_backend_default_params();
     bp.type = o.backend;
     bp.n_threads = o.threads;

@@ -16,6 +16,10 @@ enum { CLI_EXIT_OK = 0, CLI_EXIT_FAIL = 1, CLI_EXIT_USAGE = 2 };
 int cli_cmd_run(int argc, char **argv);
 int cli_cmd_info(int argc, char **argv);
 int cli_cmd_tokenize(int argc, char **argv);
+int cli_cmd_devices(int argc, char **argv);
+
+/* Prints the backend's per-op profile (es_backend_profile) as a table on stderr (cmd_devices.c). */
+void cli_print_profile(const char *cmd, const es_backend *backend);
 int cli_cmd_bench(int argc, char **argv);
 
 /* Prints "edgespec CMD: WHAT: <es_last_error()> (<status>)" to stderr and returns CLI_EXIT_FAIL. */
@@ -42,6 +46,7 @@ typedef struct cli_backend_args {
     int32_t threads;      /* 0 = all online processors */
     int32_t ctx_size;     /* 0 = the model's, capped at 4096 */
     int32_t batch_size;   /* 0 = 512 */
+    bool profile;         /* collect and print per-op times */
 } cli_backend_args;
 
 extern const char *const cli_backend_names[]; /* "cpu", "vulkan", NULL: es_backend_type order */
@@ -54,7 +59,8 @@ cli_backend_args cli_backend_defaults(void);
     {"--device", NULL, CLI_STR, &(a).device, "DEV", "Vulkan device: index, name substring or type", 0, 0, NULL}, \
     {"--threads", "-t", CLI_INT, &(a).threads, "N", "CPU threads, 0 = all processors", 0, 4096, NULL},         \
     {"--ctx-size", "-c", CLI_INT, &(a).ctx_size, "N", "KV cache tokens, 0 = the model's (at most 4096)", 0, 1 << 24, NULL}, \
-    {"--batch-size", "-b", CLI_INT, &(a).batch_size, "N", "most tokens per forward call, 0 = 512", 0, 1 << 20, NULL}
+    {"--batch-size", "-b", CLI_INT, &(a).batch_size, "N", "most tokens per forward call, 0 = 512", 0, 1 << 20, NULL}, \
+    {"--profile", NULL, CLI_FLAG, &(a).profile, NULL, "print per-op device times at the end", 0, 0, NULL}
 
 /* Creates the backend and a context for model; on failure prints why, frees what it made and
  * returns CLI_EXIT_FAIL. */

@@ -96,6 +96,7 @@ static int generate(const run_args *a, es_backend *backend, es_context *ctx, con
             "(%.1f tokens/s), backend %s\n",
             st.n_prompt, st.prompt_ms, per_second(st.n_prompt, st.prompt_ms), st.n_generated, st.decode_ms,
             per_second(st.n_generated, st.decode_ms), where);
+    if (a->be.profile) cli_print_profile("run", backend);
     return CLI_EXIT_OK;
 }
 

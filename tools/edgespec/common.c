@@ -135,7 +135,7 @@ char *cli_read_file(const char *cmd, const char *path, size_t *len) {
 }
 
 cli_backend_args cli_backend_defaults(void) {
-    cli_backend_args a = {0, NULL, 0, 0, 0};
+    cli_backend_args a = {0, NULL, 0, 0, 0, false};
     return a;
 }
 
@@ -147,6 +147,7 @@ int cli_open_context(const char *cmd, const cli_backend_args *a, const es_model 
     bp.type = a->backend == 1 ? ES_BACKEND_VULKAN : ES_BACKEND_CPU;
     bp.n_threads = a->threads;
     bp.device = a->device;
+    bp.profile = a->profile;
     cli_progress prog = {"uploading", isatty(STDERR_FILENO) != 0, -1};
     es_model_info info;
     if (es_model_get_info(model, &info) == ES_OK &&

@@ -15,6 +15,7 @@ static const subcommand commands[] = {
     {"run", cli_cmd_run, "generate text from a prompt"},
     {"info", cli_cmd_info, "print a model's hyperparameters, tokenizer and tensors"},
     {"tokenize", cli_cmd_tokenize, "print the token ids of a text"},
+    {"devices", cli_cmd_devices, "list the Vulkan devices and the features edgespec uses"},
     {"bench", cli_cmd_bench, "measure prefill and decode tokens/s (JSON on stdout)"},
 };
 
