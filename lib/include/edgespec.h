@@ -427,7 +427,9 @@ ES_API double es_sampler_uniform(uint64_t seed, int64_t pos);
  * Generation: plain autoregressive decoding with streaming output.
  */
 
-/* Called for each generated token with its text piece. Return false to stop. */
+/* Called for each generated token with its text piece (es_token_to_piece without special
+ * rendering: control tokens give an empty piece; a multi-byte character may span pieces). The
+ * piece is valid during the call only. Return false to stop. */
 typedef bool (*es_token_fn)(int32_t token, const char *piece, size_t len, void *user);
 
 typedef struct es_generate_params {
@@ -440,16 +442,25 @@ typedef struct es_generate_params {
 
 typedef struct es_generate_stats {
     int32_t n_prompt;         /* prompt tokens processed                                         */
-    int32_t n_generated;      /* tokens produced                                                 */
-    double prompt_ms;         /* wall time of prompt processing                                  */
-    double decode_ms;         /* wall time of generation                                         */
-    int32_t n_forward_calls;  /* forward calls made during generation                            */
+    int32_t n_generated;      /* tokens produced (handed to on_token), the end token excluded     */
+    double prompt_ms;         /* wall time of prompt processing, milliseconds                    */
+    double decode_ms;         /* wall time of generation (sampling included), milliseconds       */
+    int32_t n_forward_calls;  /* forward calls made during generation (prompt calls excluded)    */
 } es_generate_stats;
 
+/* Defaults: n_predict 0, ignore_eog false, es_sampler_default_params(), no callback. */
 ES_API es_generate_params es_generate_default_params(void);
 
-/* Feeds prompt (chunked by n_batch) and generates into the context, committing every token.
- * tokens_out (may be NULL) receives up to cap generated ids. */
+/* Feeds prompt (n_prompt >= 1 tokens, chunked by the context's n_batch, appended after its
+ * committed tokens) and generates: each token is sampled with params->sampling at the position it
+ * will occupy, handed to on_token, then forwarded and committed, so after the call the context
+ * holds the prompt and the generated tokens and a later call continues the sequence. Stops after
+ * n_predict tokens, at an end-of-generation token (not emitted, not committed, unless
+ * ignore_eog), when on_token returns false (its token stays uncommitted), or when the context is
+ * full (the last token, sampled from the last slot's logits, stays uncommitted). The repetition
+ * penalty sees this call's prompt and generated tokens. tokens_out (may be NULL) receives the
+ * first cap generated ids; stats (may be NULL) is filled on success and on failure. On failure the
+ * context is truncated back to its committed tokens before the call. */
 ES_API es_status es_generate(es_context *ctx, const int32_t *prompt, size_t n_prompt,
                              const es_generate_params *params, int32_t *tokens_out, size_t cap,
                              es_generate_stats *stats);
