@@ -27,4 +27,14 @@ double es__time_now(void);
 /* Online processors (at least 1). */
 int es__cpu_count(void);
 
+/* Page-granular memory for large, long-lived buffers that are streamed (a backend's copy of the
+ * weights): backed by huge pages where the OS offers them, which lets the hardware prefetchers
+ * run across 4 KiB boundaries. Zero-filled; NULL on failure. Free with es__pages_free(p, size). */
+void *es__pages_alloc(size_t size);
+void es__pages_free(void *p, size_t size);
+
+/* Tells the OS that the pages of [p, p + size) (part of a file mapping or any memory) are not
+ * needed soon: it may reclaim them if it can do so without losing data. Content stays valid. */
+void es__pages_release(const void *p, size_t size);
+
 #endif /* ES_PLATFORM_H */

@@ -1,4 +1,5 @@
-/* posix.c: POSIX implementation of platform.h. */
+/* posix.c: POSIX implementation of platform.h (Linux extras where available: huge pages, page-out). */
+#define _DEFAULT_SOURCE /* MAP_ANONYMOUS and madvise */
 #define _POSIX_C_SOURCE 200809L
 #include "platform.h"
 
@@ -79,4 +80,31 @@ double es__time_now(void) {
 int es__cpu_count(void) {
     long n = sysconf(_SC_NPROCESSORS_ONLN);
     return n < 1 ? 1 : (int)n;
+}
+
+void *es__pages_alloc(size_t size) {
+    if (size == 0) return NULL;
+    void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) return NULL;
+#ifdef MADV_HUGEPAGE
+    madvise(p, size, MADV_HUGEPAGE); /* advice only: without transparent huge pages it is 4 KiB pages */
+#endif
+    return p;
+}
+
+void es__pages_free(void *p, size_t size) {
+    if (p) munmap(p, size);
+}
+
+void es__pages_release(const void *p, size_t size) {
+#ifdef MADV_PAGEOUT
+    /* whole pages inside the range only; page-out never discards data (a dirty anonymous page
+     * would go to swap, a clean file page is read back when touched again) */
+    const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    uintptr_t lo = ((uintptr_t)p + page - 1) & ~(page - 1), hi = ((uintptr_t)p + size) & ~(page - 1);
+    if (hi > lo) madvise((void *)lo, hi - lo, MADV_PAGEOUT);
+#else
+    (void)p;
+    (void)size;
+#endif
 }

@@ -7,6 +7,7 @@
 #include "msa.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static es_status cpu_init(es_backend *b, const es_backend_params *p) {
@@ -62,6 +63,7 @@ static es_status norm_copy(es_backend *b, const es__kern *k, const es__tensor *t
 static void cpu_model_release(es_backend *b, void *weights) {
     es__cpu_weights *W = weights;
     if (!W) return;
+    es__pages_free(W->repacked, W->repacked_size);
     es__free(b->alloc, W->layers);
     es__free(b->alloc, W->norms);
     es__free(b->alloc, W);
@@ -100,6 +102,61 @@ static es_status upload_views(es_backend *b, const es_model *m, es__cpu_weights 
     return ES_OK;
 }
 
+/* The matrices one decoded token streams: the output head and every layer's projections. */
+static int32_t streamed_mats(es__cpu_weights *W, int32_t n_layer, es__cpu_mat **mats) {
+    int32_t n = 0;
+    mats[n++] = &W->output;
+    for (int32_t il = 0; il < n_layer; il++) {
+        es__cpu_layer *L = &W->layers[il];
+        es__cpu_mat *l[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->gate, &L->up, &L->down};
+        for (size_t i = 0; i < ES__ARRAY_LEN(l); i++) mats[n++] = l[i];
+    }
+    return n;
+}
+
+/* Copies the streamed matrices out of the file mapping into one block of huge-page-backed memory
+ * (es__pages_alloc): decode reads every weight once per token, and on the development VM streaming
+ * from 4 KiB file pages ran clearly slower than from huge pages (docs/perf.md). The copied range
+ * of the mapping is then released to the OS (es__pages_release: page-out, content stays valid), so
+ * resident memory does not double. With EDGESPEC_CPU_MAP_WEIGHTS=1 the weights are read in place.
+ * The embedding (one row per token) stays in the mapping unless it is also the output head. */
+static es_status copy_weights(es_backend *b, const es_model *m, es__cpu_weights *W) {
+    const char *env = getenv("EDGESPEC_CPU_MAP_WEIGHTS");
+    if (env && strcmp(env, "1") == 0) return ES_OK;
+    es__cpu_mat **mats = es__calloc(b->alloc, 1 + 7 * (size_t)m->hp.n_layer, sizeof *mats);
+    ES_RETURN_IF(!mats, &b->err, ES_ERR_OUT_OF_MEMORY, "cpu backend: out of memory");
+    const int32_t n = streamed_mats(W, m->hp.n_layer, mats);
+    const size_t align = 4096;
+    size_t total = 0;
+    for (int32_t i = 0; i < n; i++) total += (mats[i]->row_bytes * (size_t)mats[i]->n_out + align - 1) / align * align;
+    uint8_t *mem = es__pages_alloc(total);
+    if (!mem) {
+        /* not fatal: read the weights in place */
+        es__logf(&b->log, ES_LOG_WARN, "cpu backend: could not allocate %zu bytes for the weights; reading them from the file mapping", total);
+        es__free(b->alloc, mats);
+        return ES_OK;
+    }
+    const bool tied = W->output.data == W->tok_embd.data;
+    size_t off = 0;
+    for (int32_t i = 0; i < n; i++) {
+        const size_t sz = mats[i]->row_bytes * (size_t)mats[i]->n_out;
+        memcpy(mem + off, mats[i]->data, sz);
+        es__pages_release(mats[i]->data, sz);
+        mats[i]->data = mem + off;
+        off += (sz + align - 1) / align * align;
+        if (b->progress_fn && !b->progress_fn((float)off / (float)total, b->progress_user)) {
+            es__pages_free(mem, total);
+            es__free(b->alloc, mats);
+            return es__fail(&b->err, ES_ERR_CANCELLED, "cpu backend: weight upload cancelled");
+        }
+    }
+    if (tied) W->tok_embd.data = W->output.data;
+    W->repacked = mem;
+    W->repacked_size = total;
+    es__free(b->alloc, mats);
+    return ES_OK;
+}
+
 static es_status cpu_model_upload(es_backend *b, const es_model *m, void **weights) {
     *weights = NULL;
     ES_RETURN_IF(!m->has_weights, &b->err, ES_ERR_INVALID_ARGUMENT, "cpu backend: model has no weights (vocab_only)");
@@ -114,6 +171,7 @@ static es_status cpu_model_upload(es_backend *b, const es_model *m, void **weigh
         return es__fail(&b->err, ES_ERR_OUT_OF_MEMORY, "cpu backend: out of memory for weight views");
     }
     es_status s = upload_views(b, m, W);
+    if (s == ES_OK) s = copy_weights(b, m, W);
     if (s != ES_OK) {
         cpu_model_release(b, W);
         return s;
