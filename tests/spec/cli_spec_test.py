@@ -53,6 +53,7 @@ def main():
     ap.add_argument("--adapter", required=True)
     ap.add_argument("--draft", required=True)
     ap.add_argument("--backend", default="cpu")
+    ap.add_argument("--kjv", action="store_true", help="the model was trained on the KJV: held-out verses as prompts")
     a = ap.parse_args()
     be = ["--backend", a.backend]
     if a.backend == "vulkan" and "ASAN_OPTIONS" in ENV:
@@ -61,11 +62,15 @@ def main():
         # can name. The library's own Vulkan leaks are covered by the C tests, which pin the driver.
         ENV["ASAN_OPTIONS"] += ":detect_leaks=0"
     prompts = ["In the beginning", "a", "the quick brown fox jumps over the lazy dog and then some more words follow"]
+    if a.kjv:  # the first verses of books tools/train held out
+        prompts = ["Now it came to pass in the days when the judges ruled,", "Vanity of vanities, saith the Preacher,",
+                   "That which was from the beginning, which we have heard,"]
     sampling = [["--temp", "0"], ["--temp", "0.8", "--top-k", "30", "--seed", "11"],
                 ["--temp", "1.2", "--top-p", "0.9", "--repeat-penalty", "1.2", "--seed", "4"]]
     specs = [["--spec", "stream", "--ss", a.adapter],
              ["--spec", "stream", "--ss", a.adapter, "--topk", "3", "--max-nodes", "20", "--prune", "0.001"],
              ["--spec", "stream", "--ss", a.adapter, "--gamma", "1", "--topk", "4"],
+             ["--spec", "stream", "--ss", a.adapter, "--topk", "8", "--max-nodes", "64", "--fixed-tree"],
              ["--spec", "draft", "-md", a.draft, "--lookahead", "3"]]
     quick = a.backend != "cpu"  # lavapipe: a subset of the combinations, the same checks
     for pi, prompt in enumerate(prompts):
