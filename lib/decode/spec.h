@@ -34,6 +34,8 @@ struct es_spec {
     float *cand_cal;           /* [2][depth][k] calibrated log-probabilities of acceptance        */
     float *node_lp;            /* [tree cap] each node's own draft log-probability                */
     es__tuner tune;
+    bool plain_next;           /* drafting did not pay: the next call is a plain forward, without
+                                  the stream hooks (until the next exploration)                  */
     double *cand_q;            /* [2][depth][n_vocab] rejection mode: the levels' draft dists     */
     uint8_t *logit_flags;      /* [n_batch] all ones: every tree node wants logits                */
     uint8_t *zeros;            /* [max n_batch] no logits (prefill)                               */

@@ -13,10 +13,12 @@
 /* Candidates for the next tree from the streams of node `last` (which sits at position pos):
  * stream g + 1 predicts the token at pos + 2 + g, a child of level g's nodes (3.2.2). They go to
  * the candidate buffer that is not s->cur. */
-static es_status draft_from_streams(es_spec *s, int32_t last, es__levels *lv) {
+static es_status draft_from_streams(es_spec *s, int32_t last, bool hooks, es__levels *lv) {
     memset(lv, 0, sizeof *lv);
-    /* how many streams pay for themselves now (all of them when drafting is not adaptive) */
-    const int32_t n_lv = es__tuner_streams(&s->tune, s->depth, s->k, ES__MIN(s->p.max_nodes, s->tree.cap));
+    /* how many streams pay for themselves now (all of them when drafting is not adaptive); a
+     * plain forward kept nothing for them */
+    const int32_t n_lv = hooks ? es__tuner_streams(&s->tune, s->depth, s->k, ES__MIN(s->p.max_nodes, s->tree.cap)) : 0;
+    s->plain_next = n_lv == 0 && s->tune.adaptive && !es__tuner_explores_next(&s->tune);
     if (n_lv == 0) return ES_OK; /* a plain step next */
     const float *sl = NULL;
     const double t0 = es__time_now();
@@ -47,7 +49,8 @@ es_status es__spec_stream_step(es_spec *s, int32_t *tokens, size_t cap, size_t *
     es_batch b = {t->n, t->token, t->pos, t->dfs_start, t->dfs_end, s->logit_flags};
     /* lazy streams: only the last accepted node's are ever read (the same values as computing
      * every node's in the pass) */
-    es_status st = es__forward_ss_ex(ctx, &b, s->depth, s->p.prune_threshold, true);
+    const bool hooks = !s->plain_next || t->n > 1;
+    es_status st = hooks ? es__forward_ss_ex(ctx, &b, s->depth, s->p.prune_threshold, true) : es_forward(ctx, &b);
     if (st != ES_OK) return es__fail(&s->err, st, "%s", ctx->err.msg);
     const double fwd_ms = (es__time_now() - t0) * 1e3;
     for (int32_t i = 0; i < t->n; i++) s->skip[i] = es__token_pruned(ctx, i);
@@ -55,7 +58,7 @@ es_status es__spec_stream_step(es_spec *s, int32_t *tokens, size_t cap, size_t *
     int32_t path[ES_SPEC_MAX_DEPTH + 1], n_path = 0;
     st = es__spec_verify(s, cap, tokens, n_tokens, path, &n_path);
     es__levels lv;
-    if (st == ES_OK) st = draft_from_streams(s, path[n_path - 1], &lv);
+    if (st == ES_OK) st = draft_from_streams(s, path[n_path - 1], hooks, &lv);
     const double ms = (es__time_now() - t0) * 1e3;
     s->st.target_ms += ms;
     if (st == ES_OK) es__tuner_observe_call(&s->tune, t->n, fwd_ms);

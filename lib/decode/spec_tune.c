@@ -88,6 +88,10 @@ int32_t es__tuner_streams(const es__tuner *t, int32_t gamma, int32_t k, int32_t 
     return best_g;
 }
 
+bool es__tuner_explores_next(const es__tuner *t) {
+    return (t->calls + 1) % EXPLORE == 0;
+}
+
 void es__tuner_observe_draft_call(es__tuner *t, double ms) {
     if (!(ms >= 0.0)) return;
     t->draft_ms = t->draft_ms > 0.0 ? 0.9 * t->draft_ms + 0.1 * ms : ms;

@@ -43,6 +43,9 @@ void es__tuner_observe_streams(es__tuner *t, int32_t g, double ms);
  * 0..gamma that maximises expected tokens per unit of cost, with k candidates per stream and at
  * most cap tree nodes; gamma when not adaptive or while the costs are unknown. */
 int32_t es__tuner_streams(const es__tuner *t, int32_t gamma, int32_t k, int32_t cap);
+
+/* Whether the next call is one that drafts from every stream whatever the costs (exploration). */
+bool es__tuner_explores_next(const es__tuner *t);
 void es__tuner_observe_draft_call(es__tuner *t, double ms);
 /* Counts, for every child of an accepted node, whether it was accepted: path[1..n_path) were,
  * and of the last path node's children next_child (or none, -1). raw_logp[i] is node i's own
