@@ -37,14 +37,14 @@ static void vk_test_log(es_log_level level, const char *msg, void *user) {
  * loader unloads the driver with the last VkInstance, which leaves those allocations unreachable
  * and LeakSanitizer (the ASan CI build) reporting the driver's leak as ours. Holding one instance
  * for the life of the test process keeps the driver loaded and its allocations reachable. */
-static void vk_pin_driver(void) {
+static inline void vk_pin_driver(void) {
     static VkInstance pinned;
     if (pinned) return;
     VkInstanceCreateInfo ci = {.sType = VK_STRUCTURE_TYPE_INSTANCE_CREATE_INFO};
     if (vkCreateInstance(&ci, NULL, &pinned) != VK_SUCCESS) pinned = VK_NULL_HANDLE;
 }
 
-static es_backend *vk_backend(uint32_t flags) {
+static inline es_backend *vk_backend(uint32_t flags) {
     vk_pin_driver();
     es_backend_params p = es_backend_default_params();
     p.type = ES_BACKEND_VULKAN;
