@@ -37,6 +37,7 @@
 #define ES_STEP_N_PAST 0  /* committed tokens                                    */
 #define ES_STEP_NB 1      /* entries per array: n_batch + 1                       */
 #define ES_STEP_N_KEEP 2  /* kv_move: slots kept                                 */
+#define ES_STEP_CHAIN 3   /* 1: the batch is a chain, so position q is in slot q */
 #define ES_STEP_HDR 8
 #define ES_STEP_TOKENS 0  /* [n] token ids                                       */
 #define ES_STEP_POS 1     /* [n] absolute positions                              */
@@ -68,9 +69,10 @@
     U(x_stride) /* floats between rows of X                                   */                   \
     U(team)     /* lanes per team the scales were interleaved for (weights.glsl) */
 
-/* attn: one (head, split, token) of tree attention with online softmax; see attn.comp. */
+/* attn: one (head, split) of tree attention for a tile of tokens, online softmax; attn.comp. */
 #define ES_PC_ATTN(U, F)                                                                           \
-    U(t0)       /* first token of this dispatch (grid z counts from it)       */                   \
+    U(t0)       /* first token of this dispatch (grid z counts tiles from it)  */                  \
+    U(n_tok)    /* tokens in this dispatch                                     */                  \
     U(n_head)                                                                                      \
     U(n_head_kv)                                                                                   \
     U(hd)                                                                                          \

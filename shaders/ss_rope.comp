@@ -2,7 +2,7 @@
 // ss_rope.comp: rotary embedding of the stream rows' Q and K heads, in place, at the position of
 // the node they belong to (streams use their node's position, tools/train/model.py). Streams
 // write no KV: nothing goes to the cache. Angles from the host's double-precision table, pairs as
-// in rope_kv.comp.
+// in mul_mat.comp's RoPE epilogue (ES_ROPE_NORM: (2i, 2i + 1), ES_ROPE_NEOX: (i, i + n_rot / 2)).
 #extension GL_GOOGLE_include_directive : require
 #include "common.glsl"
 #include "ss_push.h"

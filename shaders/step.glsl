@@ -10,6 +10,15 @@ int step_array(uint which, uint i) { return step_at(ES_STEP_HDR + which * step_n
 int step_token(uint t) { return step_array(ES_STEP_TOKENS, t); }
 int step_pos(uint t) { return step_array(ES_STEP_POS, t); }
 
+// The cache slot holding the key at position q for batch token t (q <= pos[t]). Committed
+// positions and chains (chain = step_at(ES_STEP_CHAIN) != 0, read once by the caller) keep
+// position q in slot q; in a tree the ancestor decides.
+int step_ancestor(uint t, uint d);
+uint step_slot(uint t, uint q, uint n_past, bool chain) {
+    if (q < n_past || chain) return q;
+    return n_past + uint(step_ancestor(t, q - n_past));
+}
+
 // DFS pre-order tree (FlashSpecInfer's DFS intervals): batch token i is an ancestor-or-self of
 // token t iff i <= t <= dfs_end[i]. The ancestor of t at depth d is the one such i among the
 // tokens at depth d, which the host lists in `order` between level[d] and level[d + 1].

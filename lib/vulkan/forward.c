@@ -155,7 +155,7 @@ static es_status upload_rope(es_context *ctx, vk_ctx *c) {
 static es_status get_pipelines(es_context *ctx, vk_ctx *c) {
     es__vk_dev *d = c->d;
     ES_TRY(es__vk_simple_pipe(d, "rmsnorm", true, true, &c->p_norm));
-    ES_TRY(es__vk_attn_pipe(d, ES__ATTN_TILE, &c->p_attn));
+    ES_TRY(es__vk_attn_pipe(d, (uint32_t)ctx->model->hp.head_dim, &c->p_attn));
     ES_TRY(es__vk_simple_pipe(d, "attn_merge", true, false, &c->p_merge));
     ES_TRY(es__vk_simple_pipe(d, "kv_move", true, false, &c->p_kv_move));
     ES_TRY(es__vk_get_rows_pipe(d, c->w->tok_embd.type, &c->p_get_rows));
@@ -408,8 +408,8 @@ static es_status record(es_context *ctx, vk_ctx *c, vk_cb *cb) {
         es__pc_mul_mat pc = mat_call(c, n, c->E32, c->QKV32);
         ES_TRY(rec_mat(c, &r, "mul_mat_qkv", &vl->qkv, s->qkv, ES__EPI_ROPE_KV, &pc));
         for (uint32_t t0 = 0, k = 0; t0 < n; t0 += ES__ATTN_CHUNK, k++) {
-            es__pc_attn pa = {t0, (uint32_t)hp->n_head, (uint32_t)hp->n_head_kv, hd, c->QKV32, c->n_ctx,
-                              ES__ATTN_SPLIT, c->max_splits, c->Q32, 1.0f / sqrtf((float)hd)};
+            es__pc_attn pa = {t0, ES__MIN(ES__ATTN_CHUNK, n - t0), (uint32_t)hp->n_head, (uint32_t)hp->n_head_kv, hd,
+                              c->QKV32, c->n_ctx, ES__ATTN_SPLIT, c->max_splits, c->Q32, 1.0f / sqrtf((float)hd)};
             es__vk_rec_dispatch_indirect(&r, "attn", c->p_attn, s->attn, &pa, c->step.buf,
                                          ((VkDeviceSize)c->step_ind + 8 * k) * 4);
             if (c->max_splits > 1) { /* its grid is empty when no token of the chunk needs two splits */
@@ -496,7 +496,8 @@ static void write_step(const es_context *ctx, vk_ctx *c, const es__fwd *f) {
         int32_t maxp = 0;
         for (uint32_t t = t0; t < t1; t++) maxp = ES__MAX(maxp, f->pos[t]);
         const uint32_t splits = (uint32_t)maxp / ES__ATTN_SPLIT + 1;
-        const uint32_t grids[8] = {heads, splits, t1 - t0, 0, splits > 1 ? heads : 0, t1 - t0, 1, 0};
+        const uint32_t grids[8] = {((t1 - t0) * heads + ES__ATTN_WG - 1) / ES__ATTN_WG, splits, 1, 0,
+                                   splits > 1 ? heads : 0, t1 - t0, 1, 0};
         memcpy(ind + 8 * k, grids, sizeof grids);
     }
 }

@@ -86,8 +86,8 @@ static es_status upload_vectors(es__vk_dev *d, const es_model *m, es__vk_model *
 /* Shapes the kernels rely on, checked once so they never see one they cannot handle. */
 static es_status check_shapes(es__vk_dev *d, const es_model *m) {
     const es__hparams *hp = &m->hp;
-    ES_RETURN_IF(hp->head_dim % 4 != 0 || hp->head_dim > 256 || hp->head_dim < 4, d->err, ES_ERR_UNSUPPORTED,
-                 "vulkan: head_dim %d; the attention kernel needs a multiple of 4 up to 256", hp->head_dim);
+    ES_RETURN_IF(hp->head_dim % 4 != 0 || hp->head_dim > 512 || hp->head_dim < 4, d->err, ES_ERR_UNSUPPORTED,
+                 "vulkan: head_dim %d; the attention kernel needs a multiple of 4 up to 512", hp->head_dim);
     ES_RETURN_IF(hp->n_rot % 2 != 0 || hp->n_rot > hp->head_dim, d->err, ES_ERR_UNSUPPORTED,
                  "vulkan: n_rot %d must be even and at most head_dim %d", hp->n_rot, hp->head_dim);
     ES_RETURN_IF(hp->n_head_kv <= 0 || hp->n_head % hp->n_head_kv != 0, d->err, ES_ERR_MODEL,

@@ -428,7 +428,9 @@ es_status es__vk_run_attention(es_backend *b, const float *q, const float *kc, c
     es__vk_buf *Q = NULL, *K = NULL, *V = NULL, *S = NULL, *O = NULL, *P = NULL;
     es__vk_bind bq, bk, bv, bs, bp;
     es__vk_pipeline *pa = NULL, *pm = NULL;
-    if (s == ES_OK) s = es__vk_attn_pipe(r.d, ES__ATTN_TILE, &pa);
+    if (s == ES_OK && (hd % 4 || hd > 512))
+        s = es__fail(&b->err, ES_ERR_UNSUPPORTED, "vulkan op: head dimension %u not supported", hd);
+    if (s == ES_OK) s = es__vk_attn_pipe(r.d, hd, &pa);
     if (s == ES_OK) s = es__vk_simple_pipe(r.d, "attn_merge", true, false, &pm);
     if (s == ES_OK) s = run_buf(&r, q, sizeof *q * n * qd, &Q);
     if (s == ES_OK) s = run_buf(&r, kc, sizeof *kc * n_head_kv * n_ctx * hd, &K);
@@ -447,8 +449,9 @@ es_status es__vk_run_attention(es_backend *b, const float *q, const float *kc, c
         int32_t maxp = 0;
         for (uint32_t t = t0; t < t1; t++) maxp = ES__MAX(maxp, pos[t]);
         es__vk_bind ba[6] = {bq, bk, bv, bs, whole(O), whole(P)};
-        es__pc_attn pc = {t0, n_head, n_head_kv, hd, qd, n_ctx, ES__ATTN_SPLIT, max_splits, qd, scale};
-        s = run_one(&r, pa, ba, &pc, n_head, (uint32_t)maxp / ES__ATTN_SPLIT + 1, t1 - t0);
+        es__pc_attn pc = {t0, t1 - t0, n_head, n_head_kv, hd, qd, n_ctx, ES__ATTN_SPLIT, max_splits, qd, scale};
+        s = run_one(&r, pa, ba, &pc, ((t1 - t0) * n_head + ES__ATTN_WG - 1) / ES__ATTN_WG,
+                    (uint32_t)maxp / ES__ATTN_SPLIT + 1, 1);
         if (s == ES_OK && max_splits > 1) {
             es__vk_bind bm[3] = {bp, bs, whole(O)};
             es__pc_attn_merge pm_pc = {t0, n_head, hd, ES__ATTN_SPLIT, max_splits, qd};

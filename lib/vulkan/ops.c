@@ -68,9 +68,9 @@ es_status es__vk_simple_pipe(es__vk_dev *d, const char *family, bool reads, bool
     return pipe_for(d, family, NULL, reads, reduces, false, spec, 2, out);
 }
 
-es_status es__vk_attn_pipe(es__vk_dev *d, uint32_t tile, es__vk_pipeline **out) {
-    const uint32_t spec[2] = {tile, d->subgroup_size};
-    return pipe_for(d, "attn", NULL, true, false, false, spec, 2, out);
+es_status es__vk_attn_pipe(es__vk_dev *d, uint32_t hd, es__vk_pipeline **out) {
+    const uint32_t spec[3] = {ES__ATTN_WG, d->subgroup_size, hd / 4};
+    return pipe_for(d, "attn", NULL, true, false, false, spec, 3, out);
 }
 
 es_status es__vk_get_rows_pipe(es__vk_dev *d, es__dtype type, es__vk_pipeline **out) {
@@ -127,6 +127,9 @@ void es__vk_step_write(int32_t *s, uint32_t stride, int32_t n_past, int32_t n, c
         cnt[dd] = level[dd];
     }
     for (int32_t j = 0; j < n; j++) order[cnt[pos[j] - n_past]++] = j;
+    bool chain = true;
+    for (int32_t j = 0; j < n && chain; j++) chain = pos[j] == n_past + j;
+    s[ES_STEP_CHAIN] = chain ? 1 : 0;
 }
 
 void es__vk_rope_table(float *dst, uint32_t p0, uint32_t np, uint32_t n_rot, float freq_base, float freq_scale) {

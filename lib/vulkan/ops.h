@@ -8,11 +8,11 @@
 #include "kernels.h"
 #include "weights.h"
 
-/* Attention geometry. Batch invariance needs these fixed: tiles and splits are aligned to
- * absolute positions, whatever the batch. */
-#define ES__ATTN_SPLIT 256u /* key positions per split (a multiple of the tile)           */
-#define ES__ATTN_TILE 32u   /* attention workgroup size = key positions per tile           */
+/* Attention geometry. Batch invariance needs the split fixed: splits are aligned to absolute
+ * positions, whatever the batch. */
+#define ES__ATTN_SPLIT 256u /* key positions per split                                     */
 #define ES__ATTN_CHUNK 64u  /* tokens per attention dispatch (bounds the partials buffer)  */
+#define ES__ATTN_WG 64u     /* (token, head) pairs per attention workgroup                  */
 
 /* Fills the step arrays for a batch (shaders/push.h: ES_STEP_*): n_past, tokens (may be NULL),
  * positions, DFS ends, the rows wanting logits (may be NULL), and the depth order of the tree.
@@ -39,9 +39,10 @@ es_status es__vk_mul_mat_pipe(es__vk_dev *d, const es__vk_mat *m, uint32_t tok, 
 void es__vk_rec_mul_mat(es__vk_rec *r, const char *op, const es__vk_pipeline *p, const es__vk_mat *m,
                         const VkDescriptorSet *sets, const es__pc_mul_mat *pc);
 
-/* Pipelines of the other families: workgroup size for the device, or the attention tile. */
+/* Pipelines of the other families, with the workgroup size for the device. */
 es_status es__vk_simple_pipe(es__vk_dev *d, const char *family, bool reads, bool reduces, es__vk_pipeline **out);
-es_status es__vk_attn_pipe(es__vk_dev *d, uint32_t tile, es__vk_pipeline **out);
+/* Attention for heads of hd: ES__ATTN_WG (token, head) pairs per workgroup. */
+es_status es__vk_attn_pipe(es__vk_dev *d, uint32_t hd, es__vk_pipeline **out);
 es_status es__vk_get_rows_pipe(es__vk_dev *d, es__dtype type, es__vk_pipeline **out);
 
 /* ---- oprun.c: one op on host arrays (tests, micro-benchmarks). All run on backend b, which
