@@ -8,12 +8,13 @@ equals the target's argmax at the same position).
 The simulator predicts what Speculative Streaming with greedy decoding will accept: it decodes
 greedily with the main stream from prompts, runs one forward pass over each generated sequence,
 and walks it as the C library's loop does (papers/speculative-streaming.txt, 3.2.2): a call at the
-last accepted position t drafts, from streams 1..gamma at t, the top-k tokens per depth as a full
-tree (1 + sum k^g nodes), and accepts the longest path matching the greedy continuation. A call
-advances 1 + accepted tokens. Stream logits at t depend only on the main stream at positions <= t
-(Eq. 2), so one pass over the final sequence gives exactly the logits each call would compute.
-Deliberately not here: tree pruning's effect on tree size (it needs the tree forward the C library
-implements); the simulator reports acceptance without pruning.
+last accepted position t drafts from streams 1..gamma at t, and accepts the longest tree path that
+matches the greedy continuation; a call advances 1 + accepted tokens. Two tree policies: the full
+tree of top-k per level (1 + sum k^d nodes, the paper's) and a best-first tree of at most N nodes
+by summed stream log-probability (lib/core/tree.c's). Stream logits at t depend only on the main
+stream at positions <= t (Eq. 2), so one pass over the final sequence gives exactly the logits
+each call would compute. Deliberately not here: tree pruning's effect on tree size (it needs the
+tree forward the C library implements); the simulator reports acceptance without pruning.
 """
 
 import math
@@ -108,59 +109,91 @@ def greedy_generate(model, prompt, n_new):
     return seq
 
 
+def _accept_full(cand, seq, t, g, k, end):
+    """Accepted depth for the full tree of top-k per level (1 + sum k^d nodes)."""
+    a = 0
+    while a < g and t + 2 + a <= end and seq[t + 2 + a] in cand[t, a, :k]:
+        a += 1
+    return a
+
+
+def _accept_best_first(cand, lp, seq, t, g, k, cap, end):
+    """Accepted depth for a best-first tree: the cap - 1 non-root nodes of highest path
+    log-probability (sum over depths of the streams' log-softmax) among the full top-k tree, as
+    lib/core/tree.c builds it (ties, rare with float sums, are ignored here)."""
+    a, path = 0, 0.0
+    sums = np.zeros(1)
+    levels = []
+    for d in range(g):
+        sums = (sums[:, None] + lp[t, d, :k][None, :]).reshape(-1)
+        levels.append(sums)
+    allv = np.concatenate(levels)
+    while a < g and t + 2 + a <= end:
+        hit = np.nonzero(cand[t, a, :k] == seq[t + 2 + a])[0]
+        if len(hit) == 0:
+            break
+        path += lp[t, a, hit[0]]
+        if np.count_nonzero(allv > path) >= cap - 1:
+            break
+        a += 1
+    return a
+
+
 @torch.no_grad()
-def simulate(model, prompts, n_new, gammas, ks, drafter=None, lookaheads=()):
-    """Tokens advanced per target call for Speculative Streaming (each gamma <= n_streams, each k)
-    and, with a drafter, for draft-model speculation with each lookahead (chain drafts: the
-    drafter's greedy tokens, accepted while they equal the target's). Returns a dict of results
-    and the generated sequences."""
+def simulate(model, prompts, n_new, gammas, ks, caps=(), drafter=None, lookaheads=(), kmax=8):
+    """Tokens advanced per target call, from greedy generations of n_new tokens after each prompt:
+    Speculative Streaming with full top-k trees for each gamma <= n_streams and k, best-first
+    trees of at most cap nodes (candidates: top-kmax per level) for each cap, and with a drafter,
+    draft-model speculation with chain drafts of each lookahead (the drafter's greedy tokens,
+    accepted while they equal the target's). Returns (results, sequences)."""
     model.eval()
-    seqs = []
-    for p in prompts:
-        seqs.append((len(p), greedy_generate(model, p, n_new)))
-    res = {"ss": {}, "draft": {}}
+    seqs = [(len(p), greedy_generate(model, p, n_new)) for p in prompts]
     per_seq = []
     for p_len, seq in seqs:
-        x = torch.as_tensor([seq])
-        out = model(x, want_prune=False)
-        per_seq.append((p_len, seq, out["stream_logits"][0] if "stream_logits" in out else None))
+        out = model(torch.as_tensor([seq]), want_prune=False)
+        ls = torch.log_softmax(out["stream_logits"][0].double(), dim=-1)  # (T, G, V)
+        top = ls.topk(kmax, dim=-1)
+        per_seq.append((p_len, seq, top.indices.numpy(), top.values.numpy()))
+
+    def walk(accept):
+        calls, adv = 0, 0
+        hist = np.zeros(max(gammas) + 1, dtype=np.int64)
+        for p_len, seq, cand, lp in per_seq:
+            # The prompt call yields the first token (the first root) and drafts from p_len - 1.
+            t, end = p_len - 1, len(seq) - 1
+            while t < end:
+                a = accept(seq, cand, lp, t, end)  # this call commits seq[t+1] and a drafts
+                calls += 1
+                adv += 1 + a
+                hist[a] += 1
+                t += 1 + a
+        return adv / calls, hist[:].tolist()
+
+    res = {"ss_full": [], "ss_best_first": [], "draft": []}
     for g in gammas:
         for k in ks:
-            calls, adv, depth_hist = 0, 0, np.zeros(g + 1, dtype=np.int64)
-            for p_len, seq, sl in per_seq:
-                top = sl[:, :g].topk(k, dim=-1).indices.numpy()  # (T, g, k)
-                # The prompt call yields the first token and the first draft (at p_len - 1).
-                t = p_len - 1
-                end = len(seq) - 1
-                while t < end:
-                    # this call commits seq[t+1] (the root, already known) and drafts from t
-                    a = 0
-                    while a < g and t + 2 + a <= end and seq[t + 2 + a] in top[t, a]:
-                        a += 1
-                    calls += 1
-                    adv += 1 + a
-                    depth_hist[a] += 1
-                    t += 1 + a
-            res["ss"]["g%d_k%d" % (g, k)] = {
-                "gamma": g, "k": k, "tree_nodes": 1 + sum(k ** i for i in range(1, g + 1)),
-                "tokens_per_call": adv / calls, "accept_depth_hist": depth_hist.tolist()}
+            tpc, hist = walk(lambda seq, c, lp, t, end: _accept_full(c, seq, t, g, k, end))
+            res["ss_full"].append({"gamma": g, "k": k, "nodes": 1 + sum(k ** i for i in range(1, g + 1)),
+                                   "tokens_per_call": tpc, "accept_depth_hist": hist[:g + 1]})
+        for cap in caps:
+            tpc, hist = walk(lambda seq, c, lp, t, end: _accept_best_first(c, lp, seq, t, g, kmax, cap, end))
+            res["ss_best_first"].append({"gamma": g, "k": kmax, "nodes": cap, "tokens_per_call": tpc,
+                                         "accept_depth_hist": hist[:g + 1]})
     if drafter is not None:
+        dls = [drafter(torch.as_tensor([seq]), want_streams=False, want_prune=False)["logits"][0]
+               .argmax(-1).numpy() for _, seq in seqs]
         for la in lookaheads:
             calls, adv = 0, 0
-            for p_len, seq, _ in per_seq:
-                dl = drafter(torch.as_tensor([seq]), want_streams=False,
-                             want_prune=False)["logits"][0].argmax(-1).numpy()
-                t = p_len - 1
-                end = len(seq) - 1
+            for (p_len, seq), dl in zip(seqs, dls):
+                t, end = p_len - 1, len(seq) - 1
                 while t < end:
-                    # Drafts seq[t+2..]: the drafter's argmax continuation from the true prefix
-                    # (the drafter runs autoregressively on its own accepted tokens, which equal
-                    # the target's up to the first mismatch).
+                    # The drafter continues greedily from the committed prefix; its token at
+                    # t + 1 + i equals its argmax there while all earlier drafts matched.
                     a = 0
                     while a < la and t + 2 + a <= end and dl[t + 1 + a] == seq[t + 2 + a]:
                         a += 1
                     calls += 1
                     adv += 1 + a
                     t += 1 + a
-            res["draft"]["la%d" % la] = {"lookahead": la, "tokens_per_call": adv / calls}
+            res["draft"].append({"lookahead": la, "tokens_per_call": adv / calls})
     return res, [s for _, s in seqs]
