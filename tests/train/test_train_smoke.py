@@ -147,6 +147,19 @@ with torch.no_grad():
     check(torch.equal(ft(tok)["logits"], plain(tok)["logits"]), "ss mode leaves the base unchanged")
 check(ft.cfg.n_streams == 3 and ft.cfg.prune_layer == 2, "ss mode config")
 
+# 5. --ss-init continues from an existing adapter: before its first step it evaluates exactly as
+# the model that adapter was exported from.
+e = os.path.join(WORK, "e")
+run([os.path.join(TRAIN, "train.py"), "--out", e, "--mode", "ss", "--base", base, "--ss-init",
+     os.path.join(WORK, "tiny-f32.ss.gguf"), "--corpus-file", text, "--valid-frac", "0.1", "--ctx", "32",
+     "--batch", "8", "--steps", "2", "--threads", "1", "--eval-every", "1000"])
+first = [r["eval"] for r in log(e) if "eval" in r][0]
+final_a = [r["eval"] for r in log(a) if "eval" in r][-1]
+check(first["main_loss"] == final_a["main_loss"] and
+      [s["loss"] for s in first["streams"]] == [s["loss"] for s in final_a["streams"]] and
+      first["prune_loss"] == final_a["prune_loss"],
+      "--ss-init starts from the adapter: %s vs %s" % (first, final_a))
+
 if failures:
     print("%d failures" % failures, file=sys.stderr)
     sys.exit(1)

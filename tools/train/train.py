@@ -51,6 +51,8 @@ def parse_args(argv=None):
     ap.add_argument("--mode", choices=("scratch", "ss"), default="scratch",
                     help="scratch: train everything jointly; ss: freeze --base, train the SS adapter")
     ap.add_argument("--base", help="base GGUF for --mode ss (its tokenizer is used)")
+    ap.add_argument("--ss-init", help="--mode ss: start from this adapter GGUF (its gamma, Ns, "
+                    "pruning and LoRA shape replace the flags) instead of a fresh adapter")
     ap.add_argument("--tokenizer", help="tokenizer.json to use instead of training one")
     ap.add_argument("--vocab", type=int, default=2048, help="BPE vocabulary size")
     ap.add_argument("--valid-books", default=",".join(corpus.DEFAULT_VALID_BOOKS),
@@ -176,16 +178,10 @@ def save_ckpt(path, model, opt, step, rng, args, vocab, history):
     os.replace(tmp, path)
 
 
-def load_model_file(path):
-    """(Model, Vocab) from a checkpoint (.pt) or a GGUF base (+ optional adapter is not read)."""
-    if path.endswith(".pt"):
-        ck = torch.load(path, map_location="cpu")
-        cfg = M.Config(**ck["config"])
-        m = M.Model(cfg)
-        m.load_state_dict(ck["model"])
-        return m, bpe.Vocab.from_json(ck["vocab"])
+def load_model_file(path, adapter=None):
+    """(Model, Vocab) from a checkpoint (.pt) or a GGUF base with an optional adapter."""
     import export  # GGUF import lives with the writer
-    return export.load_gguf_model(path)
+    return export.load_any(path, adapter)
 
 
 def main(argv=None):
@@ -220,13 +216,19 @@ def main(argv=None):
     torch.manual_seed(args.seed)
     rng = np.random.default_rng(args.seed)
     if base is not None:
-        cfg = M.Config(**{**base.cfg.base_dict(), "n_streams": args.gamma, "n_msa": args.n_msa,
-                          "prune_layer": args.prune_layer, "prune_rank": args.prune_rank,
-                          "lora_rank": args.lora_rank,
-                          "lora_targets": tuple(args.lora_targets.split(","))})
+        if args.ss_init:
+            init, _ = load_model_file(args.base, args.ss_init)
+            cfg = init.cfg
+        else:
+            cfg = M.Config(**{**base.cfg.base_dict(), "n_streams": args.gamma, "n_msa": args.n_msa,
+                              "prune_layer": args.prune_layer, "prune_rank": args.prune_rank,
+                              "lora_rank": args.lora_rank,
+                              "lora_targets": tuple(args.lora_targets.split(","))})
         model = M.Model(cfg)
         missing = model.load_state_dict(base.state_dict(), strict=False)
         assert not missing.unexpected_keys, missing.unexpected_keys
+        if args.ss_init:
+            model.load_state_dict(init.state_dict())
         for p in model.base_parameters():
             p.requires_grad_(False)
     else:
