@@ -11,6 +11,8 @@ usage: test_train_c.py TRAIN_C EDGESPEC_CLI
    (CPU backend). Main-stream logits, every stream's logits and the tree-pruning decisions of a
    chain must match tools/train/model.py in float64 on the GGUF's (dequantised) weights: for each
    row, max |C - ref| / max |ref| < 1e-4.
+3. The shipped models/default.gguf, default.ss.gguf and draft.gguf: the same tokenizer and parity
+   checks on a held-out passage.
 """
 
 import os
@@ -187,9 +189,38 @@ def parity(tmp):
         print("%s: main %.2e, streams %.2e" % (tag, a, b))
 
 
+def shipped(tmp):
+    """The shipped models: their vocabulary through the C tokenizer, and main-stream and stream
+    parity of models/default.gguf with its adapter (and of the drafter) on a held-out passage."""
+    models = os.path.join(ROOT, "models")
+    base, ss, draft = (os.path.join(models, f) for f in ("default.gguf", "default.ss.gguf", "draft.gguf"))
+    model, vocab = export.load_gguf_model(base, ss)
+    _, va = corpus.split_books(corpus.read_kjv())
+    text = corpus.book_text(va[0][1][:6])
+    got = c_tokenize(base, text, tmp)
+    want = vocab.encode(text)
+    check(got == want, "shipped vocabulary: C and Python tokenizers agree on %r" % text[:40])
+    ids = want[:96]
+    ref = dump.reference(model, ids)
+    G = model.cfg.n_streams
+    c = run_c(base, ss, ids, streams=G)
+    errs = [row_err(c["main"][i], ref["main"][i]) for i in range(len(ids))]
+    serrs = [row_err(c["stream"][(i, j + 1)], ref["streams"][i, j]) for i in range(len(ids)) for j in range(G)]
+    check(max(errs) < TOL, "default.gguf: main logits max row error %.3g" % max(errs))
+    check(max(serrs) < TOL, "default.ss.gguf: stream logits max row error %.3g" % max(serrs))
+    dm, dv = export.load_gguf_model(draft)
+    check(dv.tokens == vocab.tokens, "the drafter shares the default model's vocabulary")
+    dref = dump.reference(dm, ids)
+    dc = run_c(draft, None, ids)
+    derrs = [row_err(dc["main"][i], dref["main"][i]) for i in range(len(ids))]
+    check(max(derrs) < TOL, "draft.gguf: main logits max row error %.3g" % max(derrs))
+    print("shipped: default main %.2e, streams %.2e; draft %.2e" % (max(errs), max(serrs), max(derrs)))
+
+
 with tempfile.TemporaryDirectory() as tmp:
     tokenizer(tmp)
     parity(tmp)
+    shipped(tmp)
 if failures:
     print("%d of %d checks failed" % (failures, checks), file=sys.stderr)
     sys.exit(1)

@@ -43,14 +43,17 @@ def plot(logs, path):
         ev = [r for r in recs if "eval" in r]
         steps = [r["step"] for r in tr]
         keys = ["main"] + sorted(k for k in tr[0] if k.startswith("s") and k[1:].isdigit())
+        colour = {}
         for k in keys + (["prune"] if "prune" in tr[0] else []):
-            ax.plot(steps, [r[k] for r in tr], lw=1, label="train %s" % (k if k != "main" else "main stream"))
+            (line,) = ax.plot(steps, [r[k] for r in tr], lw=1,
+                              label="train %s" % (k if k != "main" else "main stream"))
+            colour[k] = line.get_color()
         if ev:
-            ax.plot([r["step"] for r in ev], [r["eval"]["main_loss"] for r in ev], "ko-", ms=4,
-                    label="held-out main")
+            ax.plot([r["step"] for r in ev], [r["eval"]["main_loss"] for r in ev], "o-", ms=4,
+                    color=colour["main"], label="held-out main")
             for j in range(len(ev[0]["eval"]["streams"])):
                 ax.plot([r["step"] for r in ev], [r["eval"]["streams"][j]["loss"] for r in ev], "o--",
-                        ms=3, lw=1, label="held-out s%d" % (j + 1))
+                        ms=3, lw=1, color=colour["s%d" % (j + 1)], label="held-out s%d" % (j + 1))
         ax.set_title(name)
         ax.set_xlabel("step")
         ax.set_ylabel("cross-entropy (nats/token)")
@@ -59,6 +62,41 @@ def plot(logs, path):
         ax.legend(fontsize=7, ncol=2)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
+
+
+CLI_CONFIGS = [  # (name, extra edgespec run flags); greedy, the simulation's setting
+    ("ss g2 top8 n16", ["--spec", "stream", "--gamma", "2", "--topk", "8", "--max-nodes", "16"]),
+    ("ss g2 top8 n32", ["--spec", "stream", "--gamma", "2", "--topk", "8", "--max-nodes", "32"]),
+    ("ss g3 top8 n32", ["--spec", "stream", "--gamma", "3", "--topk", "8", "--max-nodes", "32"]),
+    ("ss g3 top8 n64", ["--spec", "stream", "--gamma", "3", "--topk", "8", "--max-nodes", "64"]),
+    ("ss g2 top5 full 31", ["--spec", "stream", "--gamma", "2", "--topk", "5", "--max-nodes", "31"]),
+    ("draft la4", ["--spec", "draft", "--lookahead", "4"]),
+]
+
+
+def cli_tokens_per_call(cli, model, draft, texts, n_new):
+    """Runs each config of CLI_CONFIGS on every prompt text; sums generated tokens and target
+    calls from the CLI's statistics lines."""
+    import re
+    import subprocess
+    out = []
+    for name, flags in CLI_CONFIGS:
+        gen, calls = 0, 0
+        for t in texts:
+            cmd = [cli, "run", "-m", model, "-p", t, "-n", str(n_new), "--temp", "0", "-t", "1"] + flags
+            if "draft" in flags:
+                cmd += ["-md", draft]
+            p = subprocess.run(cmd, capture_output=True, text=True)
+            if p.returncode != 0:
+                raise SystemExit("%s failed: %s" % (" ".join(cmd), p.stderr))
+            m = re.search(r"decode (\d+) tokens", p.stderr)
+            c = re.search(r"target calls (\d+)", p.stderr)
+            gen += int(m.group(1))
+            calls += int(c.group(1))
+        out.append({"config": name, "flags": " ".join(flags), "generated": gen, "target_calls": calls,
+                    "tokens_per_call": gen / calls})
+        print("cli", json.dumps(out[-1]), flush=True)
+    return out
 
 
 def main(argv=None):
@@ -74,6 +112,9 @@ def main(argv=None):
     ap.add_argument("--prompt-tokens", type=int, default=8)
     ap.add_argument("--new", type=int, default=160)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--cli", help="edgespec CLI: also run the same prompts through the C library's "
+                    "speculative decoding and record its tokens per target call")
+    ap.add_argument("--only-cli", action="store_true", help="skip the PyTorch metrics and simulation")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     t0 = time.time()
@@ -84,6 +125,21 @@ def main(argv=None):
     res = {"model": os.path.basename(args.model), "adapter": os.path.basename(args.ss),
            "valid_books": list(corpus.DEFAULT_VALID_BOOKS), "valid_tokens": split.n_tokens(),
            "config": model.cfg.__dict__}
+    # Prompts: <s> + the opening tokens of held-out verses spread over the validation books.
+    step = max(1, split.n_verses // args.prompts)
+    prompts = []
+    for k in range(0, split.n_verses, step)[:args.prompts]:
+        head = split.pref[split.pref_off[k]:split.pref_off[k + 1]][:args.prompt_tokens]
+        prompts.append([vocab.bos_id] + [int(x) for x in head])
+    if args.cli:
+        texts = [vocab.decode(p) for p in prompts]
+        assert all(vocab.encode(t) == p for t, p in zip(texts, prompts)), "prompt text round trip"
+        res["cli"] = cli_tokens_per_call(args.cli, args.model, args.draft, texts, args.new)
+    if args.only_cli:
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump(res, f, indent=1)
+        return
     res["target"] = evaluate.evaluate(model, split, args.ctx, topk=(1, 2, 3, 4, 8))
     print("target:", json.dumps(res["target"]), flush=True)
     drafter = None
@@ -95,12 +151,6 @@ def main(argv=None):
         res["draft"]["agreement_with_target"] = evaluate.agreement(drafter, model, split, args.ctx)
         res["draft"]["config"] = drafter.cfg.__dict__
         print("draft:", json.dumps(res["draft"]), flush=True)
-    # Prompts: <s> + the opening tokens of held-out verses spread over the validation books.
-    step = max(1, split.n_verses // args.prompts)
-    prompts = []
-    for k in range(0, split.n_verses, step)[:args.prompts]:
-        head = split.pref[split.pref_off[k]:split.pref_off[k + 1]][:args.prompt_tokens]
-        prompts.append([vocab.bos_id] + [int(x) for x in head])
     G = model.cfg.n_streams
     sim, seqs = evaluate.simulate(model, prompts, args.new, gammas=list(range(1, G + 1)),
                                   ks=(1, 2, 3, 4, 5), caps=(4, 8, 16, 32, 64), drafter=drafter,
