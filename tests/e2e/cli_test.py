@@ -275,6 +275,8 @@ def case_readme(a):
     check(run_cmd.startswith("build/tools/edgespec/edgespec run "), "demo ends by running the CLI", None)
     argv = shlex.split(run_cmd)
     argv = [os.path.join(a.build_root, x[len("build/"):]) if x.startswith("build/") else x for x in argv]
+    # paths into the source tree (models/default.gguf) are relative to the checkout, where README runs
+    argv = [os.path.join(a.source_root, x) if os.path.exists(os.path.join(a.source_root, x)) else x for x in argv]
     p = run(argv, timeout=300)
     lines = p.stderr.splitlines()
     check(p.returncode == 0 and len(p.stdout) > 0 and len(lines) >= 1 and STATS.match(lines[-1]) is not None,
