@@ -169,12 +169,12 @@ static es_status get_pipelines(es_context *ctx, vk_ctx *c) {
         } uses[4] = {{&vl->qkv, ES__EPI_ROPE_KV}, {&vl->wo, ES__EPI_ADD}, {&vl->gateup, ES__EPI_SWIGLU},
                      {&vl->down, ES__EPI_ADD}};
         for (int u = 0; u < 4; u++)
-            for (uint32_t n = 1; n <= 2; n++) { /* matrix-vector and matrix-matrix */
+            for (uint32_t n = 1; n <= 8; n *= 2) { /* matrix-vector and each matrix-matrix tile */
                 es__vk_pipeline *p;
                 ES_TRY(es__vk_mul_mat_pipe(d, uses[u].m, es__vk_mul_mat_tok(uses[u].m->type, n), uses[u].epi, &p));
             }
     }
-    for (uint32_t n = 1; n <= 2; n++) {
+    for (uint32_t n = 1; n <= 8; n *= 2) {
         es__vk_pipeline *p;
         ES_TRY(es__vk_mul_mat_pipe(d, w->out, es__vk_mul_mat_tok(w->out->type, n), ES__EPI_STORE, &p));
     }

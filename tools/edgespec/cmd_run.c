@@ -77,7 +77,9 @@ static int generate(const run_args *a, es_backend *backend, es_context *ctx, con
         snprintf(where, sizeof where, "%s (%s)", kind, es_backend_name(backend));
     if (a->spec.spec != 0) {
         const cli_spec_run r = {a->model, backend, ctx, prompt, n_prompt, a->n_predict, a->ignore_eos, a->sp, where};
-        return cli_spec_generate(&a->spec, &r);
+        const int rc = cli_spec_generate(&a->spec, &r);
+        if (rc == CLI_EXIT_OK && a->be.profile) cli_print_profile("run", backend);
+        return rc;
     }
     run_sink sink = {0, 0};
     es_generate_params gp = es_generate_default_params();
