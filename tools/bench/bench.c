@@ -389,9 +389,7 @@ done:
 
 static void print_json(const opts *o, const es_model *m, const es_model_info *mi, const es_backend *be, int n_threads,
                        double load_ms, double ctx_ms, const test_result *res, int n_res, double membw, bool la0_ok,
-                       const double la0[3], bool la1_ok, const double la1[3]) {
-    struct rusage ru;
-    getrusage(RUSAGE_SELF, &ru);
+                       const double la0[3], bool la1_ok, const double la1[3], long long peak_rss) {
     const double wbytes = decode_weight_bytes(m, mi);
     printf("{\n  \"tool\": \"edgespec-bench\",\n  \"version\": \"%d.%d.%d\",\n", ES_VERSION_MAJOR, ES_VERSION_MINOR,
            ES_VERSION_PATCH);
@@ -457,7 +455,7 @@ static void print_json(const opts *o, const es_model *m, const es_model_info *mi
                (unsigned long long)bs.device_bytes, (unsigned long long)bs.device_peak_bytes,
                (unsigned long long)bs.weight_bytes);
     }
-    printf("  \"peak_rss_bytes\": %lld\n}\n", (long long)ru.ru_maxrss * 1024);
+    printf("  \"peak_rss_bytes\": %lld\n}\n", peak_rss);
 }
 
 int es_bench_main(int argc, char **argv) {
@@ -512,10 +510,14 @@ int es_bench_main(int argc, char **argv) {
     const int n_threads = o.threads > 0 ? o.threads : 0;
     if (rc == 0) {
         bool la1_ok = read_loadavg(la1);
+        /* peak memory before the bandwidth test's 512 MiB buffer */
+        struct rusage ru;
+        getrusage(RUSAGE_SELF, &ru);
         /* the bandwidth test runs after the timed tests so it cannot disturb them */
         int bw_threads = n_threads > 0 ? n_threads : 1;
         double membw = o.membw ? measure_membw(bw_threads) : -1;
-        print_json(&o, m, &mi, be, n_threads, load_ms, ctx_ms, res, n_res, membw, la0_ok, la0, la1_ok, la1);
+        print_json(&o, m, &mi, be, n_threads, load_ms, ctx_ms, res, n_res, membw, la0_ok, la0, la1_ok, la1,
+                   (long long)ru.ru_maxrss * 1024);
     }
     es_context_free(ctx);
     es_backend_free(be);
