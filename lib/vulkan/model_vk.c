@@ -4,31 +4,9 @@
  * It deliberately does not allocate per-context memory (forward.c). */
 #include "backend_vk.h"
 #include "model_vk.h"
+#include "gguf.h"
 
 #include <string.h>
-
-static float half_to_float(uint16_t h) {
-    uint32_t sign = (uint32_t)(h >> 15) << 31, exp = (h >> 10) & 31u, man = h & 1023u, bits;
-    if (exp == 0) {
-        if (man == 0) {
-            bits = sign;
-        } else {
-            exp = 113;
-            while (!(man & 1024u)) {
-                man <<= 1;
-                exp--;
-            }
-            bits = sign | (exp << 23) | ((man & 1023u) << 13);
-        }
-    } else if (exp == 31) {
-        bits = sign | 0x7f800000u | (man << 13);
-    } else {
-        bits = sign | ((exp + 112u) << 23) | (man << 13);
-    }
-    float f;
-    memcpy(&f, &bits, 4);
-    return f;
-}
 
 /* A norm vector as f32 into dst[E32] (zero padded). */
 static es_status norm_vector(es__vk_dev *d, const es__tensor *t, uint32_t E, uint32_t E32, float *dst) {
@@ -42,7 +20,7 @@ static es_status norm_vector(es__vk_dev *d, const es__tensor *t, uint32_t E, uin
             uint16_t h;
             memcpy(&h, (const uint8_t *)t->data + 2 * i, 2);
             if (t->type == ES__DTYPE_F16) {
-                dst[i] = half_to_float(h);
+                dst[i] = es__f16_to_f32(h);
             } else {
                 uint32_t x = (uint32_t)h << 16;
                 memcpy(&dst[i], &x, 4);

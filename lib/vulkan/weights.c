@@ -4,33 +4,11 @@
  * limits, placing the planes in a few large allocations, and copying them through staging.
  * It deliberately does not read model hyperparameters (model_vk.c decides what to fuse). */
 #include "weights.h"
+#include "gguf.h"
 
 #include <string.h>
 
 #define ES__STAGING_SIZE ((VkDeviceSize)32 << 20)
-
-static float f16_to_f32(uint16_t h) {
-    uint32_t sign = (uint32_t)(h >> 15) << 31, exp = (h >> 10) & 31u, man = h & 1023u, bits;
-    if (exp == 0) {
-        if (man == 0) {
-            bits = sign;
-        } else { /* subnormal: normalise */
-            exp = 113;
-            while (!(man & 1024u)) {
-                man <<= 1;
-                exp--;
-            }
-            bits = sign | (exp << 23) | ((man & 1023u) << 13);
-        }
-    } else if (exp == 31) {
-        bits = sign | 0x7f800000u | (man << 13);
-    } else {
-        bits = sign | ((exp + 112u) << 23) | (man << 13);
-    }
-    float f;
-    memcpy(&f, &bits, 4);
-    return f;
-}
 
 static bool is_block_type(es__dtype t) {
     return t == ES__DTYPE_Q8_0 || t == ES__DTYPE_Q4_0;
@@ -152,7 +130,7 @@ static void repack(const es__vk_mat *m, uint32_t team, uint32_t r0, uint32_t n, 
                 const uint8_t *blk = src + (size_t)bs * b;
                 uint16_t dh;
                 memcpy(&dh, blk, 2);
-                ds[scale_slot(b, team)] = f16_to_f32(dh);
+                ds[scale_slot(b, team)] = es__f16_to_f32(dh);
                 memcpy(dw + (size_t)qb * b, blk + 2, qb);
             }
             break;
