@@ -77,9 +77,11 @@ static bool set_value(const cli_command *cmd, const cli_opt *o, const char *valu
     return false;
 }
 
+/* The synopsis only: the full option list shows defaults, and after a partial parse the values
+ * it would show are what the command line set so far, not the defaults. */
 static cli_parse_result fail(const cli_command *cmd) {
-    fputc('\n', stderr);
-    cli_usage(stderr, cmd);
+    fprintf(stderr, "usage: edgespec %s %s\nRun 'edgespec %s --help' for every option and its default.\n", cmd->name,
+            cmd->synopsis, cmd->name);
     return CLI_PARSE_ERROR;
 }
 
