@@ -61,6 +61,15 @@ static void run_free(run *r) {
     if (r->cb) vkFreeCommandBuffers(d->dev, d->pool, 1, &r->cb);
 }
 
+/* run_free for the ops that uploaded a weight matrix. */
+static void run_free_mat(run *r, es__vk_mat *m, es__vk_wset *ws) {
+    es__vk_dev *d = r->d;
+    run_free(r);
+    if (!d) return;
+    es__vk_mat_free(d, m);
+    es__vk_wset_free(ws);
+}
+
 /* A host-visible buffer holding bytes (or zeros when src is NULL). */
 static es_status run_buf(run *r, const void *src, size_t bytes, es__vk_buf **out) {
     es__vk_buf *b = &r->bufs[r->n_bufs];
@@ -167,11 +176,7 @@ es_status es__vk_run_mul_mat(es_backend *b, es__dtype type, const void *w, uint3
     }
     if (s == ES_OK) s = es__vk_buf_invalidate(d, Y);
     if (s == ES_OK) memcpy(y, Y->map, sizeof *y * n * y_cols);
-    run_free(&r);
-    if (d) {
-        es__vk_mat_free(d, &m);
-        es__vk_wset_free(&ws);
-    }
+    run_free_mat(&r, &m, &ws);
     return s;
 }
 
@@ -315,11 +320,7 @@ es_status es__vk_run_get_rows(es_backend *b, es__dtype type, const void *table, 
         es__free(d->alloc, pos);
         es__free(d->alloc, end);
     }
-    run_free(&r);
-    if (d) {
-        es__vk_mat_free(d, &m);
-        es__vk_wset_free(&ws);
-    }
+    run_free_mat(&r, &m, &ws);
     return s;
 }
 
@@ -412,11 +413,7 @@ es_status es__vk_run_rope_kv(es_backend *b, float *qkv, uint32_t n, uint32_t n_h
         es__free(d->alloc, table);
         es__free(d->alloc, end);
     }
-    run_free(&r);
-    if (d) {
-        es__vk_mat_free(d, &m);
-        es__vk_wset_free(&ws);
-    }
+    run_free_mat(&r, &m, &ws);
     return s;
 }
 
