@@ -12,6 +12,10 @@
 // Lanes of a team read consecutive texels: on lavapipe scattered texel fetches (one row per
 // lane) are several times slower, and a fetch costs about as much as decoding a unit, so each
 // activation fetch is reused for ROWS rows and each scale fetch for four blocks.
+// With LORA=1 (Speculative Streaming's stream rows, lib/vulkan/msa_vk.c) the product gets a
+// low-rank term, Y = W X + B R with R = A X computed by the dispatch before: the epilogue adds
+// row r's B coefficients times R before the store, residual add or SwiGLU, which saves the
+// dispatch that would add B R on its own (and, for gate/up, the SwiGLU dispatch after it).
 // Fusing RoPE and the KV write here saves a dispatch per layer, which on lavapipe costs more
 // than the arithmetic it would do. RMSNorm stays a kernel of its own (rmsnorm.comp): folding it
 // in here rounds differently from the CPU backend's (x * scale) * w, and closer numerics between
@@ -36,6 +40,13 @@ RO_F1(4, ROPE) // [n_ctx][n_rot / 2][2]: cos, sin
 layout(binding = 6, std430) writeonly buffer KC_blk { float KC[]; }; // [n_head_kv][n_ctx][hd]
 layout(binding = 7, std430) writeonly buffer VC_blk { float VC[]; };
 layout(push_constant) uniform PC { ES_PC_MUL_MAT(PC_U, PC_F) } pc;
+#ifndef LORA
+#define LORA 0
+#endif
+#if LORA
+RO_F4(8, LR) // R = A X: a row of lora_r values per token, lora_stride texels apart
+RO_F4(9, LB) // B: a row per fused row of W, lora_r coefficients padded to 32 (8 texels per 32)
+#endif
 
 #if !ES_SUBGROUP
 shared float red[gl_WorkGroupSize.x * ROWS * TOK];
@@ -47,6 +58,13 @@ uint rope_dim(uint j) {
     if (pc.neox == 0u || j >= pc.n_rot) return j;
     return (j & 1u) == 0u ? j >> 1 : (j >> 1) + pc.n_rot / 2u;
 }
+
+#if LORA
+// B's row of fused row g: rows permuted for NEOX RoPE find theirs in head order.
+uint lora_row(uint g) {
+    return g < pc.perm_rows ? g - g % pc.hd + rope_dim(g % pc.hd) : g;
+}
+#endif
 
 // RoPE epilogue for the pair of fused rows (row, row + 1) of token t.
 void rope_pair(uint row, uint t, float a, float b) {
@@ -146,6 +164,21 @@ void main() {
     }
 
     if (lane != 0u) return;
+#if LORA
+    {
+        // acc += B R: R's and B's texels each fetched once per lane, as the main loop fetches X
+        // and W. The padding beyond lora_r is zero in both.
+        const uint bq = ((pc.lora_r + 31u) & ~31u) / 4u;
+        for (uint j = 0u; j < (pc.lora_r + 3u) / 4u; j++) {
+            vec4 rv[TOK];
+            for (uint t = 0u; t < TOK; t++) rv[t] = FETCH_F4(LR, min(t0 + t, pc.n - 1u) * pc.lora_stride + j);
+            for (uint r = 0u; r < ROWS; r++) {
+                const vec4 b = FETCH_F4(LB, lora_row(pc.row0 + min(row0 + r, pc.M - 1u)) * bq + j);
+                for (uint t = 0u; t < TOK; t++) acc[r * TOK + t] += dot4(b, rv[t]);
+            }
+        }
+    }
+#endif
     for (uint t = 0u; t < TOK; t++) {
         if (t0 + t >= pc.n) break;
         const uint base = (t0 + t) * pc.y_stride + pc.y_off;

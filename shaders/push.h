@@ -28,7 +28,9 @@
     U(neox)     /* RoPE: 1 = pairs (i, i + n_rot/2), rows permuted to adjacency */                 \
     U(n_ctx)    /* RoPE: cache slots per head                                 */                   \
     U(perm_rows) /* rows (from fused row 0) permuted for NEOX (0 = none): the    */                  \
-                 /* store epilogue writes them back in head-dimension order      */
+                 /* store epilogue writes them back in head-dimension order      */                  \
+    U(lora_r)   /* LoRA variant: values per row of R (the rank, summed over fused targets) */ \
+    U(lora_stride) /* LoRA variant: texels between tokens' rows of R          */
 
 /* Step data: 32-bit ints the host writes before each forward submission. A header of
  * ES_STEP_HDR ints, then arrays of nb = n_batch + 1 entries, array k at

@@ -6,12 +6,11 @@
 #define ES_SHADERS_SS_PUSH_H
 
 /* Step-data header slot: the batch token whose streams the stream pass computes. */
-#define ES_STEP_SS_NODE 3
+#define ES_STEP_SS_NODE 4 /* after push.h's header slots 0-3 */
 
 /* ss_rows: row copies and the element-wise steps of the stream pass.
  *   mode 0: Y[r] = X[r]                       (r < n_rows)
  *   mode 1: Y[j] = X[node] + P[j]             (Eq. 3: the streams' start; node from the step)
- *   mode 2: Y[r][i] = silu(X[r][2i]) X[r][2i+1] (SwiGLU of interleaved gate/up rows)
  * Strides and widths in texels (4 floats). */
 #define ES_PC_SS_ROWS(U, F)                                                                        \
     U(mode)                                                                                        \

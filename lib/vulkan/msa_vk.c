@@ -21,28 +21,33 @@
 #include <math.h>
 #include <string.h>
 
+#define ES__SS_MAX_QUERIES 128 /* timestamps of one stream pass (--profile) */
+
 /* One matrix bound to one (X, Y) pair: a descriptor set per part. */
 typedef struct ss_mm {
     const es__vk_mat *m;
+    const struct ss_lora *lora; /* added by the same dispatch, or NULL */
     VkDescriptorSet *sets;
 } ss_mm;
 
 /* A stream-only LoRA of one fused projection: Y += B (A X), A stacking the targets' A rows, B
- * their B blocks (block diagonal, or interleaved for gate/up). */
+ * their B blocks (block diagonal, or interleaved for gate/up). R = A X is a dispatch of its own
+ * (ma); the projection's dispatch adds B R in its epilogue (the mul_mat_lora kernels). */
 typedef struct ss_lora {
     bool on;
+    uint32_t rank;                    /* rows of A: the rank times the fused targets        */
     es__vk_mat a, b;
     es__tensor ta[3], tb;
     float *host_a[3], *host_b;
-    ss_mm ma, mb;
+    ss_mm ma;
 } ss_lora;
 
 enum { LO_QKV, LO_O, LO_GU, LO_DOWN, LO_N };
 
 typedef struct ss_layer {
     ss_lora lora[LO_N];
-    ss_mm qkv, wo, gateup, down;      /* stream rows as X and Y                            */
-    VkDescriptorSet norm_attn, norm_ffn, rope, attn, swiglu;
+    ss_mm qkv, wo, gateup, down;      /* stream rows as X and Y, with the LoRA when it is on */
+    VkDescriptorSet norm_attn, norm_ffn, rope, attn;
 } ss_layer;
 
 struct es__vk_msa {
@@ -51,10 +56,10 @@ struct es__vk_msa {
     const es__ss_adapter *ss;
     es__vk_ss_res res;
     es__vk_bind *kv;                  /* [2][n_layer] copies of res.k, res.v                */
-    uint32_t G, R32, PR32;            /* stream rows; LoRA temporary and early-exit widths  */
+    uint32_t G, R32;                  /* stream rows; width of LoRA's R and the early exit's */
     es__vk_arena arena;
-    es__vk_region r_x0, r_s, r_sn, r_qkv, r_att, r_h, r_g2, r_lt, r_e, r_en, r_p;
-    VkBufferView v_x0, v_s, v_sn, v_qkv, v_att, v_h, v_g2, v_lt, v_e, v_en, v_p;
+    es__vk_region r_x0, r_s, r_sn, r_qkv, r_att, r_h, r_lt, r_e, r_en, r_p;
+    VkBufferView v_x0, v_s, v_sn, v_qkv, v_att, v_h, v_lt, v_e, v_en, v_p;
     es__vk_buf out_streams, out_exit; /* readback: [G][V32], [nb][V32]                    */
     es__vk_wset ws;
     es__vk_mat prune_down, prune_up;
@@ -69,6 +74,9 @@ struct es__vk_msa {
     VkDescriptorSet s_init, s_norm_out;
     ss_mm stream_out;
     VkCommandBuffer cbs[ES_SPEC_MAX_DEPTH + 1]; /* the stream pass of g streams at cbs[g]   */
+    VkQueryPool queries[ES_SPEC_MAX_DEPTH + 1]; /* and its timestamps when profiling          */
+    const char *query_ops[ES_SPEC_MAX_DEPTH + 1][ES__SS_MAX_QUERIES];
+    uint32_t n_queries[ES_SPEC_MAX_DEPTH + 1];
     /* the last forward */
     bool valid;
     int32_t n, n_streams, cur_node;   /* cur_node: whose stream logits out_streams holds     */
@@ -135,6 +143,7 @@ static es_status lora_build(struct es__vk_msa *m, ss_lora *lo, const es__ss_lora
         row0 += l->n_out;
     }
     tensor_view(&lo->tb, "ss lora b", lo->host_b, kr, n_out_total);
+    lo->rank = (uint32_t)kr;
     ES_TRY(es__vk_mat_init(m->d, &lo->a, ta, k, false));
     ES_TRY(es__vk_mat_init(m->d, &lo->b, (const es__tensor *const[]){&lo->tb}, 1, false));
     lo->on = true;
@@ -199,7 +208,7 @@ static es_status plan_memory(struct es__vk_msa *m) {
     } plan[] = {
         {&m->r_x0, nb * r->E32 * f},      {&m->r_s, G * r->E32 * f},          {&m->r_sn, G * r->E32 * f},
         {&m->r_qkv, G * r->QKV32 * f},    {&m->r_att, G * r->Q32 * f},        {&m->r_h, G * r->F32 * f},
-        {&m->r_g2, G * 2 * r->F32 * f},   {&m->r_lt, ES__MAX(G, nb) * m->R32 * f},
+        {&m->r_lt, ES__MAX(G, nb) * m->R32 * f},
         {&m->r_e, nb * r->E32 * f},       {&m->r_en, nb * r->E32 * f},        {&m->r_p, G * r->E32 * f},
     };
     for (size_t i = 0; i < ES__ARRAY_LEN(plan); i++) ES_TRY(es__vk_arena_reserve(d, &m->arena, plan[i].bytes, plan[i].reg));
@@ -215,7 +224,7 @@ static es_status plan_memory(struct es__vk_msa *m) {
         es__vk_region *reg;
         VkBufferView *view;
     } views[] = {{&m->r_x0, &m->v_x0}, {&m->r_s, &m->v_s},   {&m->r_sn, &m->v_sn}, {&m->r_qkv, &m->v_qkv},
-                 {&m->r_att, &m->v_att}, {&m->r_h, &m->v_h}, {&m->r_g2, &m->v_g2}, {&m->r_lt, &m->v_lt},
+                 {&m->r_att, &m->v_att}, {&m->r_h, &m->v_h}, {&m->r_lt, &m->v_lt},
                  {&m->r_e, &m->v_e},   {&m->r_en, &m->v_en}, {&m->r_p, &m->v_p}};
     for (size_t i = 0; i < ES__ARRAY_LEN(views); i++)
         ES_TRY(es__vk_view_create(d, es__vk_region_buf(&m->arena, views[i].reg), f4, views[i].reg->off,
@@ -223,26 +232,43 @@ static es_status plan_memory(struct es__vk_msa *m) {
     return ES_OK;
 }
 
-/* Descriptor sets of mat (whose planes live in ws) with X and Y. */
-static es_status mm_sets(struct es__vk_msa *m, ss_mm *out, const es__vk_mat *mat, es__vk_wset *ws, es__vk_bind x,
-                         es__vk_bind y) {
+/* Descriptor sets of mat (whose planes live in ws) with X and Y, and when lo is on, its R (rows
+ * of m->r_lt) and B. */
+static es_status mm_sets_lora(struct es__vk_msa *m, ss_mm *out, const es__vk_mat *mat, es__vk_wset *ws, es__vk_bind x,
+                              es__vk_bind y, const ss_lora *lo) {
+    const bool lora = lo && lo->on;
     es__vk_pipeline *p;
-    ES_TRY(es__vk_mul_mat_pipe(m->d, mat, 1, ES__EPI_STORE, &p));
+    if (lora)
+        ES_TRY(es__vk_mul_mat_lora_pipe(m->d, mat, 1, ES__EPI_STORE, &p));
+    else
+        ES_TRY(es__vk_mul_mat_pipe(m->d, mat, 1, ES__EPI_STORE, &p));
+    ES_RETURN_IF(lora && lo->b.n_parts != 1, m->d->err, ES_ERR_UNSUPPORTED,
+                 "vulkan: a stream LoRA larger than one binding range");
     out->m = mat;
+    out->lora = lora ? lo : NULL;
     out->sets = es__calloc(m->d->alloc, mat->n_parts, sizeof *out->sets);
     ES_RETURN_IF(!out->sets, m->d->err, ES_ERR_OUT_OF_MEMORY, "vulkan: out of memory");
     for (uint32_t i = 0; i < mat->n_parts; i++) {
-        /* W, S, X, Y, then what only mul_mat's RoPE epilogue reads */
-        es__vk_bind b[8];
+        /* W, S, X, Y, then what only mul_mat's RoPE epilogue reads, then the LoRA's A and B */
+        es__vk_bind b[10], unused;
         es__vk_part_binds(ws, &mat->parts[i], &b[0], &b[1]);
         b[2] = x;
         b[3] = y;
         b[4] = m->res.rope;
         b[5] = m->res.step;
         b[6] = b[7] = y;
+        if (lora) {
+            b[8] = bind_of(m, &m->r_lt, m->v_lt);
+            es__vk_part_binds(&m->ws, &lo->b.parts[0], &b[9], &unused);
+        }
         ES_TRY(es__vk_set_create(m->d, m->pool, p, b, &out->sets[i]));
     }
     return ES_OK;
+}
+
+static es_status mm_sets(struct es__vk_msa *m, ss_mm *out, const es__vk_mat *mat, es__vk_wset *ws, es__vk_bind x,
+                         es__vk_bind y) {
+    return mm_sets_lora(m, out, mat, ws, x, y, NULL);
 }
 
 static es_status set4(struct es__vk_msa *m, const es__vk_pipeline *p, es__vk_bind a, es__vk_bind b, es__vk_bind c,
@@ -259,12 +285,10 @@ static es_status make_sets(struct es__vk_msa *m) {
     for (int32_t i = 0; i < ss->n_msa; i++) {
         const es__vk_layer *vl = &w->layers[ss->msa_start + i];
         n_sets += 8 + vl->qkv.n_parts + vl->wo.n_parts + vl->gateup.n_parts + vl->down.n_parts;
-        for (int k = 0; k < LO_N; k++)
-            if (m->layers[i].lora[k].on) n_sets += m->layers[i].lora[k].a.n_parts + m->layers[i].lora[k].b.n_parts;
     }
     if (ss->prune_rank > 0) n_sets += m->prune_down.n_parts + m->prune_up.n_parts;
-    VkDescriptorPoolSize ps[2] = {{VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, 6 * n_sets},
-                                  {VK_DESCRIPTOR_TYPE_UNIFORM_TEXEL_BUFFER, 6 * n_sets}};
+    VkDescriptorPoolSize ps[2] = {{VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, 10 * n_sets},
+                                  {VK_DESCRIPTOR_TYPE_UNIFORM_TEXEL_BUFFER, 10 * n_sets}};
     VkDescriptorPoolCreateInfo pi = {.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO};
     pi.maxSets = n_sets;
     pi.poolSizeCount = m->d->use.texel ? 2 : 1;
@@ -274,7 +298,7 @@ static es_status make_sets(struct es__vk_msa *m) {
     const es__vk_bind x0 = bind_of(m, &m->r_x0, m->v_x0), s = bind_of(m, &m->r_s, m->v_s),
                       sn = bind_of(m, &m->r_sn, m->v_sn), qkv = bind_of(m, &m->r_qkv, m->v_qkv),
                       att = bind_of(m, &m->r_att, m->v_att), h = bind_of(m, &m->r_h, m->v_h),
-                      g2 = bind_of(m, &m->r_g2, m->v_g2), lt = bind_of(m, &m->r_lt, m->v_lt),
+                      lt = bind_of(m, &m->r_lt, m->v_lt),
                       e = bind_of(m, &m->r_e, m->v_e), en = bind_of(m, &m->r_en, m->v_en),
                       p = bind_of(m, &m->r_p, m->v_p);
     const es__vk_bind qkv_w = bind_of(m, &m->r_qkv, VK_NULL_HANDLE);
@@ -294,14 +318,16 @@ static es_status make_sets(struct es__vk_msa *m) {
         const es__vk_layer *vl = &w->layers[l];
         ss_layer *L = &m->layers[i];
         const es__vk_bind sn_w = bind_of(m, &m->r_sn, VK_NULL_HANDLE), s_w = bind_of(m, &m->r_s, VK_NULL_HANDLE),
-                          h_w = bind_of(m, &m->r_h, VK_NULL_HANDLE), g2_w = bind_of(m, &m->r_g2, VK_NULL_HANDLE),
-                          lt_w = bind_of(m, &m->r_lt, VK_NULL_HANDLE), att_w = bind_of(m, &m->r_att, VK_NULL_HANDLE);
+                          h_w = bind_of(m, &m->r_h, VK_NULL_HANDLE), att_w = bind_of(m, &m->r_att, VK_NULL_HANDLE);
         ES_TRY(set4(m, m->p_norm, s, r->vecs, r->step, sn_w, &L->norm_attn));
         ES_TRY(set4(m, m->p_norm, s, r->vecs, r->step, sn_w, &L->norm_ffn));
-        ES_TRY(mm_sets(m, &L->qkv, &vl->qkv, &r->w->ws, sn, qkv_w));
-        ES_TRY(mm_sets(m, &L->wo, &vl->wo, &r->w->ws, att, s_w));
-        ES_TRY(mm_sets(m, &L->gateup, &vl->gateup, &r->w->ws, sn, L->lora[LO_GU].on ? g2_w : h_w));
-        ES_TRY(mm_sets(m, &L->down, &vl->down, &r->w->ws, h, s_w));
+        ES_TRY(mm_sets_lora(m, &L->qkv, &vl->qkv, &r->w->ws, sn, qkv_w, &L->lora[LO_QKV]));
+        ES_TRY(mm_sets_lora(m, &L->wo, &vl->wo, &r->w->ws, att, s_w, &L->lora[LO_O]));
+        ES_TRY(mm_sets_lora(m, &L->gateup, &vl->gateup, &r->w->ws, sn, h_w, &L->lora[LO_GU]));
+        ES_TRY(mm_sets_lora(m, &L->down, &vl->down, &r->w->ws, h, s_w, &L->lora[LO_DOWN]));
+        const es__vk_bind lora_in[LO_N] = {sn, att, sn, h}, lt_w = bind_of(m, &m->r_lt, VK_NULL_HANDLE);
+        for (int k = 0; k < LO_N; k++)
+            if (L->lora[k].on) ES_TRY(mm_sets(m, &L->lora[k].ma, &L->lora[k].a, &m->ws, lora_in[k], lt_w));
         {
             es__vk_bind b[3] = {qkv_w, r->rope, r->step};
             ES_TRY(es__vk_set_create(m->d, m->pool, m->p_rope, b, &L->rope));
@@ -309,14 +335,6 @@ static es_status make_sets(struct es__vk_msa *m) {
         {
             es__vk_bind b[5] = {qkv, m->kv[l], m->kv[r->w->model->hp.n_layer + l], r->step, att_w};
             ES_TRY(es__vk_set_create(m->d, m->pool, m->p_attn, b, &L->attn));
-        }
-        ES_TRY(set4(m, m->p_rows, g2, p, r->step, h_w, &L->swiglu));
-        const es__vk_bind lora_in[LO_N] = {sn, att, sn, h}, lora_out[LO_N] = {qkv_w, s_w, g2_w, s_w};
-        for (int k = 0; k < LO_N; k++) {
-            ss_lora *lo = &L->lora[k];
-            if (!lo->on) continue;
-            ES_TRY(mm_sets(m, &lo->ma, &lo->a, &m->ws, lora_in[k], lt_w));
-            ES_TRY(mm_sets(m, &lo->mb, &lo->b, &m->ws, lt, lora_out[k]));
         }
     }
     ES_TRY(set4(m, m->p_norm, s, r->vecs, r->step, bind_of(m, &m->r_sn, VK_NULL_HANDLE), &m->s_norm_out));
@@ -328,11 +346,13 @@ void es__vk_msa_free(struct es__vk_msa *m) {
     if (!m) return;
     es__vk_dev *d = m->d;
     vkDeviceWaitIdle(d->dev);
-    for (int i = 0; i <= ES_SPEC_MAX_DEPTH; i++)
+    for (int i = 0; i <= ES_SPEC_MAX_DEPTH; i++) {
         if (m->cbs[i]) vkFreeCommandBuffers(d->dev, d->pool, 1, &m->cbs[i]);
+        if (m->queries[i]) vkDestroyQueryPool(d->dev, m->queries[i], NULL);
+    }
     if (m->pool) vkDestroyDescriptorPool(d->dev, m->pool, NULL);
     VkBufferView views[] = {m->v_x0, m->v_s, m->v_sn, m->v_qkv, m->v_att, m->v_h,
-                            m->v_g2, m->v_lt, m->v_e, m->v_en, m->v_p};
+                            m->v_lt, m->v_e, m->v_en, m->v_p};
     for (size_t i = 0; i < ES__ARRAY_LEN(views); i++)
         if (views[i]) vkDestroyBufferView(d->dev, views[i], NULL);
     ss_mm *mms[] = {&m->pd, &m->pu, &m->exit_out, &m->stream_out};
@@ -348,7 +368,6 @@ void es__vk_msa_free(struct es__vk_msa *m) {
             es__vk_mat_free(d, &lo->a);
             es__vk_mat_free(d, &lo->b);
             es__free(d->alloc, lo->ma.sets);
-            es__free(d->alloc, lo->mb.sets);
             es__free(d->alloc, lo->host_b);
             for (int t = 0; t < 3; t++) es__free(d->alloc, lo->host_a[t]);
         }
@@ -410,13 +429,19 @@ es_status es__vk_msa_create(es_context *ctx, const es__vk_ss_res *res, struct es
 
 static es_status rec_mm(struct es__vk_msa *m, es__vk_rec *r, const char *op, const ss_mm *mm, uint32_t n,
                         uint32_t epi, uint32_t x_stride, uint32_t y_stride) {
+    const uint32_t tok = es__vk_mul_mat_tok(mm->m->type, n);
     es__vk_pipeline *p;
-    ES_TRY(es__vk_mul_mat_pipe(m->d, mm->m, es__vk_mul_mat_tok(mm->m->type, n), epi, &p));
+    if (mm->lora)
+        ES_TRY(es__vk_mul_mat_lora_pipe(m->d, mm->m, tok, epi, &p));
+    else
+        ES_TRY(es__vk_mul_mat_pipe(m->d, mm->m, tok, epi, &p));
     es__pc_mul_mat pc;
     memset(&pc, 0, sizeof pc);
     pc.n = n;
     pc.x_stride = x_stride / 4;
     pc.y_stride = y_stride;
+    pc.lora_r = mm->lora ? mm->lora->rank : 0;
+    pc.lora_stride = m->R32 / 4;
     es__vk_rec_mul_mat(r, op, p, mm->m, mm->sets, &pc);
     return ES_OK;
 }
@@ -465,8 +490,18 @@ static es_status record_streams(struct es__vk_msa *m, uint32_t G) {
     ai.commandBufferCount = 1;
     VkCommandBuffer cb;
     ES_VK_TRY(d, vkAllocateCommandBuffers(d->dev, &ai, &cb));
+    if (d->profile && !m->queries[G]) {
+        VkQueryPoolCreateInfo qi = {.sType = VK_STRUCTURE_TYPE_QUERY_POOL_CREATE_INFO};
+        qi.queryType = VK_QUERY_TYPE_TIMESTAMP;
+        qi.queryCount = ES__SS_MAX_QUERIES;
+        VkResult vr = vkCreateQueryPool(d->dev, &qi, NULL, &m->queries[G]);
+        if (vr != VK_SUCCESS) {
+            vkFreeCommandBuffers(d->dev, d->pool, 1, &cb);
+            return es__vk_fail(d, vr, "creating the stream pass's query pool");
+        }
+    }
     es__vk_rec r;
-    es__vk_rec_begin(&r, d, cb, VK_NULL_HANDLE, 0, NULL);
+    es__vk_rec_begin(&r, d, cb, m->queries[G], m->queries[G] ? ES__SS_MAX_QUERIES : 0, m->query_ops[G]);
     rec_rows(m, &r, "ss_init", m->s_init, 1, G, res->E32, res->E32, res->E32);
     const uint32_t hd = (uint32_t)hp->head_dim;
     for (int32_t i = 0; i < m->ss->n_msa; i++) {
@@ -475,37 +510,21 @@ static es_status record_streams(struct es__vk_msa *m, uint32_t G) {
         const ss_layer *L = &m->layers[i];
         const ss_lora *lo = L->lora;
         rec_norm(m, &r, "ss_norm", L->norm_attn, G, vl->attn_norm);
+        if (lo[LO_QKV].on) ES_TRY(rec_mm(m, &r, "ss_lora_a", &lo[LO_QKV].ma, G, ES__EPI_STORE, res->E32, m->R32));
         ES_TRY(rec_mm(m, &r, "ss_qkv", &L->qkv, G, ES__EPI_STORE, res->E32, res->QKV32));
-        if (lo[LO_QKV].on) {
-            ES_TRY(rec_mm(m, &r, "ss_lora", &lo[LO_QKV].ma, G, ES__EPI_STORE, res->E32, m->R32));
-            ES_TRY(rec_mm(m, &r, "ss_lora", &lo[LO_QKV].mb, G, ES__EPI_ADD, m->R32, res->QKV32));
-        }
         es__pc_ss_rope pr = {G, (uint32_t)hp->n_head, (uint32_t)hp->n_head_kv, hd, (uint32_t)hp->n_rot,
                              hp->rope_type == ES_ROPE_NEOX ? 1u : 0u, res->QKV32};
         es__vk_rec_dispatch(&r, "ss_rope", m->p_rope, L->rope, &pr, G, 1, 1);
         es__pc_ss_attn pa = {(uint32_t)hp->n_head, (uint32_t)hp->n_head_kv, hd, res->QKV32, res->n_ctx, res->Q32,
                              1.0f / sqrtf((float)hd)};
         es__vk_rec_dispatch(&r, "ss_attn", m->p_attn, L->attn, &pa, (uint32_t)hp->n_head, G, 1);
+        if (lo[LO_O].on) ES_TRY(rec_mm(m, &r, "ss_lora_a", &lo[LO_O].ma, G, ES__EPI_STORE, res->Q32, m->R32));
         ES_TRY(rec_mm(m, &r, "ss_wo", &L->wo, G, ES__EPI_ADD, res->Q32, res->E32));
-        if (lo[LO_O].on) {
-            ES_TRY(rec_mm(m, &r, "ss_lora", &lo[LO_O].ma, G, ES__EPI_STORE, res->Q32, m->R32));
-            ES_TRY(rec_mm(m, &r, "ss_lora", &lo[LO_O].mb, G, ES__EPI_ADD, m->R32, res->E32));
-        }
         rec_norm(m, &r, "ss_norm", L->norm_ffn, G, vl->ffn_norm);
-        if (lo[LO_GU].on) {
-            /* gate and up with their LoRA deltas first, SwiGLU after */
-            ES_TRY(rec_mm(m, &r, "ss_gateup", &L->gateup, G, ES__EPI_STORE, res->E32, 2 * res->F32));
-            ES_TRY(rec_mm(m, &r, "ss_lora", &lo[LO_GU].ma, G, ES__EPI_STORE, res->E32, m->R32));
-            ES_TRY(rec_mm(m, &r, "ss_lora", &lo[LO_GU].mb, G, ES__EPI_ADD, m->R32, 2 * res->F32));
-            rec_rows(m, &r, "ss_swiglu", L->swiglu, 2, G, res->F32, 2 * res->F32, res->F32);
-        } else {
-            ES_TRY(rec_mm(m, &r, "ss_gateup", &L->gateup, G, ES__EPI_SWIGLU, res->E32, res->F32));
-        }
+        if (lo[LO_GU].on) ES_TRY(rec_mm(m, &r, "ss_lora_a", &lo[LO_GU].ma, G, ES__EPI_STORE, res->E32, m->R32));
+        ES_TRY(rec_mm(m, &r, "ss_gateup", &L->gateup, G, ES__EPI_SWIGLU, res->E32, res->F32));
+        if (lo[LO_DOWN].on) ES_TRY(rec_mm(m, &r, "ss_lora_a", &lo[LO_DOWN].ma, G, ES__EPI_STORE, res->F32, m->R32));
         ES_TRY(rec_mm(m, &r, "ss_down", &L->down, G, ES__EPI_ADD, res->F32, res->E32));
-        if (lo[LO_DOWN].on) {
-            ES_TRY(rec_mm(m, &r, "ss_lora", &lo[LO_DOWN].ma, G, ES__EPI_STORE, res->F32, m->R32));
-            ES_TRY(rec_mm(m, &r, "ss_lora", &lo[LO_DOWN].mb, G, ES__EPI_ADD, m->R32, res->E32));
-        }
     }
     rec_norm(m, &r, "ss_norm_out", m->s_norm_out, G, res->w->output_norm);
     es_status s = rec_mm(m, &r, "ss_head", &m->stream_out, G, ES__EPI_STORE, res->E32, res->V32);
@@ -515,6 +534,7 @@ static es_status record_streams(struct es__vk_msa *m, uint32_t G) {
         return s;
     }
     m->cbs[G] = cb;
+    m->n_queries[G] = r.n_queries;
     return ES_OK;
 }
 
@@ -562,6 +582,7 @@ es_status es__vk_msa_stream_logits(struct es__vk_msa *m, int32_t i, int32_t g, f
         step[ES_STEP_SS_NODE] = i;
         ES_TRY(es__vk_buf_flush(d, m->res.step_buf));
         ES_TRY(es__vk_submit_wait(d, m->cbs[G]));
+        if (m->queries[G]) ES_TRY(es__vk_profile_collect(d, m->queries[G], m->n_queries[G], m->query_ops[G]));
         ES_TRY(es__vk_buf_invalidate(d, &m->out_streams));
         m->cur_node = i;
         m->cur_g = g;

@@ -57,14 +57,24 @@ uint32_t es__vk_mul_mat_tok(es__dtype type, uint32_t n) {
     return n <= 4 ? ES__MIN(4u, full) : full;
 }
 
-es_status es__vk_mul_mat_pipe(es__vk_dev *d, const es__vk_mat *m, uint32_t tok, uint32_t epi,
+static es_status mul_mat_pipe(es__vk_dev *d, const es__vk_mat *m, uint32_t tok, uint32_t epi, const char *family,
                               es__vk_pipeline **out) {
     const es__dtype type = m->type;
     const uint32_t rows = mm_rows(type, tok);
     const bool native = !d->use.texel && d->use.subgroup &&
                         ((type == ES__DTYPE_F16 && d->use.storage16) || (type == ES__DTYPE_Q8_0 && d->use.storage8));
     const uint32_t spec[6] = {wg_size(d), d->subgroup_size, rows, tok, epi, m->team};
-    return pipe_for(d, "mul_mat", type_tag(type), true, true, native, spec, 6, out);
+    return pipe_for(d, family, type_tag(type), true, true, native, spec, 6, out);
+}
+
+es_status es__vk_mul_mat_pipe(es__vk_dev *d, const es__vk_mat *m, uint32_t tok, uint32_t epi,
+                              es__vk_pipeline **out) {
+    return mul_mat_pipe(d, m, tok, epi, "mul_mat", out);
+}
+
+es_status es__vk_mul_mat_lora_pipe(es__vk_dev *d, const es__vk_mat *m, uint32_t tok, uint32_t epi,
+                                   es__vk_pipeline **out) {
+    return mul_mat_pipe(d, m, tok, epi, "mul_mat_lora", out);
 }
 
 es_status es__vk_simple_pipe(es__vk_dev *d, const char *family, bool reads, bool reduces, es__vk_pipeline **out) {

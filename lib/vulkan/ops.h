@@ -33,6 +33,11 @@ enum { ES__EPI_STORE = 0, ES__EPI_ADD = 1, ES__EPI_SWIGLU = 2, ES__EPI_ROPE_KV =
 uint32_t es__vk_mul_mat_tok(es__dtype type, uint32_t n);
 es_status es__vk_mul_mat_pipe(es__vk_dev *d, const es__vk_mat *m, uint32_t tok, uint32_t epi,
                               es__vk_pipeline **out);
+/* The same plus a low-rank term, Y = W X + B R (Speculative Streaming's stream-only LoRA, R = A X
+ * from a plain mul_mat before): its descriptor sets add R (f32 rows) and B's plane as bindings 8
+ * and 9; pc.lora_r and pc.lora_stride give R's width and row stride. */
+es_status es__vk_mul_mat_lora_pipe(es__vk_dev *d, const es__vk_mat *m, uint32_t tok, uint32_t epi,
+                                   es__vk_pipeline **out);
 /* Records Y (+)= W X for every part of m; sets[] holds one descriptor set per part. pc carries
  * the call's fields (n, X and Y placement, the RoPE fields); the part fields (M, y_off,
  * row0, w_off, s_off) are filled here. */

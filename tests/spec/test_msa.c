@@ -55,12 +55,15 @@ static void rmsnorm(const double *x, const float *w, int64_t n, double eps, doub
 }
 
 static void rope(double *x, int32_t n_head, const es__hparams *hp, int32_t pos) {
+    const bool neox = hp->rope_type == ES_ROPE_NEOX;
     for (int32_t h = 0; h < n_head; h++)
-        for (int32_t i = 0; i < hp->n_rot / 2; i++) { /* NORM: adjacent pairs */
+        for (int32_t i = 0; i < hp->n_rot / 2; i++) { /* NORM: pairs (2i, 2i+1); NEOX: (i, i + n_rot/2) */
             double th = (double)pos * hp->rope_freq_scale * pow(hp->rope_freq_base, -2.0 * i / hp->n_rot);
-            double *a = x + h * hp->head_dim + 2 * i, x0 = a[0], x1 = a[1];
+            double *a = x + h * hp->head_dim + (neox ? i : 2 * i);
+            const int32_t o = neox ? hp->n_rot / 2 : 1;
+            const double x0 = a[0], x1 = a[o];
             a[0] = x0 * cos(th) - x1 * sin(th);
-            a[1] = x0 * sin(th) + x1 * cos(th);
+            a[o] = x0 * sin(th) + x1 * cos(th);
         }
 }
 
@@ -430,6 +433,11 @@ int main(int argc, char **argv) {
     mem_model_cfg m3 = {50, 32, 2, 4, 4, 8, 48, 8, ES_ROPE_NORM, 10000.0f, 1.0f, false, ES__DTYPE_F32, 23};
     mem_adapter_cfg a3 = {4, 2, 0, 3, 1, 0.2f, 10};
     run(&m3, &a3);
+    /* NEOX rotation (the Vulkan backend permutes Q and K rows, and the LoRA's rows with them) and
+     * a LoRA rank that is not a multiple of 4 */
+    mem_model_cfg m4 = {61, 48, 4, 2, 2, 12, 64, 12, ES_ROPE_NEOX, 10000.0f, 1.0f, false, ES__DTYPE_F32, 24};
+    mem_adapter_cfg a4 = {2, 2, 1, 4, 3, 0.2f, 11};
+    run(&m4, &a4);
     test_errors();
     es_backend_stats bs;
     CHECK_OK(es_backend_get_stats(backend, &bs));
