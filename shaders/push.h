@@ -40,6 +40,10 @@
 #define ES_STEP_NB 1      /* entries per array: n_batch + 1                       */
 #define ES_STEP_N_KEEP 2  /* kv_move: slots kept                                 */
 #define ES_STEP_CHAIN 3   /* 1: the batch is a chain, so position q is in slot q */
+/* Slot 4: ss_push.h. Slots 5, 6: only for tests/bench's dense-mask build of attn.comp (DENSE_MASK):
+ * where its N x N byte mask starts (in ints, after the arrays) and N. */
+#define ES_STEP_MASK 5
+#define ES_STEP_MASK_N 6
 #define ES_STEP_HDR 8
 #define ES_STEP_TOKENS 0  /* [n] token ids                                       */
 #define ES_STEP_POS 1     /* [n] absolute positions                              */

@@ -22,11 +22,25 @@ uint step_slot(uint t, uint q, uint n_past, bool chain) {
 // DFS pre-order tree (FlashSpecInfer's DFS intervals): batch token i is an ancestor-or-self of
 // token t iff i <= t <= dfs_end[i]. The ancestor of t at depth d is the one such i among the
 // tokens at depth d, which the host lists in `order` between level[d] and level[d + 1].
+// DENSE_MASK=1 (tests/bench only, never in the library) asks an N x N byte mask instead: the
+// baseline the intervals replace, with everything else the same.
+#ifndef DENSE_MASK
+#define DENSE_MASK 0
+#endif
+bool step_visible(uint i, uint t) {
+#if DENSE_MASK
+    const uint bit = t * uint(step_at(ES_STEP_MASK_N)) + i;
+    return ((uint(step_at(uint(step_at(ES_STEP_MASK)) + bit / 4u)) >> (8u * (bit % 4u))) & 255u) != 0u;
+#else
+    return i <= t && int(t) <= step_array(ES_STEP_DFS_END, i);
+#endif
+}
+
 int step_ancestor(uint t, uint d) {
     int lo = step_array(ES_STEP_LEVEL, d), hi = step_array(ES_STEP_LEVEL, d + 1u);
     for (int k = lo; k < hi; k++) {
         int i = step_array(ES_STEP_ORDER, uint(k));
-        if (uint(i) <= t && int(t) <= step_array(ES_STEP_DFS_END, uint(i))) return i;
+        if (step_visible(uint(i), t)) return i;
     }
     return int(t); // unreachable for a valid tree: the host validated it
 }

@@ -181,12 +181,14 @@ es_status es__vk_run_mul_mat(es_backend *b, es__dtype type, const void *w, uint3
 }
 
 /* A step buffer for a batch of n tokens at n_past (chain unless dfs_end is given). */
-static es_status run_step(run *r, int32_t n_past, int32_t n, const int32_t *tokens, const int32_t *pos,
-                          const int32_t *dfs_end, const int32_t *out_rows, int32_t n_out, const int32_t *keep,
-                          int32_t n_keep, es__vk_buf **out, es__vk_bind *bind) {
+/* The step data; with mask ([n][n] bytes), the mask after it for attn.comp's DENSE_MASK build. */
+static es_status run_step_mask(run *r, int32_t n_past, int32_t n, const int32_t *tokens, const int32_t *pos,
+                               const int32_t *dfs_end, const int32_t *out_rows, int32_t n_out, const int32_t *keep,
+                               int32_t n_keep, const uint8_t *mask, es__vk_buf **out, es__vk_bind *bind) {
     const uint32_t stride = (uint32_t)ES__MAX(n, n_keep) + 1;
     const size_t ints = ES_STEP_HDR + (size_t)ES_STEP_ARRAYS * stride;
-    int32_t *s = es__calloc(r->d->alloc, ints + (size_t)stride + 2, sizeof *s);
+    const size_t mask_ints = mask ? ((size_t)n * (size_t)n + 3) / 4 : 0;
+    int32_t *s = es__calloc(r->d->alloc, ints + ES__MAX((size_t)stride + 2, mask_ints), sizeof *s);
     ES_RETURN_IF(!s, r->d->err, ES_ERR_OUT_OF_MEMORY, "vulkan op: out of memory");
     int32_t *p = s + ints; /* scratch after the data: positions and then the depth counts */
     int32_t *own_pos = es__calloc(r->d->alloc, (size_t)n + 1, sizeof *own_pos);
@@ -206,7 +208,13 @@ static es_status run_step(run *r, int32_t n_past, int32_t n, const int32_t *toke
         es__vk_step_write(s, stride, n_past, n, tokens, own_pos, own_end, out_rows, n_out, p);
         s[ES_STEP_N_KEEP] = n_keep;
         if (keep) memcpy(s + ES_STEP_HDR + ES_STEP_KEEP * stride, keep, sizeof *keep * (size_t)n_keep);
-        st = run_buf(r, s, sizeof *s * ints, out);
+        if (mask) {
+            s[ES_STEP_MASK] = (int32_t)ints;
+            s[ES_STEP_MASK_N] = n;
+            memset(s + ints, 0, sizeof *s * mask_ints); /* the scratch was there */
+            memcpy(s + ints, mask, (size_t)n * (size_t)n);
+        }
+        st = run_buf(r, s, sizeof *s * (ints + mask_ints), out);
     }
     if (st == ES_OK) {
         *bind = (es__vk_bind){(*out)->buf, 0, (*out)->size, VK_NULL_HANDLE};
@@ -216,6 +224,12 @@ static es_status run_step(run *r, int32_t n_past, int32_t n, const int32_t *toke
     es__free(r->d->alloc, own_end);
     es__free(r->d->alloc, s);
     return st;
+}
+
+static es_status run_step(run *r, int32_t n_past, int32_t n, const int32_t *tokens, const int32_t *pos,
+                          const int32_t *dfs_end, const int32_t *out_rows, int32_t n_out, const int32_t *keep,
+                          int32_t n_keep, es__vk_buf **out, es__vk_bind *bind) {
+    return run_step_mask(r, n_past, n, tokens, pos, dfs_end, out_rows, n_out, keep, n_keep, NULL, out, bind);
 }
 
 static es__vk_bind whole(const es__vk_buf *b) {
@@ -420,14 +434,42 @@ es_status es__vk_run_rope_kv(es_backend *b, float *qkv, uint32_t n, uint32_t n_h
 es_status es__vk_run_attention(es_backend *b, const float *q, const float *kc, const float *vc, uint32_t n_ctx,
                                uint32_t n_head, uint32_t n_head_kv, uint32_t hd, uint32_t n_past, uint32_t n,
                                const int32_t *dfs_end, float scale, float *out) {
+    return es__vk_run_attention_bench(b, q, kc, vc, n_ctx, n_head, n_head_kv, hd, n_past, n, dfs_end, scale, out, NULL);
+}
+
+/* Records every token chunk's attention (and split merge) into r->cb. */
+static void rec_attention(es__vk_rec *rec, es__vk_pipeline *pa, es__vk_pipeline *pm, VkDescriptorSet sa,
+                          VkDescriptorSet sm, const int32_t *pos, uint32_t n, uint32_t n_head, uint32_t n_head_kv,
+                          uint32_t hd, uint32_t n_ctx, float scale) {
+    const uint32_t qd = n_head * hd, max_splits = (n_ctx + ES__ATTN_SPLIT - 1) / ES__ATTN_SPLIT;
+    for (uint32_t t0 = 0; t0 < n; t0 += ES__ATTN_CHUNK) {
+        const uint32_t t1 = ES__MIN(n, t0 + ES__ATTN_CHUNK);
+        int32_t maxp = 0;
+        for (uint32_t t = t0; t < t1; t++) maxp = ES__MAX(maxp, pos[t]);
+        es__pc_attn pc = {t0, t1 - t0, n_head, n_head_kv, hd, qd, n_ctx, ES__ATTN_SPLIT, max_splits, qd, scale};
+        es__vk_rec_dispatch(rec, "attn", pa, sa, &pc, ((t1 - t0) * n_head + ES__ATTN_WG - 1) / ES__ATTN_WG,
+                            (uint32_t)maxp / ES__ATTN_SPLIT + 1, 1);
+        es__pc_attn_merge pm_pc = {t0, n_head, hd, ES__ATTN_SPLIT, max_splits, qd};
+        if (max_splits > 1) es__vk_rec_dispatch(rec, "attn_merge", pm, sm, &pm_pc, n_head, t1 - t0, 1);
+    }
+}
+
+es_status es__vk_run_attention_bench(es_backend *b, const float *q, const float *kc, const float *vc, uint32_t n_ctx,
+                                     uint32_t n_head, uint32_t n_head_kv, uint32_t hd, uint32_t n_past, uint32_t n,
+                                     const int32_t *dfs_end, float scale, float *out, es__vk_attn_bench *bench) {
     RUN_BEGIN(b)
     const uint32_t qd = n_head * hd, max_splits = (n_ctx + ES__ATTN_SPLIT - 1) / ES__ATTN_SPLIT;
     es__vk_buf *Q = NULL, *K = NULL, *V = NULL, *S = NULL, *O = NULL, *P = NULL;
-    es__vk_bind bq, bk, bv, bs, bp;
-    es__vk_pipeline *pa = NULL, *pm = NULL;
+    es__vk_bind bq = {0}, bk = {0}, bv = {0}, bs = {0}, bp = {0};
+    es__vk_pipeline *pa = NULL, *pm = NULL, custom;
+    memset(&custom, 0, sizeof custom);
     if (s == ES_OK && (hd % 4 || hd > 512))
         s = es__fail(&b->err, ES_ERR_UNSUPPORTED, "vulkan op: head dimension %u not supported", hd);
     if (s == ES_OK) s = es__vk_attn_pipe(r.d, hd, &pa);
+    if (s == ES_OK && bench && bench->shader) {
+        s = es__vk_pipeline_custom(r.d, bench->shader, pa->spec, pa->n_spec, &custom);
+        pa = &custom;
+    }
     if (s == ES_OK) s = es__vk_simple_pipe(r.d, "attn_merge", true, false, &pm);
     if (s == ES_OK) s = run_buf(&r, q, sizeof *q * n * qd, &Q);
     if (s == ES_OK) s = run_buf(&r, kc, sizeof *kc * n_head_kv * n_ctx * hd, &K);
@@ -439,24 +481,30 @@ es_status es__vk_run_attention(es_backend *b, const float *q, const float *kc, c
     if (s == ES_OK) s = run_ro(&r, K, f4, &bk);
     if (s == ES_OK) s = run_ro(&r, V, f4, &bv);
     if (s == ES_OK) s = run_ro(&r, P, f4, &bp);
-    if (s == ES_OK) s = run_step(&r, (int32_t)n_past, (int32_t)n, NULL, NULL, dfs_end, NULL, 0, NULL, 0, &S, &bs);
-    const int32_t *pos = S ? (const int32_t *)S->map + ES_STEP_HDR + ES_STEP_POS * ((const int32_t *)S->map)[ES_STEP_NB] : NULL;
-    for (uint32_t t0 = 0; s == ES_OK && t0 < n; t0 += ES__ATTN_CHUNK) {
-        const uint32_t t1 = ES__MIN(n, t0 + ES__ATTN_CHUNK);
-        int32_t maxp = 0;
-        for (uint32_t t = t0; t < t1; t++) maxp = ES__MAX(maxp, pos[t]);
-        es__vk_bind ba[6] = {bq, bk, bv, bs, whole(O), whole(P)};
-        es__pc_attn pc = {t0, t1 - t0, n_head, n_head_kv, hd, qd, n_ctx, ES__ATTN_SPLIT, max_splits, qd, scale};
-        s = run_one(&r, pa, ba, &pc, ((t1 - t0) * n_head + ES__ATTN_WG - 1) / ES__ATTN_WG,
-                    (uint32_t)maxp / ES__ATTN_SPLIT + 1, 1);
-        if (s == ES_OK && max_splits > 1) {
-            es__vk_bind bm[3] = {bp, bs, whole(O)};
-            es__pc_attn_merge pm_pc = {t0, n_head, hd, ES__ATTN_SPLIT, max_splits, qd};
-            s = run_one(&r, pm, bm, &pm_pc, n_head, t1 - t0, 1);
-        }
+    if (s == ES_OK)
+        s = run_step_mask(&r, (int32_t)n_past, (int32_t)n, NULL, NULL, dfs_end, NULL, 0, NULL, 0,
+                          bench ? bench->mask : NULL, &S, &bs);
+    VkDescriptorSet sa = VK_NULL_HANDLE, sm = VK_NULL_HANDLE;
+    if (s == ES_OK) {
+        const es__vk_bind ba[6] = {bq, bk, bv, bs, whole(O), whole(P)}, bm[3] = {bp, bs, whole(O)};
+        s = es__vk_set_create(r.d, r.pool, pa, ba, &sa);
+        if (s == ES_OK) s = es__vk_set_create(r.d, r.pool, pm, bm, &sm);
+    }
+    if (s == ES_OK) {
+        const int32_t *pos = (const int32_t *)S->map + ES_STEP_HDR + ES_STEP_POS * ((const int32_t *)S->map)[ES_STEP_NB];
+        const uint32_t reps = bench && bench->reps ? bench->reps : 1;
+        es__vk_rec rec;
+        es__vk_rec_begin(&rec, r.d, r.cb, VK_NULL_HANDLE, 0, NULL);
+        for (uint32_t i = 0; i < reps; i++) rec_attention(&rec, pa, pm, sa, sm, pos, n, n_head, n_head_kv, hd, n_ctx, scale);
+        s = run_submit(&r, &rec, reps, bench ? &bench->ms : NULL);
     }
     if (s == ES_OK) memcpy(out, O->map, sizeof *out * n * qd);
+    if (custom.pipeline) es__vk_pipeline_release(r.d, &custom);
     RUN_END()
+}
+
+bool es__vk_run_texel(es_backend *b) {
+    return b && b->type == ES_BACKEND_VULKAN && ((es__vk_backend *)b->impl)->dev.use.texel;
 }
 
 es_status es__vk_run_softmax(es_backend *b, const float *x, uint32_t V, uint32_t n, float *y) {

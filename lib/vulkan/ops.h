@@ -76,6 +76,19 @@ es_status es__vk_run_rope_kv(es_backend *b, float *qkv, uint32_t n, uint32_t n_h
 es_status es__vk_run_attention(es_backend *b, const float *q, const float *kc, const float *vc, uint32_t n_ctx,
                                uint32_t n_head, uint32_t n_head_kv, uint32_t hd, uint32_t n_past, uint32_t n,
                                const int32_t *dfs_end, float scale, float *out);
+/* The same for benchmarks: another build of attn.comp (tests/bench's dense-mask baseline, whose
+ * [n][n] byte mask goes after the step data), recorded reps times in one submission. */
+typedef struct es__vk_attn_bench {
+    const es__shader_info *shader; /* family "attn"; NULL: the library's kernel          */
+    const uint8_t *mask;           /* mask[t][i] = 1 when batch token i is visible to t  */
+    uint32_t reps;
+    double ms;                     /* out: wall time per rep                             */
+} es__vk_attn_bench;
+/* Whether the op runner (and the device) reads read-only data through texel buffers. */
+bool es__vk_run_texel(es_backend *b);
+es_status es__vk_run_attention_bench(es_backend *b, const float *q, const float *kc, const float *vc, uint32_t n_ctx,
+                                     uint32_t n_head, uint32_t n_head_kv, uint32_t hd, uint32_t n_past, uint32_t n,
+                                     const int32_t *dfs_end, float scale, float *out, es__vk_attn_bench *bench);
 /* Softmax of each row of x[n][V], into y. */
 es_status es__vk_run_softmax(es_backend *b, const float *x, uint32_t V, uint32_t n, float *y);
 /* The k largest of each row of x[n][V] (descending, ties to the lower id): ids[n][k], vals[n][k]. */

@@ -50,14 +50,14 @@ static es_status check_interface(es__vk_dev *d, const es__shader_info *sh, const
     return ES_OK;
 }
 
-static es_status pipeline_create(es__vk_dev *d, es__shader_id id, const uint32_t *spec, uint32_t n_spec,
-                                 es__vk_pipeline *p) {
-    const es__shader_info *sh = &es__shaders[id];
+static es_status pipeline_create(es__vk_dev *d, const es__shader_info *sh, es__shader_id id, const uint32_t *spec,
+                                 uint32_t n_spec, es__vk_pipeline *p) {
     const es__kernel_family *fam = es__kernel_family_find(sh->family);
     ES_RETURN_IF(!fam, d->err, ES_ERR_BACKEND, "vulkan: shader %s has unknown family %s", sh->name, sh->family);
     ES_TRY(check_interface(d, sh, fam));
     memset(p, 0, sizeof *p);
     p->shader = id;
+    p->name = sh->name;
     p->n_spec = n_spec;
     memcpy(p->spec, spec, n_spec * sizeof *spec);
     p->push_size = fam->push_size;
@@ -135,7 +135,7 @@ es_status es__vk_pipeline_get(es__vk_dev *d, es__shader_id shader, const uint32_
     ES_RETURN_IF(d->n_pipelines == ES__VK_MAX_PIPELINES, d->err, ES_ERR_BACKEND,
                  "vulkan: more than %d pipelines requested", ES__VK_MAX_PIPELINES);
     es__vk_pipeline *p = &d->pipelines[d->n_pipelines];
-    es_status s = pipeline_create(d, shader, spec, n_spec, p);
+    es_status s = pipeline_create(d, &es__shaders[shader], shader, spec, n_spec, p);
     if (s != ES_OK) {
         pipeline_free(d, p);
         return s;
@@ -143,6 +143,19 @@ es_status es__vk_pipeline_get(es__vk_dev *d, es__shader_id shader, const uint32_
     d->n_pipelines++;
     *out = p;
     return ES_OK;
+}
+
+es_status es__vk_pipeline_custom(es__vk_dev *d, const es__shader_info *sh, const uint32_t *spec, uint32_t n_spec,
+                                 es__vk_pipeline *out) {
+    ES_RETURN_IF(n_spec > 8, d->err, ES_ERR_BACKEND, "vulkan: pipeline request for shader %s with %u constants",
+                 sh->name, n_spec);
+    es_status s = pipeline_create(d, sh, ES__SHADER_COUNT, spec, n_spec, out);
+    if (s != ES_OK) pipeline_free(d, out);
+    return s;
+}
+
+void es__vk_pipeline_release(es__vk_dev *d, es__vk_pipeline *p) {
+    pipeline_free(d, p);
 }
 
 es_status es__vk_shader_find(es__vk_dev *d, const char *name, es__shader_id *out) {
@@ -244,11 +257,11 @@ es_status es__vk_set_create(es__vk_dev *d, VkDescriptorPool pool, const es__vk_p
         wr[i].descriptorType = pipe->types[i];
         if (pipe->types[i] == VK_DESCRIPTOR_TYPE_UNIFORM_TEXEL_BUFFER) {
             ES_RETURN_IF(!binds[i].view, d->err, ES_ERR_BACKEND, "vulkan: binding %u of %s needs a texel view", i,
-                         es__shaders[pipe->shader].name);
+                         pipe->name);
             wr[i].pTexelBufferView = &binds[i].view;
         } else {
             ES_RETURN_IF(!binds[i].buf || binds[i].range == 0, d->err, ES_ERR_BACKEND,
-                         "vulkan: binding %u of %s needs a buffer range", i, es__shaders[pipe->shader].name);
+                         "vulkan: binding %u of %s needs a buffer range", i, pipe->name);
             bi[i] = (VkDescriptorBufferInfo){binds[i].buf, binds[i].offset, binds[i].range};
             wr[i].pBufferInfo = &bi[i];
         }

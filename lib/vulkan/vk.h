@@ -36,7 +36,8 @@ typedef struct es__vk_phys {
 
 /* One created pipeline: a shader variant with its specialisation. */
 typedef struct es__vk_pipeline {
-    es__shader_id shader;
+    es__shader_id shader;                 /* ES__SHADER_COUNT for es__vk_pipeline_custom's */
+    const char *name;                     /* the variant's, for messages                    */
     uint32_t spec[8];
     uint32_t n_spec;
     VkDescriptorSetLayout set_layout;
@@ -168,6 +169,11 @@ es_status es__vk_fill(es__vk_dev *d, const es__vk_buf *b, VkDeviceSize off, VkDe
 es_status es__vk_pipeline_get(es__vk_dev *d, es__shader_id shader, const uint32_t *spec, uint32_t n_spec,
                               es__vk_pipeline **out);
 void es__vk_pipelines_destroy(es__vk_dev *d);
+/* A pipeline from SPIR-V outside the registry (tests/bench: baselines kept out of the library),
+ * checked against sh->family like the registry's; the caller releases it. */
+es_status es__vk_pipeline_custom(es__vk_dev *d, const es__shader_info *sh, const uint32_t *spec, uint32_t n_spec,
+                                 es__vk_pipeline *out);
+void es__vk_pipeline_release(es__vk_dev *d, es__vk_pipeline *p);
 /* Looks a variant up by its table name. */
 es_status es__vk_shader_find(es__vk_dev *d, const char *name, es__shader_id *out);
 es_status es__vk_pcache_load(es__vk_dev *d, const char *path);

@@ -1,12 +1,20 @@
 /* bench_tree_attention.c: tree attention with DFS intervals against the same kernel reading a
  * dense N x N ancestor mask, at N = 16 .. 4096 tree nodes over a committed KV cache: time per call
- * (median of repetitions) and the memory the tree structure takes. The dense-mask variant exists
- * only here, as the baseline; the library never builds a mask. Also times the library's own
- * es__cpu_attention on the same inputs. JSON lines on stdout.
- * Usage: bench_tree_attention [reps] [n_past] [n_head] [head_dim] */
+ * (median of repetitions) and the memory the tree structure takes. The dense-mask variants exist
+ * only here, as the baselines; the library never builds a mask. JSON lines on stdout.
+ *   cpu (default): a loop written here both ways, and the library's es__cpu_attention;
+ *   vulkan: the library's attn.comp against attn.comp built with DENSE_MASK=1 (meson.build here),
+ *           the mask after the step data; GPU work of reps calls in one submission. Both must give
+ *           the same bits (the benchmark fails otherwise) and match es__cpu_attention.
+ * Usage: bench_tree_attention [reps] [n_past] [n_head] [head_dim] [cpu|vulkan] */
 #include "cpu/kern.h"
 #include "cpu/ops.h"
 #include "edgespec.h"
+#if ES_BENCH_VULKAN
+#include "attn_dense_ss.spv.h"
+#include "attn_dense_tx.spv.h"
+#include "ops.h"
+#endif
 
 #include <math.h>
 #include <stdio.h>
@@ -83,10 +91,49 @@ static int cmp_d(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
+#if ES_BENCH_VULKAN
+/* Median ms per call of the Vulkan kernel, interval or dense; out gets its result. */
+static double vk_time(es_backend *be, const geo *g, bool dense, int reps, float *out) {
+    const bool texel = es__vk_run_texel(be);
+    const es__shader_info sh = {texel ? "attn_dense_tx" : "attn_dense_ss", "attn", texel,
+                                texel ? attn_dense_tx : attn_dense_ss,
+                                texel ? sizeof attn_dense_tx : sizeof attn_dense_ss};
+    double t[16];
+    const int runs = 5;
+    for (int i = 0; i < runs; i++) {
+        es__vk_attn_bench bench = {dense ? &sh : NULL, dense ? g->mask : NULL, (uint32_t)reps, 0.0};
+        if (es__vk_run_attention_bench(be, g->q, g->kc, g->vc, (uint32_t)g->n_ctx, (uint32_t)g->nh, (uint32_t)g->nh,
+                                       (uint32_t)g->hd, (uint32_t)g->n_past, (uint32_t)g->n, g->en,
+                                       1.0f / sqrtf((float)g->hd), out, &bench) != ES_OK) {
+            fprintf(stderr, "bench_tree_attention: %s\n", es_backend_errmsg(be));
+            exit(1);
+        }
+        t[i] = bench.ms;
+    }
+    qsort(t, (size_t)runs, sizeof(double), cmp_d);
+    return t[runs / 2];
+}
+#endif
+
 int main(int argc, char **argv) {
     const int reps = argc > 1 ? atoi(argv[1]) : 7;
     const int32_t n_past = argc > 2 ? atoi(argv[2]) : 256, nh = argc > 3 ? atoi(argv[3]) : 8,
                   hd = argc > 4 ? atoi(argv[4]) : 64;
+    const bool vulkan = argc > 5 && strcmp(argv[5], "vulkan") == 0;
+    es_backend *be = NULL;
+    if (vulkan) {
+#if ES_BENCH_VULKAN
+        es_backend_params bp = es_backend_default_params();
+        bp.type = ES_BACKEND_VULKAN;
+        if (es_backend_create(&bp, &be) != ES_OK) {
+            fprintf(stderr, "bench_tree_attention: %s\n", es_last_error());
+            return 1;
+        }
+#else
+        fprintf(stderr, "bench_tree_attention: built without Vulkan\n");
+        return 1;
+#endif
+    }
     const int32_t sizes[] = {16, 64, 256, 1024, 4096};
     for (size_t si = 0; si < sizeof sizes / sizeof *sizes; si++) {
         const int32_t n = sizes[si], n_ctx = n_past + n;
@@ -116,6 +163,31 @@ int main(int argc, char **argv) {
         float *scores = malloc(sizeof(float) * (size_t)n_ctx);
         int32_t *visible = malloc(sizeof(int32_t) * (size_t)n);
         geo g = {n, n_past, n_ctx, nh, hd, q, kc, vc, st, en, mask, out, scores, visible, es__kern_best()};
+        if (vulkan) {
+#if ES_BENCH_VULKAN
+            es__err err;
+            if (es__cpu_attention(NULL, q, kc, vc, n_ctx, nh, nh, hd, n_past, n, st, en, 1.0f / sqrtf((float)hd), out3,
+                                  &err) != ES_OK)
+                return 1;
+            const double ms_int = vk_time(be, &g, false, reps, out), ms_dense = vk_time(be, &g, true, reps, out2);
+            double worst = 0.0;
+            for (size_t i = 0; i < qn; i++) worst = fmax(worst, fabs((double)out[i] - (double)out3[i]));
+            if (memcmp(out, out2, sizeof(float) * qn) != 0 || !(worst < 1e-4)) {
+                fprintf(stderr, "n %d: the Vulkan variants disagree (or differ from the CPU by %g)\n", n, worst);
+                return 1;
+            }
+            printf("{\"backend\": \"%s\", \"n\": %d, \"depth\": %d, \"n_past\": %d, \"n_head\": %d, "
+                   "\"head_dim\": %d, \"reps\": %d, \"interval_ms\": %.4f, \"dense_ms\": %.4f, "
+                   "\"max_abs_diff_vs_cpu\": %.2e, \"interval_bytes\": %zu, \"dense_mask_bytes\": %zu}\n",
+                   es_backend_name(be), n, depth, n_past, nh, hd, reps, ms_int, ms_dense, worst,
+                   (size_t)n * sizeof(int32_t), (size_t)n * (size_t)n);
+            fflush(stdout);
+#endif
+            free(parent), free(order), free(pos), free(st), free(en), free(row_of), free(mask);
+            free(q), free(kc), free(vc), free(out), free(out2), free(out3), free(dep), free(open_nodes), free(scores),
+                free(visible);
+            continue;
+        }
         double t_int[64], t_dense[64], t_lib[64];
         int r_n = reps < 64 ? reps : 64;
         for (int r = 0; r < r_n; r++) {
@@ -146,5 +218,6 @@ int main(int argc, char **argv) {
         free(parent), free(order), free(pos), free(st), free(en), free(row_of), free(mask);
         free(q), free(kc), free(vc), free(out), free(out2), free(out3), free(dep), free(open_nodes), free(scores), free(visible);
     }
+    es_backend_free(be);
     return 0;
 }
