@@ -5,12 +5,14 @@
  *   cpu (default): a loop written here both ways, and the library's es__cpu_attention;
  *   vulkan: the library's attn.comp against attn.comp built with DENSE_MASK=1 (meson.build here),
  *           the mask after the step data; GPU work of reps calls in one submission. Both must give
- *           the same bits (the benchmark fails otherwise) and match es__cpu_attention.
+ *           the same bits (the benchmark fails otherwise) and match es__cpu_attention: meson test
+ *           runs it small as the test tree_attention_dense_vulkan.
  * Usage: bench_tree_attention [reps] [n_past] [n_head] [head_dim] [cpu|vulkan] */
 #include "cpu/kern.h"
 #include "cpu/ops.h"
 #include "edgespec.h"
 #if ES_BENCH_VULKAN
+#include "../spec/vk_pin.h"
 #include "attn_dense_ss.spv.h"
 #include "attn_dense_tx.spv.h"
 #include "ops.h"
@@ -123,9 +125,10 @@ int main(int argc, char **argv) {
     es_backend *be = NULL;
     if (vulkan) {
 #if ES_BENCH_VULKAN
+        spec_pin_vulkan();
         es_backend_params bp = es_backend_default_params();
         bp.type = ES_BACKEND_VULKAN;
-        if (es_backend_create(&bp, &be) != ES_OK) {
+        if (es_backend_create(&bp, &be) != ES_OK || !be) {
             fprintf(stderr, "bench_tree_attention: %s\n", es_last_error());
             return 1;
         }
@@ -217,6 +220,11 @@ int main(int argc, char **argv) {
         fflush(stdout);
         free(parent), free(order), free(pos), free(st), free(en), free(row_of), free(mask);
         free(q), free(kc), free(vc), free(out), free(out2), free(out3), free(dep), free(open_nodes), free(scores), free(visible);
+    }
+    es_backend_stats bs;
+    if (be && (es_backend_get_stats(be, &bs) != ES_OK || bs.validation_messages != 0)) {
+        fprintf(stderr, "bench_tree_attention: Vulkan validation messages (see the log)\n");
+        return 1;
     }
     es_backend_free(be);
     return 0;
