@@ -91,6 +91,14 @@ es_status es__vk_submit_wait(es__vk_dev *d, VkCommandBuffer cb) {
     return ES_OK;
 }
 
+es_status es__vk_query_pool_create(es__vk_dev *d, uint32_t n, VkQueryPool *out) {
+    VkQueryPoolCreateInfo qi = {.sType = VK_STRUCTURE_TYPE_QUERY_POOL_CREATE_INFO};
+    qi.queryType = VK_QUERY_TYPE_TIMESTAMP;
+    qi.queryCount = n;
+    ES_VK_TRY(d, vkCreateQueryPool(d->dev, &qi, NULL, out));
+    return ES_OK;
+}
+
 es_status es__vk_profile_collect(es__vk_dev *d, VkQueryPool q, uint32_t n_queries, const char **ops) {
     if (!q || n_queries < 2) return ES_OK;
     uint64_t ts[1024];

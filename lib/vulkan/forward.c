@@ -458,10 +458,7 @@ static es_status get_cb(es_context *ctx, vk_ctx *c, int32_t n, int32_t n_out, ui
         ES_VK_TRY(d, vkResetCommandBuffer(lru->cb, 0));
     }
     if (d->profile && !lru->queries) {
-        VkQueryPoolCreateInfo qi = {.sType = VK_STRUCTURE_TYPE_QUERY_POOL_CREATE_INFO};
-        qi.queryType = VK_QUERY_TYPE_TIMESTAMP;
-        qi.queryCount = ES__MAX_QUERIES;
-        ES_VK_TRY(d, vkCreateQueryPool(d->dev, &qi, NULL, &lru->queries));
+        ES_TRY(es__vk_query_pool_create(d, ES__MAX_QUERIES, &lru->queries));
         lru->ops = es__calloc(d->alloc, ES__MAX_QUERIES, sizeof *lru->ops);
         ES_RETURN_IF(!lru->ops, d->err, ES_ERR_OUT_OF_MEMORY, "vulkan: out of memory");
     } else if (!d->profile && lru->queries) {

@@ -491,13 +491,10 @@ static es_status record_streams(struct es__vk_msa *m, uint32_t G) {
     VkCommandBuffer cb;
     ES_VK_TRY(d, vkAllocateCommandBuffers(d->dev, &ai, &cb));
     if (d->profile && !m->queries[G]) {
-        VkQueryPoolCreateInfo qi = {.sType = VK_STRUCTURE_TYPE_QUERY_POOL_CREATE_INFO};
-        qi.queryType = VK_QUERY_TYPE_TIMESTAMP;
-        qi.queryCount = ES__SS_MAX_QUERIES;
-        VkResult vr = vkCreateQueryPool(d->dev, &qi, NULL, &m->queries[G]);
-        if (vr != VK_SUCCESS) {
+        const es_status qs = es__vk_query_pool_create(d, ES__SS_MAX_QUERIES, &m->queries[G]);
+        if (qs != ES_OK) {
             vkFreeCommandBuffers(d->dev, d->pool, 1, &cb);
-            return es__vk_fail(d, vr, "creating the stream pass's query pool");
+            return qs;
         }
     }
     es__vk_rec r;

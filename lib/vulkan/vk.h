@@ -213,6 +213,8 @@ es_status es__vk_rec_end(es__vk_rec *r);
 /* Submits cb and waits for it. */
 es_status es__vk_submit_wait(es__vk_dev *d, VkCommandBuffer cb);
 /* Adds the timestamps of a finished submission to the device's profile. */
+/* A timestamp query pool of n queries (profiling). */
+es_status es__vk_query_pool_create(es__vk_dev *d, uint32_t n, VkQueryPool *out);
 es_status es__vk_profile_collect(es__vk_dev *d, VkQueryPool q, uint32_t n_queries, const char **ops);
 
 #endif /* ES_VULKAN_VK_H */

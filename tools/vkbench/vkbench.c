@@ -11,6 +11,7 @@
  *   edgespec-vkbench model -m FILE [--backend vulkan|cpu] [--threads N] [--pp 64,512] [--tg 128]
  *                          [--tree 32] [--reps R] [--profile]      (bench_model.c)
  * It deliberately checks nothing: tests/vulkan does. */
+#include "gguf.h"
 #include "ops.h"
 #include "vkbench.h"
 
@@ -28,20 +29,6 @@ static float frand(void) { /* [-1, 1) */
     return (float)((double)(rng_state >> 11) * (2.0 / 9007199254740992.0) - 1.0);
 }
 
-static uint16_t f32_to_f16(float f) { /* round to nearest even; fine for benchmark data */
-    uint32_t x;
-    memcpy(&x, &f, 4);
-    uint32_t sign = (x >> 16) & 0x8000u;
-    int32_t e = (int32_t)((x >> 23) & 0xff) - 127 + 15;
-    uint32_t m = x & 0x7fffffu;
-    if (e <= 0) return (uint16_t)sign;
-    if (e >= 31) return (uint16_t)(sign | 0x7c00u);
-    uint32_t h = sign | ((uint32_t)e << 10) | (m >> 13);
-    uint32_t rem = m & 0x1fffu;
-    if (rem > 0x1000u || (rem == 0x1000u && (h & 1u))) h++;
-    return (uint16_t)h;
-}
-
 /* Makes rows x K random weights of type in GGUF layout; returns bytes. */
 static void *make_weights(es__dtype t, uint32_t rows, uint32_t K, size_t *bytes) {
     const size_t n = (size_t)rows * K;
@@ -49,7 +36,7 @@ static void *make_weights(es__dtype t, uint32_t rows, uint32_t K, size_t *bytes)
     uint8_t *w = malloc(sz);
     if (!w) return NULL;
     for (size_t i = 0; t == ES__DTYPE_F32 && i < n; i++) ((float *)w)[i] = frand();
-    for (size_t i = 0; t == ES__DTYPE_F16 && i < n; i++) ((uint16_t *)w)[i] = f32_to_f16(frand());
+    for (size_t i = 0; t == ES__DTYPE_F16 && i < n; i++) ((uint16_t *)w)[i] = es__f32_to_f16(frand());
     for (size_t i = 0; t == ES__DTYPE_BF16 && i < n; i++) {
         float f = frand();
         uint32_t x;
@@ -57,12 +44,12 @@ static void *make_weights(es__dtype t, uint32_t rows, uint32_t K, size_t *bytes)
         ((uint16_t *)w)[i] = (uint16_t)(x >> 16);
     }
     for (size_t b = 0; t == ES__DTYPE_Q8_0 && b < n / 32; b++) {
-        uint16_t d = f32_to_f16(0.01f);
+        uint16_t d = es__f32_to_f16(0.01f);
         memcpy(w + 34 * b, &d, 2);
         for (int j = 0; j < 32; j++) w[34 * b + 2 + j] = (uint8_t)(int8_t)(frand() * 127);
     }
     for (size_t b = 0; t == ES__DTYPE_Q4_0 && b < n / 32; b++) {
-        uint16_t d = f32_to_f16(0.1f);
+        uint16_t d = es__f32_to_f16(0.1f);
         memcpy(w + 18 * b, &d, 2);
         for (int j = 0; j < 16; j++) w[18 * b + 2 + j] = (uint8_t)(rand() & 0xff);
     }
