@@ -126,6 +126,28 @@ static es_status run_submit(run *r, es__vk_rec *rec, uint32_t reps, double *ms) 
     return ES_OK;
 }
 
+/* One descriptor set per part of m: the part's weight bindings, then tail (bindings 2..7). */
+static es_status run_part_sets(run *r, es__vk_wset *ws, const es__vk_mat *m, const es__vk_pipeline *p,
+                               const es__vk_bind tail[6], VkDescriptorSet sets[16]) {
+    ES_RETURN_IF(m->n_parts > 16, r->d->err, ES_ERR_INVALID_ARGUMENT, "vulkan op: matrix too large");
+    for (uint32_t i = 0; i < m->n_parts; i++) {
+        es__vk_bind bind[8];
+        es__vk_part_binds(ws, &m->parts[i], &bind[0], &bind[1]);
+        memcpy(&bind[2], tail, 6 * sizeof *tail);
+        ES_TRY(es__vk_set_create(r->d, r->pool, p, bind, &sets[i]));
+    }
+    return ES_OK;
+}
+
+/* Records reps (at least one) mul_mat-family dispatches of p over m's parts and submits them. */
+static es_status run_mul_mat_submit(run *r, const char *op, const es__vk_pipeline *p, const es__vk_mat *m,
+                                    const VkDescriptorSet *sets, const es__pc_mul_mat *pc, uint32_t reps, double *ms) {
+    es__vk_rec rec;
+    es__vk_rec_begin(&rec, r->d, r->cb, VK_NULL_HANDLE, 0, NULL);
+    for (uint32_t k = 0; k < (reps ? reps : 1); k++) es__vk_rec_mul_mat(&rec, op, p, m, sets, pc);
+    return run_submit(r, &rec, reps, ms);
+}
+
 es_status es__vk_run_mul_mat(es_backend *b, es__dtype type, const void *w, uint32_t rows, uint32_t K,
                              const float *x, uint32_t n, uint32_t epi, float *y, uint32_t reps, double *ms) {
     run r;
@@ -151,28 +173,18 @@ es_status es__vk_run_mul_mat(es_backend *b, es__dtype type, const void *w, uint3
     es__vk_pipeline *p = NULL;
     if (s == ES_OK) s = es__vk_mul_mat_pipe(d, &m, es__vk_mul_mat_tok(type, n), epi, &p);
     VkDescriptorSet sets[16];
-    es__vk_bind bx, extras[4];
-    if (s == ES_OK) s = run_ro(&r, X, VK_FORMAT_R32G32B32A32_SFLOAT, &bx);
-    if (s == ES_OK) s = run_extras(&r, extras);
-    if (s == ES_OK && m.n_parts > 16) s = es__fail(&b->err, ES_ERR_INVALID_ARGUMENT, "vulkan op: matrix too large");
-    for (uint32_t i = 0; s == ES_OK && i < m.n_parts; i++) {
-        es__vk_bind bind[8];
-        es__vk_part_binds(&ws, &m.parts[i], &bind[0], &bind[1]);
-        bind[2] = bx;
-        bind[3] = whole(Y);
-        memcpy(&bind[4], extras, sizeof extras);
-        s = es__vk_set_create(d, r.pool, p, bind, &sets[i]);
-    }
+    es__vk_bind tail[6];
+    if (s == ES_OK) s = run_ro(&r, X, VK_FORMAT_R32G32B32A32_SFLOAT, &tail[0]);
+    if (s == ES_OK) tail[1] = whole(Y);
+    if (s == ES_OK) s = run_extras(&r, &tail[2]);
+    if (s == ES_OK) s = run_part_sets(&r, &ws, &m, p, tail, sets);
     if (s == ES_OK) {
-        es__vk_rec rec;
-        es__vk_rec_begin(&rec, d, r.cb, VK_NULL_HANDLE, 0, NULL);
         es__pc_mul_mat pc;
         memset(&pc, 0, sizeof pc);
         pc.n = n;
         pc.x_stride = Kp / 4;
         pc.y_stride = y_cols;
-        for (uint32_t k = 0; k < (reps ? reps : 1); k++) es__vk_rec_mul_mat(&rec, "mul_mat", p, &m, sets, &pc);
-        s = run_submit(&r, &rec, reps, ms);
+        s = run_mul_mat_submit(&r, "mul_mat", p, &m, sets, &pc, reps, ms);
     }
     if (s == ES_OK) s = es__vk_buf_invalidate(d, Y);
     if (s == ES_OK) memcpy(y, Y->map, sizeof *y * n * y_cols);
@@ -388,21 +400,11 @@ es_status es__vk_run_rope_kv(es_backend *b, float *qkv, uint32_t n, uint32_t n_h
     if (s == ES_OK && !end) s = es__fail(&b->err, ES_ERR_OUT_OF_MEMORY, "vulkan op: out of memory");
     if (s == ES_OK) s = run_step(&r, (int32_t)n_past, (int32_t)n, NULL, pos, end, NULL, 0, NULL, 0, &S, &bs);
     VkDescriptorSet sets[16];
-    if (s == ES_OK && m.n_parts > 16) s = es__fail(&b->err, ES_ERR_INVALID_ARGUMENT, "vulkan op: matrix too large");
-    for (uint32_t i = 0; s == ES_OK && i < m.n_parts; i++) {
-        es__vk_bind bind[8];
-        es__vk_part_binds(&ws, &m.parts[i], &bind[0], &bind[1]);
-        bind[2] = bx;
-        bind[3] = whole(Q);
-        bind[4] = bt;
-        bind[5] = bs;
-        bind[6] = whole(K);
-        bind[7] = whole(V);
-        s = es__vk_set_create(d, r.pool, p, bind, &sets[i]);
+    if (s == ES_OK) {
+        const es__vk_bind tail[6] = {bx, whole(Q), bt, bs, whole(K), whole(V)};
+        s = run_part_sets(&r, &ws, &m, p, tail, sets);
     }
     if (s == ES_OK) {
-        es__vk_rec rec;
-        es__vk_rec_begin(&rec, d, r.cb, VK_NULL_HANDLE, 0, NULL);
         es__pc_mul_mat pc;
         memset(&pc, 0, sizeof pc);
         pc.n = n;
@@ -413,8 +415,7 @@ es_status es__vk_run_rope_kv(es_backend *b, float *qkv, uint32_t n, uint32_t n_h
         pc.hd = hd;
         pc.n_rot = n_rot;
         pc.n_ctx = n_ctx;
-        es__vk_rec_mul_mat(&rec, "rope_kv", p, &m, sets, &pc);
-        s = run_submit(&r, &rec, 1, NULL);
+        s = run_mul_mat_submit(&r, "rope_kv", p, &m, sets, &pc, 1, NULL);
     }
     if (s == ES_OK) {
         const float *q = Q->map;
