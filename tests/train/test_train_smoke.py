@@ -160,6 +160,50 @@ check(first["main_loss"] == final_a["main_loss"] and
       first["prune_loss"] == final_a["prune_loss"],
       "--ss-init starts from the adapter: %s vs %s" % (first, final_a))
 
+# --init starts a scratch-mode run (a drafter's fine-tuning) from an exported model's weights.
+f = os.path.join(WORK, "f")
+run([os.path.join(TRAIN, "train.py"), "--out", f, "--init", base, "--corpus-file", text, "--valid-frac", "0.1",
+     "--ctx", "32", "--batch", "8", "--steps", "2", "--threads", "1", "--eval-every", "1000"])
+first = [r["eval"] for r in log(f) if "eval" in r][0]
+check(first["main_loss"] == final_a["main_loss"] and not first["streams"],
+      "--init starts from the model: %s vs %s" % (first["main_loss"], final_a["main_loss"]))
+
+# 6. --distill: stream j at window offset t learns the frozen main stream's distribution at t + j.
+# Stream logits equal to the main logits at exactly that offset reach the teacher's entropy, the
+# least cross-entropy possible; one offset off must cost more.
+import argparse  # noqa: E402
+import train as T  # noqa: E402
+B, TT, G, V = 2, 12, 3, 17
+gen = torch.Generator().manual_seed(3)
+main_logits = 3 * torch.randn(B, TT, V, generator=gen)
+sp = torch.tensor([0, 2, 5, 7])
+targs = argparse.Namespace(ctx=TT, mode="ss", alpha0=1.0, alpha=1.0, distill=True)
+tcfg = argparse.Namespace(n_streams=G, n_vocab=V)
+batch = torch.randint(0, V, (B, TT + G + 1), generator=gen)
+p_main = torch.softmax(main_logits, -1)
+for shift, exact in ((0, True), (1, False)):
+    sl = torch.stack([main_logits[:, sp + j + shift] for j in range(1, G + 1)], 2)
+    _, parts = T.losses(None, {"logits": main_logits, "stream_logits": sl}, batch, tcfg, targs, sp)
+    for j in range(1, G + 1):
+        pj = p_main[:, sp + j]
+        ent = float(-(pj * pj.log()).sum(-1).mean())
+        got = float(parts["s%d" % j])
+        if exact:
+            check(abs(got - ent) < 1e-4, "distill: stream %d at the teacher's own offset: CE %.5f vs entropy %.5f"
+                  % (j, got, ent))
+        else:
+            check(got > ent + 0.1, "distill: stream %d one offset off should cost more: %.5f vs %.5f" % (j, got, ent))
+# and end to end: a distilled adapter's streams learn the (learnable) future of the corpus
+d = os.path.join(WORK, "d")
+run([os.path.join(TRAIN, "train.py"), "--out", d, "--mode", "ss", "--base", base, "--corpus-file", text,
+     "--distill", "--valid-frac", "0.1", "--ctx", "32", "--batch", "8", "--gamma", "3", "--n-msa", "1",
+     "--lora-rank", "4", "--steps", "40", "--lr", "3e-2", "--warmup", "2", "--threads", "1",
+     "--log-every", "5", "--eval-every", "1000"])
+evals = [r["eval"] for r in log(d) if "eval" in r]
+for j in range(3):
+    before, after = evals[0]["streams"][j]["loss"], evals[-1]["streams"][j]["loss"]
+    check(after < before - 0.2, "distill: stream %d held-out loss falls: %.3f -> %.3f" % (j + 1, before, after))
+
 if failures:
     print("%d failures" % failures, file=sys.stderr)
     sys.exit(1)

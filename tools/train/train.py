@@ -53,6 +53,9 @@ def parse_args(argv=None):
     ap.add_argument("--base", help="base GGUF for --mode ss (its tokenizer is used)")
     ap.add_argument("--ss-init", help="--mode ss: start from this adapter GGUF (its gamma, Ns, "
                     "pruning and LoRA shape replace the flags) instead of a fresh adapter")
+    ap.add_argument("--init", help="--mode scratch: start from this model (GGUF or checkpoint; its "
+                    "shape and tokenizer replace the flags) instead of random weights, e.g. to "
+                    "fine-tune a drafter on --corpus-file text")
     ap.add_argument("--tokenizer", help="tokenizer.json to use instead of training one")
     ap.add_argument("--vocab", type=int, default=2048, help="BPE vocabulary size")
     ap.add_argument("--valid-books", default=",".join(corpus.DEFAULT_VALID_BOOKS),
@@ -79,6 +82,10 @@ def parse_args(argv=None):
     ap.add_argument("--prune-rank", type=int, default=8)
     ap.add_argument("--lora-rank", type=int, default=0, help="stream-only LoRA rank (0 = none)")
     ap.add_argument("--lora-targets", default=",".join(M.LORA_TARGETS))
+    ap.add_argument("--distill", action="store_true",
+                    help="--mode ss: stream j at t learns the frozen main stream's distribution at "
+                    "t+j (what verification will compare against) instead of the text's token "
+                    "t+1+j; the pruning exit learns the main distribution at t")
     ap.add_argument("--stream-frac", type=float, default=1.0,
                     help="fraction of window positions (sampled per step) where the streams and "
                     "the pruning exit are trained; the main stream always trains on all")
@@ -149,16 +156,26 @@ def losses(model, out, batch, cfg, args, sp=None):
     G = cfg.n_streams
     if G:
         # targets (B, P, G): stream j (1-based) at t predicts token t+1+j; one CE call for all
-        tgt = torch.stack([batch[:, sp + 1 + j] for j in range(1, G + 1)], dim=-1)
-        per = F.cross_entropy(out["stream_logits"].reshape(-1, V), tgt.reshape(-1),
+        if args.distill:
+            tgt = torch.stack([teacher(out, sp + j) for j in range(1, G + 1)], dim=2)
+            tgt = tgt.reshape(-1, V)
+        else:
+            tgt = torch.stack([batch[:, sp + 1 + j] for j in range(1, G + 1)], dim=-1).reshape(-1)
+        per = F.cross_entropy(out["stream_logits"].reshape(-1, V), tgt,
                               reduction="none").view(-1, G).mean(0)
         for j in range(G):
             res["s%d" % (j + 1)] = per[j]
         total = total + args.alpha * per.sum()
     if "prune_logits" in out:
-        res["prune"] = F.cross_entropy(out["prune_logits"].reshape(-1, V), batch[:, sp + 1].reshape(-1))
+        tgt = teacher(out, sp).reshape(-1, V) if args.distill else batch[:, sp + 1].reshape(-1)
+        res["prune"] = F.cross_entropy(out["prune_logits"].reshape(-1, V), tgt)
         total = total + res["prune"]
     return total, res
+
+
+def teacher(out, pos):
+    """The frozen main stream's next-token distribution at window offsets pos: (B, P, V)."""
+    return F.softmax(out["logits"][:, pos].detach().float(), dim=-1)
 
 
 def history_steps(history, default):
@@ -197,10 +214,14 @@ def main(argv=None):
         if not args.base:
             sys.exit("--mode ss needs --base")
         base, vocab = load_model_file(args.base)
+    elif args.distill:
+        sys.exit("--distill needs --mode ss (the teacher is the frozen base)")
+    elif args.init:
+        init, vocab = load_model_file(args.init)
     elif args.tokenizer:
         vocab = bpe.Vocab.load(args.tokenizer)
     train_verses, valid_verses = load_splits(args)
-    if base is None and not args.tokenizer:
+    if base is None and not args.tokenizer and not args.init:
         if args.resume and os.path.exists(ckpt_path):
             vocab = bpe.Vocab.from_json(torch.load(ckpt_path, map_location="cpu")["vocab"])
         else:
@@ -231,6 +252,10 @@ def main(argv=None):
             model.load_state_dict(init.state_dict())
         for p in model.base_parameters():
             p.requires_grad_(False)
+    elif args.init:
+        cfg = init.cfg
+        model = M.Model(cfg)
+        model.load_state_dict(init.state_dict())
     else:
         cfg = make_config(args, len(vocab))
         model = M.Model(cfg)
@@ -303,9 +328,11 @@ def main(argv=None):
             g["lr"] = lr
         batch = torch.as_tensor(train.sample_batch(rng, args.batch, L))
         sp = None
-        if args.stream_frac < 1.0:
-            n_sp = max(1, int(round(args.ctx * args.stream_frac)))
-            sp = torch.as_tensor(np.sort(rng.choice(args.ctx, n_sp, replace=False)))
+        if args.stream_frac < 1.0 or args.distill:
+            # distillation reads the main stream at t+j, which must lie inside the window
+            span = args.ctx - cfg.n_streams if args.distill else args.ctx
+            n_sp = min(span, max(1, int(round(args.ctx * args.stream_frac))))
+            sp = torch.as_tensor(np.sort(rng.choice(span, n_sp, replace=False)))
         out = model(batch[:, :args.ctx], freeze_base=freeze, stream_pos=sp)
         total, parts = losses(model, out, batch, cfg, args, sp)
         opt.zero_grad(set_to_none=True)
