@@ -213,6 +213,8 @@ def main(argv=None):
     if args.mode == "ss":
         if not args.base:
             sys.exit("--mode ss needs --base")
+        if args.init:
+            sys.exit("--init is for --mode scratch; --mode ss starts from --base and --ss-init")
         base, vocab = load_model_file(args.base)
     elif args.distill:
         sys.exit("--distill needs --mode ss (the teacher is the frozen base)")
@@ -253,9 +255,7 @@ def main(argv=None):
         for p in model.base_parameters():
             p.requires_grad_(False)
     elif args.init:
-        cfg = init.cfg
-        model = M.Model(cfg)
-        model.load_state_dict(init.state_dict())
+        model, cfg = init, init.cfg
     else:
         cfg = make_config(args, len(vocab))
         model = M.Model(cfg)
