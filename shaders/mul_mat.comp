@@ -66,12 +66,21 @@ uint lora_row(uint g) {
 }
 #endif
 
-// RoPE epilogue for the pair of fused rows (row, row + 1) of token t.
+// RoPE epilogue for the pair of fused rows (row, row + 1) of token t. A stream row (ss_g > 0,
+// t >= ss_t0) takes its node's position and keeps its K and V in its own row of Y: streams
+// write no KV (Speculative Streaming Eq. 2), ss_attn.comp reads them from there.
 void rope_pair(uint row, uint t, float a, float b) {
     const uint hd = pc.hd, qr = pc.n_head * hd, kr = pc.n_head_kv * hd;
-    const uint p = uint(step_pos(t)), slot = uint(step_n_past()) + t;
+    const bool stream = pc.ss_g > 0u && t >= pc.ss_t0;
+    const uint node = stream ? (t - pc.ss_t0) / pc.ss_g : t;
+    const uint p = uint(step_pos(node)), slot = uint(step_n_past()) + t;
     if (row >= qr + kr) { // V: copied to the cache
         const uint h = (row - qr - kr) / hd, j = (row - qr - kr) % hd, base = (h * pc.n_ctx + slot) * hd;
+        if (stream) {
+            Y[t * pc.y_stride + row] = a;
+            Y[t * pc.y_stride + row + 1u] = b;
+            return;
+        }
         VC[base + j] = a;
         VC[base + j + 1u] = b;
         return;
@@ -86,8 +95,8 @@ void rope_pair(uint row, uint t, float a, float b) {
         o1 = a * s + b * c;
     }
     const uint d0 = rope_dim(j), d1 = rope_dim(j + 1u);
-    if (is_q) {
-        const uint base = t * pc.y_stride + h * hd;
+    if (is_q || stream) {
+        const uint base = t * pc.y_stride + (is_q ? 0u : qr) + h * hd;
         Y[base + d0] = o0;
         Y[base + d1] = o1;
     } else {
@@ -169,12 +178,18 @@ void main() {
         // acc += B R: R's and B's texels each fetched once per lane, as the main loop fetches X
         // and W. The padding beyond lora_r is zero in both.
         const uint bq = ((pc.lora_r + 31u) & ~31u) / 4u;
+        // tokens before ss_t0 (the main stream's, when stream rows ride in the forward) get
+        // nothing: their results stay bit-identical to the plain kernel's
         for (uint j = 0u; j < (pc.lora_r + 3u) / 4u; j++) {
             vec4 rv[TOK];
-            for (uint t = 0u; t < TOK; t++) rv[t] = FETCH_F4(LR, min(t0 + t, pc.n - 1u) * pc.lora_stride + j);
+            for (uint t = 0u; t < TOK; t++) {
+                const uint tt = min(t0 + t, pc.n - 1u);
+                rv[t] = tt >= pc.ss_t0 ? FETCH_F4(LR, (tt - pc.ss_t0) * pc.lora_stride + j) : vec4(0.0);
+            }
             for (uint r = 0u; r < ROWS; r++) {
                 const vec4 b = FETCH_F4(LB, lora_row(pc.row0 + min(row0 + r, pc.M - 1u)) * bq + j);
-                for (uint t = 0u; t < TOK; t++) acc[r * TOK + t] += dot4(b, rv[t]);
+                for (uint t = 0u; t < TOK; t++)
+                    if (t0 + t >= pc.ss_t0) acc[r * TOK + t] += dot4(b, rv[t]);
             }
         }
     }

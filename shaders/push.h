@@ -30,7 +30,12 @@
     U(perm_rows) /* rows (from fused row 0) permuted for NEOX (0 = none): the    */                  \
                  /* store epilogue writes them back in head-dimension order      */                  \
     U(lora_r)   /* LoRA variant: values per row of R (the rank, summed over fused targets) */ \
-    U(lora_stride) /* LoRA variant: texels between tokens' rows of R          */
+    U(lora_stride) /* LoRA variant: texels between tokens' rows of R          */ \
+    U(ss_t0)    /* Speculative Streaming: tokens t >= ss_t0 are stream rows: the LoRA */ \
+                /* variant adds B R[t - ss_t0] to them only (0: to every token)      */ \
+    U(ss_g)     /* streams per node when stream rows ride in the forward (else 0):   */ \
+                /* the RoPE epilogue rotates row t >= ss_t0 at the position of node  */ \
+                /* (t - ss_t0) / ss_g and writes its Q, K, V to Y, not the cache     */
 
 /* Step data: 32-bit ints the host writes before each forward submission. A header of
  * ES_STEP_HDR ints, then arrays of nb = n_batch + 1 entries, array k at

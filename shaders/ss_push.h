@@ -11,9 +11,13 @@
 /* ss_rows: row copies and the element-wise steps of the stream pass.
  *   mode 0: Y[r] = X[r]                       (r < n_rows)
  *   mode 1: Y[j] = X[node] + P[j]             (Eq. 3: the streams' start; node from the step)
+ *   mode 2: Y[y_row0 + r] = X[r / g] + P[r % g] (the same for every node's g streams, when they
+ *                                               ride in the forward's rows after its y_row0 tokens)
  * Strides and widths in texels (4 floats). */
 #define ES_PC_SS_ROWS(U, F)                                                                        \
     U(mode)                                                                                        \
+    U(g)        /* mode 2: streams per node                                   */                   \
+    U(y_row0)   /* mode 2: the first stream row of Y                          */                   \
     U(n_rows)                                                                                      \
     U(width)    /* texels written per row                                     */                   \
     U(x_stride) /* texels between rows of X                                   */                   \
@@ -31,10 +35,14 @@
     U(neox)                                                                                        \
     U(qkv_stride) /* floats between rows of QKV                               */
 
-/* ss_attn: multi-stream attention (Eq. 2) of stream row j of the step's node: the keys of
- * positions 0..pos(node) (committed slots, then the node's ancestors and itself) and the keys of
- * stream rows 0..j. One workgroup per (head, stream). */
+/* ss_attn: multi-stream attention (Eq. 2) of stream j of a node: the keys of positions
+ * 0..pos(node) (committed slots, then the node's ancestors and itself) and the keys of the node's
+ * stream rows 0..j. One invocation per (stream row, head). g = 0: the stream pass of the step's
+ * node, its rows from 0; g > 0: every node's g streams, node i's at rows row0 + i g. */
 #define ES_PC_SS_ATTN(U, F)                                                                        \
+    U(n_rows)   /* stream rows                                                */                   \
+    U(g)                                                                                           \
+    U(row0)     /* g > 0: the first stream row of QKV and of the output      */                   \
     U(n_head)                                                                                      \
     U(n_head_kv)                                                                                   \
     U(hd)                                                                                          \

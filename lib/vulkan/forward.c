@@ -37,6 +37,7 @@ typedef struct vk_ctx {
     es__vk_dev *d;
     es__vk_model *w;
     uint32_t nb, n_ctx;
+    uint32_t rows;                      /* row buffers: nb, plus the fused stream rows        */
     uint32_t E32, QKV32, Q32, F32, V32; /* row strides (floats), multiples of 32 */
     uint32_t max_splits, step_stride, step_ind;
     es__vk_arena arena;
@@ -79,14 +80,14 @@ static es_status plan_memory(es_context *ctx, vk_ctx *c) {
     es__vk_dev *d = c->d;
     const es__hparams *hp = &ctx->model->hp;
     const uint32_t hd = (uint32_t)hp->head_dim, L = (uint32_t)hp->n_layer;
-    const VkDeviceSize nb = c->nb, f = sizeof(float);
+    const VkDeviceSize nb = c->rows, f = sizeof(float);
     es__vk_arena_init(d, &c->arena);
     ES_TRY(es__vk_arena_reserve(d, &c->arena, nb * c->E32 * f, &c->r_x));
     ES_TRY(es__vk_arena_reserve(d, &c->arena, nb * c->E32 * f, &c->r_xn));
     ES_TRY(es__vk_arena_reserve(d, &c->arena, nb * c->QKV32 * f, &c->r_qkv));
     ES_TRY(es__vk_arena_reserve(d, &c->arena, nb * c->Q32 * f, &c->r_attn));
     ES_TRY(es__vk_arena_reserve(d, &c->arena, nb * c->F32 * f, &c->r_h));
-    const VkDeviceSize chunk = ES__MIN(nb, ES__ATTN_CHUNK);
+    const VkDeviceSize chunk = ES__MIN(c->nb, ES__ATTN_CHUNK);
     ES_TRY(es__vk_arena_reserve(d, &c->arena, chunk * (VkDeviceSize)hp->n_head * c->max_splits * (hd + 4) * f,
                                 &c->r_part));
     ES_TRY(es__vk_arena_reserve(d, &c->arena, (VkDeviceSize)c->n_ctx * (uint32_t)hp->n_rot * f, &c->r_rope));
@@ -155,7 +156,7 @@ static es_status upload_rope(es_context *ctx, vk_ctx *c) {
 static es_status get_pipelines(es_context *ctx, vk_ctx *c) {
     es__vk_dev *d = c->d;
     ES_TRY(es__vk_simple_pipe(d, "rmsnorm", true, true, &c->p_norm));
-    ES_TRY(es__vk_attn_pipe(d, (uint32_t)ctx->model->hp.head_dim, &c->p_attn));
+    ES_TRY(es__vk_attn_pipe(d, "attn", (uint32_t)ctx->model->hp.head_dim, &c->p_attn));
     ES_TRY(es__vk_simple_pipe(d, "attn_merge", true, false, &c->p_merge));
     ES_TRY(es__vk_simple_pipe(d, "kv_move", true, false, &c->p_kv_move));
     ES_TRY(es__vk_get_rows_pipe(d, c->w->tok_embd.type, &c->p_get_rows));
@@ -306,9 +307,11 @@ static es_status ss_setup(es_context *ctx, vk_ctx *c) {
         kv[L + l] = bind_region(c, &c->ls[l].v, c->ls[l].v_view);
     }
     const es__vk_ss_res res = {c->w, c->nb, c->n_ctx, c->E32, c->QKV32, c->Q32, c->F32, c->V32,
-                               bind_region(c, &c->r_x, c->v_x), bind_buf(&c->step, c->v_step),
+                               bind_region(c, &c->r_x, c->v_x), bind_region(c, &c->r_xn, c->v_xn),
+                               bind_region(c, &c->r_qkv, c->v_qkv), bind_region(c, &c->r_attn, c->v_attn),
+                               bind_region(c, &c->r_h, c->v_h), bind_buf(&c->step, c->v_step),
                                bind_region(c, &c->r_rope, c->v_rope), bind_buf(&c->w->vecs, c->w->vecs_view),
-                               &c->step, kv, kv + L};
+                               &c->step, &c->logits, kv, kv + L};
     es_status s = es__vk_msa_create(ctx, &res, &c->msa);
     es__free(c->d->alloc, kv);
     return s;
@@ -322,6 +325,7 @@ es_status es__vk_ctx_init(es_context *ctx) {
     c->d = d;
     c->w = ctx->weights;
     c->nb = (uint32_t)ctx->n_batch;
+    c->rows = c->nb + (ctx->model->ss ? ES__VK_SS_FUSED_ROWS : 0u);
     c->n_ctx = (uint32_t)ctx->n_ctx;
     c->E32 = up32((uint32_t)hp->n_embd);
     c->Q32 = up32((uint32_t)(hp->n_head * hp->head_dim));
@@ -329,7 +333,7 @@ es_status es__vk_ctx_init(es_context *ctx) {
     c->F32 = up32((uint32_t)hp->n_ff);
     c->V32 = up32((uint32_t)hp->n_vocab);
     c->max_splits = (c->n_ctx + ES__ATTN_SPLIT - 1) / ES__ATTN_SPLIT;
-    c->step_stride = c->nb + 1;
+    c->step_stride = c->rows + 1; /* OUT_ROWS lists the fused stream rows too */
     c->step_ind = ES_STEP_HDR + ES_STEP_ARRAYS * c->step_stride;
     c->ls = es__calloc(d->alloc, (size_t)hp->n_layer, sizeof *c->ls);
     c->depth_count = es__calloc(d->alloc, (size_t)c->nb + 2, sizeof *c->depth_count);
@@ -384,13 +388,31 @@ static es_status rec_mat(vk_ctx *c, es__vk_rec *r, const char *op, const es__vk_
     return ES_OK;
 }
 
+/* Projection proj of layer l over n_main token rows and n_ss fused stream rows after them (the
+ * streams' LoRA, when they have one, through msa_vk.c). */
+static es_status rec_proj(vk_ctx *c, es__vk_rec *r, const char *op, uint32_t l, int proj, const es__vk_mat *m,
+                          const VkDescriptorSet *sets, uint32_t epi, es__pc_mul_mat *pc, uint32_t n_main, uint32_t g) {
+    if (pc->n == n_main) return rec_mat(c, r, op, m, sets, epi, pc);
+    const VkDescriptorSet *lora_sets = NULL;
+    ES_TRY(es__vk_msa_rec_proj(c->msa, r, (int32_t)l, proj, n_main, g, pc, &lora_sets));
+    if (!lora_sets) return rec_mat(c, r, op, m, sets, epi, pc);
+    es__vk_pipeline *p;
+    ES_TRY(es__vk_mul_mat_lora_pipe(c->d, m, es__vk_mul_mat_tok(m->type, pc->n), epi, &p));
+    es__vk_rec_mul_mat(r, op, p, m, lora_sets, pc);
+    return ES_OK;
+}
+
 /* One forward pass: per layer seven dispatches (eight when attention needs its merge):
  *   RMSNorm; QKV projection with RoPE and the KV write fused; tree attention; [merge];
  *   output projection + residual; RMSNorm; gate/up projection with SwiGLU fused;
- *   down projection + residual. */
+ *   down projection + residual.
+ * With fused streams the MSA layers carry each token's stream rows after the n token rows
+ * through the same dispatches, plus their own attention (and their LoRA's A products), and the
+ * output head takes their rows after the n_out wanted ones. */
 static es_status record(es_context *ctx, vk_ctx *c, vk_cb *cb) {
     const es__hparams *hp = &ctx->model->hp;
     const uint32_t n = (uint32_t)cb->n, n_out = (uint32_t)cb->n_out, L = (uint32_t)hp->n_layer;
+    const uint32_t g = ES__VK_SS_FUSED_G(cb->ss);
     const es__vk_model *w = c->w;
     es__vk_rec r;
     es__vk_rec_begin(&r, c->d, cb->cb, cb->queries, cb->queries ? ES__MAX_QUERIES : 0, cb->ops);
@@ -404,9 +426,10 @@ static es_status record(es_context *ctx, vk_ctx *c, vk_cb *cb) {
         const es__vk_layer *vl = &w->layers[l];
         const vk_lsets *s = &c->ls[l];
         if (cb->ss) ES_TRY(es__vk_msa_rec_layer(c->msa, &r, (int32_t)l, n, cb->ss));
-        rec_norm(c, &r, n, vl->attn_norm, false, hp->rms_eps);
-        es__pc_mul_mat pc = mat_call(c, n, c->E32, c->QKV32);
-        ES_TRY(rec_mat(c, &r, "mul_mat_qkv", &vl->qkv, s->qkv, ES__EPI_ROPE_KV, &pc));
+        const uint32_t nl = n + es__vk_msa_fused_rows(c->msa, (int32_t)l, n, cb->ss); /* rows here */
+        rec_norm(c, &r, nl, vl->attn_norm, false, hp->rms_eps);
+        es__pc_mul_mat pc = mat_call(c, nl, c->E32, c->QKV32);
+        ES_TRY(rec_proj(c, &r, "mul_mat_qkv", l, ES__VK_SS_QKV, &vl->qkv, s->qkv, ES__EPI_ROPE_KV, &pc, n, g));
         for (uint32_t t0 = 0, k = 0; t0 < n; t0 += ES__ATTN_CHUNK, k++) {
             es__pc_attn pa = {t0, ES__MIN(ES__ATTN_CHUNK, n - t0), (uint32_t)hp->n_head, (uint32_t)hp->n_head_kv, hd,
                               c->QKV32, c->n_ctx, ES__ATTN_SPLIT, c->max_splits, c->Q32, 1.0f / sqrtf((float)hd)};
@@ -418,16 +441,18 @@ static es_status record(es_context *ctx, vk_ctx *c, vk_cb *cb) {
                                              ((VkDeviceSize)c->step_ind + 8 * k + 4) * 4);
             }
         }
-        pc = mat_call(c, n, c->Q32, c->E32);
-        ES_TRY(rec_mat(c, &r, "mul_mat_wo", &vl->wo, s->wo, ES__EPI_ADD, &pc));
-        rec_norm(c, &r, n, vl->ffn_norm, false, hp->rms_eps);
-        pc = mat_call(c, n, c->E32, c->F32);
-        ES_TRY(rec_mat(c, &r, "mul_mat_gateup", &vl->gateup, s->gateup, ES__EPI_SWIGLU, &pc));
-        pc = mat_call(c, n, c->F32, c->E32);
-        ES_TRY(rec_mat(c, &r, "mul_mat_down", &vl->down, s->down, ES__EPI_ADD, &pc));
+        if (nl > n) es__vk_msa_rec_attn(c->msa, &r, (int32_t)l, n, g);
+        pc = mat_call(c, nl, c->Q32, c->E32);
+        ES_TRY(rec_proj(c, &r, "mul_mat_wo", l, ES__VK_SS_WO, &vl->wo, s->wo, ES__EPI_ADD, &pc, n, g));
+        rec_norm(c, &r, nl, vl->ffn_norm, false, hp->rms_eps);
+        pc = mat_call(c, nl, c->E32, c->F32);
+        ES_TRY(rec_proj(c, &r, "mul_mat_gateup", l, ES__VK_SS_GATEUP, &vl->gateup, s->gateup, ES__EPI_SWIGLU, &pc, n, g));
+        pc = mat_call(c, nl, c->F32, c->E32);
+        ES_TRY(rec_proj(c, &r, "mul_mat_down", l, ES__VK_SS_DOWN, &vl->down, s->down, ES__EPI_ADD, &pc, n, g));
     }
-    rec_norm(c, &r, n_out, w->output_norm, true, hp->rms_eps);
-    es__pc_mul_mat pc = mat_call(c, n_out, c->E32, c->V32);
+    const uint32_t n_head = n_out + (cb->ss & ES__VK_SS_FUSED ? n * g : 0u); /* wanted rows, then streams */
+    rec_norm(c, &r, n_head, w->output_norm, true, hp->rms_eps);
+    es__pc_mul_mat pc = mat_call(c, n_head, c->E32, c->V32);
     ES_TRY(rec_mat(c, &r, "mul_mat_out", w->out, c->s_out, ES__EPI_STORE, &pc));
     ES_TRY(es__vk_rec_end(&r));
     cb->n_dispatch = r.n_dispatch;
@@ -480,10 +505,13 @@ static es_status get_cb(es_context *ctx, vk_ctx *c, int32_t n, int32_t n_out, ui
 
 /* ---- forward */
 /* Writes the step data of f and the attention grids of its token chunks. */
-static void write_step(const es_context *ctx, vk_ctx *c, const es__fwd *f) {
+static void write_step(const es_context *ctx, vk_ctx *c, const es__fwd *f, uint32_t ss) {
     int32_t *s = c->step.map;
     es__vk_step_write(s, c->step_stride, f->n_past, f->n, f->tokens, f->pos, f->dfs_end, f->out_rows, f->n_out,
                       c->depth_count);
+    /* fused streams: the output head's rows after the wanted ones are the stream rows */
+    int32_t *out_rows = s + ES_STEP_HDR + ES_STEP_OUT_ROWS * c->step_stride + f->n_out;
+    for (int32_t i = 0; (ss & ES__VK_SS_FUSED) && i < f->n * f->n_streams; i++) out_rows[i] = f->n + i;
     /* per token chunk: the attention grid (splits up to the chunk's largest position) and the
      * merge grid, empty when no token of the chunk needs more than one split */
     uint32_t *ind = (uint32_t *)(s + c->step_ind);
@@ -505,7 +533,7 @@ es_status es__vk_forward(es_context *ctx, const es__fwd *f) {
     vk_cb *cb = NULL;
     const uint32_t ss = es__vk_msa_flags(c->msa, f);
     ES_TRY(get_cb(ctx, c, f->n, f->n_out, ss, &cb));
-    write_step(ctx, c, f);
+    write_step(ctx, c, f, ss);
     ES_TRY(es__vk_buf_flush(d, &c->step));
     ES_TRY(es__vk_submit_wait(d, cb->cb));
     d->stats->n_forward++;

@@ -1,16 +1,21 @@
 /* msa_vk.c: Speculative Streaming on the Vulkan backend (papers/speculative-streaming.txt 3.2;
  * the CPU twin is lib/cpu/msa.c, the reference tools/train/model.py):
- *   - in the forward's command buffer, before the first MSA layer, the main stream's hidden
- *     states are copied aside (the streams start from them, Eq. 3); before the prune layer, the
- *     early exit output(output_norm(h + up(down(h)))) of every row is computed and read back with
- *     the logits, and the host prunes each child (with its subtree) whose probability under its
+ *   - in the forward's command buffer, before the prune layer, the early exit
+ *     output(output_norm(h + up(down(h)))) of every row is computed and read back with the
+ *     logits, and the host prunes each child (with its subtree) whose probability under its
  *     parent is below the threshold (3.2.3);
- *   - the stream pass of one node, its γ rows through the top Ns layers (the layers' own weights,
- *     plus the adapter's stream-only LoRA), attending to the main stream's KV of the node's
- *     ancestors and itself and to streams <= j of the node (ss_attn.comp, Eq. 2), then the output
- *     head: one command buffer recorded per context and replayed, the node in the step data.
- * Streams run lazily: only the node whose stream logits are asked (the last accepted one, for the
- * Speculative Streaming strategy) runs them; the values are those of computing every node's.
+ *   - fused streams, for batches with few stream rows (ES__VK_SS_FUSED_ROWS): every node's γ
+ *     rows start at the first MSA layer (Eq. 3) as rows after the batch's own and go through
+ *     that layer's and the next ones' dispatches with them; the stream-only LoRA adds its B R in
+ *     the projections' epilogues for those rows only, their Q and K are rotated at their node's
+ *     position and kept in their rows (streams write no KV), and ss_attn.comp gives them
+ *     attention to the main stream's KV of the node's ancestors and itself and to streams <= j of
+ *     the node (Eq. 2); the output head reads their rows after the wanted ones. One submission;
+ *   - otherwise the stream pass of one node after the forward (the main stream's hidden states
+ *     copied aside at the first MSA layer): its γ rows through the same layers as a command
+ *     buffer recorded per context and replayed, the node in the step data. Only the node whose
+ *     stream logits are asked runs (the last accepted one, for the strategy); the values are
+ *     the same bits as fused rows give.
  * The forward's shape is fixed per command buffer, so pruned rows still run the main stream's
  * layers here: pruning on this backend removes tree nodes from verification, not work.
  * Deliberately not here: the main stream (forward.c), verification and drafting (lib/decode). */
@@ -48,6 +53,10 @@ typedef struct ss_layer {
     ss_lora lora[LO_N];
     ss_mm qkv, wo, gateup, down;      /* stream rows as X and Y, with the LoRA when it is on */
     VkDescriptorSet norm_attn, norm_ffn, rope, attn;
+    /* fused streams: the forward's rows as X and Y */
+    ss_mm fused[LO_N];                /* the projections with the LoRA (where it is on)     */
+    ss_mm fused_a[LO_N];              /* the LoRA's R = A X of the stream rows              */
+    VkDescriptorSet attn_fused;
 } ss_layer;
 
 struct es__vk_msa {
@@ -70,6 +79,7 @@ struct es__vk_msa {
     /* forward hooks */
     VkDescriptorSet s_keep_x, s_copy_e, s_norm_e;
     ss_mm pd, pu, exit_out;
+    VkDescriptorSet s_init_fused;
     /* the stream pass */
     VkDescriptorSet s_init, s_norm_out;
     ss_mm stream_out;
@@ -81,6 +91,8 @@ struct es__vk_msa {
     bool valid;
     int32_t n, n_streams, cur_node;   /* cur_node: whose stream logits out_streams holds     */
     int32_t cur_g;                    /* and how many of them                               */
+    bool fused;                       /* the streams rode in the forward: logits rows after */
+    int32_t n_out;                    /* its n_out rows                                     */
 };
 
 static uint32_t up32(uint32_t x) {
@@ -93,6 +105,11 @@ static es__vk_bind bind_of(struct es__vk_msa *m, const es__vk_region *r, VkBuffe
 
 static es__vk_bind bind_buf(const es__vk_buf *b) {
     return (es__vk_bind){b->buf, 0, b->size, VK_NULL_HANDLE};
+}
+
+static es__vk_bind write_bind(es__vk_bind b) {
+    b.view = VK_NULL_HANDLE;
+    return b;
 }
 
 /* ---- setup */
@@ -208,7 +225,7 @@ static es_status plan_memory(struct es__vk_msa *m) {
     } plan[] = {
         {&m->r_x0, nb * r->E32 * f},      {&m->r_s, G * r->E32 * f},          {&m->r_sn, G * r->E32 * f},
         {&m->r_qkv, G * r->QKV32 * f},    {&m->r_att, G * r->Q32 * f},        {&m->r_h, G * r->F32 * f},
-        {&m->r_lt, ES__MAX(G, nb) * m->R32 * f},
+        {&m->r_lt, ES__MAX(ES__MAX(G, nb), ES__VK_SS_FUSED_ROWS) * m->R32 * f},
         {&m->r_e, nb * r->E32 * f},       {&m->r_en, nb * r->E32 * f},        {&m->r_p, G * r->E32 * f},
     };
     for (size_t i = 0; i < ES__ARRAY_LEN(plan); i++) ES_TRY(es__vk_arena_reserve(d, &m->arena, plan[i].bytes, plan[i].reg));
@@ -232,10 +249,10 @@ static es_status plan_memory(struct es__vk_msa *m) {
     return ES_OK;
 }
 
-/* Descriptor sets of mat (whose planes live in ws) with X and Y, and when lo is on, its R (rows
- * of m->r_lt) and B. */
-static es_status mm_sets_lora(struct es__vk_msa *m, ss_mm *out, const es__vk_mat *mat, es__vk_wset *ws, es__vk_bind x,
-                              es__vk_bind y, const ss_lora *lo) {
+/* Descriptor sets of mat (whose planes live in ws) with X and Y, the KV cache the RoPE epilogue
+ * writes (kc, vc), and when lo is on, its R (rows of m->r_lt) and B. */
+static es_status mm_sets_kv(struct es__vk_msa *m, ss_mm *out, const es__vk_mat *mat, es__vk_wset *ws, es__vk_bind x,
+                            es__vk_bind y, es__vk_bind kc, es__vk_bind vc, const ss_lora *lo) {
     const bool lora = lo && lo->on;
     es__vk_pipeline *p;
     if (lora)
@@ -256,7 +273,8 @@ static es_status mm_sets_lora(struct es__vk_msa *m, ss_mm *out, const es__vk_mat
         b[3] = y;
         b[4] = m->res.rope;
         b[5] = m->res.step;
-        b[6] = b[7] = y;
+        b[6] = kc;
+        b[7] = vc;
         if (lora) {
             b[8] = bind_of(m, &m->r_lt, m->v_lt);
             es__vk_part_binds(&m->ws, &lo->b.parts[0], &b[9], &unused);
@@ -264,6 +282,11 @@ static es_status mm_sets_lora(struct es__vk_msa *m, ss_mm *out, const es__vk_mat
         ES_TRY(es__vk_set_create(m->d, m->pool, p, b, &out->sets[i]));
     }
     return ES_OK;
+}
+
+static es_status mm_sets_lora(struct es__vk_msa *m, ss_mm *out, const es__vk_mat *mat, es__vk_wset *ws,
+                              es__vk_bind x, es__vk_bind y, const ss_lora *lo) {
+    return mm_sets_kv(m, out, mat, ws, x, y, y, y, lo);
 }
 
 static es_status mm_sets(struct es__vk_msa *m, ss_mm *out, const es__vk_mat *mat, es__vk_wset *ws, es__vk_bind x,
@@ -277,14 +300,49 @@ static es_status set4(struct es__vk_msa *m, const es__vk_pipeline *p, es__vk_bin
     return es__vk_set_create(m->d, m->pool, p, bs, out);
 }
 
+/* The fused streams' sets: the forward's own row buffers, stream rows after the tokens' rows. */
+static es_status make_fused_sets(struct es__vk_msa *m) {
+    const es__vk_ss_res *r = &m->res;
+    const es__vk_bind lt_w = bind_of(m, &m->r_lt, VK_NULL_HANDLE);
+    ES_TRY(set4(m, m->p_rows, r->x, bind_of(m, &m->r_p, m->v_p), r->step, write_bind(r->x), &m->s_init_fused));
+    for (int32_t i = 0; i < m->ss->n_msa; i++) {
+        const int32_t l = m->ss->msa_start + i;
+        const es__vk_layer *vl = &r->w->layers[l];
+        ss_layer *L = &m->layers[i];
+        const es__vk_mat *mats[LO_N] = {&vl->qkv, &vl->wo, &vl->gateup, &vl->down};
+        const es__vk_bind in[LO_N] = {r->xn, r->attn, r->xn, r->h};
+        const es__vk_bind out[LO_N] = {write_bind(r->qkv), write_bind(r->x), write_bind(r->h), write_bind(r->x)};
+        const uint32_t epi[LO_N] = {ES__EPI_ROPE_KV, ES__EPI_ADD, ES__EPI_SWIGLU, ES__EPI_ADD};
+        for (int k = 0; k < LO_N; k++) {
+            const ss_lora *lo = &L->lora[k];
+            if (!lo->on) continue;
+            const bool kv = k == LO_QKV;
+            ES_TRY(mm_sets(m, &L->fused_a[k], &lo->a, &m->ws, in[k], lt_w));
+            ES_TRY(mm_sets_kv(m, &L->fused[k], mats[k], &r->w->ws, in[k], out[k], kv ? write_bind(r->k[l]) : out[k],
+                              kv ? write_bind(r->v[l]) : out[k], lo));
+            /* every kernel this may record, so forward calls never compile */
+            for (uint32_t n = 1; n <= 8; n *= 2) {
+                es__vk_pipeline *p;
+                ES_TRY(es__vk_mul_mat_lora_pipe(m->d, mats[k], es__vk_mul_mat_tok(mats[k]->type, n), epi[k], &p));
+                ES_TRY(es__vk_mul_mat_pipe(m->d, &lo->a, es__vk_mul_mat_tok(lo->a.type, n), ES__EPI_STORE, &p));
+            }
+        }
+        es__vk_bind b[5] = {r->qkv, r->k[l], r->v[l], r->step, write_bind(r->attn)};
+        ES_TRY(es__vk_set_create(m->d, m->pool, m->p_attn, b, &L->attn_fused));
+    }
+    return ES_OK;
+}
+
 static es_status make_sets(struct es__vk_msa *m) {
     const es__vk_ss_res *r = &m->res;
     const es__ss_adapter *ss = m->ss;
     const es__vk_model *w = r->w;
-    uint32_t n_sets = 16 + w->out->n_parts * 2;
+    uint32_t n_sets = 17 + w->out->n_parts * 2;
     for (int32_t i = 0; i < ss->n_msa; i++) {
         const es__vk_layer *vl = &w->layers[ss->msa_start + i];
-        n_sets += 8 + vl->qkv.n_parts + vl->wo.n_parts + vl->gateup.n_parts + vl->down.n_parts;
+        /* the stream pass's sets and the fused streams' (projections twice, the LoRA A twice) */
+        n_sets += 9 + 2 * (vl->qkv.n_parts + vl->wo.n_parts + vl->gateup.n_parts + vl->down.n_parts);
+        for (int k = 0; k < LO_N; k++) n_sets += 2 * m->layers[i].lora[k].a.n_parts;
     }
     if (ss->prune_rank > 0) n_sets += m->prune_down.n_parts + m->prune_up.n_parts;
     VkDescriptorPoolSize ps[2] = {{VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, 10 * n_sets},
@@ -339,7 +397,7 @@ static es_status make_sets(struct es__vk_msa *m) {
     }
     ES_TRY(set4(m, m->p_norm, s, r->vecs, r->step, bind_of(m, &m->r_sn, VK_NULL_HANDLE), &m->s_norm_out));
     ES_TRY(mm_sets(m, &m->stream_out, w->out, &r->w->ws, sn, bind_buf(&m->out_streams)));
-    return ES_OK;
+    return make_fused_sets(m);
 }
 
 void es__vk_msa_free(struct es__vk_msa *m) {
@@ -364,6 +422,8 @@ void es__vk_msa_free(struct es__vk_msa *m) {
         es__free(d->alloc, L->gateup.sets);
         es__free(d->alloc, L->down.sets);
         for (int k = 0; k < LO_N; k++) {
+            es__free(d->alloc, L->fused[k].sets);
+            es__free(d->alloc, L->fused_a[k].sets);
             ss_lora *lo = &L->lora[k];
             es__vk_mat_free(d, &lo->a);
             es__vk_mat_free(d, &lo->b);
@@ -412,7 +472,7 @@ es_status es__vk_msa_create(es_context *ctx, const es__vk_ss_res *res, struct es
     }
     if (s == ES_OK) s = es__vk_simple_pipe(d, "ss_rows", true, false, &m->p_rows);
     if (s == ES_OK) s = es__vk_simple_pipe(d, "ss_rope", true, false, &m->p_rope);
-    if (s == ES_OK) s = es__vk_simple_pipe(d, "ss_attn", true, false, &m->p_attn);
+    if (s == ES_OK) s = es__vk_attn_pipe(d, "ss_attn", (uint32_t)hp->head_dim, &m->p_attn);
     if (s == ES_OK) s = es__vk_simple_pipe(d, "rmsnorm", true, true, &m->p_norm);
     if (s == ES_OK) s = plan_memory(m);
     if (s == ES_OK) s = upload(m);
@@ -427,8 +487,9 @@ es_status es__vk_msa_create(es_context *ctx, const es__vk_ss_res *res, struct es
 
 /* ---- recording */
 
-static es_status rec_mm(struct es__vk_msa *m, es__vk_rec *r, const char *op, const ss_mm *mm, uint32_t n,
-                        uint32_t epi, uint32_t x_stride, uint32_t y_stride) {
+/* mm of n rows of X from row x_row0 (strides in floats) into Y's first n rows. */
+static es_status rec_mm_from(struct es__vk_msa *m, es__vk_rec *r, const char *op, const ss_mm *mm, uint32_t n,
+                             uint32_t epi, uint32_t x_stride, uint32_t y_stride, uint32_t x_row0) {
     const uint32_t tok = es__vk_mul_mat_tok(mm->m->type, n);
     es__vk_pipeline *p;
     if (mm->lora)
@@ -438,6 +499,7 @@ static es_status rec_mm(struct es__vk_msa *m, es__vk_rec *r, const char *op, con
     es__pc_mul_mat pc;
     memset(&pc, 0, sizeof pc);
     pc.n = n;
+    pc.x_off = x_row0 * (x_stride / 4);
     pc.x_stride = x_stride / 4;
     pc.y_stride = y_stride;
     pc.lora_r = mm->lora ? mm->lora->rank : 0;
@@ -446,9 +508,14 @@ static es_status rec_mm(struct es__vk_msa *m, es__vk_rec *r, const char *op, con
     return ES_OK;
 }
 
+static es_status rec_mm(struct es__vk_msa *m, es__vk_rec *r, const char *op, const ss_mm *mm, uint32_t n,
+                        uint32_t epi, uint32_t x_stride, uint32_t y_stride) {
+    return rec_mm_from(m, r, op, mm, n, epi, x_stride, y_stride, 0);
+}
+
 static void rec_rows(struct es__vk_msa *m, es__vk_rec *r, const char *op, VkDescriptorSet set, uint32_t mode,
                      uint32_t n_rows, uint32_t width, uint32_t x_stride, uint32_t y_stride) {
-    es__pc_ss_rows pc = {mode, n_rows, width / 4, x_stride / 4, m->res.E32 / 4, y_stride / 4};
+    es__pc_ss_rows pc = {mode, 0, 0, n_rows, width / 4, x_stride / 4, m->res.E32 / 4, y_stride / 4};
     es__vk_rec_dispatch(r, op, m->p_rows, set, &pc, n_rows, 1, 1);
 }
 
@@ -461,7 +528,45 @@ static void rec_norm(struct es__vk_msa *m, es__vk_rec *r, const char *op, VkDesc
 
 uint32_t es__vk_msa_flags(const struct es__vk_msa *m, const es__fwd *f) {
     if (!m) return 0;
-    return (f->n_streams > 0 ? ES__VK_SS_KEEP_X : 0u) | (f->prune_threshold > 0.0f ? ES__VK_SS_EARLY_EXIT : 0u);
+    const uint32_t early = f->prune_threshold > 0.0f ? ES__VK_SS_EARLY_EXIT : 0u;
+    if (f->n_streams == 0) return early;
+    /* the streams ride in the forward's rows when they are few: one submission and 12 fewer
+     * dispatches per step than a stream pass after the forward; with more rows the pass, which
+     * computes one node's streams only, is cheaper where rows cost arithmetic (docs/perf.md) */
+    if ((uint64_t)f->n * (uint64_t)f->n_streams <= ES__VK_SS_FUSED_ROWS)
+        return early | ES__VK_SS_FUSED | ((uint32_t)f->n_streams << 8);
+    return early | ES__VK_SS_KEEP_X;
+}
+
+uint32_t es__vk_msa_fused_rows(const struct es__vk_msa *m, int32_t l, uint32_t n_main, uint32_t flags) {
+    if (!m || !(flags & ES__VK_SS_FUSED) || l < m->ss->msa_start) return 0;
+    return n_main * ES__VK_SS_FUSED_G(flags);
+}
+
+es_status es__vk_msa_rec_proj(struct es__vk_msa *m, es__vk_rec *r, int32_t l, int proj, uint32_t n_main, uint32_t g,
+                              es__pc_mul_mat *pc, const VkDescriptorSet **sets) {
+    const ss_layer *L = &m->layers[l - m->ss->msa_start];
+    const ss_lora *lo = &L->lora[proj];
+    pc->ss_t0 = n_main;
+    pc->ss_g = g;
+    *sets = NULL;
+    if (!lo->on) return ES_OK;
+    const uint32_t x_stride[LO_N] = {m->res.E32, m->res.Q32, m->res.E32, m->res.F32};
+    ES_TRY(rec_mm_from(m, r, "ss_lora_a", &L->fused_a[proj], n_main * g, ES__EPI_STORE, x_stride[proj], m->R32,
+                       n_main));
+    pc->lora_r = lo->rank;
+    pc->lora_stride = m->R32 / 4;
+    *sets = L->fused[proj].sets;
+    return ES_OK;
+}
+
+void es__vk_msa_rec_attn(struct es__vk_msa *m, es__vk_rec *r, int32_t l, uint32_t n_main, uint32_t g) {
+    const es__hparams *hp = &m->ctx->model->hp;
+    const uint32_t hd = (uint32_t)hp->head_dim;
+    es__pc_ss_attn pa = {n_main * g, g, n_main, (uint32_t)hp->n_head, (uint32_t)hp->n_head_kv, hd, m->res.QKV32,
+                         m->res.n_ctx, m->res.Q32, 1.0f / sqrtf((float)hd)};
+    es__vk_rec_dispatch(r, "ss_attn", m->p_attn, m->layers[l - m->ss->msa_start].attn_fused, &pa,
+                        (n_main * g * (uint32_t)hp->n_head + ES__ATTN_WG - 1) / ES__ATTN_WG, 1, 1);
 }
 
 es_status es__vk_msa_rec_layer(struct es__vk_msa *m, es__vk_rec *r, int32_t l, uint32_t n, uint32_t flags) {
@@ -476,6 +581,11 @@ es_status es__vk_msa_rec_layer(struct es__vk_msa *m, es__vk_rec *r, int32_t l, u
     }
     if ((flags & ES__VK_SS_KEEP_X) && l == m->ss->msa_start)
         rec_rows(m, r, "ss_keep_x", m->s_keep_x, 0, n, res->E32, res->E32, res->E32); /* Eq. 3's M */
+    if ((flags & ES__VK_SS_FUSED) && l == m->ss->msa_start) { /* Eq. 3 for every node */
+        const uint32_t g = ES__VK_SS_FUSED_G(flags), e4 = res->E32 / 4;
+        es__pc_ss_rows pc = {2, g, n, n * g, e4, e4, e4, e4};
+        es__vk_rec_dispatch(r, "ss_init", m->p_rows, m->s_init_fused, &pc, n * g, 1, 1);
+    }
     return ES_OK;
 }
 
@@ -512,9 +622,10 @@ static es_status record_streams(struct es__vk_msa *m, uint32_t G) {
         es__pc_ss_rope pr = {G, (uint32_t)hp->n_head, (uint32_t)hp->n_head_kv, hd, (uint32_t)hp->n_rot,
                              hp->rope_type == ES_ROPE_NEOX ? 1u : 0u, res->QKV32};
         es__vk_rec_dispatch(&r, "ss_rope", m->p_rope, L->rope, &pr, G, 1, 1);
-        es__pc_ss_attn pa = {(uint32_t)hp->n_head, (uint32_t)hp->n_head_kv, hd, res->QKV32, res->n_ctx, res->Q32,
-                             1.0f / sqrtf((float)hd)};
-        es__vk_rec_dispatch(&r, "ss_attn", m->p_attn, L->attn, &pa, (uint32_t)hp->n_head, G, 1);
+        es__pc_ss_attn pa = {G, 0, 0, (uint32_t)hp->n_head, (uint32_t)hp->n_head_kv, hd, res->QKV32, res->n_ctx,
+                             res->Q32, 1.0f / sqrtf((float)hd)};
+        es__vk_rec_dispatch(&r, "ss_attn", m->p_attn, L->attn, &pa, (G * (uint32_t)hp->n_head + ES__ATTN_WG - 1) / ES__ATTN_WG,
+                            1, 1);
         if (lo[LO_O].on) ES_TRY(rec_mm(m, &r, "ss_lora_a", &lo[LO_O].ma, G, ES__EPI_STORE, res->Q32, m->R32));
         ES_TRY(rec_mm(m, &r, "ss_wo", &L->wo, G, ES__EPI_ADD, res->Q32, res->E32));
         rec_norm(m, &r, "ss_norm", L->norm_ffn, G, vl->ffn_norm);
@@ -561,6 +672,8 @@ es_status es__vk_msa_after_forward(struct es__vk_msa *m, const es__fwd *f, uint3
     m->n = f->n;
     m->n_streams = f->n_streams;
     m->cur_node = -1;
+    m->fused = (flags & ES__VK_SS_FUSED) != 0;
+    m->n_out = f->n_out;
     if (flags & ES__VK_SS_EARLY_EXIT) {
         ES_TRY(es__vk_buf_invalidate(m->d, &m->out_exit));
         decide_pruning(m, f);
@@ -573,6 +686,11 @@ es_status es__vk_msa_stream_logits(struct es__vk_msa *m, int32_t i, int32_t g, f
     ES_RETURN_IF(!m->valid || m->n_streams == 0 || i < 0 || i >= m->n || g < 1 || g > m->n_streams, d->err,
                  ES_ERR_INVALID_ARGUMENT, "vulkan: no %d streams for batch token %d in the last forward call", g, i);
     const uint32_t V = (uint32_t)m->ctx->model->hp.n_vocab, G = (uint32_t)g;
+    if (m->fused) { /* the forward's logits rows after its n_out: node i's streams at n_out + i G */
+        const float *src = (const float *)m->res.logits->map + ((size_t)m->n_out + (size_t)i * (size_t)m->n_streams) * m->res.V32;
+        for (uint32_t j = 0; j < G; j++) memcpy(out + (size_t)j * V, src + (size_t)j * m->res.V32, sizeof(float) * V);
+        return ES_OK;
+    }
     if (m->cur_node != i || m->cur_g < g) {
         if (!m->cbs[G]) ES_TRY(record_streams(m, G));
         int32_t *step = m->res.step_buf->map;

@@ -1,8 +1,9 @@
 /* msa_vk.h: Speculative Streaming on the Vulkan backend (msa_vk.c): the early exit that prunes
- * draft trees (3.2.3) and the hidden states kept for the streams, recorded into the forward's
- * command buffer at the right layers, and the stream pass of one tree node (Eq. 2, 3) with its
- * logits, recorded once per context and replayed. forward.c lends its buffers through
- * es__vk_ss_res and calls the hooks; the main stream's dispatches are not changed. */
+ * draft trees (3.2.3); the streams of every node riding in the forward's own dispatches as extra
+ * rows of the MSA layers (Eq. 2, 3: the paper's one pass per step); and, for batches too large
+ * for that, the stream pass of one tree node after the forward, recorded once per context and
+ * replayed. forward.c lends its buffers through es__vk_ss_res and calls the hooks; the main
+ * stream's results never change (its rows come first and the kernels are batch-invariant). */
 #ifndef ES_VULKAN_MSA_VK_H
 #define ES_VULKAN_MSA_VK_H
 
@@ -10,20 +11,31 @@
 
 struct es__vk_msa;
 
-/* What the stream pass borrows from a context (forward.c). Read bindings carry texel views
- * where the device reads through them. */
+/* Stream rows that ride in a forward's own dispatches, after its tokens' rows (a batch of n
+ * tokens with g streams each needs n g of them; larger batches get the stream pass instead).
+ * forward.c sizes its row buffers and the step data's arrays for n_batch + this many rows.
+ * Measured on lavapipe: fused rows beat the stream pass up to about 2 nodes of 4 streams. */
+#define ES__VK_SS_FUSED_ROWS 8u
+
+/* What the Speculative Streaming code borrows from a context (forward.c). Read bindings carry
+ * texel views where the device reads through them (a write binding is the same without it). */
 typedef struct es__vk_ss_res {
     es__vk_model *w;
     uint32_t nb, n_ctx;                   /* batch rows and cache slots                      */
     uint32_t E32, QKV32, Q32, F32, V32;   /* padded row widths, as forward.c uses them        */
-    es__vk_bind x;                        /* the residual rows [nb][E32]                     */
+    es__vk_bind x, xn, qkv, attn, h;      /* the forward's row buffers [nb + fused rows][..]  */
     es__vk_bind step, rope, vecs;         /* step data, RoPE table, norm vectors             */
     es__vk_buf *step_buf;                 /* the host-mapped step data                       */
+    const es__vk_buf *logits;             /* the forward's host-mapped logits rows           */
     const es__vk_bind *k, *v;             /* [n_layer] each layer's cache                    */
 } es__vk_ss_res;
 
-/* Hook flags of a forward command buffer. */
-enum { ES__VK_SS_KEEP_X = 1, ES__VK_SS_EARLY_EXIT = 2 };
+/* Hook flags of a forward command buffer; with FUSED, the streams per node are in bits 8+. */
+enum { ES__VK_SS_KEEP_X = 1, ES__VK_SS_EARLY_EXIT = 2, ES__VK_SS_FUSED = 4 };
+#define ES__VK_SS_FUSED_G(flags) ((flags) >> 8)
+
+/* The projections of a layer, in the order of the stream LoRA's fused targets. */
+enum { ES__VK_SS_QKV, ES__VK_SS_WO, ES__VK_SS_GATEUP, ES__VK_SS_DOWN };
 
 es_status es__vk_msa_create(es_context *ctx, const es__vk_ss_res *res, struct es__vk_msa **out);
 void es__vk_msa_free(struct es__vk_msa *m);
@@ -32,6 +44,17 @@ void es__vk_msa_free(struct es__vk_msa *m);
 uint32_t es__vk_msa_flags(const struct es__vk_msa *m, const es__fwd *f);
 /* Records what layer l's input is needed for (flags of the command buffer), n batch rows. */
 es_status es__vk_msa_rec_layer(struct es__vk_msa *m, es__vk_rec *r, int32_t l, uint32_t n, uint32_t flags);
+/* Fused streams (flags with ES__VK_SS_FUSED): the stream rows layer l adds after the n_main
+ * tokens' rows (0 below the MSA layers). */
+uint32_t es__vk_msa_fused_rows(const struct es__vk_msa *m, int32_t l, uint32_t n_main, uint32_t flags);
+/* Fused streams at MSA layer l, before projection proj of all n_main + n_main g rows: sets the
+ * stream-row fields of pc and, when the projection has a stream LoRA, records R = A X of the
+ * stream rows and returns in *sets the projection's descriptor sets with the LoRA (to record with
+ * the mul_mat_lora pipeline); else *sets = NULL and the forward's own sets serve. */
+es_status es__vk_msa_rec_proj(struct es__vk_msa *m, es__vk_rec *r, int32_t l, int proj, uint32_t n_main, uint32_t g,
+                              es__pc_mul_mat *pc, const VkDescriptorSet **sets);
+/* Fused streams at MSA layer l, after the main tokens' attention: the stream rows' (Eq. 2). */
+void es__vk_msa_rec_attn(struct es__vk_msa *m, es__vk_rec *r, int32_t l, uint32_t n_main, uint32_t g);
 /* After the forward's submission: the pruning decisions (f->pruned) from the early exit, and what
  * the stream pass needs to know about the call. */
 es_status es__vk_msa_after_forward(struct es__vk_msa *m, const es__fwd *f, uint32_t flags);

@@ -466,7 +466,7 @@ es_status es__vk_run_attention_bench(es_backend *b, const float *q, const float 
     memset(&custom, 0, sizeof custom);
     if (s == ES_OK && (hd % 4 || hd > 512))
         s = es__fail(&b->err, ES_ERR_UNSUPPORTED, "vulkan op: head dimension %u not supported", hd);
-    if (s == ES_OK) s = es__vk_attn_pipe(r.d, hd, &pa);
+    if (s == ES_OK) s = es__vk_attn_pipe(r.d, "attn", hd, &pa);
     if (s == ES_OK && bench && bench->shader) {
         s = es__vk_pipeline_custom(r.d, bench->shader, pa->spec, pa->n_spec, &custom);
         pa = &custom;

@@ -82,9 +82,9 @@ es_status es__vk_simple_pipe(es__vk_dev *d, const char *family, bool reads, bool
     return pipe_for(d, family, NULL, reads, reduces, false, spec, 2, out);
 }
 
-es_status es__vk_attn_pipe(es__vk_dev *d, uint32_t hd, es__vk_pipeline **out) {
+es_status es__vk_attn_pipe(es__vk_dev *d, const char *family, uint32_t hd, es__vk_pipeline **out) {
     const uint32_t spec[3] = {ES__ATTN_WG, d->subgroup_size, hd / 4};
-    return pipe_for(d, "attn", NULL, true, false, false, spec, 3, out);
+    return pipe_for(d, family, NULL, true, false, false, spec, 3, out);
 }
 
 es_status es__vk_get_rows_pipe(es__vk_dev *d, es__dtype type, es__vk_pipeline **out) {

@@ -46,8 +46,9 @@ void es__vk_rec_mul_mat(es__vk_rec *r, const char *op, const es__vk_pipeline *p,
 
 /* Pipelines of the other families, with the workgroup size for the device. */
 es_status es__vk_simple_pipe(es__vk_dev *d, const char *family, bool reads, bool reduces, es__vk_pipeline **out);
-/* Attention for heads of hd: ES__ATTN_WG (token, head) pairs per workgroup. */
-es_status es__vk_attn_pipe(es__vk_dev *d, uint32_t hd, es__vk_pipeline **out);
+/* Attention ("attn", or the streams' "ss_attn") for heads of hd: ES__ATTN_WG (row, head) pairs
+ * per workgroup. */
+es_status es__vk_attn_pipe(es__vk_dev *d, const char *family, uint32_t hd, es__vk_pipeline **out);
 es_status es__vk_get_rows_pipe(es__vk_dev *d, es__dtype type, es__vk_pipeline **out);
 
 /* ---- oprun.c: one op on host arrays (tests, micro-benchmarks). All run on backend b, which
