@@ -530,10 +530,10 @@ uint32_t es__vk_msa_flags(const struct es__vk_msa *m, const es__fwd *f) {
     if (!m) return 0;
     const uint32_t early = f->prune_threshold > 0.0f ? ES__VK_SS_EARLY_EXIT : 0u;
     if (f->n_streams == 0) return early;
-    /* the streams ride in the forward's rows when they are few: one submission and 12 fewer
+    /* the streams ride in the forward's rows when they are few: one submission and 16 fewer
      * dispatches per step than a stream pass after the forward; with more rows the pass, which
      * computes one node's streams only, is cheaper where rows cost arithmetic (docs/perf.md) */
-    if ((uint64_t)f->n * (uint64_t)f->n_streams <= ES__VK_SS_FUSED_ROWS)
+    if ((uint64_t)f->n * (uint64_t)(1 + f->n_streams) <= ES__VK_SS_FUSED_ROWS)
         return early | ES__VK_SS_FUSED | ((uint32_t)f->n_streams << 8);
     return early | ES__VK_SS_KEEP_X;
 }

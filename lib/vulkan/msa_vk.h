@@ -11,11 +11,13 @@
 
 struct es__vk_msa;
 
-/* Stream rows that ride in a forward's own dispatches, after its tokens' rows (a batch of n
- * tokens with g streams each needs n g of them; larger batches get the stream pass instead).
- * forward.c sizes its row buffers and the step data's arrays for n_batch + this many rows.
- * Measured on lavapipe: fused rows beat the stream pass up to about 2 nodes of 4 streams. */
-#define ES__VK_SS_FUSED_ROWS 8u
+/* The most rows a forward's MSA layers may carry with fused streams: n tokens with g streams
+ * each make n (1 + g); larger batches get the stream pass instead. forward.c sizes its row
+ * buffers and the step data's arrays for n_batch + this many rows. Measured on lavapipe
+ * (docs/perf.md), where rows cost arithmetic and a matrix tile holds 4 of them: fused rows beat
+ * the pass while they fit one tile (γ 1 with 2 nodes, or 1 node with up to 3 streams). A device
+ * where rows are nearly free (a GPU) would want far more; none has been measured. */
+#define ES__VK_SS_FUSED_ROWS 4u
 
 /* What the Speculative Streaming code borrows from a context (forward.c). Read bindings carry
  * texel views where the device reads through them (a write binding is the same without it). */

@@ -1,7 +1,9 @@
 /* bench_spec_call.c: where the time of a speculative step goes, per forward call, on a model and
- * backend: a one-token decode call, verification calls of trees of N nodes (chains and bushy
- * trees), with and without the Speculative Streaming hooks (kept hidden states, early exit), the
- * stream pass of one node, and the host-side drafting and verification. Medians of repetitions,
+ * backend: a one-token decode call, verification calls of bushy trees of N nodes, plain and
+ * with every node's γ streams asked (the adapter's γ; lazily, as the strategy asks: the CPU runs
+ * the last node's after the call, Vulkan runs small batches' streams inside the call and larger
+ * ones' as a pass after it), with the early exit too, and the stream pass of one node after a
+ * 9-token batch (too many stream rows to ride in the call on Vulkan). Medians of repetitions,
  * JSON lines on stdout. Usage:
  *   bench_spec_call MODEL.gguf [ADAPTER.ss.gguf] [cpu|vulkan] [threads] [reps] [n_past] */
 #include "edgespec.h"
@@ -62,6 +64,12 @@ int main(int argc, char **argv) {
     es_batch pre = {n_past, prompt, NULL, NULL, NULL, NULL};
     if (es_forward(ctx, &pre) != ES_OK || es_commit(ctx, NULL, 0) != ES_OK) return 1;
     const int32_t sizes[] = {1, 2, 4, 5, 8, 16, 32, 64};
+    int32_t G = 0; /* the adapter's streams: the most a forward accepts */
+    for (G = adapter ? 16 : 0; G > 0; G--) {
+        int32_t tok = 5;
+        es_batch b1 = {1, &tok, NULL, NULL, NULL, NULL};
+        if (es__forward_ss_ex(ctx, &b1, G, 0.0f, true) == ES_OK) break;
+    }
     uint8_t all[64];
     memset(all, 1, sizeof all);
     double *t = malloc(sizeof(double) * (size_t)reps);
@@ -73,12 +81,12 @@ int main(int argc, char **argv) {
         es_tree_flatten(parent, n, n_past, order, pos, st, en);
         for (int32_t i = 0; i < n; i++) toks[i] = 1 + (order[i] * 11) % (info.n_vocab - 1);
         for (int mode = 0; mode < (adapter ? 3 : 1); mode++) {
-            /* mode 0: plain forward; 1: with the stream hooks; 2: hooks + pruning (threshold 1e-9) */
+            /* mode 0: plain forward; 1: with γ streams; 2: streams + pruning (threshold 1e-9) */
             es_batch b = {n, toks, pos, st, en, all};
             for (int r = 0; r < reps + 2; r++) {
                 double t0 = now_ms();
                 es_status s = mode == 0 ? es_forward(ctx, &b)
-                                        : es__forward_ss_ex(ctx, &b, info.has_ss_adapter ? 1 : 0, mode == 2 ? 1e-9f : 0.0f, true);
+                                        : es__forward_ss_ex(ctx, &b, G, mode == 2 ? 1e-9f : 0.0f, true);
                 if (s != ES_OK) {
                     fprintf(stderr, "bench_spec_call: %s\n", es_context_errmsg(ctx));
                     return 1;
@@ -86,24 +94,22 @@ int main(int argc, char **argv) {
                 if (r >= 2) t[r - 2] = now_ms() - t0;
             }
             printf("{\"backend\": \"%s\", \"n_past\": %d, \"call\": \"%s\", \"tree_nodes\": %d, \"median_ms\": %.3f}\n",
-                   es_backend_name(be), n_past, mode == 0 ? "forward" : mode == 1 ? "forward+ss_hooks" : "forward+ss_hooks+early_exit",
+                   es_backend_name(be), n_past, mode == 0 ? "forward" : mode == 1 ? "forward+streams" : "forward+streams+early_exit",
                    n, median(t, reps));
             fflush(stdout);
         }
     }
     if (adapter) {
         /* the stream pass of one node (its first g streams, g = 1..the adapter's) plus their logits */
-        int32_t tok = 5;
-        es_batch b = {1, &tok, NULL, NULL, NULL, NULL};
-        int32_t G = 0;
-        for (G = 16; G > 0; G--)
-            if (es__forward_ss_ex(ctx, &b, G, 0.0f, true) == ES_OK) break;
+        int32_t chain[9];
+        for (int i = 0; i < 9; i++) chain[i] = 5 + i;
+        es_batch b = {9, chain, NULL, NULL, NULL, NULL};
         for (int32_t g = 1; g <= G; g++) {
             for (int r = 0; r < reps + 2; r++) {
                 es__forward_ss_ex(ctx, &b, G, 0.0f, true);
                 const float *sl = NULL;
                 double t0 = now_ms();
-                if (es__stream_logits_n(ctx, 0, g, &sl) != ES_OK) return 1;
+                if (es__stream_logits_n(ctx, 8, g, &sl) != ES_OK) return 1;
                 if (r >= 2) t[r - 2] = now_ms() - t0;
             }
             printf("{\"backend\": \"%s\", \"n_past\": %d, \"call\": \"stream_pass\", \"streams\": %d, \"median_ms\": %.3f}\n",

@@ -298,7 +298,7 @@ static void run(const mem_model_cfg *mc, const mem_adapter_cfg *ac) {
     }
 
     /* a node's streams are the same bits in a chain of its ancestors, every prefix of the leaf's
-     * path (on Vulkan the short ones run their streams inside the forward's own rows, the long
+     * path (on Vulkan the shortest run their streams inside the forward's own rows, the longer
      * ones and the tree above in a stream pass after it), and the main stream's logits are
      * those of a plain forward of the chain */
     {
@@ -320,11 +320,14 @@ static void run(const mem_model_cfg *mc, const mem_adapter_cfg *ac) {
             es_truncate(c2, 0);
             CHECK_OK(es_forward(c2, &pre));
             CHECK_OK(es_commit(c2, NULL, 0));
-            CHECK_OK(es__forward_ss_ex(c2, &cb, G, 0.0f, cl % 2 == 0));
+            /* a single token asks at most 3 streams: 4 rows, few enough to fuse on Vulkan for
+             * every adapter here (streams <= j do not depend on the others) */
+            const int32_t g = cl == 1 && G > 3 ? 3 : G;
+            CHECK_OK(es__forward_ss_ex(c2, &cb, g, 0.0f, cl % 2 == 0));
             CHECK_OK(es_logits(c2, cl - 1, &ls));
             CHECK_OK(es__stream_logits(c2, cl - 1, &sl));
             if (!ls || memcmp(ls, plain, sizeof(float) * (size_t)V) != 0) chain_bad++;
-            if (!sl || memcmp(sl, streams[node], sizeof(float) * (size_t)G * (size_t)V) != 0) chain_bad++;
+            if (!sl || memcmp(sl, streams[node], sizeof(float) * (size_t)g * (size_t)V) != 0) chain_bad++;
         }
         CHECKF(chain_bad == 0, "%d chain rows differ from the tree's streams or the plain forward", chain_bad);
         es_truncate(c2, 0);
