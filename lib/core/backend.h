@@ -36,9 +36,12 @@ typedef struct es__fwd {
                                 distribution is below this (3.2.3); pruned tokens get no
                                 logits, no streams, and no KV in the later layers            */
     uint8_t *pruned;         /* [n] out when prune_threshold > 0: 1 = pruned                */
-    bool streams_lazy;       /* compute a token's streams only when its logits are asked
-                                (after verification: one token's γ rows instead of every
-                                token's); the values are the same                          */
+    bool streams_lazy;       /* the caller asks the streams of one token only (after
+                                verification): a backend may compute a token's streams
+                                when they are asked instead (one token's γ rows instead of
+                                every token's). The CPU does; Vulkan runs a small batch's
+                                streams inside the call and a larger one's on demand either
+                                way. The values are the same                                */
 } es__fwd;
 
 typedef struct es__backend_vtbl {
