@@ -47,7 +47,8 @@ typedef struct ss_lora {
     ss_mm ma;
 } ss_lora;
 
-enum { LO_QKV, LO_O, LO_GU, LO_DOWN, LO_N };
+/* the stream LoRA of each projection, in msa_vk.h's order (forward.c names them by those) */
+enum { LO_QKV = ES__VK_SS_QKV, LO_O = ES__VK_SS_WO, LO_GU = ES__VK_SS_GATEUP, LO_DOWN = ES__VK_SS_DOWN, LO_N };
 
 typedef struct ss_layer {
     ss_lora lora[LO_N];

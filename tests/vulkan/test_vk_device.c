@@ -149,23 +149,12 @@ static void test_interfaces(void) {
     es_backend_free(b);
 }
 
-/* A Vulkan backend that keeps its pipeline cache in path (NULL where creation failed). */
-static es_backend *backend_with_cache(const char *path) {
-    es_backend_params p = es_backend_default_params();
-    p.type = ES_BACKEND_VULKAN;
-    p.pipeline_cache_path = path;
-    p.log_fn = vk_test_log;
-    es_backend *b = NULL;
-    CHECK_OK(es_backend_create(&p, &b));
-    return b;
-}
-
 static void test_pipeline_cache(void) {
     char path[256];
     snprintf(path, sizeof path, "%s/vk_pipeline_cache_test.bin", getenv("ES_BUILD_ROOT") ? getenv("ES_BUILD_ROOT") : ".");
     remove(path);
     for (int round = 0; round < 2; round++) { /* written by the first backend, read by the second */
-        es_backend *b = backend_with_cache(path);
+        es_backend *b = vk_backend_cached(0, path);
         if (!b) return;
         float w[64 * 32], x[32], y[64];
         for (int i = 0; i < 64 * 32; i++) w[i] = (float)(i % 7) - 3.0f;
@@ -182,7 +171,7 @@ static void test_pipeline_cache(void) {
         fputs("this is not a pipeline cache, but it is long enough to have a header", f);
         fclose(f);
     }
-    es_backend_free(backend_with_cache(path));
+    es_backend_free(vk_backend_cached(0, path));
     remove(path);
 }
 

@@ -44,16 +44,23 @@ static inline void vk_pin_driver(void) {
     if (vkCreateInstance(&ci, NULL, &pinned) != VK_SUCCESS) pinned = VK_NULL_HANDLE;
 }
 
-static inline es_backend *vk_backend(uint32_t flags) {
+/* A Vulkan backend on the pinned driver with fallback flags and a pipeline cache file (NULL =
+ * none); NULL where creation failed. */
+static inline es_backend *vk_backend_cached(uint32_t flags, const char *cache_path) {
     vk_pin_driver();
     es_backend_params p = es_backend_default_params();
     p.type = ES_BACKEND_VULKAN;
     p.vk_flags = flags;
+    p.pipeline_cache_path = cache_path;
     p.log_fn = vk_test_log;
     p.log_level = ES_LOG_WARN;
     es_backend *b = NULL;
     CHECK_OK(es_backend_create(&p, &b));
     return b;
+}
+
+static inline es_backend *vk_backend(uint32_t flags) {
+    return vk_backend_cached(flags, NULL);
 }
 
 /* Every Vulkan test ends with this: no error was logged (validation messages are errors). */
