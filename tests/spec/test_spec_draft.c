@@ -5,38 +5,12 @@
  * tokens equal es_generate's token for token; the context's KV afterwards gives the same logits
  * as a fresh context that read the whole sequence; the context-full end matches es_generate's;
  * bad parameters fail cleanly. */
-#include "../cpu/mem_model.h"
-#include "edgespec.h"
+#include "spec_run.h"
 #include "vk_pin.h"
 
 #define N_GEN 40
 
-static es_backend *backend;
 static bool quick; /* Vulkan on lavapipe: a subset of the settings, the same checks */
-
-static es_context *new_ctx(const es_model *m, int32_t n_ctx, int32_t n_batch) {
-    es_context_params cp = es_context_default_params();
-    cp.n_ctx = n_ctx;
-    cp.n_batch = n_batch;
-    cp.backend = backend;
-    es_context *c = NULL;
-    CHECK_OK(es_context_create(m, &cp, &c));
-    return c;
-}
-
-/* Plain decoding: es_generate on a fresh context. Returns the count generated. */
-static int32_t plain(const es_model *m, const int32_t *prompt, int32_t n_prompt, const es_sampler_params *sp,
-                     int32_t n_gen, int32_t n_ctx, int32_t *out) {
-    es_context *c = new_ctx(m, n_ctx, 16);
-    es_generate_params gp = es_generate_default_params();
-    gp.n_predict = n_gen;
-    gp.sampling = *sp;
-    gp.ignore_eog = true;
-    es_generate_stats st;
-    CHECK_OK(es_generate(c, prompt, (size_t)n_prompt, &gp, out, (size_t)n_gen, &st));
-    es_context_free(c);
-    return st.n_generated;
-}
 
 /* Speculative decoding until n_gen tokens or the context is full. */
 static int32_t speculative(es_context *c, es_context *d, const int32_t *prompt, int32_t n_prompt,
@@ -52,27 +26,7 @@ static int32_t speculative(es_context *c, es_context *d, const int32_t *prompt, 
     p.rejection_sampling = rejection;
     p.ignore_eog = true;
     p.fixed_tree = rejection || call % 2 == 0; /* reproducible rejection sampling needs fixed drafts */
-    es_spec *s = NULL;
-    CHECK_OK(es_spec_create(c, &p, &s));
-    if (!s) return 0;
-    CHECK_OK(es_spec_feed(s, prompt, (size_t)n_prompt));
-    int32_t n = 0, steps = 0;
-    while (n < n_gen) {
-        size_t got = 0;
-        int32_t buf[ES_SPEC_MAX_DEPTH + 1];
-        /* now and then the caller takes fewer tokens than a step could give */
-        size_t cap = steps % 4 == 3 ? 2 : ES__ARRAY_LEN(buf);
-        es_status st = es_spec_step(s, buf, cap, &got);
-        if (st == ES_ERR_CONTEXT_FULL) break;
-        CHECK_OK(st);
-        if (st != ES_OK) break;
-        CHECK(got >= 1 && got <= cap);
-        for (size_t i = 0; i < got && n < n_gen; i++) out[n++] = buf[i];
-        steps++;
-    }
-    CHECK_OK(es_spec_get_stats(s, stats));
-    es_spec_free(s);
-    return n;
+    return run_spec(c, &p, prompt, n_prompt, n_gen, out, stats);
 }
 
 /* The KV cache c holds (the first n_past tokens of seq) gives, for the next token of seq, the
@@ -132,7 +86,7 @@ int main(int argc, char **argv) {
                 for (int mi = 0; mi < 2; mi++) {
                     const int32_t np = prompt_lens[pi];
                     int32_t want[N_GEN], got[N_GEN];
-                    int32_t n_want = plain(target, prompt, np, modes[mi], N_GEN, 256, want);
+                    int32_t n_want = plain(target, prompt, np, modes[mi], N_GEN, 256, 16, want);
                     es_context *c = new_ctx(target, 256, 16), *d = new_ctx(drafters[di], 256, 16);
                     es_spec_stats st;
                     int32_t n_got = speculative(c, d, prompt, np, modes[mi], false, la, N_GEN, got, &st);
@@ -199,7 +153,7 @@ int main(int argc, char **argv) {
         int32_t all[9 + N_GEN + 6], want[8];
         memcpy(all, seq, sizeof(int32_t) * (size_t)(9 + n));
         memcpy(all + 9 + n, prompt + 20, sizeof(int32_t) * 6);
-        plain(target, all, 9 + n + 6, &greedy, 8, 256, want);
+        plain(target, all, 9 + n + 6, &greedy, 8, 256, 16, want);
         CHECK(n_more == 8 && memcmp(more, want, sizeof want) == 0);
         es_spec_free(s);
         es_context_free(c);
@@ -210,7 +164,7 @@ int main(int argc, char **argv) {
     for (int mi = 0; mi < 2; mi++) {
         const int32_t n_ctx = 30, np = 11;
         int32_t want[64], got[64];
-        int32_t n_want = plain(target, prompt, np, modes[mi], 64, n_ctx, want);
+        int32_t n_want = plain(target, prompt, np, modes[mi], 64, n_ctx, 16, want);
         es_context *c = new_ctx(target, n_ctx, 16), *d = new_ctx(near, n_ctx, 16);
         es_spec_stats st;
         int32_t n_got = speculative(c, d, prompt, np, modes[mi], false, 4, 64, got, &st);

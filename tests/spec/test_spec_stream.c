@@ -5,36 +5,12 @@
  * es_generate emits; the KV left behind equals a fresh read of the sequence; rejection sampling is
  * reproducible; bad parameters fail cleanly. */
 #include "mem_adapter.h"
-#include "edgespec.h"
+#include "spec_run.h"
 #include "vk_pin.h"
 
 #define N_GEN 48
 
-static es_backend *backend;
 static bool quick; /* Vulkan on lavapipe: a subset of the settings, the same checks */
-
-static es_context *new_ctx(const es_model *m, int32_t n_ctx) {
-    es_context_params cp = es_context_default_params();
-    cp.n_ctx = n_ctx;
-    cp.n_batch = 24;
-    cp.backend = backend;
-    es_context *c = NULL;
-    CHECK_OK(es_context_create(m, &cp, &c));
-    return c;
-}
-
-static int32_t plain(const es_model *m, const int32_t *prompt, int32_t n_prompt, const es_sampler_params *sp,
-                     int32_t n_gen, int32_t n_ctx, int32_t *out) {
-    es_context *c = new_ctx(m, n_ctx);
-    es_generate_params gp = es_generate_default_params();
-    gp.n_predict = n_gen;
-    gp.sampling = *sp;
-    gp.ignore_eog = true;
-    es_generate_stats st;
-    CHECK_OK(es_generate(c, prompt, (size_t)n_prompt, &gp, out, (size_t)n_gen, &st));
-    es_context_free(c);
-    return st.n_generated;
-}
 
 typedef struct cfg {
     int32_t gamma, k, max_nodes;
@@ -55,25 +31,7 @@ static int32_t speculative(es_context *c, const cfg *g, const int32_t *prompt, i
     p.rejection_sampling = rejection;
     p.ignore_eog = true;
     p.fixed_tree = fixed;
-    es_spec *s = NULL;
-    CHECK_OK(es_spec_create(c, &p, &s));
-    if (!s) return 0;
-    CHECK_OK(es_spec_feed(s, prompt, (size_t)n_prompt));
-    int32_t n = 0, steps = 0;
-    while (n < n_gen) {
-        int32_t buf[ES_SPEC_MAX_DEPTH + 1];
-        size_t got = 0, cap = steps % 5 == 4 ? 1 + (size_t)(steps % 3) : ES__ARRAY_LEN(buf);
-        es_status r = es_spec_step(s, buf, cap, &got);
-        if (r == ES_ERR_CONTEXT_FULL) break;
-        CHECK_OK(r);
-        if (r != ES_OK) break;
-        CHECK(got >= 1 && got <= cap);
-        for (size_t i = 0; i < got && n < n_gen; i++) out[n++] = buf[i];
-        steps++;
-    }
-    CHECK_OK(es_spec_get_stats(s, st));
-    es_spec_free(s);
-    return n;
+    return run_spec(c, &p, prompt, n_prompt, n_gen, out, st);
 }
 
 /* argv[1]: "cpu" (default) or "vulkan"; argv[2] (Vulkan): "fallbacks" forces every fallback path. */
@@ -113,8 +71,8 @@ int main(int argc, char **argv) {
             for (int mi = 0; mi < 2; mi++) {
                 const int32_t np = prompt_lens[pi];
                 int32_t want[N_GEN], got[N_GEN];
-                int32_t n_want = plain(m, prompt, np, modes[mi], N_GEN, 256, want);
-                es_context *c = new_ctx(m, 256);
+                int32_t n_want = plain(m, prompt, np, modes[mi], N_GEN, 256, 24, want);
+                es_context *c = new_ctx(m, 256, 24);
                 es_spec_stats st;
                 /* fixed trees (deep paths whatever the timings) and adaptive ones, alternately */
                 fixed = (pi + mi) % 2 == 0;
@@ -138,7 +96,7 @@ int main(int argc, char **argv) {
 
     /* KV afterwards equals a fresh read of the sequence; a second feed continues exactly */
     {
-        es_context *c = new_ctx(m, 256);
+        es_context *c = new_ctx(m, 256, 24);
         es_spec_params p = es_spec_default_params();
         p.sampling = greedy;
         p.top_k = 3;
@@ -162,7 +120,7 @@ int main(int argc, char **argv) {
         CHECK_OK(es_logits(c, 0, &l1));
         float keep[12];
         if (l1) memcpy(keep, l1, sizeof keep);
-        es_context *f = new_ctx(m, 256);
+        es_context *f = new_ctx(m, 256, 24);
         for (int32_t off = 0; off < 7 + n; off += 24) {
             es_batch part = {ES__MIN(24, 7 + n - off), seq + off, NULL, NULL, NULL, NULL};
             CHECK_OK(es_forward(f, &part));
@@ -182,7 +140,7 @@ int main(int argc, char **argv) {
             n_more += (int32_t)k;
         }
         memcpy(seq + 7 + n, prompt + 40, sizeof(int32_t) * 5);
-        plain(m, seq, 7 + n + 5, &greedy, 8, 256, want);
+        plain(m, seq, 7 + n + 5, &greedy, 8, 256, 24, want);
         CHECK(n_more == 8 && memcmp(more, want, sizeof want) == 0);
         es_spec_free(s);
         es_context_free(c);
@@ -192,8 +150,8 @@ int main(int argc, char **argv) {
     for (int mi = 0; mi < 2; mi++) {
         int32_t want[64], got[64];
         const cfg g = {4, 3, 32, 0.0f};
-        int32_t n_want = plain(m, prompt, 9, modes[mi], 64, 29, want);
-        es_context *c = new_ctx(m, 29);
+        int32_t n_want = plain(m, prompt, 9, modes[mi], 64, 29, 24, want);
+        es_context *c = new_ctx(m, 29, 24);
         es_spec_stats st;
         int32_t n_got = speculative(c, &g, prompt, 9, modes[mi], false, 64, got, &st);
         CHECKF(n_got == n_want && memcmp(got, want, sizeof(int32_t) * (size_t)n_want) == 0,
@@ -208,7 +166,7 @@ int main(int argc, char **argv) {
         const cfg g = {3, 3, 24, 0.02f};
         fixed = true;
         for (int rep = 0; rep < 2; rep++) {
-            es_context *c = new_ctx(m, 256);
+            es_context *c = new_ctx(m, 256, 24);
             CHECK(speculative(c, &g, prompt, 5, &sampled, true, N_GEN, rep ? b : a, &st) == N_GEN);
             es_context_free(c);
         }
@@ -220,7 +178,7 @@ int main(int argc, char **argv) {
 
     /* bad parameters */
     {
-        es_context *c = new_ctx(m, 256);
+        es_context *c = new_ctx(m, 256, 24);
         es_spec *s = (es_spec *)1;
         es_spec_params p = es_spec_default_params();
         p.n_streams = 5;
