@@ -90,9 +90,7 @@ es_status es__spec_draft_step(es_spec *s, int32_t *tokens, size_t cap, size_t *n
     const int32_t root = s->hist[s->n_hist - 1];
     /* a chain of K + 1 nodes must fit the target, and more than cap - 1 drafts cannot be emitted */
     int32_t K = ES__MIN(ES__MIN(s->depth, es__spec_tree_room(s) - 1), (int32_t)ES__MIN(cap - 1, (size_t)INT32_MAX));
-    double ca, cb;
-    if (s->tune.adaptive && !es__tuner_cost(&s->tune, &ca, &cb))
-        K = ES__MIN(K, 1 + (int32_t)s->tune.calls); /* short, varied chains until costs are known */
+    K = ES__MIN(K, es__tuner_room(&s->tune) - 1);
     es__tree *t = &s->tree;
     int32_t n_drafted = 0;
     es_status st = ES_OK;

@@ -73,11 +73,8 @@ es_status es__spec_stream_step(es_spec *s, int32_t *tokens, size_t cap, size_t *
     es__spec_advance(s, tokens, *n_tokens);
     s->cur = 1 - s->cur;
     /* the next tree: the new root (the target's own token) and the streams' candidates below it */
-    int32_t room = es__spec_tree_room(s);
+    const int32_t room = ES__MIN(es__spec_tree_room(s), es__tuner_room(&s->tune));
     const int32_t root = s->hist[s->n_hist - 1];
-    double ca, cb;
-    if (s->tune.adaptive && !es__tuner_cost(&s->tune, &ca, &cb))
-        room = ES__MIN(room, 2 + 2 * (int32_t)s->tune.calls); /* small, varied trees until costs are known */
     if (room < 2 || es__tree_build(t, root, &lv, room, ctx->n_past, s->alloc, &s->err) != ES_OK) {
         /* no room (or no memory) for a draft: the next step verifies the root alone */
         es__tree_root(t, root, ctx->n_past);

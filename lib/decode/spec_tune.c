@@ -10,6 +10,7 @@
 #define PRIOR 2.0f   /* pseudo-counts of the raw draft probability in the calibration  */
 #define EXPLORE 32   /* every EXPLORE-th call drafts from every stream, so that what they are
                         worth and cost stays measured while drafting does not pay */
+#define SPIKE 2.0    /* a timing counts at most SPIKE times what the fit predicts */
 
 void es__tuner_init(es__tuner *t, bool adaptive) {
     memset(t, 0, sizeof *t);
@@ -40,9 +41,23 @@ bool es__tuner_cost(const es__tuner *t, double *a, double *b) {
     return true;
 }
 
+/* Marks size n (1..64) timed; true the first time. */
+static bool first_timing(uint64_t *seen, int32_t n) {
+    if (n < 1 || n > 64) return false;
+    const uint64_t bit = (uint64_t)1 << (n - 1);
+    const bool first = !(*seen & bit);
+    *seen |= bit;
+    return first;
+}
+
 void es__tuner_observe_call(es__tuner *t, int32_t n_nodes, double ms) {
     if (!(ms >= 0.0) || n_nodes < 1) return;
+    t->steps++;
+    t->max_n = ES__MAX(t->max_n, n_nodes);
+    if (first_timing(&t->seen_n, n_nodes)) return;
     const double n = (double)n_nodes;
+    double a, b;
+    if (es__tuner_cost(t, &a, &b)) ms = ES__MIN(ms, SPIKE * (a + b * n));
     t->w = FORGET * t->w + 1.0;
     t->sn = FORGET * t->sn + n;
     t->st = FORGET * t->st + ms;
@@ -51,8 +66,11 @@ void es__tuner_observe_call(es__tuner *t, int32_t n_nodes, double ms) {
     t->calls++;
 }
 
+static double stream_cost(const es__tuner *t, int32_t g);
+
 void es__tuner_observe_streams(es__tuner *t, int32_t g, double ms) {
-    if (!(ms >= 0.0) || g < 1) return;
+    if (!(ms >= 0.0) || g < 1 || first_timing(&t->seen_g, g)) return;
+    if (t->gs > 0.0) ms = ES__MIN(ms, SPIKE * stream_cost(t, g));
     t->gw = FORGET * t->gw + 1.0;
     t->gs = FORGET * t->gs + g;
     t->gss = FORGET * t->gss + (double)g * g;
@@ -71,9 +89,16 @@ static double stream_cost(const es__tuner *t, int32_t g) {
     return t->gt / t->gs * g;
 }
 
+int32_t es__tuner_room(const es__tuner *t) {
+    double a, b;
+    if (!t->adaptive) return INT32_MAX;
+    if (!es__tuner_cost(t, &a, &b)) return 2 + (int32_t)(t->steps & 1);
+    return ES__MAX(3, 2 * t->max_n);
+}
+
 int32_t es__tuner_streams(const es__tuner *t, int32_t gamma, int32_t k, int32_t cap) {
     double a, b;
-    if (!es__tuner_cost(t, &a, &b) || !(t->gs > 0.0) || t->calls % EXPLORE == 0) return gamma;
+    if (!es__tuner_cost(t, &a, &b) || !(t->gs > 0.0) || t->steps % EXPLORE == 0) return gamma;
     /* expected tokens per call: 1 + the chances of reaching each depth, the conditional
      * acceptance per depth smoothed towards 0.3 with one pseudo-count */
     double best = 1.0 / (a + b), reach = 1.0, expect = 1.0;
@@ -89,7 +114,7 @@ int32_t es__tuner_streams(const es__tuner *t, int32_t gamma, int32_t k, int32_t 
 }
 
 bool es__tuner_explores_next(const es__tuner *t) {
-    return (t->calls + 1) % EXPLORE == 0;
+    return (t->steps + 1) % EXPLORE == 0;
 }
 
 void es__tuner_observe_draft_call(es__tuner *t, double ms) {

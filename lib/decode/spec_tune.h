@@ -4,7 +4,12 @@
  * tree nodes costs a + b n (a least-squares fit over recent calls); a tree grows, best node first,
  * while the next node adds more expected tokens per unit of cost than the tree yields so far.
  * So a backend where nodes are costly gets small trees (down to plain decoding) and one where they
- * are nearly free gets large ones. Losslessness does not depend on any of this. */
+ * are nearly free gets large ones. Timings are taken with care: the first call of each tree size
+ * and the first stream pass of each width are not fitted (they may carry one-time costs: command
+ * recording, and on lavapipe the compilation of every kernel at its first dispatch, 20-30 ms),
+ * a later timing counts at most twice the fit's prediction, and a tree grows to at most twice the
+ * largest size seen, so no decision rests on a cost extrapolated far beyond what was measured.
+ * Losslessness does not depend on any of this. */
 #ifndef ES_DECODE_SPEC_TUNE_H
 #define ES_DECODE_SPEC_TUNE_H
 
@@ -22,7 +27,10 @@ typedef struct es__tuner {
     double hit[ES_SPEC_MAX_DEPTH];                /* of those, steps that accepted one of them   */
     float acc[ES_SPEC_MAX_DEPTH][ES__TUNE_BINS];  /* accepted drafts per depth and probability   */
     float cnt[ES_SPEC_MAX_DEPTH][ES__TUNE_BINS];  /* tested drafts (their parent was accepted)    */
-    int64_t calls;
+    uint64_t seen_n, seen_g;                      /* tree sizes 1..64 and stream widths timed once */
+    int32_t max_n;                                /* largest tree timed                          */
+    int64_t calls;                                /* calls in the fit                            */
+    int64_t steps;                                /* every call timed, fitted or not             */
 } es__tuner;
 
 void es__tuner_init(es__tuner *t, bool adaptive);
@@ -36,6 +44,9 @@ float es__tuner_accept(const es__tuner *t, int32_t d, float logp);
 bool es__tuner_cost(const es__tuner *t, double *a, double *b);
 
 void es__tuner_observe_call(es__tuner *t, int32_t n_nodes, double ms);
+/* The most tree nodes the next call may carry: 2 or 3 in turn while the costs are unknown, then
+ * twice the largest tree timed; unlimited when not adaptive. */
+int32_t es__tuner_room(const es__tuner *t);
 /* A stream pass computing g streams took ms. */
 void es__tuner_observe_streams(es__tuner *t, int32_t g, double ms);
 
