@@ -66,18 +66,6 @@ void es__tuner_observe_call(es__tuner *t, int32_t n_nodes, double ms) {
     t->calls++;
 }
 
-static double stream_cost(const es__tuner *t, int32_t g);
-
-void es__tuner_observe_streams(es__tuner *t, int32_t g, double ms) {
-    if (!(ms >= 0.0) || g < 1 || first_timing(&t->seen_g, g)) return;
-    if (t->gs > 0.0) ms = ES__MIN(ms, SPIKE * stream_cost(t, g));
-    t->gw = FORGET * t->gw + 1.0;
-    t->gs = FORGET * t->gs + g;
-    t->gss = FORGET * t->gss + (double)g * g;
-    t->gt = FORGET * t->gt + ms;
-    t->gst = FORGET * t->gst + (double)g * ms;
-}
-
 /* Cost of a stream pass of g streams: a line through the passes seen, or proportional to g while
  * they all had the same g. */
 static double stream_cost(const es__tuner *t, int32_t g) {
@@ -87,6 +75,16 @@ static double stream_cost(const es__tuner *t, int32_t g) {
         return ES__MAX(c0, 0.0) + ES__MAX(c1, 1e-6) * g;
     }
     return t->gt / t->gs * g;
+}
+
+void es__tuner_observe_streams(es__tuner *t, int32_t g, double ms) {
+    if (!(ms >= 0.0) || g < 1 || first_timing(&t->seen_g, g)) return;
+    if (t->gs > 0.0) ms = ES__MIN(ms, SPIKE * stream_cost(t, g));
+    t->gw = FORGET * t->gw + 1.0;
+    t->gs = FORGET * t->gs + g;
+    t->gss = FORGET * t->gss + (double)g * g;
+    t->gt = FORGET * t->gt + ms;
+    t->gst = FORGET * t->gst + (double)g * ms;
 }
 
 int32_t es__tuner_room(const es__tuner *t) {
