@@ -57,7 +57,8 @@
 #define ES_STEP_ORDER 4   /* [n] batch indices sorted by depth (stable)          */
 #define ES_STEP_LEVEL 5   /* [depth + 2] start of each depth in ORDER            */
 #define ES_STEP_KEEP 6    /* [n_keep] kv_move sources (relative to n_past)       */
-#define ES_STEP_ARRAYS 7
+#define ES_STEP_EXIT_ROWS 7 /* [n_parents] rows the pruning early exit reads     */
+#define ES_STEP_ARRAYS 8
 
 /* rmsnorm: Y[t] = X[row(t)] / rms(X[row(t)]) * G for t < n; row(t) = t, or out_rows[t] of
  * the step data when gather is set (the final norm before the output head). */
@@ -110,7 +111,8 @@
     U(n_past)                                                                                      \
     U(row)      /* floats per slot (head dimension)                           */                   \
     U(n_ctx)    /* slots per head                                             */                   \
-    U(n_heads)  /* heads per layer in the range (n_head_kv)                   */
+    U(n_heads)  /* heads per layer in the range (n_head_kv)                   */                   \
+    U(step_n_past) /* 1: n_past from the step data (a replayed command buffer) */
 
 /* argmax / top-k over rows of logits: ids (and values) of the k largest, ties to the lower id. */
 #define ES_PC_TOPK(U, F)                                                                           \

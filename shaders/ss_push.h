@@ -13,6 +13,8 @@
  *   mode 1: Y[j] = X[node] + P[j]             (Eq. 3: the streams' start; node from the step)
  *   mode 2: Y[y_row0 + r] = X[r / g] + P[r % g] (the same for every node's g streams, when they
  *                                               ride in the forward's rows after its y_row0 tokens)
+ *   mode 3: Y[r] = X[exit_rows[r]]            (the pruning early exit's input: the rows of the
+ *                                               tokens with children, listed in the step data)
  * Strides and widths in texels (4 floats). */
 #define ES_PC_SS_ROWS(U, F)                                                                        \
     U(mode)                                                                                        \

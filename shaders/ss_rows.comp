@@ -1,7 +1,7 @@
 #version 450
 // ss_rows.comp: the row-wise steps of the Speculative Streaming stream pass (see ss_push.h):
 // copying rows (the main stream's hidden states kept at the first MSA layer, the early exit's
-// input) and starting the streams from a token's hidden state plus the stream embeddings (Eq. 3),
+// input gathered from the rows of the tokens with children) and starting the streams from a token's hidden state plus the stream embeddings (Eq. 3),
 // for one node (the stream pass) or for every node (streams riding in the forward, where X and Y
 // are the same rows buffer: nodes' rows are read, rows after them written). One workgroup per row.
 #extension GL_GOOGLE_include_directive : require
@@ -20,6 +20,9 @@ void main() {
     if (r >= pc.n_rows) return;
     if (pc.mode == 0u) {
         for (uint c = lid; c < pc.width; c += wg) Y[r * pc.y_stride + c] = FETCH_F4(X, r * pc.x_stride + c);
+    } else if (pc.mode == 3u) {
+        const uint x = uint(step_array(ES_STEP_EXIT_ROWS, r));
+        for (uint c = lid; c < pc.width; c += wg) Y[r * pc.y_stride + c] = FETCH_F4(X, x * pc.x_stride + c);
     } else if (pc.mode == 2u) {
         const uint node = r / pc.g, j = r % pc.g, y = pc.y_row0 + r;
         for (uint c = lid; c < pc.width; c += wg)

@@ -4,6 +4,7 @@
 #ifndef ES_CORE_BACKEND_H
 #define ES_CORE_BACKEND_H
 
+#include "batch.h"
 #include "common.h"
 #include "model.h"
 
@@ -14,7 +15,13 @@
  * of its ancestors and itself, i.e. in-batch i with dfs_start[i] <= dfs_start[j] and
  * dfs_end[j] <= dfs_end[i]. The batch is in DFS pre-order (dfs_start[i] == i) and
  * pos[j] == n_past + depth(j), so the keys a token sees are exactly positions 0..pos[j], one each:
- * backends reduce attention over them in position order, which keeps logits batch-invariant. */
+ * backends reduce attention over them in position order, which keeps logits batch-invariant.
+ *
+ * Pruning (prune_threshold > 0, prune.h): the backend decides with es__prune_decide at the input of
+ * the adapter's prune layer and goes on with the survivors only (es__prune_compact): survivor r
+ * (the r-th unpruned token in batch order) holds provisional slot n_past + r from then on, logits
+ * row k is the k-th surviving row of out_rows, and kv_compact and stream_logits take survivor
+ * indices. Without pruning, survivor r is batch token r. The core translates batch indices. */
 typedef struct es__fwd {
     int32_t n;               /* tokens in the batch                                   */
     int32_t n_past;          /* committed tokens                                      */
@@ -25,23 +32,15 @@ typedef struct es__fwd {
     const int32_t *parent;   /* [n] batch index of the parent, -1 for a root           */
     int32_t n_out;           /* rows that want logits                                 */
     const int32_t *out_rows; /* [n_out] ascending batch indices                       */
-    float *logits;           /* [n_out, n_vocab] written by the backend                */
-    /* Speculative Streaming (ssfwd.h); all zero in a plain forward. The adapter is
-     * ctx->model->ss. Streams never change the main stream's results: its logits stay
-     * bit-identical to a forward without them. */
-    int32_t n_streams;       /* γ stream rows per token in the adapter's MSA layers (Eq. 2, 3);
-                                0 = none                                                   */
-    float prune_threshold;   /* > 0: at the input of the adapter's prune layer, drop the subtree
-                                of every token whose probability under its parent's early-exit
-                                distribution is below this (3.2.3); pruned tokens get no
-                                logits, no streams, and no KV in the later layers            */
-    uint8_t *pruned;         /* [n] out when prune_threshold > 0: 1 = pruned                */
-    bool streams_lazy;       /* the caller asks the streams of one token only (after
-                                verification): a backend may compute a token's streams
-                                when they are asked instead (one token's γ rows instead of
-                                every token's). The CPU does; Vulkan runs a small batch's
-                                streams inside the call and a larger one's on demand either
-                                way. The values are the same                                */
+    float *logits;           /* [n_out, n_vocab] written by the backend (survivors' rows first) */
+    /* Speculative Streaming (papers/speculative-streaming.txt); zero in a plain forward. The
+     * adapter is ctx->model->ss. Neither changes the surviving tokens' results: their logits stay
+     * bit-identical to a forward without streams or pruning. */
+    int32_t n_streams;       /* γ stream rows per token in the adapter's MSA layers (Eq. 2, 3):
+                                stream_logits may then be asked for any survivor until the next
+                                call; when the backend computes them is its own policy; 0 = none */
+    float prune_threshold;   /* > 0: tree pruning (3.2.3), above; 0 = none                      */
+    uint8_t *pruned;         /* [n] out, zeroed by the caller: 1 = pruned                    */
 } es__fwd;
 
 typedef struct es__backend_vtbl {
@@ -56,10 +55,11 @@ typedef struct es__backend_vtbl {
     es_status (*ctx_init)(es_context *ctx);
     void (*ctx_destroy)(es_context *ctx);
     es_status (*forward)(es_context *ctx, const es__fwd *f);
-    /* Moves provisional slot n_past + keep[r] to n_past + r for r < n_keep (keep ascending). */
+    /* Moves provisional slot n_past + keep[r] to n_past + r for r < n_keep (keep ascending,
+     * survivor indices). */
     es_status (*kv_compact)(es_context *ctx, const int32_t *keep, int32_t n_keep);
     /* Speculative Streaming: the logits [g][n_vocab] of the first g (1..n_streams) streams of
-     * batch token i of the last forward call (which had n_streams > 0; i not pruned); stream j
+     * survivor i of the last forward call (which had n_streams > 0); stream j
      * depends on streams <= j only, so fewer streams cost less and change nothing. NULL = the
      * backend has no multi-stream attention and rejects n_streams > 0 and prune_threshold > 0. */
     es_status (*stream_logits)(es_context *ctx, int32_t i, int32_t g, float *out);
@@ -110,12 +110,16 @@ struct es_context {
     int32_t n_provisional;      /* 0 after a commit */
     int32_t *prov_parent;       /* [n_batch] */
     int32_t *logits_row;        /* [n_batch] row in logits or -1 */
+    int32_t *prov_row;          /* [n_batch] survivor index (es__fwd), -1 when pruned          */
     float *logits;              /* [logits_cap, n_vocab] */
     int32_t logits_cap;
     uint8_t *prov_pruned;       /* [n_batch] tokens of the last batch removed by tree pruning */
     int32_t prov_streams;       /* stream rows per token in the last forward call             */
     float *stream_logits;       /* [stream_cap, n_vocab] es__stream_logits' result            */
     int32_t stream_cap;
+    /* A forward call's scratch, made with the context so calls allocate nothing */
+    es__batch_scratch scratch;  /* [n_batch] each                                              */
+    int32_t *keep_rows;         /* [n_batch] es_commit's keep as survivor indices              */
     void *impl;
 };
 

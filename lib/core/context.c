@@ -1,11 +1,11 @@
 /* context.c: es_context: KV-cache bookkeeping (committed and provisional tokens), batch
  * validation, logits storage. The numbers are computed by the backend through its vtable. */
 #include "adapter.h"
-#include "batch.h"
-#include "ssfwd.h"
+#include "backend.h"
+#include "forward_api.h"
 
 #include <math.h>
-
+#include <stdio.h>
 #include <string.h>
 
 es_context_params es_context_default_params(void) {
@@ -24,6 +24,9 @@ static void context_release(es_context *ctx) {
     }
     es__free(ctx->alloc, ctx->prov_parent);
     es__free(ctx->alloc, ctx->logits_row);
+    es__free(ctx->alloc, ctx->prov_row);
+    es__free(ctx->alloc, ctx->scratch.pos);
+    es__free(ctx->alloc, ctx->keep_rows);
     es__free(ctx->alloc, ctx->logits);
     es__free(ctx->alloc, ctx->prov_pruned);
     es__free(ctx->alloc, ctx->stream_logits);
@@ -64,11 +67,18 @@ static es_status context_setup(es_context *ctx, const es_context_params *p) {
         if (s != ES_OK) return es__fail(&ctx->err, s, "%s", es_last_error());
         ctx->owns_backend = true;
     }
-    ctx->prov_parent = es__calloc(ctx->alloc, (size_t)ctx->n_batch, sizeof(int32_t));
-    ctx->logits_row = es__calloc(ctx->alloc, (size_t)ctx->n_batch, sizeof(int32_t));
-    ctx->prov_pruned = es__calloc(ctx->alloc, (size_t)ctx->n_batch, 1);
-    ES_RETURN_IF(!ctx->prov_parent || !ctx->logits_row || !ctx->prov_pruned, &ctx->err, ES_ERR_OUT_OF_MEMORY,
-                 "es_context_create: out of memory");
+    const size_t nb = (size_t)ctx->n_batch;
+    ctx->prov_parent = es__calloc(ctx->alloc, nb, sizeof(int32_t));
+    ctx->logits_row = es__calloc(ctx->alloc, nb, sizeof(int32_t));
+    ctx->prov_row = es__calloc(ctx->alloc, nb, sizeof(int32_t));
+    ctx->prov_pruned = es__calloc(ctx->alloc, nb, 1);
+    ctx->keep_rows = es__calloc(ctx->alloc, nb, sizeof(int32_t));
+    int32_t *scratch = es__calloc(ctx->alloc, 5 * nb, sizeof(int32_t));
+    ctx->scratch = (es__batch_scratch){scratch, scratch + nb, scratch + 2 * nb, scratch + 3 * nb, scratch + 4 * nb,
+                                       ctx->n_batch};
+    ES_RETURN_IF(!ctx->prov_parent || !ctx->logits_row || !ctx->prov_row || !ctx->prov_pruned || !ctx->keep_rows ||
+                     !scratch,
+                 &ctx->err, ES_ERR_OUT_OF_MEMORY, "es_context_create: out of memory");
     es_backend *b = ctx->backend;
     pthread_mutex_lock(&b->lock);
     es_status s = es__backend_acquire_model(b, m, &ctx->weights);
@@ -135,21 +145,40 @@ static es_status reserve_logits(es_context *ctx, int32_t rows) {
     return ES_OK;
 }
 
-/* Checks the Speculative Streaming part of a forward call against the model and backend. */
-static es_status check_ss(es_context *ctx, int32_t n_streams, float prune_threshold) {
-    if (n_streams == 0 && prune_threshold == 0.0f) return ES_OK;
+void es__context_caps(const es_context *ctx, es__caps *out) {
+    memset(out, 0, sizeof *out);
+    const es_model *m = ctx->model;
+    const es__ss_adapter *ss = m->ss;
+    out->n_vocab = m->hp.n_vocab;
+    out->n_ctx = ctx->n_ctx;
+    out->n_batch = ctx->n_batch;
+    out->alloc = ctx->alloc;
+    if (!ss)
+        snprintf(out->why_no_streams, sizeof out->why_no_streams,
+                 "needs an adapter on model '%s' (es_model_load_adapter)", m->path);
+    else if (!ctx->backend->vt->stream_logits)
+        snprintf(out->why_no_streams, sizeof out->why_no_streams,
+                 "needs multi-stream attention, which the %s backend does not have", ctx->backend->vt->name);
+    else
+        out->n_streams = ss->n_streams;
+    out->can_prune = out->n_streams > 0 && ss->prune_rank > 0 && ss->prune_layer < m->hp.n_layer;
+}
+
+/* Checks a forward call's descriptor against what the context can do. */
+static es_status check_call(es_context *ctx, const es__call *call) {
+    if (call->n_streams == 0 && call->prune_threshold == 0.0f) return ES_OK;
     const es__ss_adapter *ss = ctx->model->ss;
     ES_RETURN_IF(!ss, &ctx->err, ES_ERR_INVALID_ARGUMENT,
                  "forward: streams or pruning asked, but model '%s' has no Speculative Streaming adapter "
                  "(es_model_load_adapter)", ctx->model->path);
-    ES_RETURN_IF(n_streams < 0 || n_streams > ss->n_streams, &ctx->err, ES_ERR_INVALID_ARGUMENT,
-                 "forward: %d streams asked, the adapter has %d", n_streams, ss->n_streams);
-    ES_RETURN_IF(!(prune_threshold >= 0.0f && prune_threshold <= 1.0f), &ctx->err, ES_ERR_INVALID_ARGUMENT,
-                 "forward: prune threshold %g outside [0, 1]", (double)prune_threshold);
-    ES_RETURN_IF(prune_threshold > 0.0f && ss->prune_rank == 0, &ctx->err, ES_ERR_INVALID_ARGUMENT,
+    ES_RETURN_IF(call->n_streams < 0 || call->n_streams > ss->n_streams, &ctx->err, ES_ERR_INVALID_ARGUMENT,
+                 "forward: %d streams asked, the adapter has %d", call->n_streams, ss->n_streams);
+    const float thr = call->prune_threshold;
+    ES_RETURN_IF(!(thr >= 0.0f && thr <= 1.0f), &ctx->err, ES_ERR_INVALID_ARGUMENT,
+                 "forward: prune threshold %g outside [0, 1]", (double)thr);
+    ES_RETURN_IF(thr > 0.0f && ss->prune_rank == 0, &ctx->err, ES_ERR_INVALID_ARGUMENT,
                  "forward: pruning asked, but the adapter has no pruning tensors (edgespec.ss.prune_rank 0)");
-    ES_RETURN_IF(prune_threshold > 0.0f && ss->prune_layer >= ctx->model->hp.n_layer, &ctx->err,
-                 ES_ERR_INVALID_ARGUMENT,
+    ES_RETURN_IF(thr > 0.0f && ss->prune_layer >= ctx->model->hp.n_layer, &ctx->err, ES_ERR_INVALID_ARGUMENT,
                  "forward: the adapter's prune layer %d is the model's output (n_layer %d): nothing left to save",
                  ss->prune_layer, ctx->model->hp.n_layer);
     ES_RETURN_IF(!ctx->backend->vt->stream_logits, &ctx->err, ES_ERR_UNSUPPORTED,
@@ -158,78 +187,62 @@ static es_status check_ss(es_context *ctx, int32_t n_streams, float prune_thresh
     return ES_OK;
 }
 
-static es_status forward_impl(es_context *ctx, const es_batch *batch, int32_t n_streams, float prune_threshold,
-                              bool lazy) {
+/* After a successful forward: where each batch token's results are (backend.h: survivors are
+ * renumbered in batch order, logits rows are the surviving wanted rows in order). */
+static void keep_call(es_context *ctx, const es__fwd *f) {
+    for (int32_t i = 0, r = 0; i < f->n; i++) {
+        ctx->prov_row[i] = f->pruned[i] ? -1 : r;
+        r += !f->pruned[i];
+        ctx->logits_row[i] = -1;
+    }
+    for (int32_t o = 0, k = 0; o < f->n_out; o++)
+        if (!f->pruned[f->out_rows[o]]) ctx->logits_row[f->out_rows[o]] = k++;
+    memcpy(ctx->prov_parent, f->parent, sizeof(int32_t) * (size_t)f->n);
+    ctx->n_provisional = f->n;
+    ctx->prov_streams = f->n_streams;
+}
+
+es_status es__forward(es_context *ctx, const es_batch *batch, const es__call *call) {
     if (!ctx) return es__fail(NULL, ES_ERR_INVALID_ARGUMENT, "es_forward: ctx is NULL");
-    ES_TRY(check_ss(ctx, n_streams, prune_threshold));
-    const int32_t cap = ctx->n_batch;
-    int32_t *scratch = es__calloc(ctx->alloc, (size_t)cap * 5, sizeof(int32_t));
-    uint8_t *pruned = es__calloc(ctx->alloc, (size_t)cap, 1);
-    if (!scratch || !pruned) {
-        es__free(ctx->alloc, scratch);
-        es__free(ctx->alloc, pruned);
-        return es__fail(&ctx->err, ES_ERR_OUT_OF_MEMORY, "es_forward: out of memory");
-    }
-    es__batch_scratch s = {scratch, scratch + cap, scratch + 2 * cap, scratch + 3 * cap, scratch + 4 * cap, cap};
+    const es__call plain = {0, 0.0f};
+    if (!call) call = &plain;
+    ES_TRY(check_call(ctx, call));
+    es__batch_scratch *s = &ctx->scratch;
     int32_t n_out = 0;
-    es_status st = es__batch_validate(batch, ctx->n_past, ctx->n_ctx, ctx->n_batch, ctx->model->hp.n_vocab,
-                                      &s, &n_out, &ctx->err);
-    if (st == ES_OK) st = reserve_logits(ctx, n_out);
-    bool ran = false;
-    if (st == ES_OK) {
-        ran = true;
-        es__fwd f = {batch->n_tokens, ctx->n_past, batch->tokens, s.pos, s.dfs_start, s.dfs_end, s.parent,
-                     n_out, s.out_rows, ctx->logits, n_streams, prune_threshold, pruned, lazy};
-        es_backend *b = ctx->backend;
-        pthread_mutex_lock(&b->lock);
-        es__err_clear(&b->err);
-        st = b->vt->forward(ctx, &f);
-        pthread_mutex_unlock(&b->lock);
-        if (st != ES_OK && ctx->err.status != st) es__fail(&ctx->err, st, "%s", b->err.msg);
-    }
-    if (st == ES_OK) {
-        const int32_t n = batch->n_tokens;
-        for (int32_t i = 0; i < n; i++) ctx->logits_row[i] = -1;
-        for (int32_t r = 0; r < n_out; r++) ctx->logits_row[s.out_rows[r]] = pruned[s.out_rows[r]] ? -1 : r;
-        memcpy(ctx->prov_parent, s.parent, sizeof(int32_t) * (size_t)n);
-        memcpy(ctx->prov_pruned, pruned, (size_t)n);
-        ctx->n_provisional = n;
-        ctx->prov_streams = n_streams;
-    } else if (ran) {
+    ES_TRY(es__batch_validate(batch, ctx->n_past, ctx->n_ctx, ctx->n_batch, ctx->model->hp.n_vocab, s, &n_out,
+                              &ctx->err));
+    ES_TRY(reserve_logits(ctx, n_out));
+    memset(ctx->prov_pruned, 0, (size_t)batch->n_tokens);
+    es__fwd f = {batch->n_tokens, ctx->n_past, batch->tokens, s->pos, s->dfs_start, s->dfs_end, s->parent,
+                 n_out, s->out_rows, ctx->logits, call->n_streams, call->prune_threshold, ctx->prov_pruned};
+    es_backend *b = ctx->backend;
+    pthread_mutex_lock(&b->lock);
+    es__err_clear(&b->err);
+    es_status st = b->vt->forward(ctx, &f);
+    pthread_mutex_unlock(&b->lock);
+    if (st != ES_OK) {
         /* the provisional slots may hold partial results now: they are no longer a valid batch */
         ctx->n_provisional = 0;
+        return ctx->err.status == st ? st : es__fail(&ctx->err, st, "%s", b->err.msg);
     }
-    es__free(ctx->alloc, scratch);
-    es__free(ctx->alloc, pruned);
-    return st;
+    keep_call(ctx, &f);
+    return ES_OK;
 }
 
 es_status es_forward(es_context *ctx, const es_batch *batch) {
-    return forward_impl(ctx, batch, 0, 0.0f, false);
+    return es__forward(ctx, batch, NULL);
 }
 
-es_status es__forward_ss(es_context *ctx, const es_batch *batch, int32_t n_streams, float prune_threshold) {
-    return forward_impl(ctx, batch, n_streams, prune_threshold, false);
-}
-
-es_status es__forward_ss_ex(es_context *ctx, const es_batch *batch, int32_t n_streams, float prune_threshold,
-                            bool lazy) {
-    return forward_impl(ctx, batch, n_streams, prune_threshold, lazy);
-}
-
-bool es__token_pruned(const es_context *ctx, int32_t i) {
+bool es__pruned(const es_context *ctx, int32_t i) {
     return i >= 0 && i < ctx->n_provisional && ctx->prov_pruned[i];
 }
 
-es_status es__stream_logits(es_context *ctx, int32_t i, const float **logits) {
-    return es__stream_logits_n(ctx, i, ctx->prov_streams, logits);
-}
-
-es_status es__stream_logits_n(es_context *ctx, int32_t i, int32_t g, const float **logits) {
+es_status es__stream_logits(es_context *ctx, int32_t i, int32_t g, const float **logits) {
     ES_RETURN_IF(ctx->prov_streams == 0 || i < 0 || i >= ctx->n_provisional || ctx->prov_pruned[i], &ctx->err,
                  ES_ERR_INVALID_ARGUMENT, "stream logits: batch token %d has no streams (last batch: %d tokens, %d streams%s)",
                  i, ctx->n_provisional, ctx->prov_streams,
                  i >= 0 && i < ctx->n_provisional && ctx->prov_pruned[i] ? ", token pruned" : "");
+    if (g == 0) g = ctx->prov_streams;
     ES_RETURN_IF(g < 1 || g > ctx->prov_streams, &ctx->err, ES_ERR_INVALID_ARGUMENT,
                  "stream logits: %d streams asked, the last forward had %d", g, ctx->prov_streams);
     if (g > ctx->stream_cap) {
@@ -241,7 +254,7 @@ es_status es__stream_logits_n(es_context *ctx, int32_t i, int32_t g, const float
     es_backend *b = ctx->backend;
     pthread_mutex_lock(&b->lock);
     es__err_clear(&b->err);
-    es_status st = b->vt->stream_logits(ctx, i, g, ctx->stream_logits);
+    es_status st = b->vt->stream_logits(ctx, ctx->prov_row[i], g, ctx->stream_logits);
     pthread_mutex_unlock(&b->lock);
     if (st != ES_OK) return es__fail(&ctx->err, st, "%s", b->err.msg);
     *logits = ctx->stream_logits;
@@ -257,36 +270,50 @@ es_status es_logits(es_context *ctx, int32_t i, const float **logits) {
     return ES_OK;
 }
 
+/* Checks keep against the last batch: a root-to-node path of unpruned tokens (keep NULL: the
+ * whole batch, which must be a chain). */
+static es_status check_keep(es_context *ctx, const int32_t *keep, int32_t n_keep) {
+    const int32_t n = ctx->n_provisional;
+    es__err *err = &ctx->err;
+    if (!keep) {
+        for (int32_t i = 0; i < n; i++) {
+            ES_RETURN_IF(i > 0 && ctx->prov_parent[i] != i - 1, err, ES_ERR_INVALID_ARGUMENT,
+                         "es_commit: keep = NULL needs a chain, but token %d's parent is %d", i, ctx->prov_parent[i]);
+            ES_RETURN_IF(ctx->prov_pruned[i], err, ES_ERR_INVALID_ARGUMENT,
+                         "es_commit: keep = NULL, but token %d was removed by tree pruning", i);
+        }
+        return ES_OK;
+    }
+    ES_RETURN_IF(n_keep < 0 || n_keep > n, err, ES_ERR_INVALID_ARGUMENT, "es_commit: n_keep %d outside [0, %d]",
+                 n_keep, n);
+    for (int32_t r = 0; r < n_keep; r++) {
+        int32_t want_parent = r == 0 ? -1 : keep[r - 1];
+        ES_RETURN_IF(keep[r] < 0 || keep[r] >= n || ctx->prov_parent[keep[r]] != want_parent, err,
+                     ES_ERR_INVALID_ARGUMENT, "es_commit: keep[%d] = %d is not the child of %d on a root-to-node path",
+                     r, keep[r], want_parent);
+        ES_RETURN_IF(ctx->prov_pruned[keep[r]], err, ES_ERR_INVALID_ARGUMENT,
+                     "es_commit: keep[%d] = %d was removed by tree pruning", r, keep[r]);
+    }
+    return ES_OK;
+}
+
 es_status es_commit(es_context *ctx, const int32_t *keep, int32_t n_keep) {
     if (!ctx) return es__fail(NULL, ES_ERR_INVALID_ARGUMENT, "es_commit: ctx is NULL");
-    const int32_t n = ctx->n_provisional;
-    ES_RETURN_IF(n == 0, &ctx->err, ES_ERR_INVALID_ARGUMENT, "es_commit: no forward call to commit");
-    if (!keep) {
-        for (int32_t i = 1; i < n; i++)
-            ES_RETURN_IF(ctx->prov_parent[i] != i - 1, &ctx->err, ES_ERR_INVALID_ARGUMENT,
-                         "es_commit: keep = NULL needs a chain, but token %d's parent is %d", i, ctx->prov_parent[i]);
-        n_keep = n;
-    } else {
-        ES_RETURN_IF(n_keep < 0 || n_keep > n, &ctx->err, ES_ERR_INVALID_ARGUMENT,
-                     "es_commit: n_keep %d outside [0, %d]", n_keep, n);
-        for (int32_t r = 0; r < n_keep; r++) {
-            int32_t want_parent = r == 0 ? -1 : keep[r - 1];
-            ES_RETURN_IF(keep[r] < 0 || keep[r] >= n || ctx->prov_parent[keep[r]] != want_parent, &ctx->err,
-                         ES_ERR_INVALID_ARGUMENT,
-                         "es_commit: keep[%d] = %d is not the child of %d on a root-to-node path", r, keep[r],
-                         want_parent);
-            ES_RETURN_IF(ctx->prov_pruned[keep[r]], &ctx->err, ES_ERR_INVALID_ARGUMENT,
-                         "es_commit: keep[%d] = %d was removed by tree pruning", r, keep[r]);
-        }
-        bool identity = true;
-        for (int32_t r = 0; r < n_keep; r++) identity = identity && keep[r] == r;
-        if (!identity) {
-            es_backend *b = ctx->backend;
-            pthread_mutex_lock(&b->lock);
-            es_status st = b->vt->kv_compact(ctx, keep, n_keep);
-            pthread_mutex_unlock(&b->lock);
-            if (st != ES_OK) return es__fail(&ctx->err, st, "%s", b->err.msg);
-        }
+    ES_RETURN_IF(ctx->n_provisional == 0, &ctx->err, ES_ERR_INVALID_ARGUMENT, "es_commit: no forward call to commit");
+    ES_TRY(check_keep(ctx, keep, n_keep));
+    if (!keep) n_keep = ctx->n_provisional;
+    /* the backend holds survivor r in slot n_past + r: keep what is not already in place */
+    bool identity = true;
+    for (int32_t r = 0; keep && r < n_keep; r++) {
+        ctx->keep_rows[r] = ctx->prov_row[keep[r]];
+        identity = identity && ctx->keep_rows[r] == r;
+    }
+    if (!identity) {
+        es_backend *b = ctx->backend;
+        pthread_mutex_lock(&b->lock);
+        es_status st = b->vt->kv_compact(ctx, ctx->keep_rows, n_keep);
+        pthread_mutex_unlock(&b->lock);
+        if (st != ES_OK) return es__fail(&ctx->err, st, "%s", b->err.msg);
     }
     ctx->n_past += n_keep;
     ctx->n_provisional = 0;

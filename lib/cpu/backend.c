@@ -255,7 +255,6 @@ static es_status cpu_kv_compact(es_context *ctx, const int32_t *keep, int32_t n_
     es__cpu_ctx *c = ctx->impl;
     const size_t hd = (size_t)hp->head_dim, n_ctx = (size_t)ctx->n_ctx;
     const size_t heads = (size_t)hp->n_layer * (size_t)hp->n_head_kv;
-    keep = es__msa_map_keep(c, keep, n_keep); /* pruning may have compacted the batch */
     /* keep is ascending with keep[r] >= r: moving r = 0, 1, ... never overwrites a later source */
     for (size_t g = 0; g < heads; g++) {
         float *kb = c->k + g * n_ctx * hd, *vb = c->v + g * n_ctx * hd;

@@ -226,7 +226,6 @@ static void fwd_thread(void *arg, int ith, int nth) {
         if (J->msa) es__msa_before_layer(J->msa, il, ith, nth);
         layer(&t, il);
     }
-    if (J->msa) es__msa_after_layers(J->msa, ith, nth);
     if (f->n_out == 0) return;
 
     /* rows 0..n_out-1 of x now hold the wanted tokens (gathered in the last layer) */
@@ -256,7 +255,7 @@ es_status es__cpu_forward(es_context *ctx, const es__fwd *f) {
     es_profile_entry prof[OP_COUNT];
     memset(prof, 0, sizeof prof);
     fwd_job J = {f, &ctx->model->hp, ctx->weights, ctx->impl, B->kern, B->pool, ctx->n_ctx, NULL, b->profile ? prof : NULL};
-    /* Speculative Streaming works on a copy of the call: pruning narrows the rows that want logits */
+    /* Speculative Streaming works on a copy of the call: pruning narrows it to the survivors */
     es__fwd ss_f;
     es__msa_job msa;
     if (f->n_streams > 0 || f->prune_threshold > 0.0f) {
@@ -268,7 +267,6 @@ es_status es__cpu_forward(es_context *ctx, const es__fwd *f) {
     es__cpu_ctx *c = ctx->impl;
     es__sched_reset(c->sched, es__pool_size(B->pool), c->n_phases);
     es__pool_run(B->pool, fwd_thread, &J);
-    if (J.msa) es__msa_finish(&msa, f);
     b->stats.n_forward++;
     if (J.prof) add_profile(b, prof);
     return ES_OK;

@@ -6,7 +6,7 @@
  * Deliberately not here: the multi-stream attention itself (backends, through ssfwd.h). */
 #include "spec.h"
 
-#include "ssfwd.h"
+#include "forward_api.h"
 
 #include <string.h>
 
@@ -22,7 +22,7 @@ static es_status draft_from_streams(es_spec *s, int32_t last, bool hooks, es__le
     if (n_lv == 0) return ES_OK; /* a plain step next */
     const float *sl = NULL;
     const double t0 = es__time_now();
-    es_status st = es__stream_logits_n(s->ctx, last, n_lv, &sl);
+    es_status st = es__stream_logits(s->ctx, last, n_lv, &sl);
     if (st != ES_OK) return es__fail(&s->err, st, "%s", s->ctx->err.msg);
     es__tuner_observe_streams(&s->tune, n_lv, (es__time_now() - t0) * 1e3);
     const int32_t nxt = 1 - s->cur, k = s->k, V = s->n_vocab;
@@ -47,13 +47,12 @@ es_status es__spec_stream_step(es_spec *s, int32_t *tokens, size_t cap, size_t *
     es__tree *t = &s->tree;
     const double t0 = es__time_now();
     es_batch b = {t->n, t->token, t->pos, t->dfs_start, t->dfs_end, s->logit_flags};
-    /* lazy streams: only the last accepted node's are ever read (the same values as computing
-     * every node's in the pass) */
     const bool hooks = !s->plain_next || t->n > 1;
-    es_status st = hooks ? es__forward_ss_ex(ctx, &b, s->depth, s->p.prune_threshold, true) : es_forward(ctx, &b);
+    const es__call call = {s->depth, s->p.prune_threshold};
+    es_status st = es__forward(ctx, &b, hooks ? &call : NULL);
     if (st != ES_OK) return es__fail(&s->err, st, "%s", ctx->err.msg);
     const double fwd_ms = (es__time_now() - t0) * 1e3;
-    for (int32_t i = 0; i < t->n; i++) s->skip[i] = es__token_pruned(ctx, i);
+    for (int32_t i = 0; i < t->n; i++) s->skip[i] = es__pruned(ctx, i);
     t->skip = s->skip;
     int32_t path[ES_SPEC_MAX_DEPTH + 1], n_path = 0;
     st = es__spec_verify(s, cap, tokens, n_tokens, path, &n_path);

@@ -2,21 +2,32 @@
  * device, descriptor sets made once, and the forward pass as one command buffer per batch
  * shape (tokens, rows with logits), recorded on first use and replayed; per-call values (n_past,
  * tokens, positions, tree intervals) travel in the step buffer, so a forward call is one
- * submission. KV compaction after verification runs on the device.
+ * submission. A call that prunes its tree (Speculative Streaming 3.2.3) is two: the layers
+ * below the prune layer with the early exit of the tokens that have children, then, after the
+ * host's decision (prune.h), the survivors' rows and KV moved together on the device and the
+ * remaining layers and the output head on them alone. KV compaction after verification runs on
+ * the device.
  * It deliberately does not validate batches (lib/core/batch.c did) or pick kernels (ops.c). */
+#include "adapter.h"
 #include "backend_vk.h"
 #include "model_vk.h"
 #include "msa_vk.h"
+#include "prune.h"
 
 #include <math.h>
 #include <string.h>
 
-#define ES__CB_CACHE 8
+#define ES__CB_CACHE 16
 #define ES__MAX_QUERIES 1024
 
+/* What a command buffer runs: the whole forward, or one side of a pruning call's split. */
+enum { PART_ALL, PART_BELOW, PART_ABOVE };
+
 typedef struct vk_cb {
-    int32_t n, n_out;
+    int32_t n, n_out;     /* PART_BELOW: n_out counts the early exit's rows                */
     uint32_t ss;          /* Speculative Streaming hooks recorded (msa_vk.h flags) */
+    int part;
+    bool compact;         /* PART_ABOVE: moves the survivors' rows and KV down first      */
     VkCommandBuffer cb;
     uint32_t n_dispatch;
     VkQueryPool queries;
@@ -45,13 +56,16 @@ typedef struct vk_ctx {
     VkBufferView v_x, v_xn, v_qkv, v_attn, v_h, v_part, v_rope, v_step;
     es__vk_buf step, logits;
     VkDescriptorPool pool;
-    VkDescriptorSet s_norm, s_merge, *s_embd, *s_out;
+    VkDescriptorSet s_norm, s_merge, s_move_x, *s_embd, *s_out;
     vk_lsets *ls;
     es__vk_pipeline *p_norm, *p_attn, *p_merge, *p_kv_move, *p_get_rows;
     vk_cb cbs[ES__CB_CACHE];
     uint64_t clock;
     int32_t *depth_count; /* [nb + 1] scratch for the depth sort */
     struct es__vk_msa *msa; /* Speculative Streaming (msa_vk.c), when the model has an adapter */
+    int32_t *parents;       /* [nb] pruning: the tokens with children                        */
+    es__pruned_batch kept;  /* pruning: the survivors ([7][nb] in kept_mem)                  */
+    int32_t *kept_mem;
 } vk_ctx;
 
 static es__vk_dev *ctx_dev(es_context *ctx) {
@@ -183,7 +197,7 @@ static es_status get_pipelines(es_context *ctx, vk_ctx *c) {
 }
 
 static es_status make_pool(es_context *ctx, vk_ctx *c) {
-    uint32_t sets = 4 + 2 * c->w->tok_embd.n_parts + c->w->out->n_parts;
+    uint32_t sets = 5 + 2 * c->w->tok_embd.n_parts + c->w->out->n_parts;
     for (int32_t l = 0; l < ctx->model->hp.n_layer; l++) {
         const es__vk_layer *vl = &c->w->layers[l];
         sets += 2 + vl->qkv.n_parts + vl->wo.n_parts + vl->gateup.n_parts + vl->down.n_parts;
@@ -235,6 +249,12 @@ static es_status make_sets(es_context *ctx, vk_ctx *c) {
     {
         es__vk_bind b[3] = {part, step, attn};
         ES_TRY(es__vk_set_create(d, c->pool, c->p_merge, b, &c->s_merge));
+    }
+    {
+        /* the residual rows as kv_move's one-head "cache" (pruning's compaction) */
+        const es__vk_bind xw = bind_region(c, &c->r_x, VK_NULL_HANDLE);
+        es__vk_bind b[3] = {step, xw, xw};
+        ES_TRY(es__vk_set_create(d, c->pool, c->p_kv_move, b, &c->s_move_x));
     }
     c->s_embd = es__calloc(d->alloc, w->tok_embd.n_parts, sizeof *c->s_embd);
     ES_RETURN_IF(!c->s_embd, d->err, ES_ERR_OUT_OF_MEMORY, "vulkan: out of memory");
@@ -291,6 +311,8 @@ static void ctx_free(es_context *ctx, vk_ctx *c) {
     es__free(d->alloc, c->s_embd);
     es__free(d->alloc, c->s_out);
     es__free(d->alloc, c->depth_count);
+    es__free(d->alloc, c->parents);
+    es__free(d->alloc, c->kept_mem);
     es__vk_buf_destroy(d, &c->step);
     es__vk_buf_destroy(d, &c->logits);
     es__vk_arena_free(d, &c->arena);
@@ -337,7 +359,16 @@ es_status es__vk_ctx_init(es_context *ctx) {
     c->step_ind = ES_STEP_HDR + ES_STEP_ARRAYS * c->step_stride;
     c->ls = es__calloc(d->alloc, (size_t)hp->n_layer, sizeof *c->ls);
     c->depth_count = es__calloc(d->alloc, (size_t)c->nb + 2, sizeof *c->depth_count);
-    es_status s = c->ls && c->depth_count ? ES_OK : es__fail(d->err, ES_ERR_OUT_OF_MEMORY, "vulkan: out of memory");
+    c->parents = es__calloc(d->alloc, (size_t)c->nb, sizeof *c->parents);
+    c->kept_mem = es__calloc(d->alloc, 7 * (size_t)c->nb, sizeof *c->kept_mem);
+    es_status s = c->ls && c->depth_count && c->parents && c->kept_mem
+                      ? ES_OK
+                      : es__fail(d->err, ES_ERR_OUT_OF_MEMORY, "vulkan: out of memory");
+    if (s == ES_OK) {
+        int32_t *k = c->kept_mem;
+        const size_t nb = c->nb;
+        c->kept = (es__pruned_batch){0, k, k + nb, k + 2 * nb, k + 3 * nb, k + 4 * nb, k + 5 * nb, 0, k + 6 * nb};
+    }
     if (s == ES_OK) s = get_pipelines(ctx, c);
     if (s == ES_OK) s = plan_memory(ctx, c);
     if (s == ES_OK) s = make_views(ctx, c);
@@ -402,71 +433,107 @@ static es_status rec_proj(vk_ctx *c, es__vk_rec *r, const char *op, uint32_t l, 
     return ES_OK;
 }
 
-/* One forward pass: per layer seven dispatches (eight when attention needs its merge):
+static void rec_embed(vk_ctx *c, es__vk_rec *r, uint32_t n) {
+    const es__vk_model *w = c->w;
+    for (uint32_t i = 0; i < w->tok_embd.n_parts; i++) {
+        const es__vk_part *pt = &w->tok_embd.parts[i];
+        es__pc_get_rows pc = {w->tok_embd.K, (uint32_t)w->model->hp.n_embd, n, pt->row0, pt->rows, c->E32,
+                              w->tok_embd.team};
+        es__vk_rec_dispatch(r, "get_rows", c->p_get_rows, c->s_embd[i], &pc, n, 1, 1);
+    }
+}
+
+/* Layer l over n token rows: seven dispatches (eight when attention needs its merge):
  *   RMSNorm; QKV projection with RoPE and the KV write fused; tree attention; [merge];
  *   output projection + residual; RMSNorm; gate/up projection with SwiGLU fused;
  *   down projection + residual.
  * With fused streams the MSA layers carry each token's stream rows after the n token rows
- * through the same dispatches, plus their own attention (and their LoRA's A products), and the
- * output head takes their rows after the n_out wanted ones. */
+ * through the same dispatches, plus their own attention (and their LoRA's A products). */
+static es_status rec_layer(vk_ctx *c, es__vk_rec *r, uint32_t l, uint32_t n, uint32_t ss) {
+    const es__hparams *hp = &c->w->model->hp;
+    const es__vk_layer *vl = &c->w->layers[l];
+    const vk_lsets *s = &c->ls[l];
+    const uint32_t g = ES__VK_SS_FUSED_G(ss), hd = (uint32_t)hp->head_dim;
+    if (ss) ES_TRY(es__vk_msa_rec_layer(c->msa, r, (int32_t)l, n, ss));
+    const uint32_t nl = n + es__vk_msa_fused_rows(c->msa, (int32_t)l, n, ss); /* rows here */
+    rec_norm(c, r, nl, vl->attn_norm, false, hp->rms_eps);
+    es__pc_mul_mat pc = mat_call(c, nl, c->E32, c->QKV32);
+    ES_TRY(rec_proj(c, r, "mul_mat_qkv", l, ES__VK_SS_QKV, &vl->qkv, s->qkv, ES__EPI_ROPE_KV, &pc, n, g));
+    for (uint32_t t0 = 0, k = 0; t0 < n; t0 += ES__ATTN_CHUNK, k++) {
+        es__pc_attn pa = {t0, ES__MIN(ES__ATTN_CHUNK, n - t0), (uint32_t)hp->n_head, (uint32_t)hp->n_head_kv, hd,
+                          c->QKV32, c->n_ctx, ES__ATTN_SPLIT, c->max_splits, c->Q32, 1.0f / sqrtf((float)hd)};
+        es__vk_rec_dispatch_indirect(r, "attn", c->p_attn, s->attn, &pa, c->step.buf,
+                                     ((VkDeviceSize)c->step_ind + 8 * k) * 4);
+        if (c->max_splits > 1) { /* its grid is empty when no token of the chunk needs two splits */
+            es__pc_attn_merge pm = {t0, (uint32_t)hp->n_head, hd, ES__ATTN_SPLIT, c->max_splits, c->Q32};
+            es__vk_rec_dispatch_indirect(r, "attn_merge", c->p_merge, c->s_merge, &pm, c->step.buf,
+                                         ((VkDeviceSize)c->step_ind + 8 * k + 4) * 4);
+        }
+    }
+    if (nl > n) es__vk_msa_rec_attn(c->msa, r, (int32_t)l, n, g);
+    pc = mat_call(c, nl, c->Q32, c->E32);
+    ES_TRY(rec_proj(c, r, "mul_mat_wo", l, ES__VK_SS_WO, &vl->wo, s->wo, ES__EPI_ADD, &pc, n, g));
+    rec_norm(c, r, nl, vl->ffn_norm, false, hp->rms_eps);
+    pc = mat_call(c, nl, c->E32, c->F32);
+    ES_TRY(rec_proj(c, r, "mul_mat_gateup", l, ES__VK_SS_GATEUP, &vl->gateup, s->gateup, ES__EPI_SWIGLU, &pc, n, g));
+    pc = mat_call(c, nl, c->F32, c->E32);
+    return rec_proj(c, r, "mul_mat_down", l, ES__VK_SS_DOWN, &vl->down, s->down, ES__EPI_ADD, &pc, n, g);
+}
+
+/* The output head over the wanted rows, then (fused streams) the stream rows. */
+static es_status rec_head(vk_ctx *c, es__vk_rec *r, uint32_t n, uint32_t n_out, uint32_t ss) {
+    const es__hparams *hp = &c->w->model->hp;
+    const uint32_t n_head = n_out + (ss & ES__VK_SS_FUSED ? n * ES__VK_SS_FUSED_G(ss) : 0u);
+    rec_norm(c, r, n_head, c->w->output_norm, true, hp->rms_eps);
+    es__pc_mul_mat pc = mat_call(c, n_head, c->E32, c->V32);
+    return rec_mat(c, r, "mul_mat_out", c->w->out, c->s_out, ES__EPI_STORE, &pc);
+}
+
+/* Pruning's compaction of n survivors (their batch indices in the step's KEEP array): the
+ * residual rows and the KV the layers below the prune layer wrote move down, in ascending order
+ * within each column (kv_move.comp), so no source is overwritten before it is read. */
+static es_status rec_compact(vk_ctx *c, es__vk_rec *r, uint32_t n, uint32_t below, uint32_t ss) {
+    const es__hparams *hp = &c->w->model->hp;
+    es__pc_kv_move pc = {n, 0, c->E32, c->rows, 1, 0};
+    es__vk_rec_dispatch(r, "prune_move", c->p_kv_move, c->s_move_x, &pc, 1, 1, 1);
+    ES_TRY(es__vk_msa_rec_compact(c->msa, r, n, ss));
+    /* the command buffer is replayed at other n_past: the kernel reads it from the step data */
+    es__pc_kv_move pk = {n, 0, (uint32_t)hp->head_dim, c->n_ctx, (uint32_t)hp->n_head_kv, 1};
+    for (uint32_t l = 0; l < below; l++)
+        es__vk_rec_dispatch(r, "prune_move", c->p_kv_move, c->ls[l].kv_move, &pk, (uint32_t)hp->n_head_kv, 2, 1);
+    return ES_OK;
+}
+
+/* Records cb: the whole forward (PART_ALL), or a pruning call's layers below the prune layer
+ * and the early exit (PART_BELOW), or the layers from the prune layer on and the head
+ * (PART_ABOVE, after the compaction when some tokens went). */
 static es_status record(es_context *ctx, vk_ctx *c, vk_cb *cb) {
-    const es__hparams *hp = &ctx->model->hp;
-    const uint32_t n = (uint32_t)cb->n, n_out = (uint32_t)cb->n_out, L = (uint32_t)hp->n_layer;
-    const uint32_t g = ES__VK_SS_FUSED_G(cb->ss);
-    const es__vk_model *w = c->w;
+    const uint32_t n = (uint32_t)cb->n, L = (uint32_t)ctx->model->hp.n_layer;
+    const uint32_t P = ctx->model->ss ? (uint32_t)ctx->model->ss->prune_layer : L;
     es__vk_rec r;
     es__vk_rec_begin(&r, c->d, cb->cb, cb->queries, cb->queries ? ES__MAX_QUERIES : 0, cb->ops);
-    for (uint32_t i = 0; i < w->tok_embd.n_parts; i++) {
-        const es__vk_part *pt = &w->tok_embd.parts[i];
-        es__pc_get_rows pc = {w->tok_embd.K, (uint32_t)hp->n_embd, n, pt->row0, pt->rows, c->E32, w->tok_embd.team};
-        es__vk_rec_dispatch(&r, "get_rows", c->p_get_rows, c->s_embd[i], &pc, n, 1, 1);
-    }
-    const uint32_t hd = (uint32_t)hp->head_dim;
-    for (uint32_t l = 0; l < L; l++) {
-        const es__vk_layer *vl = &w->layers[l];
-        const vk_lsets *s = &c->ls[l];
-        if (cb->ss) ES_TRY(es__vk_msa_rec_layer(c->msa, &r, (int32_t)l, n, cb->ss));
-        const uint32_t nl = n + es__vk_msa_fused_rows(c->msa, (int32_t)l, n, cb->ss); /* rows here */
-        rec_norm(c, &r, nl, vl->attn_norm, false, hp->rms_eps);
-        es__pc_mul_mat pc = mat_call(c, nl, c->E32, c->QKV32);
-        ES_TRY(rec_proj(c, &r, "mul_mat_qkv", l, ES__VK_SS_QKV, &vl->qkv, s->qkv, ES__EPI_ROPE_KV, &pc, n, g));
-        for (uint32_t t0 = 0, k = 0; t0 < n; t0 += ES__ATTN_CHUNK, k++) {
-            es__pc_attn pa = {t0, ES__MIN(ES__ATTN_CHUNK, n - t0), (uint32_t)hp->n_head, (uint32_t)hp->n_head_kv, hd,
-                              c->QKV32, c->n_ctx, ES__ATTN_SPLIT, c->max_splits, c->Q32, 1.0f / sqrtf((float)hd)};
-            es__vk_rec_dispatch_indirect(&r, "attn", c->p_attn, s->attn, &pa, c->step.buf,
-                                         ((VkDeviceSize)c->step_ind + 8 * k) * 4);
-            if (c->max_splits > 1) { /* its grid is empty when no token of the chunk needs two splits */
-                es__pc_attn_merge pm = {t0, (uint32_t)hp->n_head, hd, ES__ATTN_SPLIT, c->max_splits, c->Q32};
-                es__vk_rec_dispatch_indirect(&r, "attn_merge", c->p_merge, c->s_merge, &pm, c->step.buf,
-                                             ((VkDeviceSize)c->step_ind + 8 * k + 4) * 4);
-            }
-        }
-        if (nl > n) es__vk_msa_rec_attn(c->msa, &r, (int32_t)l, n, g);
-        pc = mat_call(c, nl, c->Q32, c->E32);
-        ES_TRY(rec_proj(c, &r, "mul_mat_wo", l, ES__VK_SS_WO, &vl->wo, s->wo, ES__EPI_ADD, &pc, n, g));
-        rec_norm(c, &r, nl, vl->ffn_norm, false, hp->rms_eps);
-        pc = mat_call(c, nl, c->E32, c->F32);
-        ES_TRY(rec_proj(c, &r, "mul_mat_gateup", l, ES__VK_SS_GATEUP, &vl->gateup, s->gateup, ES__EPI_SWIGLU, &pc, n, g));
-        pc = mat_call(c, nl, c->F32, c->E32);
-        ES_TRY(rec_proj(c, &r, "mul_mat_down", l, ES__VK_SS_DOWN, &vl->down, s->down, ES__EPI_ADD, &pc, n, g));
-    }
-    const uint32_t n_head = n_out + (cb->ss & ES__VK_SS_FUSED ? n * g : 0u); /* wanted rows, then streams */
-    rec_norm(c, &r, n_head, w->output_norm, true, hp->rms_eps);
-    es__pc_mul_mat pc = mat_call(c, n_head, c->E32, c->V32);
-    ES_TRY(rec_mat(c, &r, "mul_mat_out", w->out, c->s_out, ES__EPI_STORE, &pc));
+    if (cb->part != PART_ABOVE) rec_embed(c, &r, n);
+    if (cb->compact) ES_TRY(rec_compact(c, &r, n, P, cb->ss));
+    const uint32_t lo = cb->part == PART_ABOVE ? P : 0, hi = cb->part == PART_BELOW ? P : L;
+    for (uint32_t l = lo; l < hi; l++) ES_TRY(rec_layer(c, &r, l, n, cb->ss));
+    if (cb->part == PART_BELOW)
+        ES_TRY(es__vk_msa_rec_exit(c->msa, &r, (uint32_t)cb->n_out));
+    else
+        ES_TRY(rec_head(c, &r, n, (uint32_t)cb->n_out, cb->ss));
     ES_TRY(es__vk_rec_end(&r));
     cb->n_dispatch = r.n_dispatch;
     cb->n_queries = r.n_queries;
     return ES_OK;
 }
 
-/* The command buffer for (n, n_out, ss): cached, else recorded into the least recently used slot. */
-static es_status get_cb(es_context *ctx, vk_ctx *c, int32_t n, int32_t n_out, uint32_t ss, vk_cb **out) {
+/* The command buffer for key: cached, else recorded into the least recently used slot. */
+static es_status get_cb(es_context *ctx, vk_ctx *c, const vk_cb *key, vk_cb **out) {
     es__vk_dev *d = c->d;
     vk_cb *lru = &c->cbs[0];
     for (int i = 0; i < ES__CB_CACHE; i++) {
         vk_cb *e = &c->cbs[i];
-        if (e->cb && e->n == n && e->n_out == n_out && e->ss == ss && (e->queries != VK_NULL_HANDLE) == d->profile) {
+        if (e->cb && e->n == key->n && e->n_out == key->n_out && e->ss == key->ss && e->part == key->part &&
+            e->compact == key->compact && (e->queries != VK_NULL_HANDLE) == d->profile) {
             e->used = ++c->clock;
             *out = e;
             return ES_OK;
@@ -490,9 +557,11 @@ static es_status get_cb(es_context *ctx, vk_ctx *c, int32_t n, int32_t n_out, ui
         vkDestroyQueryPool(d->dev, lru->queries, NULL);
         lru->queries = VK_NULL_HANDLE;
     }
-    lru->n = n;
-    lru->n_out = n_out;
-    lru->ss = ss;
+    lru->n = key->n;
+    lru->n_out = key->n_out;
+    lru->ss = key->ss;
+    lru->part = key->part;
+    lru->compact = key->compact;
     lru->used = ++c->clock;
     es_status s = record(ctx, c, lru);
     if (s != ES_OK) {
@@ -527,26 +596,71 @@ static void write_step(const es_context *ctx, vk_ctx *c, const es__fwd *f, uint3
     }
 }
 
-es_status es__vk_forward(es_context *ctx, const es__fwd *f) {
-    vk_ctx *c = ctx->impl;
+/* Flushes the step data, submits cb and waits. */
+static es_status run_cb(vk_ctx *c, const vk_cb *cb) {
     es__vk_dev *d = c->d;
-    vk_cb *cb = NULL;
-    const uint32_t ss = es__vk_msa_flags(c->msa, f);
-    ES_TRY(get_cb(ctx, c, f->n, f->n_out, ss, &cb));
-    write_step(ctx, c, f, ss);
     ES_TRY(es__vk_buf_flush(d, &c->step));
     ES_TRY(es__vk_submit_wait(d, cb->cb));
-    d->stats->n_forward++;
     d->stats->n_forward_submits++;
     d->stats->n_dispatches += cb->n_dispatch;
-    ES_TRY(es__vk_buf_invalidate(d, &c->logits));
+    if (cb->queries) ES_TRY(es__vk_profile_collect(d, cb->queries, cb->n_queries, cb->ops));
+    return ES_OK;
+}
+
+/* The layers from `part`'s first on and the head for f (its step data written), then the logits
+ * and what the streams need to know. */
+static es_status run_to_head(es_context *ctx, vk_ctx *c, const es__fwd *f, int part, bool compact, uint32_t lo) {
+    const uint32_t L = (uint32_t)ctx->model->hp.n_layer;
+    const uint32_t ss = es__vk_msa_flags(c->msa, (uint32_t)f->n, (uint32_t)f->n_streams, lo, L);
+    write_step(ctx, c, f, ss);
+    if (compact) memcpy((int32_t *)c->step.map + ES_STEP_HDR + ES_STEP_KEEP * c->step_stride, c->kept.orig,
+                        sizeof(int32_t) * (size_t)f->n);
+    const vk_cb key = {.n = f->n, .n_out = f->n_out, .ss = ss, .part = part, .compact = compact};
+    vk_cb *cb = NULL;
+    ES_TRY(get_cb(ctx, c, &key, &cb));
+    ES_TRY(run_cb(c, cb));
+    ES_TRY(es__vk_buf_invalidate(c->d, &c->logits));
     const uint32_t V = (uint32_t)ctx->model->hp.n_vocab;
     const float *src = c->logits.map;
     for (int32_t r = 0; r < f->n_out; r++)
         memcpy(f->logits + (size_t)r * V, src + (size_t)r * c->V32, sizeof(float) * V);
-    if (cb->queries) ES_TRY(es__vk_profile_collect(d, cb->queries, cb->n_queries, cb->ops));
-    if (c->msa) ES_TRY(es__vk_msa_after_forward(c->msa, f, ss));
+    if (c->msa) es__vk_msa_after_forward(c->msa, f, ss);
     return ES_OK;
+}
+
+/* A pruning call (backend.h): the layers below the prune layer and the early exit of the
+ * n_parents tokens with children, the decision, then the survivors alone. */
+static es_status forward_pruned(es_context *ctx, vk_ctx *c, const es__fwd *f, int32_t n_parents) {
+    const uint32_t P = (uint32_t)ctx->model->ss->prune_layer;
+    const uint32_t ss = es__vk_msa_flags(c->msa, (uint32_t)f->n, (uint32_t)f->n_streams, 0, P);
+    write_step(ctx, c, f, ss);
+    memcpy((int32_t *)c->step.map + ES_STEP_HDR + ES_STEP_EXIT_ROWS * c->step_stride, c->parents,
+           sizeof(int32_t) * (size_t)n_parents);
+    const vk_cb key = {.n = f->n, .n_out = n_parents, .ss = ss, .part = PART_BELOW};
+    vk_cb *cb = NULL;
+    ES_TRY(get_cb(ctx, c, &key, &cb));
+    ES_TRY(run_cb(c, cb));
+    ES_TRY(es__vk_msa_decide(c->msa, f, c->parents, n_parents));
+    if (es__prune_compact(f, &c->kept) == f->n) return run_to_head(ctx, c, f, PART_ABOVE, false, P);
+    const es__pruned_batch *k = &c->kept;
+    es__fwd above = *f;
+    above.n = k->n;
+    above.tokens = k->tokens;
+    above.pos = k->pos;
+    above.dfs_start = k->dfs_start;
+    above.dfs_end = k->dfs_end;
+    above.parent = k->parent;
+    above.n_out = k->n_out;
+    above.out_rows = k->out_rows;
+    return run_to_head(ctx, c, &above, PART_ABOVE, true, P);
+}
+
+es_status es__vk_forward(es_context *ctx, const es__fwd *f) {
+    vk_ctx *c = ctx->impl;
+    c->d->stats->n_forward++;
+    const int32_t n_parents = f->prune_threshold > 0.0f ? es__prune_parents(f, c->parents) : 0;
+    if (n_parents > 0) return forward_pruned(ctx, c, f, n_parents);
+    return run_to_head(ctx, c, f, PART_ALL, false, 0);
 }
 
 es_status es__vk_stream_logits(es_context *ctx, int32_t i, int32_t g, float *out) {
@@ -565,7 +679,7 @@ es_status es__vk_kv_compact(es_context *ctx, const int32_t *keep, int32_t n_keep
     ES_TRY(es__vk_buf_flush(d, &c->step));
     es__vk_rec r;
     es__pc_kv_move pc = {(uint32_t)n_keep, (uint32_t)ctx->n_past, (uint32_t)hp->head_dim, c->n_ctx,
-                         (uint32_t)hp->n_head_kv};
+                         (uint32_t)hp->n_head_kv, 0};
     ES_VK_TRY(d, vkResetCommandBuffer(d->once, 0));
     es__vk_rec_begin(&r, d, d->once, VK_NULL_HANDLE, 0, NULL);
     for (int32_t l = 0; l < hp->n_layer; l++)

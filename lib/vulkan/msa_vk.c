@@ -1,9 +1,8 @@
 /* msa_vk.c: Speculative Streaming on the Vulkan backend (papers/speculative-streaming.txt 3.2;
  * the CPU twin is lib/cpu/msa.c, the reference tools/train/model.py):
- *   - in the forward's command buffer, before the prune layer, the early exit
- *     output(output_norm(h + up(down(h)))) of every row is computed and read back with the
- *     logits, and the host prunes each child (with its subtree) whose probability under its
- *     parent is below the threshold (3.2.3);
+ *   - pruning (3.2.3): at the end of a pruning call's first submission (forward.c) the early exit
+ *     output(output_norm(h + up(down(h)))) of the rows of the tokens with children, read back for
+ *     the core's decision (prune.h); the survivors' kept hidden states move with their rows;
  *   - fused streams, for batches with few stream rows (ES__VK_SS_FUSED_ROWS): every node's γ
  *     rows start at the first MSA layer (Eq. 3) as rows after the batch's own and go through
  *     that layer's and the next ones' dispatches with them; the stream-only LoRA adds its B R in
@@ -16,12 +15,11 @@
  *     buffer recorded per context and replayed, the node in the step data. Only the node whose
  *     stream logits are asked runs (the last accepted one, for the strategy); the values are
  *     the same bits as fused rows give.
- * The forward's shape is fixed per command buffer, so pruned rows still run the main stream's
- * layers here: pruning on this backend removes tree nodes from verification, not work.
  * Deliberately not here: the main stream (forward.c), verification and drafting (lib/decode). */
 #include "msa_vk.h"
 
 #include "adapter.h"
+#include "prune.h"
 
 #include <math.h>
 #include <string.h>
@@ -76,9 +74,9 @@ struct es__vk_msa {
     es__tensor t_pd, t_pu;
     ss_layer *layers;                 /* [n_msa]                                            */
     VkDescriptorPool pool;
-    es__vk_pipeline *p_rows, *p_rope, *p_attn, *p_norm;
+    es__vk_pipeline *p_rows, *p_rope, *p_attn, *p_norm, *p_move;
     /* forward hooks */
-    VkDescriptorSet s_keep_x, s_copy_e, s_norm_e;
+    VkDescriptorSet s_keep_x, s_move_x0, s_copy_e, s_norm_e;
     ss_mm pd, pu, exit_out;
     VkDescriptorSet s_init_fused;
     /* the stream pass */
@@ -88,7 +86,7 @@ struct es__vk_msa {
     VkQueryPool queries[ES_SPEC_MAX_DEPTH + 1]; /* and its timestamps when profiling          */
     const char *query_ops[ES_SPEC_MAX_DEPTH + 1][ES__SS_MAX_QUERIES];
     uint32_t n_queries[ES_SPEC_MAX_DEPTH + 1];
-    /* the last forward */
+    /* the last forward: its survivors (backend.h) */
     bool valid;
     int32_t n, n_streams, cur_node;   /* cur_node: whose stream logits out_streams holds     */
     int32_t cur_g;                    /* and how many of them                               */
@@ -338,7 +336,7 @@ static es_status make_sets(struct es__vk_msa *m) {
     const es__vk_ss_res *r = &m->res;
     const es__ss_adapter *ss = m->ss;
     const es__vk_model *w = r->w;
-    uint32_t n_sets = 17 + w->out->n_parts * 2;
+    uint32_t n_sets = 18 + w->out->n_parts * 2;
     for (int32_t i = 0; i < ss->n_msa; i++) {
         const es__vk_layer *vl = &w->layers[ss->msa_start + i];
         /* the stream pass's sets and the fused streams' (projections twice, the LoRA A twice) */
@@ -362,10 +360,16 @@ static es_status make_sets(struct es__vk_msa *m) {
                       p = bind_of(m, &m->r_p, m->v_p);
     const es__vk_bind qkv_w = bind_of(m, &m->r_qkv, VK_NULL_HANDLE);
     /* the forward's hooks */
-    ES_TRY(set4(m, m->p_rows, r->x, p, r->step, bind_of(m, &m->r_x0, VK_NULL_HANDLE), &m->s_keep_x));
+    const es__vk_bind x0_w = bind_of(m, &m->r_x0, VK_NULL_HANDLE);
+    ES_TRY(set4(m, m->p_rows, r->x, p, r->step, x0_w, &m->s_keep_x));
+    {
+        es__vk_bind b[3] = {r->step, x0_w, x0_w}; /* the kept rows as kv_move's one-head cache */
+        ES_TRY(es__vk_set_create(m->d, m->pool, m->p_move, b, &m->s_move_x0));
+    }
     if (ss->prune_rank > 0) {
+        /* the early exit works on the gathered rows of the tokens with children */
         ES_TRY(set4(m, m->p_rows, r->x, p, r->step, bind_of(m, &m->r_e, VK_NULL_HANDLE), &m->s_copy_e));
-        ES_TRY(mm_sets(m, &m->pd, &m->prune_down, &m->ws, r->x, bind_of(m, &m->r_lt, VK_NULL_HANDLE)));
+        ES_TRY(mm_sets(m, &m->pd, &m->prune_down, &m->ws, e, bind_of(m, &m->r_lt, VK_NULL_HANDLE)));
         ES_TRY(mm_sets(m, &m->pu, &m->prune_up, &m->ws, lt, bind_of(m, &m->r_e, VK_NULL_HANDLE)));
         ES_TRY(set4(m, m->p_norm, e, r->vecs, r->step, bind_of(m, &m->r_en, VK_NULL_HANDLE), &m->s_norm_e));
         ES_TRY(mm_sets(m, &m->exit_out, w->out, &r->w->ws, en, bind_buf(&m->out_exit)));
@@ -475,6 +479,7 @@ es_status es__vk_msa_create(es_context *ctx, const es__vk_ss_res *res, struct es
     if (s == ES_OK) s = es__vk_simple_pipe(d, "ss_rope", true, false, &m->p_rope);
     if (s == ES_OK) s = es__vk_attn_pipe(d, "ss_attn", (uint32_t)hp->head_dim, &m->p_attn);
     if (s == ES_OK) s = es__vk_simple_pipe(d, "rmsnorm", true, true, &m->p_norm);
+    if (s == ES_OK) s = es__vk_simple_pipe(d, "kv_move", true, false, &m->p_move);
     if (s == ES_OK) s = plan_memory(m);
     if (s == ES_OK) s = upload(m);
     if (s == ES_OK) s = make_sets(m);
@@ -527,16 +532,17 @@ static void rec_norm(struct es__vk_msa *m, es__vk_rec *r, const char *op, VkDesc
     es__vk_rec_dispatch(r, op, m->p_norm, set, &pc, n, 1, 1);
 }
 
-uint32_t es__vk_msa_flags(const struct es__vk_msa *m, const es__fwd *f) {
-    if (!m) return 0;
-    const uint32_t early = f->prune_threshold > 0.0f ? ES__VK_SS_EARLY_EXIT : 0u;
-    if (f->n_streams == 0) return early;
+uint32_t es__vk_msa_flags(const struct es__vk_msa *m, uint32_t n, uint32_t g, uint32_t lo, uint32_t hi) {
+    if (!m || g == 0) return 0;
+    const uint32_t start = (uint32_t)m->ss->msa_start;
+    if (start < lo) return ES__VK_SS_X0_KEPT;
+    if (start >= hi) return 0;
     /* the streams ride in the forward's rows when they are few: one submission and 16 fewer
      * dispatches per step than a stream pass after the forward; with more rows the pass, which
      * computes one node's streams only, is cheaper where rows cost arithmetic (docs/perf.md) */
-    if ((uint64_t)f->n * (uint64_t)(1 + f->n_streams) <= ES__VK_SS_FUSED_ROWS)
-        return early | ES__VK_SS_FUSED | ((uint32_t)f->n_streams << 8);
-    return early | ES__VK_SS_KEEP_X;
+    if (hi == (uint32_t)m->ctx->model->hp.n_layer && (uint64_t)n * (1 + g) <= ES__VK_SS_FUSED_ROWS)
+        return ES__VK_SS_FUSED | (g << 8);
+    return ES__VK_SS_KEEP_X;
 }
 
 uint32_t es__vk_msa_fused_rows(const struct es__vk_msa *m, int32_t l, uint32_t n_main, uint32_t flags) {
@@ -570,16 +576,25 @@ void es__vk_msa_rec_attn(struct es__vk_msa *m, es__vk_rec *r, int32_t l, uint32_
                         (n_main * g * (uint32_t)hp->n_head + ES__ATTN_WG - 1) / ES__ATTN_WG, 1, 1);
 }
 
+es_status es__vk_msa_rec_exit(struct es__vk_msa *m, es__vk_rec *r, uint32_t n) {
+    const es__vk_ss_res *res = &m->res;
+    /* e = h + up(down(h)) of the listed rows, normalised, through the output head (3.2.3) */
+    rec_rows(m, r, "ss_exit_copy", m->s_copy_e, 3, n, res->E32, res->E32, res->E32);
+    ES_TRY(rec_mm(m, r, "ss_exit_down", &m->pd, n, ES__EPI_STORE, res->E32, m->R32));
+    ES_TRY(rec_mm(m, r, "ss_exit_up", &m->pu, n, ES__EPI_ADD, m->R32, res->E32));
+    rec_norm(m, r, "ss_exit_norm", m->s_norm_e, n, res->w->output_norm);
+    return rec_mm(m, r, "ss_exit_head", &m->exit_out, n, ES__EPI_STORE, res->E32, res->V32);
+}
+
+es_status es__vk_msa_rec_compact(struct es__vk_msa *m, es__vk_rec *r, uint32_t n, uint32_t flags) {
+    if (!m || !(flags & ES__VK_SS_X0_KEPT)) return ES_OK;
+    es__pc_kv_move pc = {n, 0, m->res.E32, m->res.nb, 1, 0};
+    es__vk_rec_dispatch(r, "prune_move", m->p_move, m->s_move_x0, &pc, 1, 1, 1);
+    return ES_OK;
+}
+
 es_status es__vk_msa_rec_layer(struct es__vk_msa *m, es__vk_rec *r, int32_t l, uint32_t n, uint32_t flags) {
     const es__vk_ss_res *res = &m->res;
-    if ((flags & ES__VK_SS_EARLY_EXIT) && l == m->ss->prune_layer) {
-        /* e = h + up(down(h)), normalised, through the output head: every row's early exit */
-        rec_rows(m, r, "ss_exit_copy", m->s_copy_e, 0, n, res->E32, res->E32, res->E32);
-        ES_TRY(rec_mm(m, r, "ss_exit_down", &m->pd, n, ES__EPI_STORE, res->E32, m->R32));
-        ES_TRY(rec_mm(m, r, "ss_exit_up", &m->pu, n, ES__EPI_ADD, m->R32, res->E32));
-        rec_norm(m, r, "ss_exit_norm", m->s_norm_e, n, res->w->output_norm);
-        ES_TRY(rec_mm(m, r, "ss_exit_head", &m->exit_out, n, ES__EPI_STORE, res->E32, res->V32));
-    }
     if ((flags & ES__VK_SS_KEEP_X) && l == m->ss->msa_start)
         rec_rows(m, r, "ss_keep_x", m->s_keep_x, 0, n, res->E32, res->E32, res->E32); /* Eq. 3's M */
     if ((flags & ES__VK_SS_FUSED) && l == m->ss->msa_start) { /* Eq. 3 for every node */
@@ -649,43 +664,25 @@ static es_status record_streams(struct es__vk_msa *m, uint32_t G) {
 
 /* ---- after the forward, and on demand */
 
-/* Prunes from the early exit's logits: a child whose token's probability under its parent's
- * distribution is below the threshold goes, with its subtree (pre-order: parents decide first). */
-static void decide_pruning(struct es__vk_msa *m, const es__fwd *f) {
-    const uint32_t V = (uint32_t)m->ctx->model->hp.n_vocab;
-    const float *all = m->out_exit.map;
-    for (int32_t p = 0; p < f->n; p++) {
-        if (f->dfs_end[p] == p || f->pruned[p]) continue;
-        const float *l = all + (size_t)p * m->res.V32;
-        float mx = -INFINITY;
-        for (uint32_t v = 0; v < V; v++) mx = l[v] > mx ? l[v] : mx;
-        double sum = 0.0;
-        for (uint32_t v = 0; v < V; v++) sum += exp((double)l[v] - (double)mx);
-        const double lse = (double)mx + log(sum);
-        for (int32_t c = p + 1; c <= f->dfs_end[p]; c = f->dfs_end[c] + 1)
-            if (!(exp((double)l[f->tokens[c]] - lse) >= (double)f->prune_threshold))
-                for (int32_t i = c; i <= f->dfs_end[c]; i++) f->pruned[i] = 1;
-    }
+es_status es__vk_msa_decide(struct es__vk_msa *m, const es__fwd *f, const int32_t *parents, int32_t n_parents) {
+    ES_TRY(es__vk_buf_invalidate(m->d, &m->out_exit));
+    es__prune_decide(f, parents, n_parents, m->out_exit.map, m->res.V32, m->ctx->model->hp.n_vocab);
+    return ES_OK;
 }
 
-es_status es__vk_msa_after_forward(struct es__vk_msa *m, const es__fwd *f, uint32_t flags) {
+void es__vk_msa_after_forward(struct es__vk_msa *m, const es__fwd *f, uint32_t flags) {
     m->valid = true;
     m->n = f->n;
     m->n_streams = f->n_streams;
     m->cur_node = -1;
     m->fused = (flags & ES__VK_SS_FUSED) != 0;
     m->n_out = f->n_out;
-    if (flags & ES__VK_SS_EARLY_EXIT) {
-        ES_TRY(es__vk_buf_invalidate(m->d, &m->out_exit));
-        decide_pruning(m, f);
-    }
-    return ES_OK;
 }
 
 es_status es__vk_msa_stream_logits(struct es__vk_msa *m, int32_t i, int32_t g, float *out) {
     es__vk_dev *d = m->d;
     ES_RETURN_IF(!m->valid || m->n_streams == 0 || i < 0 || i >= m->n || g < 1 || g > m->n_streams, d->err,
-                 ES_ERR_INVALID_ARGUMENT, "vulkan: no %d streams for batch token %d in the last forward call", g, i);
+                 ES_ERR_INVALID_ARGUMENT, "vulkan: no %d streams for survivor %d of the last forward call", g, i);
     const uint32_t V = (uint32_t)m->ctx->model->hp.n_vocab, G = (uint32_t)g;
     if (m->fused) { /* the forward's logits rows after its n_out: node i's streams at n_out + i G */
         const float *src = (const float *)m->res.logits->map + ((size_t)m->n_out + (size_t)i * (size_t)m->n_streams) * m->res.V32;

@@ -563,7 +563,7 @@ es_status es__vk_run_kv_move(es_backend *b, float *kc, float *vc, uint32_t n_hea
     if (s == ES_OK) s = run_step(&r, (int32_t)n_past, 1, NULL, &one_pos, &one_end, NULL, 0, keep, (int32_t)n_keep, &S, &bs);
     if (s == ES_OK) {
         es__vk_bind binds[3] = {bs, whole(K), whole(V)};
-        es__pc_kv_move pc = {n_keep, n_past, hd, n_ctx, n_head_kv};
+        es__pc_kv_move pc = {n_keep, n_past, hd, n_ctx, n_head_kv, 0};
         s = run_one(&r, p, binds, &pc, n_head_kv, 2, 1);
     }
     if (s == ES_OK) {

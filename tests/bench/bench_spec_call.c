@@ -7,7 +7,7 @@
  * JSON lines on stdout. Usage:
  *   bench_spec_call MODEL.gguf [ADAPTER.ss.gguf] [cpu|vulkan] [threads] [reps] [n_past] */
 #include "edgespec.h"
-#include "ssfwd.h"
+#include "forward_api.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -68,7 +68,7 @@ int main(int argc, char **argv) {
     for (G = adapter ? 16 : 0; G > 0; G--) {
         int32_t tok = 5;
         es_batch b1 = {1, &tok, NULL, NULL, NULL, NULL};
-        if (es__forward_ss_ex(ctx, &b1, G, 0.0f, true) == ES_OK) break;
+        if (es__forward(ctx, &b1, &(es__call){G, 0.0f}) == ES_OK) break;
     }
     uint8_t all[64];
     memset(all, 1, sizeof all);
@@ -86,7 +86,7 @@ int main(int argc, char **argv) {
             for (int r = 0; r < reps + 2; r++) {
                 double t0 = now_ms();
                 es_status s = mode == 0 ? es_forward(ctx, &b)
-                                        : es__forward_ss_ex(ctx, &b, G, mode == 2 ? 1e-9f : 0.0f, true);
+                                        : es__forward(ctx, &b, &(es__call){G, mode == 2 ? 1e-9f : 0.0f});
                 if (s != ES_OK) {
                     fprintf(stderr, "bench_spec_call: %s\n", es_context_errmsg(ctx));
                     return 1;
@@ -106,10 +106,10 @@ int main(int argc, char **argv) {
         es_batch b = {9, chain, NULL, NULL, NULL, NULL};
         for (int32_t g = 1; g <= G; g++) {
             for (int r = 0; r < reps + 2; r++) {
-                es__forward_ss_ex(ctx, &b, G, 0.0f, true);
+                es__forward(ctx, &b, &(es__call){G, 0.0f});
                 const float *sl = NULL;
                 double t0 = now_ms();
-                if (es__stream_logits_n(ctx, 8, g, &sl) != ES_OK) return 1;
+                if (es__stream_logits(ctx, 8, g, &sl) != ES_OK) return 1;
                 if (r >= 2) t[r - 2] = now_ms() - t0;
             }
             printf("{\"backend\": \"%s\", \"n_past\": %d, \"call\": \"stream_pass\", \"streams\": %d, \"median_ms\": %.3f}\n",

@@ -1,16 +1,18 @@
-/* test_msa.c: multi-stream attention and tree pruning in the CPU forward, against a plain
- * double-precision reference written here from the paper's equations (Eq. 2, 3; 3.2.3) and
- * tools/train/model.py's conventions:
+/* test_msa.c: multi-stream attention and tree pruning in the forward (CPU, or Vulkan with
+ * argv[1]), against a plain double-precision reference written here from the paper's equations
+ * (Eq. 2, 3; 3.2.3) and tools/train/model.py's conventions:
  *   - the main stream's logits are bit-identical with and without streams and pruning;
  *   - every stream of every tree node matches the reference within 1e-4 (relative to the row's
  *     largest logit), stream-only LoRA included;
  *   - a node's streams do not depend on the rest of the tree (same bits in a tree and in a chain,
- *     with or without pruning), and computing them lazily (one node when asked) gives the bits of
- *     computing every node's in the forward;
- *   - pruning removes exactly the subtrees the reference's early exit says, and pruned tokens
- *     have neither logits nor streams and cannot be committed. */
+ *     with or without pruning, fused into the forward's rows or from a stream pass on Vulkan),
+ *     nor on the order in which nodes' streams are asked;
+ *   - pruning removes exactly the subtrees the reference's early exit says, pruned tokens have
+ *     neither logits nor streams and cannot be committed, and a committed path whose KV pruning
+ *     moved down leaves the next token the bits of a plain chain (streams starting above, at and
+ *     below the prune layer). */
 #include "mem_adapter.h"
-#include "ssfwd.h"
+#include "forward_api.h"
 #include "vk_pin.h"
 
 #include <math.h>
@@ -214,6 +216,42 @@ static void tree_batch(const int32_t *parent, int32_t n, int32_t n_past, int32_t
     CHECK_OK(es_tree_flatten(parent, n, n_past, order, pos, st, en));
 }
 
+/* After a pruning forward of the tree in c (on pre): when a survivor sits below a pruned token in
+ * batch order (its KV moved down), commits the path to the one that moved most and checks that
+ * the KV it leaves gives the next token the bits of a plain chain (ref: another context).
+ * Returns whether it checked; c is left with the path committed. */
+static int check_commit_shifted(es_context *c, es_context *plain, const es_batch *pre, const int32_t *toks,
+                                const int32_t *ptree, const int32_t *pos, int32_t n, int32_t V) {
+    int32_t best = -1, best_shift = 0;
+    for (int32_t i = 0, r = 0; i < n; i++) {
+        if (es__pruned(c, i)) continue;
+        if (i - r > best_shift || (best >= 0 && i - r == best_shift && pos[i] > pos[best])) {
+            best = i;
+            best_shift = i - r;
+        }
+        r++;
+    }
+    if (best < 0) return 0;
+    int32_t keep[64], path[64], chain[65], len = 0;
+    for (int32_t v = best; v >= 0; v = ptree[v]) path[len++] = v;
+    for (int32_t k = 0; k < len; k++) chain[k] = toks[keep[k] = path[len - 1 - k]];
+    chain[len] = toks[n - 1];
+    CHECK_OK(es_commit(c, keep, len));
+    es_batch next = {1, chain + len, NULL, NULL, NULL, NULL}, whole = {len + 1, chain, NULL, NULL, NULL, NULL};
+    CHECK_OK(es_forward(c, &next));
+    es_truncate(plain, 0);
+    CHECK_OK(es_forward(plain, pre));
+    CHECK_OK(es_commit(plain, NULL, 0));
+    CHECK_OK(es_forward(plain, &whole));
+    const float *la = NULL, *lb = NULL;
+    CHECK_OK(es_logits(plain, len, &la));
+    CHECK_OK(es_logits(c, 0, &lb));
+    CHECKF(la && lb && memcmp(la, lb, sizeof(float) * (size_t)V) == 0,
+           "after pruning moved token %d down by %d and a commit of its path, the next token's logits differ "
+           "from a plain chain", best, best_shift);
+    return 1;
+}
+
 static void run(const mem_model_cfg *mc, const mem_adapter_cfg *ac) {
     es_model *m = mem_model_create(mc);
     mem_adapter_attach(m, ac);
@@ -245,7 +283,7 @@ static void run(const mem_model_cfg *mc, const mem_adapter_cfg *ac) {
     CHECK_OK(es_forward(c0, &tree));
     CHECK_OK(es_forward(c1, &pre));
     CHECK_OK(es_commit(c1, NULL, 0));
-    CHECK_OK(es__forward_ss(c1, &tree, G, 0.0f));
+    CHECK_OK(es__forward(c1, &tree, &(es__call){G, 0.0f}));
     int bad = 0;
     for (int32_t i = 0; i < N; i++) {
         const float *a = NULL, *b = NULL;
@@ -261,7 +299,7 @@ static void run(const mem_model_cfg *mc, const mem_adapter_cfg *ac) {
     double worst = 0.0;
     for (int32_t i = 0; i < N; i++) {
         const float *sl = NULL;
-        CHECK_OK(es__stream_logits(c1, i, &sl));
+        CHECK_OK(es__stream_logits(c1, i, 0, &sl));
         if (!sl) continue;
         memcpy(streams[i], sl, sizeof(float) * (size_t)G * (size_t)V);
         int32_t seq[TMAX], T = 8, path[N], len = 0;
@@ -280,20 +318,20 @@ static void run(const mem_model_cfg *mc, const mem_adapter_cfg *ac) {
     printf("streams vs reference: max relative error %.2e (gamma %d, Ns %d, LoRA rank %d)\n", worst, G, ac->n_msa,
            ac->lora_rank);
 
-    /* lazy streams: the same bits, in any order of asking, asked twice */
+    /* the same bits in any order of asking, asked twice */
     {
         es_context *c3 = new_ctx(m);
         CHECK_OK(es_forward(c3, &pre));
         CHECK_OK(es_commit(c3, NULL, 0));
-        CHECK_OK(es__forward_ss_ex(c3, &tree, G, 0.0f, true));
-        int lazy_bad = 0;
+        CHECK_OK(es__forward(c3, &tree, &(es__call){G, 0.0f}));
+        int order_bad = 0;
         for (int32_t k = 0; k < 2 * N; k++) {
             const int32_t i = (int32_t)((k * 5) % N);
             const float *sl = NULL;
-            CHECK_OK(es__stream_logits(c3, i, &sl));
-            if (!sl || memcmp(sl, streams[i], sizeof(float) * (size_t)G * (size_t)V) != 0) lazy_bad++;
+            CHECK_OK(es__stream_logits(c3, i, 0, &sl));
+            if (!sl || memcmp(sl, streams[i], sizeof(float) * (size_t)G * (size_t)V) != 0) order_bad++;
         }
-        CHECKF(lazy_bad == 0, "%d lazy stream rows differ from the eager ones", lazy_bad);
+        CHECKF(order_bad == 0, "%d stream rows differ when asked in another order", order_bad);
         es_context_free(c3);
     }
 
@@ -323,9 +361,9 @@ static void run(const mem_model_cfg *mc, const mem_adapter_cfg *ac) {
             /* a single token asks at most 3 streams: 4 rows, few enough to fuse on Vulkan for
              * every adapter here (streams <= j do not depend on the others) */
             const int32_t g = cl == 1 && G > 3 ? 3 : G;
-            CHECK_OK(es__forward_ss_ex(c2, &cb, g, 0.0f, cl % 2 == 0));
+            CHECK_OK(es__forward(c2, &cb, &(es__call){g, 0.0f}));
             CHECK_OK(es_logits(c2, cl - 1, &ls));
-            CHECK_OK(es__stream_logits(c2, cl - 1, &sl));
+            CHECK_OK(es__stream_logits(c2, cl - 1, 0, &sl));
             if (!ls || memcmp(ls, plain, sizeof(float) * (size_t)V) != 0) chain_bad++;
             if (!sl || memcmp(sl, streams[node], sizeof(float) * (size_t)g * (size_t)V) != 0) chain_bad++;
         }
@@ -346,7 +384,8 @@ static void run(const mem_model_cfg *mc, const mem_adapter_cfg *ac) {
             }
         /* every threshold between neighbours whose gap is wide enough that float rounding cannot
          * flip a decision: leaves, subtrees, and at the top everything below the root */
-        int32_t n_thr = 0, max_pruned = 0;
+        int32_t n_thr = 0, max_pruned = 0, n_shifted = 0;
+        es_context *c3 = new_ctx(m);
         for (int32_t a = 0; a + 1 < np; a++) {
             if (p[a + 1] / p[a] < 1.05) continue;
             const float thr = (float)sqrt(p[a] * p[a + 1]);
@@ -355,21 +394,21 @@ static void run(const mem_model_cfg *mc, const mem_adapter_cfg *ac) {
             es_truncate(c2, 0);
             CHECK_OK(es_forward(c2, &pre));
             CHECK_OK(es_commit(c2, NULL, 0));
-            CHECK_OK(es__forward_ss_ex(c2, &tree, G, thr, a % 2 == 1));
+            CHECK_OK(es__forward(c2, &tree, &(es__call){G, thr}));
             int32_t n_pruned = 0, mismatch = 0, differ = 0;
             for (int32_t i = 0; i < N; i++) {
-                bool pr = es__token_pruned(c2, i);
+                bool pr = es__pruned(c2, i);
                 n_pruned += pr;
                 mismatch += pr != want_pruned[i];
                 const float *la = NULL, *lb = NULL, *sl = NULL;
                 if (pr) {
                     CHECK_FAILS(es_logits(c2, i, &la), ES_ERR_INVALID_ARGUMENT, "no logits");
-                    CHECK_FAILS(es__stream_logits(c2, i, &sl), ES_ERR_INVALID_ARGUMENT, "token pruned");
+                    CHECK_FAILS(es__stream_logits(c2, i, 0, &sl), ES_ERR_INVALID_ARGUMENT, "token pruned");
                     continue;
                 }
                 CHECK_OK(es_logits(c0, i, &la));
                 CHECK_OK(es_logits(c2, i, &lb));
-                CHECK_OK(es__stream_logits(c2, i, &sl));
+                CHECK_OK(es__stream_logits(c2, i, 0, &sl));
                 if (!la || !lb || memcmp(la, lb, sizeof(float) * (size_t)V) != 0) differ++;
                 if (!sl || memcmp(sl, streams[i], sizeof(float) * (size_t)G * (size_t)V) != 0) differ++;
             }
@@ -377,13 +416,16 @@ static void run(const mem_model_cfg *mc, const mem_adapter_cfg *ac) {
                    "threshold %g: pruned %d, %d disagree with the reference", (double)thr, n_pruned, mismatch);
             CHECKF(differ == 0, "threshold %g: %d surviving rows changed bits under pruning", (double)thr, differ);
             max_pruned = n_pruned > max_pruned ? n_pruned : max_pruned;
+            n_shifted += check_commit_shifted(c2, c3, &pre, toks, ptree, pos, N, V);
             n_thr++;
         }
         CHECK(n_thr >= 3);
+        CHECKF(n_shifted >= 1, "no threshold left a survivor below a pruned token (%d thresholds)", n_thr);
+        es_context_free(c3);
         /* a pruned node cannot be kept */
         int32_t victim = -1;
         for (int32_t i = 1; i < N && victim < 0; i++)
-            if (es__token_pruned(c2, i)) victim = i;
+            if (es__pruned(c2, i)) victim = i;
         if (victim > 0) {
             int32_t keep[N], len = 0, path[N];
             for (int32_t v = victim; v >= 0; v = ptree[v]) path[len++] = v;
@@ -393,7 +435,8 @@ static void run(const mem_model_cfg *mc, const mem_adapter_cfg *ac) {
         /* the root's path survives and commits */
         int32_t root = 0;
         CHECK_OK(es_commit(c2, &root, 1));
-        printf("pruning: %d thresholds checked, up to %d of %d nodes pruned\n", n_thr, max_pruned, N);
+        printf("pruning: %d thresholds checked, up to %d of %d nodes pruned, %d commits of moved paths\n", n_thr,
+               max_pruned, N, n_shifted);
     }
     es_context_free(c0);
     es_context_free(c1);
@@ -409,22 +452,22 @@ static void test_errors(void) {
     es_context *c = new_ctx(m);
     int32_t t[2] = {1, 2};
     es_batch b = {2, t, NULL, NULL, NULL, NULL};
-    CHECK_FAILS(es__forward_ss(c, &b, 2, 0.0f), ES_ERR_INVALID_ARGUMENT, "no Speculative Streaming adapter");
+    CHECK_FAILS(es__forward(c, &b, &(es__call){2, 0.0f}), ES_ERR_INVALID_ARGUMENT, "no Speculative Streaming adapter");
     es_context_free(c);
     mem_adapter_cfg ac = {2, 1, 1, 0, 0, 0.1f, 4};
     mem_adapter_attach(m, &ac);
     c = new_ctx(m);
-    CHECK_FAILS(es__forward_ss(c, &b, 3, 0.0f), ES_ERR_INVALID_ARGUMENT, "3 streams asked, the adapter has 2");
-    CHECK_FAILS(es__forward_ss(c, &b, 2, 0.5f), ES_ERR_INVALID_ARGUMENT, "no pruning tensors");
-    CHECK_FAILS(es__forward_ss(c, &b, 2, -1.0f), ES_ERR_INVALID_ARGUMENT, "prune threshold");
+    CHECK_FAILS(es__forward(c, &b, &(es__call){3, 0.0f}), ES_ERR_INVALID_ARGUMENT, "3 streams asked, the adapter has 2");
+    CHECK_FAILS(es__forward(c, &b, &(es__call){2, 0.5f}), ES_ERR_INVALID_ARGUMENT, "no pruning tensors");
+    CHECK_FAILS(es__forward(c, &b, &(es__call){2, -1.0f}), ES_ERR_INVALID_ARGUMENT, "prune threshold");
     CHECK_OK(es_forward(c, &b));
     const float *sl = NULL;
-    CHECK_FAILS(es__stream_logits(c, 1, &sl), ES_ERR_INVALID_ARGUMENT, "0 streams");
-    CHECK_OK(es__forward_ss(c, &b, 1, 0.0f));
-    CHECK_OK(es__stream_logits(c, 1, &sl));
-    CHECK_FAILS(es__stream_logits(c, 2, &sl), ES_ERR_INVALID_ARGUMENT, "batch token 2");
+    CHECK_FAILS(es__stream_logits(c, 1, 0, &sl), ES_ERR_INVALID_ARGUMENT, "0 streams");
+    CHECK_OK(es__forward(c, &b, &(es__call){1, 0.0f}));
+    CHECK_OK(es__stream_logits(c, 1, 0, &sl));
+    CHECK_FAILS(es__stream_logits(c, 2, 0, &sl), ES_ERR_INVALID_ARGUMENT, "batch token 2");
     CHECK_OK(es_commit(c, NULL, 0));
-    CHECK_FAILS(es__stream_logits(c, 1, &sl), ES_ERR_INVALID_ARGUMENT, "has no streams");
+    CHECK_FAILS(es__stream_logits(c, 1, 0, &sl), ES_ERR_INVALID_ARGUMENT, "has no streams");
     es_context_free(c);
     es__ss_adapter_free(m->ss);
     m->ss = NULL;
@@ -459,6 +502,10 @@ int main(int argc, char **argv) {
     mem_model_cfg m4 = {61, 48, 4, 2, 2, 12, 64, 12, ES_ROPE_NEOX, 10000.0f, 1.0f, false, ES__DTYPE_F32, 24};
     mem_adapter_cfg a4 = {2, 2, 1, 4, 3, 0.2f, 11};
     run(&m4, &a4);
+    /* streams from below the prune layer: their kept hidden states move with the survivors */
+    mem_model_cfg m5 = {53, 32, 4, 4, 2, 8, 40, 8, ES_ROPE_NORM, 10000.0f, 1.0f, false, ES__DTYPE_F32, 25};
+    mem_adapter_cfg a5 = {2, 3, 3, 4, 2, 0.3f, 12};
+    run(&m5, &a5);
     test_errors();
     es_backend_stats bs;
     CHECK_OK(es_backend_get_stats(backend, &bs));

@@ -10,7 +10,7 @@
  * Speculative Streaming forward (lib/core/ssfwd.h), which has no public entry point.
  * Deliberately not here: any comparison (the Python side has the reference). */
 #include "edgespec.h"
-#include "ssfwd.h"
+#include "forward_api.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -74,17 +74,17 @@ int main(int argc, char **argv) {
     b.n_tokens = n;
     b.tokens = toks;
     b.logits = want;
-    es_status s = (n_streams > 0 || prune > 0.0f) ? es__forward_ss(ctx, &b, n_streams, prune) : es_forward(ctx, &b);
+    es_status s = (n_streams > 0 || prune > 0.0f) ? es__forward(ctx, &b, &(es__call){n_streams, prune}) : es_forward(ctx, &b);
     if (s != ES_OK) return fail("forward", es_context_errmsg(ctx));
     for (int32_t i = 0; i < n; i++) {
-        if (prune > 0.0f) printf("pruned %d %d\n", (int)i, es__token_pruned(ctx, i) ? 1 : 0);
-        if (es__token_pruned(ctx, i)) continue;
+        if (prune > 0.0f) printf("pruned %d %d\n", (int)i, es__pruned(ctx, i) ? 1 : 0);
+        if (es__pruned(ctx, i)) continue;
         const float *lg = NULL;
         if (es_logits(ctx, i, &lg) != ES_OK) return fail("logits", es_context_errmsg(ctx));
         print_row("main", i, -1, lg, info.n_vocab);
         if (n_streams > 0) {
             const float *sl = NULL;
-            if (es__stream_logits(ctx, i, &sl) != ES_OK) return fail("stream logits", es_context_errmsg(ctx));
+            if (es__stream_logits(ctx, i, 0, &sl) != ES_OK) return fail("stream logits", es_context_errmsg(ctx));
             for (int32_t j = 0; j < n_streams; j++) print_row("stream", i, j + 1, sl + (size_t)j * info.n_vocab, info.n_vocab);
         }
     }

@@ -1,0 +1,61 @@
+/* forward_api.h: the one internal interface between decoding strategies (lib/decode, lib/multi)
+ * and the forward pass. A strategy sees a context only through this header and the public API in
+ * edgespec.h: it forwards a batch or a token tree with a call descriptor (es__forward), reads
+ * logits (es_logits) and stream logits (es__stream_logits), learns what pruning removed
+ * (es__pruned), commits an accepted path (es_commit) or rolls back (es_truncate), and asks what
+ * a context can do (es__context_caps). It never sees es_context's layout, a backend or its vtable,
+ * and nothing it passes reaches a backend as a hint about who is calling: the call descriptor
+ * says what to compute, never how. The utility headers below (errors and allocation, token
+ * trees, the sampler's distributions) know nothing of contexts either. */
+#ifndef ES_CORE_FORWARD_API_H
+#define ES_CORE_FORWARD_API_H
+
+#include "common.h"
+#include "sampler.h"
+#include "tree.h"
+
+/* What one forward call computes beyond the main stream's logits. A zeroed descriptor (or
+ * NULL) is a plain forward, es_forward. */
+typedef struct es__call {
+    int32_t n_streams;     /* Speculative Streaming (papers/speculative-streaming.txt Eq. 2, 3): γ
+                              stream rows per tree token in the adapter's MSA layers, whose logits
+                              es__stream_logits then reads for any surviving token until the next
+                              forward, commit or truncate; 0 = none, at most the adapter's γ     */
+    float prune_threshold; /* > 0: tree pruning (3.2.3): a token goes, with its subtree, when its
+                              probability under its parent's early exit is below this; pruned
+                              tokens get no logits, no streams and no KV and cannot be committed;
+                              0 = none, at most 1                                                */
+} es__call;
+
+/* es_forward with a call descriptor (NULL = a plain forward). Fails with a clear message when
+ * the context's model has no adapter for streams or pruning, or its backend no multi-stream
+ * attention (es__context_caps says beforehand). On failure the context is as before the call. */
+es_status es__forward(es_context *ctx, const es_batch *batch, const es__call *call);
+
+/* Whether batch token i of the last forward call was removed by tree pruning (false after a
+ * commit or for an index outside the batch). */
+bool es__pruned(const es_context *ctx, int32_t i);
+
+/* The logits [g][n_vocab] of the first g streams of batch token i of the last forward call,
+ * which had n_streams > 0: stream j (row j - 1) predicts the token j + 1 positions after token
+ * i. g = 0 means all of the call's streams; fewer streams cost less and give the same values.
+ * Owned by the context, valid until the next forward or stream_logits call. */
+es_status es__stream_logits(es_context *ctx, int32_t i, int32_t g, const float **logits);
+
+/* What a context can do and its sizes, for strategies sizing their work. */
+typedef struct es__caps {
+    int32_t n_vocab;
+    int32_t n_ctx;                /* KV slots                                                  */
+    int32_t n_batch;              /* most tokens per forward call                              */
+    int32_t n_streams;            /* the adapter's γ where streams can run (adapter on the model
+                                     and multi-stream attention in the backend), else 0       */
+    bool can_prune;               /* tree pruning can run (n_streams > 0 and pruning tensors,
+                                     the prune layer before the output)                        */
+    char why_no_streams[320];     /* why n_streams is 0, naming the model or backend ("" when
+                                     it is not), to follow "Speculative Streaming ..."         */
+    const es_allocator *alloc;    /* the context's allocator (NULL = the C library)            */
+} es__caps;
+
+void es__context_caps(const es_context *ctx, es__caps *out);
+
+#endif /* ES_CORE_FORWARD_API_H */
