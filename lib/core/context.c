@@ -153,15 +153,22 @@ void es__context_caps(const es_context *ctx, es__caps *out) {
     out->n_ctx = ctx->n_ctx;
     out->n_batch = ctx->n_batch;
     out->alloc = ctx->alloc;
-    if (!ss)
+    if (!ss) {
+        out->no_streams = ES_ERR_INVALID_ARGUMENT;
         snprintf(out->why_no_streams, sizeof out->why_no_streams,
                  "needs an adapter on model '%s' (es_model_load_adapter)", m->path);
-    else if (!ctx->backend->vt->stream_logits)
+    } else if (!ctx->backend->vt->stream_logits) {
+        out->no_streams = ES_ERR_UNSUPPORTED;
         snprintf(out->why_no_streams, sizeof out->why_no_streams,
                  "needs multi-stream attention, which the %s backend does not have", ctx->backend->vt->name);
-    else
+    } else {
         out->n_streams = ss->n_streams;
+    }
     out->can_prune = out->n_streams > 0 && ss->prune_rank > 0 && ss->prune_layer < m->hp.n_layer;
+}
+
+es__err *es__context_err(es_context *ctx) {
+    return &ctx->err;
 }
 
 /* Checks a forward call's descriptor against what the context can do. */

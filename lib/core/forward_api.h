@@ -5,11 +5,12 @@
  * (es__pruned), commits an accepted path (es_commit) or rolls back (es_truncate), and asks what
  * a context can do (es__context_caps). It never sees es_context's layout, a backend or its vtable,
  * and nothing it passes reaches a backend as a hint about who is calling: the call descriptor
- * says what to compute, never how. The utility headers below (errors and allocation, token
- * trees, the sampler's distributions) know nothing of contexts either. */
+ * says what to compute, never how. The utility headers below (clocks, errors and allocation,
+ * token trees, the sampler's distributions) know nothing of contexts either. */
 #ifndef ES_CORE_FORWARD_API_H
 #define ES_CORE_FORWARD_API_H
 
+#include "../../platform/platform.h"
 #include "common.h"
 #include "sampler.h"
 #include "tree.h"
@@ -53,9 +54,15 @@ typedef struct es__caps {
                                      the prune layer before the output)                        */
     char why_no_streams[320];     /* why n_streams is 0, naming the model or backend ("" when
                                      it is not), to follow "Speculative Streaming ..."         */
+    es_status no_streams;         /* and the status to report: ES_ERR_INVALID_ARGUMENT (no
+                                     adapter) or ES_ERR_UNSUPPORTED (the backend); ES_OK       */
     const es_allocator *alloc;    /* the context's allocator (NULL = the C library)            */
 } es__caps;
 
 void es__context_caps(const es_context *ctx, es__caps *out);
+
+/* The context's error record, where a strategy that works on the caller's context (es_generate)
+ * leaves its message for es_context_errmsg. */
+es__err *es__context_err(es_context *ctx);
 
 #endif /* ES_CORE_FORWARD_API_H */

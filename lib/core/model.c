@@ -448,6 +448,7 @@ es_status es_model_get_info(const es_model *m, es_model_info *out) {
     const es__hparams *hp = &m->hp;
     i.architecture = m->arch;
     i.name = m->name;
+    i.path = m->path;
     i.gguf_version = m->gguf ? m->gguf->version : 0;
     i.n_vocab = hp->n_vocab;
     i.n_ctx_train = hp->n_ctx_train;

@@ -1,19 +1,16 @@
 /* autoregressive.c: es_generate, plain autoregressive decoding: the prompt in chunks of n_batch,
  * then one forward call per generated token, each token committed, sampled at its absolute
  * position so that speculative strategies can reproduce the output token for token.
- * It talks to the model only through the public forward API (es_forward, es_logits, es_commit,
- * es_truncate); it reads the context's fields only for n_batch, the error record and the
- * allocator. Deliberately not here: chat templates, stop strings, speculation.
- */
-#include "backend.h"
-#include "sampler.h"
+ * It talks to the model only through the forward API (forward_api.h); what it hands out and when
+ * it stops is output.c's, shared with es_spec_generate.
+ * Deliberately not here: chat templates, stop strings, speculation. */
+#include "output.h"
 
 #include <string.h>
 
 es_generate_params es_generate_default_params(void) {
     es_generate_params p;
     memset(&p, 0, sizeof p);
-    p.n_predict = 0;
     p.sampling = es_sampler_default_params();
     return p;
 }
@@ -21,52 +18,50 @@ es_generate_params es_generate_default_params(void) {
 /* Everything one es_generate call owns; released by gen_release whatever happened. */
 typedef struct gen_state {
     es_context *ctx;
+    es__caps caps;
+    es__err *err;       /* the context's error record */
     es_sampler *sampler;
-    int32_t *history;  /* [hist_cap] prompt, then generated tokens (repetition penalty) */
+    int32_t *history;   /* [hist_cap] prompt, then generated tokens (repetition penalty) */
     size_t n_history, hist_cap;
     uint8_t *no_logits; /* [n_batch] zeros: intermediate prompt chunks need no logits  */
-    char *piece;        /* [piece_cap] text of the current token                        */
-    size_t piece_cap;
+    es__output out;
 } gen_state;
 
 static void gen_release(gen_state *g) {
     es_sampler_free(g->sampler);
-    es__free(g->ctx->alloc, g->history);
-    es__free(g->ctx->alloc, g->no_logits);
-    es__free(g->ctx->alloc, g->piece);
+    es__free(g->caps.alloc, g->history);
+    es__free(g->caps.alloc, g->no_logits);
+    es__output_free(&g->out);
 }
 
-static es_status check_args(es_context *ctx, const int32_t *prompt, size_t n_prompt, const es_generate_params *p) {
-    const int32_t n_vocab = ctx->model->hp.n_vocab;
-    ES_RETURN_IF(!prompt || n_prompt == 0, &ctx->err, ES_ERR_INVALID_ARGUMENT,
+static es_status check_args(gen_state *g, const int32_t *prompt, size_t n_prompt, const es_generate_params *p) {
+    const int32_t n_past = es_context_n_past(g->ctx);
+    ES_RETURN_IF(!prompt || n_prompt == 0, g->err, ES_ERR_INVALID_ARGUMENT,
                  "es_generate: the prompt is empty; at least one token is needed to predict from");
-    ES_RETURN_IF(p->n_predict < 0, &ctx->err, ES_ERR_INVALID_ARGUMENT,
+    ES_RETURN_IF(p->n_predict < 0, g->err, ES_ERR_INVALID_ARGUMENT,
                  "es_generate: n_predict %d < 0 (0 = until end of generation or n_ctx)", p->n_predict);
     for (size_t i = 0; i < n_prompt; i++)
-        ES_RETURN_IF(prompt[i] < 0 || prompt[i] >= n_vocab, &ctx->err, ES_ERR_INVALID_ARGUMENT,
-                     "es_generate: prompt token %zu: id %d outside [0, %d)", i, prompt[i], n_vocab);
-    ES_RETURN_IF((uint64_t)ctx->n_past + n_prompt > (uint64_t)ctx->n_ctx, &ctx->err, ES_ERR_CONTEXT_FULL,
-                 "es_generate: prompt of %zu tokens after %d committed exceeds n_ctx %d", n_prompt, ctx->n_past,
-                 ctx->n_ctx);
+        ES_RETURN_IF(prompt[i] < 0 || prompt[i] >= g->caps.n_vocab, g->err, ES_ERR_INVALID_ARGUMENT,
+                     "es_generate: prompt token %zu: id %d outside [0, %d)", i, prompt[i], g->caps.n_vocab);
+    ES_RETURN_IF((uint64_t)n_past + n_prompt > (uint64_t)g->caps.n_ctx, g->err, ES_ERR_CONTEXT_FULL,
+                 "es_generate: prompt of %zu tokens after %d committed exceeds n_ctx %d", n_prompt, n_past,
+                 g->caps.n_ctx);
     if (es__sampler_params_check(&p->sampling, NULL) != ES_OK)
-        return es__fail(&ctx->err, ES_ERR_INVALID_ARGUMENT, "es_generate: %s", es_last_error());
+        return es__fail(g->err, ES_ERR_INVALID_ARGUMENT, "es_generate: %s", es_last_error());
     return ES_OK;
 }
 
-static es_status gen_setup(gen_state *g, size_t n_prompt, const es_generate_params *p) {
-    es_context *ctx = g->ctx;
+static es_status gen_setup(gen_state *g, const es_generate_params *p, int32_t *tokens_out, size_t cap) {
     /* the prompt and at most one generated token per remaining free slot, plus one sampled from
-     * the logits of the last slot: n_ctx - n_past + 1 in all (check_args bounded n_prompt) */
-    (void)n_prompt;
-    g->hist_cap = (size_t)(ctx->n_ctx - ctx->n_past) + 1;
-    g->history = es__calloc(ctx->alloc, g->hist_cap, sizeof *g->history);
-    g->no_logits = es__calloc(ctx->alloc, (size_t)ctx->n_batch, 1);
-    g->piece_cap = 256;
-    g->piece = es__malloc(ctx->alloc, g->piece_cap);
-    ES_RETURN_IF(!g->history || !g->no_logits || !g->piece, &ctx->err, ES_ERR_OUT_OF_MEMORY,
-                 "es_generate: out of memory");
-    es_status s = es_sampler_create(ctx->model->hp.n_vocab, &p->sampling, ctx->alloc, &g->sampler);
-    if (s != ES_OK) return es__fail(&ctx->err, s, "es_generate: %s", es_last_error());
+     * the logits of the last slot: n_ctx - n_past + 1 in all (check_args bounded the prompt) */
+    const es_allocator *a = g->caps.alloc;
+    g->hist_cap = (size_t)(g->caps.n_ctx - es_context_n_past(g->ctx)) + 1;
+    g->history = es__calloc(a, g->hist_cap, sizeof *g->history);
+    g->no_logits = es__calloc(a, (size_t)g->caps.n_batch, 1);
+    ES_RETURN_IF(!g->history || !g->no_logits, g->err, ES_ERR_OUT_OF_MEMORY, "es_generate: out of memory");
+    ES_TRY(es__output_init(&g->out, es_context_model(g->ctx), a, p, tokens_out, cap, g->err));
+    es_status s = es_sampler_create(g->caps.n_vocab, &p->sampling, a, &g->sampler);
+    if (s != ES_OK) return es__fail(g->err, s, "es_generate: %s", es_last_error());
     return ES_OK;
 }
 
@@ -74,7 +69,7 @@ static es_status gen_setup(gen_state *g, size_t n_prompt, const es_generate_para
 static es_status feed_prompt(gen_state *g, const int32_t *prompt, size_t n_prompt, const float **logits) {
     es_context *ctx = g->ctx;
     for (size_t off = 0; off < n_prompt;) {
-        int32_t n = (int32_t)ES__MIN((size_t)ctx->n_batch, n_prompt - off);
+        int32_t n = (int32_t)ES__MIN((size_t)g->caps.n_batch, n_prompt - off);
         bool last = off + (size_t)n == n_prompt;
         es_batch b = {n, prompt + off, NULL, NULL, NULL, last ? NULL : g->no_logits};
         ES_TRY(es_forward(ctx, &b));
@@ -85,46 +80,27 @@ static es_status feed_prompt(gen_state *g, const int32_t *prompt, size_t n_promp
     return ES_OK;
 }
 
-static es_status emit(gen_state *g, const es_generate_params *p, int32_t token, bool *go_on) {
-    *go_on = true;
-    if (!p->on_token) return ES_OK;
-    size_t len = 0;
-    es_status s = es_token_to_piece(g->ctx->model, token, false, g->piece, g->piece_cap, &len);
-    if (s == ES_ERR_BUFFER_TOO_SMALL) {
-        char *grown = es__realloc(g->ctx->alloc, g->piece, len);
-        ES_RETURN_IF(!grown, &g->ctx->err, ES_ERR_OUT_OF_MEMORY, "es_generate: out of memory for a %zu-byte piece",
-                     len);
-        g->piece = grown;
-        g->piece_cap = len;
-        s = es_token_to_piece(g->ctx->model, token, false, g->piece, g->piece_cap, &len);
-    }
-    if (s != ES_OK) return es__fail(&g->ctx->err, s, "es_generate: token %d: %s", token, es_last_error());
-    *go_on = p->on_token(token, g->piece, len, p->user);
-    return ES_OK;
-}
-
 /* The decode loop: sample at the next free position, hand the token out, forward and commit it. */
-static es_status decode(gen_state *g, const es_generate_params *p, const float *logits, int32_t *tokens_out,
-                        size_t cap, es_generate_stats *st) {
+static es_status decode(gen_state *g, const float *logits, es_generate_stats *st) {
     es_context *ctx = g->ctx;
     for (;;) {
         int32_t tok;
-        es_status s = es_sample(g->sampler, logits, ctx->n_past, g->history, g->n_history, &tok);
-        if (s != ES_OK) return es__fail(&ctx->err, s, "es_generate: %s", es_last_error());
-        if (!p->ignore_eog && es_token_is_eog(ctx->model, tok)) return ES_OK;
+        es_status s = es_sample(g->sampler, logits, es_context_n_past(ctx), g->history, g->n_history, &tok);
+        if (s != ES_OK) return es__fail(g->err, s, "es_generate: %s", es_last_error());
+        es__take what;
+        s = es__output_take(&g->out, tok, &what, g->err);
+        st->n_generated = g->out.n_generated;
+        if (s != ES_OK || what == ES__TAKE_END) return s;
         ES_ASSERT(g->n_history < g->hist_cap);
         g->history[g->n_history++] = tok;
-        if (tokens_out && (size_t)st->n_generated < cap) tokens_out[st->n_generated] = tok;
-        st->n_generated++;
-        bool go_on;
-        ES_TRY(emit(g, p, tok, &go_on));
-        if (!go_on || ctx->n_past >= ctx->n_ctx) return ES_OK; /* cancelled, or no slot to commit it */
+        /* cancelled, or no slot to commit it: the token stays uncommitted */
+        if (what == ES__TAKE_STOP || es_context_n_past(ctx) >= g->caps.n_ctx) return ES_OK;
         es_batch b = {1, &tok, NULL, NULL, NULL, NULL};
         ES_TRY(es_forward(ctx, &b));
         st->n_forward_calls++;
         ES_TRY(es_logits(ctx, 0, &logits));
         ES_TRY(es_commit(ctx, NULL, 0));
-        if (p->n_predict > 0 && st->n_generated >= p->n_predict) return ES_OK;
+        if (what == ES__TAKE_LAST) return ES_OK;
     }
 }
 
@@ -135,11 +111,15 @@ es_status es_generate(es_context *ctx, const int32_t *prompt, size_t n_prompt, c
     es_generate_stats st;
     memset(&st, 0, sizeof st);
     if (stats) *stats = st;
-    ES_TRY(check_args(ctx, prompt, n_prompt, &p));
+    gen_state g;
+    memset(&g, 0, sizeof g);
+    g.ctx = ctx;
+    g.err = es__context_err(ctx);
+    es__context_caps(ctx, &g.caps);
+    ES_TRY(check_args(&g, prompt, n_prompt, &p));
 
-    const int32_t n_past0 = ctx->n_past;
-    gen_state g = {ctx, NULL, NULL, 0, 0, NULL, NULL, 0};
-    es_status s = gen_setup(&g, n_prompt, &p);
+    const int32_t n_past0 = es_context_n_past(ctx);
+    es_status s = gen_setup(&g, &p, tokens_out, cap);
     const float *logits = NULL;
     double t0 = es__time_now();
     if (s == ES_OK) {
@@ -150,7 +130,7 @@ es_status es_generate(es_context *ctx, const int32_t *prompt, size_t n_prompt, c
     double t1 = es__time_now();
     if (s == ES_OK) {
         st.n_prompt = (int32_t)n_prompt;
-        s = decode(&g, &p, logits, tokens_out, cap, &st);
+        s = decode(&g, logits, &st);
     }
     double t2 = es__time_now();
     st.prompt_ms = (t1 - t0) * 1e3;

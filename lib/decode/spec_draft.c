@@ -1,42 +1,97 @@
 /* spec_draft.c: draft-model speculative decoding (Leviathan et al. 2023; Chen et al. 2023) on the
  * shared tree, verification and commit code: a smaller model with the same vocabulary drafts a
  * chain of `lookahead` tokens, one forward call each, and the target verifies the chain in one
- * call. Both models talk only through the public forward API (es_forward, es_logits, es_commit,
- * es_truncate). The drafter's context mirrors the target's committed tokens, except for at most
- * a few tokens it has not consumed yet (s->dpend), which it reads with its next call.
+ * call. Both models talk only through the forward API (forward_api.h). The drafter's context
+ * holds a prefix of the target's committed tokens; what it lacks of them it reads with its next
+ * call (after a step whose every draft was accepted, the last draft, whose successor it never
+ * computed; after a rewind, nothing: it is cut back too).
  * Deliberately not here: tree drafts from the drafter (a chain is the classic baseline). */
 #include "spec.h"
 
 #include <math.h>
 #include <string.h>
 
-/* The drafter takes the chain the target just committed (plus what it had not consumed). */
-es_status es__spec_draft_feed(es_spec *s, const int32_t *chain, int32_t n_chain) {
-    es_context *d = s->dctx;
-    const int32_t n_past0 = d->n_past;
-    if (s->n_dpend > 0) {
-        ES_TRY(es__spec_prefill(d, s->zeros, s->dpend, s->n_dpend, &s->err));
+typedef struct draft_state {
+    es_context *d; /* the drafter (es_spec_params.draft_ctx), not owned */
+} draft_state;
+
+/* Same vocabulary: sizes, and the text of a spread of tokens. */
+static es_status check_same_vocab(es_spec *s, const es_model *a, const es_model *b) {
+    es_model_info ia, ib;
+    ES_TRY(es_model_get_info(a, &ia));
+    ES_TRY(es_model_get_info(b, &ib));
+    ES_RETURN_IF(ia.n_vocab != ib.n_vocab, &s->err, ES_ERR_INVALID_ARGUMENT,
+                 "es_spec_create: the draft model '%s' has %d tokens, the target '%s' %d: they must share a vocabulary",
+                 ib.path, ib.n_vocab, ia.path, ia.n_vocab);
+    for (int32_t i = 0; i < 64; i++) {
+        int32_t t = (int32_t)(((int64_t)ia.n_vocab - 1) * i / 63);
+        char pa[64], pb[64];
+        size_t la = 0, lb = 0;
+        es_status sa = es_token_to_piece(a, t, true, pa, sizeof pa, &la);
+        es_status sb = es_token_to_piece(b, t, true, pb, sizeof pb, &lb);
+        ES_RETURN_IF(sa != sb || (sa == ES_OK && (la != lb || memcmp(pa, pb, la) != 0)), &s->err,
+                     ES_ERR_INVALID_ARGUMENT, "es_spec_create: token %d differs between the target '%s' and the draft '%s'",
+                     t, ia.path, ib.path);
     }
-    es_status st = es__spec_prefill(d, s->zeros, chain, n_chain, &s->err);
-    if (st != ES_OK) {
-        es_truncate(d, n_past0);
-        return st;
-    }
-    s->n_dpend = 0;
     return ES_OK;
 }
 
-/* One drafter call on tokens[0..n) (committed), returning the last token's logits. */
-static es_status draft_call(es_spec *s, const int32_t *toks, int32_t n, const float **logits) {
-    es_context *d = s->dctx;
+static es_status draft_create(es_spec *s, void **state) {
+    const es_spec_params *p = &s->p;
+    es_context *d = p->draft_ctx;
+    ES_RETURN_IF(!d || d == s->ctx, &s->err, ES_ERR_INVALID_ARGUMENT,
+                 "es_spec_create: draft-model decoding needs draft_ctx, a second context (of the draft model)");
+    ES_RETURN_IF(p->lookahead < 0 || p->lookahead > ES_SPEC_MAX_DEPTH, &s->err, ES_ERR_INVALID_ARGUMENT,
+                 "es_spec_create: lookahead %d outside [0, %d] (0 = 4)", p->lookahead, ES_SPEC_MAX_DEPTH);
+    es__caps dc;
+    es__context_caps(d, &dc);
+    ES_RETURN_IF(dc.n_ctx < s->caps.n_ctx || dc.n_batch < 3, &s->err, ES_ERR_INVALID_ARGUMENT,
+                 "es_spec_create: the draft context needs n_ctx >= %d (the target's) and n_batch >= 3, has %d and %d",
+                 s->caps.n_ctx, dc.n_ctx, dc.n_batch);
+    ES_TRY(check_same_vocab(s, s->model, es_context_model(d)));
+    s->depth = p->lookahead;
+    s->k = 1;
+    draft_state *ds = es__calloc(s->alloc, 1, sizeof *ds);
+    ES_RETURN_IF(!ds, &s->err, ES_ERR_OUT_OF_MEMORY, "es_spec_create: out of memory");
+    ds->d = d;
+    *state = ds;
+    return ES_OK;
+}
+
+static void draft_free(es_spec *s, void *state) {
+    es__free(s->alloc, state);
+}
+
+/* Committed target tokens the drafter has not read: s->hist[its n_past .. the target's). */
+static int32_t missing(const es_spec *s, const draft_state *ds) {
+    return es_context_n_past(s->ctx) - es_context_n_past(ds->d);
+}
+
+/* The drafter takes what the target committed (a prompt, a later turn) right away. */
+static es_status draft_feed(es_spec *s, void *state, const int32_t *chain, int32_t n_chain) {
+    (void)chain;
+    (void)n_chain;
+    draft_state *ds = state;
+    const int32_t n = missing(s, ds);
+    return es__spec_prefill(s, ds->d, s->hist + es_context_n_past(ds->d), n);
+}
+
+static void draft_rewind(es_spec *s, void *state, int32_t n_past) {
+    draft_state *ds = state;
+    (void)s;
+    if (es_context_n_past(ds->d) > n_past) es_truncate(ds->d, n_past);
+}
+
+/* One drafter call on toks[0..n) (committed), returning the last token's logits. */
+static es_status draft_call(es_spec *s, es_context *d, const int32_t *toks, int32_t n, const float **logits) {
     es_batch b = {n, toks, NULL, NULL, NULL, NULL};
     const double t0 = es__time_now();
     es_status st = es_forward(d, &b);
     if (st == ES_OK) st = es_logits(d, n - 1, logits);
     if (st == ES_OK) st = es_commit(d, NULL, 0);
     s->st.n_draft_calls++;
-    if (st == ES_OK) es__tuner_observe_draft_call(&s->tune, (es__time_now() - t0) * 1e3);
-    if (st != ES_OK) return es__fail(&s->err, st, "draft model: %s", d->err.msg);
+    if (st != ES_OK) return es__spec_fail_ctx(s, d, st, "draft model");
+    es__tuner_observe_draft_call(&s->tune, (es__time_now() - t0) * 1e3);
     return ES_OK;
 }
 
@@ -50,20 +105,20 @@ static bool draft_more(const es_spec *s, int32_t n_drafted, double p_path, doubl
     return p_path * p_last * cost > expect * (s->tune.draft_ms + b);
 }
 
-/* Drafts up to K tokens after the root into candidate buffer s->cur; returns how many. The
+/* Drafts up to K tokens after the root into candidate buffer s->cur; returns how many. The first
+ * call reads the committed tokens the drafter lacks (at most one after a step) and the root. The
  * drafter's history for its sampler is the sequence plus the drafted tokens (written past the end
  * of s->hist, which has room for ES_SPEC_MAX_DEPTH more). */
-static es_status draft_chain(es_spec *s, int32_t K, int32_t *n_drafted) {
-    const int32_t V = s->n_vocab;
-    const int64_t root_pos = s->ctx->n_past;
-    int32_t feed[ES_SPEC_MAX_DEPTH + 3], n_feed = 0;
-    for (int32_t i = 0; i < s->n_dpend; i++) feed[n_feed++] = s->dpend[i];
-    feed[n_feed++] = s->hist[s->n_hist - 1];
+static es_status draft_chain(es_spec *s, es_context *d, int32_t K, int32_t *n_drafted) {
+    const int32_t V = s->caps.n_vocab;
+    const int64_t root_pos = es_context_n_past(s->ctx);
+    const int32_t *feed = s->hist + es_context_n_past(d);
+    int32_t n_feed = (int32_t)s->n_hist - es_context_n_past(d);
     *n_drafted = 0;
     double p_path = 1.0, expect = 1.0;
     for (int32_t g = 0; g < K; g++) {
         const float *logits = NULL;
-        ES_TRY(draft_call(s, feed, n_feed, &logits));
+        ES_TRY(draft_call(s, d, feed, n_feed, &logits));
         const size_t at = (size_t)s->cur * (size_t)s->depth + (size_t)g;
         int32_t got = 0;
         ES_TRY(es__draft_candidates(&s->ver, logits, s->hist, s->n_hist + (size_t)g, root_pos + 1 + g,
@@ -78,73 +133,74 @@ static es_status draft_chain(es_spec *s, int32_t K, int32_t *n_drafted) {
         p_path *= p_last;
         expect += p_path;
         if (!draft_more(s, g + 1, p_path, p_last, expect)) break;
-        feed[0] = tok;
+        feed = s->hist + s->n_hist + (size_t)g;
         n_feed = 1;
     }
     return ES_OK;
 }
 
-es_status es__spec_draft_step(es_spec *s, int32_t *tokens, size_t cap, size_t *n_tokens) {
-    es_context *ctx = s->ctx, *d = s->dctx;
-    const int32_t n_past = ctx->n_past, d_past0 = d->n_past, n_dpend0 = s->n_dpend;
+/* The target verifies the chain root, drafts[0..n_drafted) in one call and keeps the accepted
+ * path. */
+static es_status verify_chain(es_spec *s, int32_t root, int32_t n_drafted, size_t cap, int32_t *tokens,
+                              size_t *n_tokens, int32_t *path, int32_t *n_path) {
+    es__tree *t = &s->tree;
+    es__levels lv;
+    memset(&lv, 0, sizeof lv);
+    lv.n_levels = n_drafted;
+    for (int32_t g = 0; g < n_drafted; g++) {
+        const size_t at = (size_t)s->cur * (size_t)s->depth + (size_t)g;
+        lv.k[g] = 1;
+        lv.tokens[g] = s->cand_tok + at;
+        lv.logp[g] = s->cand_lp + at;
+    }
+    ES_TRY(es__tree_build(t, root, &lv, n_drafted + 1, es_context_n_past(s->ctx), s->alloc, &s->err));
+    const double t0 = es__time_now();
+    es_batch b = {t->n, t->token, t->pos, t->dfs_start, t->dfs_end, s->logit_flags};
+    es_status st = es_forward(s->ctx, &b);
+    if (st != ES_OK) es__spec_fail_ctx(s, s->ctx, st, NULL);
+    if (st == ES_OK) st = es__spec_verify(s, cap, tokens, n_tokens, path, n_path);
+    if (st == ES_OK) {
+        st = es_commit(s->ctx, path, *n_path);
+        if (st != ES_OK) es__spec_fail_ctx(s, s->ctx, st, NULL);
+    }
+    const double ms = (es__time_now() - t0) * 1e3;
+    s->st.target_ms += ms;
+    if (st == ES_OK) es__tuner_observe_call(&s->tune, t->n, ms);
+    return st;
+}
+
+static es_status draft_step(es_spec *s, void *state, int32_t *tokens, size_t cap, size_t *n_tokens) {
+    draft_state *ds = state;
+    es_context *d = ds->d;
+    const int32_t n_past = es_context_n_past(s->ctx), d_past0 = es_context_n_past(d);
     const int32_t root = s->hist[s->n_hist - 1];
-    /* a chain of K + 1 nodes must fit the target, and more than cap - 1 drafts cannot be emitted */
+    /* 1. the drafter catches up (after a rewind it may lack more than one token) and drafts K
+     *    tokens: a chain of K + 1 nodes must fit the target, and more than cap - 1 drafts cannot be
+     *    emitted */
     int32_t K = ES__MIN(ES__MIN(s->depth, es__spec_tree_room(s) - 1), (int32_t)ES__MIN(cap - 1, (size_t)INT32_MAX));
     K = ES__MIN(K, es__tuner_room(&s->tune) - 1);
-    es__tree *t = &s->tree;
     int32_t n_drafted = 0;
-    es_status st = ES_OK;
     const double t_draft = es__time_now();
-    if (K > 0) st = draft_chain(s, K, &n_drafted);
-    else st = es__spec_draft_feed(s, &root, 1); /* nothing to draft: the drafter just keeps up */
+    es_status st = missing(s, ds) > 1 ? es__spec_prefill(s, d, s->hist + d_past0, missing(s, ds) - 1) : ES_OK;
+    if (st == ES_OK && K > 0) st = draft_chain(s, d, K, &n_drafted);
+    else if (st == ES_OK) st = es__spec_prefill(s, d, s->hist + es_context_n_past(d), (int32_t)s->n_hist - es_context_n_past(d));
     s->st.draft_ms += (es__time_now() - t_draft) * 1e3;
-    if (st == ES_OK) {
-        es__levels lv;
-        memset(&lv, 0, sizeof lv);
-        lv.n_levels = n_drafted;
-        for (int32_t g = 0; g < n_drafted; g++) {
-            const size_t at = (size_t)s->cur * (size_t)s->depth + (size_t)g;
-            lv.k[g] = 1;
-            lv.tokens[g] = s->cand_tok + at;
-            lv.logp[g] = s->cand_lp + at;
-        }
-        st = es__tree_build(t, root, &lv, n_drafted + 1, n_past, s->alloc, &s->err);
-    }
+    /* 2. the target verifies the chain in one call */
     int32_t path[ES_SPEC_MAX_DEPTH + 1], n_path = 0;
-    if (st == ES_OK) {
-        const double t0 = es__time_now();
-        es_batch b = {t->n, t->token, t->pos, t->dfs_start, t->dfs_end, s->logit_flags};
-        st = es_forward(ctx, &b);
-        if (st != ES_OK) es__fail(&s->err, st, "%s", ctx->err.msg);
-        if (st == ES_OK) st = es__spec_verify(s, cap, tokens, n_tokens, path, &n_path);
-        if (st == ES_OK) {
-            st = es_commit(ctx, path, n_path);
-            if (st != ES_OK) es__fail(&s->err, st, "%s", ctx->err.msg);
-        }
-        const double ms = (es__time_now() - t0) * 1e3;
-        s->st.target_ms += ms;
-        if (st == ES_OK) es__tuner_observe_call(&s->tune, t->n, ms);
-    }
+    if (st == ES_OK) st = verify_chain(s, root, n_drafted, cap, tokens, n_tokens, path, &n_path);
     if (st != ES_OK) {
-        /* as before the step: the drafter forgets what it drafted */
+        /* as before the step: the drafter forgets what it read and drafted */
         es_truncate(d, d_past0);
-        s->n_dpend = n_dpend0;
-        es__tree_root(t, root, n_past);
+        es__tree_root(&s->tree, root, n_past);
         return st;
     }
-    /* The drafter committed dpend, the root and drafts 1..K'-1 (K' = n_drafted): it keeps the root
-     * and the accepted drafts, and reads an accepted last draft with its next call. */
+    /* 3. the drafter keeps the root and the accepted drafts: it read drafts 1..n_drafted-1, so a
+     *    rejected draft goes; an accepted last one it reads with its next call */
     const int32_t m = n_path - 1;
-    if (n_drafted == 0) {
-        s->n_dpend = 0; /* the drafter read the root above */
-    } else if (m < n_drafted) {
-        es_truncate(d, n_past + 1 + m);
-        s->n_dpend = 0;
-    } else {
-        s->dpend[0] = t->token[path[m]];
-        s->n_dpend = 1;
-    }
+    if (n_drafted > 0 && m < n_drafted) es_truncate(d, n_past + 1 + m);
     es__spec_advance(s, tokens, *n_tokens);
-    es__tree_root(t, s->hist[s->n_hist - 1], ctx->n_past);
+    es__tree_root(&s->tree, s->hist[s->n_hist - 1], es_context_n_past(s->ctx));
     return ES_OK;
 }
+
+const es__strategy es__strategy_draft = {"draft model", draft_create, draft_feed, draft_step, draft_rewind, draft_free};

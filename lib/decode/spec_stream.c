@@ -1,31 +1,53 @@
 /* spec_stream.c: the Speculative Streaming strategy (Bhendawade et al. 2024, 3.2.2 and A.1). One
  * forward call per step verifies the previous step's draft tree and, through the γ speculative
- * streams that ride along every tree node in the top Ns layers, drafts the next one: the streams of
- * the last accepted node give the candidates for the depths below the correction token, the new
+ * streams that ride along the tree in the top Ns layers, drafts the next one: the streams of the
+ * last accepted node give the candidates for the depths below the correction token, the new
  * root. Tree pruning (3.2.3) happens inside the forward call. Only the accepted path's KV is kept.
- * Deliberately not here: the multi-stream attention itself (backends, through ssfwd.h). */
+ * Deliberately not here: the multi-stream attention itself (the backends, behind forward_api.h). */
 #include "spec.h"
-
-#include "forward_api.h"
 
 #include <string.h>
 
+typedef struct stream_state {
+    bool plain_next; /* drafting did not pay: the next call is a plain forward, without streams
+                        (until the tuner explores again)                                       */
+} stream_state;
+
+static es_status stream_create(es_spec *s, void **state) {
+    const es_spec_params *p = &s->p;
+    ES_RETURN_IF(s->caps.n_streams == 0, &s->err, s->caps.no_streams, "es_spec_create: Speculative Streaming %s",
+                 s->caps.why_no_streams);
+    ES_RETURN_IF(p->n_streams < 0 || p->n_streams > s->caps.n_streams, &s->err, ES_ERR_INVALID_ARGUMENT,
+                 "es_spec_create: n_streams %d outside [0, %d] (0 = the adapter's)", p->n_streams, s->caps.n_streams);
+    ES_RETURN_IF(p->top_k < 0 || p->top_k > 64, &s->err, ES_ERR_INVALID_ARGUMENT,
+                 "es_spec_create: top_k %d outside [0, 64] (0 = 2)", p->top_k);
+    ES_RETURN_IF(!(p->prune_threshold >= 0.0f && p->prune_threshold <= 1.0f), &s->err, ES_ERR_INVALID_ARGUMENT,
+                 "es_spec_create: prune_threshold %g outside [0, 1]", (double)p->prune_threshold);
+    ES_RETURN_IF(p->prune_threshold > 0.0f && !s->caps.can_prune, &s->err, ES_ERR_INVALID_ARGUMENT,
+                 "es_spec_create: pruning asked, but the target's adapter cannot prune (no pruning tensors, or its prune layer is the output)");
+    s->depth = p->n_streams;
+    s->k = p->top_k;
+    *state = es__calloc(s->alloc, 1, sizeof(stream_state));
+    ES_RETURN_IF(!*state, &s->err, ES_ERR_OUT_OF_MEMORY, "es_spec_create: out of memory");
+    return ES_OK;
+}
+
+static void stream_free(es_spec *s, void *state) {
+    es__free(s->alloc, state);
+}
+
 /* Candidates for the next tree from the streams of node `last` (which sits at position pos):
  * stream g + 1 predicts the token at pos + 2 + g, a child of level g's nodes (3.2.2). They go to
- * the candidate buffer that is not s->cur. */
-static es_status draft_from_streams(es_spec *s, int32_t last, bool hooks, es__levels *lv) {
+ * the candidate buffer that is not s->cur. n_lv streams (0: a plain step next). */
+static es_status draft_from_streams(es_spec *s, int32_t last, int32_t n_lv, es__levels *lv) {
     memset(lv, 0, sizeof *lv);
-    /* how many streams pay for themselves now (all of them when drafting is not adaptive); a
-     * plain forward kept nothing for them */
-    const int32_t n_lv = hooks ? es__tuner_streams(&s->tune, s->depth, s->k, ES__MIN(s->p.max_nodes, s->tree.cap)) : 0;
-    s->plain_next = n_lv == 0 && s->tune.adaptive && !es__tuner_explores_next(&s->tune);
-    if (n_lv == 0) return ES_OK; /* a plain step next */
+    if (n_lv == 0) return ES_OK;
     const float *sl = NULL;
     const double t0 = es__time_now();
     es_status st = es__stream_logits(s->ctx, last, n_lv, &sl);
-    if (st != ES_OK) return es__fail(&s->err, st, "%s", s->ctx->err.msg);
+    if (st != ES_OK) return es__spec_fail_ctx(s, s->ctx, st, NULL);
     es__tuner_observe_streams(&s->tune, n_lv, (es__time_now() - t0) * 1e3);
-    const int32_t nxt = 1 - s->cur, k = s->k, V = s->n_vocab;
+    const int32_t nxt = 1 - s->cur, k = s->k, V = s->caps.n_vocab;
     const int64_t pos = s->tree.pos[last];
     lv->n_levels = n_lv;
     for (int32_t g = 0; g < n_lv; g++) {
@@ -42,41 +64,52 @@ static es_status draft_from_streams(es_spec *s, int32_t last, bool hooks, es__le
     return ES_OK;
 }
 
-es_status es__spec_stream_step(es_spec *s, int32_t *tokens, size_t cap, size_t *n_tokens) {
-    es_context *ctx = s->ctx;
+/* The next tree: the new root (the target's own token) and the streams' candidates below it. */
+static void next_tree(es_spec *s, const es__levels *lv) {
+    const int32_t room = ES__MIN(es__spec_tree_room(s), es__tuner_room(&s->tune));
+    const int32_t root = s->hist[s->n_hist - 1], n_past = es_context_n_past(s->ctx);
+    if (room < 2 || es__tree_build(&s->tree, root, lv, room, n_past, s->alloc, &s->err) != ES_OK)
+        es__tree_root(&s->tree, root, n_past); /* no room (or no memory): the root alone */
+}
+
+static es_status stream_step(es_spec *s, void *state, int32_t *tokens, size_t cap, size_t *n_tokens) {
+    stream_state *ss = state;
     es__tree *t = &s->tree;
     const double t0 = es__time_now();
-    es_batch b = {t->n, t->token, t->pos, t->dfs_start, t->dfs_end, s->logit_flags};
-    const bool hooks = !s->plain_next || t->n > 1;
+    /* 1. one forward call: the tree (verification) and its streams (the next draft), pruned at
+     *    the adapter's prune layer; a plain call when drafting does not pay */
+    const bool streams = !ss->plain_next || t->n > 1;
     const es__call call = {s->depth, s->p.prune_threshold};
-    es_status st = es__forward(ctx, &b, hooks ? &call : NULL);
-    if (st != ES_OK) return es__fail(&s->err, st, "%s", ctx->err.msg);
+    es_batch b = {t->n, t->token, t->pos, t->dfs_start, t->dfs_end, s->logit_flags};
+    es_status st = es__forward(s->ctx, &b, streams ? &call : NULL);
+    if (st != ES_OK) return es__spec_fail_ctx(s, s->ctx, st, NULL);
     const double fwd_ms = (es__time_now() - t0) * 1e3;
-    for (int32_t i = 0; i < t->n; i++) s->skip[i] = es__pruned(ctx, i);
+    for (int32_t i = 0; i < t->n; i++) s->skip[i] = es__pruned(s->ctx, i);
     t->skip = s->skip;
+    /* 2. hard matching (A.1): the longest accepted path and the target's next token */
     int32_t path[ES_SPEC_MAX_DEPTH + 1], n_path = 0;
     st = es__spec_verify(s, cap, tokens, n_tokens, path, &n_path);
+    /* 3. the next draft from the streams of the last accepted node */
     es__levels lv;
-    if (st == ES_OK) st = draft_from_streams(s, path[n_path - 1], hooks, &lv);
-    const double ms = (es__time_now() - t0) * 1e3;
-    s->st.target_ms += ms;
-    if (st == ES_OK) es__tuner_observe_call(&s->tune, t->n, fwd_ms);
+    const int32_t n_lv = streams ? es__tuner_streams(&s->tune, s->depth, s->k, ES__MIN(s->p.max_nodes, t->cap)) : 0;
+    const bool plain_next = n_lv == 0 && s->tune.adaptive && !es__tuner_explores_next(&s->tune);
+    if (st == ES_OK) st = draft_from_streams(s, path[n_path - 1], n_lv, &lv);
+    s->st.target_ms += (es__time_now() - t0) * 1e3;
+    /* 4. keep the accepted path's KV */
     if (st == ES_OK) {
-        st = es_commit(ctx, path, n_path);
-        if (st != ES_OK) es__fail(&s->err, st, "%s", ctx->err.msg);
+        es__tuner_observe_call(&s->tune, t->n, fwd_ms);
+        st = es_commit(s->ctx, path, n_path);
+        if (st != ES_OK) es__spec_fail_ctx(s, s->ctx, st, NULL);
     }
     if (st != ES_OK) {
         t->skip = NULL; /* the tree is verified again by a retry */
         return st;
     }
+    ss->plain_next = plain_next;
     es__spec_advance(s, tokens, *n_tokens);
     s->cur = 1 - s->cur;
-    /* the next tree: the new root (the target's own token) and the streams' candidates below it */
-    const int32_t room = ES__MIN(es__spec_tree_room(s), es__tuner_room(&s->tune));
-    const int32_t root = s->hist[s->n_hist - 1];
-    if (room < 2 || es__tree_build(t, root, &lv, room, ctx->n_past, s->alloc, &s->err) != ES_OK) {
-        /* no room (or no memory) for a draft: the next step verifies the root alone */
-        es__tree_root(t, root, ctx->n_past);
-    }
+    next_tree(s, &lv);
     return ES_OK;
 }
+
+const es__strategy es__strategy_stream = {"speculative streaming", stream_create, NULL, stream_step, NULL, stream_free};

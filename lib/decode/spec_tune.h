@@ -13,7 +13,7 @@
 #ifndef ES_DECODE_SPEC_TUNE_H
 #define ES_DECODE_SPEC_TUNE_H
 
-#include "tree.h"
+#include "forward_api.h"
 
 #define ES__TUNE_BINS 10
 

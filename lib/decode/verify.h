@@ -12,9 +12,7 @@
 #ifndef ES_DECODE_VERIFY_H
 #define ES_DECODE_VERIFY_H
 
-#include "common.h"
-#include "sampler.h"
-#include "tree.h"
+#include "forward_api.h"
 
 typedef enum es__verify_mode {
     ES__VERIFY_GREEDY = 0,

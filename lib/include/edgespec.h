@@ -135,6 +135,7 @@ typedef enum es_tokenizer_type {
 typedef struct es_model_info {
     const char *architecture;   /* general.architecture, e.g. "llama"; owned by the model */
     const char *name;           /* general.name or ""                                     */
+    const char *path;           /* the file it was loaded from; owned by the model        */
     uint32_t gguf_version;
     int32_t n_vocab;
     int32_t n_ctx_train;        /* tokens                                                 */
@@ -550,6 +551,23 @@ ES_API es_status es_spec_step(es_spec *spec, int32_t *tokens, size_t cap, size_t
 
 /* Statistics since es_spec_create (a function named es_spec_stats would clash with the type). */
 ES_API es_status es_spec_get_stats(const es_spec *spec, es_spec_stats *out);
+
+/* The parameters the object runs with: those given, every 0 that means a default replaced by
+ * the value it stands for (n_streams the adapter's γ, top_k 2, max_nodes 32, lookahead 4). */
+ES_API es_status es_spec_get_params(const es_spec *spec, es_spec_params *out);
+
+/* es_generate with speculation: feeds prompt (es_spec_feed) and steps until n_predict tokens, an
+ * end-of-generation token (not handed out, unless the object's ignore_eog), on_token returning
+ * false, or a full context, handing every token to on_token as es_generate does: the same
+ * tokens, the same text pieces, the same stopping rules. The object's es_spec_params decide the
+ * sampling and ignore_eog; params->sampling and params->ignore_eog are not read. Afterwards the
+ * sequence ends with the last token handed out (tokens a step decided beyond it are taken back),
+ * so a later es_spec_feed or es_spec_generate continues after it. tokens_out (may be NULL)
+ * receives the first cap generated ids; stats (may be NULL) counts this call (n_forward_calls:
+ * target calls). */
+ES_API es_status es_spec_generate(es_spec *spec, const int32_t *prompt, size_t n_prompt,
+                                  const es_generate_params *params, int32_t *tokens_out, size_t cap,
+                                  es_generate_stats *stats);
 
 #ifdef __cplusplus
 }

@@ -4,7 +4,8 @@
  * seeded sampling (positions continue across calls), prompt chunking without intermediate logits,
  * n_predict, the n_ctx limit, tokens_out capacity, statistics, invalid arguments, and rollback when
  * a forward call fails; with a real vocabulary (../shared/vocab-tests, loaded vocab-only and run
- * on the fake backend): end of generation, streamed pieces and a callback that stops. */
+ * on the fake backend): end of generation, streamed pieces and a callback that stops, and
+ * es_spec_generate handing out exactly the same. */
 #include "backend.h"
 #include "model.h"
 #include "tokenizer.h"
@@ -274,6 +275,72 @@ static bool collect(int32_t token, const char *piece, size_t len, void *user) {
     return k->stop_after < 0 || k->n < k->stop_after;
 }
 
+/* es_spec_generate hands out what es_generate does: the same tokens and pieces, the same stops
+ * (end of generation, n_predict inside a step, a callback that says stop), and the sequence
+ * ends with the last token handed out, so a later call continues after it. Draft-model
+ * speculation with the target itself as drafter (every draft accepted: 5 tokens a step). */
+static void test_spec_generate(es_model *m, es_backend *b, const int32_t *prompt, size_t n_prompt) {
+    es_context *plain = make_ctx(m, b, 128, 8), *target = make_ctx(m, b, 128, 8), *drafter = make_ctx(m, b, 128, 8);
+    es_spec_params sp = es_spec_default_params();
+    sp.strategy = ES_SPEC_DRAFT;
+    sp.draft_ctx = drafter;
+    sp.lookahead = 4;
+    sp.fixed_tree = true;
+    sp.sampling.temperature = 0.0f;
+    es_generate_params gp = es_generate_default_params();
+    gp.sampling = sp.sampling;
+    gp.on_token = collect;
+    int32_t want[40], got[40];
+    es_generate_stats st, sst;
+    const struct {
+        int eog_after, n_predict, stop_after;
+    } cases[] = {{9, 40, -1}, {-1, 6, -1}, {-1, 0, 3}, {-1, 11, 7}};
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        g_eog_at = cases[c].eog_after < 0 ? -1 : (int32_t)n_prompt + cases[c].eog_after;
+        gp.n_predict = cases[c].n_predict;
+        sink kp = {{0}, 0, {0}, 0, cases[c].stop_after}, ks = kp;
+        es_truncate(plain, 0);
+        gp.user = &kp;
+        CHECK_OK(es_generate(plain, prompt, n_prompt, &gp, want, 40, &st));
+        es_spec *s = NULL;
+        CHECK_OK(es_spec_create(target, &sp, &s));
+        if (!s) continue;
+        gp.user = &ks;
+        CHECK_OK(es_spec_generate(s, prompt, n_prompt, &gp, got, 40, &sst));
+        CHECKF(sst.n_generated == st.n_generated && ks.n == kp.n && ks.len == kp.len &&
+                   memcmp(ks.text, kp.text, kp.len) == 0 && memcmp(got, want, sizeof(int32_t) * (size_t)kp.n) == 0,
+               "case %zu: speculative run handed out %d tokens '%.*s', plain %d '%.*s'", c, ks.n, (int)ks.len, ks.text,
+               kp.n, (int)kp.len, kp.text);
+        /* the sequence ends with the last token handed out, pending: the KV holds the rest */
+        CHECKF(es_context_n_past(target) == (int32_t)n_prompt + ks.n - 1, "case %zu: n_past %d after %d tokens", c,
+               es_context_n_past(target), ks.n);
+        /* and continues from there as plain decoding of the whole sequence would */
+        int32_t seq[128], n = 0, more[5];
+        for (size_t i = 0; i < n_prompt; i++) seq[n++] = prompt[i];
+        for (int i = 0; i < ks.n; i++) seq[n++] = got[i];
+        seq[n++] = prompt[n_prompt - 1];
+        g_eog_at = -1;
+        es_generate_params gm = gp;
+        gm.on_token = NULL;
+        gm.n_predict = 5;
+        CHECK_OK(es_spec_generate(s, prompt + n_prompt - 1, 1, &gm, more, 5, &sst));
+        float *logits = malloc(sizeof(float) * (size_t)g_nv);
+        for (int i = 0; i < 5 && logits; i++) {
+            model_logits(seq, n, logits);
+            int32_t best = 0;
+            for (int32_t v = 1; v < g_nv; v++) best = logits[v] > logits[best] ? v : best;
+            CHECKF(more[i] == best, "case %zu: continuation token %d is %d, plain decoding says %d", c, i, more[i], best);
+            seq[n++] = best;
+        }
+        free(logits);
+        es_spec_free(s);
+    }
+    g_eog_at = -1;
+    es_context_free(plain);
+    es_context_free(target);
+    es_context_free(drafter);
+}
+
 static void test_with_vocabulary(es_backend *b) {
     char path[1024];
     const char *shared = getenv("ES_SHARED_DIR");
@@ -328,6 +395,7 @@ static void test_with_vocabulary(es_backend *b) {
     CHECK_OK(es_generate(ctx, prompt, n_prompt, &gp, out, 40, &st));
     CHECK(st.n_generated == 3 && k.n == 3 && es_context_n_past(ctx) == (int32_t)n_prompt + 2);
     es_context_free(ctx);
+    test_spec_generate(m, b, prompt, n_prompt);
     g_eog_at = -1;
     g_nv = V;
     m->has_weights = false;

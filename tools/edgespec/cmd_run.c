@@ -66,6 +66,16 @@ static int32_t *tokenize_prompt(const es_model *m, const char *text, size_t len,
     return toks;
 }
 
+static void print_plain_stats(const es_generate_stats *st, const char *where) {
+    fprintf(stderr,
+            "edgespec run: prompt %d tokens in %.1f ms (%.1f tokens/s), decode %d tokens in %.1f ms "
+            "(%.1f tokens/s), backend %s\n",
+            st->n_prompt, st->prompt_ms, per_second(st->n_prompt, st->prompt_ms), st->n_generated, st->decode_ms,
+            per_second(st->n_generated, st->decode_ms), where);
+}
+
+/* One output path for plain and speculative runs: the same parameters and the same on_token;
+ * es_spec_generate hands out what es_generate would. */
 static int generate(const run_args *a, es_backend *backend, es_context *ctx, const int32_t *prompt,
                     size_t n_prompt) {
     /* "cpu", or "vulkan (DEVICE NAME)": which device ran belongs with its numbers */
@@ -75,12 +85,9 @@ static int generate(const run_args *a, es_backend *backend, es_context *ctx, con
         snprintf(where, sizeof where, "%s", kind);
     else
         snprintf(where, sizeof where, "%s (%s)", kind, es_backend_name(backend));
-    if (a->spec.spec != 0) {
-        const cli_spec_run r = {a->model, backend, ctx, prompt, n_prompt, a->n_predict, a->ignore_eos, a->sp, where};
-        const int rc = cli_spec_generate(&a->spec, &r);
-        if (rc == CLI_EXIT_OK && a->be.profile) cli_print_profile("run", backend);
-        return rc;
-    }
+    cli_spec spec = {NULL, NULL, NULL};
+    if (a->spec.spec != 0 && cli_spec_open(&a->spec, backend, ctx, &a->sp, a->ignore_eos, &spec) != CLI_EXIT_OK)
+        return CLI_EXIT_FAIL;
     run_sink sink = {0, 0};
     es_generate_params gp = es_generate_default_params();
     gp.n_predict = a->n_predict;
@@ -89,17 +96,22 @@ static int generate(const run_args *a, es_backend *backend, es_context *ctx, con
     gp.on_token = on_token;
     gp.user = &sink;
     es_generate_stats st;
-    es_status s = es_generate(ctx, prompt, n_prompt, &gp, NULL, 0, &st);
+    es_status s = spec.spec ? es_spec_generate(spec.spec, prompt, n_prompt, &gp, NULL, 0, &st)
+                            : es_generate(ctx, prompt, n_prompt, &gp, NULL, 0, &st);
     if (isatty(STDOUT_FILENO) && sink.bytes > 0) fputc('\n', stderr); /* keep the stats off the text's line */
-    if (s != ES_OK) return cli_fail_status("run", s, "generation failed");
-    if (sink.write_errno) return cli_fail("run", "writing the output: %s", strerror(sink.write_errno));
-    fprintf(stderr,
-            "edgespec run: prompt %d tokens in %.1f ms (%.1f tokens/s), decode %d tokens in %.1f ms "
-            "(%.1f tokens/s), backend %s\n",
-            st.n_prompt, st.prompt_ms, per_second(st.n_prompt, st.prompt_ms), st.n_generated, st.decode_ms,
-            per_second(st.n_generated, st.decode_ms), where);
-    if (a->be.profile) cli_print_profile("run", backend);
-    return CLI_EXIT_OK;
+    int rc = CLI_EXIT_OK;
+    if (s != ES_OK)
+        rc = cli_fail("run", "generation failed: %s (%s)", spec.spec ? es_spec_errmsg(spec.spec) : es_context_errmsg(ctx),
+                      es_status_str(s));
+    else if (sink.write_errno)
+        rc = cli_fail("run", "writing the output: %s", strerror(sink.write_errno));
+    else if (spec.spec)
+        cli_spec_report(&a->spec, &spec, where);
+    else
+        print_plain_stats(&st, where);
+    if (rc == CLI_EXIT_OK && a->be.profile) cli_print_profile("run", backend);
+    cli_spec_close(&spec);
+    return rc;
 }
 
 int cli_cmd_run(int argc, char **argv) {

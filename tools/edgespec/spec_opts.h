@@ -1,6 +1,5 @@
 /* spec_opts.h: the speculative-decoding options of `edgespec run` (--spec stream|draft and their
- * parameters) and the generation loop over an es_spec object. Text goes to stdout exactly as the
- * plain run prints it; the statistics of the run go to stderr. */
+ * parameters), the speculation object they make, and its statistics on stderr. */
 #ifndef EDGESPEC_CLI_SPEC_OPTS_H
 #define EDGESPEC_CLI_SPEC_OPTS_H
 
@@ -9,12 +8,12 @@
 typedef struct cli_spec_args {
     int spec;                /* index into cli_spec_names: 0 none, 1 stream, 2 draft */
     int32_t gamma;           /* streams that draft; 0 = the adapter's              */
-    int32_t topk;            /* tokens drafted per stream                          */
-    int32_t max_nodes;       /* tree nodes per target call                         */
+    int32_t topk;            /* tokens drafted per stream; 0 = the library's        */
+    int32_t max_nodes;       /* tree nodes per target call; 0 = the library's       */
     float prune;             /* tree-pruning threshold, 0 = off                    */
     const char *ss;          /* adapter path; NULL = X.ss.gguf beside X.gguf        */
     const char *draft_model; /* -md                                                */
-    int32_t lookahead;
+    int32_t lookahead;       /* 0 = the library's                                  */
     bool rejection;
     bool fixed_tree;
 } cli_spec_args;
@@ -26,12 +25,12 @@ cli_spec_args cli_spec_defaults(void);
 #define CLI_SPEC_OPTS(a)                                                                                           \
     {"--spec", NULL, CLI_CHOICE, &(a).spec, "KIND", "speculative decoding: none, stream (Speculative Streaming) or draft (draft model)", 0, 0, cli_spec_names}, \
     {"--gamma", NULL, CLI_INT, &(a).gamma, "G", "stream: speculative streams that draft, 0 = the adapter's", 0, ES_SPEC_MAX_DEPTH, NULL}, \
-    {"--topk", NULL, CLI_INT, &(a).topk, "K", "stream: tokens drafted per stream", 1, 64, NULL},                     \
-    {"--max-nodes", NULL, CLI_INT, &(a).max_nodes, "N", "most draft-tree nodes per target call", 1, 4096, NULL},      \
+    {"--topk", NULL, CLI_INT, &(a).topk, "K", "stream: tokens drafted per stream, 0 = the library's default", 0, 64, NULL}, \
+    {"--max-nodes", NULL, CLI_INT, &(a).max_nodes, "N", "most draft-tree nodes per target call, 0 = the library's default", 0, 4096, NULL}, \
     {"--prune", NULL, CLI_FLOAT, &(a).prune, "T", "stream: tree-pruning threshold, 0 = off", 0, 1, NULL},            \
     {"--ss", NULL, CLI_STR, &(a).ss, "PATH", "stream: adapter GGUF (default: MODEL's X.gguf -> X.ss.gguf)", 0, 0, NULL}, \
     {"--draft-model", "-md", CLI_STR, &(a).draft_model, "PATH", "draft: the draft model (same vocabulary)", 0, 0, NULL}, \
-    {"--lookahead", NULL, CLI_INT, &(a).lookahead, "K", "draft: tokens drafted per step", 1, ES_SPEC_MAX_DEPTH, NULL}, \
+    {"--lookahead", NULL, CLI_INT, &(a).lookahead, "K", "draft: tokens drafted per step, 0 = the library's default", 0, ES_SPEC_MAX_DEPTH, NULL}, \
     {"--rejection", NULL, CLI_FLAG, &(a).rejection, NULL, "sampling: rejection sampling (same distribution, other tokens) instead of the seeded exact mode", 0, 0, NULL}, \
     {"--fixed-tree", NULL, CLI_FLAG, &(a).fixed_tree, NULL, "draft up to the limits every step instead of sizing drafts to measured costs and acceptance", 0, 0, NULL}
 
@@ -39,20 +38,19 @@ cli_spec_args cli_spec_defaults(void);
  * Returns CLI_EXIT_OK or a failure already reported. */
 int cli_spec_prepare(const cli_spec_args *s, const char *model_path, es_model *model);
 
-/* What a speculative run needs from `edgespec run`. */
-typedef struct cli_spec_run {
-    const char *model_path;
-    es_backend *backend;
-    es_context *ctx;
-    const int32_t *prompt;
-    size_t n_prompt;
-    int32_t n_predict;       /* 0 = until end of text or context */
-    bool ignore_eos;
-    es_sampler_params sp;
-    const char *backend_name;
-} cli_spec_run;
+/* What a speculative run holds: the draft model and its context (--spec draft), the object. */
+typedef struct cli_spec {
+    es_model *dmodel;
+    es_context *dctx;
+    es_spec *spec;
+} cli_spec;
 
-/* Generates with the speculation object: text to stdout, statistics to stderr. */
-int cli_spec_generate(const cli_spec_args *s, const cli_spec_run *r);
+/* Makes the speculation object on ctx with the run's sampling; CLI_EXIT_OK or a failure already
+ * reported (out then holds nothing). */
+int cli_spec_open(const cli_spec_args *a, es_backend *backend, es_context *ctx, const es_sampler_params *sp,
+                  bool ignore_eos, cli_spec *out);
+/* The run's statistics on stderr. */
+void cli_spec_report(const cli_spec_args *a, const cli_spec *c, const char *backend_name);
+void cli_spec_close(cli_spec *c);
 
 #endif /* EDGESPEC_CLI_SPEC_OPTS_H */

@@ -1,0 +1,36 @@
+/* output.h: what generation hands to the caller, shared by es_generate (autoregressive.c) and
+ * es_spec_generate (spec_generate.c), so plain and speculative runs stop by the same rules and
+ * print the same text: each decided token passes one gate that ends generation at an
+ * end-of-generation token (not handed out unless ignore_eog), records it in tokens_out, hands
+ * its text piece to on_token and reports whether the caller asked to stop or n_predict is
+ * reached. */
+#ifndef ES_DECODE_OUTPUT_H
+#define ES_DECODE_OUTPUT_H
+
+#include "forward_api.h"
+
+typedef struct es__output {
+    const es_model *model;
+    const es_allocator *alloc;
+    const es_generate_params *p;
+    int32_t *tokens_out;     /* [cap] or NULL                                          */
+    size_t cap;
+    int32_t n_generated;     /* tokens handed out                                      */
+    char *piece;             /* [piece_cap] text of the current token                  */
+    size_t piece_cap;
+} es__output;
+
+/* What became of a token at the gate. */
+typedef enum es__take {
+    ES__TAKE_END,  /* an end-of-generation token: not handed out, generation ends          */
+    ES__TAKE_STOP, /* handed out, and on_token asked to stop                                 */
+    ES__TAKE_LAST, /* handed out, and it was the n_predict-th                                 */
+    ES__TAKE_MORE, /* handed out, generation goes on                                       */
+} es__take;
+
+es_status es__output_init(es__output *o, const es_model *m, const es_allocator *a, const es_generate_params *p,
+                          int32_t *tokens_out, size_t cap, es__err *err);
+void es__output_free(es__output *o);
+es_status es__output_take(es__output *o, int32_t token, es__take *what, es__err *err);
+
+#endif /* ES_DECODE_OUTPUT_H */

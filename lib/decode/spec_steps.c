@@ -1,0 +1,110 @@
+/* spec_steps.c: the pieces every speculative strategy composes its step from (spec.h): verifying
+ * the forwarded tree against the target's logits, calibrating draft candidates for the tree
+ * builder, extending the sequence, prefilling a context. Deliberately no strategy here: what to
+ * draft and how is the strategy's file. */
+#include "spec.h"
+
+#include <string.h>
+
+int32_t es__spec_tree_room(const es_spec *s) {
+    const int32_t free_slots = s->caps.n_ctx - es_context_n_past(s->ctx);
+    return ES__MIN(ES__MIN(s->p.max_nodes, s->tree.cap), free_slots);
+}
+
+es_status es__spec_fail_ctx(es_spec *s, es_context *ctx, es_status st, const char *what) {
+    return es__fail(&s->err, st, "%s%s%s", what ? what : "", what ? ": " : "", es_context_errmsg(ctx));
+}
+
+/* ---- the verifier's view of the tree: the target's logits per node, the levels' draft
+ * distributions (rejection mode), and end-of-generation stops */
+
+static es_status src_logits(void *user, int32_t node, const float **logits) {
+    es_spec *s = user;
+    es_status st = es_logits(s->ctx, node, logits);
+    return st == ES_OK ? ES_OK : es__spec_fail_ctx(s, s->ctx, st, NULL);
+}
+
+static es_status src_draft(void *user, int32_t node, const double **q) {
+    es_spec *s = user;
+    ES_RETURN_IF(!s->cand_q, &s->err, ES_ERR_INVALID_ARGUMENT, "verify: no draft distributions kept");
+    *q = s->cand_q + ((size_t)s->cur * (size_t)s->depth + (size_t)s->tree.depth[node]) * (size_t)s->caps.n_vocab;
+    return ES_OK;
+}
+
+static bool src_stop(void *user, int32_t token) {
+    const es_spec *s = user;
+    return es_token_is_eog(s->model, token);
+}
+
+/* What the step's verification says for the statistics and the tuner: how deep the tree reached
+ * after pruning, what was accepted, and each tested node's own draft probability. */
+static void record_acceptance(es_spec *s, const es__verify_out *out) {
+    const es__tree *t = &s->tree;
+    int32_t reach = 0, pruned = 0;
+    for (int32_t i = 0; i < t->n; i++) {
+        if (t->skip && t->skip[i]) pruned++;
+        else reach = ES__MAX(reach, t->depth[i]);
+    }
+    for (int32_t d = 0; d < reach && d < ES_SPEC_MAX_DEPTH; d++) s->st.drafted[d]++;
+    for (int32_t d = 0; d < out->n_path - 1; d++) s->st.accepted[d]++;
+    for (int32_t i = 1; i < t->n; i++)
+        s->node_lp[i] = s->cand_lp[((size_t)s->cur * (size_t)s->depth + (size_t)(t->depth[i] - 1)) * (size_t)s->k +
+                                   (size_t)t->rank[i]];
+    es__tuner_observe_tree(&s->tune, t, out->path, out->n_path, out->next_child, s->node_lp);
+    s->st.n_tree_nodes += t->n;
+    s->st.n_pruned += pruned;
+}
+
+es_status es__spec_verify(es_spec *s, size_t cap, int32_t *tokens, size_t *n_tokens, int32_t *path,
+                          int32_t *n_path) {
+    es__verify_src vs = {s, src_logits, src_draft, s->p.ignore_eog ? NULL : src_stop};
+    es__verify_out out;
+    const int32_t max_emit = (int32_t)ES__MIN(cap, (size_t)ES_SPEC_MAX_DEPTH + 1);
+    ES_TRY(es__verify(&s->ver, &s->tree, &vs, s->hist, s->n_hist, max_emit, &out, &s->err));
+    size_t n = 0;
+    for (int32_t i = 1; i < out.n_path; i++) tokens[n++] = s->tree.token[out.path[i]];
+    tokens[n++] = out.next;
+    *n_tokens = n;
+    memcpy(path, out.path, sizeof(int32_t) * (size_t)out.n_path);
+    *n_path = out.n_path;
+    record_acceptance(s, &out);
+    return ES_OK;
+}
+
+void es__spec_calibrate(es_spec *s, int32_t buf, es__levels *lv) {
+    for (int32_t g = 0; g < lv->n_levels; g++) {
+        const size_t at = ((size_t)buf * (size_t)s->depth + (size_t)g) * (size_t)s->k;
+        for (int32_t r = 0; r < lv->k[g]; r++)
+            s->cand_cal[at + (size_t)r] = es__tuner_accept(&s->tune, g + 1, s->cand_lp[at + (size_t)r]);
+        lv->logp[g] = s->cand_cal + at;
+    }
+    double a, b;
+    if (es__tuner_cost(&s->tune, &a, &b)) {
+        lv->cost_a = a;
+        lv->cost_b = b;
+    }
+}
+
+void es__spec_advance(es_spec *s, const int32_t *tokens, size_t n) {
+    memcpy(s->hist + s->n_hist, tokens, sizeof(int32_t) * n);
+    s->n_hist += n;
+}
+
+es_status es__spec_prefill(es_spec *s, es_context *ctx, const int32_t *chain, int32_t n) {
+    const int32_t n_past0 = es_context_n_past(ctx);
+    es__caps c;
+    es__context_caps(ctx, &c);
+    const int32_t chunk = ES__MIN(c.n_batch, s->caps.n_batch); /* s->zeros has the target's n_batch */
+    for (int32_t off = 0; off < n;) {
+        es_batch b = {ES__MIN(chunk, n - off), chain + off, NULL, NULL, NULL, s->zeros};
+        es_status st = es_forward(ctx, &b);
+        if (st == ES_OK) st = es_commit(ctx, NULL, 0);
+        if (st != ES_OK) {
+            es__spec_fail_ctx(s, ctx, st, NULL);
+            es_truncate(ctx, n_past0);
+            return st;
+        }
+        off += b.n_tokens;
+    }
+    return ES_OK;
+}
