@@ -220,10 +220,10 @@ typedef enum es_backend_type {
     ES_BACKEND_VULKAN = 1,
 } es_backend_type;
 
-/* ES_VK_* bits for es_backend_params.vk_flags (also EDGESPEC_VK_FLAGS, a comma list of the names
- * in quotes, or a number). They force the fallback path of each optional device feature so the
- * fallbacks can be tested on a device that has the feature; results stay within the per-op error
- * bounds, and each configuration is batch-invariant on its own. */
+/* ES_VK_* bits for es_backend_params.vk_flags (es_vk_flags_parse reads them from their names, in
+ * quotes below). They force the fallback path of each optional device feature so the fallbacks can
+ * be tested on a device that has the feature; results stay within the per-op error bounds, and
+ * each configuration is batch-invariant on its own. */
 #define ES_VK_NO_STORAGE16    0x01u /* "no-storage16": f16 weights unpacked from 32-bit words        */
 #define ES_VK_NO_STORAGE8     0x02u /* "no-storage8": Q8_0 quants unpacked from 32-bit words          */
 #define ES_VK_NO_FP16         0x04u /* "no-fp16": no shaderFloat16 arithmetic                         */
@@ -235,11 +235,18 @@ typedef enum es_backend_type {
                                        fails on a device that cannot                                 */
 #define ES_VK_FALLBACKS       0x3fu /* "fallbacks": every fallback at once                           */
 
+/* Parses names, a list of the ES_VK_* names above and numbers (16, 0x10) separated by commas or
+ * spaces ("fallbacks", "no-subgroup,storage-buffers", "0x10"), into the bits they OR to,
+ * so that applications and tools offer the same names. NULL or "" gives 0. An unknown name is
+ * ES_ERR_INVALID_ARGUMENT with a message that lists the known ones; *flags is then untouched.
+ * Plain string parsing: it works in a build without Vulkan too. */
+ES_API es_status es_vk_flags_parse(const char *names, uint32_t *flags);
+
 typedef struct es_backend_params {
     es_backend_type type;
     int32_t n_threads;        /* CPU worker threads; 0 = number of online processors           */
     const char *device;       /* Vulkan: index, name substring or type ("discrete", "integrated",
-                                 "cpu"); NULL or "" = EDGESPEC_VK_DEVICE, else the first GPU   */
+                                 "cpu"); NULL or "" = the default device (es_device_info.is_default) */
     uint32_t vk_flags;        /* ES_VK_* bits forcing fallback paths; 0 = use what the device has */
     const char *pipeline_cache_path; /* Vulkan pipeline cache file; NULL = none               */
     bool profile;             /* collect per-op device timings (es_backend_profile)            */

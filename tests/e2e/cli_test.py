@@ -214,6 +214,11 @@ def case_errors(a):
     expect_fail([cli, "tokenize", "-m", m, "-p", "x", "-f", "y"], 2, ["exactly one"], "both -p and -f")
     # errors the library reports: status 1 and its message
     expect_fail([cli, "run", "-m", m, "-p", "x", "--top-p", "0"], 1, ["top_p"], "top-p 0")
+    expect_fail([cli, "run", "-m", m, "-p", "x", "--vk-flags", "bogus"], 1, ["unknown flag 'bogus'"],
+                "unknown Vulkan flag (parsed in any build)")
+    if a.vulkan:
+        expect_fail([cli, "run", "-m", m, "-p", "x", "--backend", "vulkan", "--vk-flags", "texel-buffers,storage-buffers"],
+                    1, ["exclude each other"], "--vk-flags reach the backend")
     long_prompt = " ".join(["word"] * 64)
     expect_fail([cli, "run", "-m", m, "-p", long_prompt, "-c", "8"], 1, ["n_ctx"], "prompt longer than the context")
     # help goes to stdout with status 0
@@ -300,6 +305,8 @@ def case_bench(a):
           "every test has 2 repetitions and a positive median", p)
     check(doc.get("backend") == "cpu" and doc.get("n_vocab", 0) > 0, "bench reports the backend and the model", p)
     expect_fail([a.cli, "bench", "-m", a.model, "--bogus"], 2, ["--bogus"], "bench with a bad option")
+    expect_fail([a.cli, "bench", "-m", a.model, "--vk-flags", "bogus"], 2, ["unknown flag 'bogus'"],
+                "bench with an unknown Vulkan flag")
     expect_fail([a.cli, "bench", "-m", a.model + ".missing"], 1, ["No such file"], "bench on a missing model")
     h = run([a.cli, "help"])
     check(h.returncode == 0 and "bench" in h.stdout, "help lists bench", h)
