@@ -245,6 +245,10 @@ ES_API es_status es_vk_flags_parse(const char *names, uint32_t *flags);
 typedef struct es_backend_params {
     es_backend_type type;
     int32_t n_threads;        /* CPU worker threads; 0 = number of online processors           */
+    bool cpu_weights_in_place; /* CPU: false (0) = copy the matrices decoding streams into
+                                  huge-page memory at upload (faster decode; the mapped pages are
+                                  released, so resident memory does not double); true = read
+                                  them in place from the model's memory                         */
     const char *device;       /* Vulkan: index, name substring or type ("discrete", "integrated",
                                  "cpu"); NULL or "" = the default device (es_device_info.is_default) */
     uint32_t vk_flags;        /* ES_VK_* bits forcing fallback paths; 0 = use what the device has */
