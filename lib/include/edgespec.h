@@ -63,6 +63,17 @@ ES_API const char *es_status_str(es_status s);
 ES_API const char *es_last_error(void);
 
 /* ---------------------------------------------------------------------------------------------
+ * Debug switches: the only environment variables the library reads (everything else it is told
+ * through params). Both are read when a backend is created, for tests and debugging:
+ *   EDGESPEC_VK_VALIDATION=1   Vulkan: enable the Khronos validation layer (backend creation fails
+ *                              when it is not installed) and report each of its messages through
+ *                              the log at ES_LOG_ERROR, counted in es_backend_stats.validation_messages.
+ *                              Unset, "" or "0" = off. es_vulkan_devices() reads it too.
+ *   EDGESPEC_CPU_KERNELS=NAME  CPU: use kernels no better than "generic" or "x86-64-v3", to test the
+ *                              fallbacks on a CPU that has more; unset = the best this CPU runs.
+ */
+
+/* ---------------------------------------------------------------------------------------------
  * Host services.
  */
 typedef enum es_log_level {
@@ -278,7 +289,7 @@ typedef struct es_backend_stats {
     uint64_t device_bytes;       /* device memory allocated now: weights, KV caches, scratch    */
     uint64_t device_peak_bytes;  /* the most device memory allocated at once                     */
     uint64_t weight_bytes;       /* device memory holding weights                                */
-    uint64_t validation_messages;/* messages from the Khronos validation layer (see README)     */
+    uint64_t validation_messages;/* messages from the Khronos validation layer (Debug switches) */
 } es_backend_stats;
 
 ES_API es_status es_backend_get_stats(const es_backend *backend, es_backend_stats *out);
