@@ -11,8 +11,16 @@
 es_backend_params es_backend_default_params(void) {
     es_backend_params p;
     memset(&p, 0, sizeof p);
-    p.type = ES_BACKEND_CPU;
-    p.log_level = ES_LOG_WARN;
+    return p;
+}
+
+/* The one place the zeros of es_backend_params get their meaning (NULL is all zeros); the rest
+ * (type CPU, no device selector, no flags, no cache, copied weights) are zeros the backends read
+ * as such. Negative values pass through for es_backend_create to reject. */
+static es_backend_params resolve_params(const es_backend_params *params) {
+    es_backend_params p = params ? *params : es_backend_default_params();
+    if (p.n_threads == 0) p.n_threads = es__cpu_count();
+    p.log_level = es__log_level(p.log_level);
     return p;
 }
 
@@ -66,7 +74,7 @@ es_status es_vk_flags_parse(const char *s, uint32_t *flags) {
 es_status es_backend_create(const es_backend_params *params, es_backend **out) {
     if (!out) return es__fail(NULL, ES_ERR_INVALID_ARGUMENT, "es_backend_create: out is NULL");
     *out = NULL;
-    es_backend_params p = params ? *params : es_backend_default_params();
+    const es_backend_params p = resolve_params(params);
     const es__backend_vtbl *vt = NULL;
     if (p.type == ES_BACKEND_CPU)
         vt = &es__cpu_backend;
@@ -90,7 +98,7 @@ es_status es_backend_create(const es_backend_params *params, es_backend **out) {
     b->vt = vt;
     b->type = p.type;
     b->log = (es__log){p.log_fn, p.log_user, p.log_level};
-    b->n_threads = p.n_threads > 0 ? p.n_threads : es__cpu_count();
+    b->n_threads = p.n_threads;
     b->profile = p.profile;
     b->progress_fn = p.progress_fn;
     b->progress_user = p.progress_user;

@@ -7,8 +7,10 @@
  *   - es_status_str() gives static text for a status; es_*_errmsg(obj) the last detailed message of
  *     an object (file offset, tensor name, expected vs found); es_last_error() the calling thread's
  *     last detailed message, which is where a failed constructor (out handle NULL) leaves it.
- *   - *_params structs are filled by es_*_default_params() and passed by const pointer; NULL means
- *     defaults. Every field documents its unit and what 0 means.
+ *   - *_params structs are passed by const pointer. A zeroed params struct means all defaults;
+ *     NULL params the same. Every field documents its unit and what 0 means, and the library gives
+ *     each zero its meaning in one place. es_*_default_params() return the zeroed struct, so
+ *     `es_context_params p = {0};` and `p = es_context_default_params();` are the same.
  *   - The library never exits, aborts or prints. It reports through the log callback given in params.
  *   - destroy(NULL) is a harmless no-op.
  * Thread-safety: a loaded es_model is immutable and may be shared by any number of contexts on any
@@ -77,10 +79,11 @@ ES_API const char *es_last_error(void);
  * Host services.
  */
 typedef enum es_log_level {
-    ES_LOG_ERROR = 0,
-    ES_LOG_WARN = 1,
-    ES_LOG_INFO = 2,
-    ES_LOG_DEBUG = 3,
+    ES_LOG_DEFAULT = 0, /* in params: ES_LOG_WARN. The log callback never receives it. */
+    ES_LOG_ERROR = 1,
+    ES_LOG_WARN = 2,
+    ES_LOG_INFO = 3,
+    ES_LOG_DEBUG = 4,
 } es_log_level;
 
 /* Called from whichever thread made the library call; msg is valid during the call only. */
@@ -105,16 +108,19 @@ typedef bool (*es_progress_fn)(float fraction, void *user);
 typedef struct es_model es_model;
 
 typedef struct es_model_params {
-    bool vocab_only;          /* load hyperparameters and tokenizer only; weights may be absent */
-    bool use_mmap;            /* map the file (default true); false = read it into host memory  */
+    bool vocab_only;          /* true = hyperparameters and tokenizer only (weights may be absent);
+                                 false = everything                                             */
+    bool no_mmap;             /* false (default): map the file read-only; true: read it into host
+                                 memory                                                         */
     es_log_fn log_fn;         /* NULL = silent                                                   */
-    void *log_user;
-    es_log_level log_level;   /* messages above this level are dropped (default ES_LOG_WARN)    */
+    void *log_user;           /* passed to log_fn; NULL is fine                                  */
+    es_log_level log_level;   /* messages above this level are dropped; 0 = ES_LOG_DEFAULT      */
     const es_allocator *allocator; /* NULL = C library; must outlive the model                   */
     es_progress_fn progress_fn;    /* NULL = none                                                */
-    void *progress_user;
+    void *progress_user;      /* passed to progress_fn; NULL is fine                             */
 } es_model_params;
 
+/* The zeroed struct (all defaults); kept for source compatibility. */
 ES_API es_model_params es_model_default_params(void);
 
 /* Loads and validates path. On success *out owns the mapping; free with es_model_free(). The model
@@ -254,7 +260,7 @@ typedef enum es_backend_type {
 ES_API es_status es_vk_flags_parse(const char *names, uint32_t *flags);
 
 typedef struct es_backend_params {
-    es_backend_type type;
+    es_backend_type type;     /* 0 = ES_BACKEND_CPU                                              */
     int32_t n_threads;        /* CPU worker threads; 0 = number of online processors           */
     bool cpu_weights_in_place; /* CPU: false (0) = copy the matrices decoding streams into
                                   huge-page memory at upload (faster decode; the mapped pages are
@@ -263,16 +269,18 @@ typedef struct es_backend_params {
     const char *device;       /* Vulkan: index, name substring or type ("discrete", "integrated",
                                  "cpu"); NULL or "" = the default device (es_device_info.is_default) */
     uint32_t vk_flags;        /* ES_VK_* bits forcing fallback paths; 0 = use what the device has */
-    const char *pipeline_cache_path; /* Vulkan pipeline cache file; NULL = none               */
-    bool profile;             /* collect per-op device timings (es_backend_profile)            */
-    es_log_fn log_fn;
-    void *log_user;
-    es_log_level log_level;
-    const es_allocator *allocator;
-    es_progress_fn progress_fn; /* weight upload progress                                      */
-    void *progress_user;
+    const char *pipeline_cache_path; /* Vulkan pipeline cache file; NULL or "" = none          */
+    bool profile;             /* true = collect per-op device timings (es_backend_profile);
+                                 false = none                                                   */
+    es_log_fn log_fn;         /* NULL = silent                                                   */
+    void *log_user;           /* passed to log_fn; NULL is fine                                  */
+    es_log_level log_level;   /* messages above this level are dropped; 0 = ES_LOG_DEFAULT      */
+    const es_allocator *allocator; /* NULL = C library; must outlive the backend                 */
+    es_progress_fn progress_fn; /* weight upload progress; NULL = none                           */
+    void *progress_user;      /* passed to progress_fn; NULL is fine                             */
 } es_backend_params;
 
+/* The zeroed struct (all defaults); kept for source compatibility. */
 ES_API es_backend_params es_backend_default_params(void);
 ES_API es_status es_backend_create(const es_backend_params *params, es_backend **out);
 ES_API void es_backend_free(es_backend *backend);
@@ -337,13 +345,15 @@ typedef struct es_context es_context;
 typedef struct es_context_params {
     int32_t n_ctx;            /* tokens of KV cache; 0 = the model's n_ctx_train capped at 4096 */
     int32_t n_batch;          /* most tokens one forward call may take; 0 = 512                */
-    es_backend *backend;      /* NULL = a private CPU backend with default params              */
-    es_log_fn log_fn;
-    void *log_user;
-    es_log_level log_level;
-    const es_allocator *allocator;
+    es_backend *backend;      /* NULL = a private CPU backend with default params (and this
+                                 struct's log and allocator), freed with the context            */
+    es_log_fn log_fn;         /* NULL = silent                                                   */
+    void *log_user;           /* passed to log_fn; NULL is fine                                  */
+    es_log_level log_level;   /* messages above this level are dropped; 0 = ES_LOG_DEFAULT      */
+    const es_allocator *allocator; /* NULL = C library; must outlive the context                 */
 } es_context_params;
 
+/* The zeroed struct (all defaults); kept for source compatibility. */
 ES_API es_context_params es_context_default_params(void);
 
 /* Creates a context for model on params->backend. The model and the backend must outlive it;
