@@ -414,18 +414,21 @@ ES_API es_status es_tree_flatten(const int32_t *parent, int32_t n, int32_t n_pas
  */
 typedef struct es_sampler es_sampler;
 
+/* The zero of every field is its default, and the defaults are greedy decoding with no filters
+ * and no penalty. */
 typedef struct es_sampler_params {
-    float temperature;        /* 0 = greedy (argmax, ties to the lowest id)                     */
+    float temperature;        /* >= 0; 0 = greedy (argmax, ties to the lowest id)               */
     int32_t top_k;            /* keep the k most likely; 0 = off                                */
-    float top_p;              /* nucleus mass in (0, 1]; 1 = off                                */
-    float min_p;              /* drop tokens below min_p * p_max; 0 = off                       */
-    float repeat_penalty;     /* divide positive / multiply negative logits of recent tokens; 1 = off */
-    int32_t repeat_last_n;    /* tokens of history the penalty looks at; 0 = off, -1 = all      */
-    uint64_t seed;            /* keys the position-indexed random stream                        */
+    float top_p;              /* nucleus mass in [0, 1]; 0 = off (the same as 1)                */
+    float min_p;              /* drop tokens below min_p * p_max, in [0, 1]; 0 = off            */
+    float repeat_penalty;     /* >= 0: divide positive / multiply negative logits of recent tokens
+                                 by it; 0 = off (the same as 1)                                 */
+    int32_t repeat_last_n;    /* tokens of history the penalty looks at; 0 = 64, -1 = all (the
+                                 penalty is off unless repeat_penalty is set)                   */
+    uint64_t seed;            /* keys the position-indexed random stream; 0 is a seed like any */
 } es_sampler_params;
 
-/* Defaults: temperature 0.8, top_k 40, top_p 0.95, min_p 0.05, repeat_penalty 1 (off),
- * repeat_last_n 64, seed 0. */
+/* The zeroed struct (greedy decoding); kept for source compatibility. */
 ES_API es_sampler_params es_sampler_default_params(void);
 /* Creates a sampler for a vocabulary of n_vocab tokens; params are checked and copied. allocator
  * (NULL = C library) must outlive the sampler. Free with es_sampler_free(). */
@@ -466,10 +469,10 @@ typedef bool (*es_token_fn)(int32_t token, const char *piece, size_t len, void *
 
 typedef struct es_generate_params {
     int32_t n_predict;        /* tokens to generate; 0 = until end of generation or n_ctx       */
-    bool ignore_eog;          /* keep going past end-of-generation tokens                        */
-    es_sampler_params sampling;
+    bool ignore_eog;          /* true = keep going past end-of-generation tokens; false = stop  */
+    es_sampler_params sampling; /* zeroed = greedy decoding                                     */
     es_token_fn on_token;     /* NULL = none                                                     */
-    void *user;
+    void *user;               /* passed to on_token; NULL is fine                                */
 } es_generate_params;
 
 typedef struct es_generate_stats {
@@ -480,7 +483,7 @@ typedef struct es_generate_stats {
     int32_t n_forward_calls;  /* forward calls made during generation (prompt calls excluded)    */
 } es_generate_stats;
 
-/* Defaults: n_predict 0, ignore_eog false, es_sampler_default_params(), no callback. */
+/* The zeroed struct (all defaults: greedy, no limit, no callback); kept for source compatibility. */
 ES_API es_generate_params es_generate_default_params(void);
 
 /* Feeds prompt (n_prompt >= 1 tokens, chunked by the context's n_batch, appended after its

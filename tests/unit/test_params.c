@@ -45,6 +45,10 @@ static void test_default_params_are_zero(void) {
     const es_context_params cp = es_context_default_params();
     CHECK(cp.n_ctx == 0 && cp.n_batch == 0 && !cp.backend && !cp.log_fn && !cp.log_user &&
           cp.log_level == ES_LOG_DEFAULT && !cp.allocator);
+    const es_generate_params gp = es_generate_default_params();
+    CHECK(gp.n_predict == 0 && !gp.ignore_eog && gp.sampling.temperature == 0.0f && gp.sampling.top_k == 0 &&
+          gp.sampling.top_p == 0.0f && gp.sampling.min_p == 0.0f && gp.sampling.repeat_penalty == 0.0f &&
+          gp.sampling.repeat_last_n == 0 && gp.sampling.seed == 0 && !gp.on_token && !gp.user);
 }
 
 static int log_calls[ES_LOG_DEBUG + 2]; /* per level; the last counts levels out of range */
