@@ -137,7 +137,6 @@ int cli_spec_generate(const cli_spec_args *a, const cli_spec_run *r) {
         es_context_params cp = es_context_default_params();
         cp.backend = r->backend;
         cp.n_ctx = es_context_n_ctx(r->ctx);
-        cp.n_batch = 512;
         es_status s = es_context_create(dmodel, &cp, &dctx);
         if (s != ES_OK) {
             cli_fail_status("run", s, "cannot create the draft model's context");
