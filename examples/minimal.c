@@ -55,8 +55,7 @@ int main(int argc, char **argv) {
 
     if (s == ES_OK) {
         es_generate_params gp = es_generate_default_params();
-        gp.n_predict = n_predict;
-        gp.sampling.temperature = 0.0f; /* greedy: the same text every run */
+        gp.n_predict = n_predict; /* gp.sampling is zeroed: greedy, the same text every run */
         gp.on_token = print_piece;
         es_generate_stats stats;
         s = es_generate(ctx, tokens, n_prompt, &gp, NULL, 0, &stats);

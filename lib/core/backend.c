@@ -3,21 +3,78 @@
  * and lib/vulkan. */
 #include "backend.h"
 
+#include <ctype.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 es_backend_params es_backend_default_params(void) {
     es_backend_params p;
     memset(&p, 0, sizeof p);
-    p.type = ES_BACKEND_CPU;
-    p.log_level = ES_LOG_WARN;
     return p;
+}
+
+/* The one place the zeros of es_backend_params get their meaning (NULL is all zeros); the rest
+ * (type CPU, no device selector, no flags, no cache, copied weights) are zeros the backends read
+ * as such. Negative values pass through for es_backend_create to reject. */
+static es_backend_params resolve_params(const es_backend_params *params) {
+    es_backend_params p = params ? *params : es_backend_default_params();
+    if (p.n_threads == 0) p.n_threads = es__cpu_count();
+    p.log_level = es__log_level(p.log_level);
+    return p;
+}
+
+static const struct {
+    const char *name;
+    uint32_t bits;
+} vk_flag_names[] = {
+    {"no-storage16", ES_VK_NO_STORAGE16}, {"no-storage8", ES_VK_NO_STORAGE8}, {"no-fp16", ES_VK_NO_FP16},
+    {"no-subgroup", ES_VK_NO_SUBGROUP},   {"no-int-dot", ES_VK_NO_INT_DOT},
+    {"storage-buffers", ES_VK_STORAGE_BUFFERS}, {"texel-buffers", ES_VK_TEXEL_BUFFERS},
+    {"fallbacks", ES_VK_FALLBACKS},
+};
+
+/* Here rather than in lib/vulkan: an application parses its options whether or not this build has
+ * the Vulkan backend, and backend creation is what then reports a missing backend. */
+es_status es_vk_flags_parse(const char *s, uint32_t *flags) {
+    if (!flags) return es__fail(NULL, ES_ERR_INVALID_ARGUMENT, "es_vk_flags_parse: flags is NULL");
+    uint32_t bits = 0;
+    while (s && *s) {
+        while (*s == ',' || *s == ' ') s++;
+        if (!*s) break;
+        const size_t len = strcspn(s, ", ");
+        bool found = false;
+        for (size_t i = 0; i < ES__ARRAY_LEN(vk_flag_names); i++) {
+            if (strlen(vk_flag_names[i].name) == len && strncmp(vk_flag_names[i].name, s, len) == 0) {
+                bits |= vk_flag_names[i].bits;
+                found = true;
+            }
+        }
+        if (!found && isdigit((unsigned char)s[0])) {
+            char *end = NULL;
+            unsigned long v = strtoul(s, &end, 0);
+            if (end == s + len && v <= UINT32_MAX) {
+                bits |= (uint32_t)v;
+                found = true;
+            }
+        }
+        if (!found) {
+            char known[256] = "";
+            for (size_t i = 0, n = 0; i < ES__ARRAY_LEN(vk_flag_names) && n < sizeof known; i++)
+                n += (size_t)snprintf(known + n, sizeof known - n, "%s%s", i ? ", " : "", vk_flag_names[i].name);
+            return es__fail(NULL, ES_ERR_INVALID_ARGUMENT, "vulkan flags: unknown flag '%.*s' (known: %s)", (int)len, s,
+                            known);
+        }
+        s += len;
+    }
+    *flags = bits;
+    return ES_OK;
 }
 
 es_status es_backend_create(const es_backend_params *params, es_backend **out) {
     if (!out) return es__fail(NULL, ES_ERR_INVALID_ARGUMENT, "es_backend_create: out is NULL");
     *out = NULL;
-    es_backend_params p = params ? *params : es_backend_default_params();
+    const es_backend_params p = resolve_params(params);
     const es__backend_vtbl *vt = NULL;
     if (p.type == ES_BACKEND_CPU)
         vt = &es__cpu_backend;
@@ -41,7 +98,7 @@ es_status es_backend_create(const es_backend_params *params, es_backend **out) {
     b->vt = vt;
     b->type = p.type;
     b->log = (es__log){p.log_fn, p.log_user, p.log_level};
-    b->n_threads = p.n_threads > 0 ? p.n_threads : es__cpu_count();
+    b->n_threads = p.n_threads;
     b->profile = p.profile;
     b->progress_fn = p.progress_fn;
     b->progress_user = p.progress_user;

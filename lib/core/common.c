@@ -50,6 +50,10 @@ void es__logf(const es__log *log, es_log_level level, const char *fmt, ...) {
     log->fn(level, msg, log->user);
 }
 
+es_log_level es__log_level(es_log_level level) {
+    return level == ES_LOG_DEFAULT ? ES_LOG_WARN : level;
+}
+
 const char *es_status_str(es_status s) {
     switch (s) {
     case ES_OK: return "ok";

@@ -45,6 +45,9 @@ void es__err_clear(es__err *err);
 es_status es__err_forward(es__err *dst, const es__err *src);
 
 void es__logf(const es__log *log, es_log_level level, const char *fmt, ...) ES__PRINTF(3, 4);
+/* The level a params struct's log_level asks for: ES_LOG_DEFAULT becomes ES_LOG_WARN. The one
+ * place that default is given; each struct's resolve function calls it. */
+es_log_level es__log_level(es_log_level level);
 
 /* Return with a message when cond holds. Needs an `es__err *` in scope under the name given. */
 #define ES_RETURN_IF(cond, err, status, ...)                                                       \

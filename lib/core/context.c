@@ -11,7 +11,16 @@
 es_context_params es_context_default_params(void) {
     es_context_params p;
     memset(&p, 0, sizeof p);
-    p.log_level = ES_LOG_WARN;
+    return p;
+}
+
+/* The one place the zeros of es_context_params get their meaning, for model m (a NULL backend is
+ * made by context_setup). Sizes were checked to be >= 0. */
+static es_context_params resolve_params(const es_model *m, const es_context_params *params) {
+    es_context_params p = *params;
+    if (p.n_ctx == 0) p.n_ctx = m->hp.n_ctx_train > 0 && m->hp.n_ctx_train < 4096 ? m->hp.n_ctx_train : 4096;
+    p.n_batch = ES__MIN(p.n_batch > 0 ? p.n_batch : 512, p.n_ctx);
+    p.log_level = es__log_level(p.log_level);
     return p;
 }
 
@@ -45,16 +54,16 @@ void es_context_free(es_context *ctx) {
     es__free(a, ctx);
 }
 
-static es_status context_setup(es_context *ctx, const es_context_params *p) {
+static es_status context_setup(es_context *ctx, const es_context_params *params) {
     const es_model *m = ctx->model;
     ES_RETURN_IF(!m->has_weights, &ctx->err, ES_ERR_INVALID_ARGUMENT,
                  "es_context_create: model '%s' was loaded without weights (vocab_only)", m->path);
-    ES_RETURN_IF(p->n_ctx < 0 || p->n_batch < 0, &ctx->err, ES_ERR_INVALID_ARGUMENT,
-                 "es_context_create: n_ctx %d / n_batch %d must not be negative", p->n_ctx, p->n_batch);
-    int32_t n_ctx = p->n_ctx;
-    if (n_ctx == 0) n_ctx = m->hp.n_ctx_train > 0 && m->hp.n_ctx_train < 4096 ? m->hp.n_ctx_train : 4096;
-    ctx->n_ctx = n_ctx;
-    ctx->n_batch = p->n_batch > 0 ? ES__MIN(p->n_batch, n_ctx) : ES__MIN(512, n_ctx);
+    ES_RETURN_IF(params->n_ctx < 0 || params->n_batch < 0, &ctx->err, ES_ERR_INVALID_ARGUMENT,
+                 "es_context_create: n_ctx %d / n_batch %d must not be negative", params->n_ctx, params->n_batch);
+    const es_context_params rp = resolve_params(m, params), *p = &rp;
+    ctx->n_ctx = p->n_ctx;
+    ctx->n_batch = p->n_batch;
+    ctx->log = (es__log){p->log_fn, p->log_user, p->log_level};
     if (p->backend) {
         ctx->backend = p->backend;
     } else {
@@ -107,7 +116,6 @@ es_status es_context_create(const es_model *model, const es_context_params *para
         ctx->alloc = &ctx->alloc_copy;
     }
     ctx->model = model;
-    ctx->log = (es__log){p.log_fn, p.log_user, p.log_level};
     es_status s = context_setup(ctx, &p);
     if (s != ES_OK) {
         char msg[ES__ERRMSG_SIZE];

@@ -27,8 +27,6 @@
 es_model_params es_model_default_params(void) {
     es_model_params p;
     memset(&p, 0, sizeof p);
-    p.use_mmap = true;
-    p.log_level = ES_LOG_WARN;
     return p;
 }
 
@@ -356,7 +354,7 @@ static es_status load(es_model *m, const char *path, const es__file_map *mem, co
         m->map = *mem;
         m->map_borrowed = true;
     } else {
-        int e = es__file_map_open(path, p->use_mmap, &m->map);
+        int e = es__file_map_open(path, !p->no_mmap, &m->map);
         ES_RETURN_IF(e != 0, err, ES_ERR_IO, "cannot open model '%s': %s", path, strerror(e));
     }
     if (p->progress_fn)
@@ -394,8 +392,16 @@ static es_status load(es_model *m, const char *path, const es__file_map *mem, co
     return ES_OK;
 }
 
-static es_status create(const char *path, const es__file_map *mem, const es_model_params *params, es_model **out) {
+/* The one place the zeros of es_model_params get their meaning (NULL is all zeros). Only the log
+ * level needs one: every other zero is already what the loader does by default. */
+static es_model_params resolve_params(const es_model_params *params) {
     es_model_params p = params ? *params : es_model_default_params();
+    p.log_level = es__log_level(p.log_level);
+    return p;
+}
+
+static es_status create(const char *path, const es__file_map *mem, const es_model_params *params, es_model **out) {
+    const es_model_params p = resolve_params(params);
     es_model *m = es__calloc(p.allocator, 1, sizeof *m);
     if (!m) return es__fail(NULL, ES_ERR_OUT_OF_MEMORY, "es_model_load: out of memory");
     if (p.allocator) {

@@ -40,16 +40,13 @@ typedef struct es__cand {
     int32_t id;
 } es__cand;
 
+/* The penalty's window when repeat_last_n is 0: llama.cpp's default, so a penalty set alone
+ * behaves as there. */
+#define ES__REPEAT_LAST_N_DEFAULT 64
+
 es_sampler_params es_sampler_default_params(void) {
     es_sampler_params p;
     memset(&p, 0, sizeof p);
-    p.temperature = 0.8f;
-    p.top_k = 40;
-    p.top_p = 0.95f;
-    p.min_p = 0.05f;
-    p.repeat_penalty = 1.0f;
-    p.repeat_last_n = 64;
-    p.seed = 0;
     return p;
 }
 
@@ -58,15 +55,26 @@ es_status es__sampler_params_check(const es_sampler_params *p, es__err *err) {
     ES_RETURN_IF(!(p->temperature >= 0.0f) || isinf(p->temperature), err, ES_ERR_INVALID_ARGUMENT,
                  "sampler: temperature %g must be finite and >= 0", (double)p->temperature);
     ES_RETURN_IF(p->top_k < 0, err, ES_ERR_INVALID_ARGUMENT, "sampler: top_k %d must be >= 0 (0 = off)", p->top_k);
-    ES_RETURN_IF(!(p->top_p > 0.0f && p->top_p <= 1.0f), err, ES_ERR_INVALID_ARGUMENT,
-                 "sampler: top_p %g must be in (0, 1] (1 = off)", (double)p->top_p);
+    ES_RETURN_IF(!(p->top_p >= 0.0f && p->top_p <= 1.0f), err, ES_ERR_INVALID_ARGUMENT,
+                 "sampler: top_p %g must be in [0, 1] (0 and 1 = off)", (double)p->top_p);
     ES_RETURN_IF(!(p->min_p >= 0.0f && p->min_p <= 1.0f), err, ES_ERR_INVALID_ARGUMENT,
                  "sampler: min_p %g must be in [0, 1] (0 = off)", (double)p->min_p);
-    ES_RETURN_IF(!(p->repeat_penalty > 0.0f) || isinf(p->repeat_penalty), err, ES_ERR_INVALID_ARGUMENT,
-                 "sampler: repeat_penalty %g must be finite and > 0 (1 = off)", (double)p->repeat_penalty);
+    ES_RETURN_IF(!(p->repeat_penalty >= 0.0f) || isinf(p->repeat_penalty), err, ES_ERR_INVALID_ARGUMENT,
+                 "sampler: repeat_penalty %g must be finite and >= 0 (0 and 1 = off)", (double)p->repeat_penalty);
     ES_RETURN_IF(p->repeat_last_n < -1, err, ES_ERR_INVALID_ARGUMENT,
-                 "sampler: repeat_last_n %d must be >= -1 (0 = off, -1 = whole history)", p->repeat_last_n);
+                 "sampler: repeat_last_n %d must be >= -1 (0 = %d, -1 = whole history)", p->repeat_last_n,
+                 ES__REPEAT_LAST_N_DEFAULT);
     return ES_OK;
+}
+
+/* The one place the zeros of es_sampler_params get their meaning (NULL is all zeros), after
+ * es__sampler_params_check: "off" becomes the neutral value the chain tests for. */
+static es_sampler_params resolve_params(const es_sampler_params *params) {
+    es_sampler_params p = params ? *params : es_sampler_default_params();
+    if (p.top_p == 0.0f) p.top_p = 1.0f;
+    if (p.repeat_penalty == 0.0f) p.repeat_penalty = 1.0f;
+    if (p.repeat_last_n == 0) p.repeat_last_n = ES__REPEAT_LAST_N_DEFAULT;
+    return p;
 }
 
 void es_sampler_free(es_sampler *s) {
@@ -93,8 +101,8 @@ es_status es_sampler_create(int32_t n_vocab, const es_sampler_params *params, co
     *out = NULL;
     if (n_vocab <= 0)
         return es__fail(NULL, ES_ERR_INVALID_ARGUMENT, "es_sampler_create: n_vocab %d must be > 0", n_vocab);
-    es_sampler_params p = params ? *params : es_sampler_default_params();
-    ES_TRY(es__sampler_params_check(&p, NULL));
+    if (params) ES_TRY(es__sampler_params_check(params, NULL));
+    const es_sampler_params p = resolve_params(params);
     es_sampler *s = es__calloc(allocator, 1, sizeof *s);
     if (!s) return es__fail(NULL, ES_ERR_OUT_OF_MEMORY, "es_sampler_create: out of memory");
     if (allocator) {
@@ -172,7 +180,7 @@ static es_status scan_logits(es_sampler *s, const float *logits, float *max_out)
  * returns the array the rest of the chain reads (the caller's own when nothing is penalised). */
 static const float *apply_penalty(es_sampler *s, const float *logits, const int32_t *history, size_t n_history) {
     const es_sampler_params *p = &s->p;
-    if (p->repeat_penalty == 1.0f || p->repeat_last_n == 0 || n_history == 0) return logits;
+    if (p->repeat_penalty == 1.0f || n_history == 0) return logits;
     const size_t window = p->repeat_last_n < 0 ? n_history : ES__MIN(n_history, (size_t)p->repeat_last_n);
     memcpy(s->work, logits, sizeof *s->work * (size_t)s->n_vocab);
     if (++s->stamp_gen == 0) { /* wrapped: clear so old marks cannot alias */

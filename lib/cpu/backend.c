@@ -11,7 +11,6 @@
 #include <string.h>
 
 static es_status cpu_init(es_backend *b, const es_backend_params *p) {
-    (void)p;
     es__cpu_state *B = es__calloc(b->alloc, 1, sizeof *B);
     ES_RETURN_IF(!B, &b->err, ES_ERR_OUT_OF_MEMORY, "cpu backend: out of memory");
     es_status s = es__pool_create(b->alloc, b->n_threads, -1, &b->err, &B->pool);
@@ -20,6 +19,7 @@ static es_status cpu_init(es_backend *b, const es_backend_params *p) {
         return s;
     }
     B->kern = es__kern_best();
+    B->weights_in_place = p->cpu_weights_in_place;
     b->impl = B;
     snprintf(b->name, sizeof b->name, "cpu");
     es__logf(&b->log, ES_LOG_INFO, "cpu backend: %d threads, %s kernels", b->n_threads, B->kern->name);
@@ -118,11 +118,10 @@ static int32_t streamed_mats(es__cpu_weights *W, int32_t n_layer, es__cpu_mat **
  * (es__pages_alloc): decode reads every weight once per token, and on the development VM streaming
  * from 4 KiB file pages ran clearly slower than from huge pages (docs/perf.md). The copied range
  * of the mapping is then released to the OS (es__pages_release: page-out, content stays valid), so
- * resident memory does not double. With EDGESPEC_CPU_MAP_WEIGHTS=1 the weights are read in place.
+ * resident memory does not double. es_backend_params.cpu_weights_in_place skips the copy.
  * The embedding (one row per token) stays in the mapping unless it is also the output head. */
 static es_status copy_weights(es_backend *b, const es_model *m, es__cpu_weights *W) {
-    const char *env = getenv("EDGESPEC_CPU_MAP_WEIGHTS");
-    if (env && strcmp(env, "1") == 0) return ES_OK;
+    if (((es__cpu_state *)b->impl)->weights_in_place) return ES_OK;
     es__cpu_mat **mats = es__calloc(b->alloc, 1 + 7 * (size_t)m->hp.n_layer, sizeof *mats);
     ES_RETURN_IF(!mats, &b->err, ES_ERR_OUT_OF_MEMORY, "cpu backend: out of memory");
     const int32_t n = streamed_mats(W, m->hp.n_layer, mats);

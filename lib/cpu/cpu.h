@@ -10,6 +10,7 @@
 typedef struct es__cpu_state {
     es__pool *pool;
     const es__kern *kern;
+    bool weights_in_place; /* es_backend_params.cpu_weights_in_place */
 } es__cpu_state;
 
 /* A weight matrix as the kernels read it: n_out rows of n_in elements of type. */

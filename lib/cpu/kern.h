@@ -39,7 +39,7 @@ const es__kern *es__kern_generic(void);
 const es__kern *es__kern_x86_v3(void); /* NULL when not built or not supported by the CPU */
 const es__kern *es__kern_x86_v4(void);
 
-/* The best level for the running CPU. The environment variable EDGESPEC_CPU_KERNELS ("generic",
+/* The best level for the running CPU. The debug switch EDGESPEC_CPU_KERNELS (edgespec.h; "generic",
  * "x86-64-v3", "x86-64-v4") caps the choice, for tests of the fallbacks. */
 const es__kern *es__kern_best(void);
 

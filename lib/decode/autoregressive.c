@@ -10,8 +10,7 @@
 
 es_generate_params es_generate_default_params(void) {
     es_generate_params p;
-    memset(&p, 0, sizeof p);
-    p.sampling = es_sampler_default_params();
+    memset(&p, 0, sizeof p); /* every zero is read as "none": no limit, greedy, no callback */
     return p;
 }
 

@@ -16,8 +16,7 @@ static const es__strategy *const strategies[] = {
 
 es_spec_params es_spec_default_params(void) {
     es_spec_params p;
-    memset(&p, 0, sizeof p);
-    p.sampling = es_sampler_default_params();
+    memset(&p, 0, sizeof p); /* every zero is a default: resolve_params says which */
     return p;
 }
 

@@ -7,8 +7,10 @@
  *   - es_status_str() gives static text for a status; es_*_errmsg(obj) the last detailed message of
  *     an object (file offset, tensor name, expected vs found); es_last_error() the calling thread's
  *     last detailed message, which is where a failed constructor (out handle NULL) leaves it.
- *   - *_params structs are filled by es_*_default_params() and passed by const pointer; NULL means
- *     defaults. Every field documents its unit and what 0 means.
+ *   - *_params structs are passed by const pointer. A zeroed params struct means all defaults;
+ *     NULL params the same. Every field documents its unit and what 0 means, and the library gives
+ *     each zero its meaning in one place. es_*_default_params() return the zeroed struct, so
+ *     `es_context_params p = {0};` and `p = es_context_default_params();` are the same.
  *   - The library never exits, aborts or prints. It reports through the log callback given in params.
  *   - destroy(NULL) is a harmless no-op.
  * Thread-safety: a loaded es_model is immutable and may be shared by any number of contexts on any
@@ -63,13 +65,25 @@ ES_API const char *es_status_str(es_status s);
 ES_API const char *es_last_error(void);
 
 /* ---------------------------------------------------------------------------------------------
+ * Debug switches: the only environment variables the library reads (everything else it is told
+ * through params). Both are read when a backend is created, for tests and debugging:
+ *   EDGESPEC_VK_VALIDATION=1   Vulkan: enable the Khronos validation layer (backend creation fails
+ *                              when it is not installed) and report each of its messages through
+ *                              the log at ES_LOG_ERROR, counted in es_backend_stats.validation_messages.
+ *                              Unset, "" or "0" = off. es_vulkan_devices() reads it too.
+ *   EDGESPEC_CPU_KERNELS=NAME  CPU: use kernels no better than "generic" or "x86-64-v3", to test the
+ *                              fallbacks on a CPU that has more; unset = the best this CPU runs.
+ */
+
+/* ---------------------------------------------------------------------------------------------
  * Host services.
  */
 typedef enum es_log_level {
-    ES_LOG_ERROR = 0,
-    ES_LOG_WARN = 1,
-    ES_LOG_INFO = 2,
-    ES_LOG_DEBUG = 3,
+    ES_LOG_DEFAULT = 0, /* in params: ES_LOG_WARN. The log callback never receives it. */
+    ES_LOG_ERROR = 1,
+    ES_LOG_WARN = 2,
+    ES_LOG_INFO = 3,
+    ES_LOG_DEBUG = 4,
 } es_log_level;
 
 /* Called from whichever thread made the library call; msg is valid during the call only. */
@@ -94,16 +108,19 @@ typedef bool (*es_progress_fn)(float fraction, void *user);
 typedef struct es_model es_model;
 
 typedef struct es_model_params {
-    bool vocab_only;          /* load hyperparameters and tokenizer only; weights may be absent */
-    bool use_mmap;            /* map the file (default true); false = read it into host memory  */
+    bool vocab_only;          /* true = hyperparameters and tokenizer only (weights may be absent);
+                                 false = everything                                             */
+    bool no_mmap;             /* false (default): map the file read-only; true: read it into host
+                                 memory                                                         */
     es_log_fn log_fn;         /* NULL = silent                                                   */
-    void *log_user;
-    es_log_level log_level;   /* messages above this level are dropped (default ES_LOG_WARN)    */
+    void *log_user;           /* passed to log_fn; NULL is fine                                  */
+    es_log_level log_level;   /* messages above this level are dropped; 0 = ES_LOG_DEFAULT      */
     const es_allocator *allocator; /* NULL = C library; must outlive the model                   */
     es_progress_fn progress_fn;    /* NULL = none                                                */
-    void *progress_user;
+    void *progress_user;      /* passed to progress_fn; NULL is fine                             */
 } es_model_params;
 
+/* The zeroed struct (all defaults); kept for source compatibility. */
 ES_API es_model_params es_model_default_params(void);
 
 /* Loads and validates path. On success *out owns the mapping; free with es_model_free(). The model
@@ -221,10 +238,10 @@ typedef enum es_backend_type {
     ES_BACKEND_VULKAN = 1,
 } es_backend_type;
 
-/* ES_VK_* bits for es_backend_params.vk_flags (also EDGESPEC_VK_FLAGS, a comma list of the names
- * in quotes, or a number). They force the fallback path of each optional device feature so the
- * fallbacks can be tested on a device that has the feature; results stay within the per-op error
- * bounds, and each configuration is batch-invariant on its own. */
+/* ES_VK_* bits for es_backend_params.vk_flags (es_vk_flags_parse reads them from their names, in
+ * quotes below). They force the fallback path of each optional device feature so the fallbacks can
+ * be tested on a device that has the feature; results stay within the per-op error bounds, and
+ * each configuration is batch-invariant on its own. */
 #define ES_VK_NO_STORAGE16    0x01u /* "no-storage16": f16 weights unpacked from 32-bit words        */
 #define ES_VK_NO_STORAGE8     0x02u /* "no-storage8": Q8_0 quants unpacked from 32-bit words          */
 #define ES_VK_NO_FP16         0x04u /* "no-fp16": no shaderFloat16 arithmetic                         */
@@ -236,22 +253,35 @@ typedef enum es_backend_type {
                                        fails on a device that cannot                                 */
 #define ES_VK_FALLBACKS       0x3fu /* "fallbacks": every fallback at once                           */
 
+/* Parses names, a list of the ES_VK_* names above and numbers (16, 0x10) separated by commas or
+ * spaces ("fallbacks", "no-subgroup,storage-buffers", "0x10"), into the bits they OR to,
+ * so that applications and tools offer the same names. NULL or "" gives 0. An unknown name is
+ * ES_ERR_INVALID_ARGUMENT with a message that lists the known ones; *flags is then untouched.
+ * Plain string parsing: it works in a build without Vulkan too. */
+ES_API es_status es_vk_flags_parse(const char *names, uint32_t *flags);
+
 typedef struct es_backend_params {
-    es_backend_type type;
+    es_backend_type type;     /* 0 = ES_BACKEND_CPU                                              */
     int32_t n_threads;        /* CPU worker threads; 0 = number of online processors           */
+    bool cpu_weights_in_place; /* CPU: false (0) = copy the matrices decoding streams into
+                                  huge-page memory at upload (faster decode; the mapped pages are
+                                  released, so resident memory does not double); true = read
+                                  them in place from the model's memory                         */
     const char *device;       /* Vulkan: index, name substring or type ("discrete", "integrated",
-                                 "cpu"); NULL or "" = EDGESPEC_VK_DEVICE, else the first GPU   */
+                                 "cpu"); NULL or "" = the default device (es_device_info.is_default) */
     uint32_t vk_flags;        /* ES_VK_* bits forcing fallback paths; 0 = use what the device has */
-    const char *pipeline_cache_path; /* Vulkan pipeline cache file; NULL = none               */
-    bool profile;             /* collect per-op device timings (es_backend_profile)            */
-    es_log_fn log_fn;
-    void *log_user;
-    es_log_level log_level;
-    const es_allocator *allocator;
-    es_progress_fn progress_fn; /* weight upload progress                                      */
-    void *progress_user;
+    const char *pipeline_cache_path; /* Vulkan pipeline cache file; NULL or "" = none          */
+    bool profile;             /* true = collect per-op device timings (es_backend_profile);
+                                 false = none                                                   */
+    es_log_fn log_fn;         /* NULL = silent                                                   */
+    void *log_user;           /* passed to log_fn; NULL is fine                                  */
+    es_log_level log_level;   /* messages above this level are dropped; 0 = ES_LOG_DEFAULT      */
+    const es_allocator *allocator; /* NULL = C library; must outlive the backend                 */
+    es_progress_fn progress_fn; /* weight upload progress; NULL = none                           */
+    void *progress_user;      /* passed to progress_fn; NULL is fine                             */
 } es_backend_params;
 
+/* The zeroed struct (all defaults); kept for source compatibility. */
 ES_API es_backend_params es_backend_default_params(void);
 ES_API es_status es_backend_create(const es_backend_params *params, es_backend **out);
 ES_API void es_backend_free(es_backend *backend);
@@ -268,7 +298,7 @@ typedef struct es_backend_stats {
     uint64_t device_bytes;       /* device memory allocated now: weights, KV caches, scratch    */
     uint64_t device_peak_bytes;  /* the most device memory allocated at once                     */
     uint64_t weight_bytes;       /* device memory holding weights                                */
-    uint64_t validation_messages;/* messages from the Khronos validation layer (see README)     */
+    uint64_t validation_messages;/* messages from the Khronos validation layer (Debug switches) */
 } es_backend_stats;
 
 ES_API es_status es_backend_get_stats(const es_backend *backend, es_backend_stats *out);
@@ -316,13 +346,15 @@ typedef struct es_context es_context;
 typedef struct es_context_params {
     int32_t n_ctx;            /* tokens of KV cache; 0 = the model's n_ctx_train capped at 4096 */
     int32_t n_batch;          /* most tokens one forward call may take; 0 = 512                */
-    es_backend *backend;      /* NULL = a private CPU backend with default params              */
-    es_log_fn log_fn;
-    void *log_user;
-    es_log_level log_level;
-    const es_allocator *allocator;
+    es_backend *backend;      /* NULL = a private CPU backend with default params (and this
+                                 struct's log and allocator), freed with the context            */
+    es_log_fn log_fn;         /* NULL = silent                                                   */
+    void *log_user;           /* passed to log_fn; NULL is fine                                  */
+    es_log_level log_level;   /* messages above this level are dropped; 0 = ES_LOG_DEFAULT      */
+    const es_allocator *allocator; /* NULL = C library; must outlive the context                 */
 } es_context_params;
 
+/* The zeroed struct (all defaults); kept for source compatibility. */
 ES_API es_context_params es_context_default_params(void);
 
 /* Creates a context for model on params->backend. The model and the backend must outlive it;
@@ -383,18 +415,21 @@ ES_API es_status es_tree_flatten(const int32_t *parent, int32_t n, int32_t n_pas
  */
 typedef struct es_sampler es_sampler;
 
+/* The zero of every field is its default, and the defaults are greedy decoding with no filters
+ * and no penalty. */
 typedef struct es_sampler_params {
-    float temperature;        /* 0 = greedy (argmax, ties to the lowest id)                     */
+    float temperature;        /* >= 0; 0 = greedy (argmax, ties to the lowest id)               */
     int32_t top_k;            /* keep the k most likely; 0 = off                                */
-    float top_p;              /* nucleus mass in (0, 1]; 1 = off                                */
-    float min_p;              /* drop tokens below min_p * p_max; 0 = off                       */
-    float repeat_penalty;     /* divide positive / multiply negative logits of recent tokens; 1 = off */
-    int32_t repeat_last_n;    /* tokens of history the penalty looks at; 0 = off, -1 = all      */
-    uint64_t seed;            /* keys the position-indexed random stream                        */
+    float top_p;              /* nucleus mass in [0, 1]; 0 = off (the same as 1)                */
+    float min_p;              /* drop tokens below min_p * p_max, in [0, 1]; 0 = off            */
+    float repeat_penalty;     /* >= 0: divide positive / multiply negative logits of recent tokens
+                                 by it; 0 = off (the same as 1)                                 */
+    int32_t repeat_last_n;    /* tokens of history the penalty looks at; 0 = 64, -1 = all (the
+                                 penalty is off unless repeat_penalty is set)                   */
+    uint64_t seed;            /* keys the position-indexed random stream; 0 is a seed like any */
 } es_sampler_params;
 
-/* Defaults: temperature 0.8, top_k 40, top_p 0.95, min_p 0.05, repeat_penalty 1 (off),
- * repeat_last_n 64, seed 0. */
+/* The zeroed struct (greedy decoding); kept for source compatibility. */
 ES_API es_sampler_params es_sampler_default_params(void);
 /* Creates a sampler for a vocabulary of n_vocab tokens; params are checked and copied. allocator
  * (NULL = C library) must outlive the sampler. Free with es_sampler_free(). */
@@ -435,10 +470,10 @@ typedef bool (*es_token_fn)(int32_t token, const char *piece, size_t len, void *
 
 typedef struct es_generate_params {
     int32_t n_predict;        /* tokens to generate; 0 = until end of generation or n_ctx       */
-    bool ignore_eog;          /* keep going past end-of-generation tokens                        */
-    es_sampler_params sampling;
+    bool ignore_eog;          /* true = keep going past end-of-generation tokens; false = stop  */
+    es_sampler_params sampling; /* zeroed = greedy decoding                                     */
     es_token_fn on_token;     /* NULL = none                                                     */
-    void *user;
+    void *user;               /* passed to on_token; NULL is fine                                */
 } es_generate_params;
 
 typedef struct es_generate_stats {
@@ -449,7 +484,7 @@ typedef struct es_generate_stats {
     int32_t n_forward_calls;  /* forward calls made during generation (prompt calls excluded)    */
 } es_generate_stats;
 
-/* Defaults: n_predict 0, ignore_eog false, es_sampler_default_params(), no callback. */
+/* The zeroed struct (all defaults: greedy, no limit, no callback); kept for source compatibility. */
 ES_API es_generate_params es_generate_default_params(void);
 
 /* Feeds prompt (n_prompt >= 1 tokens, chunked by the context's n_batch, appended after its
@@ -486,8 +521,8 @@ typedef enum es_spec_strategy {
 #define ES_SPEC_MAX_DEPTH 16 /* deepest draft level (γ, lookahead) */
 
 typedef struct es_spec_params {
-    es_spec_strategy strategy;
-    es_sampler_params sampling; /* the target's sampler; temperature 0 = greedy hard matching     */
+    es_spec_strategy strategy;  /* 0 = ES_SPEC_STREAM                                             */
+    es_sampler_params sampling; /* the target's sampler; zeroed = greedy (hard matching)          */
     bool rejection_sampling;    /* temperature > 0: false = emit exactly what es_generate emits with
                                    the same seed; true = multi-candidate rejection sampling
                                    (SpecInfer): drafts sampled from the draft distribution, the same
@@ -503,9 +538,9 @@ typedef struct es_spec_params {
     es_context *draft_ctx;      /* draft: a context of the draft model (same vocabulary, any backend);
                                    not owned; must outlive the object                               */
     int32_t lookahead;          /* draft: tokens drafted per step, 1..ES_SPEC_MAX_DEPTH; 0 = 4     */
-    bool ignore_eog;            /* keep going past end-of-generation tokens; false = a step emits
-                                   nothing after one                                                */
-    bool fixed_tree;            /* false: size each draft (tree nodes, drafted tokens) to the
+    bool ignore_eog;            /* keep going past end-of-generation tokens; false (0) = a step
+                                   emits nothing after one                                         */
+    bool fixed_tree;            /* false (0): size each draft (tree nodes, drafted tokens) to the
                                    measured cost of the calls and the acceptance seen so far, up to
                                    the limits above, down to plain decoding when drafts do not pay;
                                    true: always draft up to the limits. Rejection sampling's tokens
@@ -530,6 +565,8 @@ typedef struct es_spec_stats {
     double draft_ms;            /* of decode_ms: draft-model forward calls                         */
 } es_spec_stats;
 
+/* The zeroed struct (all defaults: Speculative Streaming with the adapter's γ, greedy, adaptive
+ * trees); kept for source compatibility. es_spec_get_params says what the defaults resolved to. */
 ES_API es_spec_params es_spec_default_params(void);
 
 /* Creates a speculation object that decodes into ctx, starting a new sequence: ctx's (and

@@ -1,7 +1,7 @@
-/* device.c: Vulkan instance, physical-device enumeration and selection (index, name or type;
- * EDGESPEC_VK_DEVICE), feature detection with the ES_VK_* overrides (EDGESPEC_VK_FLAGS), the
- * logical device and queue, and the optional Khronos validation layer with a debug messenger
- * (EDGESPEC_VK_VALIDATION=1) that reports every message through the log at error level.
+/* device.c: Vulkan instance, physical-device enumeration and selection (index, name or type),
+ * feature detection with the ES_VK_* overrides of es_backend_params.vk_flags, the logical device
+ * and queue, and the optional Khronos validation layer with a debug messenger (the
+ * EDGESPEC_VK_VALIDATION=1 debug switch) that reports every message through the log at error level.
  * It deliberately allocates no buffers and builds no pipelines (memory.c, pipeline.c). */
 #include "vk.h"
 
@@ -33,48 +33,6 @@ es_status es__vk_fail(es__vk_dev *d, VkResult r, const char *what) {
     return es__fail(d->err, s, "vulkan: %s failed: %s (%d)", what, es__vk_result_str(r), (int)r);
 }
 
-/* ---- flags */
-static const struct {
-    const char *name;
-    uint32_t bits;
-} flag_names[] = {
-    {"no-storage16", ES_VK_NO_STORAGE16}, {"no-storage8", ES_VK_NO_STORAGE8}, {"no-fp16", ES_VK_NO_FP16},
-    {"no-subgroup", ES_VK_NO_SUBGROUP},   {"no-int-dot", ES_VK_NO_INT_DOT},
-    {"storage-buffers", ES_VK_STORAGE_BUFFERS}, {"texel-buffers", ES_VK_TEXEL_BUFFERS},
-    {"fallbacks", ES_VK_FALLBACKS},
-};
-
-es_status es__vk_parse_flags(const char *s, uint32_t *flags, es__err *err) {
-    *flags = 0;
-    if (!s) return ES_OK;
-    while (*s) {
-        while (*s == ',' || *s == ' ') s++;
-        if (!*s) break;
-        size_t len = strcspn(s, ", ");
-        bool found = false;
-        for (size_t i = 0; i < ES__ARRAY_LEN(flag_names); i++) {
-            if (strlen(flag_names[i].name) == len && strncmp(flag_names[i].name, s, len) == 0) {
-                *flags |= flag_names[i].bits;
-                found = true;
-            }
-        }
-        if (!found && isdigit((unsigned char)s[0])) {
-            char *end = NULL;
-            unsigned long v = strtoul(s, &end, 0);
-            if (end == s + len && v <= UINT32_MAX) {
-                *flags |= (uint32_t)v;
-                found = true;
-            }
-        }
-        ES_RETURN_IF(!found, err, ES_ERR_INVALID_ARGUMENT,
-                     "vulkan flags: unknown flag '%.*s' (known: no-storage16, no-storage8, no-fp16, no-subgroup, "
-                     "no-int-dot, storage-buffers, texel-buffers, fallbacks)",
-                     (int)len, s);
-        s += len;
-    }
-    return ES_OK;
-}
-
 /* ---- instance */
 static VKAPI_ATTR VkBool32 VKAPI_CALL debug_cb(VkDebugUtilsMessageSeverityFlagBitsEXT sev,
                                                VkDebugUtilsMessageTypeFlagsEXT type,
@@ -87,8 +45,10 @@ static VKAPI_ATTR VkBool32 VKAPI_CALL debug_cb(VkDebugUtilsMessageSeverityFlagBi
     return VK_FALSE;
 }
 
-static bool env_true(const char *name) {
-    const char *v = getenv(name);
+/* The EDGESPEC_VK_VALIDATION debug switch (edgespec.h): set and neither "" nor "0". Named here
+ * rather than passed in, so that grep finds every variable the library reads. */
+static bool validation_asked(void) {
+    const char *v = getenv("EDGESPEC_VK_VALIDATION");
     return v && *v && strcmp(v, "0") != 0;
 }
 
@@ -111,7 +71,7 @@ static es_status instance_create(es__vk_dev *d) {
     app.apiVersion = VK_API_VERSION_1_1;
     const char *layers[1] = {"VK_LAYER_KHRONOS_validation"};
     const char *exts[1] = {VK_EXT_DEBUG_UTILS_EXTENSION_NAME};
-    d->validation = env_true("EDGESPEC_VK_VALIDATION");
+    d->validation = validation_asked();
     if (d->validation)
         ES_RETURN_IF(!has_layer(layers[0]), d->err, ES_ERR_BACKEND,
                      "vulkan: EDGESPEC_VK_VALIDATION is set but %s is not installed (Debian: vulkan-validationlayers)",
@@ -446,17 +406,14 @@ es_status es__vk_dev_create(es__vk_dev *d, const es_backend_params *p, es_backen
     d->prof = owner->prof;
     d->n_prof = &owner->n_prof;
     d->profile = p->profile;
-    uint32_t env_flags = 0;
-    ES_TRY(es__vk_parse_flags(getenv("EDGESPEC_VK_FLAGS"), &env_flags, err));
-    d->flags = p->vk_flags | env_flags;
+    d->flags = p->vk_flags;
     ES_TRY(instance_create(d));
 
     es__vk_phys *ph = NULL;
     uint32_t n = 0;
     ES_TRY(enumerate(d, &ph, &n));
-    const char *sel = p->device && *p->device ? p->device : getenv("EDGESPEC_VK_DEVICE");
     uint32_t idx = 0;
-    es_status s = select_device(d, ph, n, sel, &idx);
+    es_status s = select_device(d, ph, n, p->device, &idx);
     if (s == ES_OK) {
         d->phys = ph[idx];
         d->index = idx;

@@ -80,8 +80,6 @@ typedef struct es__vk_dev {
 } es__vk_dev;
 
 /* ---- device.c */
-/* Parses EDGESPEC_VK_FLAGS ("fallbacks", "no-subgroup,ssbo", ...) into ES_VK_* bits. */
-es_status es__vk_parse_flags(const char *s, uint32_t *flags, es__err *err);
 /* Creates the instance and device for owner (errors, log, allocator and counters come from it). */
 es_status es__vk_dev_create(es__vk_dev *d, const es_backend_params *p, es_backend *owner);
 void es__vk_dev_destroy(es__vk_dev *d);

@@ -44,10 +44,10 @@ int main(int argc, char **argv) {
     const int32_t vocabs[] = {512, 32000, 128256};
     const config configs[] = {
         {"greedy", 0.0f, 0, 1.0f, 0.0f, 1.0f},
-        {"defaults (T 0.8, top-k 40, top-p 0.95, min-p 0.05)", 0.8f, 40, 0.95f, 0.05f, 1.0f},
+        {"CLI defaults (T 0.8, top-k 40, top-p 0.95, min-p 0.05)", 0.8f, 40, 0.95f, 0.05f, 1.0f},
         {"T 1, top-p 0.9", 1.0f, 0, 0.9f, 0.0f, 1.0f},
         {"T 1, no filter", 1.0f, 0, 1.0f, 0.0f, 1.0f},
-        {"defaults + repeat penalty 1.1 over 64", 0.8f, 40, 0.95f, 0.05f, 1.1f},
+        {"CLI defaults + repeat penalty 1.1 over 64", 0.8f, 40, 0.95f, 0.05f, 1.1f},
     };
     enum { CALLS = 200, ROWS = 8 };
     int32_t history[64];

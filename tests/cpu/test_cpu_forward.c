@@ -1,12 +1,14 @@
 /* test_cpu_forward.c: properties of the CPU forward pass on random in-memory models of every
  * weight type (odd sizes, GQA and not, tied and not, NORM and NEOX rope, partial rotation):
  *   - batch invariance: a token's logits are bit-identical decoded alone, inside a prefill chain,
- *     and as a node of a verification tree; and under 1, 2 and 3 threads;
+ *     and as a node of a verification tree; and under 1, 2 and 3 threads, and with the weights
+ *     copied at upload or read in place (es_backend_params.cpu_weights_in_place);
  *   - KV compaction: committing a tree's accepted path then decoding equals decoding the path;
  *   - a batch that wants no logits, context-full and invalid batches (bad token, bad tree) fail
  *     cleanly and leave the context usable with unchanged results.
  * Numerical agreement with an independent reference is tests/cpu/test_cpu_reference.py's job. */
 #include "backend.h"
+#include "cpu/cpu.h"
 #include "mem_model.h"
 
 #define N_SEQ 12
@@ -30,9 +32,10 @@ typedef struct runner {
     int32_t n_vocab;
 } runner;
 
-static bool runner_init(runner *r, const es_model *m, int n_threads, int32_t n_ctx) {
+static bool runner_init(runner *r, const es_model *m, int n_threads, bool in_place, int32_t n_ctx) {
     es_backend_params bp = es_backend_default_params();
     bp.n_threads = n_threads;
+    bp.cpu_weights_in_place = in_place;
     es_status s = es_backend_create(&bp, &r->be);
     CHECK_OK(s);
     if (s != ES_OK) return false;
@@ -43,6 +46,9 @@ static bool runner_init(runner *r, const es_model *m, int n_threads, int32_t n_c
     s = es_context_create(m, &cp, &r->ctx);
     CHECK_OK(s);
     r->n_vocab = m->hp.n_vocab;
+    if (s == ES_OK) /* the copy is a huge-page block; in place, the model's own tensor data */
+        CHECKF((((es__cpu_weights *)r->ctx->weights)->repacked == NULL) == in_place, "weights %s",
+               in_place ? "copied although asked to read them in place" : "not copied");
     return s == ES_OK;
 }
 
@@ -102,7 +108,7 @@ static void run_case(const cfg_case *cc) {
 
     for (int nth = 1; nth <= 3; nth++) {
         runner r;
-        if (!runner_init(&r, m, nth, 64)) break;
+        if (!runner_init(&r, m, nth, nth == 3, 64)) break;
         /* prefill chain with every row's logits */
         uint8_t all[N_SEQ];
         memset(all, 1, sizeof all);
@@ -159,7 +165,7 @@ static void run_case(const cfg_case *cc) {
 
     /* errors leave the context usable; a batch without logits still fills the cache */
     runner r;
-    if (runner_init(&r, m, 2, 10)) {
+    if (runner_init(&r, m, 2, false, 10)) {
         uint8_t none[8] = {0};
         es_batch b = {8, seq, NULL, NULL, NULL, none};
         CHECK_OK(es_forward(r.ctx, &b));

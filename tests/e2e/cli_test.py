@@ -92,6 +92,14 @@ def case_run(a):
     s1 = run(samp + ["--seed", "7"])
     s2 = run(samp + ["--seed", "7"])
     check(s1.returncode == 0 and s1.stdout == s2.stdout, "same seed, same text", s2)
+    # top-p 0 is off, as 1 is (the library's zero)
+    s3 = run(base + ["--temp", "1.0", "--top-k", "0", "--top-p", "0", "--min-p", "0", "--seed", "7"])
+    check(s3.returncode == 0 and s3.stdout == s1.stdout, "--top-p 0 samples as --top-p 1", s3)
+    # the CLI's sampling defaults are its own (the library's zeroed sampler params are greedy)
+    d1 = run(base + ["--seed", "3"])
+    d2 = run(base + ["--seed", "3", "--temp", "0.8", "--top-k", "40", "--top-p", "0.95", "--min-p", "0.05"])
+    check(d1.returncode == 0 and d1.stdout == d2.stdout and d1.stdout != g1.stdout,
+          "without options the CLI samples with T 0.8, top-k 40, top-p 0.95, min-p 0.05", d1)
     # random tied-embedding models are very peaked: a hotter run over a few seeds must differ
     hot = base + ["--temp", "3.0", "--top-k", "0", "--top-p", "1", "--min-p", "0"]
     texts = {run(hot + ["--seed", str(seed)]).stdout for seed in (7, 8, 9, 10)}
@@ -213,7 +221,11 @@ def case_errors(a):
     expect_fail([cli, "info"], 2, ["usage:"], "info without a file")
     expect_fail([cli, "tokenize", "-m", m, "-p", "x", "-f", "y"], 2, ["exactly one"], "both -p and -f")
     # errors the library reports: status 1 and its message
-    expect_fail([cli, "run", "-m", m, "-p", "x", "--top-p", "0"], 1, ["top_p"], "top-p 0")
+    expect_fail([cli, "run", "-m", m, "-p", "x", "--vk-flags", "bogus"], 1, ["unknown flag 'bogus'"],
+                "unknown Vulkan flag (parsed in any build)")
+    if a.vulkan:
+        expect_fail([cli, "run", "-m", m, "-p", "x", "--backend", "vulkan", "--vk-flags", "texel-buffers,storage-buffers"],
+                    1, ["exclude each other"], "--vk-flags reach the backend")
     long_prompt = " ".join(["word"] * 64)
     expect_fail([cli, "run", "-m", m, "-p", long_prompt, "-c", "8"], 1, ["n_ctx"], "prompt longer than the context")
     # help goes to stdout with status 0
@@ -300,6 +312,8 @@ def case_bench(a):
           "every test has 2 repetitions and a positive median", p)
     check(doc.get("backend") == "cpu" and doc.get("n_vocab", 0) > 0, "bench reports the backend and the model", p)
     expect_fail([a.cli, "bench", "-m", a.model, "--bogus"], 2, ["--bogus"], "bench with a bad option")
+    expect_fail([a.cli, "bench", "-m", a.model, "--vk-flags", "bogus"], 2, ["unknown flag 'bogus'"],
+                "bench with an unknown Vulkan flag")
     expect_fail([a.cli, "bench", "-m", a.model + ".missing"], 1, ["No such file"], "bench on a missing model")
     h = run([a.cli, "help"])
     check(h.returncode == 0 and "bench" in h.stdout, "help lists bench", h)

@@ -47,7 +47,7 @@ static void test_good(es__dtype type, bool tied, int32_t n_head_kv, es_rope_type
     const char *path = tmp("good.gguf");
     make(&p, path);
     es_model_params mp = es_model_default_params();
-    mp.use_mmap = mmap;
+    mp.no_mmap = !mmap;
     es_model *m = NULL;
     CHECK_OK(es_model_load(path, &mp, &m));
     if (!m) return;
@@ -219,8 +219,10 @@ static void out_q4(es__gguf_writer *w) { add_f(w, "output.weight", ES__DTYPE_Q4_
 static void extra_tensor(es__gguf_writer *w) { add_f(w, "adapter.extra.weight", ES__DTYPE_F32, 8, 8); }
 
 static char logged[4096];
+static int log_calls[ES_LOG_DEBUG + 2]; /* per level; the last counts levels out of range */
 static void log_fn(es_log_level level, const char *msg, void *user) {
     (void)user;
+    log_calls[level >= ES_LOG_DEFAULT && level <= ES_LOG_DEBUG ? level : ES_LOG_DEBUG + 1]++;
     if (level == ES_LOG_DEBUG && strlen(logged) + strlen(msg) + 2 < sizeof logged) {
         strcat(logged, msg);
         strcat(logged, "\n");
@@ -316,6 +318,17 @@ static void test_bad(void) {
         CHECK(i.n_params == expected_params(&p, 512)); /* the extra tensor is not a model parameter */
     }
     es_model_free(m);
+    /* log_level 0 is ES_LOG_WARN: the debug and info lines of that load are dropped, a failed
+     * load's error comes through; the callback never sees ES_LOG_DEFAULT or a level out of range */
+    CHECK(log_calls[ES_LOG_INFO] == 1 && log_calls[ES_LOG_DEBUG] >= 1);
+    memset(log_calls, 0, sizeof log_calls);
+    mp.log_level = ES_LOG_DEFAULT;
+    m = NULL;
+    CHECK_OK(es_model_load(path, &mp, &m));
+    es_model_free(m);
+    CHECK(es_model_load(tmp("missing.gguf"), &mp, &m) == ES_ERR_IO);
+    CHECK(log_calls[ES_LOG_INFO] == 0 && log_calls[ES_LOG_DEBUG] == 0 && log_calls[ES_LOG_ERROR] == 1);
+    CHECK(log_calls[ES_LOG_DEFAULT] == 0 && log_calls[ES_LOG_DEBUG + 1] == 0);
 }
 
 static void test_files(void) {

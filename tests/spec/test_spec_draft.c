@@ -75,6 +75,7 @@ int main(int argc, char **argv) {
     sampled.temperature = 0.9f;
     sampled.top_k = 20;
     sampled.top_p = 0.95f;
+    sampled.min_p = 0.05f;
     sampled.seed = 7;
     const es_sampler_params *modes[2] = {&greedy, &sampled};
 

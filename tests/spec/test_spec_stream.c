@@ -197,6 +197,18 @@ int main(int argc, char **argv) {
         p.strategy = (es_spec_strategy)7;
         CHECK_FAILS(es_spec_create(c, &p, &s), ES_ERR_INVALID_ARGUMENT, "unknown strategy 7");
         CHECK_FAILS(es_spec_create(NULL, &p, &s), ES_ERR_INVALID_ARGUMENT, "ctx is NULL");
+        /* a zeroed struct (and NULL) is every default: Speculative Streaming with the adapter's
+         * gamma, greedy, and the resolved values are what es_spec_get_params reports */
+        const es_spec_params zero = {0};
+        const es_spec_params *given[2] = {&zero, NULL};
+        for (int i = 0; i < 2; i++) {
+            CHECK_OK(es_spec_create(c, given[i], &s));
+            es_spec_params r;
+            CHECK_OK(es_spec_get_params(s, &r));
+            CHECK(r.strategy == ES_SPEC_STREAM && r.n_streams == 4 && r.top_k == 2 && r.max_nodes == 32 &&
+                  r.lookahead == 4 && r.sampling.temperature == 0.0f && !r.fixed_tree);
+            es_spec_free(s);
+        }
         es_context_free(c);
     }
     es__ss_adapter_free(m->ss);

@@ -124,6 +124,9 @@ static es_generate_params gen_params(int n_predict, float temp, uint64_t seed) {
     gp.n_predict = n_predict;
     gp.ignore_eog = true; /* the fake model has no vocabulary */
     gp.sampling.temperature = temp;
+    gp.sampling.top_k = 40; /* sampling through every filter */
+    gp.sampling.top_p = 0.95f;
+    gp.sampling.min_p = 0.05f;
     gp.sampling.seed = seed;
     gp.sampling.repeat_penalty = 1.3f;
     return gp;

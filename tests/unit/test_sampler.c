@@ -1,7 +1,8 @@
 /* test_sampler.c: the sampler: greedy ties, the position-keyed stream (determinism in any call
  * order, uniformity), each filter's effect against an independent brute-force computation, sampled
  * frequencies against the filtered softmax (chi-square with fixed seeds), the repetition penalty,
- * invalid parameters and inputs, allocation failure. */
+ * zeroed params (greedy; each zero means its default), invalid parameters and inputs, allocation
+ * failure. */
 #include "edgespec.h"
 #include "sampler.h"
 
@@ -371,6 +372,111 @@ static void test_repetition_penalty(void) {
     es_sampler_free(s);
 }
 
+/* Two samplers give the same distribution and draws for logits l (n tokens) and history h. */
+static bool same_dist(es_sampler *a, es_sampler *b, const float *l, const int32_t *h, size_t n_h) {
+    bool same = true;
+    es__dist da, db;
+    CHECK_OK(es__sampler_dist(a, l, h, n_h, &da));
+    int32_t n = da.n, ids[64];
+    double w[64];
+    for (int32_t i = 0; i < n && i < 64; i++) ids[i] = da.ids[i], w[i] = da.w[i];
+    CHECK_OK(es__sampler_dist(b, l, h, n_h, &db));
+    same = n == db.n && n <= 64;
+    for (int32_t i = 0; same && i < n; i++) same = ids[i] == db.ids[i] && w[i] == db.w[i];
+    for (int64_t pos = 0; same && pos < 40; pos++) {
+        int32_t ta = -1, tb = -2;
+        CHECK_OK(es_sample(a, l, pos, h, n_h, &ta));
+        CHECK_OK(es_sample(b, l, pos, h, n_h, &tb));
+        same = ta == tb;
+    }
+    return same;
+}
+
+static void test_zero_params(void) {
+    /* NULL and zeroed params are valid and greedy: es_sampler_default_params() is the zeroed struct */
+    es_sampler_params z = es_sampler_default_params();
+    CHECK(z.temperature == 0.0f && z.top_k == 0 && z.top_p == 0.0f && z.min_p == 0.0f && z.repeat_penalty == 0.0f &&
+          z.repeat_last_n == 0 && z.seed == 0);
+    memset(&z, 0, sizeof z);
+    CHECK_OK(es__sampler_params_check(&z, NULL));
+    es_sampler *sz = NULL, *sn = NULL;
+    CHECK_OK(es_sampler_create(6, &z, NULL, &sz));
+    CHECK_OK(es_sampler_create(6, NULL, NULL, &sn));
+    test_rng rng = {99};
+    for (int r = 0; r < 20 && sz && sn; r++) {
+        float l[6];
+        int best = 0;
+        for (int i = 0; i < 6; i++) {
+            l[i] = 4.0f * test_rng_uniform(&rng);
+            best = l[i] > l[best] ? i : best;
+        }
+        int32_t hist[3] = {best, best, (best + 1) % 6}; /* no penalty unless asked for */
+        es__dist d;
+        CHECK_OK(es__sampler_dist(sz, l, hist, 3, &d));
+        CHECK(d.n == 1 && d.ids[0] == best);
+        for (int64_t pos = 0; pos < 5; pos++) {
+            int32_t t = -1;
+            CHECK_OK(es_sample(sn, l, pos, hist, 3, &t));
+            CHECK(t == best);
+        }
+    }
+    es_sampler_free(sz);
+    es_sampler_free(sn);
+
+    /* top_p 0 is top_p 1 (off), repeat_penalty 0 is 1 (off): the same distributions and draws */
+    float l[40];
+    int32_t hist[100];
+    for (int i = 0; i < 40; i++) l[i] = 2.0f * test_rng_uniform(&rng);
+    for (int i = 0; i < 100; i++) hist[i] = (int32_t)(test_rng_u64(&rng) % 40);
+    es_sampler_params a = z, b = z;
+    a.temperature = b.temperature = 1.0f;
+    a.seed = b.seed = 5;
+    b.top_p = 1.0f;
+    b.repeat_penalty = 1.0f;
+    es_sampler *sa = NULL, *sb = NULL;
+    CHECK_OK(es_sampler_create(40, &a, NULL, &sa));
+    CHECK_OK(es_sampler_create(40, &b, NULL, &sb));
+    if (sa && sb) {
+        CHECK(same_dist(sa, sb, l, hist, 100));
+        CHECK(same_dist(sa, sb, l, NULL, 0));
+    }
+    es_sampler_free(sa);
+    es_sampler_free(sb);
+
+    /* repeat_last_n 0 is a window of 64: the same as 64, unlike 63 (token 39 sits only at
+     * history[36], 64 from the end) and -1 (token 38 only at history[0]) */
+    for (int i = 0; i < 100; i++) hist[i] = i % 30;
+    hist[36] = 39;
+    hist[0] = 38;
+    es_sampler_params w[4];
+    const int32_t last_n[4] = {0, 64, 63, -1};
+    es_sampler *sw[4] = {NULL, NULL, NULL, NULL};
+    for (int k = 0; k < 4; k++) {
+        w[k] = a;
+        w[k].repeat_penalty = 1.5f;
+        w[k].repeat_last_n = last_n[k];
+        CHECK_OK(es_sampler_create(40, &w[k], NULL, &sw[k]));
+    }
+    if (sw[0] && sw[1] && sw[2] && sw[3]) {
+        CHECK(same_dist(sw[0], sw[1], l, hist, 100));
+        /* weights relative to token 31, which the history never holds */
+        es__dist d;
+        double r39[4], r38[4];
+        for (int k = 0; k < 4; k++) {
+            CHECK_OK(es__sampler_dist(sw[k], l, hist, 100, &d));
+            r39[k] = d.n == 40 ? d.w[39] / d.w[31] : -1.0;
+            r38[k] = d.n == 40 ? d.w[38] / d.w[31] : -1.0;
+        }
+        /* the penalty takes l - l/1.5 = l/3 off a positive logit, l - 1.5 l = -l/2 off a negative one */
+        const double f39 = exp(l[39] > 0 ? l[39] / 3.0 : -l[39] / 2.0), f38 = exp(l[38] > 0 ? l[38] / 3.0 : -l[38] / 2.0);
+        CHECK(fabs(r39[2] / r39[0] / f39 - 1.0) < 1e-6); /* 39 penalised except with 63 */
+        CHECK(fabs(r39[3] / r39[0] - 1.0) < 1e-12);
+        CHECK(fabs(r38[2] / r38[0] - 1.0) < 1e-12); /* 38 penalised only by -1 */
+        CHECK(fabs(r38[0] / r38[3] / f38 - 1.0) < 1e-6);
+    }
+    for (int k = 0; k < 4; k++) es_sampler_free(sw[k]);
+}
+
 static void test_invalid(void) {
     es_sampler *s = (es_sampler *)&s; /* poisoned: must be set to NULL on failure */
     es_sampler_params p;
@@ -386,7 +492,9 @@ static void test_invalid(void) {
     p.top_k = -1;
     CHECK_FAILS(es_sampler_create(4, &p, NULL, &s), ES_ERR_INVALID_ARGUMENT, "top_k");
     p = es_sampler_default_params();
-    p.top_p = 0.0f;
+    p.top_p = -0.1f;
+    CHECK_FAILS(es_sampler_create(4, &p, NULL, &s), ES_ERR_INVALID_ARGUMENT, "top_p");
+    p.top_p = NAN;
     CHECK_FAILS(es_sampler_create(4, &p, NULL, &s), ES_ERR_INVALID_ARGUMENT, "top_p");
     p.top_p = 1.5f;
     CHECK_FAILS(es_sampler_create(4, &p, NULL, &s), ES_ERR_INVALID_ARGUMENT, "top_p");
@@ -394,7 +502,9 @@ static void test_invalid(void) {
     p.min_p = -0.1f;
     CHECK_FAILS(es_sampler_create(4, &p, NULL, &s), ES_ERR_INVALID_ARGUMENT, "min_p");
     p = es_sampler_default_params();
-    p.repeat_penalty = 0.0f;
+    p.repeat_penalty = -1.0f;
+    CHECK_FAILS(es_sampler_create(4, &p, NULL, &s), ES_ERR_INVALID_ARGUMENT, "repeat_penalty");
+    p.repeat_penalty = NAN;
     CHECK_FAILS(es_sampler_create(4, &p, NULL, &s), ES_ERR_INVALID_ARGUMENT, "repeat_penalty");
     p.repeat_penalty = INFINITY;
     CHECK_FAILS(es_sampler_create(4, &p, NULL, &s), ES_ERR_INVALID_ARGUMENT, "repeat_penalty");
@@ -472,6 +582,7 @@ int main(void) {
     test_filters();
     test_frequencies();
     test_repetition_penalty();
+    test_zero_params();
     test_invalid();
     test_alloc_failure();
     TEST_MAIN_END();

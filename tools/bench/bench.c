@@ -35,7 +35,7 @@ typedef struct opts {
     bool membw;
     bool profile;
     unsigned long long seed;
-    const char *vk_flags; /* EDGESPEC_VK_FLAGS syntax, passed through the environment */
+    uint32_t vk_flags; /* ES_VK_* bits for es_backend_params, from --vk-flags */
 } opts;
 
 static double now_s(void) {
@@ -58,7 +58,7 @@ static void usage(FILE *f, const char *prog) {
             "  -d, --depth N        committed tokens before each decode test (default 0)\n"
             "      --no-membw       skip the machine read-bandwidth measurement\n"
             "      --profile        per-op times of the backend over all timed tests\n"
-            "      --vk-flags LIST  Vulkan fallbacks to force (EDGESPEC_VK_FLAGS names, e.g. fallbacks)\n"
+            "      --vk-flags LIST  Vulkan fallbacks to force (es_vk_flags_parse names, e.g. fallbacks)\n"
             "  -s, --seed N         seed of the random prompt tokens (default 1)\n"
             "Prints one JSON object on stdout.\n",
             prog);
@@ -74,7 +74,7 @@ static bool parse_int(const char *s, int lo, int hi, int *out) {
 
 /* Returns 0 to go on, 1 on a usage error, -1 after --help. */
 static int parse_args(int argc, char **argv, opts *o) {
-    *o = (opts){NULL, ES_BACKEND_CPU, NULL, 0, 5, {64, 512}, 2, 128, 2048, 0, true, false, 1, NULL};
+    *o = (opts){NULL, ES_BACKEND_CPU, NULL, 0, 5, {64, 512}, 2, 128, 2048, 0, true, false, 1, 0};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -136,10 +136,13 @@ static int parse_args(int argc, char **argv, opts *o) {
             o->profile = true;
         } else if (strcmp(a, "--vk-flags") == 0) {
             NEED();
-            o->vk_flags = v;
+            if (es_vk_flags_parse(v, &o->vk_flags) != ES_OK) {
+                fprintf(stderr, "bench: --vk-flags: %s\n", es_last_error());
+                return 1;
+            }
         } else if (OPT("-s", "--seed")) {
             NEED();
-            int s;
+            int s = 0;
             ok = parse_int(v, 0, 1 << 30, &s);
             o->seed = (unsigned long long)s;
         } else {
@@ -477,11 +480,11 @@ int es_bench_main(int argc, char **argv) {
         return fail("es_model_get_info", s, es_last_error());
     }
 
-    if (o.vk_flags) setenv("EDGESPEC_VK_FLAGS", o.vk_flags, 1); /* read at backend creation */
     es_backend_params bp = es_backend_default_params();
     bp.type = o.backend;
     bp.n_threads = o.threads;
     bp.device = o.device;
+    bp.vk_flags = o.vk_flags;
     bp.profile = o.profile;
     es_backend *be = NULL;
     if ((s = es_backend_create(&bp, &be)) != ES_OK) {

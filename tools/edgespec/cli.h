@@ -43,6 +43,7 @@ char *cli_read_file(const char *cmd, const char *path, size_t *len);
 typedef struct cli_backend_args {
     int backend;          /* index into cli_backend_names */
     const char *device;   /* Vulkan device: index, name substring or type */
+    const char *vk_flags; /* Vulkan fallbacks to force: es_vk_flags_parse names; NULL = none */
     int32_t threads;      /* 0 = all online processors */
     int32_t ctx_size;     /* 0 = the model's, capped at 4096 */
     int32_t batch_size;   /* 0 = 512 */
@@ -57,6 +58,7 @@ cli_backend_args cli_backend_defaults(void);
 #define CLI_BACKEND_OPTS(a)                                                                        \
     {"--backend", NULL, CLI_CHOICE, &(a).backend, "NAME", "where the model runs", 0, 0, cli_backend_names},   \
     {"--device", NULL, CLI_STR, &(a).device, "DEV", "Vulkan device: index, name substring or type", 0, 0, NULL}, \
+    {"--vk-flags", NULL, CLI_STR, &(a).vk_flags, "LIST", "Vulkan fallbacks to force, e.g. fallbacks or no-fp16,no-subgroup", 0, 0, NULL}, \
     {"--threads", "-t", CLI_INT, &(a).threads, "N", "CPU threads, 0 = all processors", 0, 4096, NULL},         \
     {"--ctx-size", "-c", CLI_INT, &(a).ctx_size, "N", "KV cache tokens, 0 = the model's (at most 4096)", 0, 1 << 24, NULL}, \
     {"--batch-size", "-b", CLI_INT, &(a).batch_size, "N", "most tokens per forward call, 0 = 512", 0, 1 << 20, NULL}, \

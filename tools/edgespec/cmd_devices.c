@@ -1,6 +1,6 @@
 /* cmd_devices.c: `edgespec devices`: the Vulkan devices the loader offers, which one an empty
- * --device picks, and the optional features the kernels use (each has a fallback; see
- * EDGESPEC_VK_FLAGS in edgespec.h to force them). Also the --profile table of the subcommands
+ * --device picks, and the optional features the kernels use (each has a fallback; --vk-flags
+ * forces them, with the ES_VK_* names of edgespec.h). Also the --profile table of the subcommands
  * that run a model. Public API only, like every subcommand. */
 #include "cli.h"
 

@@ -115,8 +115,11 @@ static int generate(const run_args *a, es_backend *backend, es_context *ctx, con
 }
 
 int cli_cmd_run(int argc, char **argv) {
-    run_args a = {NULL, NULL, NULL, 128, false, false, es_sampler_default_params(), cli_backend_defaults(),
-                  cli_spec_defaults()};
+    /* The CLI's sampling defaults, the usual recommendations (llama.cpp's), written only here: the
+     * library's zeroed sampler params are greedy, while the demo samples unless --temp 0. */
+    const es_sampler_params sampling = {.temperature = 0.8f, .top_k = 40, .top_p = 0.95f, .min_p = 0.05f,
+                                        .repeat_penalty = 1.0f, .repeat_last_n = 64};
+    run_args a = {NULL, NULL, NULL, 128, false, false, sampling, cli_backend_defaults(), cli_spec_defaults()};
     const cli_opt opts[] = {
         {"--model", "-m", CLI_STR, &a.model, "PATH", "GGUF model file", 0, 0, NULL},
         {"--prompt", "-p", CLI_STR, &a.prompt, "TEXT", "prompt text", 0, 0, NULL},
@@ -145,6 +148,8 @@ int cli_cmd_run(int argc, char **argv) {
     int n_pos;
     cli_parse_result r = cli_parse(&cmd, argc - 1, argv + 1, pos, &n_pos, NULL);
     if (r != CLI_PARSE_OK) return r == CLI_PARSE_HELP ? CLI_EXIT_OK : CLI_EXIT_USAGE;
+    /* --repeat-last-n 0 keeps llama.cpp's meaning, no penalty; the library's 0 is its default window */
+    if (a.sp.repeat_last_n == 0) a.sp.repeat_penalty = 0.0f;
     if (!a.model || (!a.prompt) == (!a.file)) {
         fprintf(stderr, "edgespec run: %s\n\n", !a.model ? "-m MODEL is required" : "give exactly one of -p PROMPT and -f FILE");
         cli_usage(stderr, &cmd);

@@ -135,7 +135,7 @@ char *cli_read_file(const char *cmd, const char *path, size_t *len) {
 }
 
 cli_backend_args cli_backend_defaults(void) {
-    cli_backend_args a = {0, NULL, 0, 0, 0, false};
+    cli_backend_args a = {0, NULL, NULL, 0, 0, 0, false};
     return a;
 }
 
@@ -144,6 +144,8 @@ int cli_open_context(const char *cmd, const cli_backend_args *a, const es_model 
     *backend = NULL;
     *ctx = NULL;
     es_backend_params bp = es_backend_default_params();
+    es_status s = es_vk_flags_parse(a->vk_flags, &bp.vk_flags);
+    if (s != ES_OK) return cli_fail_status(cmd, s, "--vk-flags");
     bp.type = a->backend == 1 ? ES_BACKEND_VULKAN : ES_BACKEND_CPU;
     bp.n_threads = a->threads;
     bp.device = a->device;
@@ -155,7 +157,7 @@ int cli_open_context(const char *cmd, const cli_backend_args *a, const es_model 
         bp.progress_fn = progress_cb;
         bp.progress_user = &prog;
     }
-    es_status s = es_backend_create(&bp, backend);
+    s = es_backend_create(&bp, backend);
     if (s != ES_OK) return cli_fail_status(cmd, s, "cannot create the backend");
     es_context_params cp = es_context_default_params();
     cp.backend = *backend;

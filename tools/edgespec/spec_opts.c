@@ -91,7 +91,6 @@ int cli_spec_open(const cli_spec_args *a, es_backend *backend, es_context *ctx, 
         es_context_params cp = es_context_default_params();
         cp.backend = backend;
         cp.n_ctx = es_context_n_ctx(ctx);
-        cp.n_batch = 512;
         es_status s = es_context_create(out->dmodel, &cp, &out->dctx);
         if (s != ES_OK) {
             cli_spec_close(out);

@@ -221,7 +221,7 @@ int main(int argc, char **argv) {
             return 2;
         }
     }
-    if (o.flags && es__vk_parse_flags(o.flags, &o.vk_flags, NULL) != ES_OK) {
+    if (o.flags && es_vk_flags_parse(o.flags, &o.vk_flags) != ES_OK) {
         fprintf(stderr, "vkbench: %s\n", es_last_error());
         return 2;
     }
