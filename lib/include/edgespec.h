@@ -260,6 +260,17 @@ typedef enum es_backend_type {
  * Plain string parsing: it works in a build without Vulkan too. */
 ES_API es_status es_vk_flags_parse(const char *names, uint32_t *flags);
 
+/* Vulkan choices that are measurements, not facts about a device: each is taken from the
+ * device's profile (by device type: lavapipe's measured values for CPU devices, a table for
+ * GPUs; docs/perf.md) unless set here. Results never depend on them, only speed. */
+typedef struct es_vk_tuning {
+    int32_t fused_stream_rows; /* Speculative Streaming: the most rows, tree tokens x (1 + streams),
+                                  whose streams ride in the forward's own dispatches instead of a
+                                  stream pass after it; 0 = the profile's, -1 = never           */
+    int32_t solo_row_elements; /* weight rows shorter than this many elements are walked by one
+                                  invocation instead of a subgroup; 0 = the profile's, -1 = never */
+} es_vk_tuning;
+
 typedef struct es_backend_params {
     es_backend_type type;     /* 0 = ES_BACKEND_CPU                                              */
     int32_t n_threads;        /* CPU worker threads; 0 = number of online processors           */
@@ -270,6 +281,7 @@ typedef struct es_backend_params {
     const char *device;       /* Vulkan: index, name substring or type ("discrete", "integrated",
                                  "cpu"); NULL or "" = the default device (es_device_info.is_default) */
     uint32_t vk_flags;        /* ES_VK_* bits forcing fallback paths; 0 = use what the device has */
+    es_vk_tuning vk_tuning;   /* Vulkan: per-device tuning; zeroed = the device's profile       */
     const char *pipeline_cache_path; /* Vulkan pipeline cache file; NULL or "" = none          */
     bool profile;             /* true = collect per-op device timings (es_backend_profile);
                                  false = none                                                   */

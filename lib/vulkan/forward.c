@@ -49,6 +49,7 @@ typedef struct vk_ctx {
     es__vk_model *w;
     uint32_t nb, n_ctx;
     uint32_t rows;                      /* row buffers: nb, plus the fused stream rows        */
+    uint32_t fused_rows, fused_extra;   /* the device's fused-rows policy; the rows it adds   */
     uint32_t E32, QKV32, Q32, F32, V32; /* row strides (floats), multiples of 32 */
     uint32_t max_splits, step_stride, step_ind;
     es__vk_arena arena;
@@ -328,7 +329,7 @@ static es_status ss_setup(es_context *ctx, vk_ctx *c) {
         kv[l] = bind_region(c, &c->ls[l].k, c->ls[l].k_view);
         kv[L + l] = bind_region(c, &c->ls[l].v, c->ls[l].v_view);
     }
-    const es__vk_ss_res res = {c->w, c->nb, c->n_ctx, c->E32, c->QKV32, c->Q32, c->F32, c->V32,
+    const es__vk_ss_res res = {c->w, c->nb, c->n_ctx, c->fused_rows, c->fused_extra, c->E32, c->QKV32, c->Q32, c->F32, c->V32,
                                bind_region(c, &c->r_x, c->v_x), bind_region(c, &c->r_xn, c->v_xn),
                                bind_region(c, &c->r_qkv, c->v_qkv), bind_region(c, &c->r_attn, c->v_attn),
                                bind_region(c, &c->r_h, c->v_h), bind_buf(&c->step, c->v_step),
@@ -347,7 +348,10 @@ es_status es__vk_ctx_init(es_context *ctx) {
     c->d = d;
     c->w = ctx->weights;
     c->nb = (uint32_t)ctx->n_batch;
-    c->rows = c->nb + (ctx->model->ss ? ES__VK_SS_FUSED_ROWS : 0u);
+    /* fused streams add at most n g <= min(policy rows, n_batch γ) rows after the batch's */
+    c->fused_rows = ctx->model->ss ? d->policy.fused_stream_rows : 0u;
+    c->fused_extra = ctx->model->ss ? (uint32_t)ES__MIN((uint64_t)c->fused_rows, (uint64_t)c->nb * (uint64_t)ctx->model->ss->n_streams) : 0u;
+    c->rows = c->nb + c->fused_extra;
     c->n_ctx = (uint32_t)ctx->n_ctx;
     c->E32 = up32((uint32_t)hp->n_embd);
     c->Q32 = up32((uint32_t)(hp->n_head * hp->head_dim));

@@ -3,7 +3,7 @@
  *   - pruning (3.2.3): at the end of a pruning call's first submission (forward.c) the early exit
  *     output(output_norm(h + up(down(h)))) of the rows of the tokens with children, read back for
  *     the core's decision (prune.h); the survivors' kept hidden states move with their rows;
- *   - fused streams, for batches with few stream rows (ES__VK_SS_FUSED_ROWS): every node's γ
+ *   - fused streams, for batches with few stream rows (the device's policy): every node's γ
  *     rows start at the first MSA layer (Eq. 3) as rows after the batch's own and go through
  *     that layer's and the next ones' dispatches with them; the stream-only LoRA adds its B R in
  *     the projections' epilogues for those rows only, their Q and K are rotated at their node's
@@ -224,7 +224,7 @@ static es_status plan_memory(struct es__vk_msa *m) {
     } plan[] = {
         {&m->r_x0, nb * r->E32 * f},      {&m->r_s, G * r->E32 * f},          {&m->r_sn, G * r->E32 * f},
         {&m->r_qkv, G * r->QKV32 * f},    {&m->r_att, G * r->Q32 * f},        {&m->r_h, G * r->F32 * f},
-        {&m->r_lt, ES__MAX(ES__MAX(G, nb), ES__VK_SS_FUSED_ROWS) * m->R32 * f},
+        {&m->r_lt, ES__MAX(ES__MAX(G, nb), r->fused_extra) * m->R32 * f},
         {&m->r_e, nb * r->E32 * f},       {&m->r_en, nb * r->E32 * f},        {&m->r_p, G * r->E32 * f},
     };
     for (size_t i = 0; i < ES__ARRAY_LEN(plan); i++) ES_TRY(es__vk_arena_reserve(d, &m->arena, plan[i].bytes, plan[i].reg));
@@ -537,10 +537,11 @@ uint32_t es__vk_msa_flags(const struct es__vk_msa *m, uint32_t n, uint32_t g, ui
     const uint32_t start = (uint32_t)m->ss->msa_start;
     if (start < lo) return ES__VK_SS_X0_KEPT;
     if (start >= hi) return 0;
-    /* the streams ride in the forward's rows when they are few: one submission and 16 fewer
-     * dispatches per step than a stream pass after the forward; with more rows the pass, which
-     * computes one node's streams only, is cheaper where rows cost arithmetic (docs/perf.md) */
-    if (hi == (uint32_t)m->ctx->model->hp.n_layer && (uint64_t)n * (1 + g) <= ES__VK_SS_FUSED_ROWS)
+    /* the streams ride in the forward's rows when they are few enough for the device (policy.h):
+     * one submission and 16 fewer dispatches per step than a stream pass after the forward; with
+     * more rows the pass, which computes one node's streams only, is cheaper where rows cost
+     * arithmetic (docs/perf.md) */
+    if (hi == (uint32_t)m->ctx->model->hp.n_layer && (uint64_t)n * (1 + g) <= m->res.fused_rows)
         return ES__VK_SS_FUSED | (g << 8);
     return ES__VK_SS_KEEP_X;
 }

@@ -11,21 +11,19 @@
 
 struct es__vk_msa;
 
-/* The most rows a forward's MSA layers may carry with fused streams: n tokens with g streams
- * each make n (1 + g); larger batches get the stream pass instead. forward.c sizes its row
- * buffers and the step data's arrays for n_batch + this many rows. Measured on lavapipe
- * (docs/perf.md), where rows cost arithmetic and a matrix tile holds 4 of them: fused rows beat
- * the pass while they fit one tile (γ 1 with 2 nodes, or 1 node with up to 3 streams). A device
- * where rows are nearly free (a GPU) would want far more; none has been measured. */
-#define ES__VK_SS_FUSED_ROWS 4u
-
 /* What the Speculative Streaming code borrows from a context (forward.c). Read bindings carry
  * texel views where the device reads through them (a write binding is the same without it). */
 typedef struct es__vk_ss_res {
     es__vk_model *w;
     uint32_t nb, n_ctx;                   /* batch rows and cache slots                      */
+    uint32_t fused_rows;                  /* the most rows n (1 + g) of a forward of n tokens
+                                             whose g streams each ride in its dispatches (the
+                                             device's policy, policy.h); larger batches get the
+                                             stream pass                                     */
+    uint32_t fused_extra;                 /* stream rows the forward's buffers hold after its
+                                             nb: min(fused_rows, nb γ)                       */
     uint32_t E32, QKV32, Q32, F32, V32;   /* padded row widths, as forward.c uses them        */
-    es__vk_bind x, xn, qkv, attn, h;      /* the forward's row buffers [nb + fused rows][..]  */
+    es__vk_bind x, xn, qkv, attn, h;      /* the forward's row buffers [nb + fused_extra][..] */
     es__vk_bind step, rope, vecs;         /* step data, RoPE table, norm vectors             */
     es__vk_buf *step_buf;                 /* the host-mapped step data                       */
     const es__vk_buf *logits;             /* the forward's host-mapped logits rows           */

@@ -6,6 +6,7 @@
 #define ES_VULKAN_VK_H
 
 #include "backend.h"
+#include "policy.h"
 #include "shader_registry.h"
 
 #include <vulkan/vulkan.h>
@@ -68,6 +69,7 @@ typedef struct es__vk_dev {
     es__vk_features use;     /* what the kernels use after ES_VK_* flags */
     uint32_t flags;
     uint32_t subgroup_size;  /* lanes per reduction team in kernels */
+    es__vk_policy policy;    /* per-device tuning (policy.h)     */
     VkPipelineCache pcache;
     char *pcache_path;
     es__vk_pipeline pipelines[ES__VK_MAX_PIPELINES];

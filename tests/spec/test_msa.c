@@ -474,7 +474,9 @@ static void test_errors(void) {
     mem_model_free(m);
 }
 
-/* argv[1]: "cpu" (default) or "vulkan"; argv[2] (Vulkan): "fallbacks" forces every fallback path. */
+/* argv[1]: "cpu" (default) or "vulkan"; argv[2] (Vulkan): "fallbacks" forces every fallback path,
+ * "fuse-all" makes every tree's streams ride in the forward's rows (a GPU's profile, past what
+ * lavapipe's allows), "never-fuse" runs every stream pass after the forward. */
 int main(int argc, char **argv) {
     es_backend_params bp = es_backend_default_params();
     bp.n_threads = 3; /* an odd split of every range */
@@ -483,6 +485,8 @@ int main(int argc, char **argv) {
         spec_pin_vulkan();
     }
     if (argc > 2 && strcmp(argv[2], "fallbacks") == 0) bp.vk_flags = ES_VK_FALLBACKS;
+    if (argc > 2 && strcmp(argv[2], "fuse-all") == 0) bp.vk_tuning.fused_stream_rows = 1 << 20;
+    if (argc > 2 && strcmp(argv[2], "never-fuse") == 0) bp.vk_tuning.fused_stream_rows = -1;
     CHECK_OK(es_backend_create(&bp, &backend));
     if (!backend) TEST_MAIN_END();
     /* GQA, LoRA on every projection of the top layer, pruning at the MSA start */

@@ -104,11 +104,28 @@ int main(void) {
             const int t = types[ti];
             const bool blk = t == T_Q8_0 || t == T_Q4_0;
             check_case(b, &r, t, 67, blk ? 96 : 45, 1, ES__EPI_STORE, cfg);        /* short rows: one lane per row */
-            check_case(b, &r, t, 130, blk ? 1024 : 200, 7, ES__EPI_STORE, cfg);    /* teams of lanes, a tile */
+            check_case(b, &r, t, 130, blk ? 1024 : 200, 7, ES__EPI_STORE, cfg);    /* a tile; teams where the profile allows */
             if (c > 0) continue;
             check_case(b, &r, t, 33, 64, 5, ES__EPI_ADD, cfg);
             check_case(b, &r, t, 2 * 37, blk ? 160 : 81, 6, ES__EPI_SWIGLU, cfg);
             check_case(b, &r, t, 2 * 37, 512, 1, ES__EPI_SWIGLU, cfg);
+        }
+        es_backend_free(b);
+    }
+    /* a device profile that never walks short rows solo: teams on rows of 45-200 elements too
+     * (the lane rule still sends rows of under two units per lane solo) */
+    {
+        vk_pin_driver();
+        es_backend_params p = es_backend_default_params();
+        p.type = ES_BACKEND_VULKAN;
+        p.vk_tuning.solo_row_elements = -1;
+        p.log_fn = vk_test_log;
+        es_backend *b = NULL;
+        CHECK_OK(es_backend_create(&p, &b));
+        for (size_t ti = 0; b && ti < sizeof types / sizeof types[0]; ti++) {
+            const bool blk = types[ti] == T_Q8_0 || types[ti] == T_Q4_0;
+            check_case(b, &r, types[ti], 130, blk ? 256 : 200, 7, ES__EPI_STORE, "no-solo");
+            check_case(b, &r, types[ti], 33, 64, 5, ES__EPI_ADD, "no-solo");
         }
         es_backend_free(b);
     }

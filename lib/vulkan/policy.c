@@ -1,0 +1,37 @@
+/* policy.c: the per-device profiles (policy.h) and their overrides. The numbers and where they
+ * come from are in docs/perf.md; a profile without a measurement says so. */
+#include "policy.h"
+
+#include <stddef.h>
+
+/* By device type. A CPU implementation of Vulkan (Mesa's lavapipe here) is compute-bound: a row
+ * costs arithmetic, a matrix tile holds 4 rows, and fused streams beat the stream pass only while
+ * the MSA layers' rows fit one tile (n (1 + g) <= 4; docs/perf.md "Fused streams"); rows of fewer
+ * than 320 elements ran 1.5-2x faster solo for 8 tokens (docs/perf.md "short rows"). On a GPU a
+ * row is nearly free next to a dispatch, so the paper's one pass per step (every node's streams
+ * in the forward) should win for any tree the default 32-node cap allows with γ <= 3; that is a
+ * tabled expectation, not a measurement (no GPU was lent to measure it), and the solo threshold
+ * is lavapipe's until one is. */
+static const struct {
+    VkPhysicalDeviceType type;
+    es__vk_policy policy;
+} profiles[] = {
+    {VK_PHYSICAL_DEVICE_TYPE_CPU, {"cpu (measured on lavapipe)", 4, 320}},
+    {VK_PHYSICAL_DEVICE_TYPE_DISCRETE_GPU, {"gpu (tabled, unmeasured)", 128, 320}},
+    {VK_PHYSICAL_DEVICE_TYPE_INTEGRATED_GPU, {"gpu (tabled, unmeasured)", 128, 320}},
+};
+
+static uint32_t pick(int32_t override, uint32_t profile_value) {
+    return override == 0 ? profile_value : override < 0 ? 0u : (uint32_t)override;
+}
+
+es__vk_policy es__vk_policy_choose(VkPhysicalDeviceType type, const es_vk_tuning *override) {
+    es__vk_policy p = {"other (the gpu table)", 128, 320};
+    for (size_t i = 0; i < sizeof profiles / sizeof profiles[0]; i++)
+        if (profiles[i].type == type) p = profiles[i].policy;
+    if (override) {
+        p.fused_stream_rows = pick(override->fused_stream_rows, p.fused_stream_rows);
+        p.solo_row_elements = pick(override->solo_row_elements, p.solo_row_elements);
+    }
+    return p;
+}
