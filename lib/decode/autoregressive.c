@@ -107,8 +107,7 @@ es_status es_generate(es_context *ctx, const int32_t *prompt, size_t n_prompt, c
                       int32_t *tokens_out, size_t cap, es_generate_stats *stats) {
     if (!ctx) return es__fail(NULL, ES_ERR_INVALID_ARGUMENT, "es_generate: ctx is NULL");
     const es_generate_params p = params ? *params : es_generate_default_params();
-    es_generate_stats st;
-    memset(&st, 0, sizeof st);
+    es_generate_stats st = {0};
     if (stats) *stats = st;
     gen_state g;
     memset(&g, 0, sizeof g);

@@ -51,8 +51,7 @@ es_status es_spec_generate(es_spec *s, const int32_t *prompt, size_t n_prompt, c
                            int32_t *tokens_out, size_t cap, es_generate_stats *stats) {
     if (!s) return es__fail(NULL, ES_ERR_INVALID_ARGUMENT, "es_spec_generate: spec is NULL");
     const es_generate_params p = params ? *params : es_generate_default_params();
-    es_generate_stats st;
-    memset(&st, 0, sizeof st);
+    es_generate_stats st = {0};
     if (stats) *stats = st;
     ES_RETURN_IF(p.n_predict < 0, &s->err, ES_ERR_INVALID_ARGUMENT,
                  "es_spec_generate: n_predict %d < 0 (0 = until end of generation or n_ctx)", p.n_predict);
