@@ -15,7 +15,7 @@
 #include "../spec/vk_pin.h"
 #include "attn_dense_ss.spv.h"
 #include "attn_dense_tx.spv.h"
-#include "ops.h"
+#include "oprun.h"
 #endif
 
 #include <math.h>

@@ -5,7 +5,7 @@
  * pipeline interface check (SPIR-V reflection of every variant against its family, and a module
  * that disagrees), and the pipeline cache file. */
 #include "backend_vk.h"
-#include "ops.h"
+#include "oprun.h"
 #include "spirv.h"
 #include "vk_test.h"
 

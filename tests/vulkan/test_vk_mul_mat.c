@@ -7,7 +7,7 @@
  * Bound: |y - ref| <= 2e-6 * sum_k |w_k x_k| (f32 accumulation of exactly decoded weights) against
  * the double reference, and twice that against the CPU backend. */
 #include "cpu/ops.h"
-#include "ops.h"
+#include "oprun.h"
 #include "vk_test.h"
 
 #define BOUND 2e-6

@@ -7,7 +7,7 @@
  *   device in a tree: their rounding differs by that much); get_rows exact for every weight type; argmax and top-k
  *   exact ids and values (ties to the lower id, NaN ignored); KV compaction exact. */
 #include "cpu/ops.h"
-#include "ops.h"
+#include "oprun.h"
 #include "vk_test.h"
 
 static double max_abs(const float *x, size_t n) {

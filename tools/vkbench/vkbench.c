@@ -2,7 +2,9 @@
  *   edgespec-vkbench mul_mat [--type f32|f16|bf16|q8_0|q4_0] [--rows M] [--cols K] [--n N]
  *                            [--reps R] [--runs S] [--device SEL] [--flags FLAGS]
  *       one matrix kernel: R dispatches in one submission, median of S submissions; weight
- *       bandwidth = bytes of the device layout per dispatch / time per dispatch
+ *       bandwidth = bytes of the device layout per dispatch / time per dispatch; with
+ *       EDGESPEC_VKBENCH_CPU_TIME set, the time is the process's CPU time (the op runner's switch,
+ *       tests/common/oprun.c), which a busy machine disturbs less than wall time
  *   edgespec-vkbench dispatch [--reps R] [--runs S]
  *       the fixed cost of a dispatch (a tiny kernel R times in one submission) and of a submit
  *       (R = 1)
@@ -12,7 +14,7 @@
  *                          [--tree 32] [--reps R] [--profile]      (bench_model.c)
  * It deliberately checks nothing: tests/vulkan does. */
 #include "gguf.h"
-#include "ops.h"
+#include "oprun.h"
 #include "vkbench.h"
 
 #include <pthread.h>

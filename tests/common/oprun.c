@@ -1,8 +1,9 @@
 /* oprun.c: runs one op on host arrays through the same pipelines the forward pass records, for
- * the op tests (tests/vulkan) and micro-benchmarks (tools/vkbench). Every call makes fresh
- * buffers, so nothing leaks between calls. Deliberately slow and simple: not for inference. */
+ * the op tests (tests/vulkan) and micro-benchmarks (tools/vkbench, tests/bench). Every call makes
+ * fresh buffers, so nothing leaks between calls. Deliberately slow and simple: not for inference,
+ * and so in the testing library (tests/common), not in libedgespec. */
 #include "backend_vk.h"
-#include "ops.h"
+#include "oprun.h"
 
 #include <stdlib.h>
 #include <string.h>
