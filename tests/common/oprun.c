@@ -36,9 +36,9 @@ typedef struct run {
     uint32_t n_bufs;
     VkBufferView views[16];
     uint32_t n_views;
-    es__vk_wset ws;        /* the planes of mats                                */
     es__tensor tens[2];    /* the host views mats were described from            */
     es__vk_mat mats[2];
+    es__vk_wset ws[2];     /* the planes of each of mats (a set uploads once)    */
     uint32_t n_mats;
     VkDescriptorPool pool;
     VkCommandBuffer cb;
@@ -50,7 +50,6 @@ static es_status run_init(run *r, es_backend *b) {
                  "vulkan op: backend is not a Vulkan backend");
     r->d = &((es__vk_backend *)b->impl)->dev;
     es__vk_dev *d = r->d;
-    es__vk_wset_init(&r->ws, d);
     VkDescriptorPoolSize ps[2] = {{VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, 256}, {VK_DESCRIPTOR_TYPE_UNIFORM_TEXEL_BUFFER, 256}};
     VkDescriptorPoolCreateInfo pi = {.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO};
     pi.maxSets = 64;
@@ -71,8 +70,10 @@ static void run_free(run *r) {
     vkDeviceWaitIdle(d->dev);
     for (uint32_t i = 0; i < r->n_views; i++) vkDestroyBufferView(d->dev, r->views[i], NULL);
     for (uint32_t i = 0; i < r->n_bufs; i++) es__vk_buf_destroy(d, &r->bufs[i]);
-    for (uint32_t i = 0; i < r->n_mats; i++) es__vk_mat_free(d, &r->mats[i]);
-    es__vk_wset_free(&r->ws);
+    for (uint32_t i = 0; i < r->n_mats; i++) {
+        es__vk_mat_free(d, &r->mats[i]);
+        es__vk_wset_free(&r->ws[i]);
+    }
     if (r->pool) vkDestroyDescriptorPool(d->dev, r->pool, NULL);
     if (r->cb) vkFreeCommandBuffers(d->dev, d->pool, 1, &r->cb);
 }
@@ -171,17 +172,24 @@ static es_status run_mat(run *r, const char *name, es__dtype type, const void *d
     es__tensor *t = &r->tens[r->n_mats];
     *t = (es__tensor){name, type, 2, {K, rows, 1, 1}, data, rb * rows, 0};
     es__vk_mat *m = &r->mats[r->n_mats];
+    es__vk_wset *ws = &r->ws[r->n_mats];
     const es__tensor *src = t;
-    ES_TRY(es__vk_mat_init(r->d, m, &src, 1, false));
+    es__vk_wset_init(ws, r->d);
     r->n_mats++;
+    ES_TRY(es__vk_mat_init(r->d, m, &src, 1, false));
     if (perm) {
         m->rope_rows = perm[0];
         m->rope_hd = perm[1];
         m->rope_nrot = perm[2];
     }
-    ES_TRY(es__vk_wset_upload(&r->ws, &m, 1, NULL, NULL));
+    ES_TRY(es__vk_wset_upload(ws, &m, 1, NULL, NULL));
     *out = m;
     return ES_OK;
+}
+
+/* The weight set holding m's planes. */
+static es__vk_wset *run_ws(run *r, const es__vk_mat *m) {
+    return &r->ws[m - r->mats];
 }
 
 /* One descriptor set per part of m: the part's weight bindings, then the pipeline's others from
@@ -192,7 +200,7 @@ static es_status run_part_sets(run *r, const es__vk_mat *m, const es__vk_pipelin
                  "vulkan op: matrix too large");
     for (uint32_t i = 0; i < m->n_parts; i++) {
         es__vk_bind bind[10];
-        es__vk_part_binds(&r->ws, &m->parts[i], &bind[0], &bind[1]);
+        es__vk_part_binds(run_ws(r, m), &m->parts[i], &bind[0], &bind[1]);
         memcpy(&bind[2], tail, (p->n_bindings - 2) * sizeof *tail);
         ES_TRY(es__vk_set_create(r->d, r->pool, p, bind, &sets[i]));
     }
@@ -352,7 +360,7 @@ static es_status run_lora_binds(run *r, const es__vk_ss_proj *ss, uint32_t rows,
     ES_TRY(run_rows(r, ss->lora_r, n > ss->ss_t0 ? n - ss->ss_t0 : 0, ss->rank, r32, &R));
     ES_TRY(run_ro(r, R, VK_FORMAT_R32G32B32A32_SFLOAT, &b[0]));
     es__vk_bind unused;
-    es__vk_part_binds(&r->ws, &mb->parts[0], &b[1], &unused);
+    es__vk_part_binds(run_ws(r, mb), &mb->parts[0], &b[1], &unused);
     return ES_OK;
 }
 
@@ -488,7 +496,7 @@ es_status es__vk_run_get_rows(es_backend *b, es__dtype type, const void *table, 
     if (s == ES_OK) s = run_rows(&r, NULL, n, K, E32, &X);
     for (uint32_t i = 0; s == ES_OK && i < m->n_parts; i++) {
         es__vk_bind binds[4];
-        es__vk_part_binds(&r.ws, &m->parts[i], &binds[0], &binds[1]);
+        es__vk_part_binds(run_ws(&r, m), &m->parts[i], &binds[0], &binds[1]);
         binds[2] = bs;
         binds[3] = whole(X);
         es__pc_get_rows pc = {m->K, K, n, m->parts[i].row0, m->parts[i].rows, E32, m->team};
