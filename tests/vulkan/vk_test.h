@@ -165,4 +165,59 @@ static inline double norm_err(double y, double ref, double scale) {
     return fabs(y - ref) / (scale > 0 ? scale : 1e-30);
 }
 
+/* ---- random inputs, poison and error measures */
+
+static inline double max_abs(const float *x, size_t n) {
+    double m = 0;
+    for (size_t i = 0; i < n; i++) m = fmax(m, fabs(x[i]));
+    return m;
+}
+
+/* max |a - b| / scale; infinite when a has a NaN or an infinity */
+static inline double diff(const float *a, const float *b, size_t n, double scale) {
+    double m = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!isfinite(a[i])) return INFINITY;
+        m = fmax(m, fabs((double)a[i] - b[i]));
+    }
+    return m / (scale > 0 ? scale : 1);
+}
+
+static inline float *rand_vec(test_rng *r, size_t n, float scale) {
+    float *x = malloc(sizeof *x * (n ? n : 1));
+    for (size_t i = 0; i < n; i++) x[i] = scale * test_rng_uniform(r);
+    return x;
+}
+
+/* n NaNs: outputs start poisoned, so an element a kernel leaves unwritten fails every bound. */
+static inline float *nan_vec(size_t n) {
+    float *x = malloc(sizeof *x * (n ? n : 1));
+    for (size_t i = 0; i < n; i++) x[i] = NAN;
+    return x;
+}
+
+/* A random batch tree of n nodes in DFS pre-order, as dfs_end[]: each node's parent is the node
+ * before it or one of that node's ancestors, or none (a forest: several trees in one batch).
+ * chain: each node's parent is the node before it. */
+static inline void random_tree(test_rng *r, int32_t n, int32_t *dfs_end, int chain) {
+    int32_t *parent = malloc(sizeof *parent * (size_t)n);
+    for (int32_t j = 0; j < n; j++) {
+        int32_t p = j - 1;
+        if (!chain)
+            while (p >= 0 && test_rng_u64(r) % 3 == 0) p = parent[p];
+        parent[j] = p;
+    }
+    for (int32_t j = n - 1; j >= 0; j--) dfs_end[j] = j;
+    for (int32_t j = n - 1; j >= 0; j--)
+        if (parent[j] >= 0 && dfs_end[j] > dfs_end[parent[j]]) dfs_end[parent[j]] = dfs_end[j];
+    free(parent);
+}
+
+/* Depth of node j of a DFS pre-order batch: its ancestors are the i < j whose subtree holds j. */
+static inline int32_t tree_depth(const int32_t *dfs_end, int32_t j) {
+    int32_t d = 0;
+    for (int32_t i = 0; i < j; i++) d += dfs_end[i] >= j;
+    return d;
+}
+
 #endif
