@@ -8,6 +8,7 @@
 #include "mkmodel.h"
 #include "model.h"
 
+#include "../common/test_alloc.h"
 #include "../test.h"
 
 #include <inttypes.h>
@@ -392,27 +393,6 @@ static void test_progress(void) {
     }
 }
 
-typedef struct budget {
-    int left, live;
-} budget;
-static void *b_alloc(size_t n, void *u) {
-    budget *b = u;
-    if (b->left-- <= 0) return NULL;
-    b->live++;
-    return malloc(n);
-}
-static void *b_realloc(void *ptr, size_t n, void *u) {
-    budget *b = u;
-    if (b->left-- <= 0) return NULL;
-    if (!ptr) b->live++;
-    return realloc(ptr, n);
-}
-static void b_free(void *ptr, void *u) {
-    budget *b = u;
-    if (ptr) b->live--;
-    free(ptr);
-}
-
 static void test_alloc_failures(void) {
     const char *path = tmp("good.gguf");
     es_mk_params p = es_mk_default_params();
@@ -421,8 +401,8 @@ static void test_alloc_failures(void) {
     make(&p, path);
     int succeeded_at = -1;
     for (int k = 0; k < 5000 && succeeded_at < 0; k++) {
-        budget b = {k, 0};
-        es_allocator a = {b_alloc, b_realloc, b_free, &b};
+        test_alloc b; /* k allocations succeed, then every one fails */
+        es_allocator a = test_allocator(&b, k, false);
         es_model_params mp = es_model_default_params();
         mp.allocator = &a;
         es_model *m = NULL;
@@ -433,7 +413,7 @@ static void test_alloc_failures(void) {
         } else {
             CHECKF(s == ES_ERR_OUT_OF_MEMORY && m == NULL, "budget %d: %s: %s", k, es_status_str(s), es_last_error());
         }
-        CHECKF(b.live == 0, "budget %d: %d allocations leaked", k, b.live);
+        CHECKF(b.live == 0, "budget %d: %ld allocations leaked", k, b.live);
     }
     CHECK(succeeded_at > 5);
 }
