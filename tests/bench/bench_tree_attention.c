@@ -12,7 +12,7 @@
 #include "cpu/ops.h"
 #include "edgespec.h"
 #if ES_BENCH_VULKAN
-#include "../spec/vk_pin.h"
+#include "../common/vk_pin.h"
 #include "attn_dense_ss.spv.h"
 #include "attn_dense_tx.spv.h"
 #include "oprun.h"
@@ -125,7 +125,7 @@ int main(int argc, char **argv) {
     es_backend *be = NULL;
     if (vulkan) {
 #if ES_BENCH_VULKAN
-        spec_pin_vulkan();
+        test_pin_vulkan();
         es_backend_params bp = es_backend_default_params();
         bp.type = ES_BACKEND_VULKAN;
         if (es_backend_create(&bp, &be) != ES_OK || !be) {

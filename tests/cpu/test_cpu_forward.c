@@ -6,6 +6,7 @@
  *   - a batch that wants no logits, context-full and invalid batches (bad token, bad tree) fail
  *     cleanly and leave the context usable with unchanged results.
  * Numerical agreement with an independent reference is tests/cpu/test_cpu_reference.py's job. */
+#include "../common/test_ctx.h"
 #include "backend.h"
 #include "mem_model.h"
 
@@ -36,14 +37,9 @@ static bool runner_init(runner *r, const es_model *m, int n_threads, int32_t n_c
     es_status s = es_backend_create(&bp, &r->be);
     CHECK_OK(s);
     if (s != ES_OK) return false;
-    es_context_params cp = es_context_default_params();
-    cp.n_ctx = n_ctx;
-    cp.n_batch = 32;
-    cp.backend = r->be;
-    s = es_context_create(m, &cp, &r->ctx);
-    CHECK_OK(s);
+    r->ctx = test_ctx(m, r->be, n_ctx, 32, NULL);
     r->n_vocab = m->hp.n_vocab;
-    return s == ES_OK;
+    return r->ctx != NULL;
 }
 
 static void runner_free(runner *r) {

@@ -176,7 +176,7 @@ static void test_pipeline_cache(void) {
 }
 
 int main(void) {
-    vk_pin_driver();
+    test_pin_vulkan();
     test_listing();
     test_selection();
     test_flags();

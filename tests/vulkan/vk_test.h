@@ -4,6 +4,11 @@
 #ifndef ES_VK_TEST_H
 #define ES_VK_TEST_H
 
+#ifndef ES_TEST_VULKAN
+#define ES_TEST_VULKAN 1 /* every test here runs Vulkan */
+#endif
+
+#include "../common/vk_pin.h"
 #include "edgespec.h"
 #include "test.h"
 
@@ -33,21 +38,10 @@ static void vk_test_log(es_log_level level, const char *msg, void *user) {
     }
 }
 
-/* Mesa's lavapipe makes one-time libstdc++ allocations when the loader first loads it, and the
- * loader unloads the driver with the last VkInstance, which leaves those allocations unreachable
- * and LeakSanitizer (the ASan CI build) reporting the driver's leak as ours. Holding one instance
- * for the life of the test process keeps the driver loaded and its allocations reachable. */
-static inline void vk_pin_driver(void) {
-    static VkInstance pinned;
-    if (pinned) return;
-    VkInstanceCreateInfo ci = {.sType = VK_STRUCTURE_TYPE_INSTANCE_CREATE_INFO};
-    if (vkCreateInstance(&ci, NULL, &pinned) != VK_SUCCESS) pinned = VK_NULL_HANDLE;
-}
-
 /* A Vulkan backend on the pinned driver with fallback flags and a pipeline cache file (NULL =
  * none); NULL where creation failed. */
 static inline es_backend *vk_backend_cached(uint32_t flags, const char *cache_path) {
-    vk_pin_driver();
+    test_pin_vulkan();
     es_backend_params p = es_backend_default_params();
     p.type = ES_BACKEND_VULKAN;
     p.vk_flags = flags;
