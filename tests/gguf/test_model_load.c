@@ -9,6 +9,7 @@
 #include "model.h"
 
 #include "../common/test_alloc.h"
+#include "../common/test_file.h"
 #include "../test.h"
 
 #include <inttypes.h>
@@ -123,13 +124,9 @@ typedef struct edit {
 } edit;
 
 static void rebuild(const char *src, const char *dst, edit e) {
-    FILE *fp = fopen(src, "rb");
-    fseek(fp, 0, SEEK_END);
-    long n = ftell(fp);
-    fseek(fp, 0, SEEK_SET);
-    uint8_t *data = malloc((size_t)n);
-    CHECK(fread(data, 1, (size_t)n, fp) == (size_t)n);
-    fclose(fp);
+    size_t n = 0;
+    uint8_t *data = test_read_file(src, 0, &n);
+    CHECKF(data != NULL, "cannot read %s", src);
     es__gguf *g = NULL;
     es__err err;
     CHECK_OK(es__gguf_parse(data, (uint64_t)n, NULL, &err, &g));
