@@ -15,6 +15,7 @@
  * It deliberately checks nothing: tests/vulkan does. */
 #include "gguf.h"
 #include "oprun.h"
+#include "test_dtype.h"
 #include "vkbench.h"
 
 #include <pthread.h>
@@ -62,14 +63,6 @@ static void *make_weights(es__dtype t, uint32_t rows, uint32_t K, size_t *bytes)
 static int cmp_d(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
     return x < y ? -1 : x > y;
-}
-
-static es__dtype parse_type(const char *s) {
-    if (!strcmp(s, "f16")) return ES__DTYPE_F16;
-    if (!strcmp(s, "bf16")) return ES__DTYPE_BF16;
-    if (!strcmp(s, "q8_0")) return ES__DTYPE_Q8_0;
-    if (!strcmp(s, "q4_0")) return ES__DTYPE_Q4_0;
-    return ES__DTYPE_F32;
 }
 
 static double wall_ms(void) {
@@ -140,7 +133,7 @@ static int kernel_bench(const char *mode, const vkbench_opts *o) {
         return 1;
     }
     const bool disp = !strcmp(mode, "dispatch");
-    const es__dtype type = disp ? ES__DTYPE_F32 : parse_type(o->type);
+    const es__dtype type = disp ? ES__DTYPE_F32 : test_dtype_parse(o->type);
     const uint32_t rows = disp ? 8 : o->rows, K = disp ? 32 : o->cols, n = o->n;
     size_t wbytes = 0;
     void *w = make_weights(type, rows, K, &wbytes);
