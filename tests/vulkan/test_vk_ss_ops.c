@@ -432,7 +432,8 @@ static void check_lora(es_backend *b, test_rng *r, const lora_case *c, const cha
         expect ey, ek, ev;
         expect_init(&ey, (size_t)c->n * cols), expect_init(&ek, cache), expect_init(&ev, cache);
         rope_expect(c, deq, x, lb, lr, full, pos, n_past, n_ctx, &ey, &ek, &ev);
-        rest = expect_check(&ey, y, y0, err) & expect_check(&ek, kc, kc0, err) & expect_check(&ev, vc, vc0, err);
+        const bool ry = expect_check(&ey, y, y0, err), rk = expect_check(&ek, kc, kc0, err);
+        rest = ry && rk && expect_check(&ev, vc, vc0, err);
         expect_free(&ey), expect_free(&ek), expect_free(&ev);
     } else {
         check_plain_epi(c, deq, x, lb, lr, full, y0, y, err);
