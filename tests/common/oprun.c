@@ -2,9 +2,9 @@
  * the op tests (tests/vulkan) and micro-benchmarks (tools/vkbench, tests/bench). Every call makes
  * fresh buffers, so nothing leaks between calls. Deliberately slow and simple: not for inference,
  * and so in the testing library (tests/common), not in libedgespec.
- * Outputs are read back whole where the op writes in place or in part (caches, y of the mul_mat
- * family, the stream rows): what the caller put there comes back where the op wrote nothing, so
- * a poisoned output shows an element the kernel missed. */
+ * Output buffers start with what the caller's output arrays hold and are read back over them
+ * (top-k's packed results excepted): where a kernel writes nothing, the caller's poison comes back,
+ * so an element the kernel missed fails the test. */
 #include "backend_vk.h"
 #include "oprun.h"
 
@@ -469,7 +469,7 @@ es_status es__vk_run_rmsnorm(es_backend *b, const float *x, const float *w, uint
     if (s == ES_OK) s = es__vk_simple_pipe(r.d, "rmsnorm", true, true, &p);
     if (s == ES_OK) s = run_rows(&r, x, n, E, E32, &X);
     if (s == ES_OK) s = run_rows(&r, w, 1, E, E32, &G);
-    if (s == ES_OK) s = run_rows(&r, NULL, n, E, E32, &Y);
+    if (s == ES_OK) s = run_rows(&r, y, n, E, E32, &Y);
     if (s == ES_OK) s = run_ro(&r, X, VK_FORMAT_R32G32B32A32_SFLOAT, &bx);
     if (s == ES_OK) s = run_ro(&r, G, VK_FORMAT_R32G32B32A32_SFLOAT, &bg);
     if (s == ES_OK) s = run_step(&r, 0, 1, NULL, NULL, NULL, NULL, 0, NULL, 0, &S, &bs);
@@ -493,7 +493,7 @@ es_status es__vk_run_get_rows(es_backend *b, es__dtype type, const void *table, 
     es__vk_bind bs;
     if (s == ES_OK) s = run_step(&r, 0, (int32_t)n, ids, NULL, NULL, NULL, 0, NULL, 0, &S, &bs);
     const uint32_t E32 = m ? m->K : 0;
-    if (s == ES_OK) s = run_rows(&r, NULL, n, K, E32, &X);
+    if (s == ES_OK) s = run_rows(&r, out, n, K, E32, &X);
     for (uint32_t i = 0; s == ES_OK && i < m->n_parts; i++) {
         es__vk_bind binds[4];
         es__vk_part_binds(run_ws(&r, m), &m->parts[i], &binds[0], &binds[1]);
@@ -550,7 +550,7 @@ es_status es__vk_run_attention_bench(es_backend *b, const float *q, const float 
     if (s == ES_OK) s = run_ro_f4(&r, q, (size_t)n * qd, &Q, &bq);
     if (s == ES_OK) s = run_ro_f4(&r, kc, cache, &K, &bk);
     if (s == ES_OK) s = run_ro_f4(&r, vc, cache, &V, &bv);
-    if (s == ES_OK) s = run_buf(&r, NULL, sizeof(float) * n * qd, &O);
+    if (s == ES_OK) s = run_buf(&r, out, sizeof(float) * n * qd, &O);
     if (s == ES_OK) s = run_ro_f4(&r, NULL, (size_t)ES__ATTN_CHUNK * n_head * max_splits * (hd + 4), &P, &bp);
     if (s == ES_OK)
         s = run_step_mask(&r, (int32_t)n_past, (int32_t)n, NULL, NULL, dfs_end, NULL, 0, NULL, 0,
