@@ -5,6 +5,7 @@
  * minimum over repetitions of 200 calls each, wall time, and the median CPU time (less disturbed
  * on a shared machine).
  * Usage: bench_sampler [reps] */
+#include "../common/bench_time.h"
 #include "edgespec.h"
 
 #include <math.h>
@@ -13,23 +14,9 @@
 #include <string.h>
 #include <time.h>
 
-static double now(clockid_t clock) {
-    struct timespec ts;
-    clock_gettime(clock, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
-static double uni(void) {
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return (double)(rng_state >> 11) / 9007199254740992.0;
-}
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
+static double uni(void) { /* [0, 1) */
+    return (double)(bench_xorshift(&rng_state) >> 11) / 9007199254740992.0;
 }
 
 typedef struct config {
@@ -75,21 +62,20 @@ int main(int argc, char **argv) {
             double *t = malloc(sizeof(double) * (size_t)reps), *cpu = malloc(sizeof(double) * (size_t)reps);
             int64_t sink = 0;
             for (int rep = 0; rep < reps; rep++) {
-                double t0 = now(CLOCK_MONOTONIC), c0 = now(CLOCK_PROCESS_CPUTIME_ID);
+                double t0 = bench_now(CLOCK_MONOTONIC), c0 = bench_now(CLOCK_PROCESS_CPUTIME_ID);
                 for (int i = 0; i < CALLS; i++) {
                     int32_t tok;
                     es_sample(s, logits + (size_t)(i % ROWS) * (size_t)nv, i, history, 64, &tok);
                     sink += tok;
                 }
-                t[rep] = (now(CLOCK_MONOTONIC) - t0) / CALLS * 1e6;
-                cpu[rep] = (now(CLOCK_PROCESS_CPUTIME_ID) - c0) / CALLS * 1e6;
+                t[rep] = (bench_now(CLOCK_MONOTONIC) - t0) / CALLS * 1e6;
+                cpu[rep] = (bench_now(CLOCK_PROCESS_CPUTIME_ID) - c0) / CALLS * 1e6;
             }
-            qsort(t, (size_t)reps, sizeof *t, cmp_double);
-            qsort(cpu, (size_t)reps, sizeof *cpu, cmp_double);
+            const double t_med = bench_median(t, reps), cpu_med = bench_median(cpu, reps);
             printf("{\"bench\": \"sampler\", \"n_vocab\": %d, \"config\": \"%s\", \"us_per_call_median\": %.2f, "
                    "\"us_per_call_min\": %.2f, \"cpu_us_per_call_median\": %.2f, \"reps\": %d, \"calls\": %d, "
                    "\"check\": %lld}\n",
-                   nv, cf->name, t[reps / 2], t[0], cpu[reps / 2], reps, CALLS, (long long)sink);
+                   nv, cf->name, t_med, t[0], cpu_med, reps, CALLS, (long long)sink);
             free(t);
             free(cpu);
             es_sampler_free(s);

@@ -6,6 +6,7 @@
  * 9-token batch (too many stream rows to ride in the call on Vulkan). Medians of repetitions,
  * JSON lines on stdout. Usage:
  *   bench_spec_call MODEL.gguf [ADAPTER.ss.gguf] [cpu|vulkan] [threads] [reps] [n_past] */
+#include "../common/bench_time.h"
 #include "edgespec.h"
 #include "forward_api.h"
 
@@ -15,19 +16,7 @@
 #include <time.h>
 
 static double now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + 1e-6 * (double)ts.tv_nsec;
-}
-
-static int cmp_d(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *v, int n) {
-    qsort(v, (size_t)n, sizeof *v, cmp_d);
-    return v[n / 2];
+    return 1e3 * bench_now(CLOCK_MONOTONIC);
 }
 
 int main(int argc, char **argv) {
@@ -95,7 +84,7 @@ int main(int argc, char **argv) {
             }
             printf("{\"backend\": \"%s\", \"n_past\": %d, \"call\": \"%s\", \"tree_nodes\": %d, \"median_ms\": %.3f}\n",
                    es_backend_name(be), n_past, mode == 0 ? "forward" : mode == 1 ? "forward+streams" : "forward+streams+early_exit",
-                   n, median(t, reps));
+                   n, bench_median(t, reps));
             fflush(stdout);
         }
     }
@@ -113,7 +102,7 @@ int main(int argc, char **argv) {
                 if (r >= 2) t[r - 2] = now_ms() - t0;
             }
             printf("{\"backend\": \"%s\", \"n_past\": %d, \"call\": \"stream_pass\", \"streams\": %d, \"median_ms\": %.3f}\n",
-                   es_backend_name(be), n_past, g, median(t, reps));
+                   es_backend_name(be), n_past, g, bench_median(t, reps));
         }
     }
     free(t);

@@ -8,14 +8,15 @@
  *           the same bits (the benchmark fails otherwise) and match es__cpu_attention: meson test
  *           runs it small as the test tree_attention_dense_vulkan.
  * Usage: bench_tree_attention [reps] [n_past] [n_head] [head_dim] [cpu|vulkan] */
+#include "../common/bench_time.h"
 #include "cpu/kern.h"
 #include "cpu/ops.h"
 #include "edgespec.h"
 #if ES_BENCH_VULKAN
-#include "../spec/vk_pin.h"
+#include "../common/vk_pin.h"
 #include "attn_dense_ss.spv.h"
 #include "attn_dense_tx.spv.h"
-#include "ops.h"
+#include "oprun.h"
 #endif
 
 #include <math.h>
@@ -24,18 +25,13 @@
 #include <string.h>
 #include <time.h>
 
-static double now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 static uint64_t rng_state = 88172645463325252ull;
 static uint64_t rnd(void) {
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return rng_state;
+    return bench_xorshift(&rng_state);
+}
+
+static double now(void) {
+    return bench_now(CLOCK_MONOTONIC);
 }
 
 typedef struct geo {
@@ -88,11 +84,6 @@ static void attend(const geo *g, bool dense) {
     }
 }
 
-static int cmp_d(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 #if ES_BENCH_VULKAN
 /* Median ms per call of the Vulkan kernel, interval or dense; out gets its result. */
 static double vk_time(es_backend *be, const geo *g, bool dense, int reps, float *out) {
@@ -112,8 +103,7 @@ static double vk_time(es_backend *be, const geo *g, bool dense, int reps, float 
         }
         t[i] = bench.ms;
     }
-    qsort(t, (size_t)runs, sizeof(double), cmp_d);
-    return t[runs / 2];
+    return bench_median(t, runs);
 }
 #endif
 
@@ -125,7 +115,7 @@ int main(int argc, char **argv) {
     es_backend *be = NULL;
     if (vulkan) {
 #if ES_BENCH_VULKAN
-        spec_pin_vulkan();
+        test_pin_vulkan();
         es_backend_params bp = es_backend_default_params();
         bp.type = ES_BACKEND_VULKAN;
         if (es_backend_create(&bp, &be) != ES_OK || !be) {
@@ -209,13 +199,10 @@ int main(int argc, char **argv) {
             t_int[r] = t1 - t0, t_dense[r] = t2 - t1, t_lib[r] = t3 - t2;
         }
         if (memcmp(out, out2, sizeof(float) * qn) != 0) fprintf(stderr, "n %d: variants disagree\n", n);
-        qsort(t_int, (size_t)r_n, sizeof(double), cmp_d);
-        qsort(t_dense, (size_t)r_n, sizeof(double), cmp_d);
-        qsort(t_lib, (size_t)r_n, sizeof(double), cmp_d);
         printf("{\"n\": %d, \"depth\": %d, \"n_past\": %d, \"n_head\": %d, \"head_dim\": %d, \"reps\": %d, "
                "\"interval_ms\": %.4f, \"dense_ms\": %.4f, \"library_ms\": %.4f, "
                "\"interval_bytes\": %zu, \"dense_mask_bytes\": %zu}\n",
-               n, depth, n_past, nh, hd, r_n, 1e3 * t_int[r_n / 2], 1e3 * t_dense[r_n / 2], 1e3 * t_lib[r_n / 2],
+               n, depth, n_past, nh, hd, r_n, 1e3 * bench_median(t_int, r_n), 1e3 * bench_median(t_dense, r_n), 1e3 * bench_median(t_lib, r_n),
                (size_t)n * 2 * sizeof(int32_t), (size_t)n * (size_t)n);
         fflush(stdout);
         free(parent), free(order), free(pos), free(st), free(en), free(row_of), free(mask);

@@ -8,6 +8,8 @@
 #include "edgespec.h"
 #include "mkmodel.h"
 
+#include "../common/test_dtype.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,20 +19,12 @@ static int die(const char *what, const char *msg) {
     return 1;
 }
 
-static es__dtype parse_type(const char *s) {
-    if (!strcmp(s, "f16")) return ES__DTYPE_F16;
-    if (!strcmp(s, "bf16")) return ES__DTYPE_BF16;
-    if (!strcmp(s, "q8_0")) return ES__DTYPE_Q8_0;
-    if (!strcmp(s, "q4_0")) return ES__DTYPE_Q4_0;
-    return ES__DTYPE_F32;
-}
-
 int main(int argc, char **argv) {
     if (argc != 20) return die("usage", "see the comment at the top of cpu_logits.c");
     const char *model_path = argv[1], *out_path = argv[2];
     const int P = atoi(argv[3]), D = atoi(argv[4]), threads = atoi(argv[5]);
     es_mk_params mp = es_mk_default_params();
-    mp.type = parse_type(argv[6]);
+    mp.type = test_dtype_parse(argv[6]);
     mp.n_vocab = atoi(argv[7]);
     mp.n_embd = atoi(argv[8]);
     mp.n_layer = atoi(argv[9]);

@@ -7,6 +7,7 @@
  *   - a batch that wants no logits, context-full and invalid batches (bad token, bad tree) fail
  *     cleanly and leave the context usable with unchanged results.
  * Numerical agreement with an independent reference is tests/cpu/test_cpu_reference.py's job. */
+#include "../common/test_ctx.h"
 #include "backend.h"
 #include "cpu/cpu.h"
 #include "mem_model.h"
@@ -39,17 +40,12 @@ static bool runner_init(runner *r, const es_model *m, int n_threads, bool in_pla
     es_status s = es_backend_create(&bp, &r->be);
     CHECK_OK(s);
     if (s != ES_OK) return false;
-    es_context_params cp = es_context_default_params();
-    cp.n_ctx = n_ctx;
-    cp.n_batch = 32;
-    cp.backend = r->be;
-    s = es_context_create(m, &cp, &r->ctx);
-    CHECK_OK(s);
+    r->ctx = test_ctx(m, r->be, n_ctx, 32, NULL);
     r->n_vocab = m->hp.n_vocab;
-    if (s == ES_OK) /* the copy is a huge-page block; in place, the model's own tensor data */
+    if (r->ctx) /* the copy is a huge-page block; in place, the model's own tensor data */
         CHECKF((((es__cpu_weights *)r->ctx->weights)->repacked == NULL) == in_place, "weights %s",
                in_place ? "copied although asked to read them in place" : "not copied");
-    return s == ES_OK;
+    return r->ctx != NULL;
 }
 
 static void runner_free(runner *r) {

@@ -13,31 +13,13 @@ import subprocess
 import sys
 import tempfile
 
-failures = 0
-checks = 0
-
-
-def check(cond, what, proc=None):
-    global failures, checks
-    checks += 1
-    if cond:
-        return True
-    failures += 1
-    print(f"FAIL: {what}", file=sys.stderr)
-    if proc is not None:
-        print(f"  command: {' '.join(proc.args)}\n  exit status: {proc.returncode}", file=sys.stderr)
-        print(f"  stdout: {proc.stdout[-2000:]!r}\n  stderr: {proc.stderr[-2000:]!r}", file=sys.stderr)
-    return False
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
+import testlib  # noqa: E402
+from testlib import check  # noqa: E402
 
 
 def run(cmd, timeout=120, stdin=None):
-    env = None
-    if "vulkan" in cmd and "ASAN_OPTIONS" in os.environ:
-        # Under the sanitizer CI build: the Vulkan loader unloads Mesa's lavapipe with the last
-        # VkInstance, leaving the driver's one-time allocations unreachable and unsymbolisable
-        # ("<unknown module>"), which LeakSanitizer then reports against the CLI. Leak checking
-        # stays on for every CPU run; ASan's memory checks and UBSan stay on for these too.
-        env = dict(os.environ, ASAN_OPTIONS=os.environ["ASAN_OPTIONS"] + ":detect_leaks=0")
+    env = testlib.vulkan_env() if "vulkan" in cmd else None  # leak checking stays on for every CPU run
     p = subprocess.run(cmd, capture_output=True, timeout=timeout, env=env,
                        stdin=stdin if stdin is not None else subprocess.DEVNULL)
     p.stdout = p.stdout.decode("utf-8", "replace")
@@ -366,11 +348,7 @@ def main():
     ap.add_argument("--vocab-dir")
     a = ap.parse_args()
     globals()["case_" + a.case](a)
-    print(f"{checks} checks, {failures} failed")
-    if checks == 0:
-        print("no checks ran", file=sys.stderr)
-        return 1
-    return min(failures, 100)
+    return testlib.finish()
 
 
 if __name__ == "__main__":

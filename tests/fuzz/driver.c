@@ -6,6 +6,8 @@
  * A crash is the failure signal (sanitizer builds report it); the last input is written to -o
  * first so it can be replayed. */
 #define _DEFAULT_SOURCE
+#include "../common/test_file.h"
+
 #include <dirent.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -24,18 +26,9 @@ static seed *seeds;
 static size_t n_seeds, cap_seeds;
 
 static void add_file(const char *path) {
-    FILE *fp = fopen(path, "rb");
-    if (!fp) return;
-    fseek(fp, 0, SEEK_END);
-    long sz = ftell(fp);
-    fseek(fp, 0, SEEK_SET);
-    if (sz < 0 || sz > (16l << 20)) {
-        fclose(fp);
-        return;
-    }
-    uint8_t *p = malloc((size_t)sz + 1);
-    size_t n = fread(p, 1, (size_t)sz, fp);
-    fclose(fp);
+    size_t n = 0;
+    uint8_t *p = test_read_file(path, (size_t)16 << 20, &n);
+    if (!p) return;
     if (n_seeds == cap_seeds) {
         cap_seeds = cap_seeds ? 2 * cap_seeds : 16;
         seeds = realloc(seeds, cap_seeds * sizeof *seeds);

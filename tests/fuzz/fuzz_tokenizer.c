@@ -17,6 +17,7 @@
  * Standalone: fuzz_tokenizer [FILE...] runs the given inputs, or without arguments a fixed
  * pseudo-random set of inputs. */
 #include "gguf.h"
+#include "../common/test_file.h"
 #include "../tokenizer/ref_encoders.h"
 
 #include <stdio.h>
@@ -49,27 +50,11 @@ typedef struct fvocab {
 static fvocab vocabs[N_VOCABS];
 static tvocab small_spm, small_bpe, small_llama3;
 
-static char *read_all(const char *path, size_t *size) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = n >= 0 ? malloc((size_t)n + 1) : NULL;
-    if (buf && fread(buf, 1, (size_t)n, f) != (size_t)n) {
-        free(buf);
-        buf = NULL;
-    }
-    fclose(f);
-    *size = (size_t)n;
-    return buf;
-}
-
 static void load_real(fvocab *fv, const char *name, bool spm) {
     char path[4200];
     snprintf(path, sizeof path, "%s/vocab-tests/%s", tv_shared_dir(), name);
     size_t size = 0;
-    fv->file = read_all(path, &size);
+    fv->file = test_read_file(path, 0, &size);
     REQUIRE(fv->file, "cannot read %s (set ES_SHARED_DIR)", path);
     es__err err;
     REQUIRE(es__gguf_parse((const uint8_t *)fv->file, size, NULL, &err, &fv->g) == ES_OK, "%s", err.msg);
@@ -305,7 +290,7 @@ int main(int argc, char **argv) {
     if (argc > 1) {
         for (int i = 1; i < argc; i++) {
             size_t size = 0;
-            char *buf = read_all(argv[i], &size);
+            char *buf = test_read_file(argv[i], 0, &size);
             REQUIRE(buf, "cannot read %s", argv[i]);
             LLVMFuzzerTestOneInput((const uint8_t *)buf, size);
             free(buf);

@@ -5,6 +5,7 @@
  * allocation of a parse, and harmless variations (trailing bytes, version 2) that must load. */
 #include "gguf.h"
 
+#include "../common/test_alloc.h"
 #include "../test.h"
 
 #include <inttypes.h>
@@ -269,34 +270,11 @@ static void accepted_variations(void) {
     es__gguf_free(g);
 }
 
-/* An allocator that fails once its budget of successful allocations is spent. */
-typedef struct budget {
-    int left;
-    int live;
-} budget;
-static void *b_alloc(size_t n, void *u) {
-    budget *b = u;
-    if (b->left-- <= 0) return NULL;
-    b->live++;
-    return malloc(n);
-}
-static void *b_realloc(void *p, size_t n, void *u) {
-    budget *b = u;
-    if (b->left-- <= 0) return NULL;
-    if (!p) b->live++;
-    return realloc(p, n);
-}
-static void b_free(void *p, void *u) {
-    budget *b = u;
-    if (p) b->live--;
-    free(p);
-}
-
 static void allocation_failures(void) {
     int n_ok = -1;
     for (int k = 0; k < 64 && n_ok < 0; k++) {
-        budget bud = {k, 0};
-        es_allocator a = {b_alloc, b_realloc, b_free, &bud};
+        test_alloc bud; /* k allocations succeed, then every one fails */
+        es_allocator a = test_allocator(&bud, k, false);
         es__gguf *g = NULL;
         es__err err = {ES_OK, ""};
         es_status s = es__gguf_parse(base, base_size, &a, &err, &g);
@@ -307,7 +285,7 @@ static void allocation_failures(void) {
             CHECKF(s == ES_ERR_OUT_OF_MEMORY && g == NULL && strstr(err.msg, "out of memory"), "budget %d: %s", k,
                    err.msg);
         }
-        CHECKF(bud.live == 0, "budget %d: %d allocations leaked", k, bud.live);
+        CHECKF(bud.live == 0, "budget %d: %ld allocations leaked", k, bud.live);
     }
     CHECK(n_ok > 0);
 }

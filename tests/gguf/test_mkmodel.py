@@ -12,19 +12,14 @@ import sys
 
 import numpy as np
 
-sys.path.insert(0, os.path.join(os.environ.get("ES_SOURCE_ROOT", "."), "tools", "pygguf"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
+import testlib  # noqa: E402
+from testlib import check  # noqa: E402
+
+testlib.tools("pygguf")
 import pygguf  # noqa: E402
 
 MK = os.path.abspath(sys.argv[1])
-checks = failures = 0
-
-
-def check(cond, what):
-    global checks, failures
-    checks += 1
-    if not cond:
-        failures += 1
-        print("FAIL:", what, file=sys.stderr)
 
 
 def mk(out, *flags, expect=0):
@@ -95,7 +90,7 @@ def synthetic_vocab():
 
 
 def copied_vocab():
-    src = os.path.join(os.environ.get("ES_SHARED_DIR", "../shared"), "vocab-tests", "ggml-vocab-llama-spm.gguf")
+    src = os.path.join(testlib.SHARED, "vocab-tests", "ggml-vocab-llama-spm.gguf")
     mk("mk-cv.gguf", "--vocab", src, "--type", "q4_0")
     r, s = pygguf.read("mk-cv.gguf"), pygguf.read(src)
     keys = [k for k in s.kv if k.startswith("tokenizer.ggml.")]
@@ -146,5 +141,4 @@ bad_flags()
 for f in os.listdir("."):
     if f.startswith("mk-") and f.endswith(".gguf"):
         os.remove(f)
-print("%d checks, %d failed" % (checks, failures))
-sys.exit(1 if failures or not checks else 0)
+sys.exit(testlib.finish())

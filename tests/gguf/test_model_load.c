@@ -8,6 +8,8 @@
 #include "mkmodel.h"
 #include "model.h"
 
+#include "../common/test_alloc.h"
+#include "../common/test_file.h"
 #include "../test.h"
 
 #include <inttypes.h>
@@ -122,13 +124,9 @@ typedef struct edit {
 } edit;
 
 static void rebuild(const char *src, const char *dst, edit e) {
-    FILE *fp = fopen(src, "rb");
-    fseek(fp, 0, SEEK_END);
-    long n = ftell(fp);
-    fseek(fp, 0, SEEK_SET);
-    uint8_t *data = malloc((size_t)n);
-    CHECK(fread(data, 1, (size_t)n, fp) == (size_t)n);
-    fclose(fp);
+    size_t n = 0;
+    uint8_t *data = test_read_file(src, 0, &n);
+    CHECKF(data != NULL, "cannot read %s", src);
     es__gguf *g = NULL;
     es__err err;
     CHECK_OK(es__gguf_parse(data, (uint64_t)n, NULL, &err, &g));
@@ -405,27 +403,6 @@ static void test_progress(void) {
     }
 }
 
-typedef struct budget {
-    int left, live;
-} budget;
-static void *b_alloc(size_t n, void *u) {
-    budget *b = u;
-    if (b->left-- <= 0) return NULL;
-    b->live++;
-    return malloc(n);
-}
-static void *b_realloc(void *ptr, size_t n, void *u) {
-    budget *b = u;
-    if (b->left-- <= 0) return NULL;
-    if (!ptr) b->live++;
-    return realloc(ptr, n);
-}
-static void b_free(void *ptr, void *u) {
-    budget *b = u;
-    if (ptr) b->live--;
-    free(ptr);
-}
-
 static void test_alloc_failures(void) {
     const char *path = tmp("good.gguf");
     es_mk_params p = es_mk_default_params();
@@ -434,8 +411,8 @@ static void test_alloc_failures(void) {
     make(&p, path);
     int succeeded_at = -1;
     for (int k = 0; k < 5000 && succeeded_at < 0; k++) {
-        budget b = {k, 0};
-        es_allocator a = {b_alloc, b_realloc, b_free, &b};
+        test_alloc b; /* k allocations succeed, then every one fails */
+        es_allocator a = test_allocator(&b, k, false);
         es_model_params mp = es_model_default_params();
         mp.allocator = &a;
         es_model *m = NULL;
@@ -446,7 +423,7 @@ static void test_alloc_failures(void) {
         } else {
             CHECKF(s == ES_ERR_OUT_OF_MEMORY && m == NULL, "budget %d: %s: %s", k, es_status_str(s), es_last_error());
         }
-        CHECKF(b.live == 0, "budget %d: %d allocations leaked", k, b.live);
+        CHECKF(b.live == 0, "budget %d: %ld allocations leaked", k, b.live);
     }
     CHECK(succeeded_at > 5);
 }

@@ -17,20 +17,14 @@ import sys
 
 import numpy as np
 
-sys.path.insert(0, os.path.join(os.environ.get("ES_SOURCE_ROOT", "."), "tools", "pygguf"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
+import testlib  # noqa: E402
+from testlib import check  # noqa: E402
+
+testlib.tools("pygguf")
 import pygguf  # noqa: E402
 
 XCHECK = os.path.abspath(sys.argv[1])
-failures = 0
-checks = 0
-
-
-def check(cond, what):
-    global failures, checks
-    checks += 1
-    if not cond:
-        failures += 1
-        print("FAIL:", what, file=sys.stderr)
 
 
 def ref_values(k, n):
@@ -174,7 +168,7 @@ def quantisers_agree():
 
 
 def vocab_and_malformed():
-    shared = os.environ.get("ES_SHARED_DIR", "../shared")
+    shared = testlib.SHARED
     for name, model, n in [("ggml-vocab-llama-spm.gguf", "llama", 32000), ("ggml-vocab-gpt-2.gguf", "gpt2", 50257)]:
         r = pygguf.read(os.path.join(shared, "vocab-tests", name))
         check(r.get("tokenizer.ggml.model") == model and len(r.get("tokenizer.ggml.tokens")) == n, name)
@@ -214,5 +208,4 @@ vocab_and_malformed()
 for f in ("xc-c.gguf", "xc-py.gguf", "xc-quant.gguf"):
     if os.path.exists(f):
         os.remove(f)
-print("%d checks, %d failed" % (checks, failures))
-sys.exit(1 if failures or not checks else 0)
+sys.exit(testlib.finish())

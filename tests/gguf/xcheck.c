@@ -9,6 +9,7 @@
  * The reference content is defined twice, here and in test_pygguf.py, on purpose. */
 #include "gguf.h"
 
+#include "../common/test_file.h"
 #include "../test.h"
 
 #include <stdint.h>
@@ -87,21 +88,9 @@ static es__gguf_writer *reference_content(void) {
     return w;
 }
 
-static uint8_t *load(const char *path, size_t *n) {
-    FILE *fp = fopen(path, "rb");
-    if (!fp) return NULL;
-    fseek(fp, 0, SEEK_END);
-    long sz = ftell(fp);
-    fseek(fp, 0, SEEK_SET);
-    uint8_t *p = malloc((size_t)sz + 1);
-    *n = fread(p, 1, (size_t)sz, fp);
-    fclose(fp);
-    return p;
-}
-
 static void read_all(const char *path) {
     size_t n = 0;
-    uint8_t *file = load(path, &n);
+    uint8_t *file = test_read_file(path, 0, &n);
     CHECKF(file != NULL, "cannot read %s", path);
     if (!file) return;
     es__gguf *g = NULL;
@@ -151,7 +140,7 @@ static void read_all(const char *path) {
 
 static void check_quant(const char *path) {
     size_t n = 0;
-    uint8_t *file = load(path, &n);
+    uint8_t *file = test_read_file(path, 0, &n);
     CHECKF(file != NULL, "cannot read %s", path);
     if (!file) return;
     es__gguf *g = NULL;

@@ -16,24 +16,11 @@ import subprocess
 import sys
 import tempfile
 
-failures = 0
-checks = 0
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
+import testlib  # noqa: E402
+from testlib import check  # noqa: E402
 
-
-def check(cond, what, proc=None):
-    global failures, checks
-    checks += 1
-    if cond:
-        return True
-    failures += 1
-    print(f"FAIL: {what}", file=sys.stderr)
-    if proc is not None:
-        print(f"  command: {' '.join(proc.args)}\n  exit status: {proc.returncode}", file=sys.stderr)
-        print(f"  stdout: {proc.stdout[-1500:]!r}\n  stderr: {proc.stderr[-1500:]!r}", file=sys.stderr)
-    return False
-
-
-ENV = dict(os.environ)
+ENV = dict(os.environ)  # main makes it testlib.vulkan_env() for a Vulkan backend
 
 
 def run(cmd):
@@ -56,11 +43,8 @@ def main():
     ap.add_argument("--kjv", action="store_true", help="the model was trained on the KJV: held-out verses as prompts")
     a = ap.parse_args()
     be = ["--backend", a.backend]
-    if a.backend == "vulkan" and "ASAN_OPTIONS" in ENV:
-        # The loader unloads lavapipe when the CLI frees its instance, and LeakSanitizer then
-        # reports the driver's one-time allocations from an unknown module, which no suppression
-        # can name. The library's own Vulkan leaks are covered by the C tests, which pin the driver.
-        ENV["ASAN_OPTIONS"] += ":detect_leaks=0"
+    if a.backend == "vulkan":
+        ENV.update(testlib.vulkan_env())
     prompts = ["In the beginning", "a", "the quick brown fox jumps over the lazy dog and then some more words follow"]
     if a.kjv:  # the first verses of books tools/train held out
         prompts = ["Now it came to pass in the days when the judges ruled,", "Vanity of vanities, saith the Preacher,",
@@ -115,8 +99,7 @@ def main():
     check(r.returncode == 1 and b"n_streams 9" in r.stderr, "more streams than the adapter has", r)
     r = run([a.cli, "run", "-m", a.model, "-p", "hi", "--spec", "stream", "--ss", a.model])
     check(r.returncode == 1 and b"general.type" in r.stderr, "a base model given as adapter", r)
-    print(f"{checks} checks, {failures} failed")
-    return min(failures, 100)
+    return testlib.finish()
 
 
 if __name__ == "__main__":

@@ -5,19 +5,14 @@
 #ifndef ES_TEST_SPEC_RUN_H
 #define ES_TEST_SPEC_RUN_H
 
+#include "../common/test_ctx.h"
 #include "../cpu/mem_model.h"
 #include "edgespec.h"
 
-static es_backend *backend; /* the test's backend, created by its main */
+static es_backend *backend; /* the test's backend, test_backend_from_args in its main */
 
 static es_context *new_ctx(const es_model *m, int32_t n_ctx, int32_t n_batch) {
-    es_context_params cp = es_context_default_params();
-    cp.n_ctx = n_ctx;
-    cp.n_batch = n_batch;
-    cp.backend = backend;
-    es_context *c = NULL;
-    CHECK_OK(es_context_create(m, &cp, &c));
-    return c;
+    return test_ctx(m, backend, n_ctx, n_batch, NULL);
 }
 
 /* Plain decoding of n_gen tokens after the prompt. Returns the count generated. */

@@ -11,9 +11,9 @@
  *     neither logits nor streams and cannot be committed, and a committed path whose KV pruning
  *     moved down leaves the next token the bits of a plain chain (streams starting above, at and
  *     below the prune layer). */
-#include "mem_adapter.h"
+#include "../common/test_ctx.h"
 #include "forward_api.h"
-#include "vk_pin.h"
+#include "mem_adapter.h"
 
 #include <math.h>
 
@@ -191,13 +191,7 @@ static void reference(const ref *r, const int32_t *seq, int32_t T, double *strea
 /* ---- the tests */
 
 static es_context *new_ctx(const es_model *m) {
-    es_context_params cp = es_context_default_params();
-    cp.n_ctx = 128;
-    cp.n_batch = 64;
-    cp.backend = backend;
-    es_context *c = NULL;
-    CHECK_OK(es_context_create(m, &cp, &c));
-    return c;
+    return test_ctx(m, backend, 128, 64, NULL);
 }
 
 static double rel_err(const float *got, const double *want, int32_t n) {
@@ -478,16 +472,7 @@ static void test_errors(void) {
  * "fuse-all" makes every tree's streams ride in the forward's rows (a GPU's profile, past what
  * lavapipe's allows), "never-fuse" runs every stream pass after the forward. */
 int main(int argc, char **argv) {
-    es_backend_params bp = es_backend_default_params();
-    bp.n_threads = 3; /* an odd split of every range */
-    if (argc > 1 && strcmp(argv[1], "vulkan") == 0) {
-        bp.type = ES_BACKEND_VULKAN;
-        spec_pin_vulkan();
-    }
-    if (argc > 2 && strcmp(argv[2], "fallbacks") == 0) bp.vk_flags = ES_VK_FALLBACKS;
-    if (argc > 2 && strcmp(argv[2], "fuse-all") == 0) bp.vk_tuning.fused_stream_rows = 1 << 20;
-    if (argc > 2 && strcmp(argv[2], "never-fuse") == 0) bp.vk_tuning.fused_stream_rows = -1;
-    CHECK_OK(es_backend_create(&bp, &backend));
+    backend = test_backend_from_args(argc, argv, 3, NULL); /* 3 threads: an odd split of every range */
     if (!backend) TEST_MAIN_END();
     /* GQA, LoRA on every projection of the top layer, pruning at the MSA start */
     mem_model_cfg m1 = {61, 48, 4, 4, 2, 12, 64, 12, ES_ROPE_NORM, 10000.0f, 1.0f, false, ES__DTYPE_F32, 21};
@@ -511,10 +496,6 @@ int main(int argc, char **argv) {
     mem_adapter_cfg a5 = {2, 3, 3, 4, 2, 0.3f, 12};
     run(&m5, &a5);
     test_errors();
-    es_backend_stats bs;
-    CHECK_OK(es_backend_get_stats(backend, &bs));
-    CHECKF(bs.validation_messages == 0, "%llu Vulkan validation messages (see the log)",
-           (unsigned long long)bs.validation_messages);
-    es_backend_free(backend);
+    test_backend_end(backend);
     TEST_MAIN_END();
 }

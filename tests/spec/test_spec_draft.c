@@ -6,7 +6,6 @@
  * as a fresh context that read the whole sequence; the context-full end matches es_generate's;
  * bad parameters fail cleanly. */
 #include "spec_run.h"
-#include "vk_pin.h"
 
 #define N_GEN 40
 
@@ -48,13 +47,7 @@ static void check_kv(es_context *c, const es_model *m, const int32_t *seq) {
 
 /* argv[1]: "cpu" (default) or "vulkan". */
 int main(int argc, char **argv) {
-    es_backend_params bp = es_backend_default_params();
-    bp.n_threads = 1;
-    if (argc > 1 && strcmp(argv[1], "vulkan") == 0) {
-        bp.type = ES_BACKEND_VULKAN, quick = true;
-        spec_pin_vulkan();
-    }
-    CHECK_OK(es_backend_create(&bp, &backend));
+    backend = test_backend_from_args(argc, argv, 1, &quick);
     if (!backend) TEST_MAIN_END();
     mem_model_cfg tc = {97, 64, 3, 4, 2, 16, 96, 16, ES_ROPE_NORM, 10000.0f, 1.0f, false, ES__DTYPE_F32, 11};
     es_model *target = mem_model_create(&tc);
@@ -231,10 +224,6 @@ int main(int argc, char **argv) {
     mem_model_free(target);
     mem_model_free(near);
     mem_model_free(far);
-    es_backend_stats bs;
-    CHECK_OK(es_backend_get_stats(backend, &bs));
-    CHECKF(bs.validation_messages == 0, "%llu Vulkan validation messages (see the log)",
-           (unsigned long long)bs.validation_messages);
-    es_backend_free(backend);
+    test_backend_end(backend);
     TEST_MAIN_END();
 }

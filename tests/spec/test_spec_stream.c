@@ -6,7 +6,6 @@
  * reproducible; bad parameters fail cleanly. */
 #include "mem_adapter.h"
 #include "spec_run.h"
-#include "vk_pin.h"
 
 #define N_GEN 48
 
@@ -36,14 +35,7 @@ static int32_t speculative(es_context *c, const cfg *g, const int32_t *prompt, i
 
 /* argv[1]: "cpu" (default) or "vulkan"; argv[2] (Vulkan): "fallbacks" forces every fallback path. */
 int main(int argc, char **argv) {
-    es_backend_params bp = es_backend_default_params();
-    bp.n_threads = 1;
-    if (argc > 1 && strcmp(argv[1], "vulkan") == 0) {
-        bp.type = ES_BACKEND_VULKAN, quick = true;
-        spec_pin_vulkan();
-    }
-    if (argc > 2 && strcmp(argv[2], "fallbacks") == 0) bp.vk_flags = ES_VK_FALLBACKS;
-    CHECK_OK(es_backend_create(&bp, &backend));
+    backend = test_backend_from_args(argc, argv, 1, &quick);
     if (!backend) TEST_MAIN_END();
     mem_model_cfg mc = {12, 32, 3, 4, 2, 8, 48, 8, ES_ROPE_NORM, 10000.0f, 1.0f, false, ES__DTYPE_F32, 31};
     es_model *m = mem_model_create(&mc);
@@ -214,10 +206,6 @@ int main(int argc, char **argv) {
     es__ss_adapter_free(m->ss);
     m->ss = NULL;
     mem_model_free(m);
-    es_backend_stats bs;
-    CHECK_OK(es_backend_get_stats(backend, &bs));
-    CHECKF(bs.validation_messages == 0, "%llu Vulkan validation messages (see the log)",
-           (unsigned long long)bs.validation_messages);
-    es_backend_free(backend);
+    test_backend_end(backend);
     TEST_MAIN_END();
 }

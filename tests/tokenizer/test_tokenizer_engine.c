@@ -5,6 +5,7 @@
  * validation error; allocation failures; concurrent encoding. */
 #include "tvocab.h"
 
+#include "../common/test_alloc.h"
 #include "../test.h"
 
 #include <pthread.h>
@@ -364,30 +365,9 @@ static void test_validation(void) {
 }
 
 /* ---- Allocation failure: every allocation of a build and of an encode may fail cleanly. */
-typedef struct failing {
-    long left; /* allocations that succeed before the next one fails; < 0 = never fail */
-} failing;
-
-static void *f_alloc(size_t n, void *u) {
-    failing *f = u;
-    if (f->left == 0) return NULL;
-    if (f->left > 0) f->left--;
-    return malloc(n);
-}
-static void *f_realloc(void *p, size_t n, void *u) {
-    failing *f = u;
-    if (f->left == 0) return NULL;
-    if (f->left > 0) f->left--;
-    return realloc(p, n);
-}
-static void f_free(void *p, void *u) {
-    (void)u;
-    free(p);
-}
-
 static void test_alloc_failure(void) {
-    failing f;
-    es_allocator a = {f_alloc, f_realloc, f_free, &f};
+    test_alloc f; /* f.left allocations succeed, then every one fails */
+    es_allocator a = test_allocator(&f, -1, false);
     tvocab t;
     bpe_vocab(&t, "gpt-2");
     static es__str toks[TV_MAX], merges[TV_MAX];
@@ -405,7 +385,8 @@ static void test_alloc_failure(void) {
         es_status s = es__vocab_build(&d, &a, &err, &v);
         if (s == ES_OK) {
             built = 1;
-            /* now the encoder's allocations */
+            /* now the encoder's allocations: a failed encode leaves the vocabulary's blocks */
+            const long held = f.live;
             int enc_ok = 0;
             for (long j = 0; j < 50 && !enc_ok; j++) {
                 f.left = j;
@@ -414,6 +395,7 @@ static void test_alloc_failure(void) {
                 s = es__tokenize(v, "abc hello <|end|>", 17, true, true, ids, 16, &n, &err);
                 if (s == ES_OK) enc_ok = n == 9 && ids[0] == B_ABC && ids[8] == B_END;
                 else oom_ok &= s == ES_ERR_OUT_OF_MEMORY;
+                oom_ok &= f.live == held;
             }
             CHECK(enc_ok);
             f.left = -1;
@@ -421,6 +403,7 @@ static void test_alloc_failure(void) {
         } else {
             oom_ok &= s == ES_ERR_OUT_OF_MEMORY && v == NULL && strstr(err.msg, "out of memory") != NULL;
         }
+        CHECKF(f.live == 0, "allocation %ld failing: %ld blocks leaked", k, f.live);
     }
     CHECK(oom_ok && built);
     tv_free(&t);

@@ -23,9 +23,11 @@ import tempfile
 import numpy as np
 import torch
 
-ROOT = os.environ.get("ES_SOURCE_ROOT", os.path.join(os.path.dirname(__file__), "..", ".."))
-sys.path.insert(0, os.path.join(ROOT, "tools", "train"))
-sys.path.insert(0, os.path.join(ROOT, "tools", "pygguf"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
+import testlib  # noqa: E402
+from testlib import check  # noqa: E402
+
+testlib.tools("train", "pygguf")
 import bpe     # noqa: E402
 import corpus  # noqa: E402
 import dump    # noqa: E402
@@ -34,16 +36,6 @@ import model as M  # noqa: E402
 
 TRAIN_C, CLI = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2])
 TOL = 1e-4
-failures = 0
-checks = 0
-
-
-def check(cond, what):
-    global failures, checks
-    checks += 1
-    if not cond:
-        failures += 1
-        print("FAIL:", what, file=sys.stderr)
 
 
 def c_tokenize(path, text, tmp):
@@ -192,7 +184,7 @@ def parity(tmp):
 def shipped(tmp):
     """The shipped models: their vocabulary through the C tokenizer, and main-stream and stream
     parity of models/default.gguf with its adapter (and of the drafter) on a held-out passage."""
-    models = os.path.join(ROOT, "models")
+    models = os.path.join(testlib.ROOT, "models")
     base, ss, draft = (os.path.join(models, f) for f in ("default.gguf", "default.ss.gguf", "draft.gguf"))
     model, vocab = export.load_gguf_model(base, ss)
     _, va = corpus.split_books(corpus.read_kjv())
@@ -221,7 +213,4 @@ with tempfile.TemporaryDirectory() as tmp:
     tokenizer(tmp)
     parity(tmp)
     shipped(tmp)
-if failures:
-    print("%d of %d checks failed" % (failures, checks), file=sys.stderr)
-    sys.exit(1)
-print("ok: %d checks" % checks)
+sys.exit(testlib.finish())

@@ -16,18 +16,12 @@ import sys
 
 import torch
 
-ROOT = os.environ.get("ES_SOURCE_ROOT", os.path.join(os.path.dirname(__file__), "..", ".."))
-sys.path.insert(0, os.path.join(ROOT, "tools", "train"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
+import testlib  # noqa: E402
+from testlib import check  # noqa: E402
+
+testlib.tools("train")
 import model as M  # noqa: E402
-
-failures = 0
-
-
-def check(cond, what):
-    global failures
-    if not cond:
-        failures += 1
-        print("FAIL:", what, file=sys.stderr)
 
 
 def rmsnorm(x, w, eps):
@@ -189,7 +183,5 @@ for ci, kw in enumerate(CONFIGS):
         else:
             check(p.grad is None, "config %d: base tensor %s gets no gradient" % (ci, name))
 
-if failures:
-    print("%d failures" % failures, file=sys.stderr)
-    sys.exit(1)
-print("ok: %d configurations" % len(CONFIGS))
+print("%d configurations" % len(CONFIGS))
+sys.exit(testlib.finish())

@@ -18,23 +18,17 @@ import sys
 
 import torch
 
-ROOT = os.environ.get("ES_SOURCE_ROOT", os.path.join(os.path.dirname(__file__), "..", ".."))
-TRAIN = os.path.join(ROOT, "tools", "train")
-sys.path.insert(0, TRAIN)
-sys.path.insert(0, os.path.join(ROOT, "tools", "pygguf"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
+import testlib  # noqa: E402
+from testlib import check  # noqa: E402
+
+testlib.tools("train", "pygguf")
 import export  # noqa: E402
 import pygguf  # noqa: E402
 
+TRAIN = os.path.join(testlib.ROOT, "tools", "train")
 PY = sys.executable
 WORK = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else "train_smoke")
-failures = 0
-
-
-def check(cond, what):
-    global failures
-    if not cond:
-        failures += 1
-        print("FAIL:", what, file=sys.stderr)
 
 
 def run(args):
@@ -204,7 +198,4 @@ for j in range(3):
     before, after = evals[0]["streams"][j]["loss"], evals[-1]["streams"][j]["loss"]
     check(after < before - 0.2, "distill: stream %d held-out loss falls: %.3f -> %.3f" % (j + 1, before, after))
 
-if failures:
-    print("%d failures" % failures, file=sys.stderr)
-    sys.exit(1)
-print("ok")
+sys.exit(testlib.finish())

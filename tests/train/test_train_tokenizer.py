@@ -10,31 +10,23 @@ The C tokenizer's agreement with this encoder is checked in test_train_c.py.
 """
 
 import os
-import subprocess
 import sys
 import tempfile
 
-ROOT = os.environ.get("ES_SOURCE_ROOT", os.path.join(os.path.dirname(__file__), "..", ".."))
-sys.path.insert(0, os.path.join(ROOT, "tools", "train"))
-sys.path.insert(0, os.path.join(ROOT, "tools", "pygguf"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
+import testlib  # noqa: E402
+from testlib import check  # noqa: E402
+
+testlib.tools("train", "pygguf")
 import bpe      # noqa: E402
 import corpus   # noqa: E402
 import export   # noqa: E402
 import pygguf   # noqa: E402
 
-SHARED = os.environ.get("ES_SHARED_DIR", os.path.join(ROOT, "..", "shared"))
-failures = 0
-
-
-def check(cond, what):
-    global failures
-    if not cond:
-        failures += 1
-        print("FAIL:", what, file=sys.stderr)
 
 
 def llama_spm_vectors():
-    base = os.path.join(SHARED, "vocab-tests", "ggml-vocab-llama-spm.gguf")
+    base = os.path.join(testlib.SHARED, "vocab-tests", "ggml-vocab-llama-spm.gguf")
     vocab = export.load_vocab(pygguf.read(base))
     with open(base + ".inp", encoding="utf-8") as f:
         inputs = f.read().split("\n__ggml_vocab_test__\n")[:-1]
@@ -112,7 +104,4 @@ def gguf_round_trip(vocab):
 llama_spm_vectors()
 v = trained_vocab()
 gguf_round_trip(v)
-if failures:
-    print("%d failures" % failures, file=sys.stderr)
-    sys.exit(1)
-print("ok")
+sys.exit(testlib.finish())

@@ -7,7 +7,7 @@
  * also "stream i j" lines (j = 1..G) from the Speculative Streaming forward; with --prune P,
  * "pruned i 0|1" for every token. Values are printed with 9 significant digits (exact for float).
  * The main-stream path uses only the public API; streams and pruning use the internal
- * Speculative Streaming forward (lib/core/ssfwd.h), which has no public entry point.
+ * Speculative Streaming forward (lib/core/forward_api.h), which has no public entry point.
  * Deliberately not here: any comparison (the Python side has the reference). */
 #include "edgespec.h"
 #include "forward_api.h"

@@ -10,6 +10,7 @@
 #include "cpu/opsi.h"
 #include "cpu/pool.h"
 
+#include "../common/test_dtype.h"
 #include "../test.h"
 
 #include <stdint.h>
@@ -113,26 +114,14 @@ static void poison(float *v, int64_t n) {
     for (int64_t i = 0; i < n; i++) v[i] = NAN;
 }
 
-static const char *tname(es__dtype t) {
-    switch (t) {
-    case ES__DTYPE_F32: return "f32";
-    case ES__DTYPE_F16: return "f16";
-    case ES__DTYPE_BF16: return "bf16";
-    case ES__DTYPE_Q8_0: return "q8_0";
-    case ES__DTYPE_Q4_0: return "q4_0";
-    }
-    return "?";
-}
-
-static const es__dtype types[] = {ES__DTYPE_F32, ES__DTYPE_F16, ES__DTYPE_BF16, ES__DTYPE_Q8_0, ES__DTYPE_Q4_0};
 
 /* ---- kernels, at every level built in */
 
 static void test_kernels(const es__kern *k) {
     printf("kernel level %s\n", k->name);
     const int64_t shapes[][3] = {{32, 5, 1}, {40, 67, 7}, {17, 3, 2}, {1, 4, 1}, {96, 9, 13}, {288, 33, 70}, {768, 6, 3}};
-    for (size_t ti = 0; ti < ES__ARRAY_LEN(types); ti++) {
-        es__dtype t = types[ti];
+    for (size_t ti = 0; ti < ES__ARRAY_LEN(test_dtypes); ti++) {
+        es__dtype t = test_dtypes[ti];
         for (size_t si = 0; si < ES__ARRAY_LEN(shapes); si++) {
             int64_t n_in = shapes[si][0], n_out = shapes[si][1], n_tok = shapes[si][2];
             if ((t == ES__DTYPE_Q8_0 || t == ES__DTYPE_Q4_0) && n_in % 32) continue;
@@ -154,7 +143,7 @@ static void test_kernels(const es__kern *k) {
                     double e = fabs(y[tt * n_out + r] - ref) / (mag + 1e-30);
                     if (!(e <= worst)) worst = e; /* NaN sticks */
                 }
-            CHECKF(worst < 1e-5, "%s matmul %s %lldx%lld x %lld tokens: rel err %g", k->name, tname(t),
+            CHECKF(worst < 1e-5, "%s matmul %s %lldx%lld x %lld tokens: rel err %g", k->name, test_dtype_name(t),
                    (long long)n_out, (long long)n_in, (long long)n_tok, worst);
             /* each token alone, and rows in odd sub-ranges, give the same bits */
             float *y1 = malloc(sizeof(float) * (size_t)n_out);
@@ -167,7 +156,7 @@ static void test_kernels(const es__kern *k) {
                 }
                 same = same && memcmp(y1, y + tt * n_out, sizeof(float) * (size_t)n_out) == 0;
             }
-            CHECKF(same, "%s matmul %s: token alone differs from the batch", k->name, tname(t));
+            CHECKF(same, "%s matmul %s: token alone differs from the batch", k->name, test_dtype_name(t));
             /* two tokens at a time through odd row ranges (tiles padded with repeated rows) */
             if (n_tok >= 3) {
                 float *y2 = malloc(sizeof(float) * (size_t)(2 * n_out));
@@ -176,7 +165,7 @@ static void test_kernels(const es__kern *k) {
                     k->matmul(t, w, row_bytes(t, n_in), n_in, r0, ES__MIN(n_out, r0 + 5), x + n_in, n_in, 2, y2 + r0,
                               n_out, panel);
                 CHECKF(memcmp(y2, y + n_out, sizeof(float) * (size_t)(2 * n_out)) == 0,
-                       "%s matmul %s: a 2-token call differs from the batch (n_in %lld n_out %lld n_tok %lld)", k->name, tname(t), (long long)n_in, (long long)n_out, (long long)n_tok);
+                       "%s matmul %s: a 2-token call differs from the batch (n_in %lld n_out %lld n_tok %lld)", k->name, test_dtype_name(t), (long long)n_in, (long long)n_out, (long long)n_tok);
                 free(y2);
             }
             free(panel);
@@ -188,7 +177,7 @@ static void test_kernels(const es__kern *k) {
                 k->to_f32(t, (const uint8_t *)w + row_bytes(t, n_in) * (size_t)r, row, n_in);
                 for (int64_t i = 0; i < n_in; i++) exact = exact && row[i] == (float)wr[r * n_in + i];
             }
-            CHECKF(exact, "%s to_f32 %s n_in %lld not exact", k->name, tname(t), (long long)n_in);
+            CHECKF(exact, "%s to_f32 %s n_in %lld not exact", k->name, test_dtype_name(t), (long long)n_in);
             free(row);
             free(y1);
             free(wr);
@@ -273,8 +262,8 @@ static void test_matmul_threads(void) {
     es__pool *pools[3] = {NULL, NULL, NULL};
     es__err err;
     for (int i = 0; i < 3; i++) CHECK_OK(es__pool_create(NULL, i + 1, -1, &err, &pools[i]));
-    for (size_t ti = 0; ti < ES__ARRAY_LEN(types); ti++) {
-        es__dtype t = types[ti];
+    for (size_t ti = 0; ti < ES__ARRAY_LEN(test_dtypes); ti++) {
+        es__dtype t = test_dtypes[ti];
         int64_t n_in = 96, n_out = 101, n_tok = 9;
         double *wr = malloc(sizeof(double) * (size_t)(n_in * n_out));
         void *w = rand_matrix(t, n_in, n_out, wr);
@@ -288,12 +277,12 @@ static void test_matmul_threads(void) {
         for (int i = 0; i < 3; i++) CHECK_OK(es__cpu_matmul(pools[i], t, w, n_in, n_out, x, n_tok, y[i + 1], &err));
         for (int i = 1; i < 4; i++)
             CHECKF(memcmp(y[0], y[i], sizeof(float) * (size_t)(n_out * n_tok)) == 0, "matmul %s: %d threads differ",
-                   tname(t), i);
+                   test_dtype_name(t), i);
         float *yv = malloc(sizeof(float) * (size_t)n_out);
         poison(yv, n_out);
         CHECK_OK(es__cpu_matvec(pools[1], t, w, n_in, n_out, x + 4 * n_in, yv, &err));
         CHECKF(memcmp(yv, y[0] + 4 * n_out, sizeof(float) * (size_t)n_out) == 0, "matvec %s differs from matmul row",
-               tname(t));
+               test_dtype_name(t));
         for (int i = 0; i < 4; i++) free(y[i]);
         free(yv), free(wr), free(w), free(x);
     }
@@ -305,8 +294,8 @@ static void test_matmul_threads(void) {
 
 static void test_get_rows(void) {
     es__err err;
-    for (size_t ti = 0; ti < ES__ARRAY_LEN(types); ti++) {
-        es__dtype t = types[ti];
+    for (size_t ti = 0; ti < ES__ARRAY_LEN(test_dtypes); ti++) {
+        es__dtype t = test_dtypes[ti];
         int64_t n_in = 64, n_rows = 11;
         double *wr = malloc(sizeof(double) * (size_t)(n_in * n_rows));
         void *w = rand_matrix(t, n_in, n_rows, wr);
@@ -317,7 +306,7 @@ static void test_get_rows(void) {
         bool exact = true;
         for (int i = 0; i < 5; i++)
             for (int64_t k = 0; k < n_in; k++) exact = exact && out[i * n_in + k] == (float)wr[ids[i] * n_in + k];
-        CHECKF(exact, "get_rows %s", tname(t));
+        CHECKF(exact, "get_rows %s", test_dtype_name(t));
         int32_t bad = 11;
         CHECK_FAILS(es__cpu_get_rows(t, w, n_in, n_rows, &bad, 1, out, &err), ES_ERR_INVALID_ARGUMENT, "outside [0, 11)");
         free(wr), free(w);

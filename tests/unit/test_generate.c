@@ -10,6 +10,7 @@
 #include "model.h"
 #include "tokenizer.h"
 
+#include "../common/test_ctx.h"
 #include "../test.h"
 
 enum { V = 97 };
@@ -97,16 +98,6 @@ static es_model *fake_model(void) {
     return m;
 }
 
-static es_context *make_ctx(es_model *m, es_backend *b, int n_ctx, int n_batch) {
-    es_context_params cp = es_context_default_params();
-    cp.backend = b;
-    cp.n_ctx = n_ctx;
-    cp.n_batch = n_batch;
-    es_context *ctx = NULL;
-    CHECK_OK(es_context_create(m, &cp, &ctx));
-    return ctx;
-}
-
 /* The expected continuation of seq[0..n) (extends seq in place): plain decoding written out. */
 static void reference(int32_t *seq, int n, int n_new, const es_sampler_params *sp) {
     es_sampler *s;
@@ -133,7 +124,7 @@ static es_generate_params gen_params(int n_predict, float temp, uint64_t seed) {
 }
 
 static void test_greedy_and_chunking(es_model *m, es_backend *b) {
-    es_context *ctx = make_ctx(m, b, 256, 8);
+    es_context *ctx = test_ctx(m, b, 256, 8, NULL);
     int32_t prompt[37], want[37 + 20], got[32];
     for (int i = 0; i < 37; i++) prompt[i] = want[i] = (i * 13 + 5) % V;
     es_generate_params gp = gen_params(20, 0.0f, 0);
@@ -156,7 +147,7 @@ static void test_greedy_and_chunking(es_model *m, es_backend *b) {
 
 static void test_sampling_continues(es_model *m, es_backend *b) {
     /* two calls on one context equal one plain run: the second samples at positions 30.. */
-    es_context *ctx = make_ctx(m, b, 256, 16);
+    es_context *ctx = test_ctx(m, b, 256, 16, NULL);
     int32_t seq[128], first[10], second[12];
     for (int i = 0; i < 20; i++) seq[i] = (i * 7 + 1) % V;
     es_generate_params gp = gen_params(10, 0.9f, 4242);
@@ -194,7 +185,7 @@ static void test_sampling_continues(es_model *m, es_backend *b) {
 }
 
 static void test_context_limit(es_model *m, es_backend *b) {
-    es_context *ctx = make_ctx(m, b, 50, 16);
+    es_context *ctx = test_ctx(m, b, 50, 16, NULL);
     int32_t prompt[37], want[64], got[64];
     for (int i = 0; i < 37; i++) prompt[i] = want[i] = (i * 3) % V;
     es_generate_params gp = gen_params(0, 0.0f, 0); /* until the context is full */
@@ -222,7 +213,7 @@ static void test_context_limit(es_model *m, es_backend *b) {
 }
 
 static void test_invalid_and_rollback(es_model *m, es_backend *b) {
-    es_context *ctx = make_ctx(m, b, 64, 8);
+    es_context *ctx = test_ctx(m, b, 64, 8, NULL);
     int32_t prompt[12] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12};
     es_generate_params gp = gen_params(5, 0.0f, 0);
     es_generate_stats st;
@@ -255,7 +246,7 @@ static void test_invalid_and_rollback(es_model *m, es_backend *b) {
     int32_t got[5], want[64];
     CHECK_OK(es_generate(ctx, prompt, 12, &gp, got, 5, &st));
     es_context_free(ctx);
-    ctx = make_ctx(m, b, 64, 8);
+    ctx = test_ctx(m, b, 64, 8, NULL);
     CHECK_OK(es_generate(ctx, prompt, 3, &gp, NULL, 0, &st));
     CHECK_OK(es_generate(ctx, prompt, 12, &gp, want, 5, &st));
     for (int i = 0; i < 5; i++) CHECK(got[i] == want[i]);
@@ -283,7 +274,8 @@ static bool collect(int32_t token, const char *piece, size_t len, void *user) {
  * ends with the last token handed out, so a later call continues after it. Draft-model
  * speculation with the target itself as drafter (every draft accepted: 5 tokens a step). */
 static void test_spec_generate(es_model *m, es_backend *b, const int32_t *prompt, size_t n_prompt) {
-    es_context *plain = make_ctx(m, b, 128, 8), *target = make_ctx(m, b, 128, 8), *drafter = make_ctx(m, b, 128, 8);
+    es_context *plain = test_ctx(m, b, 128, 8, NULL), *target = test_ctx(m, b, 128, 8, NULL),
+               *drafter = test_ctx(m, b, 128, 8, NULL);
     es_spec_params sp = es_spec_default_params();
     sp.strategy = ES_SPEC_DRAFT;
     sp.draft_ctx = drafter;
@@ -363,7 +355,7 @@ static void test_with_vocabulary(es_backend *b) {
     CHECK_OK(es_tokenize(m, "In the beginning", 16, true, false, prompt, 6, &n_prompt));
 
     /* the model ends the text after 9 generated tokens: 9 come out, the end token does not */
-    es_context *ctx = make_ctx(m, b, 128, 4);
+    es_context *ctx = test_ctx(m, b, 128, 4, NULL);
     g_eog_at = (int32_t)n_prompt + 9;
     sink k = {{0}, 0, {0}, 0, -1};
     es_generate_params gp = es_generate_default_params();

@@ -4,6 +4,7 @@
  * files in ../shared/vocab-tests. */
 #include "gguf.h"
 
+#include "../common/test_file.h"
 #include "../test.h"
 
 #include <stdint.h>
@@ -217,24 +218,12 @@ static void test_truncation(void) {
     CHECK_FAILS(es__gguf_parse(f.b, full, NULL, &err, &g), ES_ERR_UNSUPPORTED, "big-endian");
 }
 
-static uint8_t *read_file(const char *path, size_t *n) {
-    FILE *fp = fopen(path, "rb");
-    if (!fp) return NULL;
-    fseek(fp, 0, SEEK_END);
-    long sz = ftell(fp);
-    fseek(fp, 0, SEEK_SET);
-    uint8_t *p = malloc((size_t)sz);
-    *n = fread(p, 1, (size_t)sz, fp);
-    fclose(fp);
-    return p;
-}
-
 static void test_vocab_file(const char *name, const char *model, uint64_t n_tokens) {
     const char *dir = getenv("ES_SHARED_DIR");
     char path[1024];
     snprintf(path, sizeof path, "%s/vocab-tests/%s", dir ? dir : "../shared", name);
     size_t n = 0;
-    uint8_t *p = read_file(path, &n);
+    uint8_t *p = test_read_file(path, 0, &n);
     CHECKF(p != NULL, "cannot read %s", path);
     if (!p) return;
     es__gguf *g = NULL;

@@ -6,6 +6,7 @@
 #include "edgespec.h"
 #include "sampler.h"
 
+#include "../common/test_alloc.h"
 #include "../test.h"
 
 #include <stdint.h>
@@ -535,34 +536,12 @@ static void test_invalid(void) {
     es_sampler_free(NULL);
 }
 
-/* Allocation failure injection: the n-th allocation fails. */
-typedef struct fail_alloc {
-    int countdown;
-    int live;
-} fail_alloc;
-static void *fa_alloc(size_t n, void *u) {
-    fail_alloc *f = u;
-    if (f->countdown-- == 0) return NULL;
-    f->live++;
-    return malloc(n);
-}
-static void *fa_realloc(void *p, size_t n, void *u) {
-    fail_alloc *f = u;
-    if (f->countdown-- == 0) return NULL;
-    if (!p) f->live++;
-    return realloc(p, n);
-}
-static void fa_free(void *p, void *u) {
-    fail_alloc *f = u;
-    if (p) f->live--;
-    free(p);
-}
-
+/* Allocation failure injection: the k-th allocation fails. */
 static void test_alloc_failure(void) {
     int failures = 0;
     for (int k = 0; k < 20; k++) {
-        fail_alloc f = {k, 0};
-        es_allocator a = {fa_alloc, fa_realloc, fa_free, &f};
+        test_alloc f;
+        es_allocator a = test_allocator(&f, k, true);
         es_sampler *s = NULL;
         es_status st = es_sampler_create(1000, NULL, &a, &s);
         if (st != ES_OK) {
@@ -570,7 +549,7 @@ static void test_alloc_failure(void) {
             CHECK(st == ES_ERR_OUT_OF_MEMORY && s == NULL);
         }
         es_sampler_free(s);
-        CHECKF(f.live == 0, "allocation %d failing leaks %d blocks", k, f.live);
+        CHECKF(f.live == 0, "allocation %d failing leaks %ld blocks", k, f.live);
     }
     CHECK(failures > 0 && failures < 20);
 }

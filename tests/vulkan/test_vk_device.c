@@ -5,7 +5,7 @@
  * pipeline interface check (SPIR-V reflection of every variant against its family, and a module
  * that disagrees), and the pipeline cache file. */
 #include "backend_vk.h"
-#include "ops.h"
+#include "oprun.h"
 #include "spirv.h"
 #include "vk_test.h"
 
@@ -189,7 +189,7 @@ static void test_pipeline_cache(void) {
 }
 
 int main(void) {
-    vk_pin_driver();
+    test_pin_vulkan();
     test_listing();
     test_selection();
     test_flags();

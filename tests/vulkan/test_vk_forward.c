@@ -9,6 +9,7 @@
  *   - contexts long enough that attention uses several splits (and their merge).
  * Bound: max |vk - cpu| over a row <= 2e-5 * max |cpu| over that row (f32 accumulation in a
  * different order on each backend, amplified through the layers). */
+#include "../common/test_ctx.h"
 #include "../cpu/mem_model.h"
 #include "vk_test.h"
 
@@ -33,14 +34,7 @@ static const fcase cases[] = {
 #define N_GEN 12
 
 static es_context *make_ctx(const es_model *m, es_backend *b, int32_t n_batch) {
-    es_context_params p = es_context_default_params();
-    p.n_ctx = N_CTX;
-    p.n_batch = n_batch;
-    p.backend = b;
-    p.log_fn = vk_test_log;
-    es_context *ctx = NULL;
-    CHECK_OK(es_context_create(m, &p, &ctx));
-    return ctx;
+    return test_ctx(m, b, N_CTX, n_batch, vk_test_log);
 }
 
 static int32_t argmax(const float *x, int32_t n) {

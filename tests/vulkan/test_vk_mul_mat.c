@@ -7,7 +7,7 @@
  * Bound: |y - ref| <= 2e-6 * sum_k |w_k x_k| (f32 accumulation of exactly decoded weights) against
  * the double reference, and twice that against the CPU backend. */
 #include "cpu/ops.h"
-#include "ops.h"
+#include "oprun.h"
 #include "vk_test.h"
 
 #define BOUND 2e-6
@@ -115,7 +115,7 @@ int main(void) {
     /* a device profile that never walks short rows solo: teams on rows of 45-200 elements too
      * (the lane rule still sends rows of under two units per lane solo) */
     {
-        vk_pin_driver();
+        test_pin_vulkan();
         es_backend_params p = es_backend_default_params();
         p.type = ES_BACKEND_VULKAN;
         p.vk_tuning.solo_row_elements = -1;

@@ -7,30 +7,8 @@
  *   device in a tree: their rounding differs by that much); get_rows exact for every weight type; argmax and top-k
  *   exact ids and values (ties to the lower id, NaN ignored); KV compaction exact. */
 #include "cpu/ops.h"
-#include "ops.h"
+#include "oprun.h"
 #include "vk_test.h"
-
-static double max_abs(const float *x, size_t n) {
-    double m = 0;
-    for (size_t i = 0; i < n; i++) m = fmax(m, fabs(x[i]));
-    return m;
-}
-
-/* max |a - b| / scale; infinite when a has a NaN or an infinity */
-static double diff(const float *a, const float *b, size_t n, double scale) {
-    double m = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (!isfinite(a[i])) return INFINITY;
-        m = fmax(m, fabs((double)a[i] - b[i]));
-    }
-    return m / (scale > 0 ? scale : 1);
-}
-
-static float *rand_vec(test_rng *r, size_t n, float scale) {
-    float *x = malloc(sizeof *x * (n ? n : 1));
-    for (size_t i = 0; i < n; i++) x[i] = scale * test_rng_uniform(r);
-    return x;
-}
 
 static void test_rmsnorm(es_backend *b, test_rng *r, const char *cfg) {
     static const uint32_t Es[] = {1, 7, 64, 1000, 4099};
@@ -108,22 +86,6 @@ static void test_rope_kv(es_backend *b, test_rng *r, const char *cfg) {
         CHECKF(memcmp(vc, vc0, sizeof *vc * cache) == 0, "[%s] cache write of v case %zu differs", cfg, c);
         free(qkv), free(orig), free(kc), free(vc), free(kc0), free(vc0), free(q), free(k), free(v);
     }
-}
-
-/* A random tree of n nodes in DFS pre-order: dfs_end[]. */
-static void random_tree(test_rng *r, int32_t n, int32_t *dfs_end, int chain) {
-    int32_t *parent = malloc(sizeof *parent * (size_t)n);
-    for (int32_t j = 0; j < n; j++) {
-        /* pre-order: the parent is j-1 or an ancestor of j-1 */
-        int32_t p = j - 1;
-        if (!chain)
-            while (p >= 0 && test_rng_u64(r) % 3 == 0) p = parent[p];
-        parent[j] = p;
-    }
-    for (int32_t j = n - 1; j >= 0; j--) dfs_end[j] = j;
-    for (int32_t j = n - 1; j >= 0; j--)
-        if (parent[j] >= 0 && dfs_end[j] > dfs_end[parent[j]]) dfs_end[parent[j]] = dfs_end[j];
-    free(parent);
 }
 
 static void test_attention(es_backend *b, test_rng *r, const char *cfg) {

@@ -4,6 +4,11 @@
 #ifndef ES_VK_TEST_H
 #define ES_VK_TEST_H
 
+#ifndef ES_TEST_VULKAN
+#define ES_TEST_VULKAN 1 /* every test here runs Vulkan */
+#endif
+
+#include "../common/vk_pin.h"
 #include "edgespec.h"
 #include "test.h"
 
@@ -33,21 +38,10 @@ static void vk_test_log(es_log_level level, const char *msg, void *user) {
     }
 }
 
-/* Mesa's lavapipe makes one-time libstdc++ allocations when the loader first loads it, and the
- * loader unloads the driver with the last VkInstance, which leaves those allocations unreachable
- * and LeakSanitizer (the ASan CI build) reporting the driver's leak as ours. Holding one instance
- * for the life of the test process keeps the driver loaded and its allocations reachable. */
-static inline void vk_pin_driver(void) {
-    static VkInstance pinned;
-    if (pinned) return;
-    VkInstanceCreateInfo ci = {.sType = VK_STRUCTURE_TYPE_INSTANCE_CREATE_INFO};
-    if (vkCreateInstance(&ci, NULL, &pinned) != VK_SUCCESS) pinned = VK_NULL_HANDLE;
-}
-
 /* A Vulkan backend on the pinned driver with fallback flags and a pipeline cache file (NULL =
  * none); NULL where creation failed. */
 static inline es_backend *vk_backend_cached(uint32_t flags, const char *cache_path) {
-    vk_pin_driver();
+    test_pin_vulkan();
     es_backend_params p = es_backend_default_params();
     p.type = ES_BACKEND_VULKAN;
     p.vk_flags = flags;
@@ -163,6 +157,61 @@ static inline void *make_weights(test_rng *r, int type, int64_t rows, int64_t k,
 static inline double norm_err(double y, double ref, double scale) {
     if (!isfinite(y)) return INFINITY;
     return fabs(y - ref) / (scale > 0 ? scale : 1e-30);
+}
+
+/* ---- random inputs, poison and error measures */
+
+static inline double max_abs(const float *x, size_t n) {
+    double m = 0;
+    for (size_t i = 0; i < n; i++) m = fmax(m, fabs(x[i]));
+    return m;
+}
+
+/* max |a - b| / scale; infinite when a has a NaN or an infinity */
+static inline double diff(const float *a, const float *b, size_t n, double scale) {
+    double m = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!isfinite(a[i])) return INFINITY;
+        m = fmax(m, fabs((double)a[i] - b[i]));
+    }
+    return m / (scale > 0 ? scale : 1);
+}
+
+static inline float *rand_vec(test_rng *r, size_t n, float scale) {
+    float *x = malloc(sizeof *x * (n ? n : 1));
+    for (size_t i = 0; i < n; i++) x[i] = scale * test_rng_uniform(r);
+    return x;
+}
+
+/* n NaNs: outputs start poisoned, so an element a kernel leaves unwritten fails every bound. */
+static inline float *nan_vec(size_t n) {
+    float *x = malloc(sizeof *x * (n ? n : 1));
+    for (size_t i = 0; i < n; i++) x[i] = NAN;
+    return x;
+}
+
+/* A random batch tree of n nodes in DFS pre-order, as dfs_end[]: each node's parent is the node
+ * before it or one of that node's ancestors, or none (a forest: several trees in one batch).
+ * chain: each node's parent is the node before it. */
+static inline void random_tree(test_rng *r, int32_t n, int32_t *dfs_end, int chain) {
+    int32_t *parent = malloc(sizeof *parent * (size_t)n);
+    for (int32_t j = 0; j < n; j++) {
+        int32_t p = j - 1;
+        if (!chain)
+            while (p >= 0 && test_rng_u64(r) % 3 == 0) p = parent[p];
+        parent[j] = p;
+    }
+    for (int32_t j = n - 1; j >= 0; j--) dfs_end[j] = j;
+    for (int32_t j = n - 1; j >= 0; j--)
+        if (parent[j] >= 0 && dfs_end[j] > dfs_end[parent[j]]) dfs_end[parent[j]] = dfs_end[j];
+    free(parent);
+}
+
+/* Depth of node j of a DFS pre-order batch: its ancestors are the i < j whose subtree holds j. */
+static inline int32_t tree_depth(const int32_t *dfs_end, int32_t j) {
+    int32_t d = 0;
+    for (int32_t i = 0; i < j; i++) d += dfs_end[i] >= j;
+    return d;
 }
 
 #endif

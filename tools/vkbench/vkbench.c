@@ -2,7 +2,9 @@
  *   edgespec-vkbench mul_mat [--type f32|f16|bf16|q8_0|q4_0] [--rows M] [--cols K] [--n N]
  *                            [--reps R] [--runs S] [--device SEL] [--flags FLAGS]
  *       one matrix kernel: R dispatches in one submission, median of S submissions; weight
- *       bandwidth = bytes of the device layout per dispatch / time per dispatch
+ *       bandwidth = bytes of the device layout per dispatch / time per dispatch; with
+ *       EDGESPEC_VKBENCH_CPU_TIME set, the time is the process's CPU time (the op runner's switch,
+ *       tests/common/oprun.c), which a busy machine disturbs less than wall time
  *   edgespec-vkbench dispatch [--reps R] [--runs S]
  *       the fixed cost of a dispatch (a tiny kernel R times in one submission) and of a submit
  *       (R = 1)
@@ -12,7 +14,8 @@
  *                          [--tree 32] [--reps R] [--profile]      (bench_model.c)
  * It deliberately checks nothing: tests/vulkan does. */
 #include "gguf.h"
-#include "ops.h"
+#include "oprun.h"
+#include "test_dtype.h"
 #include "vkbench.h"
 
 #include <pthread.h>
@@ -60,14 +63,6 @@ static void *make_weights(es__dtype t, uint32_t rows, uint32_t K, size_t *bytes)
 static int cmp_d(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
     return x < y ? -1 : x > y;
-}
-
-static es__dtype parse_type(const char *s) {
-    if (!strcmp(s, "f16")) return ES__DTYPE_F16;
-    if (!strcmp(s, "bf16")) return ES__DTYPE_BF16;
-    if (!strcmp(s, "q8_0")) return ES__DTYPE_Q8_0;
-    if (!strcmp(s, "q4_0")) return ES__DTYPE_Q4_0;
-    return ES__DTYPE_F32;
 }
 
 static double wall_ms(void) {
@@ -138,7 +133,7 @@ static int kernel_bench(const char *mode, const vkbench_opts *o) {
         return 1;
     }
     const bool disp = !strcmp(mode, "dispatch");
-    const es__dtype type = disp ? ES__DTYPE_F32 : parse_type(o->type);
+    const es__dtype type = disp ? ES__DTYPE_F32 : test_dtype_parse(o->type);
     const uint32_t rows = disp ? 8 : o->rows, K = disp ? 32 : o->cols, n = o->n;
     size_t wbytes = 0;
     void *w = make_weights(type, rows, K, &wbytes);

@@ -1,0 +1,135 @@
+/* oprun.h: one Vulkan op on host arrays (oprun.c), through the same pipelines and dispatch
+ * records (lib/vulkan/ops.h) that the forward pass uses, on fresh buffers each call: for the op
+ * tests (tests/vulkan) and micro-benchmarks (tools/vkbench, tests/bench). Part of the testing
+ * library (tests/common/meson.build), never of the shipped one: it is slow and simple on purpose,
+ * not for inference. */
+#ifndef ES_TESTS_OPRUN_H
+#define ES_TESTS_OPRUN_H
+
+#include "ops.h"
+
+/* All run on backend b, which must be a Vulkan backend. reps > 1 repeats the dispatch inside one
+ * submission (for timing); *ms (may be NULL) gets the wall time of the submission divided by
+ * reps, or with the environment variable EDGESPEC_VKBENCH_CPU_TIME set the process CPU time per
+ * rep (all threads), which a busy machine disturbs less: a switch of the tests and tools, never
+ * read by the library. */
+
+/* y[n][rows] (=, +=) W x[n][K], W in GGUF layout (rows of K elements of type). For
+ * ES__EPI_SWIGLU W holds 2 * n_ff interleaved rows and y gets [n][rows / 2]. */
+es_status es__vk_run_mul_mat(es_backend *b, es__dtype type, const void *w, uint32_t rows, uint32_t K,
+                             const float *x, uint32_t n, uint32_t epi, float *y, uint32_t reps, double *ms);
+
+/* x[n][E] -> y[n][E], weight w[E]. */
+es_status es__vk_run_rmsnorm(es_backend *b, const float *x, const float *w, uint32_t E, uint32_t n, float eps, float *y);
+/* out[i][:E] = row ids[i] of table (rows x K of type, GGUF layout), dequantised. */
+es_status es__vk_run_get_rows(es_backend *b, es__dtype type, const void *table, uint32_t K, uint32_t rows,
+                              const int32_t *ids, uint32_t n, float *out);
+/* RoPE of q and k and the cache write: qkv[n][(n_head + 2 n_head_kv) hd] is rotated in place
+ * (its K part stays as given: rotated keys go to the cache), slots n_past + t of kc, vc
+ * (n_head_kv, n_ctx, hd) receive the rotated K and the V of token t (other slots keep their
+ * contents). Positions pos[n]. */
+es_status es__vk_run_rope_kv(es_backend *b, float *qkv, uint32_t n, uint32_t n_head, uint32_t n_head_kv, uint32_t hd,
+                             uint32_t n_rot, es_rope_type type, float freq_base, float freq_scale, const int32_t *pos,
+                             uint32_t n_past, uint32_t n_ctx, float *kc, float *vc);
+/* Tree attention as es__cpu_attention: q[n][n_head][hd], caches (n_head_kv, n_ctx, hd) with the
+ * batch's keys in slots [n_past, n_past + n), DFS intervals in pre-order; out[n][n_head][hd]. */
+es_status es__vk_run_attention(es_backend *b, const float *q, const float *kc, const float *vc, uint32_t n_ctx,
+                               uint32_t n_head, uint32_t n_head_kv, uint32_t hd, uint32_t n_past, uint32_t n,
+                               const int32_t *dfs_end, float scale, float *out);
+/* The same for benchmarks: another build of attn.comp (tests/bench's dense-mask baseline, whose
+ * [n][n] byte mask goes after the step data), recorded reps times in one submission. */
+typedef struct es__vk_attn_bench {
+    const es__shader_info *shader; /* family "attn"; NULL: the library's kernel          */
+    const uint8_t *mask;           /* mask[t][i] = 1 when batch token i is visible to t  */
+    uint32_t reps;
+    double ms;                     /* out: wall time per rep                             */
+} es__vk_attn_bench;
+/* Whether the op runner (and the device) reads read-only data through texel buffers. */
+bool es__vk_run_texel(es_backend *b);
+es_status es__vk_run_attention_bench(es_backend *b, const float *q, const float *kc, const float *vc, uint32_t n_ctx,
+                                     uint32_t n_head, uint32_t n_head_kv, uint32_t hd, uint32_t n_past, uint32_t n,
+                                     const int32_t *dfs_end, float scale, float *out, es__vk_attn_bench *bench);
+/* Softmax of each row of x[n][V], into y. */
+es_status es__vk_run_softmax(es_backend *b, const float *x, uint32_t V, uint32_t n, float *y);
+/* The k largest of each row of x[n][V] (descending, ties to the lower id): ids[n][k], vals[n][k]. */
+es_status es__vk_run_topk(es_backend *b, const float *x, uint32_t V, uint32_t n, uint32_t k, int32_t *ids,
+                          float *vals);
+/* KV compaction of one layer: caches (n_head_kv, n_ctx, hd) in place; slot n_past + keep[r]
+ * moves to n_past + r. */
+es_status es__vk_run_kv_move(es_backend *b, float *kc, float *vc, uint32_t n_head_kv, uint32_t n_ctx, uint32_t hd,
+                             uint32_t n_past, const int32_t *keep, uint32_t n_keep);
+
+/* ---- Speculative Streaming's kernels (lib/vulkan/msa_vk.c records them; shaders/ss_push.h) */
+
+/* A batch as the step data gives it to the kernels: n tokens after n_past committed ones. */
+typedef struct es__vk_op_batch {
+    uint32_t n_past, n;
+    const int32_t *dfs_end; /* [n] DFS pre-order: last index of each token's subtree; NULL = a chain */
+    const int32_t *pos;     /* [n] positions; NULL = n_past + depth in the tree                      */
+    uint32_t node;          /* the token whose streams the stream pass computes (ES_STEP_SS_NODE)    */
+} es__vk_op_batch;
+
+/* Rows of attention's input: n_head query heads, n_head_kv key heads, n_head_kv value heads. */
+typedef struct es__vk_op_rope {
+    uint32_t n_head, n_head_kv, hd, n_rot;
+    es_rope_type type;
+    float freq_base, freq_scale;
+} es__vk_op_rope;
+
+/* What a projection of Speculative Streaming's rows adds to es__vk_run_mul_mat. */
+typedef struct es__vk_ss_proj {
+    /* the stream-only LoRA in the epilogue (the mul_mat_lora kernels): Y += B R for rows t >= ss_t0 */
+    const float *lora_b;          /* [rows][rank]: B in W's row order; NULL = the plain kernel      */
+    const float *lora_r;          /* [n - ss_t0][rank]: R = A X of the stream rows                  */
+    uint32_t rank;                /* values per row of R (the rank times the fused targets)         */
+    uint32_t ss_t0;               /* the first stream row (0 = every row gets the LoRA term)        */
+    /* W's first (n_head + n_head_kv) hd rows are Q and K; with NEOX RoPE they are permuted as model
+     * upload does, and the store epilogues write them back in head order. NULL = plain rows. */
+    const es__vk_op_rope *rope;
+    /* ES__EPI_ROPE_KV: the token rows (t < ss_t0, or every row when ss_g = 0) are the tokens of
+     * batch: Q rotated into y, K rotated and V into slot n_past + t of kc, vc; a stream row t (ss_g > 0)
+     * takes token (t - ss_t0) / ss_g's position and keeps its rotated Q, K and its V in y. */
+    uint32_t ss_g;                /* streams per token                                              */
+    const es__vk_op_batch *batch;
+    uint32_t n_ctx;
+    float *kc, *vc;               /* (n_head_kv, n_ctx, hd), updated in place                       */
+} es__vk_ss_proj;
+/* y[n][cols] (=, +=, SwiGLU, RoPE) W x + the extras of ss, cols as es__vk_run_mul_mat's; y is read
+ * and written whole, so what the kernel does not write comes back as given. */
+es_status es__vk_run_mul_mat_ss(es_backend *b, es__dtype type, const void *w, uint32_t rows, uint32_t K,
+                                const float *x, uint32_t n, uint32_t epi, const es__vk_ss_proj *ss, float *y);
+
+/* ss_rows: mode 0 copies n_rows rows of x into y; mode 1 starts the stream pass's n_rows streams of
+ * row `node` of x (Eq. 3: y[j] = x[node] + p[j]); mode 2 every node's g streams, as they ride in the
+ * forward: x is NULL, y is the rows buffer read (node rows r / g) and written (rows y_row0 + r);
+ * mode 3 gathers the rows of x listed in `rows` (the pruning early exit's input, its list in the
+ * step data). Widths and strides in floats, multiples of 4. y (y_rows rows) is read and written
+ * whole. */
+typedef struct es__vk_ss_rows_call {
+    uint32_t mode, g, y_row0, n_rows, node;
+    uint32_t width, x_stride, p_stride, y_stride;
+    const int32_t *rows; /* mode 3: [n_rows] rows of x, each < x_rows */
+} es__vk_ss_rows_call;
+es_status es__vk_run_ss_rows(es_backend *b, const es__vk_ss_rows_call *c, const float *x, uint32_t x_rows,
+                             const float *p, uint32_t p_rows, float *y, uint32_t y_rows);
+
+/* ss_rope: rotates the Q and K heads of n_rows rows of qkv ([n_rows][qkv_stride]) in place at the
+ * position of batch->node (streams write no KV). */
+es_status es__vk_run_ss_rope(es_backend *b, const es__vk_op_rope *rope, const es__vk_op_batch *batch, float *qkv,
+                             uint32_t n_rows, uint32_t qkv_stride);
+
+/* ss_attn: multi-stream attention (Eq. 2) of stream rows of qkv (q, k, v heads per row) over the
+ * caches (n_head_kv, n_ctx, hd), whose slots n_past .. n_past + n - 1 hold the batch's keys. g = 0:
+ * the stream pass, the n_rows streams of batch->node from row 0; g > 0: every token's g streams,
+ * token i's at rows row0 + i g. out ([out_rows][o_stride], the same rows) is read and written whole. */
+typedef struct es__vk_ss_attn_call {
+    uint32_t n_head, n_head_kv, hd, n_ctx;
+    uint32_t g, n_rows, row0;
+    uint32_t qkv_stride, o_stride; /* floats, multiples of 4 */
+    float scale;
+} es__vk_ss_attn_call;
+es_status es__vk_run_ss_attn(es_backend *b, const es__vk_ss_attn_call *c, const es__vk_op_batch *batch,
+                             const float *qkv, uint32_t qkv_rows, const float *kc, const float *vc, float *out,
+                             uint32_t out_rows);
+
+#endif
