@@ -48,6 +48,7 @@
 #define QK 32          /* elements per Q8_0 / Q4_0 block */
 #define NV (QK / VL)   /* vectors per block              */
 #define TOK_BLOCK 64   /* tokens whose activations stay in cache while a row tile is reused */
+#define PF_TILES 1     /* row tiles ahead whose weights the tile path prefetches */
 
 #define INLINE static inline __attribute__((always_inline))
 
@@ -337,12 +338,15 @@ DEF_ROWS(rows_q4_0, ES__DTYPE_Q4_0)
 /* ---- tiles (several tokens): R_TILE rows of f32 weights x T tokens, out[r * T_TILE + t]. Same
  * per-element arithmetic as rows_dot. */
 
-INLINE void tile_f32(const float *const *wr, const float *x, int64_t ldx, int64_t n_in, const int T, float *out) {
+INLINE void tile_f32(const float *const *wr, const float *x, int64_t ldx, int64_t n_in, const int T, float *out,
+                     const uint8_t *const *pf, size_t pf_bytes) {
     vf acc[R_TILE][T_TILE];
     for (int r = 0; r < R_TILE; r++)
         for (int t = 0; t < T; t++) acc[r][t] = vzero();
     int64_t k = 0;
     for (; k + VL <= n_in; k += VL) {
+        if (pf && (size_t)k * 4 < pf_bytes)
+            for (int r = 0; r < R_TILE; r++) __builtin_prefetch(pf[r] + (size_t)k * 4, 0, 3);
         vf xv[T_TILE];
         for (int t = 0; t < T; t++) xv[t] = loadu(x + t * ldx + k);
         for (int r = 0; r < R_TILE; r++) {
@@ -364,14 +368,15 @@ INLINE void tile_f32(const float *const *wr, const float *x, int64_t ldx, int64_
 }
 
 /* One specialisation per T: the compiler keeps each tile's accumulators in registers. */
-static void tiles(const float *const *wr, const float *x, int64_t ldx, int64_t n_in, int T, float *out) {
+static void tiles(const float *const *wr, const float *x, int64_t ldx, int64_t n_in, int T, float *out,
+                  const uint8_t *const *pf, size_t pf_bytes) {
     switch (T) {
-    case 1: tile_f32(wr, x, ldx, n_in, 1, out); break;
-    case 2: tile_f32(wr, x, ldx, n_in, 2 <= T_TILE ? 2 : 1, out); break;
-    case 3: tile_f32(wr, x, ldx, n_in, 3 <= T_TILE ? 3 : 1, out); break;
-    case 4: tile_f32(wr, x, ldx, n_in, 4 <= T_TILE ? 4 : 1, out); break;
-    case 5: tile_f32(wr, x, ldx, n_in, 5 <= T_TILE ? 5 : 1, out); break;
-    default: tile_f32(wr, x, ldx, n_in, 6 <= T_TILE ? 6 : 1, out); break;
+    case 1: tile_f32(wr, x, ldx, n_in, 1, out, pf, pf_bytes); break;
+    case 2: tile_f32(wr, x, ldx, n_in, 2 <= T_TILE ? 2 : 1, out, pf, pf_bytes); break;
+    case 3: tile_f32(wr, x, ldx, n_in, 3 <= T_TILE ? 3 : 1, out, pf, pf_bytes); break;
+    case 4: tile_f32(wr, x, ldx, n_in, 4 <= T_TILE ? 4 : 1, out, pf, pf_bytes); break;
+    case 5: tile_f32(wr, x, ldx, n_in, 5 <= T_TILE ? 5 : 1, out, pf, pf_bytes); break;
+    default: tile_f32(wr, x, ldx, n_in, 6 <= T_TILE ? 6 : 1, out, pf, pf_bytes); break;
     }
 }
 
@@ -408,10 +413,15 @@ static void k_matmul(es__dtype type, const void *w, size_t row_bytes, int64_t n_
                     wr[i] = panel + ES__MIN(i, nr - 1) * n_in;
                 }
             }
+            /* the next tile's raw rows, fetched while this one computes (the first token tile's
+             * pass), so the weights stream in while the arithmetic runs */
+            const uint8_t *pf[R_TILE];
+            for (int i = 0; i < R_TILE; i++) pf[i] = base + (size_t)ES__MIN(r + PF_TILES * R_TILE + i, r1 - 1) * row_bytes;
+            const bool fetch = r + PF_TILES * R_TILE < r1;
             for (int64_t t = t0; t < t1; t += T_TILE) {
                 const int nt = (int)ES__MIN(T_TILE, t1 - t);
                 float out[R_TILE * T_TILE];
-                tiles(wr, x + t * ldx, ldx, n_in, nt, out);
+                tiles(wr, x + t * ldx, ldx, n_in, nt, out, fetch && t == t0 ? pf : NULL, row_bytes);
                 for (int i = 0; i < nr; i++)
                     for (int j = 0; j < nt; j++) y[(t + j) * ldy + (r - r0 + i)] = out[i * T_TILE + j];
             }
