@@ -41,6 +41,8 @@ def main():
     ap.add_argument("--draft", required=True)
     ap.add_argument("--backend", default="cpu")
     ap.add_argument("--kjv", action="store_true", help="the model was trained on the KJV: held-out verses as prompts")
+    ap.add_argument("--smoke", action="store_true",
+                    help="one prompt, greedy, the default stream and draft runs only (a large model on lavapipe)")
     a = ap.parse_args()
     be = ["--backend", a.backend]
     if a.backend == "vulkan":
@@ -57,6 +59,8 @@ def main():
              ["--spec", "stream", "--ss", a.adapter, "--topk", "8", "--max-nodes", "64", "--fixed-tree"],
              ["--spec", "draft", "-md", a.draft, "--lookahead", "3"]]
     quick = a.backend != "cpu"  # lavapipe: a subset of the combinations, the same checks
+    if a.smoke:
+        prompts, sampling, specs = prompts[:1], sampling[:1], [specs[0], specs[-1]]
     for pi, prompt in enumerate(prompts):
         for si, samp in enumerate(sampling):
             if quick and (pi + si) % 2:
@@ -74,6 +78,8 @@ def main():
                 m = CALLS.search(r.stderr)
                 check(m is not None and ACCEPT.search(r.stderr) is not None, "statistics on stderr", r)
                 check(b"edgespec run:" not in r.stdout, "no statistics on stdout", r)
+    if a.smoke:
+        return testlib.finish()
     # rejection sampling runs and is reproducible for a seed
     base = [a.cli, "run", "-m", a.model, "-p", "In the beginning", "-n", "30", "-t", "1"] + be + ["--temp", "0.9",
             "--seed", "5", "--spec", "stream", "--ss", a.adapter, "--rejection", "--fixed-tree"]
