@@ -92,6 +92,7 @@ static es_status stream_step(es_spec *s, void *state, int32_t *tokens, size_t ca
     /* 3. the next draft from the streams of the last accepted node */
     es__levels lv;
     const int32_t n_lv = streams ? es__tuner_streams(&s->tune, s->depth, s->k, ES__MIN(s->p.max_nodes, t->cap)) : 0;
+    if (streams) es__tuner_chose(&s->tune, n_lv);
     const bool plain_next = n_lv == 0 && s->tune.adaptive && !es__tuner_explores_next(&s->tune);
     if (st == ES_OK) st = draft_from_streams(s, path[n_path - 1], n_lv, &lv);
     s->st.target_ms += (es__time_now() - t0) * 1e3;

@@ -4,17 +4,23 @@
 #include "spec_tune.h"
 
 #include <math.h>
+#include <stdint.h>
 #include <string.h>
 
 #define FORGET 0.97  /* weight of past calls per new one: about the last 30 calls count */
 #define PRIOR 2.0f   /* pseudo-counts of the raw draft probability in the calibration  */
 #define EXPLORE 32   /* every EXPLORE-th call drafts from every stream, so that what they are
-                        worth and cost stays measured while drafting does not pay */
+                        worth and cost stays measured while drafting does not pay ... */
+#define EXPLORE_MAX 512 /* ... backing off to this interval while each exploration confirms it:
+                           an exploration costs a stream pass and a larger tree, about 1.5 calls
+                           where drafting does not pay (lavapipe, docs/perf.md) */
 #define SPIKE 2.0    /* a timing counts at most SPIKE times what the fit predicts */
 
 void es__tuner_init(es__tuner *t, bool adaptive) {
     memset(t, 0, sizeof *t);
     t->adaptive = adaptive;
+    t->explore_at = EXPLORE;
+    t->explore_every = EXPLORE;
 }
 
 static int32_t bin_of(float logp) {
@@ -96,7 +102,8 @@ int32_t es__tuner_room(const es__tuner *t) {
 
 int32_t es__tuner_streams(const es__tuner *t, int32_t gamma, int32_t k, int32_t cap) {
     double a, b;
-    if (!es__tuner_cost(t, &a, &b) || !(t->gs > 0.0) || t->steps % EXPLORE == 0) return gamma;
+    if (!t->adaptive || t->steps >= t->explore_at) return gamma;
+    if (!es__tuner_cost(t, &a, &b) || !(t->gs > 0.0)) return ES__MIN(gamma, 1);
     /* expected tokens per call: 1 + the chances of reaching each depth, the conditional
      * acceptance per depth smoothed towards 0.3 with one pseudo-count */
     double best = 1.0 / (a + b), reach = 1.0, expect = 1.0;
@@ -111,8 +118,27 @@ int32_t es__tuner_streams(const es__tuner *t, int32_t gamma, int32_t k, int32_t 
     return best_g;
 }
 
+void es__tuner_chose(es__tuner *t, int32_t g) {
+    if (!t->adaptive) return;
+    if (t->steps >= t->explore_at) { /* an exploration: the next choice says whether it paid */
+        t->explored = true;
+        t->explore_at = INT64_MAX;
+        return;
+    }
+    if (g > 0) { /* drafting pays: explorations at the base interval again */
+        t->explored = false;
+        t->explore_every = EXPLORE;
+        t->explore_at = ES__MIN(t->explore_at, t->steps + EXPLORE);
+        return;
+    }
+    if (!t->explored) return;
+    t->explored = false;
+    t->explore_every = ES__MIN(2 * t->explore_every, EXPLORE_MAX);
+    t->explore_at = t->steps + t->explore_every;
+}
+
 bool es__tuner_explores_next(const es__tuner *t) {
-    return (t->steps + 1) % EXPLORE == 0;
+    return t->adaptive && t->steps + 1 >= t->explore_at;
 }
 
 void es__tuner_observe_draft_call(es__tuner *t, double ms) {

@@ -31,6 +31,9 @@ typedef struct es__tuner {
     int32_t max_n;                                /* largest tree timed                          */
     int64_t calls;                                /* calls in the fit                            */
     int64_t steps;                                /* every call timed, fitted or not             */
+    int64_t explore_at;                           /* the call that drafts from every stream next */
+    int32_t explore_every;                        /* calls between explorations (backs off)      */
+    bool explored;                                /* the last choice was an exploration          */
 } es__tuner;
 
 void es__tuner_init(es__tuner *t, bool adaptive);
@@ -52,8 +55,13 @@ void es__tuner_observe_streams(es__tuner *t, int32_t g, double ms);
 
 /* How many streams the next draft should come from (0 = none: a plain step), the one among
  * 0..gamma that maximises expected tokens per unit of cost, with k candidates per stream and at
- * most cap tree nodes; gamma when not adaptive or while the costs are unknown. */
+ * most cap tree nodes; gamma when not adaptive or on an exploration call; 1 while the costs are
+ * unknown (the cheapest draft that measures a node and a stream pass). */
 int32_t es__tuner_streams(const es__tuner *t, int32_t gamma, int32_t k, int32_t cap);
+/* The strategy drafts from g streams (what es__tuner_streams said). Schedules the next
+ * exploration: within EXPLORE calls while drafting pays, twice as far apart each time an
+ * exploration is followed by a choice not to draft, up to EXPLORE_MAX calls. */
+void es__tuner_chose(es__tuner *t, int32_t g);
 
 /* Whether the next call is one that drafts from every stream whatever the costs (exploration). */
 bool es__tuner_explores_next(const es__tuner *t);

@@ -340,6 +340,50 @@ static es_status ss_setup(es_context *ctx, vk_ctx *c) {
     return s;
 }
 
+/* One forward of a chain of n tokens (the warm-up's), with what call asks. */
+static es_status warm_forward(es_context *ctx, int32_t n, int32_t n_streams, float prune, float *logits) {
+    int32_t tokens[8] = {0}, pos[8], dfs_start[8], dfs_end[8], parent[8], out[8];
+    uint8_t pruned[8] = {0};
+    for (int32_t i = 0; i < n; i++) pos[i] = dfs_start[i] = out[i] = i, dfs_end[i] = n - 1, parent[i] = i - 1;
+    const es__fwd f = {n, 0, tokens, pos, dfs_start, dfs_end, parent, n, out, logits, n_streams, prune, pruned};
+    return es__vk_forward(ctx, &f);
+}
+
+/* Devices that compile kernels at their first dispatch (policy.h: warm_up) run here, once per
+ * context on the empty cache's provisional slots (nothing is committed), one forward of each tile
+ * size a verification tree of up to 8 nodes records, then with each stream count (fused into the
+ * call where the policy allows, else the stream pass after it) and with pruning: what the first
+ * speculative steps then pay is their arithmetic, not the compiler. */
+static es_status warm_up(es_context *ctx, vk_ctx *c) {
+    static const int32_t sizes[] = {1, 2, 4, 8};
+    const es__ss_adapter *ss = ctx->model->ss;
+    const int32_t G = ss ? ss->n_streams : 0;
+    const bool prune = ss && ss->prune_rank > 0 && ss->prune_layer < ctx->model->hp.n_layer;
+    /* the caller's counters and profile are about its own calls */
+    const es_backend_stats counted = *c->d->stats;
+    const bool profile = c->d->profile;
+    c->d->profile = false;
+    float *logits = es__calloc(c->d->alloc, (size_t)(8 + G) * (size_t)ctx->model->hp.n_vocab, sizeof(float));
+    es_status s = logits ? ES_OK : es__fail(c->d->err, ES_ERR_OUT_OF_MEMORY, "vulkan: out of memory");
+    for (size_t i = 0; s == ES_OK && i < ES__ARRAY_LEN(sizes) && sizes[i] <= (int32_t)c->nb; i++)
+        s = warm_forward(ctx, sizes[i], 0, 0.0f, logits);
+    for (int32_t g = 1; s == ES_OK && g <= G; g++) {
+        s = warm_forward(ctx, 1, g, 0.0f, logits);
+        if (s == ES_OK) s = es__vk_msa_stream_logits(c->msa, 0, g, logits);
+    }
+    for (int32_t n = 2; s == ES_OK && G > 0 && n <= 8 && n <= (int32_t)c->nb; n *= 4) {
+        s = warm_forward(ctx, n, G, prune ? 1e-9f : 0.0f, logits);
+        if (s == ES_OK) s = warm_forward(ctx, n, 1, 0.0f, logits);
+    }
+    es__free(c->d->alloc, logits);
+    c->d->profile = profile;
+    c->d->stats->n_forward = counted.n_forward;
+    c->d->stats->n_forward_submits = counted.n_forward_submits;
+    c->d->stats->n_dispatches = counted.n_dispatches;
+    c->d->stats->n_submits = counted.n_submits;
+    return s;
+}
+
 es_status es__vk_ctx_init(es_context *ctx) {
     es__vk_dev *d = ctx_dev(ctx);
     const es__hparams *hp = &ctx->model->hp;
@@ -380,7 +424,10 @@ es_status es__vk_ctx_init(es_context *ctx) {
     if (s == ES_OK) s = make_pool(ctx, c);
     if (s == ES_OK) s = make_sets(ctx, c);
     if (s == ES_OK && ctx->model->ss) s = ss_setup(ctx, c);
+    if (s == ES_OK) ctx->impl = c; /* the warm-up runs forwards on it */
+    if (s == ES_OK && d->policy.warm_up) s = warm_up(ctx, c);
     if (s != ES_OK) {
+        ctx->impl = NULL;
         ctx_free(ctx, c);
         return s;
     }

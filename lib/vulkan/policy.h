@@ -18,6 +18,9 @@ typedef struct es__vk_policy {
     uint32_t solo_row_elements;  /* weight rows shorter than this many elements are walked by
                                     one invocation (their team's reduction would cost as much
                                     as the row's arithmetic); 0 = never                        */
+    bool warm_up;                /* the driver compiles a kernel at its first dispatch, not at
+                                    pipeline creation (llvmpipe): a context runs each forward
+                                    variant once when it is made, not in its first steps       */
 } es__vk_policy;
 
 /* The profile for a device of this type, with the caller's overrides applied. */

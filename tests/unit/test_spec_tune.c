@@ -108,23 +108,39 @@ static void test_streams(void) {
     /* every draft accepted, nodes nearly free: draft from every stream */
     es__tuner t;
     es__tuner_init(&t, true);
-    for (int i = 0; i < 64; i++) {
+    CHECK(es__tuner_streams(&t, 4, 1, 32) == 1); /* costs unknown: the cheapest draft that measures */
+    for (int i = 0; i < 63; i++) {
         es__tuner_observe_call(&t, 1 + i % 5, 10.0 + 0.1 * (1 + i % 5));
         es__tuner_observe_streams(&t, 4, 0.4);
         es__tuner_observe_tree(&t, &tr, path, 5, -1, raw);
+        es__tuner_chose(&t, es__tuner_streams(&t, 4, 1, 32));
     }
-    CHECK(es__tuner_streams(&t, 4, 1, 32) == 4);
+    CHECK(!es__tuner_explores_next(&t) && es__tuner_streams(&t, 4, 1, 32) == 4);
     /* nothing ever accepted and nodes as dear as the call: plain steps (exploration aside) */
     es__tuner_init(&t, true);
-    int plain = 0;
-    for (int i = 0; i < 64; i++) {
+    int plain = 0, explored = 0;
+    for (int i = 0; i < 1000; i++) {
         es__tuner_observe_call(&t, 1 + i % 5, 1.0 * (1 + i % 5));
         es__tuner_observe_streams(&t, 4, 2.0);
         es__tuner_observe_tree(&t, &tr, path, 1, -1, raw);
-        plain += es__tuner_streams(&t, 4, 2, 32) == 0;
+        const int32_t g = es__tuner_streams(&t, 4, 2, 32);
+        plain += g == 0;
+        explored += g == 4 && i > 12;
+        es__tuner_chose(&t, g);
     }
-    /* not plain: the calls before the fit (sizes 1..5 timed twice) and the explorations */
-    CHECKF(plain >= 52, "%d of 64 decisions were plain steps", plain);
+    /* not plain: the calls before the fit (sizes 1..5 timed twice) and the explorations, which
+     * back off while each confirms that drafting does not pay: at about 32, 97, 226, 483 and
+     * 996 calls instead of every 32 (31 of them) */
+    CHECKF(plain >= 980, "%d of 1000 decisions were plain steps", plain);
+    CHECKF(explored >= 3 && explored <= 5, "%d explorations in 1000 calls", explored);
+    /* once drafting pays again the explorations come every 32 calls again */
+    for (int i = 0; i < 200; i++) {
+        es__tuner_observe_call(&t, 1 + i % 5, 10.0 + 0.1 * (1 + i % 5));
+        es__tuner_observe_streams(&t, 4, 0.4);
+        es__tuner_observe_tree(&t, &tr, path, 5, -1, raw);
+        es__tuner_chose(&t, es__tuner_streams(&t, 4, 1, 32));
+    }
+    CHECKF(t.explore_every == 32, "explorations every %d calls after drafting paid", t.explore_every);
     es__tree_free(&tr, NULL);
 }
 
