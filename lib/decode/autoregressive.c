@@ -129,6 +129,7 @@ es_status es_generate(es_context *ctx, const int32_t *prompt, size_t n_prompt, c
     if (s == ES_OK) {
         st.n_prompt = (int32_t)n_prompt;
         s = decode(&g, logits, &st);
+        if (s == ES_OK) es__output_finish(&g.out);
     }
     double t2 = es__time_now();
     st.prompt_ms = (t1 - t0) * 1e3;

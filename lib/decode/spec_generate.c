@@ -61,6 +61,7 @@ es_status es_spec_generate(es_spec *s, const int32_t *prompt, size_t n_prompt, c
     es__output o;
     ES_TRY(es__output_init(&o, s->model, s->alloc, &gate, tokens_out, cap, &s->err));
     const es_status rc = generate(s, prompt, n_prompt, &o, &st);
+    if (rc == ES_OK) es__output_finish(&o);
     es__output_free(&o);
     if (stats) *stats = st;
     return rc;

@@ -227,6 +227,43 @@ ES_API es_status es_detokenize(const es_model *model, const int32_t *tokens, siz
 ES_API bool es_token_is_eog(const es_model *model, int32_t token); /* end of generation */
 
 /* ---------------------------------------------------------------------------------------------
+ * Chat templates: a conversation as the prompt text a chat model was trained on. The families
+ * below are recognised from the model's tokenizer.chat_template (a Jinja program, not run) by the
+ * markers they write; a model without one gets the plain template (turns as lines of text).
+ */
+typedef enum es_chat_template {
+    ES_CHAT_PLAIN = 0,   /* each message's content and a newline                                */
+    ES_CHAT_LLAMA2 = 1,  /* <s>[INST] <<SYS>>..<</SYS>> user [/INST] answer </s>                   */
+    ES_CHAT_LLAMA3 = 2,  /* <|start_header_id|>role<|end_header_id|> ... <|eot_id|>                */
+    ES_CHAT_CHATML = 3,  /* <|im_start|>role ... <|im_end|> (Qwen, SmolLM, ...)                     */
+    ES_CHAT_PHI3 = 4,    /* <|role|> ... <|end|>                                                   */
+    ES_CHAT_GEMMA = 5,   /* <start_of_turn>user|model ... <end_of_turn>; system joins the first user turn */
+    ES_CHAT_MISTRAL = 6, /* <s>[INST] user [/INST]answer</s>; system joins the first user turn     */
+} es_chat_template;
+
+typedef struct es_chat_message {
+    const char *role;    /* "system", "user" or "assistant"                                     */
+    const char *content; /* NUL-terminated text                                                  */
+} es_chat_message;
+
+/* The model's template: ES_CHAT_PLAIN when it has none, ES_ERR_UNSUPPORTED naming the template's
+ * start when it is none of the known families (name one with es_chat_template_from_name). */
+ES_API es_status es_chat_template_detect(const es_model *model, es_chat_template *out);
+/* "plain", "llama2", "llama3", "chatml", "phi3", "gemma", "mistral": the caller's override. */
+ES_API es_status es_chat_template_from_name(const char *name, es_chat_template *out);
+ES_API const char *es_chat_template_name(es_chat_template t);
+/* The text a model of this family writes to end its turn ("<|im_end|>", "<|eot_id|>", ...; "" for
+ * plain): a stop string for generation, where the vocabulary does not already mark it as an
+ * end-of-generation token. Static text. */
+ES_API const char *es_chat_end_of_turn(es_chat_template t);
+/* Renders n_messages messages, then (add_assistant) the opening of the assistant's turn, into buf
+ * (NUL-terminated). *len gets the length without the NUL; ES_ERR_BUFFER_TOO_SMALL when buf_size
+ * <= *len (buf NULL with buf_size 0 just measures). The text spells control tokens and, where the
+ * family has one, the BOS: tokenize it with add_special = false and parse_special = true. */
+ES_API es_status es_chat_render(es_chat_template t, const es_chat_message *messages, size_t n_messages,
+                                bool add_assistant, char *buf, size_t buf_size, size_t *len);
+
+/* ---------------------------------------------------------------------------------------------
  * Backend: where forward passes run. CPU (reference, multithreaded) or Vulkan on one device.
  * A backend uploads or maps a model's weights on first use and shares them among its contexts;
  * it must outlive them. One thread at a time: forward calls through one backend serialise.
@@ -477,7 +514,10 @@ ES_API double es_sampler_uniform(uint64_t seed, int64_t pos);
 
 /* Called for each generated token with its text piece (es_token_to_piece without special
  * rendering: control tokens give an empty piece; a multi-byte character may span pieces). The
- * piece is valid during the call only. Return false to stop. */
+ * piece is valid during the call only. Return false to stop. With stop strings, text that could
+ * still begin one is held back until it cannot: a call's piece may then be empty or hold the text
+ * of several tokens, and text still held when generation ends for another reason comes in one
+ * last call with token -1. The text of a stop string and all after it is never handed out. */
 typedef bool (*es_token_fn)(int32_t token, const char *piece, size_t len, void *user);
 
 typedef struct es_generate_params {
@@ -486,6 +526,12 @@ typedef struct es_generate_params {
     es_sampler_params sampling; /* zeroed = greedy decoding                                     */
     es_token_fn on_token;     /* NULL = none                                                     */
     void *user;               /* passed to on_token; NULL is fine                                */
+    const char *const *stop;  /* [n_stop] NUL-terminated strings that end generation where the
+                                 generated text contains one, matched across token boundaries and
+                                 never handed out (below); NULL = none                            */
+    size_t n_stop;            /* 0 = no stop strings                                             */
+    double max_ms;            /* wall-time budget of generation (prompt excluded) in ms: the token
+                                 handed out when it is spent is the last; 0 = none               */
 } es_generate_params;
 
 typedef struct es_generate_stats {

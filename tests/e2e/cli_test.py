@@ -53,6 +53,17 @@ def case_run(a):
         g2 = run(base + ["--temp", "0"] + extra)
         check(g2.returncode == 0 and g2.stdout == g1.stdout, f"greedy output repeats with {extra}", g2)
 
+    # --stop: the text up to the first occurrence of a piece from its middle, never the piece
+    text = g1.stdout
+    if check(len(text) > 12, "enough text for a stop string", g1):
+        stop = text[len(text) // 2:len(text) // 2 + 4]
+        want = text[:text.index(stop)]
+        sr = run(base + ["--temp", "0", "--stop", stop])
+        check(sr.returncode == 0 and sr.stdout == want, f"--stop {stop!r}: the text before it", sr)
+    tm = run(base + ["--temp", "0", "--max-time", "0.000001"])
+    mm = STATS.match(tm.stderr.splitlines()[-1]) if tm.returncode == 0 and tm.stderr else None
+    check(mm is not None and int(mm.group(2)) == 1, "--max-time spent at once: one token", tm)
+
     # the Vulkan backend (lavapipe in CI) through the CLI: the same greedy text
     if a.vulkan:
         vk = run(base + ["--temp", "0", "--backend", "vulkan"], timeout=300)

@@ -6,6 +6,7 @@
  * a forward call fails; with a real vocabulary (../shared/vocab-tests, loaded vocab-only and run
  * on the fake backend): end of generation, streamed pieces and a callback that stops, and
  * es_spec_generate handing out exactly the same. */
+#define _GNU_SOURCE /* memmem */
 #include "backend.h"
 #include "model.h"
 #include "tokenizer.h"
@@ -336,6 +337,89 @@ static void test_spec_generate(es_model *m, es_backend *b, const int32_t *prompt
     es_context_free(drafter);
 }
 
+/* Stop strings: one that spans a token boundary ends generation at the token completing it, and
+ * no byte of it (or after it) is handed out; one that never occurs changes nothing (the text held
+ * back while it might begin one comes out in the end, in a call with token -1); the speculative
+ * run hands out the same; a spent time budget ends generation; bad stop strings fail cleanly. */
+static void test_stop_strings(es_model *m, es_backend *b, const int32_t *prompt, size_t n_prompt) {
+    es_context *c = test_ctx(m, b, 128, 8, NULL);
+    es_generate_params gp = es_generate_default_params();
+    gp.n_predict = 30;
+    gp.on_token = collect;
+    sink all = {{0}, 0, {0}, 0, -1};
+    gp.user = &all;
+    CHECK_OK(es_generate(c, prompt, n_prompt, &gp, NULL, 0, NULL));
+    /* a stop string from the middle of the text, across the boundary after token 6's piece */
+    size_t cut = 0;
+    for (int i = 0; i <= 6; i++) {
+        char piece[64];
+        size_t len = 0;
+        CHECK_OK(es_token_to_piece(m, all.tokens[i], false, piece, sizeof piece, &len));
+        cut += len;
+    }
+    CHECK(cut >= 2 && cut + 2 <= all.len);
+    char stop[5];
+    memcpy(stop, all.text + cut - 2, 4);
+    stop[4] = '\0';
+    const char *first = memmem(all.text, all.len, stop, 4);
+    CHECK(first != NULL);
+    const size_t want = (size_t)(first - all.text);
+    const char *stops[2] = {"never-in-this-text", stop};
+    gp.stop = stops;
+    gp.n_stop = 2;
+    for (int spec = 0; spec < 2; spec++) {
+        sink k = {{0}, 0, {0}, 0, -1};
+        gp.user = &k;
+        es_truncate(c, 0);
+        es_context *d = spec ? test_ctx(m, b, 128, 8, NULL) : NULL;
+        es_spec *sp = NULL;
+        if (spec) {
+            es_spec_params p = es_spec_default_params();
+            p.strategy = ES_SPEC_DRAFT;
+            p.draft_ctx = d;
+            CHECK_OK(es_spec_create(c, &p, &sp));
+        }
+        es_generate_stats st;
+        CHECK_OK(spec ? es_spec_generate(sp, prompt, n_prompt, &gp, NULL, 0, &st)
+                      : es_generate(c, prompt, n_prompt, &gp, NULL, 0, &st));
+        CHECKF(k.len == want && memcmp(k.text, all.text, want) == 0,
+               "%s: with the stop string '%s' %zu bytes came out, %zu expected", spec ? "speculative" : "plain", stop,
+               k.len, want);
+        CHECKF(st.n_generated <= 8 && memmem(k.text, k.len, stop, 4) == NULL, "%s: %d tokens generated",
+               spec ? "speculative" : "plain", st.n_generated);
+        es_spec_free(sp);
+        es_context_free(d);
+    }
+    /* stop strings that never occur: the same text; one that the text's last two bytes begin
+     * keeps them back until the end, then hands them out in a last call with token -1 */
+    char almost[8];
+    memcpy(almost, all.text + all.len - 2, 2);
+    memcpy(almost + 2, "\x01\x02", 3);
+    stops[1] = almost;
+    sink k = {{0}, 0, {0}, 0, -1};
+    gp.user = &k;
+    es_truncate(c, 0);
+    CHECK_OK(es_generate(c, prompt, n_prompt, &gp, NULL, 0, NULL));
+    CHECK(k.len == all.len && memcmp(k.text, all.text, all.len) == 0);
+    CHECKF(k.n == all.n + 1 && k.tokens[k.n - 1] == -1, "%d calls (%d without the stop strings), last token %d", k.n,
+           all.n, k.tokens[k.n - 1]);
+    /* a spent time budget: the first token is the last */
+    gp.n_stop = 0;
+    gp.max_ms = 1e-9;
+    es_generate_stats st;
+    es_truncate(c, 0);
+    CHECK_OK(es_generate(c, prompt, n_prompt, &gp, NULL, 0, &st));
+    CHECK(st.n_generated == 1);
+    gp.max_ms = -1.0;
+    CHECK_FAILS(es_generate(c, prompt, n_prompt, &gp, NULL, 0, &st), ES_ERR_INVALID_ARGUMENT, "max_ms");
+    gp.max_ms = 0.0;
+    const char *empty[1] = {""};
+    gp.stop = empty;
+    gp.n_stop = 1;
+    CHECK_FAILS(es_generate(c, prompt, n_prompt, &gp, NULL, 0, &st), ES_ERR_INVALID_ARGUMENT, "stop string 0 is empty");
+    es_context_free(c);
+}
+
 static void test_with_vocabulary(es_backend *b) {
     char path[1024];
     const char *shared = getenv("ES_SHARED_DIR");
@@ -392,6 +476,7 @@ static void test_with_vocabulary(es_backend *b) {
     es_context_free(ctx);
     test_spec_generate(m, b, prompt, n_prompt);
     g_eog_at = -1;
+    test_stop_strings(m, b, prompt, n_prompt);
     g_nv = V;
     m->has_weights = false;
     es_model_free(m);

@@ -18,6 +18,8 @@ typedef struct run_args {
     es_sampler_params sp;
     cli_backend_args be;
     cli_spec_args spec;
+    const char *stop;     /* a stop string, or NULL */
+    float max_ms;         /* generation's time budget; 0 = none */
 } run_args;
 
 typedef struct run_sink {
@@ -95,6 +97,9 @@ static int generate(const run_args *a, es_backend *backend, es_context *ctx, con
     gp.sampling = a->sp;
     gp.on_token = on_token;
     gp.user = &sink;
+    gp.stop = &a->stop;
+    gp.n_stop = a->stop ? 1 : 0;
+    gp.max_ms = a->max_ms;
     es_generate_stats st;
     es_status s = spec.spec ? es_spec_generate(spec.spec, prompt, n_prompt, &gp, NULL, 0, &st)
                             : es_generate(ctx, prompt, n_prompt, &gp, NULL, 0, &st);
@@ -119,7 +124,7 @@ int cli_cmd_run(int argc, char **argv) {
      * library's zeroed sampler params are greedy, while the demo samples unless --temp 0. */
     const es_sampler_params sampling = {.temperature = 0.8f, .top_k = 40, .top_p = 0.95f, .min_p = 0.05f,
                                         .repeat_penalty = 1.0f, .repeat_last_n = 64};
-    run_args a = {NULL, NULL, NULL, 128, false, false, sampling, cli_backend_defaults(), cli_spec_defaults()};
+    run_args a = {NULL, NULL, NULL, 128, false, false, sampling, cli_backend_defaults(), cli_spec_defaults(), NULL, 0.0f};
     const cli_opt opts[] = {
         {"--model", "-m", CLI_STR, &a.model, "PATH", "GGUF model file", 0, 0, NULL},
         {"--prompt", "-p", CLI_STR, &a.prompt, "TEXT", "prompt text", 0, 0, NULL},
@@ -138,6 +143,10 @@ int cli_cmd_run(int argc, char **argv) {
         {"--seed", "-s", CLI_U64, &a.sp.seed, "N", "random seed (sampling is reproducible per seed)", 0, 0, NULL},
         {"--ignore-eos", NULL, CLI_FLAG, &a.ignore_eos, NULL, "keep generating past end-of-text tokens", 0, 0, NULL},
         {"--no-bos", NULL, CLI_FLAG, &a.no_bos, NULL, "do not add the model's BOS token to the prompt", 0, 0, NULL},
+        {"--stop", NULL, CLI_STR, &a.stop, "TEXT", "end generation where the output contains TEXT (not printed)", 0, 0,
+         NULL},
+        {"--max-time", NULL, CLI_FLOAT, &a.max_ms, "MS", "generation's time budget in milliseconds, 0 = none", 0, 1e9,
+         NULL},
         CLI_BACKEND_OPTS(a.be),
         CLI_SPEC_OPTS(a.spec),
     };
