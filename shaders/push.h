@@ -114,6 +114,16 @@
     U(n_heads)  /* heads per layer in the range (n_head_kv)                   */                   \
     U(step_n_past) /* 1: n_past from the step data (a replayed command buffer) */
 
+/* kv_shift: a context shift of one layer's cache (kv_shift.comp). */
+#define ES_PC_KV_SHIFT(U, F)                                                                       \
+    U(n_keep)   /* slots kept in place                                        */                   \
+    U(d)        /* slots dropped after them                                   */                   \
+    U(n_past)   /* committed slots before the shift                           */                   \
+    U(hd)                                                                                          \
+    U(n_ctx)    /* slots per head                                             */                   \
+    U(n_rot)                                                                                       \
+    U(neox)     /* 1: pairs (i, i + n_rot/2); 0: (2i, 2i + 1)                 */
+
 /* argmax / top-k over rows of logits: ids (and values) of the k largest, ties to the lower id. */
 #define ES_PC_TOPK(U, F)                                                                           \
     U(V)        /* entries per row                                            */                   \

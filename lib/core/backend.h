@@ -63,6 +63,9 @@ typedef struct es__backend_vtbl {
      * depends on streams <= j only, so fewer streams cost less and change nothing. NULL = the
      * backend has no multi-stream attention and rejects n_streams > 0 and prune_threshold > 0. */
     es_status (*stream_logits)(es_context *ctx, int32_t i, int32_t g, float *out);
+    /* Context shift: committed slots [n_keep + n_discard, n_past) move to [n_keep, n_past -
+     * n_discard), values as they are, keys rotated back by n_discard positions. */
+    es_status (*kv_shift)(es_context *ctx, int32_t n_keep, int32_t n_discard);
 } es__backend_vtbl;
 
 typedef struct es__upload {

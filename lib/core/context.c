@@ -335,6 +335,29 @@ es_status es_commit(es_context *ctx, const int32_t *keep, int32_t n_keep) {
     return ES_OK;
 }
 
+es_status es_context_shift(es_context *ctx, int32_t n_keep, int32_t n_discard) {
+    if (!ctx) return es__fail(NULL, ES_ERR_INVALID_ARGUMENT, "es_context_shift: ctx is NULL");
+    ES_RETURN_IF(n_keep < 0 || n_discard < 1 || (int64_t)n_keep + n_discard > ctx->n_past, &ctx->err,
+                 ES_ERR_INVALID_ARGUMENT, "es_context_shift: keep %d and drop %d of %d committed tokens", n_keep,
+                 n_discard, ctx->n_past);
+    ES_RETURN_IF(!ctx->backend->vt->kv_shift, &ctx->err, ES_ERR_UNSUPPORTED,
+                 "es_context_shift: the %s backend cannot shift its cache", ctx->backend->vt->name);
+    es_backend *b = ctx->backend;
+    pthread_mutex_lock(&b->lock);
+    es__err_clear(&b->err);
+    const es_status st = b->vt->kv_shift(ctx, n_keep, n_discard);
+    pthread_mutex_unlock(&b->lock);
+    if (st != ES_OK) {
+        /* the cache may be half moved: only the kept prefix is certainly intact */
+        ctx->n_past = n_keep;
+        ctx->n_provisional = 0;
+        return es__fail(&ctx->err, st, "%s", b->err.msg);
+    }
+    ctx->n_past -= n_discard;
+    ctx->n_provisional = 0;
+    return ES_OK;
+}
+
 es_status es_truncate(es_context *ctx, int32_t new_n_past) {
     if (!ctx) return es__fail(NULL, ES_ERR_INVALID_ARGUMENT, "es_truncate: ctx is NULL");
     ES_RETURN_IF(new_n_past < 0 || new_n_past > ctx->n_past, &ctx->err, ES_ERR_INVALID_ARGUMENT,

@@ -267,8 +267,33 @@ static es_status cpu_kv_compact(es_context *ctx, const int32_t *keep, int32_t n_
     return ES_OK;
 }
 
+/* Slots [n_keep + d, n_past) move down by d in ascending order (a source is read before any
+ * later move overwrites it); keys turn by -d positions with the rotation table of position -d
+ * (RoPE's angles are linear in the position, so R(p - d) = R(-d) R(p)). */
+static es_status cpu_kv_shift(es_context *ctx, int32_t n_keep, int32_t d) {
+    const es__hparams *hp = &ctx->model->hp;
+    es__cpu_ctx *c = ctx->impl;
+    const size_t hd = (size_t)hp->head_dim, n_ctx = (size_t)ctx->n_ctx;
+    const size_t heads = (size_t)hp->n_layer * (size_t)hp->n_head_kv;
+    float *cs = es__malloc(ctx->alloc, sizeof(float) * (size_t)ES__MAX(hp->n_rot, 2)); /* n_rot / 2 pairs */
+    ES_RETURN_IF(!cs, &ctx->backend->err, ES_ERR_OUT_OF_MEMORY, "cpu backend: out of memory");
+    const int32_t minus_d = -d;
+    es__cpu_rope_table(&minus_d, 1, hp->n_rot, hp->rope_freq_base, hp->rope_freq_scale, cs);
+    for (size_t g = 0; g < heads; g++) {
+        float *kb = c->k + g * n_ctx * hd, *vb = c->v + g * n_ctx * hd;
+        for (int32_t s = n_keep + d; s < ctx->n_past; s++) {
+            float *kd = kb + (size_t)(s - d) * hd;
+            memcpy(kd, kb + (size_t)s * hd, hd * sizeof(float));
+            memcpy(vb + (size_t)(s - d) * hd, vb + (size_t)s * hd, hd * sizeof(float));
+            es__cpu_rope_token(kd, 1, hp->head_dim, hp->n_rot, cs, hp->rope_type);
+        }
+    }
+    es__free(ctx->alloc, cs);
+    return ES_OK;
+}
+
 const es__backend_vtbl es__cpu_backend = {
     "cpu", cpu_init, cpu_destroy, cpu_model_upload, cpu_model_release,
     cpu_ctx_init, cpu_ctx_destroy, cpu_forward, cpu_kv_compact,
-    es__msa_stream_logits,
+    es__msa_stream_logits, cpu_kv_shift,
 };

@@ -79,6 +79,14 @@ static es_status feed_prompt(gen_state *g, const int32_t *prompt, size_t n_promp
     return ES_OK;
 }
 
+/* A full context makes room: the older half of what follows the kept start goes. */
+static es_status shift(gen_state *g) {
+    const int32_t n_keep = g->out.p->n_keep, n_past = es_context_n_past(g->ctx);
+    ES_RETURN_IF(n_keep < 0 || n_keep >= n_past - 1, g->err, ES_ERR_CONTEXT_FULL,
+                 "es_generate: the context is full (%d tokens) and n_keep %d leaves nothing to drop", n_past, n_keep);
+    return es_context_shift(g->ctx, n_keep, (n_past - n_keep) / 2);
+}
+
 /* The decode loop: sample at the next free position, hand the token out, forward and commit it. */
 static es_status decode(gen_state *g, const float *logits, es_generate_stats *st) {
     es_context *ctx = g->ctx;
@@ -90,10 +98,18 @@ static es_status decode(gen_state *g, const float *logits, es_generate_stats *st
         s = es__output_take(&g->out, tok, &what, g->err);
         st->n_generated = g->out.n_generated;
         if (s != ES_OK || what == ES__TAKE_END) return s;
-        ES_ASSERT(g->n_history < g->hist_cap);
+        if (g->n_history == g->hist_cap) { /* only after context shifts: the sequence outgrew n_ctx */
+            int32_t *grown = es__realloc(g->caps.alloc, g->history, sizeof *g->history * 2 * g->hist_cap);
+            ES_RETURN_IF(!grown, g->err, ES_ERR_OUT_OF_MEMORY, "es_generate: out of memory for the history");
+            g->history = grown;
+            g->hist_cap *= 2;
+        }
         g->history[g->n_history++] = tok;
-        /* cancelled, or no slot to commit it: the token stays uncommitted */
-        if (what == ES__TAKE_STOP || es_context_n_past(ctx) >= g->caps.n_ctx) return ES_OK;
+        if (what == ES__TAKE_STOP) return ES_OK; /* cancelled: the token stays uncommitted */
+        if (es_context_n_past(ctx) >= g->caps.n_ctx) { /* no slot to commit it */
+            if (!g->out.p->shift_context) return ES_OK;
+            ES_TRY(shift(g));
+        }
         es_batch b = {1, &tok, NULL, NULL, NULL, NULL};
         ES_TRY(es_forward(ctx, &b));
         st->n_forward_calls++;

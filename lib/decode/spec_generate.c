@@ -55,6 +55,8 @@ es_status es_spec_generate(es_spec *s, const int32_t *prompt, size_t n_prompt, c
     if (stats) *stats = st;
     ES_RETURN_IF(p.n_predict < 0, &s->err, ES_ERR_INVALID_ARGUMENT,
                  "es_spec_generate: n_predict %d < 0 (0 = until end of generation or n_ctx)", p.n_predict);
+    ES_RETURN_IF(p.shift_context, &s->err, ES_ERR_UNSUPPORTED,
+                 "es_spec_generate: shift_context is not supported with speculation yet (es_generate has it)");
     /* the speculation object decides the sampling: what the gate needs of params is the rest */
     es_generate_params gate = p;
     gate.ignore_eog = s->p.ignore_eog;

@@ -447,6 +447,15 @@ ES_API es_status es_commit(es_context *ctx, const int32_t *keep, int32_t n_keep)
 /* Drops committed tokens from the end: n_past becomes new_n_past (<= n_past). */
 ES_API es_status es_truncate(es_context *ctx, int32_t new_n_past);
 
+/* Context shift: drops the committed tokens [n_keep, n_keep + n_discard) and moves the ones after
+ * them down, their keys re-rotated to their new positions (RoPE's rotations compose) instead of
+ * recomputed, so a full context can go on: n_past becomes n_past - n_discard. The kept tokens'
+ * keys and values still carry what they attended to before the shift (as in llama.cpp); outputs
+ * then differ from a fresh prefill of the shorter sequence, as they would after any truncation of
+ * history. A later call samples at the new positions. Provisional results are dropped. On a
+ * backend failure the context keeps its first n_keep tokens only. */
+ES_API es_status es_context_shift(es_context *ctx, int32_t n_keep, int32_t n_discard);
+
 /* Lays out a token tree given by parent links for es_batch: parent[i] is the index of node i's
  * parent or -1 for a root (nodes in any order; several roots make a forest). Writes, per batch
  * row r, order[r] (the node placed there: a depth-first pre-order in which siblings keep their
@@ -532,6 +541,11 @@ typedef struct es_generate_params {
     size_t n_stop;            /* 0 = no stop strings                                             */
     double max_ms;            /* wall-time budget of generation (prompt excluded) in ms: the token
                                  handed out when it is spent is the last; 0 = none               */
+    bool shift_context;       /* when the context is full: false (0) = stop; true = drop the older
+                                 half of the tokens after the first n_keep (es_context_shift) and
+                                 go on, so generation can run indefinitely (es_generate only so
+                                 far: es_spec_generate refuses it)                              */
+    int32_t n_keep;           /* tokens a shift keeps at the start (a system prompt); 0 = none  */
 } es_generate_params;
 
 typedef struct es_generate_stats {

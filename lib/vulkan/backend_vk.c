@@ -50,6 +50,7 @@ static const es__backend_vtbl vk_vtbl = {
     .forward = es__vk_forward,
     .kv_compact = es__vk_kv_compact,
     .stream_logits = es__vk_stream_logits,
+    .kv_shift = es__vk_kv_shift,
 };
 
 const es__backend_vtbl *const es__vulkan_backend_ptr = &vk_vtbl;

@@ -39,7 +39,7 @@ typedef struct vk_cb {
 /* Per-layer descriptor sets. */
 typedef struct vk_lsets {
     VkDescriptorSet *qkv, *wo, *gateup, *down; /* one per part */
-    VkDescriptorSet attn, kv_move;
+    VkDescriptorSet attn, kv_move, kv_shift;
     es__vk_region k, v;                         /* this layer's cache: (n_head_kv, n_ctx, hd) each */
     VkBufferView k_view, v_view;
 } vk_lsets;
@@ -56,10 +56,12 @@ typedef struct vk_ctx {
     es__vk_region r_x, r_xn, r_qkv, r_attn, r_h, r_part, r_rope;
     VkBufferView v_x, v_xn, v_qkv, v_attn, v_h, v_part, v_rope, v_step;
     es__vk_buf step, logits;
+    es__vk_buf shift_cs;                /* a context shift's cos, sin per rotated pair        */
+    VkBufferView v_shift_cs;
     VkDescriptorPool pool;
     VkDescriptorSet s_norm, s_merge, s_move_x, *s_embd, *s_out;
     vk_lsets *ls;
-    es__vk_pipeline *p_norm, *p_attn, *p_merge, *p_kv_move, *p_get_rows;
+    es__vk_pipeline *p_norm, *p_attn, *p_merge, *p_kv_move, *p_kv_shift, *p_get_rows;
     vk_cb cbs[ES__CB_CACHE];
     uint64_t clock;
     int32_t *depth_count; /* [nb + 1] scratch for the depth sort */
@@ -125,6 +127,8 @@ static es_status plan_memory(es_context *ctx, vk_ctx *c) {
     ES_TRY(es__vk_buf_create(d, step_bytes, ES__VK_MEM_UPLOAD, "the step buffer", &c->step));
     memset(c->step.map, 0, (size_t)step_bytes);
     ES_TRY(es__vk_buf_create(d, nb * c->V32 * f, ES__VK_MEM_READBACK, "the logits buffer", &c->logits));
+    ES_TRY(es__vk_buf_create(d, (VkDeviceSize)ES__MAX(hp->n_rot, 4) * f, ES__VK_MEM_UPLOAD, "the shift table",
+                             &c->shift_cs));
     return ES_OK;
 }
 
@@ -138,6 +142,8 @@ static es_status make_views(es_context *ctx, vk_ctx *c) {
     ES_TRY(make_view(c, &c->r_part, f4, &c->v_part));
     ES_TRY(make_view(c, &c->r_rope, VK_FORMAT_R32_SFLOAT, &c->v_rope));
     if (c->d->use.texel) ES_TRY(es__vk_view_create(c->d, &c->step, VK_FORMAT_R32_SINT, 0, c->step.size, &c->v_step));
+    if (c->d->use.texel)
+        ES_TRY(es__vk_view_create(c->d, &c->shift_cs, VK_FORMAT_R32_SFLOAT, 0, c->shift_cs.size, &c->v_shift_cs));
     for (int32_t l = 0; l < ctx->model->hp.n_layer; l++) {
         ES_TRY(make_view(c, &c->ls[l].k, f4, &c->ls[l].k_view));
         ES_TRY(make_view(c, &c->ls[l].v, f4, &c->ls[l].v_view));
@@ -161,7 +167,7 @@ static es_status upload_rope(es_context *ctx, vk_ctx *c) {
         s = es__vk_stage_ptr(c->d, &st, es__vk_region_buf(&c->arena, &c->r_rope),
                              c->r_rope.off + (VkDeviceSize)p0 * half * 2 * sizeof(float),
                              (VkDeviceSize)np * half * 2 * sizeof(float), &ptr);
-        if (s == ES_OK) es__vk_rope_table(ptr, p0, np, (uint32_t)hp->n_rot, hp->rope_freq_base, hp->rope_freq_scale);
+        if (s == ES_OK) es__vk_rope_table(ptr, (int32_t)p0, np, (uint32_t)hp->n_rot, hp->rope_freq_base, hp->rope_freq_scale);
     }
     if (s == ES_OK) s = es__vk_stager_flush(c->d, &st);
     es__vk_stager_free(c->d, &st);
@@ -174,6 +180,7 @@ static es_status get_pipelines(es_context *ctx, vk_ctx *c) {
     ES_TRY(es__vk_attn_pipe(d, "attn", (uint32_t)ctx->model->hp.head_dim, &c->p_attn));
     ES_TRY(es__vk_simple_pipe(d, "attn_merge", true, false, &c->p_merge));
     ES_TRY(es__vk_simple_pipe(d, "kv_move", true, false, &c->p_kv_move));
+    ES_TRY(es__vk_simple_pipe(d, "kv_shift", true, false, &c->p_kv_shift));
     ES_TRY(es__vk_get_rows_pipe(d, c->w->tok_embd.type, &c->p_get_rows));
     /* every mul_mat the forward may record, so forward calls never compile */
     const es__vk_model *w = c->w;
@@ -201,7 +208,7 @@ static es_status make_pool(es_context *ctx, vk_ctx *c) {
     uint32_t sets = 5 + 2 * c->w->tok_embd.n_parts + c->w->out->n_parts;
     for (int32_t l = 0; l < ctx->model->hp.n_layer; l++) {
         const es__vk_layer *vl = &c->w->layers[l];
-        sets += 2 + vl->qkv.n_parts + vl->wo.n_parts + vl->gateup.n_parts + vl->down.n_parts;
+        sets += 3 + vl->qkv.n_parts + vl->wo.n_parts + vl->gateup.n_parts + vl->down.n_parts;
     }
     VkDescriptorPoolSize ps[2] = {{VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, ES__SHADER_MAX_BINDINGS * sets},
                                   {VK_DESCRIPTOR_TYPE_UNIFORM_TEXEL_BUFFER, ES__SHADER_MAX_BINDINGS * sets}};
@@ -282,6 +289,8 @@ static es_status make_sets(es_context *ctx, vk_ctx *c) {
         ES_TRY(es__vk_set_create(d, c->pool, c->p_attn, ba, &s->attn));
         es__vk_bind bm[3] = {step, k_w, v_w};
         ES_TRY(es__vk_set_create(d, c->pool, c->p_kv_move, bm, &s->kv_move));
+        es__vk_bind bs[3] = {bind_buf(&c->shift_cs, c->v_shift_cs), k_w, v_w};
+        ES_TRY(es__vk_set_create(d, c->pool, c->p_kv_shift, bs, &s->kv_shift));
     }
     return ES_OK;
 }
@@ -296,7 +305,7 @@ static void ctx_free(es_context *ctx, vk_ctx *c) {
         es__free(d->alloc, c->cbs[i].ops);
     }
     if (c->pool) vkDestroyDescriptorPool(d->dev, c->pool, NULL);
-    VkBufferView views[] = {c->v_x, c->v_xn, c->v_qkv, c->v_attn, c->v_h, c->v_part, c->v_rope, c->v_step};
+    VkBufferView views[] = {c->v_x, c->v_xn, c->v_qkv, c->v_attn, c->v_h, c->v_part, c->v_rope, c->v_step, c->v_shift_cs};
     for (size_t i = 0; i < ES__ARRAY_LEN(views); i++)
         if (views[i]) vkDestroyBufferView(d->dev, views[i], NULL);
     for (int32_t l = 0; c->ls && l < ctx->model->hp.n_layer; l++) {
@@ -316,6 +325,7 @@ static void ctx_free(es_context *ctx, vk_ctx *c) {
     es__free(d->alloc, c->kept_mem);
     es__vk_buf_destroy(d, &c->step);
     es__vk_buf_destroy(d, &c->logits);
+    es__vk_buf_destroy(d, &c->shift_cs);
     es__vk_arena_free(d, &c->arena);
     es__free(d->alloc, c);
 }
@@ -735,6 +745,23 @@ es_status es__vk_kv_compact(es_context *ctx, const int32_t *keep, int32_t n_keep
     es__vk_rec_begin(&r, d, d->once, VK_NULL_HANDLE, 0, NULL);
     for (int32_t l = 0; l < hp->n_layer; l++)
         es__vk_rec_dispatch(&r, "kv_move", c->p_kv_move, c->ls[l].kv_move, &pc, (uint32_t)hp->n_head_kv, 2, 1);
+    ES_TRY(es__vk_rec_end(&r));
+    return es__vk_submit_wait(d, d->once);
+}
+
+es_status es__vk_kv_shift(es_context *ctx, int32_t n_keep, int32_t n_discard) {
+    vk_ctx *c = ctx->impl;
+    es__vk_dev *d = c->d;
+    const es__hparams *hp = &ctx->model->hp;
+    es__vk_rope_table(c->shift_cs.map, -n_discard, 1, (uint32_t)hp->n_rot, hp->rope_freq_base, hp->rope_freq_scale);
+    ES_TRY(es__vk_buf_flush(d, &c->shift_cs));
+    es__pc_kv_shift pc = {(uint32_t)n_keep, (uint32_t)n_discard, (uint32_t)ctx->n_past, (uint32_t)hp->head_dim,
+                          c->n_ctx, (uint32_t)hp->n_rot, hp->rope_type == ES_ROPE_NEOX ? 1u : 0u};
+    es__vk_rec r;
+    ES_VK_TRY(d, vkResetCommandBuffer(d->once, 0));
+    es__vk_rec_begin(&r, d, d->once, VK_NULL_HANDLE, 0, NULL);
+    for (int32_t l = 0; l < hp->n_layer; l++)
+        es__vk_rec_dispatch(&r, "kv_shift", c->p_kv_shift, c->ls[l].kv_shift, &pc, (uint32_t)hp->n_head_kv, 2, 1);
     ES_TRY(es__vk_rec_end(&r));
     return es__vk_submit_wait(d, d->once);
 }

@@ -17,6 +17,7 @@ ES__CHECK_PUSH(es__pc_get_rows, ES_PC_GET_ROWS);
 ES__CHECK_PUSH(es__pc_attn, ES_PC_ATTN);
 ES__CHECK_PUSH(es__pc_attn_merge, ES_PC_ATTN_MERGE);
 ES__CHECK_PUSH(es__pc_kv_move, ES_PC_KV_MOVE);
+ES__CHECK_PUSH(es__pc_kv_shift, ES_PC_KV_SHIFT);
 ES__CHECK_PUSH(es__pc_topk, ES_PC_TOPK);
 ES__CHECK_PUSH(es__pc_softmax, ES_PC_SOFTMAX);
 ES__CHECK_PUSH(es__pc_ss_rows, ES_PC_SS_ROWS);
@@ -32,6 +33,7 @@ static const es__kernel_family families[] = {
     {"attn", "rrrrww", sizeof(es__pc_attn)},             /* QKV, K, V, step, out, parts  */
     {"attn_merge", "rrw", sizeof(es__pc_attn_merge)},    /* parts, step, out             */
     {"kv_move", "rww", sizeof(es__pc_kv_move)},          /* step, K, V                   */
+    {"kv_shift", "rww", sizeof(es__pc_kv_shift)},        /* cos/sin, K, V                */
     {"topk", "rw", sizeof(es__pc_topk)},                 /* logits, results              */
     {"softmax", "w", sizeof(es__pc_softmax)},            /* rows                         */
     {"ss_rows", "rrrw", sizeof(es__pc_ss_rows)},         /* X, P, step, Y                */

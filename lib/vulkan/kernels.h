@@ -22,6 +22,7 @@ ES__PUSH_STRUCT(es__pc_get_rows, ES_PC_GET_ROWS);
 ES__PUSH_STRUCT(es__pc_attn, ES_PC_ATTN);
 ES__PUSH_STRUCT(es__pc_attn_merge, ES_PC_ATTN_MERGE);
 ES__PUSH_STRUCT(es__pc_kv_move, ES_PC_KV_MOVE);
+ES__PUSH_STRUCT(es__pc_kv_shift, ES_PC_KV_SHIFT);
 ES__PUSH_STRUCT(es__pc_topk, ES_PC_TOPK);
 ES__PUSH_STRUCT(es__pc_softmax, ES_PC_SOFTMAX);
 ES__PUSH_STRUCT(es__pc_ss_rows, ES_PC_SS_ROWS);

@@ -20,6 +20,8 @@ typedef struct run_args {
     cli_spec_args spec;
     const char *stop;     /* a stop string, or NULL */
     float max_ms;         /* generation's time budget; 0 = none */
+    bool shift;           /* a full context drops its older half and goes on */
+    int32_t n_keep;       /* tokens a shift keeps at the start */
 } run_args;
 
 typedef struct run_sink {
@@ -100,6 +102,8 @@ static int generate(const run_args *a, es_backend *backend, es_context *ctx, con
     gp.stop = &a->stop;
     gp.n_stop = a->stop ? 1 : 0;
     gp.max_ms = a->max_ms;
+    gp.shift_context = a->shift;
+    gp.n_keep = a->n_keep;
     es_generate_stats st;
     es_status s = spec.spec ? es_spec_generate(spec.spec, prompt, n_prompt, &gp, NULL, 0, &st)
                             : es_generate(ctx, prompt, n_prompt, &gp, NULL, 0, &st);
@@ -124,7 +128,8 @@ int cli_cmd_run(int argc, char **argv) {
      * library's zeroed sampler params are greedy, while the demo samples unless --temp 0. */
     const es_sampler_params sampling = {.temperature = 0.8f, .top_k = 40, .top_p = 0.95f, .min_p = 0.05f,
                                         .repeat_penalty = 1.0f, .repeat_last_n = 64};
-    run_args a = {NULL, NULL, NULL, 128, false, false, sampling, cli_backend_defaults(), cli_spec_defaults(), NULL, 0.0f};
+    run_args a = {NULL, NULL, NULL, 128, false, false, sampling, cli_backend_defaults(), cli_spec_defaults(), NULL,
+                  0.0f, false, 0};
     const cli_opt opts[] = {
         {"--model", "-m", CLI_STR, &a.model, "PATH", "GGUF model file", 0, 0, NULL},
         {"--prompt", "-p", CLI_STR, &a.prompt, "TEXT", "prompt text", 0, 0, NULL},
@@ -147,6 +152,9 @@ int cli_cmd_run(int argc, char **argv) {
          NULL},
         {"--max-time", NULL, CLI_FLOAT, &a.max_ms, "MS", "generation's time budget in milliseconds, 0 = none", 0, 1e9,
          NULL},
+        {"--ctx-shift", NULL, CLI_FLAG, &a.shift, NULL, "when the context is full, drop its older half and go on", 0, 0,
+         NULL},
+        {"--keep", NULL, CLI_INT, &a.n_keep, "N", "tokens a context shift keeps at the start", 0, INT32_MAX, NULL},
         CLI_BACKEND_OPTS(a.be),
         CLI_SPEC_OPTS(a.spec),
     };
