@@ -66,6 +66,9 @@ typedef struct es__backend_vtbl {
     /* Context shift: committed slots [n_keep + n_discard, n_past) move to [n_keep, n_past -
      * n_discard), values as they are, keys rotated back by n_discard positions. */
     es_status (*kv_shift)(es_context *ctx, int32_t n_keep, int32_t n_discard);
+    /* The cache of committed slots [0, n) to or from buf: [n_layer][K, V][n_head_kv][n][head_dim]
+     * floats (session files). */
+    es_status (*kv_io)(es_context *ctx, int32_t n, float *buf, bool write);
 } es__backend_vtbl;
 
 typedef struct es__upload {

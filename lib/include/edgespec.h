@@ -456,6 +456,19 @@ ES_API es_status es_truncate(es_context *ctx, int32_t new_n_past);
  * backend failure the context keeps its first n_keep tokens only. */
 ES_API es_status es_context_shift(es_context *ctx, int32_t n_keep, int32_t n_discard);
 
+/* Session files (docs/formats.md): the committed tokens (tokens[0..n_tokens), which must be the
+ * n_past tokens the cache holds: the context does not keep them itself) and the KV cache, so an
+ * application restarts a conversation without reading it again. The file names the model by a
+ * fingerprint of its shapes, tensors and samples of their bytes, and ends with a checksum. */
+ES_API es_status es_context_save(es_context *ctx, const int32_t *tokens, size_t n_tokens, const char *path);
+/* Replaces ctx's committed tokens with a session file's and writes them to tokens[cap]; the next
+ * forward continues after them. A file of another model, a truncated or corrupt one, or one that
+ * does not fit n_ctx fails with a message naming what, and ctx is as before; so is ctx after
+ * ES_ERR_BUFFER_TOO_SMALL, which sets *n_tokens to the count needed. The reloaded cache is the saved
+ * one bit for bit, on the backend that saved it or another (the values are f32 either way). */
+ES_API es_status es_context_load(es_context *ctx, const char *path, int32_t *tokens, size_t cap,
+                                 size_t *n_tokens);
+
 /* Lays out a token tree given by parent links for es_batch: parent[i] is the index of node i's
  * parent or -1 for a root (nodes in any order; several roots make a forest). Writes, per batch
  * row r, order[r] (the node placed there: a depth-first pre-order in which siblings keep their

@@ -51,6 +51,7 @@ static const es__backend_vtbl vk_vtbl = {
     .kv_compact = es__vk_kv_compact,
     .stream_logits = es__vk_stream_logits,
     .kv_shift = es__vk_kv_shift,
+    .kv_io = es__vk_kv_io,
 };
 
 const es__backend_vtbl *const es__vulkan_backend_ptr = &vk_vtbl;

@@ -765,3 +765,28 @@ es_status es__vk_kv_shift(es_context *ctx, int32_t n_keep, int32_t n_discard) {
     ES_TRY(es__vk_rec_end(&r));
     return es__vk_submit_wait(d, d->once);
 }
+
+es_status es__vk_kv_io(es_context *ctx, int32_t n, float *buf, bool write) {
+    vk_ctx *c = ctx->impl;
+    es__vk_dev *d = c->d;
+    const es__hparams *hp = &ctx->model->hp;
+    const VkDeviceSize hd = (VkDeviceSize)hp->head_dim, run = (VkDeviceSize)n * hd * sizeof(float);
+    es__vk_stager st;
+    if (write) ES_TRY(es__vk_stager_init(d, &st, ES__MAX(run, (VkDeviceSize)16) * 4));
+    es_status s = ES_OK;
+    for (int32_t l = 0; s == ES_OK && l < hp->n_layer; l++)
+        for (int kv = 0; s == ES_OK && kv < 2; kv++) {
+            const es__vk_region *r = kv ? &c->ls[l].v : &c->ls[l].k;
+            const es__vk_buf *b = es__vk_region_buf(&c->arena, r);
+            for (int32_t g = 0; s == ES_OK && g < hp->n_head_kv; g++) {
+                const VkDeviceSize off = r->off + (VkDeviceSize)g * c->n_ctx * hd * sizeof(float);
+                s = write ? es__vk_stage(d, &st, b, off, buf, run) : es__vk_read(d, b, off, buf, run);
+                buf += (size_t)n * (size_t)hd;
+            }
+        }
+    if (write) {
+        if (s == ES_OK) s = es__vk_stager_flush(d, &st);
+        es__vk_stager_free(d, &st);
+    }
+    return s;
+}

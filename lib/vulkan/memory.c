@@ -231,6 +231,41 @@ es_status es__vk_fill(es__vk_dev *d, const es__vk_buf *b, VkDeviceSize off, VkDe
     return es__vk_submit_wait(d, d->once);
 }
 
+es_status es__vk_read(es__vk_dev *d, const es__vk_buf *src, VkDeviceSize off, void *dst, VkDeviceSize size) {
+    es__vk_buf rb;
+    const VkDeviceSize chunk = ES__MIN(size, (VkDeviceSize)16 << 20);
+    ES_TRY(es__vk_buf_create(d, chunk ? chunk : 4, ES__VK_MEM_READBACK, "a readback buffer", &rb));
+    es_status s = ES_OK;
+    for (VkDeviceSize done = 0; s == ES_OK && done < size; done += chunk) {
+        const VkDeviceSize n = ES__MIN(chunk, size - done);
+        VkCommandBufferBeginInfo bi = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};
+        bi.flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT;
+        VkResult r = vkResetCommandBuffer(d->once, 0);
+        if (r == VK_SUCCESS) r = vkBeginCommandBuffer(d->once, &bi);
+        if (r != VK_SUCCESS) {
+            s = es__vk_fail(d, r, "vkBeginCommandBuffer");
+            break;
+        }
+        VkMemoryBarrier mb = {.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER};
+        mb.srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT;
+        mb.dstAccessMask = VK_ACCESS_TRANSFER_READ_BIT;
+        vkCmdPipelineBarrier(d->once, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_PIPELINE_STAGE_TRANSFER_BIT, 0, 1, &mb, 0,
+                             NULL, 0, NULL);
+        const VkBufferCopy region = {off + done, 0, n};
+        vkCmdCopyBuffer(d->once, src->buf, rb.buf, 1, &region);
+        mb.srcAccessMask = VK_ACCESS_TRANSFER_WRITE_BIT;
+        mb.dstAccessMask = VK_ACCESS_HOST_READ_BIT;
+        vkCmdPipelineBarrier(d->once, VK_PIPELINE_STAGE_TRANSFER_BIT, VK_PIPELINE_STAGE_HOST_BIT, 0, 1, &mb, 0, NULL, 0,
+                             NULL);
+        r = vkEndCommandBuffer(d->once);
+        s = r == VK_SUCCESS ? es__vk_submit_wait(d, d->once) : es__vk_fail(d, r, "vkEndCommandBuffer");
+        if (s == ES_OK) s = es__vk_buf_invalidate(d, &rb);
+        if (s == ES_OK) memcpy((uint8_t *)dst + done, rb.map, (size_t)n);
+    }
+    es__vk_buf_destroy(d, &rb);
+    return s;
+}
+
 /* ---- arenas */
 void es__vk_arena_init(es__vk_dev *d, es__vk_arena *a) {
     const VkPhysicalDeviceLimits *lim = &d->phys.props.limits;

@@ -160,6 +160,9 @@ es_status es__vk_stage_ptr(es__vk_dev *d, es__vk_stager *s, const es__vk_buf *ds
                            VkDeviceSize size, void **ptr);
 es_status es__vk_stager_flush(es__vk_dev *d, es__vk_stager *s);
 void es__vk_stager_free(es__vk_dev *d, es__vk_stager *s);
+/* Copies [off, off + size) of a device buffer to host memory (synchronously, through a
+ * readback buffer). */
+es_status es__vk_read(es__vk_dev *d, const es__vk_buf *src, VkDeviceSize off, void *dst, VkDeviceSize size);
 /* Fills [off, off + size) of a device buffer with a 32-bit pattern (synchronously). */
 es_status es__vk_fill(es__vk_dev *d, const es__vk_buf *b, VkDeviceSize off, VkDeviceSize size, uint32_t v);
 
