@@ -198,3 +198,50 @@ es_status es__spec_rewind(es_spec *s, size_t n_keep) {
     if (s->strategy->rewind) s->strategy->rewind(s, s->state, n_past);
     return ES_OK;
 }
+
+/* ---- editing the sequence */
+
+size_t es_spec_n_tokens(const es_spec *s) {
+    return s ? s->n_hist : 0;
+}
+
+es_status es_spec_truncate(es_spec *s, size_t n_tokens) {
+    if (!s) return es__fail(NULL, ES_ERR_INVALID_ARGUMENT, "es_spec_truncate: spec is NULL");
+    ES_RETURN_IF(n_tokens > s->n_hist, &s->err, ES_ERR_INVALID_ARGUMENT,
+                 "es_spec_truncate: keep %zu tokens of a sequence of %zu", n_tokens, s->n_hist);
+    if (n_tokens > 0) return es__spec_rewind(s, n_tokens);
+    const es_status st = es_truncate(s->ctx, 0);
+    if (st != ES_OK) return es__spec_fail_ctx(s, s->ctx, st, "truncate");
+    s->n_hist = 0;
+    s->has_root = false;
+    if (s->strategy->rewind) s->strategy->rewind(s, s->state, 0);
+    return ES_OK;
+}
+
+es_status es__spec_shift(es_spec *s, int32_t n_keep, int32_t n_discard) {
+    const int32_t n_past = es_context_n_past(s->ctx);
+    const es_status st = es_context_shift(s->ctx, n_keep, n_discard);
+    if (st != ES_OK && es_context_n_past(s->ctx) != n_past) {
+        /* a backend failure: the target kept its first n_keep tokens only, the sequence follows */
+        const int32_t held = es_context_n_past(s->ctx);
+        s->n_hist = ES__MIN(s->n_hist, (size_t)held);
+        s->has_root = false;
+        if (s->strategy->rewind) s->strategy->rewind(s, s->state, held);
+        return es__spec_fail_ctx(s, s->ctx, st, "shift");
+    }
+    if (st != ES_OK) return es__spec_fail_ctx(s, s->ctx, st, "shift");
+    memmove(s->hist + n_keep, s->hist + n_keep + n_discard, sizeof(int32_t) * (s->n_hist - (size_t)(n_keep + n_discard)));
+    s->n_hist -= (size_t)n_discard;
+    if (s->has_root) es__tree_root(&s->tree, s->hist[s->n_hist - 1], es_context_n_past(s->ctx));
+    /* what a strategy holds past the kept start sits at the old positions */
+    if (s->strategy->rewind) s->strategy->rewind(s, s->state, n_keep);
+    return ES_OK;
+}
+
+es_status es_spec_shift(es_spec *s, int32_t n_keep, int32_t n_discard) {
+    if (!s) return es__fail(NULL, ES_ERR_INVALID_ARGUMENT, "es_spec_shift: spec is NULL");
+    const int32_t n_past = es_context_n_past(s->ctx);
+    ES_RETURN_IF(n_keep < 0 || n_discard < 1 || (int64_t)n_keep + n_discard > n_past, &s->err, ES_ERR_INVALID_ARGUMENT,
+                 "es_spec_shift: keep %d and drop %d of the %d tokens in the target's cache", n_keep, n_discard, n_past);
+    return es__spec_shift(s, n_keep, n_discard);
+}

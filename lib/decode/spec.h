@@ -25,8 +25,10 @@ typedef struct es__strategy {
      * decided tokens (1..cap, es__spec_verify) and leaves s->tree holding the next root with
      * the next draft. On failure everything is as before the step. */
     es_status (*step)(es_spec *s, void *state, int32_t *tokens, size_t cap, size_t *n_tokens);
-    /* The sequence was cut back: the target holds the first n_past tokens of s->hist (the next
-     * one is the pending root) and s->tree is that root alone. May be NULL. */
+    /* The sequence changed from its token n_past on: cut back (the target holds the first n_past
+     * tokens of s->hist, the next one is the pending root) or shifted (the tokens after n_past
+     * moved down; the target re-rotated its own), so whatever the strategy holds beyond the first
+     * n_past tokens is stale. s->tree is the pending root alone. May be NULL. */
     void (*rewind)(es_spec *s, void *state, int32_t n_past);
     void (*free)(es_spec *s, void *state);
 } es__strategy;
@@ -70,6 +72,9 @@ struct es_spec {
 /* Cuts the sequence back to its first n_keep (>= 1) tokens, the last of them the pending root
  * again: the target's KV and the strategy follow (spec.c). */
 es_status es__spec_rewind(es_spec *s, size_t n_keep);
+/* es_context_shift for the sequence: the target's cache, s->hist and the strategy (spec.c);
+ * arguments already checked. */
+es_status es__spec_shift(es_spec *s, int32_t n_keep, int32_t n_discard);
 
 /* ---- the pieces of a step (spec_steps.c) */
 

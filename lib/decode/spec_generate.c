@@ -24,6 +24,16 @@ static es_status take_step(es_spec *s, es__output *o, const int32_t *tokens, siz
     return ES_OK;
 }
 
+/* A full context makes room as es_generate's does, at the same moment (the target's cache full,
+ * the next token decided) and by the same amount, so the two stay token for token alike. */
+static es_status shift(es_spec *s, int32_t n_keep) {
+    const int32_t n_past = es_context_n_past(s->ctx);
+    ES_RETURN_IF(n_keep < 0 || n_keep >= n_past - 1, &s->err, ES_ERR_CONTEXT_FULL,
+                 "es_spec_generate: the context is full (%d tokens) and n_keep %d leaves nothing to drop", n_past,
+                 n_keep);
+    return es__spec_shift(s, n_keep, (n_past - n_keep) / 2);
+}
+
 static es_status generate(es_spec *s, const int32_t *prompt, size_t n_prompt, es__output *o, es_generate_stats *st) {
     const double t0 = es__time_now();
     ES_TRY(es_spec_feed(s, prompt, n_prompt));
@@ -36,6 +46,10 @@ static es_status generate(es_spec *s, const int32_t *prompt, size_t n_prompt, es
         size_t cap = ES_SPEC_MAX_DEPTH + 1, got = 0;
         if (o->p->n_predict > 0) cap = ES__MIN(cap, (size_t)(o->p->n_predict - o->n_generated));
         rc = es_spec_step(s, buf, cap, &got);
+        if (rc == ES_ERR_CONTEXT_FULL && o->p->shift_context) {
+            if ((rc = shift(s, o->p->n_keep)) != ES_OK) break;
+            continue;
+        }
         if (rc == ES_ERR_CONTEXT_FULL) rc = ES_OK; /* es_generate stops there too */
         if (rc != ES_OK || got == 0) break;
         st->n_forward_calls++;
@@ -55,8 +69,6 @@ es_status es_spec_generate(es_spec *s, const int32_t *prompt, size_t n_prompt, c
     if (stats) *stats = st;
     ES_RETURN_IF(p.n_predict < 0, &s->err, ES_ERR_INVALID_ARGUMENT,
                  "es_spec_generate: n_predict %d < 0 (0 = until end of generation or n_ctx)", p.n_predict);
-    ES_RETURN_IF(p.shift_context, &s->err, ES_ERR_UNSUPPORTED,
-                 "es_spec_generate: shift_context is not supported with speculation yet (es_generate has it)");
     /* the speculation object decides the sampling: what the gate needs of params is the rest */
     es_generate_params gate = p;
     gate.ignore_eog = s->p.ignore_eog;

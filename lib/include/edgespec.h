@@ -556,8 +556,8 @@ typedef struct es_generate_params {
                                  handed out when it is spent is the last; 0 = none               */
     bool shift_context;       /* when the context is full: false (0) = stop; true = drop the older
                                  half of the tokens after the first n_keep (es_context_shift) and
-                                 go on, so generation can run indefinitely (es_generate only so
-                                 far: es_spec_generate refuses it)                              */
+                                 go on, so generation can run indefinitely; es_spec_generate
+                                 shifts at the same moment by the same amount (es_spec_shift)   */
     int32_t n_keep;           /* tokens a shift keeps at the start (a system prompt); 0 = none  */
 } es_generate_params;
 
@@ -677,6 +677,21 @@ ES_API es_status es_spec_get_stats(const es_spec *spec, es_spec_stats *out);
 /* The parameters the object runs with: those given, every 0 that means a default replaced by
  * the value it stands for (n_streams the adapter's γ, top_k 2, max_nodes 32, lookahead 4). */
 ES_API es_status es_spec_get_params(const es_spec *spec, es_spec_params *out);
+
+/* The sequence's length: the tokens fed and emitted, minus those taken back or shifted out. The
+ * last emitted token is decided but its keys and values are computed by the next step, so the
+ * target context holds one token fewer. */
+ES_API size_t es_spec_n_tokens(const es_spec *spec);
+/* Keeps the first n_tokens of the sequence (0 = start a new one), the contexts cut back with it:
+ * a chat that edits its history, or a caller taking back tokens. The next es_spec_feed continues
+ * after them. */
+ES_API es_status es_spec_truncate(es_spec *spec, size_t n_tokens);
+/* es_context_shift for the sequence: drops its tokens [n_keep, n_keep + n_discard), which must lie
+ * in the target's cache, and moves the rest down (the target's keys re-rotated; a draft model's
+ * context re-reads what follows n_keep). The last token, not in the cache yet, is read at its new
+ * position by the next step: decoding then emits what es_generate emits on a context that held
+ * all but that token, was shifted alike and then read it. */
+ES_API es_status es_spec_shift(es_spec *spec, int32_t n_keep, int32_t n_discard);
 
 /* es_generate with speculation: feeds prompt (es_spec_feed) and steps until n_predict tokens, an
  * end-of-generation token (not handed out, unless the object's ignore_eog), on_token returning

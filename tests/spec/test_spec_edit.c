@@ -1,0 +1,181 @@
+/* test_spec_edit.c: a speculative sequence edited between and during generations stays lossless.
+ * For both strategies (Speculative Streaming on a random adapter; a draft model made of the
+ * target's first layer), greedy and seeded sampling, on a context small enough to fill:
+ * - es_spec_generate with shift_context runs through several context shifts and emits what
+ *   es_generate with shift_context emits, token for token;
+ * - es_spec_shift between two generations equals es_context_shift on a context holding all but
+ *   the last token, which is then read at its new position (what the pending root means);
+ * - es_spec_truncate (to a middle length, and to 0) and a new turn equal plain decoding of the
+ *   edited sequence on a fresh context;
+ * - bad arguments fail and leave the sequence as it was. */
+#include "mem_adapter.h"
+#include "spec_run.h"
+
+#define N_CTX 40
+#define N_GEN 150 /* several shifts of a 40-token context */
+
+static es_context *drafter_ctx; /* ES_SPEC_DRAFT's, made per run */
+
+static es_spec *new_spec(es_context *c, const es_model *draft, es_spec_strategy kind, const es_sampler_params *sp) {
+    es_spec_params p = es_spec_default_params();
+    p.strategy = kind;
+    p.sampling = *sp;
+    p.ignore_eog = true;
+    p.n_streams = 3;
+    p.top_k = 2;
+    if (kind == ES_SPEC_DRAFT) {
+        drafter_ctx = new_ctx(draft, N_CTX, 16);
+        p.draft_ctx = drafter_ctx;
+        p.lookahead = 3;
+    }
+    es_spec *s = NULL;
+    CHECK_OK(es_spec_create(c, &p, &s));
+    return s;
+}
+
+static void free_spec(es_spec *s) {
+    es_spec_free(s);
+    es_context_free(drafter_ctx);
+    drafter_ctx = NULL;
+}
+
+static es_generate_params gen_params(const es_sampler_params *sp, int32_t n_predict) {
+    es_generate_params gp = es_generate_default_params();
+    gp.n_predict = n_predict;
+    gp.sampling = *sp;
+    gp.ignore_eog = true;
+    return gp;
+}
+
+static bool same(const int32_t *a, int32_t na, const int32_t *b, int32_t nb, const char *what, const char *strategy,
+                 int mode) {
+    int32_t diff = -1;
+    for (int32_t i = 0; i < na && diff < 0; i++)
+        if (i >= nb || a[i] != b[i]) diff = i;
+    CHECKF(na == nb && diff < 0, "%s, %s, mode %d: %d vs %d tokens, first difference at %d", what, strategy, mode, nb,
+           na, diff);
+    return na == nb && diff < 0;
+}
+
+/* Generation through full contexts: both shift at the same moments by the same amounts. */
+static void check_generate_shift(const es_model *m, const es_model *draft, es_spec_strategy kind,
+                                 const es_sampler_params *sp, const int32_t *prompt, int mode) {
+    es_generate_params gp = gen_params(sp, N_GEN);
+    gp.shift_context = true;
+    gp.n_keep = 5;
+    int32_t want[N_GEN], got[N_GEN];
+    es_generate_stats sw, sg;
+    es_context *c = new_ctx(m, N_CTX, 16);
+    CHECK_OK(es_generate(c, prompt, 12, &gp, want, N_GEN, &sw));
+    es_context_free(c);
+    c = new_ctx(m, N_CTX, 16);
+    es_spec *s = new_spec(c, draft, kind, sp);
+    CHECK_OK(es_spec_generate(s, prompt, 12, &gp, got, N_GEN, &sg));
+    same(want, sw.n_generated, got, sg.n_generated, "generation through shifts", kind ? "draft" : "stream", mode);
+    CHECK(sg.n_generated == N_GEN && es_spec_n_tokens(s) <= N_CTX + 1);
+    /* a shift that cannot make room fails as es_generate's does */
+    gp.n_keep = N_CTX;
+    CHECK_FAILS(es_spec_generate(s, prompt, 1, &gp, NULL, 0, NULL), ES_ERR_CONTEXT_FULL, "leaves nothing to drop");
+    free_spec(s);
+    es_context_free(c);
+}
+
+/* A context holding seq[0..29) shifted by (3, 9): what es_spec_shift(3, 9) leaves of a 30-token
+ * sequence whose last token is the pending root. */
+static es_context *shifted_reference(const es_model *m, const int32_t *seq) {
+    es_context *r = new_ctx(m, N_CTX, 32);
+    es_batch b = {29, seq, NULL, NULL, NULL, NULL};
+    CHECK_OK(es_forward(r, &b));
+    CHECK_OK(es_commit(r, NULL, 0));
+    CHECK_OK(es_context_shift(r, 3, 9));
+    return r;
+}
+
+/* An explicit shift between two turns, and truncations. */
+static void check_edits(const es_model *m, const es_model *draft, es_spec_strategy kind, const es_sampler_params *sp,
+                        const int32_t *prompt, int mode) {
+    const char *name = kind ? "draft" : "stream";
+    es_generate_params gp = gen_params(sp, 10);
+    int32_t first[10], want[12], got[12], n_want;
+    es_generate_stats st;
+    es_context *c = new_ctx(m, N_CTX, 16);
+    es_spec *s = new_spec(c, draft, kind, sp);
+    CHECK_OK(es_spec_generate(s, prompt, 20, &gp, first, 10, &st));
+    CHECK(st.n_generated == 10 && es_spec_n_tokens(s) == 30 && es_context_n_past(c) == 29);
+    /* bad edits change nothing */
+    CHECK_FAILS(es_spec_shift(s, 3, 27), ES_ERR_INVALID_ARGUMENT, "drop 27 of the 29");
+    CHECK_FAILS(es_spec_shift(s, -1, 2), ES_ERR_INVALID_ARGUMENT, "keep -1");
+    CHECK_FAILS(es_spec_truncate(s, 31), ES_ERR_INVALID_ARGUMENT, "keep 31 tokens of a sequence of 30");
+    CHECK(es_spec_n_tokens(s) == 30 && es_context_n_past(c) == 29);
+
+    /* the reference: the same 30 tokens, all but the last in the cache, shifted, then the last read */
+    int32_t seq[30];
+    memcpy(seq, prompt, sizeof(int32_t) * 20);
+    memcpy(seq + 20, first, sizeof first);
+    int32_t turn[4] = {seq[29], prompt[40], prompt[41], prompt[42]};
+    gp.n_predict = 12;
+    es_context *r = shifted_reference(m, seq);
+    CHECK_OK(es_generate(r, turn, 4, &gp, want, 12, &st));
+    es_context_free(r);
+    CHECK_OK(es_spec_shift(s, 3, 9));
+    CHECK(es_spec_n_tokens(s) == 21 && es_context_n_past(c) == 20);
+    CHECK_OK(es_spec_generate(s, turn + 1, 3, &gp, got, 12, &st));
+    same(want, 12, got, st.n_generated, "a shift between turns", name, mode);
+
+    /* truncate into the shifted first turn, then a new turn: the shifted cache cut back, then the
+     * new tokens read after the kept ones */
+    CHECK_OK(es_spec_truncate(s, 8));
+    CHECK(es_spec_n_tokens(s) == 8 && es_context_n_past(c) == 7);
+    r = shifted_reference(m, seq);
+    CHECK_OK(es_truncate(r, 7));
+    const int32_t again[5] = {seq[12 + 4], prompt[50], prompt[51], prompt[52], prompt[53]};
+    CHECK_OK(es_generate(r, again, 5, &gp, want, 12, &st));
+    es_context_free(r);
+    CHECK_OK(es_spec_generate(s, again + 1, 4, &gp, got, 12, &st));
+    same(want, 12, got, st.n_generated, "a truncation", name, mode);
+
+    /* truncate to nothing: a new sequence on the same objects */
+    CHECK_OK(es_spec_truncate(s, 0));
+    CHECK(es_spec_n_tokens(s) == 0 && es_context_n_past(c) == 0);
+    n_want = plain(m, prompt + 30, 6, sp, 12, N_CTX, 16, want);
+    CHECK_OK(es_spec_generate(s, prompt + 30, 6, &gp, got, 12, &st));
+    same(want, n_want, got, st.n_generated, "a new sequence after truncating to 0", name, mode);
+    free_spec(s);
+    es_context_free(c);
+}
+
+/* argv[1]: "cpu" (default) or "vulkan". */
+int main(int argc, char **argv) {
+    backend = test_backend_from_args(argc, argv, 1, NULL);
+    if (!backend) TEST_MAIN_END();
+    /* a small vocabulary, so that drafts are often accepted and steps emit several tokens */
+    mem_model_cfg mc = {12, 32, 3, 4, 2, 8, 48, 8, ES_ROPE_NORM, 10000.0f, 1.0f, false, ES__DTYPE_F32, 31};
+    es_model *m = mem_model_create(&mc);
+    mem_adapter_cfg ac = {4, 2, 1, 4, 2, 0.3f, 32};
+    mem_adapter_attach(m, &ac);
+    mem_model_cfg dc = mc;
+    dc.n_layer = 1;
+    es_model *draft = mem_model_create(&dc);
+
+    test_rng rng = {41};
+    int32_t prompt[64];
+    for (int i = 0; i < 64; i++) prompt[i] = (int32_t)(test_rng_u64(&rng) % 12);
+    es_sampler_params greedy = es_sampler_default_params(), sampled = es_sampler_default_params();
+    sampled.temperature = 0.9f;
+    sampled.top_p = 0.95f;
+    sampled.seed = 19;
+    const es_sampler_params *modes[2] = {&greedy, &sampled};
+    const es_spec_strategy kinds[2] = {ES_SPEC_STREAM, ES_SPEC_DRAFT};
+    for (int k = 0; k < 2; k++)
+        for (int mode = 0; mode < 2; mode++) {
+            check_generate_shift(m, draft, kinds[k], modes[mode], prompt, mode);
+            check_edits(m, draft, kinds[k], modes[mode], prompt, mode);
+        }
+
+    es__ss_adapter_free(m->ss);
+    m->ss = NULL;
+    mem_model_free(m);
+    mem_model_free(draft);
+    test_backend_end(backend);
+    TEST_MAIN_END();
+}
