@@ -218,6 +218,25 @@ es_status es_spec_truncate(es_spec *s, size_t n_tokens) {
     return ES_OK;
 }
 
+es_status es_spec_resume(es_spec *s, const int32_t *tokens, size_t n_tokens) {
+    if (!s) return es__fail(NULL, ES_ERR_INVALID_ARGUMENT, "es_spec_resume: spec is NULL");
+    ES_RETURN_IF(!tokens || n_tokens == 0, &s->err, ES_ERR_INVALID_ARGUMENT, "es_spec_resume: no tokens");
+    const int32_t n_past = es_context_n_past(s->ctx);
+    ES_RETURN_IF((size_t)n_past + 1 != n_tokens, &s->err, ES_ERR_INVALID_ARGUMENT,
+                 "es_spec_resume: a sequence of %zu tokens needs the target to hold %zu of them; it holds %d", n_tokens,
+                 n_tokens - 1, n_past);
+    for (size_t i = 0; i < n_tokens; i++)
+        ES_RETURN_IF(tokens[i] < 0 || tokens[i] >= s->caps.n_vocab, &s->err, ES_ERR_INVALID_ARGUMENT,
+                     "es_spec_resume: token %zu: id %d outside [0, %d)", i, tokens[i], s->caps.n_vocab);
+    memcpy(s->hist, tokens, sizeof(int32_t) * n_tokens);
+    s->n_hist = n_tokens;
+    s->has_root = true;
+    es__tree_root(&s->tree, tokens[n_tokens - 1], n_past);
+    /* nothing else the strategy holds belongs to this sequence */
+    if (s->strategy->rewind) s->strategy->rewind(s, s->state, 0);
+    return ES_OK;
+}
+
 es_status es__spec_shift(es_spec *s, int32_t n_keep, int32_t n_discard) {
     const int32_t n_past = es_context_n_past(s->ctx);
     const es_status st = es_context_shift(s->ctx, n_keep, n_discard);

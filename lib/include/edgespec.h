@@ -686,6 +686,12 @@ ES_API size_t es_spec_n_tokens(const es_spec *spec);
  * a chat that edits its history, or a caller taking back tokens. The next es_spec_feed continues
  * after them. */
 ES_API es_status es_spec_truncate(es_spec *spec, size_t n_tokens);
+/* Takes up a sequence the target context already holds all but the last token of (one restored
+ * with es_context_load from a session saved as es_context_save(ctx, tokens, n_tokens - 1)): the
+ * sequence becomes tokens[0..n_tokens), the last one read by the next step; a draft model's
+ * context re-reads the sequence. The context's tokens are the caller's word: they are not
+ * checked against tokens beyond their count. */
+ES_API es_status es_spec_resume(es_spec *spec, const int32_t *tokens, size_t n_tokens);
 /* es_context_shift for the sequence: drops its tokens [n_keep, n_keep + n_discard), which must lie
  * in the target's cache, and moves the rest down (the target's keys re-rotated; a draft model's
  * context re-reads what follows n_keep). The last token, not in the cache yet, is read at its new

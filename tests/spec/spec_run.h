@@ -31,7 +31,7 @@ static int32_t plain(const es_model *m, const int32_t *prompt, int32_t n_prompt,
 
 /* Speculative decoding on c with p until n_gen tokens or the context is full; every fifth step
  * the caller takes 1 to 3 tokens only. Returns the count emitted. */
-static int32_t run_spec(es_context *c, const es_spec_params *p, const int32_t *prompt, int32_t n_prompt,
+static inline int32_t run_spec(es_context *c, const es_spec_params *p, const int32_t *prompt, int32_t n_prompt,
                         int32_t n_gen, int32_t *out, es_spec_stats *stats) {
     es_spec *s = NULL;
     CHECK_OK(es_spec_create(c, p, &s));

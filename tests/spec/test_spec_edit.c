@@ -5,11 +5,16 @@
  *   es_generate with shift_context emits, token for token;
  * - es_spec_shift between two generations equals es_context_shift on a context holding all but
  *   the last token, which is then read at its new position (what the pending root means);
- * - es_spec_truncate (to a middle length, and to 0) and a new turn equal plain decoding of the
- *   edited sequence on a fresh context;
+ * - es_spec_truncate (into the shifted sequence, and to 0) and a new turn equal plain decoding of
+ *   the edited sequence;
+ * - a sequence saved with es_context_save and taken up by es_spec_resume on another context goes
+ *   on as the original does;
  * - bad arguments fail and leave the sequence as it was. */
 #include "mem_adapter.h"
 #include "spec_run.h"
+
+#include <stdlib.h>
+#include <unistd.h>
 
 #define N_CTX 40
 #define N_GEN 150 /* several shifts of a 40-token context */
@@ -144,6 +149,44 @@ static void check_edits(const es_model *m, const es_model *draft, es_spec_strate
     es_context_free(c);
 }
 
+/* A sequence saved to a session file and taken up by another context and object goes on as the
+ * original would have. */
+static void check_resume(const es_model *m, const es_model *draft, es_spec_strategy kind, const es_sampler_params *sp,
+                         const int32_t *prompt, int mode) {
+    char path[] = "/tmp/edgespec-spec-edit-XXXXXX";
+    const int fd = mkstemp(path);
+    CHECK(fd >= 0);
+    if (fd < 0) return;
+    close(fd);
+    es_generate_params gp = gen_params(sp, 9);
+    int32_t seq[15 + 9], want[12], got[12];
+    es_generate_stats st, sw;
+    memcpy(seq, prompt, sizeof(int32_t) * 15);
+    es_context *c = new_ctx(m, N_CTX, 16);
+    es_spec *s = new_spec(c, draft, kind, sp);
+    CHECK_OK(es_spec_generate(s, prompt, 15, &gp, seq + 15, 9, &st));
+    CHECK_OK(es_context_save(c, seq, 23, path));
+    gp.n_predict = 12;
+    CHECK_OK(es_spec_generate(s, prompt + 40, 3, &gp, want, 12, &sw));
+    free_spec(s);
+    es_context_free(c);
+
+    c = new_ctx(m, N_CTX, 16);
+    s = new_spec(c, draft, kind, sp);
+    int32_t loaded[N_CTX];
+    size_t n_loaded = 0;
+    CHECK_OK(es_context_load(c, path, loaded, N_CTX, &n_loaded));
+    CHECK(n_loaded == 23 && memcmp(loaded, seq, sizeof(int32_t) * 23) == 0);
+    CHECK_FAILS(es_spec_resume(s, seq, 23), ES_ERR_INVALID_ARGUMENT, "needs the target to hold 22");
+    CHECK_OK(es_spec_resume(s, seq, 24));
+    CHECK(es_spec_n_tokens(s) == 24);
+    CHECK_OK(es_spec_generate(s, prompt + 40, 3, &gp, got, 12, &st));
+    same(want, sw.n_generated, got, st.n_generated, "a resumed session", kind ? "draft" : "stream", mode);
+    free_spec(s);
+    es_context_free(c);
+    remove(path);
+}
+
 /* argv[1]: "cpu" (default) or "vulkan". */
 int main(int argc, char **argv) {
     backend = test_backend_from_args(argc, argv, 1, NULL);
@@ -170,6 +213,7 @@ int main(int argc, char **argv) {
         for (int mode = 0; mode < 2; mode++) {
             check_generate_shift(m, draft, kinds[k], modes[mode], prompt, mode);
             check_edits(m, draft, kinds[k], modes[mode], prompt, mode);
+            check_resume(m, draft, kinds[k], modes[mode], prompt, mode);
         }
 
     es__ss_adapter_free(m->ss);
