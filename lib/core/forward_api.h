@@ -65,4 +65,9 @@ void es__context_caps(const es_context *ctx, es__caps *out);
  * leaves its message for es_context_errmsg. */
 es__err *es__context_err(es_context *ctx);
 
+/* Drops an es_context_abort request no forward call has taken yet; returns whether there was one.
+ * For a strategy that aborted a worker's call which ended before it looked: the request must not
+ * cancel the worker's next, unrelated call. */
+bool es__context_abort_clear(es_context *ctx);
+
 #endif /* ES_CORE_FORWARD_API_H */

@@ -53,7 +53,7 @@ typedef enum es_status {
     ES_ERR_BACKEND = 7,          /* backend failure (the message names the VkResult)              */
     ES_ERR_CONTEXT_FULL = 8,     /* the KV cache cannot hold the batch                            */
     ES_ERR_BUFFER_TOO_SMALL = 9, /* an output buffer is too small; the needed size is reported    */
-    ES_ERR_CANCELLED = 10,       /* a user callback asked to stop                                 */
+    ES_ERR_CANCELLED = 10,       /* a user callback or es_context_abort asked to stop             */
     ES_ERR_INVALID_TREE = 11,    /* token tree: bad parent, cycle, DFS intervals, size            */
     ES_ERR_MODEL = 12,           /* model content: missing key or tensor, shape vs hyperparameters */
 } es_status;
@@ -379,6 +379,17 @@ ES_API const char *es_context_errmsg(const es_context *ctx);
 ES_API int32_t es_context_n_ctx(const es_context *ctx);
 ES_API int32_t es_context_n_past(const es_context *ctx);   /* committed tokens in the KV cache */
 ES_API const es_model *es_context_model(const es_context *ctx);
+
+/* Asks the forward call running on ctx to stop: cooperative cancellation, never a thread kill.
+ * The one context call that may be made from any thread while another thread uses ctx (ctx must
+ * stay valid during it). The request is taken at ctx's next check: between layers (CPU: before
+ * each layer) or before each queue submission (Vulkan: a plain forward is one submission, a
+ * pruning call two) of a running es_forward, else at the start of the next es_forward on ctx.
+ * The forward call that takes it fails with ES_ERR_CANCELLED and clears the request; the context
+ * stays usable: its committed tokens are intact and the provisional batch (the last forward's
+ * uncommitted tokens) is dropped. So a request made while no forward runs cancels the next one;
+ * no other call takes or clears a request. */
+ES_API void es_context_abort(es_context *ctx);
 
 /* A batch of n tokens for one forward call. Positions and DFS intervals place each token in a
  * token tree: token j may attend to in-batch token i iff dfs_start[i] <= dfs_start[j] and
