@@ -136,6 +136,7 @@ es_status es_spec_feed(es_spec *s, const int32_t *tokens, size_t n_tokens) {
     for (size_t i = 0; i < n_tokens; i++)
         ES_RETURN_IF(tokens[i] < 0 || tokens[i] >= s->caps.n_vocab, &s->err, ES_ERR_INVALID_ARGUMENT,
                      "es_spec_feed: token %zu: id %d outside [0, %d)", i, tokens[i], s->caps.n_vocab);
+    ES_TRY(es__spec_quiesce(s));
     es_context *ctx = s->ctx;
     const int32_t n_past0 = es_context_n_past(ctx);
     /* the pending root and all but the last new token get committed; the last becomes the root */
@@ -169,7 +170,8 @@ es_status es_spec_step(es_spec *s, int32_t *tokens, size_t cap, size_t *n_tokens
                  "es_spec_step: tokens, n_tokens and cap >= 1 are needed");
     *n_tokens = 0;
     ES_RETURN_IF(!s->has_root, &s->err, ES_ERR_INVALID_ARGUMENT, "es_spec_step: feed a prompt first (es_spec_feed)");
-    const int32_t n_past = es_context_n_past(s->ctx);
+    /* the committed tokens, as the sequence says: s->ctx may be in a worker's hands (quiesce) */
+    const int32_t n_past = (int32_t)s->n_hist - 1;
     ES_RETURN_IF(n_past >= s->caps.n_ctx, &s->err, ES_ERR_CONTEXT_FULL, "es_spec_step: the context is full (%d of %d tokens)",
                  n_past, s->caps.n_ctx);
     const double t0 = es__time_now();
@@ -189,6 +191,7 @@ es_status es__spec_rewind(es_spec *s, size_t n_keep) {
     ES_RETURN_IF(!s->has_root || n_keep < 1 || n_keep > s->n_hist, &s->err, ES_ERR_INVALID_ARGUMENT,
                  "rewind: keep %zu of the sequence's %zu tokens", n_keep, s->n_hist);
     if (n_keep == s->n_hist) return ES_OK;
+    ES_TRY(es__spec_quiesce(s));
     /* the target holds all but the pending root: the kept sequence's last token becomes it */
     const int32_t n_past = (int32_t)n_keep - 1;
     const es_status st = es_truncate(s->ctx, n_past);
@@ -197,4 +200,8 @@ es_status es__spec_rewind(es_spec *s, size_t n_keep) {
     es__tree_root(&s->tree, s->hist[n_keep - 1], n_past);
     if (s->strategy->rewind) s->strategy->rewind(s, s->state, n_past);
     return ES_OK;
+}
+
+es_status es__spec_quiesce(es_spec *s) {
+    return s->strategy->quiesce ? s->strategy->quiesce(s, s->state) : ES_OK;
 }

@@ -60,7 +60,10 @@ es_status es_spec_generate(es_spec *s, const int32_t *prompt, size_t n_prompt, c
     gate.ignore_eog = s->p.ignore_eog;
     es__output o;
     ES_TRY(es__output_init(&o, s->model, s->alloc, &gate, tokens_out, cap, &s->err));
-    const es_status rc = generate(s, prompt, n_prompt, &o, &st);
+    es_status rc = generate(s, prompt, n_prompt, &o, &st);
+    /* nothing keeps running after the call (DSI's workers stop) */
+    const es_status qs = es__spec_quiesce(s);
+    if (rc == ES_OK) rc = qs;
     es__output_free(&o);
     if (stats) *stats = st;
     return rc;
