@@ -170,6 +170,8 @@ void es__context_caps(const es_context *ctx, es__caps *out) {
     out->n_ctx = ctx->n_ctx;
     out->n_batch = ctx->n_batch;
     out->alloc = ctx->alloc;
+    out->backend = ctx->backend;
+    out->backend_type = ctx->backend->type;
     if (!ss) {
         out->no_streams = ES_ERR_INVALID_ARGUMENT;
         snprintf(out->why_no_streams, sizeof out->why_no_streams,

@@ -57,6 +57,9 @@ typedef struct es__caps {
     es_status no_streams;         /* and the status to report: ES_ERR_INVALID_ARGUMENT (no
                                      adapter) or ES_ERR_UNSUPPORTED (the backend); ES_OK       */
     const es_allocator *alloc;    /* the context's allocator (NULL = the C library)            */
+    es_backend *backend;          /* where it runs, for a strategy that makes more contexts like
+                                     it (DSI's target servers); never called through            */
+    es_backend_type backend_type;
 } es__caps;
 
 void es__context_caps(const es_context *ctx, es__caps *out);

@@ -1,6 +1,7 @@
 /* spec.c: the speculation object (es_spec): its parameters and their defaults, lifecycle, prompt
  * feeding, the step driver, rewinding and statistics. It drives one strategy through its table
- * (spec.h): Speculative Streaming (spec_stream.c) or a draft model (spec_draft.c).
+ * (spec.h): Speculative Streaming (spec_stream.c), a draft model (spec_draft.c) or DSI
+ * (lib/multi/dsi.c).
  * The object owns no context; it keeps the sequence so that samplers see the same history as
  * plain decoding (es_generate), which is what makes seeded sampling token-exact.
  * Deliberately not here: drafting (the strategies), text and stopping rules (spec_generate.c). */
@@ -12,6 +13,7 @@
 static const es__strategy *const strategies[] = {
     [ES_SPEC_STREAM] = &es__strategy_stream,
     [ES_SPEC_DRAFT] = &es__strategy_draft,
+    [ES_SPEC_DSI] = &es__strategy_dsi,
 };
 
 es_spec_params es_spec_default_params(void) {
@@ -27,6 +29,7 @@ static es_spec_params resolve_params(const es_spec_params *in, const es__caps *c
     if (p.top_k == 0) p.top_k = 2;
     if (p.max_nodes == 0) p.max_nodes = 32;
     if (p.lookahead == 0) p.lookahead = 4;
+    if (p.dsi.max_targets == 0) p.dsi.max_targets = 4; /* dsi.n_targets 0: measured (lib/multi/dsi.c) */
     return p;
 }
 

@@ -39,6 +39,7 @@ typedef struct es__strategy {
 
 extern const es__strategy es__strategy_stream; /* spec_stream.c */
 extern const es__strategy es__strategy_draft;  /* spec_draft.c  */
+extern const es__strategy es__strategy_dsi;    /* lib/multi/dsi.c */
 
 struct es_spec {
     es_spec_params p;          /* resolved: no zero that means a default is left               */
