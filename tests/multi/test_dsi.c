@@ -11,6 +11,7 @@
  * The servers run on backends of their own: the library's 1-thread CPU backends by default, or
  * (Vulkan) the ones the test gives. argv[1]: "cpu" (default) or "vulkan". */
 #include "../spec/spec_run.h"
+#include "sampler.h"
 
 #define N_GEN 40
 
@@ -174,6 +175,108 @@ static void test_generate(const es_sampler_params *sp, bool ignore_eog) {
     if (!ignore_eog && sp->temperature == 0.0f) CHECKF(ended > 0, "no case ended at an end-of-text token");
 }
 
+/* ---- rejection sampling preserves the target's distribution */
+
+/* The probabilities of the first two tokens after prompt under m's sampler: the exact pair
+ * distribution of plain sampling (or, for the drafter, of trusting its drafts). */
+static void pair_probs(const es_model *m, const es_sampler_params *sp, const int32_t *prompt, int32_t np, double *pp) {
+    const int32_t V = m->hp.n_vocab;
+    es_sampler *smp = NULL;
+    CHECK_OK(es_sampler_create(V, sp, NULL, &smp));
+    es_context *c = new_ctx(m, 64, 16);
+    int32_t seq[16];
+    memcpy(seq, prompt, sizeof(int32_t) * (size_t)np);
+    double p1[16] = {0};
+    const float *l = NULL;
+    es__dist d;
+    es_batch b = {np, seq, NULL, NULL, NULL, NULL};
+    CHECK_OK(es_forward(c, &b));
+    CHECK_OK(es_logits(c, np - 1, &l));
+    CHECK_OK(es__sampler_dist(smp, l, seq, (size_t)np, &d));
+    for (int32_t i = 0; i < d.n; i++) p1[d.ids[i]] = d.w[i] / d.total;
+    for (int32_t a = 0; a < V; a++) {
+        seq[np] = a;
+        es_batch b2 = {np + 1, seq, NULL, NULL, NULL, NULL};
+        CHECK_OK(es_forward(c, &b2));
+        CHECK_OK(es_logits(c, np, &l));
+        CHECK_OK(es__sampler_dist(smp, l, seq, (size_t)np + 1, &d));
+        for (int32_t y = 0; y < V; y++) pp[a * V + y] = 0.0;
+        for (int32_t i = 0; i < d.n; i++) pp[a * V + d.ids[i]] = p1[a] * d.w[i] / d.total;
+    }
+    es_context_free(c);
+    es_sampler_free(smp);
+}
+
+static double chi2(const double *obs, const double *p, int32_t cells, double n, int32_t *df, int32_t *impossible) {
+    double x = 0.0;
+    *df = -1;
+    *impossible = 0;
+    for (int32_t i = 0; i < cells; i++) {
+        const double e = p[i] * n;
+        if (e <= 0.0) {
+            *impossible += obs[i] > 0.0;
+            continue;
+        }
+        x += (obs[i] - e) * (obs[i] - e) / e;
+        (*df)++;
+    }
+    return x;
+}
+
+/* Many seeds, two tokens each: their pair frequencies follow plain sampling's exact pair
+ * distribution (chi-square, p ~ 1e-7 limit), and the same statistic tells them from the
+ * drafter's, so the test can see a verifier that trusts its drafts. */
+static void test_rejection_distribution(void) {
+    mem_model_cfg tc = {6, 16, 2, 2, 2, 8, 24, 8, ES_ROPE_NORM, 10000.0f, 1.0f, false, ES__DTYPE_F32, 31};
+    es_model *t = mem_model_create(&tc);
+    tc.seed = 32;
+    es_model *dm = mem_model_create(&tc);
+    es_sampler_params sp = es_sampler_default_params();
+    sp.temperature = 1.0f;
+    const int32_t prompt[3] = {1, 4, 2}, V = 6, cells = 36, trials = quick ? 800 : 3000;
+    double want[36], draft[36], obs[36] = {0};
+    pair_probs(t, &sp, prompt, 3, want);
+    pair_probs(dm, &sp, prompt, 3, draft);
+    int64_t accepted = 0;
+    for (int32_t trial = 0; trial < trials; trial++) {
+        sp.seed = 1000003ull * (uint64_t)trial + 17;
+        es_context *c = new_ctx(t, 32, 8), *d = draft_ctx(dm, 32);
+        es_spec_params p = dsi_params(d, &sp, true, 1 + trial % 3, 1 + trial % 2);
+        es_spec *s = NULL;
+        CHECK_OK(es_spec_create(c, &p, &s));
+        if (s) {
+            CHECK_OK(es_spec_feed(s, prompt, 3));
+            int32_t got[8], n = 0;
+            while (n < 2) {
+                size_t k = 0;
+                es_status st = es_spec_step(s, got + n, 2, &k);
+                CHECK_OK(st);
+                if (st != ES_OK) break;
+                n += (int32_t)k;
+            }
+            if (n >= 2 && got[0] >= 0 && got[0] < V && got[1] >= 0 && got[1] < V) obs[got[0] * V + got[1]] += 1.0;
+            es_spec_stats st;
+            CHECK_OK(es_spec_get_stats(s, &st));
+            for (int dd = 0; dd < ES_SPEC_MAX_DEPTH; dd++) accepted += st.accepted[dd];
+            es_spec_free(s);
+        }
+        es_context_free(c);
+        es_context_free(d);
+    }
+    int32_t df, imp, df2, imp2;
+    const double x = chi2(obs, want, cells, trials, &df, &imp), x2 = chi2(obs, draft, cells, trials, &df2, &imp2);
+    const double limit = df + 6.0 * sqrt(2.0 * df) + 10.0;
+    printf("rejection sampling: chi2 %.1f (df %d, limit %.1f) against plain sampling, %.1f against the drafter; "
+           "%lld drafts accepted in %d runs\n",
+           x, df, limit, x2, (long long)accepted, trials);
+    CHECKF(x < limit && imp == 0, "chi2 %.1f (df %d, limit %.1f), %d impossible pairs", x, df, limit, imp);
+    CHECKF(x2 > df2 + 6.0 * sqrt(2.0 * df2) + 10.0 || imp2 > 0, "the drafter's pair distribution passes too: chi2 %.1f",
+           x2);
+    CHECK(accepted > trials / 10);
+    mem_model_free(t);
+    mem_model_free(dm);
+}
+
 /* argv[1]: "cpu" (default) or "vulkan". */
 int main(int argc, char **argv) {
     backend = test_backend_from_args(argc, argv, 1, &quick);
@@ -293,6 +396,8 @@ int main(int argc, char **argv) {
             es_context_free(d);
         }
     }
+
+    test_rejection_distribution();
 
     /* the number of servers from measured latencies, within its cap */
     {
