@@ -29,7 +29,7 @@ static es_spec_params resolve_params(const es_spec_params *in, const es__caps *c
     if (p.top_k == 0) p.top_k = 2;
     if (p.max_nodes == 0) p.max_nodes = 32;
     if (p.lookahead == 0) p.lookahead = 4;
-    if (p.dsi.max_targets == 0) p.dsi.max_targets = 4; /* dsi.n_targets 0: measured (lib/multi/dsi.c) */
+    es__dsi_resolve(&p.dsi, caps); /* lib/multi/dsi.c: dsi.n_targets 0 is measured at the first feed */
     return p;
 }
 

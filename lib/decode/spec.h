@@ -41,6 +41,9 @@ extern const es__strategy es__strategy_stream; /* spec_stream.c */
 extern const es__strategy es__strategy_draft;  /* spec_draft.c  */
 extern const es__strategy es__strategy_dsi;    /* lib/multi/dsi.c */
 
+/* The zeros of es_dsi_params that do not wait for measurements (lib/multi/dsi.c). */
+void es__dsi_resolve(es_dsi_params *p, const es__caps *target);
+
 struct es_spec {
     es_spec_params p;          /* resolved: no zero that means a default is left               */
     const es__strategy *strategy;

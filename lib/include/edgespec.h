@@ -567,7 +567,10 @@ typedef struct es_dsi_params {
                                       0 = ceil(T_target / (lookahead x T_draft)) (the paper's 3.1,
                                       "Preemption"), the latencies of one target and one draft call
                                       measured at the first es_spec_feed, at most max_targets     */
-    int32_t max_targets;           /* cap on the measured default, 1..ES_DSI_MAX_TARGETS; 0 = 4    */
+    int32_t max_targets;           /* cap on the measured default, 1..ES_DSI_MAX_TARGETS; 0 = as
+                                      many as can compute at once: 1 + n_backends when backends
+                                      are given, else on a CPU target the online processors less
+                                      the drafter's (at least 1), else 1                          */
     es_backend *const *backends;   /* where servers 1.. run: server i on backends[(i - 1) %
                                       n_backends]; not owned, must outlive the object. NULL = a
                                       CPU target context gets one 1-thread CPU backend per server,
@@ -676,7 +679,7 @@ ES_API es_status es_spec_get_stats(const es_spec *spec, es_spec_stats *out);
 
 /* The parameters the object runs with: those given, every 0 that means a default replaced by
  * the value it stands for (n_streams the adapter's γ, top_k 2, max_nodes 32, lookahead 4; DSI:
- * dsi.max_targets 4, dsi.n_targets once measured, at the first es_spec_feed). */
+ * dsi.max_targets, and dsi.n_targets once measured, at the first es_spec_feed). */
 ES_API es_status es_spec_get_params(const es_spec *spec, es_spec_params *out);
 
 /* es_generate with speculation: feeds prompt (es_spec_feed) and steps until n_predict tokens, an

@@ -277,6 +277,17 @@ static es_status start(es_spec *s, dsi_state *ds, int32_t n_dec) {
 
 /* ---- the strategy */
 
+/* max_targets 0: as many servers as there are processors to run them at once: one per backend
+ * given (and server 0's own); on a CPU target the processors the drafter leaves; else (a shared
+ * Vulkan backend) one. n_targets 0 stays: measured at the first feed. */
+void es__dsi_resolve(es_dsi_params *p, const es__caps *target) {
+    if (p->max_targets != 0) return;
+    if (p->n_backends > 0) p->max_targets = 1 + p->n_backends;
+    else if (target->backend_type == ES_BACKEND_CPU) p->max_targets = ES__MAX(1, es__cpu_count() - 1);
+    else p->max_targets = 1;
+    p->max_targets = ES__MIN(p->max_targets, ES_DSI_MAX_TARGETS);
+}
+
 static void dsi_free(es_spec *s, void *state) {
     dsi_state *ds = state;
     if (!ds) return;

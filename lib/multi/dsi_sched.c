@@ -73,6 +73,8 @@ struct es__dsi_sched {
     int32_t cap;
     int32_t n_dec, n_seq;
     int32_t max_ahead;
+    int32_t ramp;         /* blocks sent since drafts were last cut: their size doubles up to
+                             the lookahead (schedule)                                         */
     dsi_job *jobs;        /* [cfg.n_slots]                                                  */
     dsi_worker drafter;
     dsi_worker *servers;  /* [cfg.n_servers]                                                */
@@ -134,6 +136,7 @@ static bool drafter_stalled(const es__dsi_sched *d) {
 /* The tokens from position q on changed (a draft rejected there, or the drafts dropped):
  * everything built on them is stale (Algorithm 1, lines 8 and 10). */
 static void invalidate(es__dsi_sched *d, int32_t q) {
+    d->ramp = 0;
     for (int32_t s = 0; s < d->cfg.n_slots; s++) {
         dsi_job *j = &d->jobs[s];
         if (j->state == JOB_FREE || j->stale || j->prefill || j->n <= q) continue;
@@ -165,9 +168,10 @@ static void apply(es__dsi_sched *d, const int32_t *toks, int32_t m) {
                 d->n_seq = q + 1;
                 invalidate(d, q);
             }
-        } else { /* past every draft */
+        } else { /* past every draft: the drafter is behind, the next blocks start small */
             d->seq[q] = t;
             d->n_seq = q + 1;
+            d->ramp = 0;
             if (d->drafter.pos == q) d->drafter.stale = true;
         }
         d->n_dec = q + 1;
@@ -220,8 +224,11 @@ static void dispatch(es__dsi_sched *d, dsi_worker *w, int32_t slot, int32_t lo, 
 }
 
 /* Gives work to idle servers: the verifier's job when none holds the root's rows (the non-SI
- * thread), then the next block of `lookahead` drafts after the furthest job, while servers and
- * slots last. Any thread holding the lock may call it. */
+ * thread), then the next block of drafts after the furthest job, while servers and slots last.
+ * A block is `lookahead` drafts ("Preemption in DSI"), but after drafts were cut the blocks grow
+ * from one draft, doubling: the first drafts after a rejection get verified a drafter call after
+ * they exist, as SI would verify them, rather than after a whole block, while the steady state
+ * keeps to the blocks (and the servers) Appendix D sizes. Any thread holding the lock may call it. */
 static void schedule(es__dsi_sched *d) {
     if (d->paused || d->quit) return;
     const int32_t R = d->n_dec - 1, K = d->cfg.lookahead;
@@ -244,12 +251,13 @@ static void schedule(es__dsi_sched *d) {
         int32_t e = 0;
         for (int32_t s = 0; s < d->cfg.n_slots; s++)
             if (job_live(&d->jobs[s])) e = ES__MAX(e, d->jobs[s].n);
-        const int32_t avail = end - e;
-        if (avail <= 0 || (avail < K && !drafter_stalled(d))) return;
+        const int32_t avail = end - e, size = d->ramp < 30 ? ES__MIN(K, 1 << d->ramp) : K;
+        if (avail <= 0 || (avail < size && !drafter_stalled(d))) return;
         if (free_slots(d, &slot) < 2) return; /* one stays for the verifier */
         dsi_worker *w = free_server(d);
         if (!w) return;
-        dispatch(d, w, slot, e, e + ES__MIN(avail, K), false);
+        dispatch(d, w, slot, e, e + ES__MIN(avail, size), false);
+        d->ramp++;
     }
 }
 

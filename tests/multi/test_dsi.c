@@ -403,10 +403,17 @@ int main(int argc, char **argv) {
     {
         es_context *c = new_ctx(target, 256, 16), *d = draft_ctx(near, 256);
         es_spec_params p = dsi_params(d, &greedy, false, 2, 0);
-        p.dsi.max_targets = 3;
         es_spec *s = NULL;
-        CHECK_OK(es_spec_create(c, &p, &s));
         es_spec_params got;
+        /* the cap's default: what can compute at once (two backends given on Vulkan, and server
+         * 0's; on the CPU the processors the drafter leaves) */
+        CHECK_OK(es_spec_create(c, &p, &s));
+        CHECK_OK(es_spec_get_params(s, &got));
+        CHECKF(got.dsi.max_targets == (servers[0] ? 3 : ES__MAX(1, es__cpu_count() - 1)), "max_targets %d",
+               got.dsi.max_targets);
+        es_spec_free(s);
+        p.dsi.max_targets = 3;
+        CHECK_OK(es_spec_create(c, &p, &s));
         CHECK_OK(es_spec_get_params(s, &got));
         CHECK(got.dsi.n_targets == 0 && got.dsi.max_targets == 3 && got.lookahead == 2);
         CHECK_OK(es_spec_feed(s, prompt, 9));

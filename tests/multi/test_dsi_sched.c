@@ -141,10 +141,10 @@ static void test_failure(void) {
     CHECK(bad == NULL);
 }
 
-/* The timing the harness exists for, with bounds loose enough for a loaded machine and
- * ThreadSanitizer (docs/perf.md has the measured tables): a perfect drafter with servers enough
- * runs near the drafter's pace, several times faster than the target alone; with a useless one
- * the target's own chain of calls sets the pace. */
+/* What the pipelining is for, with bounds loose enough for a loaded machine and ThreadSanitizer
+ * (the measured numbers are docs/perf.md's, not a test's): a perfect drafter with servers enough
+ * runs at least twice as fast as the target alone (SI with the same drafter could not: 4.5 ms a
+ * token at best); with a useless one the target's own chain of calls still sets the pace. */
 static void test_pace(void) {
     const int32_t n = 60;
     {
@@ -156,7 +156,7 @@ static void test_pace(void) {
         CHECK(exact);
         printf("perfect drafter: %d tokens in %.1f ms (target alone: %.1f ms, drafter alone %.1f ms)\n", n, ms, n * 8.0,
                n * 1.0);
-        CHECKF(ms > 0 && ms < n * 8.0 / 3.0, "%.1f ms", ms);
+        CHECKF(ms > 0 && ms < n * 8.0 / 2.0, "%.1f ms", ms);
         synth_free(&s);
     }
     {
@@ -169,7 +169,7 @@ static void test_pace(void) {
         CHECK(exact);
         printf("useless drafter: %d tokens in %.1f ms (target alone: %.1f ms), %lld of %lld jobs preempted\n", n, ms,
                n * 4.0, (long long)st.n_jobs_preempted, (long long)st.n_jobs);
-        CHECKF(ms > 0 && ms < n * 4.0 * 1.25, "%.1f ms", ms);
+        CHECKF(ms > 0 && ms < n * 4.0 * 1.5, "%.1f ms", ms);
         CHECK(st.n_jobs_preempted > 0);
         synth_free(&s);
     }
