@@ -9,6 +9,7 @@
 #include "model.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 
 /* One validated forward call. The batch's keys/values go to the provisional cache slots
  * [n_past, n_past + n). Token j attends to committed slots [0, n_past) and to the provisional slots
@@ -126,6 +127,10 @@ struct es_context {
     /* A forward call's scratch, made with the context so calls allocate nothing */
     es__batch_scratch scratch;  /* [n_batch] each                                              */
     int32_t *keep_rows;         /* [n_batch] es_commit's keep as survivor indices              */
+    /* es_context_abort's request, set from any thread; a backend takes it with atomic_exchange
+     * at its checks (between layers, before submissions) and fails the call with
+     * ES_ERR_CANCELLED, leaving its committed KV untouched. */
+    atomic_int abort_req;
     void *impl;
 };
 

@@ -116,6 +116,7 @@ es_status es_context_create(const es_model *model, const es_context_params *para
         ctx->alloc = &ctx->alloc_copy;
     }
     ctx->model = model;
+    atomic_init(&ctx->abort_req, 0);
     es_status s = context_setup(ctx, &p);
     if (s != ES_OK) {
         char msg[ES__ERRMSG_SIZE];
@@ -140,6 +141,14 @@ const es_model *es_context_model(const es_context *ctx) {
     return ctx ? ctx->model : NULL;
 }
 
+void es_context_abort(es_context *ctx) {
+    if (ctx) atomic_store(&ctx->abort_req, 1);
+}
+
+bool es__context_abort_clear(es_context *ctx) {
+    return atomic_exchange(&ctx->abort_req, 0) != 0;
+}
+
 /* Grows the logits store to rows x n_vocab; on failure the old store is kept. */
 static es_status reserve_logits(es_context *ctx, int32_t rows) {
     if (rows <= ctx->logits_cap) return ES_OK;
@@ -161,6 +170,8 @@ void es__context_caps(const es_context *ctx, es__caps *out) {
     out->n_ctx = ctx->n_ctx;
     out->n_batch = ctx->n_batch;
     out->alloc = ctx->alloc;
+    out->backend = ctx->backend;
+    out->backend_type = ctx->backend->type;
     if (!ss) {
         out->no_streams = ES_ERR_INVALID_ARGUMENT;
         snprintf(out->why_no_streams, sizeof out->why_no_streams,
@@ -230,6 +241,11 @@ es_status es__forward(es_context *ctx, const es_batch *batch, const es__call *ca
     memset(ctx->prov_pruned, 0, (size_t)batch->n_tokens);
     es__fwd f = {batch->n_tokens, ctx->n_past, batch->tokens, s->pos, s->dfs_start, s->dfs_end, s->parent,
                  n_out, s->out_rows, ctx->logits, call->n_streams, call->prune_threshold, ctx->prov_pruned};
+    /* es_context_abort before the call began: nothing computed, the provisional batch goes */
+    if (atomic_exchange(&ctx->abort_req, 0)) {
+        ctx->n_provisional = 0;
+        return es__fail(&ctx->err, ES_ERR_CANCELLED, "es_forward: cancelled by es_context_abort before it began");
+    }
     es_backend *b = ctx->backend;
     pthread_mutex_lock(&b->lock);
     es__err_clear(&b->err);

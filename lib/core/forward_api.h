@@ -57,6 +57,9 @@ typedef struct es__caps {
     es_status no_streams;         /* and the status to report: ES_ERR_INVALID_ARGUMENT (no
                                      adapter) or ES_ERR_UNSUPPORTED (the backend); ES_OK       */
     const es_allocator *alloc;    /* the context's allocator (NULL = the C library)            */
+    es_backend *backend;          /* where it runs, for a strategy that makes more contexts like
+                                     it (DSI's target servers); never called through            */
+    es_backend_type backend_type;
 } es__caps;
 
 void es__context_caps(const es_context *ctx, es__caps *out);
@@ -64,5 +67,10 @@ void es__context_caps(const es_context *ctx, es__caps *out);
 /* The context's error record, where a strategy that works on the caller's context (es_generate)
  * leaves its message for es_context_errmsg. */
 es__err *es__context_err(es_context *ctx);
+
+/* Drops an es_context_abort request no forward call has taken yet; returns whether there was one.
+ * For a strategy that aborted a worker's call which ended before it looked: the request must not
+ * cancel the worker's next, unrelated call. */
+bool es__context_abort_clear(es_context *ctx);
 
 #endif /* ES_CORE_FORWARD_API_H */

@@ -23,6 +23,8 @@ typedef struct fwd_job {
     int32_t n_ctx;
     es__msa_job *msa;     /* Speculative Streaming hooks (msa.c); NULL in a plain forward */
     es_profile_entry *prof; /* [OP_COUNT] phase wall times when the backend profiles, else NULL */
+    atomic_int *abort_req;  /* the context's es_context_abort request                        */
+    atomic_int *stop_at;    /* the layer the call stops before when it took the request, or -1 */
 } fwd_job;
 
 /* Matrix rows are handed out in multiples of this (whole cache lines of each output row). */
@@ -108,14 +110,21 @@ static void mm_residual_phase(thr *t, int op, const es__cpu_mat *W, const float 
     phase_end(t, &w);
 }
 
-static void norm_phase(thr *t, const float *x, const float *wt, float *y, int64_t n_tok) {
+/* check_layer >= 0: the layer's first phase, where cancellation (es_context_abort) is looked at:
+ * the one thread that computes row 0 takes the request and records the layer before it reports
+ * the row done, so every thread finds it once the phase is complete and all stop at the same
+ * layer. Returns false when the call stops here. */
+static bool norm_phase(thr *t, const float *x, const float *wt, float *y, int64_t n_tok, int32_t check_layer) {
     const fwd_job *J = t->J;
     const int64_t d = J->hp->n_embd;
     es__work w;
     phase_begin(t, &w, OP_NORM, n_tok, 1);
-    for (int64_t lo, hi; es__work_next(&w, &lo, &hi);)
+    for (int64_t lo, hi; es__work_next(&w, &lo, &hi);) {
+        if (check_layer >= 0 && lo == 0 && atomic_exchange(J->abort_req, 0)) atomic_store(J->stop_at, check_layer);
         for (int64_t i = lo; i < hi; i++) es__cpu_rmsnorm_row(J->k, x + i * d, wt, d, J->hp->rms_eps, y + i * d);
+    }
     phase_end(t, &w);
+    return check_layer < 0 || atomic_load(J->stop_at) < 0;
 }
 
 /* Moves rows rows[r] to r (rows ascending, so r <= rows[r] and a forward copy is safe). */
@@ -124,7 +133,8 @@ static void gather_rows(float *a, int64_t width, const int32_t *rows, int32_t n_
         if (rows[r] != r) memcpy(a + (int64_t)r * width, a + (int64_t)rows[r] * width, sizeof(float) * (size_t)width);
 }
 
-static void layer(thr *t, int32_t il) {
+/* One layer; false when the call was cancelled before it. */
+static bool layer(thr *t, int32_t il) {
     const fwd_job *J = t->J;
     const es__fwd *f = J->f;
     const es__hparams *hp = J->hp;
@@ -136,7 +146,7 @@ static void layer(thr *t, int32_t il) {
     const size_t cache_off = (size_t)il * (size_t)hp->n_head_kv * (size_t)J->n_ctx * (size_t)hd;
     es__work w;
 
-    norm_phase(t, c->x, L->attn_norm, c->xn, n);
+    if (!norm_phase(t, c->x, L->attn_norm, c->xn, n, il)) return false;
     const mm_seg qkv[3] = {{&L->wq, c->q}, {&L->wk, c->kn}, {&L->wv, c->vn}};
     mm_phase(t, OP_QKV, qkv, 3, c->xn, n);
 
@@ -165,7 +175,7 @@ static void layer(thr *t, int32_t il) {
         }
         phase_end(t, &w);
     }
-    if (nr == 0) return;
+    if (nr == 0) return true;
 
     {
         const es__attn a = {c->q,          qd,          c->k + cache_off,        c->v + cache_off, J->n_ctx,
@@ -180,7 +190,7 @@ static void layer(thr *t, int32_t il) {
     }
 
     mm_residual_phase(t, OP_WO, &L->wo, c->att, nr, c->tmp, c->x);
-    norm_phase(t, c->x, L->ffn_norm, c->xn, nr);
+    norm_phase(t, c->x, L->ffn_norm, c->xn, nr, -1);
 
     /* gate and up for the same rows, then SwiGLU on them */
     const mm_seg g = {&L->gate, c->gate}, u = {&L->up, c->up};
@@ -196,6 +206,7 @@ static void layer(thr *t, int32_t il) {
     phase_end(t, &w);
 
     mm_residual_phase(t, OP_DOWN, &L->down, c->gate, nr, c->tmp, c->x);
+    return true;
 }
 
 /* Phases of one forward: the embedding, 9 per layer at most, the final norm and the head. */
@@ -224,12 +235,12 @@ static void fwd_thread(void *arg, int ith, int nth) {
 
     for (int32_t il = 0; il < hp->n_layer; il++) {
         if (J->msa) es__msa_before_layer(J->msa, il, ith, nth);
-        layer(&t, il);
+        if (!layer(&t, il)) return;
     }
     if (f->n_out == 0) return;
 
     /* rows 0..n_out-1 of x now hold the wanted tokens (gathered in the last layer) */
-    norm_phase(&t, c->x, J->w->output_norm, c->xn, f->n_out);
+    norm_phase(&t, c->x, J->w->output_norm, c->xn, f->n_out, -1);
     const mm_seg head = {&J->w->output, f->logits};
     mm_phase(&t, OP_HEAD, &head, 1, c->xn, f->n_out);
 }
@@ -254,7 +265,10 @@ es_status es__cpu_forward(es_context *ctx, const es__fwd *f) {
     es_backend *b = ctx->backend;
     es_profile_entry prof[OP_COUNT];
     memset(prof, 0, sizeof prof);
-    fwd_job J = {f, &ctx->model->hp, ctx->weights, ctx->impl, B->kern, B->pool, ctx->n_ctx, NULL, b->profile ? prof : NULL};
+    atomic_int stop_at;
+    atomic_init(&stop_at, -1);
+    fwd_job J = {f,    &ctx->model->hp, ctx->weights, ctx->impl, B->kern, B->pool, ctx->n_ctx, NULL, b->profile ? prof : NULL,
+                 &ctx->abort_req, &stop_at};
     /* Speculative Streaming works on a copy of the call: pruning narrows it to the survivors */
     es__fwd ss_f;
     es__msa_job msa;
@@ -269,5 +283,9 @@ es_status es__cpu_forward(es_context *ctx, const es__fwd *f) {
     es__pool_run(B->pool, fwd_thread, &J);
     b->stats.n_forward++;
     if (J.prof) add_profile(b, prof);
+    const int stopped = atomic_load(&stop_at);
+    if (stopped >= 0)
+        return es__fail(&b->err, ES_ERR_CANCELLED, "forward cancelled by es_context_abort before layer %d of %d", stopped,
+                        ctx->model->hp.n_layer);
     return ES_OK;
 }

@@ -1,6 +1,7 @@
 /* spec.c: the speculation object (es_spec): its parameters and their defaults, lifecycle, prompt
  * feeding, the step driver, rewinding and statistics. It drives one strategy through its table
- * (spec.h): Speculative Streaming (spec_stream.c) or a draft model (spec_draft.c).
+ * (spec.h): Speculative Streaming (spec_stream.c), a draft model (spec_draft.c) or DSI
+ * (lib/multi/dsi.c).
  * The object owns no context; it keeps the sequence so that samplers see the same history as
  * plain decoding (es_generate), which is what makes seeded sampling token-exact.
  * Deliberately not here: drafting (the strategies), text and stopping rules (spec_generate.c). */
@@ -12,6 +13,7 @@
 static const es__strategy *const strategies[] = {
     [ES_SPEC_STREAM] = &es__strategy_stream,
     [ES_SPEC_DRAFT] = &es__strategy_draft,
+    [ES_SPEC_DSI] = &es__strategy_dsi,
 };
 
 es_spec_params es_spec_default_params(void) {
@@ -27,6 +29,7 @@ static es_spec_params resolve_params(const es_spec_params *in, const es__caps *c
     if (p.top_k == 0) p.top_k = 2;
     if (p.max_nodes == 0) p.max_nodes = 32;
     if (p.lookahead == 0) p.lookahead = 4;
+    es__dsi_resolve(&p.dsi, caps); /* lib/multi/dsi.c: dsi.n_targets 0 is measured at the first feed */
     return p;
 }
 
@@ -136,6 +139,7 @@ es_status es_spec_feed(es_spec *s, const int32_t *tokens, size_t n_tokens) {
     for (size_t i = 0; i < n_tokens; i++)
         ES_RETURN_IF(tokens[i] < 0 || tokens[i] >= s->caps.n_vocab, &s->err, ES_ERR_INVALID_ARGUMENT,
                      "es_spec_feed: token %zu: id %d outside [0, %d)", i, tokens[i], s->caps.n_vocab);
+    ES_TRY(es__spec_quiesce(s));
     es_context *ctx = s->ctx;
     const int32_t n_past0 = es_context_n_past(ctx);
     /* the pending root and all but the last new token get committed; the last becomes the root */
@@ -169,7 +173,8 @@ es_status es_spec_step(es_spec *s, int32_t *tokens, size_t cap, size_t *n_tokens
                  "es_spec_step: tokens, n_tokens and cap >= 1 are needed");
     *n_tokens = 0;
     ES_RETURN_IF(!s->has_root, &s->err, ES_ERR_INVALID_ARGUMENT, "es_spec_step: feed a prompt first (es_spec_feed)");
-    const int32_t n_past = es_context_n_past(s->ctx);
+    /* the committed tokens, as the sequence says: s->ctx may be in a worker's hands (quiesce) */
+    const int32_t n_past = (int32_t)s->n_hist - 1;
     ES_RETURN_IF(n_past >= s->caps.n_ctx, &s->err, ES_ERR_CONTEXT_FULL, "es_spec_step: the context is full (%d of %d tokens)",
                  n_past, s->caps.n_ctx);
     const double t0 = es__time_now();
@@ -189,6 +194,7 @@ es_status es__spec_rewind(es_spec *s, size_t n_keep) {
     ES_RETURN_IF(!s->has_root || n_keep < 1 || n_keep > s->n_hist, &s->err, ES_ERR_INVALID_ARGUMENT,
                  "rewind: keep %zu of the sequence's %zu tokens", n_keep, s->n_hist);
     if (n_keep == s->n_hist) return ES_OK;
+    ES_TRY(es__spec_quiesce(s));
     /* the target holds all but the pending root: the kept sequence's last token becomes it */
     const int32_t n_past = (int32_t)n_keep - 1;
     const es_status st = es_truncate(s->ctx, n_past);
@@ -210,6 +216,7 @@ es_status es_spec_truncate(es_spec *s, size_t n_tokens) {
     ES_RETURN_IF(n_tokens > s->n_hist, &s->err, ES_ERR_INVALID_ARGUMENT,
                  "es_spec_truncate: keep %zu tokens of a sequence of %zu", n_tokens, s->n_hist);
     if (n_tokens > 0) return es__spec_rewind(s, n_tokens);
+    ES_TRY(es__spec_quiesce(s));
     const es_status st = es_truncate(s->ctx, 0);
     if (st != ES_OK) return es__spec_fail_ctx(s, s->ctx, st, "truncate");
     s->n_hist = 0;
@@ -238,6 +245,8 @@ es_status es_spec_resume(es_spec *s, const int32_t *tokens, size_t n_tokens) {
 }
 
 es_status es__spec_shift(es_spec *s, int32_t n_keep, int32_t n_discard) {
+    ES_TRY(es__spec_quiesce(s));
+    if (s->strategy->shift) ES_TRY(s->strategy->shift(s, s->state, n_keep, n_discard));
     const int32_t n_past = es_context_n_past(s->ctx);
     const es_status st = es_context_shift(s->ctx, n_keep, n_discard);
     if (st != ES_OK && es_context_n_past(s->ctx) != n_past) {
@@ -253,14 +262,18 @@ es_status es__spec_shift(es_spec *s, int32_t n_keep, int32_t n_discard) {
     s->n_hist -= (size_t)n_discard;
     if (s->has_root) es__tree_root(&s->tree, s->hist[s->n_hist - 1], es_context_n_past(s->ctx));
     /* what a strategy holds past the kept start sits at the old positions */
-    if (s->strategy->rewind) s->strategy->rewind(s, s->state, n_keep);
+    if (!s->strategy->shift && s->strategy->rewind) s->strategy->rewind(s, s->state, n_keep);
     return ES_OK;
 }
 
 es_status es_spec_shift(es_spec *s, int32_t n_keep, int32_t n_discard) {
     if (!s) return es__fail(NULL, ES_ERR_INVALID_ARGUMENT, "es_spec_shift: spec is NULL");
-    const int32_t n_past = es_context_n_past(s->ctx);
+    const int32_t n_past = s->has_root ? (int32_t)s->n_hist - 1 : 0;
     ES_RETURN_IF(n_keep < 0 || n_discard < 1 || (int64_t)n_keep + n_discard > n_past, &s->err, ES_ERR_INVALID_ARGUMENT,
                  "es_spec_shift: keep %d and drop %d of the %d tokens in the target's cache", n_keep, n_discard, n_past);
     return es__spec_shift(s, n_keep, n_discard);
+}
+
+es_status es__spec_quiesce(es_spec *s) {
+    return s->strategy->quiesce ? s->strategy->quiesce(s, s->state) : ES_OK;
 }

@@ -31,10 +31,26 @@ typedef struct es__strategy {
      * n_past tokens is stale. s->tree is the pending root alone. May be NULL. */
     void (*rewind)(es_spec *s, void *state, int32_t n_past);
     void (*free)(es_spec *s, void *state);
+    /* For a strategy whose work goes on between steps (DSI's worker threads): stops it and
+     * leaves s->ctx holding exactly the first n_hist - 1 tokens of s->hist (0 before the first
+     * feed), the state every other call here expects; the next step starts it again. Called
+     * before a feed, a rewind and at the end of es_spec_generate. May be NULL (nothing runs
+     * between steps, and the invariant holds after every step). */
+    es_status (*quiesce)(es_spec *s, void *state);
+    /* For a strategy whose other contexts decide tokens (DSI's target servers): a context shift
+     * is about to drop s->hist[n_keep..n_keep + n_discard) (after a quiesce; s->ctx not shifted
+     * yet). Their caches must end up as the target's shifted cache, which no forward of the
+     * shifted sequence gives back. Called instead of rewind; on failure the sequence stays as it
+     * was. May be NULL (rewind then tells the strategy the sequence changed past n_keep). */
+    es_status (*shift)(es_spec *s, void *state, int32_t n_keep, int32_t n_discard);
 } es__strategy;
 
 extern const es__strategy es__strategy_stream; /* spec_stream.c */
 extern const es__strategy es__strategy_draft;  /* spec_draft.c  */
+extern const es__strategy es__strategy_dsi;    /* lib/multi/dsi.c */
+
+/* The zeros of es_dsi_params that do not wait for measurements (lib/multi/dsi.c). */
+void es__dsi_resolve(es_dsi_params *p, const es__caps *target);
 
 struct es_spec {
     es_spec_params p;          /* resolved: no zero that means a default is left               */
@@ -76,6 +92,9 @@ es_status es__spec_rewind(es_spec *s, size_t n_keep);
  * arguments already checked. */
 es_status es__spec_shift(es_spec *s, int32_t n_keep, int32_t n_discard);
 
+/* The strategy's quiesce, where it has one (spec.c). */
+es_status es__spec_quiesce(es_spec *s);
+
 /* ---- the pieces of a step (spec_steps.c) */
 
 /* The room a tree may use in the target: min(max_nodes, tree capacity, n_ctx - n_past). */
@@ -88,6 +107,20 @@ int32_t es__spec_tree_room(const es_spec *s);
 es_status es__spec_verify(es_spec *s, size_t cap, int32_t *tokens, size_t *n_tokens, int32_t *path,
                           int32_t *n_path);
 
+/* Where es__spec_verify_rows reads the target's logits of each tree node and (rejection mode) the
+ * draft distribution its children were drawn from, for a strategy whose target rows are not the
+ * last forward call of s->ctx (DSI: rows a target server computed). A NULL member is s's own:
+ * es_logits of s->ctx, the candidate buffer s->cand_q. */
+typedef struct es__spec_rows {
+    void *user;
+    es_status (*logits)(void *user, int32_t node, const float **logits);
+    es_status (*draft)(void *user, int32_t node, const double **q);
+} es__spec_rows;
+
+/* es__spec_verify with the rows from elsewhere (rows NULL: es__spec_verify). */
+es_status es__spec_verify_rows(es_spec *s, const es__spec_rows *rows, size_t cap, int32_t *tokens,
+                               size_t *n_tokens, int32_t *path, int32_t *n_path);
+
 /* Fills lv->logp with the calibrated acceptance of candidate buffer `buf` and the cost model. */
 void es__spec_calibrate(es_spec *s, int32_t buf, es__levels *lv);
 
@@ -97,6 +130,10 @@ void es__spec_advance(es_spec *s, const int32_t *tokens, size_t n);
 /* Forwards chain[0..n) as committed tokens of ctx in chunks of its n_batch, without logits; on
  * failure ctx is truncated back to where it was and s->err says why. */
 es_status es__spec_prefill(es_spec *s, es_context *ctx, const int32_t *chain, int32_t n);
+
+/* Checks that draft model b shares target a's vocabulary: sizes, and the text of a spread of
+ * tokens (es_spec_create's message otherwise). */
+es_status es__spec_same_vocab(es_spec *s, const es_model *a, const es_model *b);
 
 /* Records the context's last error as s's, with a prefix; returns its status. */
 es_status es__spec_fail_ctx(es_spec *s, es_context *ctx, es_status st, const char *what);

@@ -15,27 +15,6 @@ typedef struct draft_state {
     es_context *d; /* the drafter (es_spec_params.draft_ctx), not owned */
 } draft_state;
 
-/* Same vocabulary: sizes, and the text of a spread of tokens. */
-static es_status check_same_vocab(es_spec *s, const es_model *a, const es_model *b) {
-    es_model_info ia, ib;
-    ES_TRY(es_model_get_info(a, &ia));
-    ES_TRY(es_model_get_info(b, &ib));
-    ES_RETURN_IF(ia.n_vocab != ib.n_vocab, &s->err, ES_ERR_INVALID_ARGUMENT,
-                 "es_spec_create: the draft model '%s' has %d tokens, the target '%s' %d: they must share a vocabulary",
-                 ib.path, ib.n_vocab, ia.path, ia.n_vocab);
-    for (int32_t i = 0; i < 64; i++) {
-        int32_t t = (int32_t)(((int64_t)ia.n_vocab - 1) * i / 63);
-        char pa[64], pb[64];
-        size_t la = 0, lb = 0;
-        es_status sa = es_token_to_piece(a, t, true, pa, sizeof pa, &la);
-        es_status sb = es_token_to_piece(b, t, true, pb, sizeof pb, &lb);
-        ES_RETURN_IF(sa != sb || (sa == ES_OK && (la != lb || memcmp(pa, pb, la) != 0)), &s->err,
-                     ES_ERR_INVALID_ARGUMENT, "es_spec_create: token %d differs between the target '%s' and the draft '%s'",
-                     t, ia.path, ib.path);
-    }
-    return ES_OK;
-}
-
 static es_status draft_create(es_spec *s, void **state) {
     const es_spec_params *p = &s->p;
     es_context *d = p->draft_ctx;
@@ -48,7 +27,7 @@ static es_status draft_create(es_spec *s, void **state) {
     ES_RETURN_IF(dc.n_ctx < s->caps.n_ctx || dc.n_batch < 3, &s->err, ES_ERR_INVALID_ARGUMENT,
                  "es_spec_create: the draft context needs n_ctx >= %d (the target's) and n_batch >= 3, has %d and %d",
                  s->caps.n_ctx, dc.n_ctx, dc.n_batch);
-    ES_TRY(check_same_vocab(s, s->model, es_context_model(d)));
+    ES_TRY(es__spec_same_vocab(s, s->model, es_context_model(d)));
     s->depth = p->lookahead;
     s->k = 1;
     draft_state *ds = es__calloc(s->alloc, 1, sizeof *ds);
@@ -203,4 +182,4 @@ static es_status draft_step(es_spec *s, void *state, int32_t *tokens, size_t cap
     return ES_OK;
 }
 
-const es__strategy es__strategy_draft = {"draft model", draft_create, draft_feed, draft_step, draft_rewind, draft_free};
+const es__strategy es__strategy_draft = {"draft model", draft_create, draft_feed, draft_step, draft_rewind, draft_free, NULL, NULL};

@@ -27,7 +27,7 @@ static es_status take_step(es_spec *s, es__output *o, const int32_t *tokens, siz
 /* A full context makes room as es_generate's does, at the same moment (the target's cache full,
  * the next token decided) and by the same amount, so the two stay token for token alike. */
 static es_status shift(es_spec *s, int32_t n_keep) {
-    const int32_t n_past = es_context_n_past(s->ctx);
+    const int32_t n_past = (int32_t)s->n_hist - 1; /* s->ctx may be in a worker's hands */
     ES_RETURN_IF(n_keep < 0 || n_keep >= n_past - 1, &s->err, ES_ERR_CONTEXT_FULL,
                  "es_spec_generate: the context is full (%d tokens) and n_keep %d leaves nothing to drop", n_past,
                  n_keep);
@@ -74,7 +74,10 @@ es_status es_spec_generate(es_spec *s, const int32_t *prompt, size_t n_prompt, c
     gate.ignore_eog = s->p.ignore_eog;
     es__output o;
     ES_TRY(es__output_init(&o, s->model, s->alloc, &gate, tokens_out, cap, &s->err));
-    const es_status rc = generate(s, prompt, n_prompt, &o, &st);
+    es_status rc = generate(s, prompt, n_prompt, &o, &st);
+    /* nothing keeps running after the call (DSI's workers stop) */
+    const es_status qs = es__spec_quiesce(s);
+    if (rc == ES_OK) rc = qs;
     if (rc == ES_OK) es__output_finish(&o);
     es__output_free(&o);
     if (stats) *stats = st;

@@ -113,4 +113,4 @@ static es_status stream_step(es_spec *s, void *state, int32_t *tokens, size_t ca
     return ES_OK;
 }
 
-const es__strategy es__strategy_stream = {"speculative streaming", stream_create, NULL, stream_step, NULL, stream_free};
+const es__strategy es__strategy_stream = {"speculative streaming", stream_create, NULL, stream_step, NULL, stream_free, NULL, NULL};

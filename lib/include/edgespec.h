@@ -53,7 +53,7 @@ typedef enum es_status {
     ES_ERR_BACKEND = 7,          /* backend failure (the message names the VkResult)              */
     ES_ERR_CONTEXT_FULL = 8,     /* the KV cache cannot hold the batch                            */
     ES_ERR_BUFFER_TOO_SMALL = 9, /* an output buffer is too small; the needed size is reported    */
-    ES_ERR_CANCELLED = 10,       /* a user callback asked to stop                                 */
+    ES_ERR_CANCELLED = 10,       /* a user callback or es_context_abort asked to stop             */
     ES_ERR_INVALID_TREE = 11,    /* token tree: bad parent, cycle, DFS intervals, size            */
     ES_ERR_MODEL = 12,           /* model content: missing key or tensor, shape vs hyperparameters */
 } es_status;
@@ -417,6 +417,17 @@ ES_API int32_t es_context_n_ctx(const es_context *ctx);
 ES_API int32_t es_context_n_past(const es_context *ctx);   /* committed tokens in the KV cache */
 ES_API const es_model *es_context_model(const es_context *ctx);
 
+/* Asks the forward call running on ctx to stop: cooperative cancellation, never a thread kill.
+ * The one context call that may be made from any thread while another thread uses ctx (ctx must
+ * stay valid during it). The request is taken at ctx's next check: between layers (CPU: before
+ * each layer) or before each queue submission (Vulkan: a plain forward is one submission, a
+ * pruning call two) of a running es_forward, else at the start of the next es_forward on ctx.
+ * The forward call that takes it fails with ES_ERR_CANCELLED and clears the request; the context
+ * stays usable: its committed tokens are intact and the provisional batch (the last forward's
+ * uncommitted tokens) is dropped. So a request made while no forward runs cancels the next one;
+ * no other call takes or clears a request. */
+ES_API void es_context_abort(es_context *ctx);
+
 /* A batch of n tokens for one forward call. Positions and DFS intervals place each token in a
  * token tree: token j may attend to in-batch token i iff dfs_start[i] <= dfs_start[j] and
  * dfs_end[j] <= dfs_end[i]; every token attends to the committed KV [0, n_past). Prefill is a
@@ -601,9 +612,45 @@ typedef enum es_spec_strategy {
                            in the same forward call that verifies (needs es_model_load_adapter)   */
     ES_SPEC_DRAFT = 1,  /* draft-model speculative decoding (Leviathan et al.): a smaller model with
                            the same vocabulary drafts `lookahead` tokens, one call each             */
+    ES_SPEC_DSI = 2,    /* distributed speculative inference (Timor et al., DSI): the draft model
+                           (draft_ctx) drafts ahead on its own thread without waiting; every
+                           `lookahead` drafts a pool of target servers (es_dsi_params), each on its
+                           own thread and context, verifies them concurrently, while a target
+                           call on the last decided token always runs (never slower than plain
+                           decoding, on enough cores); work built on a rejected draft is
+                           cancelled between layers (es_context_abort). The workers run between
+                           es_spec_step calls too (at most a few blocks ahead); a feed, a rewind,
+                           the end of es_spec_generate and es_spec_free stop them. The target
+                           context needs n_batch and max_nodes >= lookahead + 2               */
 } es_spec_strategy;
 
 #define ES_SPEC_MAX_DEPTH 16 /* deepest draft level (γ, lookahead) */
+#define ES_DSI_MAX_TARGETS 16 /* most DSI target servers */
+
+/* ES_SPEC_DSI's target servers: server 0 is the context the speculation object decodes into;
+ * each further one is a context of the same model that the object makes on a backend of its own
+ * (a shared backend serialises its forward calls), so that they compute at the same time. Every
+ * server must give the same logits bits as the target context's backend (the same backend type,
+ * and for Vulkan the same device and flags), or greedy output may differ from plain decoding in a
+ * near tie. The draft context should have a backend of its own too, for the same reason. The
+ * target and draft contexts are driven from the worker threads (their log callbacks are called
+ * there), which is why nothing else may use them while the object lives. */
+typedef struct es_dsi_params {
+    int32_t n_targets;             /* target servers, server 0 included, 1..ES_DSI_MAX_TARGETS;
+                                      0 = ceil(T_target / (lookahead x T_draft)) (the paper's 3.1,
+                                      "Preemption"), the latencies of one target and one draft call
+                                      measured at the first es_spec_feed, at most max_targets     */
+    int32_t max_targets;           /* cap on the measured default, 1..ES_DSI_MAX_TARGETS; 0 = as
+                                      many as can compute at once: 1 + n_backends when backends
+                                      are given, else on a CPU target the online processors less
+                                      the drafter's (at least 1), else 1                          */
+    es_backend *const *backends;   /* where servers 1.. run: server i on backends[(i - 1) %
+                                      n_backends]; not owned, must outlive the object. NULL = a
+                                      CPU target context gets one 1-thread CPU backend per server,
+                                      made and freed by the object; a Vulkan one shares its own
+                                      backend (correct, but its servers then take turns)           */
+    int32_t n_backends;            /* entries of backends; 0 with backends NULL                    */
+} es_dsi_params;
 
 typedef struct es_spec_params {
     es_spec_strategy strategy;  /* 0 = ES_SPEC_STREAM                                             */
@@ -620,17 +667,42 @@ typedef struct es_spec_params {
                                    paths are kept; 0 = 32; always capped by the context's n_batch  */
     float prune_threshold;      /* stream: drop subtrees whose early-exit parent-to-child probability
                                    (paper 3.2.3) is below this; 0 = no pruning                      */
-    es_context *draft_ctx;      /* draft: a context of the draft model (same vocabulary, any backend);
-                                   not owned; must outlive the object                               */
-    int32_t lookahead;          /* draft: tokens drafted per step, 1..ES_SPEC_MAX_DEPTH; 0 = 4     */
+    es_context *draft_ctx;      /* draft, dsi: a context of the draft model (same vocabulary, any
+                                   backend); not owned; must outlive the object                     */
+    int32_t lookahead;          /* draft: tokens drafted per step, 1..ES_SPEC_MAX_DEPTH; dsi: drafts
+                                   per verification block, 1..ES_SPEC_MAX_DEPTH - 1; 0 = 4        */
     bool ignore_eog;            /* keep going past end-of-generation tokens; false (0) = a step
                                    emits nothing after one                                         */
     bool fixed_tree;            /* false (0): size each draft (tree nodes, drafted tokens) to the
                                    measured cost of the calls and the acceptance seen so far, up to
                                    the limits above, down to plain decoding when drafts do not pay;
                                    true: always draft up to the limits. Rejection sampling's tokens
-                                   depend on the drafts: they repeat for a seed only with true      */
+                                   depend on the drafts: they repeat for a seed only with true
+                                   (DSI: always fixed; its drafts are keyed by position, so
+                                   rejection sampling repeats for a seed whatever the timing)     */
+    es_dsi_params dsi;          /* dsi: the target servers; zeroed = the defaults there          */
 } es_spec_params;
+
+/* What ES_SPEC_DSI's workers did (es_spec_stats.dsi), as of the end of the last step. */
+typedef struct es_dsi_stats {
+    int32_t n_targets;          /* target servers                                                  */
+    double target_call_ms;      /* the latencies the default n_targets came from (0: not measured) */
+    double draft_call_ms;
+    int64_t n_jobs;             /* target forward calls started by the servers (verification jobs) */
+    int64_t n_jobs_preempted;   /* of those, built on a draft that was rejected meanwhile (or still
+                                   running at a quiesce): cancelled between layers, or their result
+                                   dropped                                                          */
+    int64_t n_draft_calls;      /* drafter forward calls that drafted a token (prefills excluded)  */
+    int64_t n_drafts_dropped;   /* of those, whose prefix changed while they ran: the draft is lost */
+    int64_t n_drafts_cut;       /* drafts published, then removed unverified by a rejection before
+                                   them or by a quiesce                                             */
+    double active_ms;           /* wall time the workers were running (from a step to a quiesce)   */
+    double server_busy_ms[ES_DSI_MAX_TARGETS]; /* each server's time in forward calls; busy /
+                                                  active_ms is its utilisation                     */
+    double server_preempted_ms[ES_DSI_MAX_TARGETS]; /* of that, on preempted jobs              */
+    double draft_busy_ms;       /* the drafter's time in forward calls                            */
+    double draft_preempted_ms;  /* of that, on drafts that were dropped                           */
+} es_dsi_stats;
 
 typedef struct es_spec_stats {
     int64_t n_prompt;           /* tokens given to es_spec_feed                                    */
@@ -648,6 +720,10 @@ typedef struct es_spec_stats {
     double decode_ms;           /* wall time in es_spec_step                                       */
     double target_ms;           /* of decode_ms: target forward calls (stream logits included)     */
     double draft_ms;            /* of decode_ms: draft-model forward calls                         */
+    es_dsi_stats dsi;           /* ES_SPEC_DSI only (zero otherwise). With DSI, n_target_calls and
+                                   n_draft_calls count every call the workers made, target_ms and
+                                   draft_ms their summed time (they overlap each other and the
+                                   steps), and drafted / accepted the verified blocks             */
 } es_spec_stats;
 
 /* The zeroed struct (all defaults: Speculative Streaming with the adapter's γ, greedy, adaptive
@@ -675,7 +751,8 @@ ES_API es_status es_spec_step(es_spec *spec, int32_t *tokens, size_t cap, size_t
 ES_API es_status es_spec_get_stats(const es_spec *spec, es_spec_stats *out);
 
 /* The parameters the object runs with: those given, every 0 that means a default replaced by
- * the value it stands for (n_streams the adapter's γ, top_k 2, max_nodes 32, lookahead 4). */
+ * the value it stands for (n_streams the adapter's γ, top_k 2, max_nodes 32, lookahead 4; DSI:
+ * dsi.max_targets, and dsi.n_targets once measured, at the first es_spec_feed). */
 ES_API es_status es_spec_get_params(const es_spec *spec, es_spec_params *out);
 
 /* The sequence's length: the tokens fed and emitted, minus those taken back or shifted out. The

@@ -657,6 +657,13 @@ static void write_step(const es_context *ctx, vk_ctx *c, const es__fwd *f, uint3
     }
 }
 
+/* es_context_abort is taken before each submission of a forward call, so a cancelled call
+ * stops within one submission; the KV the call has not written yet is untouched. */
+static es_status check_abort(es_context *ctx, vk_ctx *c, const char *part) {
+    if (!atomic_exchange(&ctx->abort_req, 0)) return ES_OK;
+    return es__fail(c->d->err, ES_ERR_CANCELLED, "forward cancelled by es_context_abort before %s", part);
+}
+
 /* Flushes the step data, submits cb and waits. */
 static es_status run_cb(vk_ctx *c, const vk_cb *cb) {
     es__vk_dev *d = c->d;
@@ -679,6 +686,7 @@ static es_status run_to_head(es_context *ctx, vk_ctx *c, const es__fwd *f, int p
     const vk_cb key = {.n = f->n, .n_out = f->n_out, .ss = ss, .part = part, .compact = compact};
     vk_cb *cb = NULL;
     ES_TRY(get_cb(ctx, c, &key, &cb));
+    ES_TRY(check_abort(ctx, c, part == PART_ABOVE ? "the layers above the prune layer" : "its submission"));
     ES_TRY(run_cb(c, cb));
     ES_TRY(es__vk_buf_invalidate(c->d, &c->logits));
     const uint32_t V = (uint32_t)ctx->model->hp.n_vocab;
@@ -700,6 +708,7 @@ static es_status forward_pruned(es_context *ctx, vk_ctx *c, const es__fwd *f, in
     const vk_cb key = {.n = f->n, .n_out = n_parents, .ss = ss, .part = PART_BELOW};
     vk_cb *cb = NULL;
     ES_TRY(get_cb(ctx, c, &key, &cb));
+    ES_TRY(check_abort(ctx, c, "its submission"));
     ES_TRY(run_cb(c, cb));
     ES_TRY(es__vk_msa_decide(c->msa, f, c->parents, n_parents));
     if (es__prune_compact(f, &c->kept) == f->n) return run_to_head(ctx, c, f, PART_ABOVE, false, P);

@@ -1,11 +1,12 @@
 #!/usr/bin/python3
-"""cli_spec_test.py: `edgespec run --spec stream|draft` prints exactly the plain run's text.
+"""cli_spec_test.py: `edgespec run --spec stream|draft|dsi` prints exactly the plain run's text.
 
 Usage: cli_spec_test.py --cli EDGESPEC --model M.gguf --adapter M.ss.gguf --draft D.gguf [--backend B]
 On a random-weights model with a random Speculative Streaming adapter (acceptance near zero:
 exactness must not depend on good drafts) and a draft model sharing its first layer, for several
-prompts, lengths, trees, pruning thresholds and sampling settings, stdout of the speculative run
-equals stdout of the plain run byte for byte, and stderr carries the speculation statistics.
+prompts, lengths, trees, pruning thresholds, DSI lookaheads and server counts and sampling
+settings, stdout of the speculative run equals stdout of the plain run byte for byte, and stderr
+carries the speculation statistics (DSI: its servers' utilisation and the preempted work).
 Bad options fail with a message and exit status 1 or 2. Exit status: the number of failed checks.
 """
 import argparse
@@ -31,6 +32,9 @@ def run(cmd):
 
 CALLS = re.compile(rb"edgespec run: target calls (\d+), tokens per call ([0-9.]+) \(call reduction ([0-9.]+)x\)")
 ACCEPT = re.compile(rb"edgespec run: acceptance per depth:( \d+:[0-9.]+)+")
+DSI_USE = re.compile(rb"edgespec run: DSI utilisation \(busy, of which preempted\): drafter \d+% \(\d+%\)(, server \d+ "
+                     rb"\d+% \(\d+%\))+")
+DSI_JOBS = re.compile(rb"edgespec run: DSI jobs \d+, preempted \d+")
 
 
 def main():
@@ -57,7 +61,10 @@ def main():
              ["--spec", "stream", "--ss", a.adapter, "--topk", "3", "--max-nodes", "20", "--prune", "0.001"],
              ["--spec", "stream", "--ss", a.adapter, "--gamma", "1", "--topk", "4"],
              ["--spec", "stream", "--ss", a.adapter, "--topk", "8", "--max-nodes", "64", "--fixed-tree"],
-             ["--spec", "draft", "-md", a.draft, "--lookahead", "3"]]
+             ["--spec", "draft", "-md", a.draft, "--lookahead", "3"],
+             ["--spec", "dsi", "-md", a.draft, "--lookahead", "3"],
+             ["--spec", "dsi", "-md", a.draft, "--lookahead", "1", "--targets", "3"],
+             ["--spec", "dsi", "-md", a.draft, "--lookahead", "6", "--targets", "2"]]
     quick = a.backend != "cpu"  # lavapipe: a subset of the combinations, the same checks
     if a.smoke:
         prompts, sampling, specs = prompts[:1], sampling[:1], [specs[0], specs[-1]]
@@ -76,7 +83,12 @@ def main():
                     continue
                 check(r.stdout == plain.stdout, f"stdout equals the plain run's ({' '.join(sp)}; {' '.join(samp)})", r)
                 m = CALLS.search(r.stderr)
-                check(m is not None and ACCEPT.search(r.stderr) is not None, "statistics on stderr", r)
+                # a short DSI run may decide every token before a draft reaches a verification
+                accept = ACCEPT.search(r.stderr) is not None or ("dsi" in sp and b"acceptance per depth:" in r.stderr)
+                check(m is not None and accept, "statistics on stderr", r)
+                if "dsi" in sp:
+                    check(DSI_USE.search(r.stderr) is not None and DSI_JOBS.search(r.stderr) is not None,
+                          "DSI's utilisation and preempted work on stderr", r)
                 check(b"edgespec run:" not in r.stdout, "no statistics on stdout", r)
     if a.smoke:
         return testlib.finish()
@@ -85,6 +97,11 @@ def main():
             "--seed", "5", "--spec", "stream", "--ss", a.adapter, "--rejection", "--fixed-tree"]
     r1, r2 = run(base), run(base)
     check(r1.returncode == 0 and r1.stdout == r2.stdout and len(r1.stdout) > 0, "rejection sampling reproducible", r1)
+    # DSI's rejection sampling repeats for a seed, whatever the lookahead and the servers
+    base = [a.cli, "run", "-m", a.model, "-p", "In the beginning", "-n", "30", "-t", "1"] + be + ["--temp", "0.9",
+            "--seed", "5", "--spec", "dsi", "-md", a.draft, "--rejection"]
+    r1, r2 = run(base + ["--lookahead", "2"]), run(base + ["--lookahead", "5", "--targets", "3"])
+    check(r1.returncode == 0 and r1.stdout == r2.stdout and len(r1.stdout) > 0, "DSI rejection sampling reproducible", r1)
     # the default adapter path: X.gguf -> X.ss.gguf beside the model
     with tempfile.TemporaryDirectory() as d:
         m2 = os.path.join(d, "m.gguf")
@@ -99,6 +116,12 @@ def main():
     # bad options
     r = run([a.cli, "run", "-m", a.model, "-p", "hi", "--spec", "draft"])
     check(r.returncode == 1 and b"-md" in r.stderr, "--spec draft without a draft model", r)
+    r = run([a.cli, "run", "-m", a.model, "-p", "hi", "--spec", "dsi"])
+    check(r.returncode == 1 and b"-md" in r.stderr, "--spec dsi without a draft model", r)
+    r = run([a.cli, "run", "-m", a.model, "-p", "hi", "--spec", "dsi", "-md", a.draft, "--lookahead", "16"])
+    check(r.returncode == 1 and b"lookahead 16" in r.stderr, "DSI's lookahead beyond 15", r)
+    r = run([a.cli, "run", "-m", a.model, "-p", "hi", "--spec", "dsi", "-md", a.draft, "--targets", "17"])
+    check(r.returncode == 2, "--targets beyond the most servers", r)
     r = run([a.cli, "run", "-m", a.model, "-p", "hi", "--spec", "sideways"])
     check(r.returncode == 2, "unknown --spec kind", r)
     r = run([a.cli, "run", "-m", a.model, "-p", "hi", "--spec", "stream", "--ss", a.adapter, "--gamma", "9"])

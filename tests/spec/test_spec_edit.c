@@ -1,6 +1,6 @@
 /* test_spec_edit.c: a speculative sequence edited between and during generations stays lossless.
- * For both strategies (Speculative Streaming on a random adapter; a draft model made of the
- * target's first layer), greedy and seeded sampling, on a context small enough to fill:
+ * For every strategy (Speculative Streaming on a random adapter; a draft model made of the
+ * target's first layer, drafting for ES_SPEC_DRAFT and for DSI with two target servers), greedy and seeded sampling, on a context small enough to fill:
  * - es_spec_generate with shift_context runs through several context shifts and emits what
  *   es_generate with shift_context emits, token for token;
  * - es_spec_shift between two generations equals es_context_shift on a context holding all but
@@ -19,6 +19,10 @@
 #define N_CTX 40
 #define N_GEN 150 /* several shifts of a 40-token context */
 
+static const char *kind_name(es_spec_strategy kind) {
+    return kind == ES_SPEC_STREAM ? "stream" : kind == ES_SPEC_DRAFT ? "draft" : "dsi";
+}
+
 static es_context *drafter_ctx; /* ES_SPEC_DRAFT's, made per run */
 
 static es_spec *new_spec(es_context *c, const es_model *draft, es_spec_strategy kind, const es_sampler_params *sp) {
@@ -28,10 +32,11 @@ static es_spec *new_spec(es_context *c, const es_model *draft, es_spec_strategy 
     p.ignore_eog = true;
     p.n_streams = 3;
     p.top_k = 2;
-    if (kind == ES_SPEC_DRAFT) {
+    if (kind == ES_SPEC_DRAFT || kind == ES_SPEC_DSI) {
         drafter_ctx = new_ctx(draft, N_CTX, 16);
         p.draft_ctx = drafter_ctx;
         p.lookahead = 3;
+        p.dsi.n_targets = 2; /* a server besides the caller's context, whose cache must shift too */
     }
     es_spec *s = NULL;
     CHECK_OK(es_spec_create(c, &p, &s));
@@ -59,6 +64,10 @@ static bool same(const int32_t *a, int32_t na, const int32_t *b, int32_t nb, con
         if (i >= nb || a[i] != b[i]) diff = i;
     CHECKF(na == nb && diff < 0, "%s, %s, mode %d: %d vs %d tokens, first difference at %d", what, strategy, mode, nb,
            na, diff);
+    if (diff >= 0) { /* want/got, to see where the runs part */
+        for (int32_t i = 0; i < na; i++) fprintf(stderr, "%d/%d ", a[i], i < nb ? b[i] : -1);
+        fprintf(stderr, "\n");
+    }
     return na == nb && diff < 0;
 }
 
@@ -76,7 +85,7 @@ static void check_generate_shift(const es_model *m, const es_model *draft, es_sp
     c = new_ctx(m, N_CTX, 16);
     es_spec *s = new_spec(c, draft, kind, sp);
     CHECK_OK(es_spec_generate(s, prompt, 12, &gp, got, N_GEN, &sg));
-    same(want, sw.n_generated, got, sg.n_generated, "generation through shifts", kind ? "draft" : "stream", mode);
+    same(want, sw.n_generated, got, sg.n_generated, "generation through shifts", kind_name(kind), mode);
     CHECK(sg.n_generated == N_GEN && es_spec_n_tokens(s) <= N_CTX + 1);
     /* a shift that cannot make room fails as es_generate's does */
     gp.n_keep = N_CTX;
@@ -99,7 +108,7 @@ static es_context *shifted_reference(const es_model *m, const int32_t *seq) {
 /* An explicit shift between two turns, and truncations. */
 static void check_edits(const es_model *m, const es_model *draft, es_spec_strategy kind, const es_sampler_params *sp,
                         const int32_t *prompt, int mode) {
-    const char *name = kind ? "draft" : "stream";
+    const char *name = kind_name(kind);
     es_generate_params gp = gen_params(sp, 10);
     int32_t first[10], want[12], got[12], n_want;
     es_generate_stats st;
@@ -181,7 +190,7 @@ static void check_resume(const es_model *m, const es_model *draft, es_spec_strat
     CHECK_OK(es_spec_resume(s, seq, 24));
     CHECK(es_spec_n_tokens(s) == 24);
     CHECK_OK(es_spec_generate(s, prompt + 40, 3, &gp, got, 12, &st));
-    same(want, sw.n_generated, got, st.n_generated, "a resumed session", kind ? "draft" : "stream", mode);
+    same(want, sw.n_generated, got, st.n_generated, "a resumed session", kind_name(kind), mode);
     free_spec(s);
     es_context_free(c);
     remove(path);
@@ -208,8 +217,8 @@ int main(int argc, char **argv) {
     sampled.top_p = 0.95f;
     sampled.seed = 19;
     const es_sampler_params *modes[2] = {&greedy, &sampled};
-    const es_spec_strategy kinds[2] = {ES_SPEC_STREAM, ES_SPEC_DRAFT};
-    for (int k = 0; k < 2; k++)
+    const es_spec_strategy kinds[3] = {ES_SPEC_STREAM, ES_SPEC_DRAFT, ES_SPEC_DSI};
+    for (int k = 0; k < 3; k++)
         for (int mode = 0; mode < 2; mode++) {
             check_generate_shift(m, draft, kinds[k], modes[mode], prompt, mode);
             check_edits(m, draft, kinds[k], modes[mode], prompt, mode);

@@ -89,8 +89,8 @@ static int generate(const run_args *a, es_backend *backend, es_context *ctx, con
         snprintf(where, sizeof where, "%s", kind);
     else
         snprintf(where, sizeof where, "%s (%s)", kind, es_backend_name(backend));
-    cli_spec spec = {NULL, NULL, NULL};
-    if (a->spec.spec != 0 && cli_spec_open(&a->spec, backend, ctx, &a->sp, a->ignore_eos, &spec) != CLI_EXIT_OK)
+    cli_spec spec = {NULL, NULL, NULL, NULL, NULL};
+    if (a->spec.spec != 0 && cli_spec_open(&a->spec, &a->be, backend, ctx, &a->sp, a->ignore_eos, &spec) != CLI_EXIT_OK)
         return CLI_EXIT_FAIL;
     run_sink sink = {0, 0};
     es_generate_params gp = es_generate_default_params();

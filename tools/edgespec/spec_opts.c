@@ -1,15 +1,15 @@
-/* spec_opts.c: `edgespec run --spec stream|draft`: attaches the Speculative Streaming adapter or
- * loads the draft model, makes the speculation object, and prints its statistics on stderr:
+/* spec_opts.c: `edgespec run --spec stream|draft|dsi`: attaches the Speculative Streaming adapter
+ * or loads the draft model, makes the speculation object, and prints its statistics on stderr:
  * target calls, tokens per call (the call-reduction ratio), acceptance per depth, mean tree size,
- * wall time. The text goes through cmd_run.c's one output path (es_spec_generate hands out what
- * es_generate would).
+ * wall time; DSI adds its servers' utilisation and the work preempted. The text goes through
+ * cmd_run.c's one output path (es_spec_generate hands out what es_generate would).
  * Deliberately not here: the generation loop (the library's), option parsing (args.c). */
 #include "spec_opts.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-const char *const cli_spec_names[] = {"none", "stream", "draft", NULL};
+const char *const cli_spec_names[] = {"none", "stream", "draft", "dsi", NULL};
 
 cli_spec_args cli_spec_defaults(void) {
     cli_spec_args a;
@@ -46,6 +46,28 @@ int cli_spec_prepare(const cli_spec_args *s, const char *model_path, es_model *m
     return rc;
 }
 
+static double percent(double part, double whole) {
+    return whole > 0 ? 100.0 * part / whole : 0.0;
+}
+
+/* DSI's workers: how busy each was while they ran, and how much of that was preempted work. */
+static void print_dsi(const es_dsi_stats *d) {
+    if (d->target_call_ms > 0)
+        fprintf(stderr, "edgespec run: DSI measured a target call at %.3f ms, a draft call at %.3f ms\n", d->target_call_ms,
+                d->draft_call_ms);
+    fprintf(stderr,
+            "edgespec run: DSI jobs %lld, preempted %lld (%.0f%%), draft calls %lld, dropped %lld, drafts cut unverified "
+            "%lld, workers ran %.1f ms\n",
+            (long long)d->n_jobs, (long long)d->n_jobs_preempted, percent((double)d->n_jobs_preempted, (double)d->n_jobs),
+            (long long)d->n_draft_calls, (long long)d->n_drafts_dropped, (long long)d->n_drafts_cut, d->active_ms);
+    fprintf(stderr, "edgespec run: DSI utilisation (busy, of which preempted): drafter %.0f%% (%.0f%%)",
+            percent(d->draft_busy_ms, d->active_ms), percent(d->draft_preempted_ms, d->active_ms));
+    for (int32_t i = 0; i < d->n_targets && i < ES_DSI_MAX_TARGETS; i++)
+        fprintf(stderr, ", server %d %.0f%% (%.0f%%)", i, percent(d->server_busy_ms[i], d->active_ms),
+                percent(d->server_preempted_ms[i], d->active_ms));
+    fputc('\n', stderr);
+}
+
 static void print_stats(const cli_spec_args *a, const cli_spec *c, const char *backend_name) {
     es_spec_params p;
     es_spec_stats st;
@@ -56,49 +78,76 @@ static void print_stats(const cli_spec_args *a, const cli_spec *c, const char *b
         fprintf(stderr, "edgespec run: speculative streaming, gamma %s%d, top-k %d, max nodes %d%s, prune %g%s\n",
                 a->gamma ? "" : "(adapter's) ", p.n_streams, p.top_k, p.max_nodes, p.fixed_tree ? " (fixed)" : "",
                 (double)p.prune_threshold, rejection ? ", rejection sampling" : "");
+    else if (p.strategy == ES_SPEC_DSI)
+        fprintf(stderr, "edgespec run: DSI, draft %s, lookahead %d, %d target servers%s%s\n", a->draft_model, p.lookahead,
+                p.dsi.n_targets, a->targets ? "" : " (from measured latencies)", rejection ? ", rejection sampling" : "");
     else
         fprintf(stderr, "edgespec run: draft-model speculation, draft %s, lookahead %d%s%s\n", a->draft_model,
                 p.lookahead, p.fixed_tree ? " (fixed)" : "", rejection ? ", rejection sampling" : "");
     fprintf(stderr,
             "edgespec run: prompt %lld tokens in %.1f ms, decode %lld tokens in %.1f ms (%.1f tokens/s), backend %s\n",
             (long long)st.n_prompt, st.prompt_ms, (long long)st.n_generated, st.decode_ms, tps, backend_name);
+    /* DSI's calls overlap each other and the steps: their times are sums, with no remainder */
+    char other[64] = " (concurrent)";
+    if (p.strategy != ES_SPEC_DSI) snprintf(other, sizeof other, ", other %.1f ms", st.decode_ms - st.target_ms - st.draft_ms);
     fprintf(stderr,
             "edgespec run: target calls %lld, tokens per call %.2f (call reduction %.2fx), draft calls %lld, "
-            "mean tree %.1f nodes (%lld pruned), time target %.1f ms, draft %.1f ms, other %.1f ms\n",
+            "mean tree %.1f nodes (%lld pruned), time target %.1f ms, draft %.1f ms%s\n",
             (long long)st.n_target_calls, st.tokens_per_call, st.tokens_per_call, (long long)st.n_draft_calls,
-            st.mean_tree_size, (long long)st.n_pruned, st.target_ms, st.draft_ms,
-            st.decode_ms - st.target_ms - st.draft_ms);
+            st.mean_tree_size, (long long)st.n_pruned, st.target_ms, st.draft_ms, other);
     fprintf(stderr, "edgespec run: acceptance per depth:");
     for (int d = 0; d < ES_SPEC_MAX_DEPTH && st.drafted[d] > 0; d++)
         fprintf(stderr, " %d:%.2f", d + 1, (double)st.accepted[d] / (double)st.drafted[d]);
     fputc('\n', stderr);
+    if (p.strategy == ES_SPEC_DSI) print_dsi(&st.dsi);
 }
 
 void cli_spec_close(cli_spec *c) {
     es_spec_free(c->spec);
     es_context_free(c->dctx);
     es_model_free(c->dmodel);
+    es_backend_free(c->dbackend);
+    es_backend_free(c->sbackend);
     memset(c, 0, sizeof *c);
 }
 
-int cli_spec_open(const cli_spec_args *a, es_backend *backend, es_context *ctx, const es_sampler_params *sp,
-                  bool ignore_eos, cli_spec *out) {
+/* DSI runs its drafter and servers at the same time: another backend like the run's (the same
+ * device and flags on Vulkan, so that every server gives the same bits), one thread on the CPU. */
+static es_status another_backend(const cli_backend_args *be, es_backend **out) {
+    es_backend_params bp = es_backend_default_params();
+    es_status s = es_vk_flags_parse(be->vk_flags, &bp.vk_flags);
+    if (s != ES_OK) return s;
+    bp.type = be->backend == 1 ? ES_BACKEND_VULKAN : ES_BACKEND_CPU;
+    bp.n_threads = 1;
+    bp.device = be->device;
+    return es_backend_create(&bp, out);
+}
+
+int cli_spec_open(const cli_spec_args *a, const cli_backend_args *be, es_backend *backend, es_context *ctx,
+                  const es_sampler_params *sp, bool ignore_eos, cli_spec *out) {
     memset(out, 0, sizeof *out);
-    if (a->spec == 2) {
-        if (!a->draft_model) return cli_fail("run", "--spec draft needs a draft model: -md PATH");
+    const bool dsi = a->spec == 3;
+    if (a->spec == 2 || dsi) {
+        if (!a->draft_model) return cli_fail("run", "--spec %s needs a draft model: -md PATH", dsi ? "dsi" : "draft");
         out->dmodel = cli_load_model("run", a->draft_model, false);
         if (!out->dmodel) return CLI_EXIT_FAIL;
+        es_status s = dsi ? another_backend(be, &out->dbackend) : ES_OK;
+        if (s == ES_OK && dsi && be->backend == 1) s = another_backend(be, &out->sbackend);
+        if (s != ES_OK) {
+            cli_spec_close(out);
+            return cli_fail_status("run", s, "cannot create a backend for DSI's workers");
+        }
         es_context_params cp = es_context_default_params();
-        cp.backend = backend;
+        cp.backend = dsi ? out->dbackend : backend;
         cp.n_ctx = es_context_n_ctx(ctx);
-        es_status s = es_context_create(out->dmodel, &cp, &out->dctx);
+        s = es_context_create(out->dmodel, &cp, &out->dctx);
         if (s != ES_OK) {
             cli_spec_close(out);
             return cli_fail_status("run", s, "cannot create the draft model's context");
         }
     }
     es_spec_params p = es_spec_default_params();
-    p.strategy = a->spec == 1 ? ES_SPEC_STREAM : ES_SPEC_DRAFT;
+    p.strategy = a->spec == 1 ? ES_SPEC_STREAM : dsi ? ES_SPEC_DSI : ES_SPEC_DRAFT;
     p.sampling = *sp;
     p.rejection_sampling = a->rejection;
     p.n_streams = a->gamma;
@@ -109,6 +158,11 @@ int cli_spec_open(const cli_spec_args *a, es_backend *backend, es_context *ctx, 
     p.lookahead = a->lookahead;
     p.ignore_eog = ignore_eos;
     p.fixed_tree = a->fixed_tree;
+    p.dsi.n_targets = a->targets;
+    if (out->sbackend) {
+        p.dsi.backends = &out->sbackend;
+        p.dsi.n_backends = 1;
+    }
     es_status s = es_spec_create(ctx, &p, &out->spec);
     if (s != ES_OK) {
         cli_spec_close(out);
