@@ -1,4 +1,4 @@
-/* spec_opts.h: the speculative-decoding options of `edgespec run` (--spec stream|draft and their
+/* spec_opts.h: the speculative-decoding options of `edgespec run` and `edgespec chat` (--spec stream|draft and their
  * parameters), the speculation object they make, and its statistics on stderr. */
 #ifndef EDGESPEC_CLI_SPEC_OPTS_H
 #define EDGESPEC_CLI_SPEC_OPTS_H
@@ -6,6 +6,7 @@
 #include "cli.h"
 
 typedef struct cli_spec_args {
+    const char *cmd;         /* the subcommand, for messages                        */
     int spec;                /* index into cli_spec_names: 0 none, 1 stream, 2 draft */
     int32_t gamma;           /* streams that draft; 0 = the adapter's              */
     int32_t topk;            /* tokens drafted per stream; 0 = the library's        */
@@ -20,7 +21,7 @@ typedef struct cli_spec_args {
 
 extern const char *const cli_spec_names[];
 
-cli_spec_args cli_spec_defaults(void);
+cli_spec_args cli_spec_defaults(const char *cmd);
 
 #define CLI_SPEC_OPTS(a)                                                                                           \
     {"--spec", NULL, CLI_CHOICE, &(a).spec, "KIND", "speculative decoding: none, stream (Speculative Streaming) or draft (draft model)", 0, 0, cli_spec_names}, \
