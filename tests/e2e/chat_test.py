@@ -33,6 +33,7 @@ TURNS = [
     "Remember the sabbath day", "And Jacob said", "Wisdom is the principal thing", "Amen",
 ]
 PROMPT = "> "
+PANES = []  # every tmux server started, killed at the end whatever happened
 
 
 def is_prompt(line):
@@ -50,6 +51,7 @@ class Pane:
         with open(conf, "w") as f:
             f.write("set -g history-limit 100000\nset -g remain-on-exit on\n")
         # the server, and so the chat, inherits this process's environment (Vulkan's included)
+        PANES.append(self)
         self.tmux("-f", conf, "new-session", "-d", "-s", name, "-x", "240", "-y", "50", command)
 
     def tmux(self, *args):
@@ -206,9 +208,13 @@ def main():
         check(False, "tmux is installed (apt-get install tmux; README's test command does)")
         return testlib.finish()
     with tempfile.TemporaryDirectory() as workdir:
-        check_scripted(args, workdir)
-        check_ctrl_c(args, workdir)
-        check_sessions(args, workdir)
+        try:
+            check_scripted(args, workdir)
+            check_ctrl_c(args, workdir)
+            check_sessions(args, workdir)
+        finally:
+            for p in PANES:
+                p.close()
     return testlib.finish()
 
 
