@@ -78,11 +78,13 @@ es_status es_context_save(es_context *ctx, const int32_t *tokens, size_t n_token
     if (st == ES_OK && !fp) st = es__fail(&ctx->err, ES_ERR_IO, "es_context_save: cannot create '%s'", path);
     if (fp) {
         uint64_t sum = fnv(0xcbf29ce484222325ull, &h, sizeof h);
-        sum = fnv(sum, tokens, sizeof(int32_t) * n_tokens);
-        sum = fnv(sum, kv, sizeof(float) * (size_t)nf);
+        if (n_tokens) sum = fnv(sum, tokens, sizeof(int32_t) * n_tokens);
+        if (nf) sum = fnv(sum, kv, sizeof(float) * (size_t)nf);
+        /* an empty context has no tokens (NULL is fine then) and no cache to write */
         const bool ok = fwrite(&h, sizeof h, 1, fp) == 1 &&
-                        fwrite(tokens, sizeof(int32_t), n_tokens, fp) == n_tokens &&
-                        fwrite(kv, sizeof(float), (size_t)nf, fp) == (size_t)nf && fwrite(&sum, sizeof sum, 1, fp) == 1;
+                        (n_tokens == 0 || fwrite(tokens, sizeof(int32_t), n_tokens, fp) == n_tokens) &&
+                        (nf == 0 || fwrite(kv, sizeof(float), (size_t)nf, fp) == (size_t)nf) &&
+                        fwrite(&sum, sizeof sum, 1, fp) == 1;
         if (fclose(fp) != 0 || !ok) st = es__fail(&ctx->err, ES_ERR_IO, "es_context_save: writing '%s' failed", path);
     }
     es__free(ctx->alloc, kv);

@@ -14,6 +14,7 @@ enum { CLI_EXIT_OK = 0, CLI_EXIT_FAIL = 1, CLI_EXIT_USAGE = 2 };
 
 /* Subcommands: argv[0] is the subcommand's name. */
 int cli_cmd_run(int argc, char **argv);
+int cli_cmd_chat(int argc, char **argv);
 int cli_cmd_info(int argc, char **argv);
 int cli_cmd_tokenize(int argc, char **argv);
 int cli_cmd_devices(int argc, char **argv);
@@ -35,9 +36,29 @@ int cli_fail(const char *cmd, const char *fmt, ...)
  * the library's message. */
 es_model *cli_load_model(const char *cmd, const char *path, bool vocab_only);
 
+/* Tokenizes text (special tokens parsed) into a malloc'd array of *n ids; NULL after printing why. */
+int32_t *cli_tokenize(const char *cmd, const es_model *m, const char *text, size_t len, bool add_special, size_t *n);
+
 /* Reads a whole file into malloc'd memory (NUL-terminated; *len excludes the NUL). NULL after
  * printing why. */
 char *cli_read_file(const char *cmd, const char *path, size_t *len);
+
+/* The sampling options of the generating subcommands. The CLI's defaults are the usual
+ * recommendations (temperature 0.8, top-k 40, top-p 0.95, min-p 0.05): the library's zeroed
+ * sampler params are greedy, while the demo samples unless --temp 0. */
+es_sampler_params cli_sampling_defaults(void);
+/* After parsing: --repeat-last-n 0 keeps llama.cpp's meaning, no penalty (the library's 0 is its
+ * default window). */
+void cli_sampling_finish(es_sampler_params *sp);
+
+#define CLI_SAMPLING_OPTS(sp)                                                                      \
+    {"--temp", NULL, CLI_FLOAT, &(sp).temperature, "T", "temperature, 0 = greedy", 0, 1e6, NULL},  \
+    {"--top-k", NULL, CLI_INT, &(sp).top_k, "K", "keep the K most likely tokens, 0 = off", 0, INT32_MAX, NULL}, \
+    {"--top-p", NULL, CLI_FLOAT, &(sp).top_p, "P", "nucleus mass in (0, 1], 1 = off", 0, 1, NULL}, \
+    {"--min-p", NULL, CLI_FLOAT, &(sp).min_p, "P", "drop tokens below P times the best one's probability", 0, 1, NULL}, \
+    {"--repeat-penalty", NULL, CLI_FLOAT, &(sp).repeat_penalty, "X", "penalty on recent tokens, 1 = off", 0, 1e6, NULL}, \
+    {"--repeat-last-n", NULL, CLI_INT, &(sp).repeat_last_n, "N", "tokens the penalty looks back, -1 = all", -1, INT32_MAX, NULL}, \
+    {"--seed", "-s", CLI_U64, &(sp).seed, "N", "random seed (sampling is reproducible per seed)", 0, 0, NULL}
 
 /* Options of every subcommand that runs a model. */
 typedef struct cli_backend_args {

@@ -42,34 +42,6 @@ static double per_second(int32_t n, double ms) {
     return ms > 0 ? (double)n * 1e3 / ms : 0.0;
 }
 
-/* Tokenizes the prompt into a malloc'd array; NULL after printing why. */
-static int32_t *tokenize_prompt(const es_model *m, const char *text, size_t len, bool add_special, size_t *n) {
-    size_t cap = len + 16, need = 0;
-    int32_t *toks = malloc(sizeof *toks * cap);
-    if (!toks) {
-        cli_fail("run", "out of memory for a %zu-byte prompt", len);
-        return NULL;
-    }
-    es_status s = es_tokenize(m, text, len, add_special, true, toks, cap, &need);
-    if (s == ES_ERR_BUFFER_TOO_SMALL) {
-        int32_t *grown = realloc(toks, sizeof *toks * need);
-        if (!grown) {
-            free(toks);
-            cli_fail("run", "out of memory for %zu prompt tokens", need);
-            return NULL;
-        }
-        toks = grown;
-        s = es_tokenize(m, text, len, add_special, true, toks, need, &need);
-    }
-    if (s != ES_OK) {
-        free(toks);
-        cli_fail_status("run", s, "cannot tokenize the prompt");
-        return NULL;
-    }
-    *n = need;
-    return toks;
-}
-
 static void print_plain_stats(const es_generate_stats *st, const char *where) {
     fprintf(stderr,
             "edgespec run: prompt %d tokens in %.1f ms (%.1f tokens/s), decode %d tokens in %.1f ms "
@@ -124,28 +96,15 @@ static int generate(const run_args *a, es_backend *backend, es_context *ctx, con
 }
 
 int cli_cmd_run(int argc, char **argv) {
-    /* The CLI's sampling defaults, the usual recommendations (llama.cpp's), written only here: the
-     * library's zeroed sampler params are greedy, while the demo samples unless --temp 0. */
-    const es_sampler_params sampling = {.temperature = 0.8f, .top_k = 40, .top_p = 0.95f, .min_p = 0.05f,
-                                        .repeat_penalty = 1.0f, .repeat_last_n = 64};
-    run_args a = {NULL, NULL, NULL, 128, false, false, sampling, cli_backend_defaults(), cli_spec_defaults(), NULL,
-                  0.0f, false, 0};
+    run_args a = {NULL, NULL, NULL, 128, false, false, cli_sampling_defaults(), cli_backend_defaults(),
+                  cli_spec_defaults("run"), NULL, 0.0f, false, 0};
     const cli_opt opts[] = {
         {"--model", "-m", CLI_STR, &a.model, "PATH", "GGUF model file", 0, 0, NULL},
         {"--prompt", "-p", CLI_STR, &a.prompt, "TEXT", "prompt text", 0, 0, NULL},
         {"--file", "-f", CLI_STR, &a.file, "PATH", "read the prompt from a file", 0, 0, NULL},
         {"--n-predict", "-n", CLI_INT, &a.n_predict, "N", "tokens to generate, 0 = until end of text or context", 0,
          INT32_MAX, NULL},
-        {"--temp", NULL, CLI_FLOAT, &a.sp.temperature, "T", "temperature, 0 = greedy", 0, 1e6, NULL},
-        {"--top-k", NULL, CLI_INT, &a.sp.top_k, "K", "keep the K most likely tokens, 0 = off", 0, INT32_MAX, NULL},
-        {"--top-p", NULL, CLI_FLOAT, &a.sp.top_p, "P", "nucleus mass in (0, 1], 1 = off", 0, 1, NULL},
-        {"--min-p", NULL, CLI_FLOAT, &a.sp.min_p, "P", "drop tokens below P times the best one's probability", 0, 1,
-         NULL},
-        {"--repeat-penalty", NULL, CLI_FLOAT, &a.sp.repeat_penalty, "X", "penalty on recent tokens, 1 = off", 0, 1e6,
-         NULL},
-        {"--repeat-last-n", NULL, CLI_INT, &a.sp.repeat_last_n, "N", "tokens the penalty looks back, -1 = all", -1,
-         INT32_MAX, NULL},
-        {"--seed", "-s", CLI_U64, &a.sp.seed, "N", "random seed (sampling is reproducible per seed)", 0, 0, NULL},
+        CLI_SAMPLING_OPTS(a.sp),
         {"--ignore-eos", NULL, CLI_FLAG, &a.ignore_eos, NULL, "keep generating past end-of-text tokens", 0, 0, NULL},
         {"--no-bos", NULL, CLI_FLAG, &a.no_bos, NULL, "do not add the model's BOS token to the prompt", 0, 0, NULL},
         {"--stop", NULL, CLI_STR, &a.stop, "TEXT", "end generation where the output contains TEXT (not printed)", 0, 0,
@@ -165,8 +124,7 @@ int cli_cmd_run(int argc, char **argv) {
     int n_pos;
     cli_parse_result r = cli_parse(&cmd, argc - 1, argv + 1, pos, &n_pos, NULL);
     if (r != CLI_PARSE_OK) return r == CLI_PARSE_HELP ? CLI_EXIT_OK : CLI_EXIT_USAGE;
-    /* --repeat-last-n 0 keeps llama.cpp's meaning, no penalty; the library's 0 is its default window */
-    if (a.sp.repeat_last_n == 0) a.sp.repeat_penalty = 0.0f;
+    cli_sampling_finish(&a.sp);
     if (!a.model || (!a.prompt) == (!a.file)) {
         fprintf(stderr, "edgespec run: %s\n\n", !a.model ? "-m MODEL is required" : "give exactly one of -p PROMPT and -f FILE");
         cli_usage(stderr, &cmd);
@@ -189,7 +147,7 @@ int cli_cmd_run(int argc, char **argv) {
     int32_t *prompt = NULL;
     size_t n_prompt = 0;
     es_model *model = cli_load_model("run", a.model, false);
-    if (model && (prompt = tokenize_prompt(model, text, text_len, !a.no_bos, &n_prompt)) != NULL) {
+    if (model && (prompt = cli_tokenize("run", model, text, text_len, !a.no_bos, &n_prompt)) != NULL) {
         if (n_prompt == 0)
             rc = cli_fail("run", "the prompt is empty and the model adds no BOS token: nothing to continue from");
         else if (cli_spec_prepare(&a.spec, a.model, model) == CLI_EXIT_OK &&

@@ -134,6 +134,43 @@ char *cli_read_file(const char *cmd, const char *path, size_t *len) {
     return buf;
 }
 
+es_sampler_params cli_sampling_defaults(void) {
+    const es_sampler_params sp = {.temperature = 0.8f, .top_k = 40, .top_p = 0.95f, .min_p = 0.05f,
+                                  .repeat_penalty = 1.0f, .repeat_last_n = 64};
+    return sp;
+}
+
+void cli_sampling_finish(es_sampler_params *sp) {
+    if (sp->repeat_last_n == 0) sp->repeat_penalty = 0.0f;
+}
+
+int32_t *cli_tokenize(const char *cmd, const es_model *m, const char *text, size_t len, bool add_special, size_t *n) {
+    size_t cap = len + 16, need = 0;
+    int32_t *toks = malloc(sizeof *toks * cap);
+    if (!toks) {
+        cli_fail(cmd, "out of memory for a %zu-byte text", len);
+        return NULL;
+    }
+    es_status s = es_tokenize(m, text, len, add_special, true, toks, cap, &need);
+    if (s == ES_ERR_BUFFER_TOO_SMALL) {
+        int32_t *grown = realloc(toks, sizeof *toks * need);
+        if (!grown) {
+            free(toks);
+            cli_fail(cmd, "out of memory for %zu tokens", need);
+            return NULL;
+        }
+        toks = grown;
+        s = es_tokenize(m, text, len, add_special, true, toks, need, &need);
+    }
+    if (s != ES_OK) {
+        free(toks);
+        cli_fail_status(cmd, s, "cannot tokenize the text");
+        return NULL;
+    }
+    *n = need;
+    return toks;
+}
+
 cli_backend_args cli_backend_defaults(void) {
     cli_backend_args a = {0, NULL, NULL, 0, 0, 0, false};
     return a;

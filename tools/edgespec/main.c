@@ -13,6 +13,7 @@ typedef struct subcommand {
 
 static const subcommand commands[] = {
     {"run", cli_cmd_run, "generate text from a prompt"},
+    {"chat", cli_cmd_chat, "chat with a model, turn by turn"},
     {"info", cli_cmd_info, "print a model's hyperparameters, tokenizer and tensors"},
     {"tokenize", cli_cmd_tokenize, "print the token ids of a text"},
     {"devices", cli_cmd_devices, "list the Vulkan devices and the features edgespec uses"},

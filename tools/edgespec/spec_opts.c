@@ -11,9 +11,10 @@
 
 const char *const cli_spec_names[] = {"none", "stream", "draft", "dsi", NULL};
 
-cli_spec_args cli_spec_defaults(void) {
+cli_spec_args cli_spec_defaults(const char *cmd) {
     cli_spec_args a;
     memset(&a, 0, sizeof a); /* 0: the library's default for each (es_spec_get_params says which) */
+    a.cmd = cmd;
     return a;
 }
 
@@ -33,13 +34,13 @@ int cli_spec_prepare(const cli_spec_args *s, const char *model_path, es_model *m
     if (s->spec != 1) return CLI_EXIT_OK;
     char *path = s->ss ? NULL : default_adapter_path(model_path);
     const char *p = s->ss ? s->ss : path;
-    if (!p) return cli_fail("run", "out of memory");
+    if (!p) return cli_fail(s->cmd, "out of memory");
     es_status st = es_model_load_adapter(model, p);
     int rc = CLI_EXIT_OK;
     if (st != ES_OK) {
         char what[512];
         snprintf(what, sizeof what, "cannot attach the Speculative Streaming adapter%s", s->ss ? "" : " (give one with --ss)");
-        fprintf(stderr, "edgespec run: %s: %s (%s)\n", what, es_model_errmsg(model), es_status_str(st));
+        fprintf(stderr, "edgespec %s: %s: %s (%s)\n", s->cmd, what, es_model_errmsg(model), es_status_str(st));
         rc = CLI_EXIT_FAIL;
     }
     free(path);
@@ -51,16 +52,16 @@ static double percent(double part, double whole) {
 }
 
 /* DSI's workers: how busy each was while they ran, and how much of that was preempted work. */
-static void print_dsi(const es_dsi_stats *d) {
+static void print_dsi(const char *cmd, const es_dsi_stats *d) {
     if (d->target_call_ms > 0)
-        fprintf(stderr, "edgespec run: DSI measured a target call at %.3f ms, a draft call at %.3f ms\n", d->target_call_ms,
-                d->draft_call_ms);
+        fprintf(stderr, "edgespec %s: DSI measured a target call at %.3f ms, a draft call at %.3f ms\n", cmd,
+                d->target_call_ms, d->draft_call_ms);
     fprintf(stderr,
-            "edgespec run: DSI jobs %lld, preempted %lld (%.0f%%), draft calls %lld, dropped %lld, drafts cut unverified "
+            "edgespec %s: DSI jobs %lld, preempted %lld (%.0f%%), draft calls %lld, dropped %lld, drafts cut unverified "
             "%lld, workers ran %.1f ms\n",
-            (long long)d->n_jobs, (long long)d->n_jobs_preempted, percent((double)d->n_jobs_preempted, (double)d->n_jobs),
+            cmd, (long long)d->n_jobs, (long long)d->n_jobs_preempted, percent((double)d->n_jobs_preempted, (double)d->n_jobs),
             (long long)d->n_draft_calls, (long long)d->n_drafts_dropped, (long long)d->n_drafts_cut, d->active_ms);
-    fprintf(stderr, "edgespec run: DSI utilisation (busy, of which preempted): drafter %.0f%% (%.0f%%)",
+    fprintf(stderr, "edgespec %s: DSI utilisation (busy, of which preempted): drafter %.0f%% (%.0f%%)", cmd,
             percent(d->draft_busy_ms, d->active_ms), percent(d->draft_preempted_ms, d->active_ms));
     for (int32_t i = 0; i < d->n_targets && i < ES_DSI_MAX_TARGETS; i++)
         fprintf(stderr, ", server %d %.0f%% (%.0f%%)", i, percent(d->server_busy_ms[i], d->active_ms),
@@ -75,31 +76,31 @@ static void print_stats(const cli_spec_args *a, const cli_spec *c, const char *b
     const double tps = st.decode_ms > 0 ? (double)st.n_generated * 1e3 / st.decode_ms : 0.0;
     const bool rejection = p.rejection_sampling && p.sampling.temperature > 0;
     if (p.strategy == ES_SPEC_STREAM)
-        fprintf(stderr, "edgespec run: speculative streaming, gamma %s%d, top-k %d, max nodes %d%s, prune %g%s\n",
+        fprintf(stderr, "edgespec %s: speculative streaming, gamma %s%d, top-k %d, max nodes %d%s, prune %g%s\n", a->cmd,
                 a->gamma ? "" : "(adapter's) ", p.n_streams, p.top_k, p.max_nodes, p.fixed_tree ? " (fixed)" : "",
                 (double)p.prune_threshold, rejection ? ", rejection sampling" : "");
     else if (p.strategy == ES_SPEC_DSI)
-        fprintf(stderr, "edgespec run: DSI, draft %s, lookahead %d, %d target servers%s%s\n", a->draft_model, p.lookahead,
+        fprintf(stderr, "edgespec %s: DSI, draft %s, lookahead %d, %d target servers%s%s\n", a->cmd, a->draft_model, p.lookahead,
                 p.dsi.n_targets, a->targets ? "" : " (from measured latencies)", rejection ? ", rejection sampling" : "");
     else
-        fprintf(stderr, "edgespec run: draft-model speculation, draft %s, lookahead %d%s%s\n", a->draft_model,
+        fprintf(stderr, "edgespec %s: draft-model speculation, draft %s, lookahead %d%s%s\n", a->cmd, a->draft_model,
                 p.lookahead, p.fixed_tree ? " (fixed)" : "", rejection ? ", rejection sampling" : "");
     fprintf(stderr,
-            "edgespec run: prompt %lld tokens in %.1f ms, decode %lld tokens in %.1f ms (%.1f tokens/s), backend %s\n",
+            "edgespec %s: prompt %lld tokens in %.1f ms, decode %lld tokens in %.1f ms (%.1f tokens/s), backend %s\n", a->cmd,
             (long long)st.n_prompt, st.prompt_ms, (long long)st.n_generated, st.decode_ms, tps, backend_name);
     /* DSI's calls overlap each other and the steps: their times are sums, with no remainder */
     char other[64] = " (concurrent)";
     if (p.strategy != ES_SPEC_DSI) snprintf(other, sizeof other, ", other %.1f ms", st.decode_ms - st.target_ms - st.draft_ms);
     fprintf(stderr,
-            "edgespec run: target calls %lld, tokens per call %.2f (call reduction %.2fx), draft calls %lld, "
+            "edgespec %s: target calls %lld, tokens per call %.2f (call reduction %.2fx), draft calls %lld, "
             "mean tree %.1f nodes (%lld pruned), time target %.1f ms, draft %.1f ms%s\n",
-            (long long)st.n_target_calls, st.tokens_per_call, st.tokens_per_call, (long long)st.n_draft_calls,
+            a->cmd, (long long)st.n_target_calls, st.tokens_per_call, st.tokens_per_call, (long long)st.n_draft_calls,
             st.mean_tree_size, (long long)st.n_pruned, st.target_ms, st.draft_ms, other);
-    fprintf(stderr, "edgespec run: acceptance per depth:");
+    fprintf(stderr, "edgespec %s: acceptance per depth:", a->cmd);
     for (int d = 0; d < ES_SPEC_MAX_DEPTH && st.drafted[d] > 0; d++)
         fprintf(stderr, " %d:%.2f", d + 1, (double)st.accepted[d] / (double)st.drafted[d]);
     fputc('\n', stderr);
-    if (p.strategy == ES_SPEC_DSI) print_dsi(&st.dsi);
+    if (p.strategy == ES_SPEC_DSI) print_dsi(a->cmd, &st.dsi);
 }
 
 void cli_spec_close(cli_spec *c) {
@@ -128,14 +129,14 @@ int cli_spec_open(const cli_spec_args *a, const cli_backend_args *be, es_backend
     memset(out, 0, sizeof *out);
     const bool dsi = a->spec == 3;
     if (a->spec == 2 || dsi) {
-        if (!a->draft_model) return cli_fail("run", "--spec %s needs a draft model: -md PATH", dsi ? "dsi" : "draft");
-        out->dmodel = cli_load_model("run", a->draft_model, false);
+        if (!a->draft_model) return cli_fail(a->cmd, "--spec %s needs a draft model: -md PATH", dsi ? "dsi" : "draft");
+        out->dmodel = cli_load_model(a->cmd, a->draft_model, false);
         if (!out->dmodel) return CLI_EXIT_FAIL;
         es_status s = dsi ? another_backend(be, &out->dbackend) : ES_OK;
         if (s == ES_OK && dsi && be->backend == 1) s = another_backend(be, &out->sbackend);
         if (s != ES_OK) {
             cli_spec_close(out);
-            return cli_fail_status("run", s, "cannot create a backend for DSI's workers");
+            return cli_fail_status(a->cmd, s, "cannot create a backend for DSI's workers");
         }
         es_context_params cp = es_context_default_params();
         cp.backend = dsi ? out->dbackend : backend;
@@ -143,7 +144,7 @@ int cli_spec_open(const cli_spec_args *a, const cli_backend_args *be, es_backend
         s = es_context_create(out->dmodel, &cp, &out->dctx);
         if (s != ES_OK) {
             cli_spec_close(out);
-            return cli_fail_status("run", s, "cannot create the draft model's context");
+            return cli_fail_status(a->cmd, s, "cannot create the draft model's context");
         }
     }
     es_spec_params p = es_spec_default_params();
@@ -166,7 +167,7 @@ int cli_spec_open(const cli_spec_args *a, const cli_backend_args *be, es_backend
     es_status s = es_spec_create(ctx, &p, &out->spec);
     if (s != ES_OK) {
         cli_spec_close(out);
-        return cli_fail_status("run", s, "cannot set up speculative decoding");
+        return cli_fail_status(a->cmd, s, "cannot set up speculative decoding");
     }
     return CLI_EXIT_OK;
 }

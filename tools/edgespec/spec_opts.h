@@ -1,11 +1,13 @@
-/* spec_opts.h: the speculative-decoding options of `edgespec run` (--spec stream|draft|dsi and
- * their parameters), the speculation object they make, and its statistics on stderr. */
+/* spec_opts.h: the speculative-decoding options of `edgespec run` and `edgespec chat` (--spec
+ * stream|draft|dsi and their parameters), the speculation object they make, and its statistics
+ * on stderr. */
 #ifndef EDGESPEC_CLI_SPEC_OPTS_H
 #define EDGESPEC_CLI_SPEC_OPTS_H
 
 #include "cli.h"
 
 typedef struct cli_spec_args {
+    const char *cmd;         /* the subcommand, for messages                        */
     int spec;                /* index into cli_spec_names: 0 none, 1 stream, 2 draft, 3 dsi */
     int32_t gamma;           /* streams that draft; 0 = the adapter's              */
     int32_t topk;            /* tokens drafted per stream; 0 = the library's        */
@@ -21,7 +23,7 @@ typedef struct cli_spec_args {
 
 extern const char *const cli_spec_names[];
 
-cli_spec_args cli_spec_defaults(void);
+cli_spec_args cli_spec_defaults(const char *cmd);
 
 #define CLI_SPEC_OPTS(a)                                                                                           \
     {"--spec", NULL, CLI_CHOICE, &(a).spec, "KIND", "speculative decoding: none, stream (Speculative Streaming), draft (draft model) or dsi (distributed speculative inference: draft model and target servers on threads)", 0, 0, cli_spec_names}, \
