@@ -14,7 +14,11 @@
  *   - The library never exits, aborts or prints. It reports through the log callback given in params.
  *   - destroy(NULL) is a harmless no-op.
  * Thread-safety: a loaded es_model is immutable and may be shared by any number of contexts on any
- * number of threads. An es_context, es_sampler or es_backend is used by one thread at a time.
+ * number of threads. An es_context, es_sampler or es_spec is used by one thread at a time. An
+ * es_backend may be shared by contexts used on different threads (each context by one thread at
+ * a time): creating, using and freeing them may overlap, and the backend runs their calls into
+ * it one at a time. es_backend_free comes after its last context is freed. An allocator given
+ * to objects used on several threads is called from those threads, possibly at once.
  */
 #ifndef EDGESPEC_H
 #define EDGESPEC_H
@@ -229,7 +233,11 @@ ES_API bool es_token_is_eog(const es_model *model, int32_t token); /* end of gen
 /* ---------------------------------------------------------------------------------------------
  * Backend: where forward passes run. CPU (reference, multithreaded) or Vulkan on one device.
  * A backend uploads or maps a model's weights on first use and shares them among its contexts;
- * it must outlive them. One thread at a time: forward calls through one backend serialise.
+ * it must outlive them. Contexts on one backend may be created, used and freed on different
+ * threads at the same time: the backend serialises their calls (one forward call at a time per
+ * backend; use one backend per thread for parallel forward calls). es_backend_get_stats and
+ * es_backend_profile may be called meanwhile; es_backend_errmsg is the last failure of any of
+ * them (a context's own message, es_context_errmsg, says which call failed).
  */
 typedef struct es_backend es_backend;
 
