@@ -27,6 +27,12 @@ double es__time_now(void);
 /* Online processors (at least 1). */
 int es__cpu_count(void);
 
+/* Bytes of memory this process can have resident at most: the machine's physical memory, or the
+ * memory limit of its control group (cgroup v2 memory.max, v1 memory.limit_in_bytes) when that is
+ * smaller; 0 = unknown. Lets a large request fail before it starts instead of meeting the
+ * out-of-memory killer halfway. */
+uint64_t es__mem_total(void);
+
 /* Page-granular memory for large, long-lived buffers that are streamed (a backend's copy of the
  * weights): backed by huge pages where the OS offers them, which lets the hardware prefetchers
  * run across 4 KiB boundaries. Zero-filled; NULL on failure. Free with es__pages_free(p, size). */

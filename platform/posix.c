@@ -82,6 +82,31 @@ int es__cpu_count(void) {
     return n < 1 ? 1 : (int)n;
 }
 
+/* A number from a one-line file such as a cgroup limit; 0 when absent or "max". */
+static uint64_t read_limit(const char *path) {
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0) return 0;
+    char buf[64];
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0) return 0;
+    buf[n] = '\0';
+    char *end = NULL;
+    unsigned long long v = strtoull(buf, &end, 10);
+    return end != buf ? (uint64_t)v : 0;
+}
+
+uint64_t es__mem_total(void) {
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    uint64_t total = pages > 0 && page > 0 ? (uint64_t)pages * (uint64_t)page : 0;
+    static const char *const limits[] = {"/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"};
+    for (size_t i = 0; i < sizeof limits / sizeof *limits; i++) {
+        uint64_t lim = read_limit(limits[i]);
+        if (lim > 0 && (total == 0 || lim < total)) total = lim;
+    }
+    return total;
+}
+
 void *es__pages_alloc(size_t size) {
     if (size == 0) return NULL;
     void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);

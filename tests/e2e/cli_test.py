@@ -12,6 +12,7 @@ import shlex
 import subprocess
 import sys
 import tempfile
+import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
 import testlib  # noqa: E402
@@ -208,6 +209,14 @@ def case_errors(a):
     if a.vulkan:
         expect_fail([cli, "run", "-m", m, "-p", "x", "--backend", "vulkan", "--vk-flags", "texel-buffers,storage-buffers"],
                     1, ["exclude each other"], "--vk-flags reach the backend")
+    # a context larger than the machine's memory fails at creation, at once, and says what fits
+    # (the shipped model's KV cache is 9 KiB a token: --ctx-size 16777216 needs 144 GiB)
+    default = os.path.join(os.environ.get("ES_SOURCE_ROOT", "."), "models", "default.gguf")
+    t0 = time.monotonic()
+    expect_fail([cli, "run", "-m", default, "-p", "x", "--ctx-size", "16777216"], 1,
+                ["cannot create a context", "GiB", "tokens fit"], "--ctx-size beyond the machine's memory")
+    dt = time.monotonic() - t0
+    check(dt < 1.0, f"--ctx-size beyond the machine's memory fails in under a second (took {dt:.2f} s)")
     long_prompt = " ".join(["word"] * 64)
     expect_fail([cli, "run", "-m", m, "-p", long_prompt, "-c", "8"], 1, ["n_ctx"], "prompt longer than the context")
     # help goes to stdout with status 0
