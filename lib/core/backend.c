@@ -19,7 +19,7 @@ es_backend_params es_backend_default_params(void) {
  * as such. Negative values pass through for es_backend_create to reject. */
 static es_backend_params resolve_params(const es_backend_params *params) {
     es_backend_params p = params ? *params : es_backend_default_params();
-    if (p.n_threads == 0) p.n_threads = es__cpu_count();
+    if (p.n_threads == 0) p.n_threads = ES__MIN(es__cpu_count(), ES_MAX_THREADS);
     p.log_level = es__log_level(p.log_level);
     return p;
 }

@@ -279,9 +279,12 @@ typedef struct es_vk_tuning {
                                   invocation instead of a subgroup; 0 = the profile's, -1 = never */
 } es_vk_tuning;
 
+#define ES_MAX_THREADS 1024   /* the most CPU worker threads a backend takes                */
+
 typedef struct es_backend_params {
     es_backend_type type;     /* 0 = ES_BACKEND_CPU                                              */
-    int32_t n_threads;        /* CPU worker threads; 0 = number of online processors           */
+    int32_t n_threads;        /* CPU worker threads, 1..ES_MAX_THREADS; 0 = number of online
+                                 processors (at most ES_MAX_THREADS)                            */
     bool cpu_weights_in_place; /* CPU: false (0) = copy the matrices decoding streams into
                                   huge-page memory at upload (faster decode; the mapped pages are
                                   released, so resident memory does not double); true = read

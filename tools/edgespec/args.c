@@ -19,8 +19,31 @@ static bool in_range(const cli_opt *o, double v) {
     return !(o->lo < o->hi) || (v >= o->lo && v <= o->hi);
 }
 
+/* The range as the option's kind reads: integers in full (not 2.14748e+09), floats as %g; an
+ * integer option without a range of its own is bounded by its type. */
 static void range_error(const cli_command *cmd, const cli_opt *o, const char *value) {
-    fprintf(stderr, "edgespec %s: %s %s is out of range [%g, %g]\n", cmd->name, o->name, value, o->lo, o->hi);
+    if (o->kind == CLI_FLOAT)
+        fprintf(stderr, "edgespec %s: %s %s is out of range [%g, %g]\n", cmd->name, o->name, value, o->lo, o->hi);
+    else if (o->kind == CLI_U64)
+        fprintf(stderr, "edgespec %s: %s %s is out of range [0, %llu]\n", cmd->name, o->name, value,
+                (unsigned long long)UINT64_MAX);
+    else if (o->lo < o->hi)
+        fprintf(stderr, "edgespec %s: %s %s is out of range [%lld, %lld]\n", cmd->name, o->name, value,
+                (long long)o->lo, (long long)o->hi);
+    else
+        fprintf(stderr, "edgespec %s: %s %s is out of range [%d, %d]\n", cmd->name, o->name, value, INT32_MIN,
+                INT32_MAX);
+}
+
+/* A whole decimal integer (sign allowed) whose value does not fit the type: a range error, not
+ * a syntax error. */
+static bool integer_syntax(const char *value) {
+    const char *p = value;
+    if (*p == '+') p++;
+    if (!*p) return false;
+    for (; *p; p++)
+        if (*p < '0' || *p > '9') return false;
+    return true;
 }
 
 /* Stores value in o->dst; prints a message and returns false when it does not parse. */
@@ -32,8 +55,8 @@ static bool set_value(const cli_command *cmd, const cli_opt *o, const char *valu
     case CLI_STR: *(const char **)o->dst = value; return true;
     case CLI_INT: {
         long long v = strtoll(value, &end, 10);
-        if (errno || end == value || *end || v < INT32_MIN || v > INT32_MAX) break;
-        if (!in_range(o, (double)v)) {
+        if (end == value || *end) break;
+        if (errno == ERANGE || v < INT32_MIN || v > INT32_MAX || !in_range(o, (double)v)) {
             range_error(cmd, o, value);
             return false;
         }
@@ -43,13 +66,23 @@ static bool set_value(const cli_command *cmd, const cli_opt *o, const char *valu
     case CLI_U64: {
         if (value[0] == '-') break; /* strtoull would wrap it */
         unsigned long long v = strtoull(value, &end, 0);
-        if (errno || end == value || *end) break;
+        if (end == value || *end) break;
+        if (errno == ERANGE && integer_syntax(value)) {
+            range_error(cmd, o, value);
+            return false;
+        }
+        if (errno) break;
         *(uint64_t *)o->dst = (uint64_t)v;
         return true;
     }
     case CLI_FLOAT: {
         float v = strtof(value, &end);
-        if (errno || end == value || *end || !isfinite(v)) break;
+        if (end == value || *end) break;
+        if (errno == ERANGE && isinf(v)) { /* 1e39: a number, too large for a float */
+            range_error(cmd, o, value);
+            return false;
+        }
+        if (!isfinite(v)) break; /* "inf", "nan" */
         if (!in_range(o, (double)v)) {
             range_error(cmd, o, value);
             return false;

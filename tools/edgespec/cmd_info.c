@@ -144,7 +144,7 @@ int cli_cmd_info(int argc, char **argv) {
         } else {
             es_model_free(m);
             m = NULL;
-            fprintf(stderr, "edgespec info: cannot load '%s': %s (%s)\n", path, full_error, es_status_str(s));
+            fprintf(stderr, "edgespec info: cannot load the model: %s (%s)\n", full_error, es_status_str(s));
             return CLI_EXIT_FAIL;
         }
     }
