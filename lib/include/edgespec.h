@@ -426,8 +426,9 @@ ES_API es_status es_truncate(es_context *ctx, int32_t new_n_past);
  * row r, order[r] (the node placed there: a depth-first pre-order in which siblings keep their
  * index order), pos[r] = n_past + depth, and the DFS interval dfs_start[r] = r, dfs_end[r] (last
  * row of the subtree). All arrays have n entries. Fails with ES_ERR_INVALID_TREE naming the node
- * for a parent outside [-1, n), a node that is its own ancestor (a cycle), or n < 1; outputs are
- * then untouched. */
+ * for a parent outside [-1, n), a node that is its own ancestor (a cycle), or n < 1, and with
+ * ES_ERR_INVALID_ARGUMENT for a NULL array or an n_past < 0 (or n_past + n past INT32_MAX);
+ * outputs are then untouched. */
 ES_API es_status es_tree_flatten(const int32_t *parent, int32_t n, int32_t n_past, int32_t *order,
                                  int32_t *pos, int32_t *dfs_start, int32_t *dfs_end);
 
