@@ -237,8 +237,13 @@ es_status es__forward(es_context *ctx, const es_batch *batch, const es__call *ca
     es_backend *b = ctx->backend;
     pthread_mutex_lock(&b->lock);
     es__err_clear(&b->err);
+    /* a backend may write the context's record itself; a status left from an earlier failure
+     * must not pass for that (the new message would be lost) */
+    const es_status prev = ctx->err.status;
+    ctx->err.status = ES_OK;
     es_status st = b->vt->forward(ctx, &f);
     if (st != ES_OK && ctx->err.status != st) es__fail(&ctx->err, st, "%s", b->err.msg);
+    if (st == ES_OK) ctx->err.status = prev;
     pthread_mutex_unlock(&b->lock);
     if (st != ES_OK) {
         /* the provisional slots may hold partial results now: they are no longer a valid batch */
