@@ -116,6 +116,14 @@ static es_model *load_model(const es_allocator *a) {
     return m;
 }
 
+/* Frees b after checking the validation layer said nothing (EDGESPEC_VK_VALIDATION=1 runs). */
+static void free_backend(es_backend *b) {
+    es_backend_stats st;
+    if (b && es_backend_get_stats(b, &st) == ES_OK)
+        CHECKF(st.validation_messages == 0, "%llu Vulkan validation messages", (unsigned long long)st.validation_messages);
+    es_backend_free(b);
+}
+
 static es_backend *make_backend(void) {
     es_backend_params bp = es_backend_default_params();
     bp.n_threads = 2;
@@ -194,7 +202,7 @@ static es_status call_backend_create(void) {
 }
 static void check_backend_create(es_status s, const char *when) {
     CHECKF(s == ES_OK ? out_obj != NULL : out_obj == NULL, "es_backend_create, %s: out handle %p", when, out_obj);
-    if (s == ES_OK) es_backend_free(out_obj);
+    if (s == ES_OK) free_backend(out_obj);
 }
 
 /* ---- es_context_create: a private CPU backend, or the shared one */
@@ -249,13 +257,13 @@ static void setup_backend(void) {
 }
 static void teardown_backend(void) {
     if (keep_backend) return;
-    es_backend_free(backend);
+    free_backend(backend);
     backend = NULL;
     es_model_free(model);
     model = NULL;
 }
 static void release_kept(void) {
-    es_backend_free(backend);
+    free_backend(backend);
     backend = NULL;
     es_model_free(model);
     model = NULL;
@@ -461,7 +469,7 @@ static void references(void) {
     }
     es_context_free(ctx);
     ctx = NULL;
-    es_backend_free(backend);
+    free_backend(backend);
     backend = NULL;
     es_model_free(model);
     model = NULL;
