@@ -17,8 +17,21 @@ typedef struct es__file_map {
 } es__file_map;
 
 /* Opens path read-only and maps it (or reads it into malloc'd memory when use_mmap is false).
- * Returns 0 on success, else an errno value; the map is untouched on failure. */
+ * Only regular files: anything else (a FIFO, a device, a directory) is refused by its type
+ * without blocking on it. Returns 0 on success, else an errno value or one of the negative
+ * ES__FILE_* kinds below; es__file_strerror() says which. The map is untouched on failure. */
+enum {
+    ES__FILE_DIRECTORY = -1,
+    ES__FILE_FIFO = -2,
+    ES__FILE_CHAR_DEVICE = -3,
+    ES__FILE_BLOCK_DEVICE = -4,
+    ES__FILE_SOCKET = -5,
+    ES__FILE_NOT_REGULAR = -6,
+};
 int es__file_map_open(const char *path, bool use_mmap, es__file_map *out);
+/* "No such file or directory", "is a FIFO, not a regular file", ...: what es__file_map_open's
+ * result means, to follow the path in a message. */
+const char *es__file_strerror(int code);
 void es__file_map_close(es__file_map *map);
 
 /* Monotonic clock in seconds. */
@@ -26,6 +39,12 @@ double es__time_now(void);
 
 /* Online processors (at least 1). */
 int es__cpu_count(void);
+
+/* Bytes of memory this process can have resident at most: the machine's physical memory, or the
+ * memory limit of its control group (cgroup v2 memory.max, v1 memory.limit_in_bytes) when that is
+ * smaller; 0 = unknown. Lets a large request fail before it starts instead of meeting the
+ * out-of-memory killer halfway. */
+uint64_t es__mem_total(void);
 
 /* Page-granular memory for large, long-lived buffers that are streamed (a backend's copy of the
  * weights): backed by huge pages where the OS offers them, which lets the hardware prefetchers

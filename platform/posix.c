@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -22,9 +23,22 @@ static int read_all(int fd, uint8_t *dst, uint64_t size) {
     return 0;
 }
 
+/* What a file that is not a regular file is, for the message. */
+static int file_kind(mode_t mode) {
+    if (S_ISDIR(mode)) return ES__FILE_DIRECTORY;
+    if (S_ISFIFO(mode)) return ES__FILE_FIFO;
+    if (S_ISCHR(mode)) return ES__FILE_CHAR_DEVICE;
+    if (S_ISBLK(mode)) return ES__FILE_BLOCK_DEVICE;
+    if (S_ISSOCK(mode)) return ES__FILE_SOCKET;
+    return ES__FILE_NOT_REGULAR;
+}
+
 int es__file_map_open(const char *path, bool use_mmap, es__file_map *out) {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return errno;
+    /* O_NONBLOCK: opening a FIFO for reading blocks until a writer comes, and a device's open may
+     * wait too; the type is checked on the descriptor (no window between a stat and the open),
+     * and O_NONBLOCK means nothing for the regular files that pass. */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0) return errno == EISDIR ? ES__FILE_DIRECTORY : errno;
     struct stat st;
     if (fstat(fd, &st) != 0) {
         int e = errno;
@@ -33,7 +47,7 @@ int es__file_map_open(const char *path, bool use_mmap, es__file_map *out) {
     }
     if (!S_ISREG(st.st_mode)) {
         close(fd);
-        return EISDIR;
+        return file_kind(st.st_mode);
     }
     es__file_map m = {NULL, (uint64_t)st.st_size, false};
     int rc = 0;
@@ -61,6 +75,18 @@ int es__file_map_open(const char *path, bool use_mmap, es__file_map *out) {
     return rc;
 }
 
+const char *es__file_strerror(int code) {
+    switch (code) {
+    case ES__FILE_DIRECTORY: return "is a directory, not a regular file";
+    case ES__FILE_FIFO: return "is a FIFO, not a regular file";
+    case ES__FILE_CHAR_DEVICE: return "is a character device, not a regular file";
+    case ES__FILE_BLOCK_DEVICE: return "is a block device, not a regular file";
+    case ES__FILE_SOCKET: return "is a socket, not a regular file";
+    case ES__FILE_NOT_REGULAR: return "is not a regular file";
+    default: return strerror(code);
+    }
+}
+
 void es__file_map_close(es__file_map *map) {
     if (!map || !map->data) return;
     if (map->mapped)
@@ -80,6 +106,31 @@ double es__time_now(void) {
 int es__cpu_count(void) {
     long n = sysconf(_SC_NPROCESSORS_ONLN);
     return n < 1 ? 1 : (int)n;
+}
+
+/* A number from a one-line file such as a cgroup limit; 0 when absent or "max". */
+static uint64_t read_limit(const char *path) {
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0) return 0;
+    char buf[64];
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0) return 0;
+    buf[n] = '\0';
+    char *end = NULL;
+    unsigned long long v = strtoull(buf, &end, 10);
+    return end != buf ? (uint64_t)v : 0;
+}
+
+uint64_t es__mem_total(void) {
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    uint64_t total = pages > 0 && page > 0 ? (uint64_t)pages * (uint64_t)page : 0;
+    static const char *const limits[] = {"/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"};
+    for (size_t i = 0; i < sizeof limits / sizeof *limits; i++) {
+        uint64_t lim = read_limit(limits[i]);
+        if (lim > 0 && (total == 0 || lim < total)) total = lim;
+    }
+    return total;
 }
 
 void *es__pages_alloc(size_t size) {

@@ -140,6 +140,9 @@ static es_status load_lora(loader *L, es__ss_adapter *ad) {
 static es_status load(loader *L, es__ss_adapter *ad) {
     const es__hparams *hp = L->hp;
     ES_TRY(expect_str(L, "general.type", "adapter"));
+    /* optional (tools/train writes it, mkadapter does not); when given, it must be the base
+     * models' architecture, the one edgespec runs */
+    if (es__gguf_find(L->g, "general.architecture")) ES_TRY(expect_str(L, "general.architecture", "llama"));
     ES_TRY(expect_str(L, "edgespec.adapter.type", "speculative_streaming"));
     ES_TRY(get_u32(L, "edgespec.ss.n_streams", true, 1, ES_SPEC_MAX_DEPTH, &ad->n_streams));
     ES_TRY(get_u32(L, "edgespec.ss.n_msa_layers", true, 1, (uint32_t)hp->n_layer, &ad->n_msa));
@@ -199,7 +202,7 @@ es_status es_model_load_adapter(es_model *model, const char *path) {
                  model->path);
     es__file_map map;
     int e = es__file_map_open(path, true, &map);
-    ES_RETURN_IF(e != 0, &model->err, ES_ERR_IO, "SS adapter '%s': cannot open: %s", path, strerror(e));
+    ES_RETURN_IF(e != 0, &model->err, ES_ERR_IO, "SS adapter '%s': %s", path, es__file_strerror(e));
     es__ss_adapter *ad = NULL;
     es_status s = es__ss_adapter_parse(&model->hp, map.data, map.size, path, model->alloc, &ad, &model->err);
     es__file_map_close(&map);

@@ -19,7 +19,7 @@ es_backend_params es_backend_default_params(void) {
  * as such. Negative values pass through for es_backend_create to reject. */
 static es_backend_params resolve_params(const es_backend_params *params) {
     es_backend_params p = params ? *params : es_backend_default_params();
-    if (p.n_threads == 0) p.n_threads = es__cpu_count();
+    if (p.n_threads == 0) p.n_threads = ES__MIN(es__cpu_count(), ES_MAX_THREADS);
     p.log_level = es__log_level(p.log_level);
     return p;
 }
@@ -141,17 +141,30 @@ const char *es_backend_name(const es_backend *b) {
     return b ? b->name : "";
 }
 
+/* The counters and the profile change inside calls that hold b->lock; readers on other threads
+ * take it too (the const of the public signatures is the caller's view: the mutex is not data). */
+static void lock(const es_backend *b) {
+    pthread_mutex_lock((pthread_mutex_t *)&b->lock);
+}
+static void unlock(const es_backend *b) {
+    pthread_mutex_unlock((pthread_mutex_t *)&b->lock);
+}
+
 es_status es_backend_get_stats(const es_backend *b, es_backend_stats *out) {
     if (!b || !out) return es__fail(NULL, ES_ERR_INVALID_ARGUMENT, "es_backend_get_stats: NULL argument");
+    lock(b);
     *out = b->stats;
+    unlock(b);
     return ES_OK;
 }
 
 es_status es_backend_profile(const es_backend *b, es_profile_entry *entries, size_t cap, size_t *n) {
     if (!b || !n || (cap && !entries))
         return es__fail(NULL, ES_ERR_INVALID_ARGUMENT, "es_backend_profile: NULL argument");
+    lock(b);
     *n = (size_t)b->n_prof;
     for (size_t i = 0; i < cap && i < *n; i++) entries[i] = b->prof[i];
+    unlock(b);
     if (cap < *n)
         return es__fail(NULL, ES_ERR_BUFFER_TOO_SMALL, "es_backend_profile: %zu ops, room for %zu", *n, cap);
     return ES_OK;
@@ -159,8 +172,10 @@ es_status es_backend_profile(const es_backend *b, es_profile_entry *entries, siz
 
 void es_backend_profile_reset(es_backend *b) {
     if (!b) return;
+    lock(b);
     b->n_prof = 0;
     b->stats.n_forward = b->stats.n_submits = b->stats.n_forward_submits = b->stats.n_dispatches = 0;
+    unlock(b);
 }
 
 /* Returns the backend's upload of m, creating it on first use. Caller holds b->lock. */

@@ -81,6 +81,10 @@ void *es__malloc(const es_allocator *a, size_t size) {
 void *es__calloc(const es_allocator *a, size_t n, size_t size) {
     size_t total;
     if (!es__mul_size(n, size, &total)) return NULL;
+    /* The C library's calloc hands out large blocks as fresh zero pages without writing them, so
+     * memory a context never uses (the unused part of a large KV cache) is never made resident.
+     * A user allocator has no calloc: its blocks are zeroed here. */
+    if (!a) return calloc(total ? total : 1, 1);
     void *p = es__malloc(a, total);
     if (p) memset(p, 0, total);
     return p;

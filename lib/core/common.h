@@ -72,7 +72,9 @@ es_log_level es__log_level(es_log_level level);
 
 /* Allocation through the user's allocator (NULL = C library). */
 void *es__malloc(const es_allocator *a, size_t size);
-void *es__calloc(const es_allocator *a, size_t n, size_t size); /* overflow-checked, zeroed */
+/* Overflow-checked, zeroed. Without an allocator, calloc: large blocks are not touched (their
+ * pages become resident when first written); with one, alloc + memset. */
+void *es__calloc(const es_allocator *a, size_t n, size_t size);
 void *es__realloc(const es_allocator *a, void *ptr, size_t size);
 void es__free(const es_allocator *a, void *ptr);
 char *es__strndup(const es_allocator *a, const char *s, size_t n);

@@ -25,10 +25,13 @@ static es_context_params resolve_params(const es_model *m, const es_context_para
 }
 
 static void context_release(es_context *ctx) {
-    if (ctx->impl) ctx->backend->vt->ctx_destroy(ctx);
-    if (ctx->weights) {
+    /* Under the backend's lock like every other call into it: destroying a context frees device
+     * memory (the backend's accounting), waits for the shared queue and returns command buffers
+     * to the shared pool while other threads' contexts run on the same backend. */
+    if (ctx->impl || ctx->weights) {
         pthread_mutex_lock(&ctx->backend->lock);
-        es__backend_release_model(ctx->backend, ctx->model);
+        if (ctx->impl) ctx->backend->vt->ctx_destroy(ctx);
+        if (ctx->weights) es__backend_release_model(ctx->backend, ctx->model);
         pthread_mutex_unlock(&ctx->backend->lock);
     }
     es__free(ctx->alloc, ctx->prov_parent);
@@ -99,9 +102,10 @@ static es_status context_setup(es_context *ctx, const es_context_params *params)
             ctx->impl = NULL;
         }
     }
+    /* the backend's message is read while the lock keeps other threads' calls from replacing it */
+    if (s != ES_OK) es__fail(&ctx->err, s, "%s", b->err.msg[0] ? b->err.msg : es_last_error());
     pthread_mutex_unlock(&b->lock);
-    if (s != ES_OK) return es__fail(&ctx->err, s, "%s", b->err.msg[0] ? b->err.msg : es_last_error());
-    return ES_OK;
+    return s;
 }
 
 es_status es_context_create(const es_model *model, const es_context_params *params, es_context **out) {
@@ -249,12 +253,18 @@ es_status es__forward(es_context *ctx, const es_batch *batch, const es__call *ca
     es_backend *b = ctx->backend;
     pthread_mutex_lock(&b->lock);
     es__err_clear(&b->err);
+    /* a backend may write the context's record itself; a status left from an earlier failure
+     * must not pass for that (the new message would be lost) */
+    const es_status prev = ctx->err.status;
+    ctx->err.status = ES_OK;
     es_status st = b->vt->forward(ctx, &f);
+    if (st != ES_OK && ctx->err.status != st) es__fail(&ctx->err, st, "%s", b->err.msg);
+    if (st == ES_OK) ctx->err.status = prev;
     pthread_mutex_unlock(&b->lock);
     if (st != ES_OK) {
         /* the provisional slots may hold partial results now: they are no longer a valid batch */
         ctx->n_provisional = 0;
-        return ctx->err.status == st ? st : es__fail(&ctx->err, st, "%s", b->err.msg);
+        return st;
     }
     keep_call(ctx, &f);
     return ES_OK;
@@ -286,8 +296,9 @@ es_status es__stream_logits(es_context *ctx, int32_t i, int32_t g, const float *
     pthread_mutex_lock(&b->lock);
     es__err_clear(&b->err);
     es_status st = b->vt->stream_logits(ctx, ctx->prov_row[i], g, ctx->stream_logits);
+    if (st != ES_OK) es__fail(&ctx->err, st, "%s", b->err.msg);
     pthread_mutex_unlock(&b->lock);
-    if (st != ES_OK) return es__fail(&ctx->err, st, "%s", b->err.msg);
+    if (st != ES_OK) return st;
     *logits = ctx->stream_logits;
     return ES_OK;
 }
@@ -342,9 +353,11 @@ es_status es_commit(es_context *ctx, const int32_t *keep, int32_t n_keep) {
     if (!identity) {
         es_backend *b = ctx->backend;
         pthread_mutex_lock(&b->lock);
+        es__err_clear(&b->err);
         es_status st = b->vt->kv_compact(ctx, ctx->keep_rows, n_keep);
+        if (st != ES_OK) es__fail(&ctx->err, st, "%s", b->err.msg);
         pthread_mutex_unlock(&b->lock);
-        if (st != ES_OK) return es__fail(&ctx->err, st, "%s", b->err.msg);
+        if (st != ES_OK) return st;
     }
     ctx->n_past += n_keep;
     ctx->n_provisional = 0;

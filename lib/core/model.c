@@ -180,6 +180,20 @@ static es_status read_hparams(loader *L) {
     ES_TRY(read_rope(L, hp));
 
     /* the vocabulary size is the tokenizer's; llama.vocab_size, when present, must agree */
+    if (!L->vocab_only && es__vocab_type(L->m->vocab) == ES_TOKENIZER_NONE) {
+        /* say what is missing rather than let the sizes below disagree with a count of 0 */
+        const es__gguf_kv *kv = es__gguf_find(L->g, "tokenizer.ggml.model");
+        es__str model = {"", 0};
+        if (kv) es__gguf_get_str(L->g, "tokenizer.ggml.model", false, &model, L->err);
+        if (!kv)
+            return es__fail(L->err, ES_ERR_MODEL,
+                            "tokenizer.ggml.model is missing: edgespec needs the model's tokenizer ('llama' or "
+                            "'gpt2') to run it");
+        return es__fail(L->err, ES_ERR_MODEL,
+                        "tokenizer.ggml.model is '%.*s' (offset %" PRIu64 "): the model has no tokenizer, and "
+                        "edgespec needs one ('llama' or 'gpt2') to run it",
+                        (int)ES__MIN(model.len, 32u), model.ptr, kv->offset);
+    }
     hp->n_vocab = es__vocab_n_tokens(L->m->vocab);
     int32_t vs = 0;
     ES_TRY(hp_u32(L, "vocab_size", false, INT32_MAX, &vs));
@@ -309,12 +323,20 @@ static es_status bind_tensors(loader *L) {
     if (s == ES_OK) {
         m->tied_output = m->output == NULL;
         if (m->tied_output) m->output = m->tok_embd;
-        for (int32_t i = 0; i < m->n_tensors; i++) {
+        for (int32_t i = 0; s == ES_OK && i < m->n_tensors; i++) {
+            const es__tensor *t = &m->tensors[i];
+            long blk = -1;
             if (used[i])
-                count(m, &m->tensors[i]);
+                count(m, t);
+            else if (sscanf(t->name, "blk.%ld.", &blk) == 1 && blk >= hp->n_layer)
+                /* a layer the hyperparameters do not count: a block_count that lies would run a
+                 * model with its top layers silently cut off */
+                s = es__fail(L->err, ES_ERR_MODEL,
+                             "tensor '%s' (file offset %" PRIu64 ") is for block %ld, but %s.block_count is %d",
+                             t->name, t->file_offset, blk, m->arch, hp->n_layer);
             else
                 es__logf(&m->log, ES_LOG_DEBUG, "model '%s': tensor '%s' is not used by the %s architecture", m->path,
-                         m->tensors[i].name, m->arch);
+                         t->name, m->arch);
         }
     }
     es__free(m->alloc, used);
@@ -355,7 +377,7 @@ static es_status load(es_model *m, const char *path, const es__file_map *mem, co
         m->map_borrowed = true;
     } else {
         int e = es__file_map_open(path, !p->no_mmap, &m->map);
-        ES_RETURN_IF(e != 0, err, ES_ERR_IO, "cannot open model '%s': %s", path, strerror(e));
+        ES_RETURN_IF(e != 0, err, ES_ERR_IO, "'%s': %s", path, es__file_strerror(e));
     }
     if (p->progress_fn)
         ES_RETURN_IF(!p->progress_fn(0.0f, p->progress_user), err, ES_ERR_CANCELLED,
@@ -368,12 +390,19 @@ static es_status load(es_model *m, const char *path, const es__file_map *mem, co
     m->arch = dup_str(m, arch);
     m->name = dup_str(m, name);
     ES_RETURN_IF(!m->arch || !m->name, err, ES_ERR_OUT_OF_MEMORY, "out of memory");
+    /* the name as C text first: "llama\0x" must not pass for (or be called) 'llama' */
+    const uint64_t arch_at = es__gguf_find(L.g, "general.architecture")->offset;
+    ES_RETURN_IF(strlen(m->arch) != arch.len, err, ES_ERR_FORMAT,
+                 "general.architecture (offset %" PRIu64 ") has a NUL byte after '%s' (%zu of its %" PRIu64
+                 " bytes): not a valid name",
+                 arch_at, m->arch, strlen(m->arch), arch.len);
+    ES_RETURN_IF(arch.len > 64, err, ES_ERR_FORMAT,
+                 "general.architecture (offset %" PRIu64 ") is %" PRIu64 " bytes long: not a valid name", arch_at,
+                 arch.len);
     ES_RETURN_IF(!L.vocab_only && !es__str_eq(arch, "llama"), err, ES_ERR_UNSUPPORTED,
                  "general.architecture is '%s': edgespec runs 'llama' models (load with vocab_only for the "
                  "tokenizer alone)",
                  m->arch);
-    ES_RETURN_IF(strlen(m->arch) != arch.len || arch.len > 64, err, ES_ERR_FORMAT,
-                 "general.architecture is not a valid name");
     ES_TRY(es__vocab_load(L.g, m->alloc, err, &m->vocab));
     m->tokenizer_pre = es__strndup(m->alloc, es__vocab_pre(m->vocab), strlen(es__vocab_pre(m->vocab)));
     ES_RETURN_IF(!m->tokenizer_pre, err, ES_ERR_OUT_OF_MEMORY, "out of memory");

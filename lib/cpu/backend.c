@@ -201,6 +201,31 @@ static void *alloc_arr(const es_allocator *a, size_t n, size_t m, size_t elem) {
     return es__calloc(a, nm ? nm : 1, elem);
 }
 
+/* A KV cache of n floats, never written here, so that a slot's pages become resident only when
+ * generation first writes the slot: without an allocator calloc's fresh pages; with one, its
+ * block unzeroed (nothing reads a slot before a forward call wrote it: attention reads the
+ * committed slots and the batch's own). */
+static float *kv_alloc(const es_allocator *a, size_t n) {
+    return a ? es__malloc(a, n ? n * sizeof(float) : 1) : es__calloc(NULL, n ? n : 1, sizeof(float));
+}
+
+/* Fails before allocating when the context's memory (the KV cache, kv_bytes, and the scratch,
+ * about its n_ctx-independent part plus scores) could never be resident on this machine: the
+ * pages would otherwise be handed out untouched and the process killed when generation reaches
+ * them. Memory that merely is not free right now is the OS's business. */
+static es_status check_fits(es_context *ctx, size_t kv_bytes, size_t per_token, size_t other_bytes) {
+    const uint64_t have = es__mem_total();
+    const double gib = 1024.0 * 1024.0 * 1024.0;
+    const uint64_t need = (uint64_t)kv_bytes + (uint64_t)other_bytes;
+    if (have == 0 || need <= have) return ES_OK;
+    const uint64_t fit = have > other_bytes ? (have - other_bytes) / (per_token ? per_token : 1) : 0;
+    return es__fail(&ctx->backend->err, ES_ERR_OUT_OF_MEMORY,
+                    "cpu backend: a context of %d tokens needs %.1f GiB (KV cache %.1f GiB: %zu bytes per token), "
+                    "more than the %.1f GiB of memory this machine has; at most about %llu tokens fit (n_ctx)",
+                    ctx->n_ctx, (double)need / gib, (double)kv_bytes / gib, per_token, (double)have / gib,
+                    (unsigned long long)ES__MIN(fit, (uint64_t)INT32_MAX));
+}
+
 static es_status cpu_ctx_init(es_context *ctx) {
     es_backend *b = ctx->backend;
     const es__hparams *hp = &ctx->model->hp;
@@ -215,9 +240,20 @@ static es_status cpu_ctx_init(es_context *ctx) {
     const es__cpu_state *B = b->impl;
     c->n_threads = es__pool_size(B->pool);
     c->panel_floats = (size_t)B->kern->panel_rows * ES__MAX(ES__MAX(d, qd), (size_t)hp->n_ff);
+    if (ok && cache <= SIZE_MAX / (2 * sizeof(float))) {
+        /* per token: K and V of every layer, and one attention score per thread */
+        const size_t per_token = (size_t)hp->n_layer * kvd * 2 * sizeof(float) + (size_t)c->n_threads * sizeof(float);
+        const size_t scratch = nb * (4 * d + 2 * qd + 2 * kvd + 2 * (size_t)hp->n_ff) * sizeof(float) +
+                               (size_t)c->n_threads * c->panel_floats * sizeof(float);
+        es_status fits = check_fits(ctx, cache * 2 * sizeof(float), per_token, scratch);
+        if (fits != ES_OK) {
+            cpu_ctx_destroy(ctx);
+            return fits;
+        }
+    }
     if (ok) {
-        c->k = alloc_arr(a, cache, 1, sizeof(float));
-        c->v = alloc_arr(a, cache, 1, sizeof(float));
+        c->k = kv_alloc(a, cache);
+        c->v = kv_alloc(a, cache);
         c->x = alloc_arr(a, nb, d, sizeof(float));
         c->xn = alloc_arr(a, nb, d, sizeof(float));
         c->q = alloc_arr(a, nb, qd, sizeof(float));

@@ -116,8 +116,8 @@ static void stop_workers(es__pool *p) {
 
 es_status es__pool_create(const es_allocator *alloc, int n_threads, int spin_us, es__err *err, es__pool **out) {
     *out = NULL;
-    ES_RETURN_IF(n_threads < 1 || n_threads > 1024, err, ES_ERR_INVALID_ARGUMENT,
-                 "cpu backend: n_threads %d outside [1, 1024]", n_threads);
+    ES_RETURN_IF(n_threads < 1 || n_threads > ES_MAX_THREADS, err, ES_ERR_INVALID_ARGUMENT,
+                 "cpu backend: n_threads %d outside [1, %d]", n_threads, ES_MAX_THREADS);
     es__pool *p = es__calloc(alloc, 1, sizeof *p);
     ES_RETURN_IF(!p, err, ES_ERR_OUT_OF_MEMORY, "cpu backend: out of memory for the thread pool");
     p->n = n_threads;

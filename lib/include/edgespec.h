@@ -14,7 +14,11 @@
  *   - The library never exits, aborts or prints. It reports through the log callback given in params.
  *   - destroy(NULL) is a harmless no-op.
  * Thread-safety: a loaded es_model is immutable and may be shared by any number of contexts on any
- * number of threads. An es_context, es_sampler or es_backend is used by one thread at a time.
+ * number of threads. An es_context, es_sampler or es_spec is used by one thread at a time. An
+ * es_backend may be shared by contexts used on different threads (each context by one thread at
+ * a time): creating, using and freeing them may overlap, and the backend runs their calls into
+ * it one at a time. es_backend_free comes after its last context is freed. An allocator given
+ * to objects used on several threads is called from those threads, possibly at once.
  */
 #ifndef EDGESPEC_H
 #define EDGESPEC_H
@@ -266,7 +270,11 @@ ES_API es_status es_chat_render(es_chat_template t, const es_chat_message *messa
 /* ---------------------------------------------------------------------------------------------
  * Backend: where forward passes run. CPU (reference, multithreaded) or Vulkan on one device.
  * A backend uploads or maps a model's weights on first use and shares them among its contexts;
- * it must outlive them. One thread at a time: forward calls through one backend serialise.
+ * it must outlive them. Contexts on one backend may be created, used and freed on different
+ * threads at the same time: the backend serialises their calls (one forward call at a time per
+ * backend; use one backend per thread for parallel forward calls). es_backend_get_stats and
+ * es_backend_profile may be called meanwhile; es_backend_errmsg is the last failure of any of
+ * them (a context's own message, es_context_errmsg, says which call failed).
  */
 typedef struct es_backend es_backend;
 
@@ -308,9 +316,12 @@ typedef struct es_vk_tuning {
                                   invocation instead of a subgroup; 0 = the profile's, -1 = never */
 } es_vk_tuning;
 
+#define ES_MAX_THREADS 1024   /* the most CPU worker threads a backend takes                */
+
 typedef struct es_backend_params {
     es_backend_type type;     /* 0 = ES_BACKEND_CPU                                              */
-    int32_t n_threads;        /* CPU worker threads; 0 = number of online processors           */
+    int32_t n_threads;        /* CPU worker threads, 1..ES_MAX_THREADS; 0 = number of online
+                                 processors (at most ES_MAX_THREADS)                            */
     bool cpu_weights_in_place; /* CPU: false (0) = copy the matrices decoding streams into
                                   huge-page memory at upload (faster decode; the mapped pages are
                                   released, so resident memory does not double); true = read
@@ -485,8 +496,9 @@ ES_API es_status es_context_load(es_context *ctx, const char *path, int32_t *tok
  * row r, order[r] (the node placed there: a depth-first pre-order in which siblings keep their
  * index order), pos[r] = n_past + depth, and the DFS interval dfs_start[r] = r, dfs_end[r] (last
  * row of the subtree). All arrays have n entries. Fails with ES_ERR_INVALID_TREE naming the node
- * for a parent outside [-1, n), a node that is its own ancestor (a cycle), or n < 1; outputs are
- * then untouched. */
+ * for a parent outside [-1, n), a node that is its own ancestor (a cycle), or n < 1, and with
+ * ES_ERR_INVALID_ARGUMENT for a NULL array or an n_past < 0 (or n_past + n past INT32_MAX);
+ * outputs are then untouched. */
 ES_API es_status es_tree_flatten(const int32_t *parent, int32_t n, int32_t n_past, int32_t *order,
                                  int32_t *pos, int32_t *dfs_start, int32_t *dfs_end);
 

@@ -81,13 +81,18 @@ es_status es__vk_rec_end(es__vk_rec *r) {
 }
 
 es_status es__vk_submit_wait(es__vk_dev *d, VkCommandBuffer cb) {
+    ES_TRY(es__vk_check_lost(d)); /* nothing to wait for on a lost device */
     VkSubmitInfo si = {.sType = VK_STRUCTURE_TYPE_SUBMIT_INFO};
     si.commandBufferCount = 1;
     si.pCommandBuffers = &cb;
     ES_VK_TRY(d, vkResetFences(d->dev, 1, &d->fence));
-    ES_VK_TRY(d, vkQueueSubmit(d->queue, 1, &si, d->fence));
+    VkResult r;
+    if (!es__vk_fault_due(d, ES__VK_FAULT_SUBMIT, &r)) r = vkQueueSubmit(d->queue, 1, &si, d->fence);
+    if (r != VK_SUCCESS) return es__vk_fail(d, r, "vkQueueSubmit");
     if (d->stats) d->stats->n_submits++;
-    ES_VK_TRY(d, vkWaitForFences(d->dev, 1, &d->fence, VK_TRUE, UINT64_MAX));
+    r = vkWaitForFences(d->dev, 1, &d->fence, VK_TRUE, UINT64_MAX);
+    if (r == VK_SUCCESS) es__vk_fault_due(d, ES__VK_FAULT_WAIT, &r); /* after the real wait: nothing pending */
+    if (r != VK_SUCCESS) return es__vk_fail(d, r, "vkWaitForFences");
     return ES_OK;
 }
 

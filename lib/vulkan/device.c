@@ -30,7 +30,19 @@ es_status es__vk_fail(es__vk_dev *d, VkResult r, const char *what) {
                    r == VK_ERROR_OUT_OF_POOL_MEMORY || r == VK_ERROR_FRAGMENTATION)
                       ? ES_ERR_DEVICE_MEMORY
                       : ES_ERR_BACKEND;
-    return es__fail(d->err, s, "vulkan: %s failed: %s (%d)", what, es__vk_result_str(r), (int)r);
+    if (r == VK_ERROR_DEVICE_LOST && !d->lost_at) d->lost_at = what;
+    return es__fail(d->err, s, "vulkan: %s failed: %s (%d)%s", what, es__vk_result_str(r), (int)r,
+                    r == VK_ERROR_DEVICE_LOST ? "; the device is lost: free this backend's contexts and the backend, "
+                                                "and create a new one"
+                                              : "");
+}
+
+es_status es__vk_check_lost(es__vk_dev *d) {
+    ES_RETURN_IF(d->lost_at, d->err, ES_ERR_BACKEND,
+                 "vulkan: device '%s' was lost (%s failed with VK_ERROR_DEVICE_LOST); free this backend's contexts "
+                 "and the backend, and create a new one",
+                 d->phys.props.deviceName, d->lost_at);
+    return ES_OK;
 }
 
 /* ---- instance */

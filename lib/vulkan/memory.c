@@ -37,6 +37,7 @@ static void account(es__vk_dev *d, int64_t delta) {
 es_status es__vk_buf_create(es__vk_dev *d, VkDeviceSize size, es__vk_mem_kind kind, const char *what,
                             es__vk_buf *out) {
     memset(out, 0, sizeof *out);
+    ES_TRY(es__vk_check_lost(d));
     if (size == 0) size = 16;
     VkBufferCreateInfo bi = {.sType = VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO};
     bi.size = size;
@@ -79,11 +80,12 @@ es_status es__vk_buf_create(es__vk_dev *d, VkDeviceSize size, es__vk_mem_kind ki
     VkMemoryAllocateInfo ai = {.sType = VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO};
     ai.allocationSize = req.size;
     ai.memoryTypeIndex = (uint32_t)type;
-    r = vkAllocateMemory(d->dev, &ai, NULL, &out->mem);
+    if (!es__vk_fault_due(d, ES__VK_FAULT_ALLOC, &r)) r = vkAllocateMemory(d->dev, &ai, NULL, &out->mem);
     if (r != VK_SUCCESS) {
         out->mem = VK_NULL_HANDLE;
         es__vk_buf_destroy(d, out);
         es__vk_fail(d, r, "vkAllocateMemory");
+        if (r != VK_ERROR_OUT_OF_DEVICE_MEMORY && r != VK_ERROR_OUT_OF_HOST_MEMORY) return d->err->status;
         return es__fail(d->err, ES_ERR_DEVICE_MEMORY,
                         "vulkan: out of device memory allocating %.1f MiB for %s (%s; %.1f MiB allocated already, "
                         "heap %.1f MiB)",

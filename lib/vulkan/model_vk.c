@@ -105,8 +105,10 @@ es_status es__vk_model_upload(es_backend *b, const es_model *m, es__vk_model **o
         mats[n++] = &vl->gateup;
         mats[n++] = &vl->down;
     }
-    if (s == ES_OK) s = es__vk_mat_init(d, &w->tok_embd, &m->tok_embd, 1, false);
-    mats[n++] = &w->tok_embd;
+    if (s == ES_OK) { /* mats is NULL when its allocation failed */
+        s = es__vk_mat_init(d, &w->tok_embd, &m->tok_embd, 1, false);
+        mats[n++] = &w->tok_embd;
+    }
     w->out = &w->tok_embd;
     if (s == ES_OK && !m->tied_output) {
         s = es__vk_mat_init(d, &w->output, &m->output, 1, false);

@@ -29,8 +29,9 @@ static const char *dtype_name(VkDescriptorType t) {
 static es_status check_interface(es__vk_dev *d, const es__shader_info *sh, const es__kernel_family *fam) {
     es__spirv_iface itf;
     char msg[160];
-    if (es__spirv_reflect(sh->words, sh->size / 4, d->alloc, &itf, msg, sizeof msg) != 0)
-        return es__fail(d->err, ES_ERR_BACKEND, "vulkan: shader %s: %s", sh->name, msg);
+    const int r = es__spirv_reflect(sh->words, sh->size / 4, d->alloc, &itf, msg, sizeof msg);
+    if (r != 0)
+        return es__fail(d->err, r == -2 ? ES_ERR_OUT_OF_MEMORY : ES_ERR_BACKEND, "vulkan: shader %s: %s", sh->name, msg);
     const uint32_t n_roles = (uint32_t)strlen(fam->roles);
     for (uint32_t i = 0; i < itf.n_bindings; i++) {
         const es__spirv_binding *b = &itf.bindings[i];

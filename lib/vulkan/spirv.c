@@ -43,7 +43,7 @@ int es__spirv_reflect(const uint32_t *w, size_t n_words, const es_allocator *all
     const uint32_t bound = w[3];
     if (bound == 0 || bound > (1u << 22)) return fail(msg, cap, "implausible id bound");
     id_info *ids = es__calloc(alloc, bound, sizeof *ids);
-    if (!ids) return fail(msg, cap, "out of memory");
+    if (!ids) return fail(msg, cap, "out of memory") - 1; /* -2: the caller's ES_ERR_OUT_OF_MEMORY */
     for (uint32_t i = 0; i < bound; i++) ids[i].binding = ids[i].set = -1;
     /* push-constant member offsets: struct id -> max(offset + size) computed after the pass */
     uint32_t member_off[64][2]; /* (struct id, offset) pairs with their member index packed */

@@ -20,7 +20,8 @@ typedef struct es__spirv_iface {
     uint32_t spec_ids;  /* bit i set: the module has specialisation constant id i (i < 32) */
 } es__spirv_iface;
 
-/* Reads words[n_words]. Returns 0, or -1 with a message in msg[cap]. */
+/* Reads words[n_words]. Returns 0, or -1 (a malformed module) or -2 (out of memory) with a
+ * message in msg[cap]. */
 int es__spirv_reflect(const uint32_t *words, size_t n_words, const es_allocator *alloc, es__spirv_iface *out,
                       char *msg, size_t cap);
 

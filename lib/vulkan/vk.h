@@ -52,6 +52,14 @@ typedef struct es__vk_pipeline {
 #define ES__VK_MAX_PIPELINES 128
 #define ES__VK_MAX_PROF 32
 
+/* Where a test may inject a Vulkan failure (es__vk_dev.fault). */
+typedef enum es__vk_fault_point {
+    ES__VK_FAULT_SUBMIT, /* vkQueueSubmit                                                   */
+    ES__VK_FAULT_WAIT,   /* the fence wait after a submission (the work itself completed)   */
+    ES__VK_FAULT_ALLOC,  /* vkAllocateMemory                                                */
+    ES__VK_FAULT_COUNT,
+} es__vk_fault_point;
+
 typedef struct es__vk_dev {
     const es_allocator *alloc;
     es__err *err;            /* the owning backend's error record */
@@ -79,7 +87,25 @@ typedef struct es__vk_dev {
     es_profile_entry *prof;      /* [ES__VK_MAX_PROF] */
     int32_t *n_prof;
     bool profile;
+    /* VK_ERROR_DEVICE_LOST is for good: once a call saw it (es__vk_fail records which), every
+     * later submission and device allocation fails at once, naming that call, instead of
+     * waiting on a device that is gone. NULL while the device works. */
+    const char *lost_at;
+    /* Fault injection, for tests only (tests/vulkan/test_vk_faults.c sets it; the library never
+     * does): the countdown-th call at a point from now returns result instead of what the driver
+     * says. 0 = off, which costs one compare per submission and device allocation. */
+    struct {
+        uint32_t countdown;
+        VkResult result;
+    } fault[ES__VK_FAULT_COUNT];
 } es__vk_dev;
+
+/* Whether an injected fault is due at point; *r gets its result. */
+static inline bool es__vk_fault_due(es__vk_dev *d, es__vk_fault_point point, VkResult *r) {
+    if (ES__LIKELY(d->fault[point].countdown == 0) || --d->fault[point].countdown != 0) return false;
+    *r = d->fault[point].result;
+    return true;
+}
 
 /* ---- device.c */
 /* Creates the instance and device for owner (errors, log, allocator and counters come from it). */
@@ -87,8 +113,11 @@ es_status es__vk_dev_create(es__vk_dev *d, const es_backend_params *p, es_backen
 void es__vk_dev_destroy(es__vk_dev *d);
 const char *es__vk_result_str(VkResult r);
 /* Fails with a message naming the call and the VkResult; device-memory results map to
- * ES_ERR_DEVICE_MEMORY, everything else to ES_ERR_BACKEND. */
+ * ES_ERR_DEVICE_MEMORY, everything else to ES_ERR_BACKEND. VK_ERROR_DEVICE_LOST also marks the
+ * device lost (lost_at = what, which must be static text). */
 es_status es__vk_fail(es__vk_dev *d, VkResult r, const char *what);
+/* ES_ERR_BACKEND naming the call that lost the device, when it is lost; else ES_OK. */
+es_status es__vk_check_lost(es__vk_dev *d);
 #define ES_VK_TRY(d, call)                                                                         \
     do {                                                                                           \
         VkResult es__r = (call);                                                                   \

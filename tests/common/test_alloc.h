@@ -12,12 +12,14 @@
 #include <stdlib.h>
 
 typedef struct test_alloc {
-    long left; /* allocations that succeed before one fails; < 0: none fails                */
-    bool once; /* after the failing one, the rest succeed again (else every later one fails) */
-    long live; /* blocks allocated and not freed                                              */
+    long left;  /* allocations that succeed before one fails; < 0: none fails                */
+    bool once;  /* after the failing one, the rest succeed again (else every later one fails) */
+    long live;  /* blocks allocated and not freed                                              */
+    long calls; /* allocations asked for so far, failed ones included (a walk's length)        */
 } test_alloc;
 
 static inline bool test_alloc_fails(test_alloc *t) {
+    t->calls++;
     if (t->left < 0) return false;
     if (t->left > 0) {
         t->left--;
@@ -51,7 +53,7 @@ static inline void test_alloc_free(void *p, void *user) {
 
 /* The hook for t: allocations left succeed, then they fail (only one, with once). */
 static inline es_allocator test_allocator(test_alloc *t, long left, bool once) {
-    *t = (test_alloc){left, once, 0};
+    *t = (test_alloc){left, once, 0, 0};
     return (es_allocator){test_alloc_alloc, test_alloc_realloc, test_alloc_free, t};
 }
 

@@ -12,6 +12,7 @@ import shlex
 import subprocess
 import sys
 import tempfile
+import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
 import testlib  # noqa: E402
@@ -168,8 +169,8 @@ def case_info(a):
           "info describes a vocabulary-only file", v)
 
 
-def expect_fail(cmd, status, needles, what):
-    p = run(cmd)
+def expect_fail(cmd, status, needles, what, timeout=120):
+    p = run(cmd, timeout=timeout)
     ok = p.returncode == status and all(n in p.stderr for n in needles) and p.stdout == ""
     check(ok, f"{what}: exit {status}, stderr mentions {needles}, nothing on stdout", p)
 
@@ -196,7 +197,24 @@ def case_errors(a):
         empty = os.path.join(tmp, "empty.gguf")
         open(empty, "wb").close()
         expect_fail([cli, "run", "-m", empty, "-p", "x"], 1, ["cannot load"], "empty file")
-        expect_fail([cli, "run", "-m", tmp, "-p", "x"], 1, ["cannot load"], "a directory")
+        expect_fail([cli, "run", "-m", tmp, "-p", "x"], 1, ["cannot load", "is a directory"], "a directory")
+        # not regular files: refused by type, at once (a FIFO without a writer used to block open)
+        fifo = os.path.join(tmp, "model.fifo")
+        os.mkfifo(fifo)
+        for cmd in ([cli, "run", "-m", fifo, "-p", "x"], [cli, "info", fifo], [cli, "tokenize", "-m", fifo, "-p", "x"]):
+            try:
+                expect_fail(cmd, 1, ["cannot load", fifo, "is a FIFO, not a regular file"], f"a FIFO: {cmd[1]}",
+                            timeout=20)
+            except subprocess.TimeoutExpired:
+                check(False, f"a FIFO as the model ({cmd[1]}): the CLI hung")
+        expect_fail([cli, "run", "-m", "/dev/null", "-p", "x"], 1, ["is a character device, not a regular file"],
+                    "/dev/null as the model")
+        p = run([cli, "run", "-m", "/dev/null", "-p", "x"])
+        check("Is a directory" not in p.stderr, "/dev/null is not called a directory", p)
+        # the path once in a load failure's message
+        for bad in (missing, junk, empty):
+            p = run([cli, "run", "-m", bad, "-p", "x"])
+            check(p.stderr.count(bad) == 1, f"the path once in the message for {os.path.basename(bad)}", p)
         expect_fail([cli, "run", "-m", m, "-f", missing], 1, ["cannot open", missing], "missing prompt file")
     # usage errors: status 2 and the usage text
     expect_fail([cli], 2, ["usage:"], "no command")
@@ -208,6 +226,21 @@ def case_errors(a):
     expect_fail([cli, "run", "-m", m, "-p", "x", "--temp", "warm"], 2, ["--temp expects"], "non-numeric value")
     expect_fail([cli, "run", "-m", m, "-p", "x", "-n", "12abc"], 2, ["--n-predict expects"], "trailing junk")
     expect_fail([cli, "run", "-m", m, "-p", "x", "--temp", "-1"], 2, ["out of range"], "negative temperature")
+    # numbers that do not fit are out of range (not "expects an integer"), ranges in full
+    expect_fail([cli, "run", "-m", m, "-p", "x", "-n", "2147483648"], 2,
+                ["--n-predict 2147483648 is out of range [0, 2147483647]"], "-n past int32")
+    expect_fail([cli, "run", "-m", m, "-p", "x", "-n", "99999999999999999999"], 2, ["out of range"], "-n past int64")
+    expect_fail([cli, "run", "-m", m, "-p", "x", "--top-k", "-1"], 2, ["[0, 2147483647]"], "integer ranges in full")
+    p = run([cli, "run", "-m", m, "-p", "x", "--top-k", "-1"])
+    check("e+" not in p.stderr, "no %g in an integer range", p)
+    expect_fail([cli, "run", "-m", m, "-p", "x", "--seed", "99999999999999999999999"], 2, ["--seed", "out of range"],
+                "--seed past uint64")
+    expect_fail([cli, "run", "-m", m, "-p", "x", "--temp", "1e39"], 2, ["--temp 1e39 is out of range"], "--temp past float")
+    # the CLI's thread limit is the library's (ES_MAX_THREADS)
+    expect_fail([cli, "run", "-m", m, "-p", "x", "--threads", "1025"], 2, ["--threads 1025 is out of range [0, 1024]"],
+                "--threads past the library's limit")
+    h = run([cli, "run", "--threads", "1024", "--help"])
+    check(h.returncode == 0, "--threads 1024 parses", h)
     expect_fail([cli, "run", "-m", m, "-p", "x", "--seed", "-3"], 2, ["--seed expects"], "negative seed")
     expect_fail([cli, "run", "-m", m, "-p", "x", "--backend", "tpu"], 2, ["cpu", "vulkan"], "unknown backend")
     expect_fail([cli, "run", "-m", m, "-p", "x", "extra"], 2, ["unexpected argument"], "stray argument")
@@ -219,6 +252,14 @@ def case_errors(a):
     if a.vulkan:
         expect_fail([cli, "run", "-m", m, "-p", "x", "--backend", "vulkan", "--vk-flags", "texel-buffers,storage-buffers"],
                     1, ["exclude each other"], "--vk-flags reach the backend")
+    # a context larger than the machine's memory fails at creation, at once, and says what fits
+    # (the shipped model's KV cache is 9 KiB a token: --ctx-size 16777216 needs 144 GiB)
+    default = os.path.join(os.environ.get("ES_SOURCE_ROOT", "."), "models", "default.gguf")
+    t0 = time.monotonic()
+    expect_fail([cli, "run", "-m", default, "-p", "x", "--ctx-size", "16777216"], 1,
+                ["cannot create a context", "GiB", "tokens fit"], "--ctx-size beyond the machine's memory")
+    dt = time.monotonic() - t0
+    check(dt < 1.0, f"--ctx-size beyond the machine's memory fails in under a second (took {dt:.2f} s)")
     long_prompt = " ".join(["word"] * 64)
     expect_fail([cli, "run", "-m", m, "-p", long_prompt, "-c", "8"], 1, ["n_ctx"], "prompt longer than the context")
     # help goes to stdout with status 0

@@ -14,8 +14,8 @@
  *   ninja -C build-fuzz tests/fuzz/fuzz_tokenizer_libfuzzer
  *   mkdir -p corpus && ES_SHARED_DIR=../shared UBSAN_OPTIONS=halt_on_error=1 \
  *       build-fuzz/tests/fuzz/fuzz_tokenizer_libfuzzer -max_len=4096 -max_total_time=300 corpus
- * Standalone: fuzz_tokenizer [FILE...] runs the given inputs, or without arguments a fixed
- * pseudo-random set of inputs. */
+ * Standalone: fuzz_tokenizer [FILE|DIR...] runs the given inputs (every file of a directory, such
+ * as corpus/tokenizer), then a fixed pseudo-random set of inputs. */
 #include "gguf.h"
 #include "../common/test_file.h"
 #include "../tokenizer/ref_encoders.h"
@@ -285,19 +285,51 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
 }
 
 #ifndef ES_LIBFUZZER
-/* Standalone driver: the given files, or a fixed set of generated inputs. */
-int main(int argc, char **argv) {
-    if (argc > 1) {
-        for (int i = 1; i < argc; i++) {
-            size_t size = 0;
-            char *buf = test_read_file(argv[i], 0, &size);
-            REQUIRE(buf, "cannot read %s", argv[i]);
-            LLVMFuzzerTestOneInput((const uint8_t *)buf, size);
-            free(buf);
-        }
-        printf("%d inputs ran\n", argc - 1);
-        return 0;
+#include <dirent.h>
+#include <sys/stat.h>
+
+static int run_file(const char *path) {
+    size_t size = 0;
+    char *buf = test_read_file(path, 0, &size);
+    REQUIRE(buf, "cannot read %s", path);
+    LLVMFuzzerTestOneInput((const uint8_t *)buf, size);
+    free(buf);
+    return 1;
+}
+
+static int cmp_names(const void *a, const void *b) {
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* Every file of a directory (a corpus), in name order so a failure reproduces. */
+static int run_dir(const char *path) {
+    DIR *d = opendir(path);
+    REQUIRE(d, "cannot open %s", path);
+    char *names[4096];
+    size_t n = 0;
+    for (struct dirent *e; (e = readdir(d)) != NULL && n < 4096;)
+        if (e->d_name[0] != '.') names[n++] = strdup(e->d_name);
+    closedir(d);
+    qsort(names, n, sizeof *names, cmp_names);
+    for (size_t i = 0; i < n; i++) {
+        char full[4200];
+        snprintf(full, sizeof full, "%s/%s", path, names[i]);
+        run_file(full);
+        free(names[i]);
     }
+    return (int)n;
+}
+
+/* Standalone driver: the given files and corpus directories, then a fixed set of generated
+ * inputs. */
+int main(int argc, char **argv) {
+    int given = 0;
+    for (int i = 1; i < argc; i++) {
+        struct stat st;
+        REQUIRE(stat(argv[i], &st) == 0, "cannot stat %s", argv[i]);
+        given += S_ISDIR(st.st_mode) ? run_dir(argv[i]) : run_file(argv[i]);
+    }
+    if (argc > 1) printf("%d given inputs ran\n", given);
     struct {
         uint64_t s;
     } rng = {20240607};

@@ -13,6 +13,7 @@
 #include "../test.h"
 
 #include <inttypes.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 static char dir[256];
@@ -158,9 +159,27 @@ static void add_f(es__gguf_writer *w, const char *name, es__dtype type, int64_t 
 
 static const char *base_path;
 
+static void arch_nul(es__gguf_writer *w);
+
+/* Replaces the first \x01 byte of the file at path with a NUL (strings the writer cannot take). */
+static void patch_nul(const char *path) {
+    size_t n = 0;
+    uint8_t *data = test_read_file(path, 0, &n);
+    uint8_t *at = data ? memchr(data, 1, n) : NULL;
+    CHECK(at != NULL);
+    if (at) {
+        *at = 0;
+        FILE *f = fopen(path, "wb");
+        CHECK(f && fwrite(data, 1, n, f) == n);
+        if (f) fclose(f);
+    }
+    free(data);
+}
+
 static void expect_load(const char *label, edit e, es_status want, const char *needle) {
     const char *path = tmp("bad.gguf");
     rebuild(base_path, path, e);
+    if (e.extra == arch_nul) patch_nul(path);
     es_model *m = (es_model *)&e; /* poison */
     es_status s = es_model_load(path, NULL, &m);
     const char *msg = es_last_error();
@@ -194,7 +213,10 @@ SET_U32(rot8, "llama.rope.dimension_count", 8)
 SET_U32(klen8, "llama.attention.key_length", 8)
 SET_U32(layers0, "llama.block_count", 0)
 SET_U32(vocab100, "llama.vocab_size", 100)
+SET_U32(layers1, "llama.block_count", 1)
 SET_STR(arch_gpt2, "general.architecture", "gpt2")
+SET_STR(arch_nul, "general.architecture", "llama\x01x") /* the \x01 becomes a NUL in the file */
+SET_STR(tok_none, "tokenizer.ggml.model", "none")
 SET_STR(yarn, "llama.rope.scaling.type", "yarn")
 SET_STR(neox, "edgespec.rope.ordering", "neox")
 SET_STR(bogus_order, "edgespec.rope.ordering", "sideways")
@@ -281,6 +303,21 @@ static void test_bad(void) {
     expect_load("vocab_size", (edit){NULL, NULL, vocab100}, ES_ERR_MODEL,
                 "llama.vocab_size 100 disagrees with tokenizer.ggml.tokens, which has 512 tokens");
     expect_load("arch", (edit){NULL, NULL, arch_gpt2}, ES_ERR_UNSUPPORTED, "general.architecture is 'gpt2'");
+    /* a NUL inside the name: not 'llama' (the C string), and said so */
+    expect_load("arch with a NUL", (edit){NULL, NULL, arch_nul}, ES_ERR_FORMAT,
+                "general.architecture (offset");
+    expect_load("arch with a NUL message", (edit){NULL, NULL, arch_nul}, ES_ERR_FORMAT,
+                "has a NUL byte after 'llama'");
+    /* the tokenizer's absence is named, not blamed on the token count */
+    expect_load("no tokenizer.ggml.model", (edit){"tokenizer.ggml.model", NULL, NULL}, ES_ERR_MODEL,
+                "tokenizer.ggml.model is missing");
+    expect_load("tokenizer.ggml.model none", (edit){NULL, NULL, tok_none}, ES_ERR_MODEL,
+                "tokenizer.ggml.model is 'none'");
+    /* layers the hyperparameters do not count */
+    expect_load("block_count below the tensors", (edit){NULL, NULL, layers1}, ES_ERR_MODEL,
+                "tensor 'blk.1.attn_norm.weight' (file offset");
+    expect_load("block_count below the tensors message", (edit){NULL, NULL, layers1}, ES_ERR_MODEL,
+                "is for block 1, but llama.block_count is 1");
     expect_load("yarn", (edit){NULL, NULL, yarn}, ES_ERR_UNSUPPORTED, "RoPE scaling 'yarn' is not supported");
     expect_load("linear without factor", (edit){NULL, NULL, linear_nofactor}, ES_ERR_MODEL,
                 "missing required metadata key 'llama.rope.scaling.factor'");
@@ -339,6 +376,29 @@ static void test_files(void) {
     fclose(fp);
     CHECK_FAILS(es_model_load(path, NULL, &m), ES_ERR_FORMAT, "garbage.gguf': bad magic at offset 0");
     CHECK_FAILS(es_model_load(NULL, NULL, &m), ES_ERR_INVALID_ARGUMENT, "path is NULL");
+    /* files that are not regular files: refused by type, before anything blocks on them (a FIFO
+     * with no writer would block an open for reading forever; the alarm turns that into a
+     * failure instead of a hung test) */
+    const char *fifo = tmp("model.fifo");
+    unlink(fifo);
+    CHECK(mkfifo(fifo, 0600) == 0);
+    alarm(10);
+    CHECK_FAILS(es_model_load(fifo, NULL, &m), ES_ERR_IO, "is a FIFO, not a regular file");
+    es_model_params nm = es_model_default_params();
+    nm.no_mmap = true;
+    CHECK_FAILS(es_model_load(fifo, &nm, &m), ES_ERR_IO, "model.fifo");
+    alarm(0);
+    CHECK(m == NULL);
+    unlink(fifo);
+    CHECK_FAILS(es_model_load("/dev/null", NULL, &m), ES_ERR_IO, "'/dev/null': is a character device, not a regular file");
+    CHECK_FAILS(es_model_load(dir, NULL, &m), ES_ERR_IO, "is a directory");
+    /* the path appears once in the message */
+    CHECK_FAILS(es_model_load(path, NULL, &m), ES_ERR_FORMAT, "bad magic");
+    const char *first = strstr(es_last_error(), "garbage.gguf");
+    CHECKF(first && !strstr(first + 1, "garbage.gguf"), "the path twice: %s", es_last_error());
+    CHECK_FAILS(es_model_load(tmp("missing.gguf"), NULL, &m), ES_ERR_IO, "missing.gguf");
+    first = strstr(es_last_error(), "missing.gguf");
+    CHECKF(first && !strstr(first + 1, "missing.gguf"), "the path twice: %s", es_last_error());
     CHECK_FAILS(es_model_load(path, NULL, NULL), ES_ERR_INVALID_ARGUMENT, "out is NULL");
     es_model_free(NULL);
 

@@ -15,6 +15,7 @@ static es__hparams hp;
 /* What the adapter under construction looks like; each test breaks one thing. */
 typedef struct spec {
     const char *general_type, *adapter_type;
+    const char *arch; /* general.architecture; NULL = absent (optional) */
     int64_t n_streams, n_msa, prune_rank, prune_layer, lora_rank; /* -1 = key absent */
     int64_t embd_ne0, embd_ne1;
     es__dtype embd_type;
@@ -23,7 +24,7 @@ typedef struct spec {
 } spec;
 
 static spec good(void) {
-    spec s = {"adapter", "speculative_streaming", 3, 2, 4, 4, 2, 0, 0, ES__DTYPE_F16, true, false, false, false, false, 0};
+    spec s = {"adapter", "speculative_streaming", NULL, 3, 2, 4, 4, 2, 0, 0, ES__DTYPE_F16, true, false, false, false, false, 0};
     s.embd_ne0 = hp.n_embd;
     s.embd_ne1 = 3;
     return s;
@@ -64,6 +65,7 @@ static void add_f32(es__gguf_writer *w, const char *name, es__dtype type, int64_
 static es_status build_and_parse(const spec *s, es__ss_adapter **out, uint8_t **file, uint64_t *file_size) {
     es__gguf_writer *w = es__gguf_writer_create(NULL);
     if (s->general_type) es__gguf_set_str(w, "general.type", s->general_type);
+    if (s->arch) es__gguf_set_str(w, "general.architecture", s->arch);
     if (s->adapter_type) es__gguf_set_str(w, "edgespec.adapter.type", s->adapter_type);
     if (s->n_streams >= 0) es__gguf_set_u32(w, "edgespec.ss.n_streams", (uint32_t)s->n_streams);
     if (s->n_msa >= 0) es__gguf_set_u32(w, "edgespec.ss.n_msa_layers", (uint32_t)s->n_msa);
@@ -111,6 +113,10 @@ static void test_good(void) {
     spec s = good();
     es__ss_adapter *ad = NULL;
     CHECK_OK(build_and_parse(&s, &ad, NULL, NULL));
+    es__ss_adapter_free(ad);
+    s.arch = "llama"; /* as tools/train writes it */
+    ad = NULL;
+    CHECK_OK(build_and_parse(&s, &ad, NULL, NULL));
     if (!ad) return;
     CHECK(ad->n_streams == 3 && ad->n_msa == 2 && ad->msa_start == hp.n_layer - 2 && ad->prune_layer == 4 &&
           ad->prune_rank == 4 && ad->lora_rank == 2);
@@ -156,6 +162,9 @@ static void test_bad(void) {
     EXPECT_FAIL(s.general_type = NULL, ES_ERR_MODEL, "general.type");
     EXPECT_FAIL(s.general_type = "model", ES_ERR_MODEL, "general.type = \"model\", expected \"adapter\"");
     EXPECT_FAIL(s.adapter_type = "lora", ES_ERR_MODEL, "expected \"speculative_streaming\"");
+    /* an adapter for another architecture: general.architecture is optional, but checked */
+    EXPECT_FAIL(s.arch = "gpt2", ES_ERR_MODEL, "general.architecture = \"gpt2\", expected \"llama\"");
+    EXPECT_FAIL(s.arch = "", ES_ERR_MODEL, "general.architecture = \"\", expected \"llama\"");
     EXPECT_FAIL(s.n_streams = -1, ES_ERR_MODEL, "edgespec.ss.n_streams");
     EXPECT_FAIL(s.n_streams = 0, ES_ERR_MODEL, "edgespec.ss.n_streams = 0, expected 1..16");
     EXPECT_FAIL((s.n_streams = 17, s.embd_ne1 = 17), ES_ERR_MODEL, "n_streams = 17");

@@ -37,6 +37,7 @@ typedef struct cli_command {
     const cli_opt *opts;
     int n_opts;
     int min_positional, max_positional;
+    FILE *out;             /* parse errors and --help; NULL = stderr and stdout (tests: /dev/null) */
 } cli_command;
 
 typedef enum cli_parse_result {

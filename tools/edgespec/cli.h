@@ -80,7 +80,7 @@ cli_backend_args cli_backend_defaults(void);
     {"--backend", NULL, CLI_CHOICE, &(a).backend, "NAME", "where the model runs", 0, 0, cli_backend_names},   \
     {"--device", NULL, CLI_STR, &(a).device, "DEV", "Vulkan device: index, name substring or type", 0, 0, NULL}, \
     {"--vk-flags", NULL, CLI_STR, &(a).vk_flags, "LIST", "Vulkan fallbacks to force, e.g. fallbacks or no-fp16,no-subgroup", 0, 0, NULL}, \
-    {"--threads", "-t", CLI_INT, &(a).threads, "N", "CPU threads, 0 = all processors", 0, 4096, NULL},         \
+    {"--threads", "-t", CLI_INT, &(a).threads, "N", "CPU threads, 0 = all processors", 0, ES_MAX_THREADS, NULL},         \
     {"--ctx-size", "-c", CLI_INT, &(a).ctx_size, "N", "KV cache tokens, 0 = the model's (at most 4096)", 0, 1 << 24, NULL}, \
     {"--batch-size", "-b", CLI_INT, &(a).batch_size, "N", "most tokens per forward call, 0 = 512", 0, 1 << 20, NULL}, \
     {"--profile", NULL, CLI_FLAG, &(a).profile, NULL, "print per-op device times at the end", 0, 0, NULL}

@@ -208,7 +208,7 @@ int cli_cmd_chat(int argc, char **argv) {
     };
     const cli_command cmd = {"chat", "-m MODEL [options]",
                              "Chat with the model: type a message, read the answer; /help lists the commands.", opts,
-                             CLI_N_OPTS(opts), 0, 0};
+                             CLI_N_OPTS(opts), 0, 0, NULL};
     const char *pos[1];
     int n_pos;
     cli_parse_result r = cli_parse(&cmd, argc - 1, argv + 1, pos, &n_pos, NULL);

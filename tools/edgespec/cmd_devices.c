@@ -14,7 +14,7 @@ int cli_cmd_devices(int argc, char **argv) {
     const cli_opt opts[] = {{"--help", "-h", CLI_FLAG, NULL, NULL, "show this help", 0, 0, NULL}};
     const cli_command cmd = {"devices", "",
                              "List the Vulkan devices, the default one (*), and the optional features edgespec uses.",
-                             opts, 0, 0, 0};
+                             opts, 0, 0, 0, NULL};
     const char *pos[1];
     int n_pos;
     cli_parse_result r = cli_parse(&cmd, argc - 1, argv + 1, pos, &n_pos, NULL);

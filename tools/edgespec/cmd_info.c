@@ -117,7 +117,7 @@ int cli_cmd_info(int argc, char **argv) {
         {"--model", "-m", CLI_STR, &model, "PATH", "GGUF file (or give it as the argument)", 0, 0, NULL},
     };
     const cli_command cmd = {"info", "MODEL", "Print a GGUF model's hyperparameters, tokenizer, tensors and types.",
-                             opts, CLI_N_OPTS(opts), 0, 1};
+                             opts, CLI_N_OPTS(opts), 0, 1, NULL};
     const char *pos[1];
     int n_pos;
     cli_parse_result r = cli_parse(&cmd, argc - 1, argv + 1, pos, &n_pos, NULL);
@@ -144,7 +144,7 @@ int cli_cmd_info(int argc, char **argv) {
         } else {
             es_model_free(m);
             m = NULL;
-            fprintf(stderr, "edgespec info: cannot load '%s': %s (%s)\n", path, full_error, es_status_str(s));
+            fprintf(stderr, "edgespec info: cannot load the model: %s (%s)\n", full_error, es_status_str(s));
             return CLI_EXIT_FAIL;
         }
     }

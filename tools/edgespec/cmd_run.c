@@ -119,7 +119,7 @@ int cli_cmd_run(int argc, char **argv) {
     };
     const cli_command cmd = {"run", "-m MODEL (-p PROMPT | -f FILE) [options]",
                              "Generate a continuation of the prompt: text on stdout, statistics on stderr.", opts,
-                             CLI_N_OPTS(opts), 0, 0};
+                             CLI_N_OPTS(opts), 0, 0, NULL};
     const char *pos[1];
     int n_pos;
     cli_parse_result r = cli_parse(&cmd, argc - 1, argv + 1, pos, &n_pos, NULL);

@@ -18,7 +18,7 @@ int cli_cmd_tokenize(int argc, char **argv) {
     };
     const cli_command cmd = {"tokenize", "-m MODEL (-p TEXT | -f FILE) [--no-bos]",
                              "Print the token ids of a text, space-separated, on one line.", opts, CLI_N_OPTS(opts),
-                             0, 0};
+                             0, 0, NULL};
     const char *pos[1];
     int n_pos;
     cli_parse_result r = cli_parse(&cmd, argc - 1, argv + 1, pos, &n_pos, NULL);

@@ -90,9 +90,8 @@ es_model *cli_load_model(const char *cmd, const char *path, bool vocab_only) {
     es_status s = es_model_load(path, &mp, &m);
     if (prog.tty && prog.last >= 0 && prog.last < 100) fputc('\n', stderr); /* end a cut-off bar */
     if (s != ES_OK) {
-        char what[1024];
-        snprintf(what, sizeof what, "cannot load '%s'", path);
-        cli_fail_status(cmd, s, what);
+        /* the library's message names the file (once) */
+        cli_fail_status(cmd, s, "cannot load the model");
         return NULL;
     }
     return m;
