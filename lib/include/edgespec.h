@@ -436,7 +436,12 @@ ES_API const es_model *es_context_model(const es_context *ctx);
  * The forward call that takes it fails with ES_ERR_CANCELLED and clears the request; the context
  * stays usable: its committed tokens are intact and the provisional batch (the last forward's
  * uncommitted tokens) is dropped. So a request made while no forward runs cancels the next one;
- * no other call takes or clears a request. */
+ * no other call takes or clears a request. A generation whose forward call is cancelled fails with
+ * ES_ERR_CANCELLED: es_generate then leaves ctx as before the call; a speculative step changes
+ * nothing and es_spec_generate keeps the tokens it handed out (the sequence ends with them).
+ * ES_SPEC_DSI cancels its target context itself to preempt work: a request from the application
+ * on that context may be taken as one of its own and not end the generation; stop a DSI
+ * generation with on_token returning false instead. */
 ES_API void es_context_abort(es_context *ctx);
 
 /* A batch of n tokens for one forward call. Positions and DFS intervals place each token in a

@@ -9,11 +9,16 @@
  *   the edited sequence;
  * - a sequence saved with es_context_save and taken up by es_spec_resume on another context goes
  *   on as the original does;
+ * - a step or a generation cancelled with es_context_abort (between steps, and from another
+ *   thread at a random moment; stream and draft) hands out a prefix of plain decoding's tokens,
+ *   the sequence ends with them, and the next turn equals plain decoding of the whole;
  * - bad arguments fail and leave the sequence as it was. */
 #include "mem_adapter.h"
 #include "spec_run.h"
 
+#include <pthread.h>
 #include <stdlib.h>
+#include <time.h>
 #include <unistd.h>
 
 #define N_CTX 40
@@ -196,6 +201,97 @@ static void check_resume(const es_model *m, const es_model *draft, es_spec_strat
     remove(path);
 }
 
+typedef struct canceller {
+    es_context *ctx;
+    long delay_us;
+} canceller;
+
+static void *abort_later(void *user) {
+    canceller *c = user;
+    struct timespec ts = {0, c->delay_us * 1000};
+    nanosleep(&ts, NULL);
+    es_context_abort(c->ctx);
+    return NULL;
+}
+
+/* The first n tokens: by steps, a step cancelled on the way (how 0: deterministic, the request
+ * made between steps); by es_spec_generate with another thread aborting at a random moment (how
+ * 1: the call may end first, leaving the request for the next call). *n is what was emitted. */
+static es_status cancelled_run(es_spec *s, es_context *c, const es_sampler_params *sp, const int32_t *prompt, int how,
+                               test_rng *rng, int32_t *out, int32_t *n, const char *name) {
+    *n = 0;
+    if (how == 0) {
+        ES_TRY(es_spec_feed(s, prompt, 10));
+        bool cancelled = false;
+        while (*n < 20) {
+            if (*n >= 5 && !cancelled) es_context_abort(c);
+            int32_t buf[ES_SPEC_MAX_DEPTH + 1];
+            size_t got = 0;
+            const es_status st = es_spec_step(s, buf, ES__MIN((size_t)(20 - *n), ES__ARRAY_LEN(buf)), &got);
+            if (*n >= 5 && !cancelled) {
+                cancelled = true;
+                CHECKF(st == ES_ERR_CANCELLED && got == 0 && es_spec_n_tokens(s) == (size_t)(10 + *n),
+                       "%s: a step with an abort request: %s, %zu tokens", name, es_status_str(st), got);
+                continue;
+            }
+            ES_TRY(st);
+            for (size_t i = 0; i < got; i++) out[(*n)++] = buf[i];
+        }
+        return ES_ERR_CANCELLED;
+    }
+    canceller cn = {c, (long)(test_rng_u64(rng) % 3000)};
+    pthread_t th;
+    CHECK(pthread_create(&th, NULL, abort_later, &cn) == 0);
+    es_generate_params gp = gen_params(sp, 20);
+    es_generate_stats st;
+    const es_status rc = es_spec_generate(s, prompt, 10, &gp, out, 20, &st);
+    pthread_join(th, NULL);
+    *n = st.n_generated;
+    return rc;
+}
+
+/* Cancellation leaves the sequence with what was handed out, and the next turn equals plain
+ * decoding of the whole, for a request that found a call running and for one left pending. */
+static void check_abort(const es_model *m, const es_model *draft, es_spec_strategy kind, const es_sampler_params *sp,
+                        const int32_t *prompt, int mode, int how, test_rng *rng) {
+    const char *name = kind_name(kind);
+    es_context *c = new_ctx(m, N_CTX, 16);
+    es_spec *s = new_spec(c, draft, kind, sp);
+    int32_t got[20], want[40], seq[40], n = 0;
+    es_status rc = cancelled_run(s, c, sp, prompt, how, rng, got, &n, name);
+    CHECKF(rc == ES_ERR_CANCELLED || (how == 1 && rc == ES_OK), "%s, mode %d, how %d: %s (%s)", name, mode, how,
+           es_status_str(rc), es_spec_errmsg(s));
+    int32_t n_want = plain(m, prompt, 10, sp, 20, N_CTX, 16, want);
+    same(want, n, got, ES__MIN(n, n_want), "the tokens around a cancellation", name, mode);
+    /* a request that came during the prompt's prefill leaves nothing: the prompt comes again */
+    const bool none = how == 1 && rc == ES_ERR_CANCELLED && n == 0 && es_spec_n_tokens(s) == 0;
+    CHECKF(none || es_spec_n_tokens(s) == (size_t)(10 + n), "%s, mode %d, how %d: a sequence of %zu tokens after %d emitted",
+           name, mode, how, es_spec_n_tokens(s), n);
+
+    memcpy(seq, prompt, sizeof(int32_t) * 10);
+    memcpy(seq + 10, got, sizeof(int32_t) * (size_t)n);
+    memcpy(seq + 10 + n, prompt + 40, sizeof(int32_t) * 3);
+    n_want = plain(m, seq, 13 + n, sp, 5, N_CTX, 16, want);
+    const int32_t *turn = none ? seq : prompt + 40, n_turn = none ? 13 : 3;
+    const size_t held = es_spec_n_tokens(s);
+    es_generate_params gp = gen_params(sp, 5);
+    es_generate_stats st;
+    if (how == 0) es_context_abort(c); /* pending: the next call fails at its first forward */
+    rc = es_spec_generate(s, turn, (size_t)n_turn, &gp, got, 5, &st);
+    if (rc == ES_ERR_CANCELLED) {
+        CHECKF(es_spec_n_tokens(s) == held && st.n_generated == 0,
+               "%s, mode %d, how %d: a call cancelled at once left %zu tokens (not %zu) and emitted %d", name, mode, how,
+               es_spec_n_tokens(s), held, st.n_generated);
+        rc = es_spec_generate(s, turn, (size_t)n_turn, &gp, got, 5, &st);
+    } else {
+        CHECK(how == 1);
+    }
+    CHECK_OK(rc);
+    same(want, n_want, got, st.n_generated, "the turn after a cancellation", name, mode);
+    free_spec(s);
+    es_context_free(c);
+}
+
 /* argv[1]: "cpu" (default) or "vulkan". */
 int main(int argc, char **argv) {
     backend = test_backend_from_args(argc, argv, 1, NULL);
@@ -223,6 +319,9 @@ int main(int argc, char **argv) {
             check_generate_shift(m, draft, kinds[k], modes[mode], prompt, mode);
             check_edits(m, draft, kinds[k], modes[mode], prompt, mode);
             check_resume(m, draft, kinds[k], modes[mode], prompt, mode);
+            /* DSI aborts the target context itself (preemption): see es_context_abort */
+            for (int how = 0; how < 2 && kinds[k] != ES_SPEC_DSI; how++)
+                for (int r = 0; r < (how ? 4 : 1); r++) check_abort(m, draft, kinds[k], modes[mode], prompt, mode, how, &rng);
         }
 
     es__ss_adapter_free(m->ss);
