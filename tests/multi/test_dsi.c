@@ -233,7 +233,7 @@ static void test_rejection_distribution(void) {
     es_model *dm = mem_model_create(&tc);
     es_sampler_params sp = es_sampler_default_params();
     sp.temperature = 1.0f;
-    const int32_t prompt[3] = {1, 4, 2}, V = 6, cells = 36, trials = quick ? 800 : 3000;
+    const int32_t prompt[3] = {1, 4, 2}, V = 6, cells = 36, trials = 3000;
     double want[36], draft[36], obs[36] = {0};
     pair_probs(t, &sp, prompt, 3, want);
     pair_probs(dm, &sp, prompt, 3, draft);
@@ -397,7 +397,9 @@ int main(int argc, char **argv) {
         }
     }
 
-    test_rejection_distribution();
+    /* the distribution is the verifier's arithmetic on the target's logits, the same on every
+     * backend; on lavapipe its 800 runs of fresh contexts took minutes under MALLOC_PERTURB_ */
+    if (!quick) test_rejection_distribution();
 
     /* the number of servers from measured latencies, within its cap */
     {
