@@ -75,7 +75,7 @@ static void stress_run(uint64_t seed, totals *tot) {
             s.n_decided -= 1 + (int32_t)(test_rng_u64(&r) % 4);
             es__dsi_sched_reset(d, seq, s.n_decided);
             tot->rewinds++;
-        } else if (ok && event == 1) { /* a turn: the sequence goes on with tokens the caller gives */
+        } else if (ok && event == 1 && s.n_decided < n_ctx) { /* a turn: the caller gives tokens */
             es__dsi_sched_quiesce(d);
             const int32_t more = ES__MIN(1 + (int32_t)(test_rng_u64(&r) % 5), n_ctx - s.n_decided);
             memcpy(s.decided + s.n_decided, seq + s.n_decided, sizeof(int32_t) * (size_t)more);
