@@ -4,7 +4,9 @@
  * ES_SPEC_DRAFT uses it); the target servers are the speculation object's context (server 0)
  * and contexts of the same model that this file makes on backends of their own; every worker
  * forwards, reads logits, commits and truncates only through forward_api.h, and a rejected
- * prefix's work is stopped with es_context_abort. Decisions are es__spec_verify's on the rows a
+ * prefix's work is stopped with es_context_abort. Without a draft model, the drafter is the
+ * target's own Speculative Streaming streams (issue "DSI + SS"): a context of the target model
+ * whose one call drafts the next token and, through its γ streams, the γ after it. Decisions are es__spec_verify's on the rows a
  * server copied out, so greedy, seeded and rejection sampling are exactly those of the other
  * strategies. The number of servers defaults to Appendix D's ceil(T_target / (lookahead
  * T_draft)), the latencies timed on the contexts at the first feed.
@@ -17,7 +19,16 @@
 
 typedef struct dsi_state {
     es_spec *s;
-    es_context *draft;                     /* draft_ctx, not owned                         */
+    es_context *draft;                     /* draft_ctx (not owned), or the streams' own   */
+    bool own_draft;                        /* draft made here (streams, no draft_ctx)      */
+    es_backend *draft_backend;             /* made here for it (NULL: the target's)        */
+    int32_t g;                             /* streams: stream rows per drafter call; 0 = a
+                                              draft model drafts                           */
+    int32_t c_at, c_n;                     /* streams: the last call drafted positions
+                                              c_at .. c_at + c_n - 1 (c_n 0: none held)     */
+    int32_t c_tok[ES_SPEC_MAX_DEPTH + 1];
+    float c_lp[ES_SPEC_MAX_DEPTH + 1];
+    double *c_q;                           /* [γ + 1][V] their distributions (rejection)   */
     int32_t n_srv;                         /* 0 until the first feed starts the servers    */
     es_context *srv[ES_DSI_MAX_TARGETS];   /* [0] = s->ctx; the others made here           */
     es_backend *own[ES_DSI_MAX_TARGETS];   /* backends made here (NULL: given or shared)   */
@@ -78,8 +89,72 @@ static es_status commit_chain(es_context *c, int32_t keep, es__err *err, const c
     return st;
 }
 
+/* ---- the target's own streams as the drafter */
+
+/* Whether the last stream call drafted position n on this very prefix: the drafter's tokens up
+ * to keep are the ones it read for that call (keep >= c_at; the scheduler lowers keep wherever
+ * seq changed), and the positions since are that call's drafts. */
+static bool streams_hold(const dsi_state *ds, const int32_t *seq, int32_t keep, int32_t n) {
+    if (ds->c_n == 0 || keep < ds->c_at || n <= ds->c_at || n >= ds->c_at + ds->c_n) return false;
+    return memcmp(seq + ds->c_at, ds->c_tok, sizeof(int32_t) * (size_t)(n - ds->c_at)) == 0;
+}
+
+/* One call on seq[0..n): the tokens before the last read plainly, the last with γ stream rows;
+ * its main row drafts position n, stream j position n + 1 + j, each keyed by its position as
+ * op_draft's drafts are. */
+static es_status stream_call(dsi_state *ds, const int32_t *seq, int32_t keep, int32_t n, es__err *err) {
+    es_context *d = ds->draft;
+    int32_t base = 0;
+    ds->c_n = 0;
+    if (ES__MIN(keep, es_context_n_past(d)) < n - 1) {
+        ES_TRY(forward_chain(d, seq, keep, n - 1, n - 1, ds->d_batch, ds->flags[0], &base, err, "dsi drafter"));
+        ES_TRY(commit_chain(d, keep, err, "dsi drafter"));
+    } else {
+        es_truncate(d, n - 1);
+    }
+    const es__call call = {ds->g, 0.0f};
+    uint8_t one = 1;
+    es_batch b = {1, seq + n - 1, NULL, NULL, NULL, &one};
+    const float *main_row = NULL, *stream_rows = NULL;
+    es_status st = es__forward(d, &b, &call);
+    if (st == ES_OK) st = es_logits(d, 0, &main_row);
+    if (st == ES_OK) st = es__stream_logits(d, 0, ds->g, &stream_rows);
+    if (st != ES_OK) {
+        es__fail(err, st, "dsi drafter (streams): %s", es_context_errmsg(d));
+        es_truncate(d, n - 1);
+        return st;
+    }
+    for (int32_t i = 0; i <= ds->g && st == ES_OK; i++) {
+        const float *row = i == 0 ? main_row : stream_rows + (size_t)(i - 1) * (size_t)ds->V;
+        int32_t got = 0;
+        st = es__draft_candidates(&ds->dver, row, seq, (size_t)n, n + i, (uint64_t)(n + i), 1, ds->c_tok + i,
+                                  ds->c_lp + i, ds->c_q ? ds->c_q + (size_t)i * (size_t)ds->V : NULL, &got, err);
+        if (st == ES_OK && got < 1) st = es__fail(err, ES_ERR_BACKEND, "dsi drafter: no candidate at position %d", n + i);
+    }
+    if (st == ES_OK) st = commit_chain(d, n - 1, err, "dsi drafter");
+    else es_truncate(d, n - 1);
+    if (st != ES_OK) return st;
+    ds->c_at = n;
+    ds->c_n = ds->g + 1;
+    return ES_OK;
+}
+
+/* The draft of position n: from the last call when it drafted it on this prefix, else a call. */
+static es_status draft_streams(dsi_state *ds, const int32_t *seq, int32_t keep, int32_t n, int32_t *token,
+                               es__err *err) {
+    if (!streams_hold(ds, seq, keep, n)) ES_TRY(stream_call(ds, seq, keep, n, err));
+    const int32_t i = n - ds->c_at, slot = n % ds->ring;
+    *token = ds->c_tok[i];
+    ds->dlp[slot] = ds->c_lp[i];
+    if (ds->dq)
+        memcpy(ds->dq + (size_t)slot * (size_t)ds->V, ds->c_q + (size_t)i * (size_t)ds->V, sizeof(double) * (size_t)ds->V);
+    return ES_OK;
+}
+
 static es_status op_draft(void *user, const int32_t *seq, int32_t keep, int32_t n, int32_t *token, es__err *err) {
     dsi_state *ds = user;
+    if (ds->g > 0 && token) return draft_streams(ds, seq, keep, n, token, err);
+    ds->c_n = 0; /* a prefill rewrites what the drafter read */
     es_context *d = ds->draft;
     int32_t base = 0;
     ES_TRY(forward_chain(d, seq, keep, n, token ? n - 1 : n, ds->d_batch, ds->flags[0], &base, err, "dsi drafter"));
@@ -185,14 +260,15 @@ static es_status op_verify(void *user, int32_t slot, int32_t lo, const int32_t *
 
 /* ---- setup: the servers, from the latencies when their number is not given */
 
-/* The time of one decode call of token on c (the better of two; nothing is kept). */
-static es_status time_call(es_spec *s, es_context *c, int32_t token, double *ms) {
+/* The time of one decode call of token on c (the better of two; nothing is kept), with the
+ * streams' rows when call says so. */
+static es_status time_call(es_spec *s, es_context *c, int32_t token, const es__call *call, double *ms) {
     const int32_t n_past = es_context_n_past(c);
     double best = 0.0;
     for (int i = 0; i < 2; i++) {
         es_batch b = {1, &token, NULL, NULL, NULL, NULL};
         const double t0 = es__time_now();
-        es_status st = es_forward(c, &b);
+        es_status st = es__forward(c, &b, call);
         const double t = (es__time_now() - t0) * 1e3;
         if (st != ES_OK) return es__spec_fail_ctx(s, c, st, "dsi: timing a call");
         best = i == 0 ? t : ES__MIN(best, t);
@@ -207,8 +283,11 @@ static es_status time_call(es_spec *s, es_context *c, int32_t token, double *ms)
 static es_status measure_servers(es_spec *s, dsi_state *ds, int32_t n_dec, int32_t *n_srv) {
     const int32_t root = s->hist[n_dec - 1], d_past = es_context_n_past(ds->draft);
     ES_TRY(es__spec_prefill(s, ds->draft, s->hist + d_past, n_dec - 1 - d_past));
-    ES_TRY(time_call(s, s->ctx, root, &ds->t_target_ms));
-    ES_TRY(time_call(s, ds->draft, root, &ds->t_draft_ms));
+    ES_TRY(time_call(s, s->ctx, root, NULL, &ds->t_target_ms));
+    /* the streams draft γ + 1 tokens a call: T_draft is the call's share per token */
+    const es__call streams = {ds->g, 0.0f};
+    ES_TRY(time_call(s, ds->draft, root, ds->g > 0 ? &streams : NULL, &ds->t_draft_ms));
+    ds->t_draft_ms /= (double)(ds->g + 1);
     const double want = ceil(ds->t_target_ms / ((double)ds->K * ES__MAX(ds->t_draft_ms, 1e-3)));
     *n_srv = (int32_t)ES__MAX(1.0, ES__MIN(want, (double)s->p.dsi.max_targets));
     return ES_OK;
@@ -294,6 +373,9 @@ static void dsi_free(es_spec *s, void *state) {
     es__dsi_sched_free(ds->sched);
     for (int32_t i = 1; i < ds->n_srv; i++) es_context_free(ds->srv[i]);
     for (int32_t i = 0; i < ES_DSI_MAX_TARGETS; i++) es_backend_free(ds->own[i]);
+    if (ds->own_draft) es_context_free(ds->draft);
+    es_backend_free(ds->draft_backend);
+    es__free(s->alloc, ds->c_q);
     es__verifier_free(&ds->dver);
     es__free(s->alloc, ds->rows);
     es__free(s->alloc, ds->dlp);
@@ -302,12 +384,41 @@ static void dsi_free(es_spec *s, void *state) {
     es__free(s->alloc, ds);
 }
 
-static es_status dsi_create(es_spec *s, void **state) {
+/* No draft model: the drafter is a context of the target model, whose streams draft; on a CPU
+ * target it gets a 1-thread backend of its own (its calls then run beside the servers'), on
+ * Vulkan the target's backend (its calls take turns with server 0's). */
+static es_status make_stream_drafter(es_spec *s, dsi_state *ds) {
+    es_backend *b = s->caps.backend;
+    es_status st = ES_OK;
+    if (s->caps.backend_type == ES_BACKEND_CPU) {
+        es_backend_params bp = es_backend_default_params();
+        bp.n_threads = 1;
+        bp.allocator = s->alloc;
+        st = es_backend_create(&bp, &ds->draft_backend);
+        b = ds->draft_backend;
+    }
+    es_context_params cp = es_context_default_params();
+    cp.n_ctx = s->caps.n_ctx;
+    cp.n_batch = s->caps.n_batch;
+    cp.backend = b;
+    cp.allocator = s->alloc;
+    if (st == ES_OK) st = es_context_create(s->model, &cp, &ds->draft);
+    if (st != ES_OK) return es__fail(&s->err, st, "es_spec_create: DSI's streams drafter: %s", es_last_error());
+    ds->own_draft = true;
+    return ES_OK;
+}
+
+static es_status check_params(es_spec *s) {
     const es_spec_params *p = &s->p;
     const es_dsi_params *dp = &p->dsi;
-    es_context *d = p->draft_ctx;
-    ES_RETURN_IF(!d || d == s->ctx, &s->err, ES_ERR_INVALID_ARGUMENT,
-                 "es_spec_create: DSI needs draft_ctx, a second context (of the draft model)");
+    ES_RETURN_IF(p->draft_ctx == s->ctx, &s->err, ES_ERR_INVALID_ARGUMENT,
+                 "es_spec_create: DSI's draft_ctx is the target context; it needs a second context (of the draft model)");
+    ES_RETURN_IF(!p->draft_ctx && s->caps.n_streams == 0, &s->err, ES_ERR_INVALID_ARGUMENT,
+                 "es_spec_create: DSI needs draft_ctx, a second context (of the draft model), or a target whose "
+                 "Speculative Streaming streams draft: %s", s->caps.why_no_streams);
+    ES_RETURN_IF(!p->draft_ctx && (p->n_streams < 1 || p->n_streams > s->caps.n_streams), &s->err,
+                 ES_ERR_INVALID_ARGUMENT, "es_spec_create: n_streams %d outside [0, %d] (0 = the adapter's)",
+                 p->n_streams, s->caps.n_streams);
     ES_RETURN_IF(p->lookahead < 1 || p->lookahead > ES_SPEC_MAX_DEPTH - 1, &s->err, ES_ERR_INVALID_ARGUMENT,
                  "es_spec_create: DSI's lookahead %d outside [0, %d] (0 = 4)", p->lookahead, ES_SPEC_MAX_DEPTH - 1);
     ES_RETURN_IF(dp->n_targets < 0 || dp->n_targets > ES_DSI_MAX_TARGETS, &s->err, ES_ERR_INVALID_ARGUMENT,
@@ -323,27 +434,41 @@ static es_status dsi_create(es_spec *s, void **state) {
     ES_RETURN_IF(room < p->lookahead + 2, &s->err, ES_ERR_INVALID_ARGUMENT,
                  "es_spec_create: DSI verifies blocks of lookahead %d drafts: the target context's n_batch and max_nodes "
                  "must be >= %d, are %d and %d", p->lookahead, p->lookahead + 2, s->caps.n_batch, p->max_nodes);
+    if (!p->draft_ctx) return ES_OK;
     es__caps dc;
-    es__context_caps(d, &dc);
+    es__context_caps(p->draft_ctx, &dc);
     ES_RETURN_IF(dc.n_ctx < s->caps.n_ctx, &s->err, ES_ERR_INVALID_ARGUMENT,
                  "es_spec_create: the draft context needs n_ctx >= %d (the target's), has %d", s->caps.n_ctx, dc.n_ctx);
-    ES_TRY(es__spec_same_vocab(s, s->model, es_context_model(d)));
+    return es__spec_same_vocab(s, s->model, es_context_model(p->draft_ctx));
+}
+
+static es_status dsi_create(es_spec *s, void **state) {
+    const es_spec_params *p = &s->p;
+    ES_TRY(check_params(s));
     s->depth = p->lookahead + 1; /* a block and the draft after it */
     s->k = 1;
     dsi_state *ds = es__calloc(s->alloc, 1, sizeof *ds);
     ES_RETURN_IF(!ds, &s->err, ES_ERR_OUT_OF_MEMORY, "es_spec_create: out of memory");
     ds->s = s;
-    ds->draft = d;
+    ds->draft = p->draft_ctx;
+    ds->g = p->draft_ctx ? 0 : p->n_streams;
     ds->ignore_eog = p->ignore_eog;
     ds->K = p->lookahead;
     ds->V = s->caps.n_vocab;
     ds->n_batch = s->caps.n_batch;
-    ds->d_batch = dc.n_batch;
-    es_status st = es__verifier_init(&ds->dver, ds->V, &p->sampling, p->rejection_sampling, s->alloc, &s->err);
+    es_status st = ds->draft ? ES_OK : make_stream_drafter(s, ds);
+    if (st == ES_OK) st = es__verifier_init(&ds->dver, ds->V, &p->sampling, p->rejection_sampling, s->alloc, &s->err);
+    if (st == ES_OK && ds->g > 0 && ds->dver.mode == ES__VERIFY_REJECTION) {
+        ds->c_q = es__calloc(s->alloc, (size_t)(ds->g + 1) * (size_t)ds->V, sizeof(double));
+        if (!ds->c_q) st = es__fail(&s->err, ES_ERR_OUT_OF_MEMORY, "es_spec_create: out of memory");
+    }
     if (st != ES_OK) {
         dsi_free(s, ds);
         return st;
     }
+    es__caps dc;
+    es__context_caps(ds->draft, &dc);
+    ds->d_batch = dc.n_batch;
     *state = ds;
     return ES_OK;
 }
@@ -382,6 +507,7 @@ static es_status dsi_feed(es_spec *s, void *state, const int32_t *chain, int32_t
     /* the decided sequence after this feed: hist[0..n_dec), the new root last */
     const int32_t n_dec = (int32_t)(chain - s->hist) + n_chain + 1;
     if (!ds->sched) ES_TRY(start(s, ds, n_dec));
+    ds->c_n = 0;
     es__dsi_sched_reset(ds->sched, s->hist, n_dec);
     es__dsi_sched_set_kv(ds->sched, 0, es_context_n_past(s->ctx));
     /* the other servers and the drafter read it now, all at once */
@@ -395,6 +521,7 @@ static es_status dsi_feed(es_spec *s, void *state, const int32_t *chain, int32_t
 
 static void dsi_rewind(es_spec *s, void *state, int32_t n_past) {
     dsi_state *ds = state;
+    ds->c_n = 0;
     if (!ds->sched) {
         if (es_context_n_past(ds->draft) > n_past) es_truncate(ds->draft, n_past);
         return;
@@ -434,6 +561,7 @@ static es_status shift_workers(es_spec *s, dsi_state *ds, int32_t n_keep, int32_
  * es_generate does. So every worker reads the whole sequence first, then shifts with the target. */
 static es_status dsi_shift(es_spec *s, void *state, int32_t n_keep, int32_t n_discard) {
     dsi_state *ds = state;
+    ds->c_n = 0;
     if (!ds->sched) {
         es_truncate(ds->draft, ES__MIN(n_keep, es_context_n_past(ds->draft)));
         return ES_OK;

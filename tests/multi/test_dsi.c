@@ -8,8 +8,12 @@
  * turn continues it; the context-full end matches es_generate's; rejection sampling gives the
  * same tokens for a seed whatever the lookahead, the number of servers and the timing; the
  * number of servers comes from measured latencies when not given; bad parameters fail cleanly.
+ * Without a draft model the target's own Speculative Streaming streams draft (a random adapter on
+ * a 12-token vocabulary, so that drafts are accepted now and then): the same checks, token for
+ * token, for every number of streams, lookahead and servers.
  * The servers run on backends of their own: the library's 1-thread CPU backends by default, or
  * (Vulkan) the ones the test gives. argv[1]: "cpu" (default) or "vulkan". */
+#include "../spec/mem_adapter.h"
 #include "../spec/spec_run.h"
 #include "sampler.h"
 
@@ -278,6 +282,62 @@ static void test_rejection_distribution(void) {
 }
 
 /* argv[1]: "cpu" (default) or "vulkan". */
+/* DSI with the target's streams as the drafter (draft_ctx NULL): token for token against
+ * es_generate, greedy and seeded, whatever the streams, lookahead, servers and prompt; rejection
+ * sampling repeats for a seed across lookaheads and servers. */
+static void test_streams_drafter(const es_sampler_params *const modes[2]) {
+    mem_model_cfg mc = {12, 32, 3, 4, 2, 8, 48, 8, ES_ROPE_NORM, 10000.0f, 1.0f, false, ES__DTYPE_F32, 31};
+    es_model *m = mem_model_create(&mc);
+    mem_adapter_cfg ac = {4, 2, 1, 4, 2, 0.3f, 32};
+    mem_adapter_attach(m, &ac);
+    test_rng rng = {77};
+    int32_t prompt[40];
+    for (int i = 0; i < 40; i++) prompt[i] = (int32_t)(test_rng_u64(&rng) % 12);
+    const int32_t cfgs[][4] = {/* n_streams, lookahead, servers, prompt */ {0, 3, 2, 6}, {1, 1, 1, 1}, {2, 4, 1, 33},
+                               {4, 6, 3, 6}, {3, 2, 2, 1}};
+    int64_t accepted = 0, drafted = 0;
+    for (size_t ci = 0; ci < sizeof cfgs / sizeof cfgs[0]; ci++) {
+        for (int mi = 0; mi < 2; mi++) {
+            if (quick && (ci + (size_t)mi) % 2) continue;
+            const int32_t np = cfgs[ci][3];
+            int32_t want[N_GEN], got[N_GEN];
+            const int32_t n_want = plain(m, prompt, np, modes[mi], N_GEN, 128, 16, want);
+            es_context *c = new_ctx(m, 128, 16);
+            es_spec_params p = dsi_params(NULL, modes[mi], false, cfgs[ci][1], cfgs[ci][2]);
+            p.n_streams = cfgs[ci][0];
+            es_spec_stats st;
+            const int32_t n_got = run_spec(c, &p, prompt, np, N_GEN, got, &st);
+            CHECKF(n_got == n_want && memcmp(got, want, sizeof(int32_t) * (size_t)n_want) == 0,
+                   "streams drafter, %d streams, lookahead %d, %d servers, prompt %d, mode %d: other tokens", cfgs[ci][0],
+                   cfgs[ci][1], cfgs[ci][2], np, mi);
+            CHECK(st.dsi.n_targets == cfgs[ci][2]);
+            for (int dd = 0; dd < ES_SPEC_MAX_DEPTH; dd++) accepted += st.accepted[dd], drafted += st.drafted[dd];
+            es_context_free(c);
+        }
+    }
+    printf("streams drafter: %lld of %lld verified drafts accepted\n", (long long)accepted, (long long)drafted);
+    CHECK(accepted > 0 && accepted < drafted); /* the drafts were tested, not all taken on trust */
+    int32_t first[N_GEN], again[N_GEN];
+    for (int r = 0; r < 2; r++) {
+        es_context *c = new_ctx(m, 128, 16);
+        es_spec_params p = dsi_params(NULL, modes[1], true, r ? 5 : 2, r ? 1 : 2);
+        es_spec_stats st;
+        CHECK(run_spec(c, &p, prompt, 6, N_GEN, r ? again : first, &st) == N_GEN);
+        es_context_free(c);
+    }
+    CHECK(memcmp(first, again, sizeof first) == 0);
+    es_context *c = new_ctx(m, 128, 16);
+    es_spec *s = (es_spec *)1;
+    es_spec_params p = dsi_params(NULL, modes[0], false, 3, 2);
+    p.n_streams = 5;
+    CHECK_FAILS(es_spec_create(c, &p, &s), ES_ERR_INVALID_ARGUMENT, "n_streams 5 outside [0, 4]");
+    CHECK(s == NULL);
+    es_context_free(c);
+    es__ss_adapter_free(m->ss);
+    m->ss = NULL;
+    mem_model_free(m);
+}
+
 int main(int argc, char **argv) {
     backend = test_backend_from_args(argc, argv, 1, &quick);
     if (!backend) TEST_MAIN_END();
@@ -349,6 +409,8 @@ int main(int argc, char **argv) {
         }
         printf("drafter %s: %.2f tokens per target call on average\n", names[di], runs ? per_call / runs : 0.0);
     }
+
+    test_streams_drafter(modes);
 
     make_vocab_models();
     for (int mi = 0; mi < 2; mi++)

@@ -64,10 +64,11 @@ def main():
              ["--spec", "draft", "-md", a.draft, "--lookahead", "3"],
              ["--spec", "dsi", "-md", a.draft, "--lookahead", "3"],
              ["--spec", "dsi", "-md", a.draft, "--lookahead", "1", "--targets", "3"],
-             ["--spec", "dsi", "-md", a.draft, "--lookahead", "6", "--targets", "2"]]
+             ["--spec", "dsi", "-md", a.draft, "--lookahead", "6", "--targets", "2"],
+             ["--spec", "dsi", "--ss", a.adapter, "--lookahead", "3", "--targets", "2"]]
     quick = a.backend != "cpu"  # lavapipe: a subset of the combinations, the same checks
     if a.smoke:
-        prompts, sampling, specs = prompts[:1], sampling[:1], [specs[0], specs[-1]]
+        prompts, sampling, specs = prompts[:1], sampling[:1], [specs[0], specs[-2]]
     for pi, prompt in enumerate(prompts):
         for si, samp in enumerate(sampling):
             if quick and (pi + si) % 2:
@@ -109,6 +110,9 @@ def main():
         r = run([a.cli, "run", "-m", m2, "-p", "hi", "-n", "5", "--spec", "stream"])
         check(r.returncode == 1 and b"m.ss.gguf" in r.stderr and b"--ss" in r.stderr,
               "a missing default adapter is named", r)
+        r = run([a.cli, "run", "-m", m2, "-p", "hi", "-n", "5", "--spec", "dsi"])
+        check(r.returncode == 1 and b"m.ss.gguf" in r.stderr and b"-md" in r.stderr,
+              "--spec dsi with neither a draft model nor an adapter", r)
         shutil.copy(a.adapter, os.path.join(d, "m.ss.gguf"))
         r = run([a.cli, "run", "-m", m2, "-p", "hi", "-n", "5", "--spec", "stream", "--temp", "0"])
         p = run([a.cli, "run", "-m", m2, "-p", "hi", "-n", "5", "--temp", "0"])
@@ -116,8 +120,6 @@ def main():
     # bad options
     r = run([a.cli, "run", "-m", a.model, "-p", "hi", "--spec", "draft"])
     check(r.returncode == 1 and b"-md" in r.stderr, "--spec draft without a draft model", r)
-    r = run([a.cli, "run", "-m", a.model, "-p", "hi", "--spec", "dsi"])
-    check(r.returncode == 1 and b"-md" in r.stderr, "--spec dsi without a draft model", r)
     r = run([a.cli, "run", "-m", a.model, "-p", "hi", "--spec", "dsi", "-md", a.draft, "--lookahead", "16"])
     check(r.returncode == 1 and b"lookahead 16" in r.stderr, "DSI's lookahead beyond 15", r)
     r = run([a.cli, "run", "-m", a.model, "-p", "hi", "--spec", "dsi", "-md", a.draft, "--targets", "17"])

@@ -30,8 +30,9 @@ static char *default_adapter_path(const char *model_path) {
     return p;
 }
 
+/* The adapter: --spec stream, and --spec dsi without a draft model (the streams draft). */
 int cli_spec_prepare(const cli_spec_args *s, const char *model_path, es_model *model) {
-    if (s->spec != 1) return CLI_EXIT_OK;
+    if (s->spec != 1 && !(s->spec == 3 && !s->draft_model)) return CLI_EXIT_OK;
     char *path = s->ss ? NULL : default_adapter_path(model_path);
     const char *p = s->ss ? s->ss : path;
     if (!p) return cli_fail(s->cmd, "out of memory");
@@ -39,7 +40,8 @@ int cli_spec_prepare(const cli_spec_args *s, const char *model_path, es_model *m
     int rc = CLI_EXIT_OK;
     if (st != ES_OK) {
         char what[512];
-        snprintf(what, sizeof what, "cannot attach the Speculative Streaming adapter%s", s->ss ? "" : " (give one with --ss)");
+        snprintf(what, sizeof what, "cannot attach the Speculative Streaming adapter%s%s", s->ss ? "" : " (give one with --ss)",
+                 s->spec == 3 ? "; --spec dsi drafts with the adapter's streams unless a draft model is given with -md" : "");
         fprintf(stderr, "edgespec %s: %s: %s (%s)\n", s->cmd, what, es_model_errmsg(model), es_status_str(st));
         rc = CLI_EXIT_FAIL;
     }
@@ -79,9 +81,13 @@ static void print_stats(const cli_spec_args *a, const cli_spec *c, const char *b
         fprintf(stderr, "edgespec %s: speculative streaming, gamma %s%d, top-k %d, max nodes %d%s, prune %g%s\n", a->cmd,
                 a->gamma ? "" : "(adapter's) ", p.n_streams, p.top_k, p.max_nodes, p.fixed_tree ? " (fixed)" : "",
                 (double)p.prune_threshold, rejection ? ", rejection sampling" : "");
-    else if (p.strategy == ES_SPEC_DSI)
-        fprintf(stderr, "edgespec %s: DSI, draft %s, lookahead %d, %d target servers%s%s\n", a->cmd, a->draft_model, p.lookahead,
+    else if (p.strategy == ES_SPEC_DSI) {
+        char drafter[600];
+        if (a->draft_model) snprintf(drafter, sizeof drafter, "draft %s", a->draft_model);
+        else snprintf(drafter, sizeof drafter, "drafted by the target's %d streams", p.n_streams);
+        fprintf(stderr, "edgespec %s: DSI, %s, lookahead %d, %d target servers%s%s\n", a->cmd, drafter, p.lookahead,
                 p.dsi.n_targets, a->targets ? "" : " (from measured latencies)", rejection ? ", rejection sampling" : "");
+    }
     else
         fprintf(stderr, "edgespec %s: draft-model speculation, draft %s, lookahead %d%s%s\n", a->cmd, a->draft_model,
                 p.lookahead, p.fixed_tree ? " (fixed)" : "", rejection ? ", rejection sampling" : "");
@@ -128,15 +134,19 @@ int cli_spec_open(const cli_spec_args *a, const cli_backend_args *be, es_backend
                   const es_sampler_params *sp, bool ignore_eos, cli_spec *out) {
     memset(out, 0, sizeof *out);
     const bool dsi = a->spec == 3;
-    if (a->spec == 2 || dsi) {
-        if (!a->draft_model) return cli_fail(a->cmd, "--spec %s needs a draft model: -md PATH", dsi ? "dsi" : "draft");
+    if (a->spec == 2 && !a->draft_model) return cli_fail(a->cmd, "--spec draft needs a draft model: -md PATH");
+    es_status s = ES_OK;
+    if (dsi && a->draft_model) s = another_backend(be, &out->dbackend);
+    if (s == ES_OK && dsi && be->backend == 1) s = another_backend(be, &out->sbackend);
+    if (s != ES_OK) {
+        cli_spec_close(out);
+        return cli_fail_status(a->cmd, s, "cannot create a backend for DSI's workers");
+    }
+    if ((a->spec == 2 || dsi) && a->draft_model) { /* without one, dsi drafts with the streams */
         out->dmodel = cli_load_model(a->cmd, a->draft_model, false);
-        if (!out->dmodel) return CLI_EXIT_FAIL;
-        es_status s = dsi ? another_backend(be, &out->dbackend) : ES_OK;
-        if (s == ES_OK && dsi && be->backend == 1) s = another_backend(be, &out->sbackend);
-        if (s != ES_OK) {
+        if (!out->dmodel) {
             cli_spec_close(out);
-            return cli_fail_status(a->cmd, s, "cannot create a backend for DSI's workers");
+            return CLI_EXIT_FAIL;
         }
         es_context_params cp = es_context_default_params();
         cp.backend = dsi ? out->dbackend : backend;
@@ -164,7 +174,7 @@ int cli_spec_open(const cli_spec_args *a, const cli_backend_args *be, es_backend
         p.dsi.backends = &out->sbackend;
         p.dsi.n_backends = 1;
     }
-    es_status s = es_spec_create(ctx, &p, &out->spec);
+    s = es_spec_create(ctx, &p, &out->spec);
     if (s != ES_OK) {
         cli_spec_close(out);
         return cli_fail_status(a->cmd, s, "cannot set up speculative decoding");

@@ -26,12 +26,12 @@ extern const char *const cli_spec_names[];
 cli_spec_args cli_spec_defaults(const char *cmd);
 
 #define CLI_SPEC_OPTS(a)                                                                                           \
-    {"--spec", NULL, CLI_CHOICE, &(a).spec, "KIND", "speculative decoding: none, stream (Speculative Streaming), draft (draft model) or dsi (distributed speculative inference: draft model and target servers on threads)", 0, 0, cli_spec_names}, \
-    {"--gamma", NULL, CLI_INT, &(a).gamma, "G", "stream: speculative streams that draft, 0 = the adapter's", 0, ES_SPEC_MAX_DEPTH, NULL}, \
+    {"--spec", NULL, CLI_CHOICE, &(a).spec, "KIND", "speculative decoding: none, stream (Speculative Streaming), draft (draft model) or dsi (distributed speculative inference: a draft model, or without -md the adapter's streams, drafts while target servers verify on threads)", 0, 0, cli_spec_names}, \
+    {"--gamma", NULL, CLI_INT, &(a).gamma, "G", "stream, dsi without -md: speculative streams that draft, 0 = the adapter's", 0, ES_SPEC_MAX_DEPTH, NULL}, \
     {"--topk", NULL, CLI_INT, &(a).topk, "K", "stream: tokens drafted per stream, 0 = the library's default", 0, 64, NULL}, \
     {"--max-nodes", NULL, CLI_INT, &(a).max_nodes, "N", "most draft-tree nodes per target call, 0 = the library's default", 0, 4096, NULL}, \
     {"--prune", NULL, CLI_FLOAT, &(a).prune, "T", "stream: tree-pruning threshold, 0 = off", 0, 1, NULL},            \
-    {"--ss", NULL, CLI_STR, &(a).ss, "PATH", "stream: adapter GGUF (default: MODEL's X.gguf -> X.ss.gguf)", 0, 0, NULL}, \
+    {"--ss", NULL, CLI_STR, &(a).ss, "PATH", "stream, dsi without -md: adapter GGUF (default: MODEL's X.gguf -> X.ss.gguf)", 0, 0, NULL}, \
     {"--draft-model", "-md", CLI_STR, &(a).draft_model, "PATH", "draft, dsi: the draft model (same vocabulary)", 0, 0, NULL}, \
     {"--lookahead", NULL, CLI_INT, &(a).lookahead, "K", "draft: tokens drafted per step; dsi: drafts per verification block; 0 = the library's default", 0, ES_SPEC_MAX_DEPTH, NULL}, \
     {"--targets", NULL, CLI_INT, &(a).targets, "N", "dsi: target servers verifying at once, 0 = from measured latencies", 0, ES_DSI_MAX_TARGETS, NULL}, \
