@@ -630,7 +630,10 @@ typedef enum es_spec_strategy {
     ES_SPEC_DRAFT = 1,  /* draft-model speculative decoding (Leviathan et al.): a smaller model with
                            the same vocabulary drafts `lookahead` tokens, one call each             */
     ES_SPEC_DSI = 2,    /* distributed speculative inference (Timor et al., DSI): the draft model
-                           (draft_ctx) drafts ahead on its own thread without waiting; every
+                           (draft_ctx) drafts ahead on its own thread without waiting (without
+                           draft_ctx: the target's own Speculative Streaming streams draft, in a
+                           context of the target model that the object makes: one call drafts
+                           the next token and the n_streams after it); every
                            `lookahead` drafts a pool of target servers (es_dsi_params), each on its
                            own thread and context, verifies them concurrently, while a target
                            call on the last decided token always runs (never slower than plain
@@ -677,6 +680,7 @@ typedef struct es_spec_params {
                                    (SpecInfer): drafts sampled from the draft distribution, the same
                                    output distribution as plain sampling, other tokens             */
     int32_t n_streams;          /* stream: γ, streams that draft = tree depth, 1..the adapter's γ;
+                                   dsi without draft_ctx: stream rows per drafter call;
                                    0 = the adapter's γ                                              */
     int32_t top_k;              /* stream: tokens drafted per stream; the tree has up to
                                    1 + k + k^2 + ... + k^γ nodes; 0 = 2                             */
@@ -685,7 +689,10 @@ typedef struct es_spec_params {
     float prune_threshold;      /* stream: drop subtrees whose early-exit parent-to-child probability
                                    (paper 3.2.3) is below this; 0 = no pruning                      */
     es_context *draft_ctx;      /* draft, dsi: a context of the draft model (same vocabulary, any
-                                   backend); not owned; must outlive the object                     */
+                                   backend); not owned; must outlive the object. dsi: NULL = the
+                                   target's streams draft (needs es_model_load_adapter); their
+                                   context gets a 1-thread CPU backend of its own on a CPU target,
+                                   the target's backend on Vulkan                                   */
     int32_t lookahead;          /* draft: tokens drafted per step, 1..ES_SPEC_MAX_DEPTH; dsi: drafts
                                    per verification block, 1..ES_SPEC_MAX_DEPTH - 1; 0 = 4        */
     bool ignore_eog;            /* keep going past end-of-generation tokens; false (0) = a step
@@ -709,7 +716,8 @@ typedef struct es_dsi_stats {
     int64_t n_jobs_preempted;   /* of those, built on a draft that was rejected meanwhile (or still
                                    running at a quiesce): cancelled between layers, or their result
                                    dropped                                                          */
-    int64_t n_draft_calls;      /* drafter forward calls that drafted a token (prefills excluded)  */
+    int64_t n_draft_calls;      /* drafts made (a drafter forward call each, but with the streams
+                                   drafting: one call makes up to n_streams + 1; prefills excluded) */
     int64_t n_drafts_dropped;   /* of those, whose prefix changed while they ran: the draft is lost */
     int64_t n_drafts_cut;       /* drafts published, then removed unverified by a rejection before
                                    them or by a quiesce                                             */

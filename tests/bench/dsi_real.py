@@ -1,5 +1,6 @@
 #!/usr/bin/python3
-"""dsi_real.py: non-SI, SI (--spec draft) and DSI (--spec dsi) in real wall time on real models.
+"""dsi_real.py: non-SI, SI (--spec draft), DSI (--spec dsi) with the draft model and with the model's
+own Speculative Streaming streams as drafter, and SS alone (--spec stream), in real wall time.
 
 Usage: dsi_real.py --cli build/tools/edgespec/edgespec [--model models/default.gguf]
                    [--draft models/draft.gguf] [--backend cpu] [--tokens 200] [--repeats 5] [--json OUT]
@@ -34,6 +35,12 @@ def configs(draft, backend):
             out.append((f"DSI lookahead {k}, {n} servers", 1 if cpu else 0,
                         ["--spec", "dsi", "-md", draft, "--lookahead", str(k), "--targets", str(n)]))
     out.append(("DSI lookahead 4, measured servers", 1 if cpu else 0, ["--spec", "dsi", "-md", draft, "--lookahead", "4"]))
+    # the model's own Speculative Streaming adapter (X.ss.gguf beside it): alone, and drafting for DSI
+    for t in ((1, 2) if cpu else (0,)):
+        out.append(("SS (--spec stream)", t, ["--spec", "stream"]))
+    for k, n in ((4, 1), (4, 2)):
+        out.append((f"DSI streams lookahead {k}, {n} servers", 1 if cpu else 0,
+                    ["--spec", "dsi", "--lookahead", str(k), "--targets", str(n)]))
     return out
 
 
