@@ -395,7 +395,10 @@ typedef struct es_device_info {
 } es_device_info;
 
 /* Lists the Vulkan devices into out[cap] and sets *n to their count (out may be NULL to count).
- * ES_ERR_UNSUPPORTED in a build without Vulkan; ES_ERR_BUFFER_TOO_SMALL when cap < *n. */
+ * ES_ERR_UNSUPPORTED in a build without Vulkan, and where no Vulkan loader can be opened (the
+ * library opens libvulkan at run time and does not need it to load: es_last_error() then says
+ * "no Vulkan loader found" and names the libraries tried); creating an ES_BACKEND_VULKAN backend
+ * fails the same way there, and ES_BACKEND_CPU works. ES_ERR_BUFFER_TOO_SMALL when cap < *n. */
 ES_API es_status es_vulkan_devices(es_device_info *out, size_t cap, size_t *n);
 
 /* ---------------------------------------------------------------------------------------------
