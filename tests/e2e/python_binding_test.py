@@ -155,6 +155,24 @@ def check_no_loader(a):
           "without a loader: Vulkan raises EdgespecError (unsupported, 'no Vulkan loader found'), the CPU generates", p)
 
 
+def check_readme(a, ids):
+    """README's Python example runs as written, from the source tree, on this build's library."""
+    with open(os.path.join(testlib.ROOT, "README.md"), encoding="utf-8") as f:
+        readme = f.read()
+    start = readme.find("```python\n", readme.find("### Python"))
+    if not check(start != -1, "README has a Python example under ### Python"):
+        return
+    code = readme[start + len("```python\n"):readme.find("```", start + 3)]
+    check(len(code.strip().splitlines()) <= 14, "the README example is about ten lines")
+    env = dict(os.environ, EDGESPEC_LIBRARY=os.path.abspath(a.lib))
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120,
+                       cwd=testlib.ROOT)
+    model = edgespec.Model(os.path.join(a.models, "default.gguf"))
+    want = model.detokenize_bytes(ids, remove_leading_space=False).decode()
+    check(p.returncode == 0 and p.stdout.startswith(want) and "i/o error: " in p.stdout
+          and "missing.gguf" in p.stdout, "README's Python example: the greedy text, then the error", p)
+
+
 def main():
     ap = argparse.ArgumentParser()
     for name in ("--lib", "--cli", "--models", "--abi"):
@@ -178,6 +196,7 @@ def main():
     expect_error(lambda: model.context(backend="tpu"), 1, "tpu", "an unknown backend")
     ids, sampled = check_plain(a, model)
     check_spec(a, ids, sampled)
+    check_readme(a, ids)
     if a.shim:
         check_no_loader(a)
     return testlib.finish()
