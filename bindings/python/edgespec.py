@@ -162,7 +162,10 @@ def load_library(path=None):
     global _lib
     path = path or os.environ.get("EDGESPEC_LIBRARY") or ctypes.util.find_library("edgespec") \
         or f"libedgespec.so.{ABI_MAJOR}"
-    lib = ctypes.CDLL(path)
+    try:
+        lib = ctypes.CDLL(path)
+    except OSError as e:
+        raise OSError(f"{e} (set EDGESPEC_LIBRARY to the path of libedgespec.so.{ABI_MAJOR})") from e
     _declare(lib)
     version = lib.es_version().decode()
     if int(version.split(".")[0]) != ABI_MAJOR:
@@ -200,7 +203,7 @@ class Model:
     """A loaded GGUF model (es_model_load): immutable, shareable by contexts."""
 
     def __init__(self, path, vocab_only=False):
-        L = lib()
+        L = self._L = lib()  # kept: close() may run while the interpreter shuts down
         self._h = ctypes.c_void_p()
         p = ModelParams(vocab_only=vocab_only)
         _check(L.es_model_load(os.fsencode(path), ctypes.byref(p), ctypes.byref(self._h)))
@@ -261,8 +264,9 @@ class Model:
         return Context(self, n_ctx, n_batch, backend, device, n_threads)
 
     def close(self):
+        """Frees the model; close its contexts first (each keeps it alive until then)."""
         if getattr(self, "_h", None):
-            lib().es_model_free(self._h)
+            self._L.es_model_free(self._h)
             self._h = None
 
     __del__ = close
@@ -369,7 +373,7 @@ class Context(_Generator):
     """A KV cache for one sequence on one backend (es_context). One thread at a time."""
 
     def __init__(self, model, n_ctx=0, n_batch=0, backend="cpu", device=None, n_threads=0):
-        L = lib()
+        L = self._L = lib()
         self._model, self._b, self._h = model, ctypes.c_void_p(), ctypes.c_void_p()
         if backend not in BACKENDS:
             raise EdgespecError(1, "invalid argument", f"unknown backend {backend!r} (cpu, vulkan)")
@@ -407,7 +411,7 @@ class Context(_Generator):
         return Spec(self, strategy, draft, n_streams, top_k, max_nodes, lookahead, temperature, seed, fixed_tree)
 
     def close(self):
-        L = lib()
+        L = getattr(self, "_L", None)
         if getattr(self, "_h", None):
             L.es_context_free(self._h)
             self._h = None
@@ -436,8 +440,8 @@ class Spec(_Generator):
                         lookahead=lookahead, fixed_tree=fixed_tree,
                         draft_ctx=draft._h if draft is not None else None)
         sp.sampling = SamplerParams(temperature=temperature, seed=seed)
-        self._h = ctypes.c_void_p()
-        _check(lib().es_spec_create(ctx._h, ctypes.byref(sp), ctypes.byref(self._h)))
+        self._h, self._L = ctypes.c_void_p(), lib()
+        _check(self._L.es_spec_create(ctx._h, ctypes.byref(sp), ctypes.byref(self._h)))
         self.last_stats = None
 
     def _run(self, arr, n, gp, stats):
@@ -451,7 +455,7 @@ class Spec(_Generator):
 
     def close(self):
         if getattr(self, "_h", None):
-            lib().es_spec_free(self._h)
+            self._L.es_spec_free(self._h)
             self._h = None
 
     __del__ = close

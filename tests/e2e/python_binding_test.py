@@ -146,7 +146,7 @@ with m.context(n_ctx=64) as ctx:
 
 
 def check_no_loader(a):
-    env = dict(os.environ)
+    env = dict(os.environ, EDGESPEC_LIBRARY=os.path.abspath(a.lib))
     env["LD_PRELOAD"] = ":".join(x for x in (env.get("LD_PRELOAD"), os.path.abspath(a.shim)) if x)
     env["ASAN_OPTIONS"] = env.get("ASAN_OPTIONS", "") + ":verify_asan_link_order=0"
     p = subprocess.run([sys.executable, "-c", NO_LOADER, os.path.join(testlib.ROOT, "bindings", "python"),
