@@ -30,12 +30,14 @@ static char load_msg[ES__ERRMSG_SIZE];
 
 static void load(void) {
     void *lib = NULL;
+    const char *lib_name = NULL;
     char tried[ES__ERRMSG_SIZE - 64]; /* each name tried with the dynamic linker's reason */
     size_t used = 0;
     tried[0] = '\0';
     for (size_t i = 0; i < sizeof loader_names / sizeof *loader_names && !lib; i++) {
         char why[256];
-        lib = es__lib_open(loader_names[i], why, sizeof why);
+        lib_name = loader_names[i];
+        lib = es__lib_open(lib_name, why, sizeof why);
         if (!lib && used < sizeof tried)
             used += (size_t)snprintf(tried + used, sizeof tried - used, "%s%s", used ? "; " : "", why);
     }
@@ -45,11 +47,12 @@ static void load(void) {
         return;
     }
     /* Every entry point or none: a loader missing one is refused whole, never half used. */
-#define ES__VK_LOOKUP(name)                                                                                \
+#define ES__VK_LOOKUP(fn)                                                                                  \
     if (load_status == ES_OK) {                                                                            \
-        es__##name = (PFN_##name)es__lib_sym(lib, #name);                                                  \
-        if (!es__##name) {                                                                                 \
-            snprintf(load_msg, sizeof load_msg, "vulkan: the Vulkan loader lacks %s (edgespec needs 1.1)", #name); \
+        es__##fn = (PFN_##fn)es__lib_sym(lib, #fn);                                                        \
+        if (!es__##fn) {                                                                                   \
+            snprintf(load_msg, sizeof load_msg, "vulkan: the Vulkan loader %s lacks %s (edgespec needs 1.1)", \
+                     lib_name, #fn);                                                                       \
             load_status = ES_ERR_UNSUPPORTED;                                                              \
         }                                                                                                  \
     }

@@ -5,7 +5,8 @@ The library opens the loader at run time (lib/vulkan/loader.c); nothing links li
 LD_PRELOAD shim that makes every dlopen of libvulkan fail (no_vulkan_shim.c), the CPU backend
 must work unchanged and asking for Vulkan must fail with a clear message, not a crash.
 
-Usage: noloader_test.py --cli PATH --lib PATH --shim PATH --model PATH [--cpu-test PATH] [--vulkan]
+Usage: noloader_test.py --cli PATH --lib PATH --shim PATH --model PATH [--cpu-test PATH]
+       [--fake-loader PATH] [--vulkan]
 The exit status is the number of failed checks (0 = pass).
 """
 import argparse
@@ -48,6 +49,7 @@ def main():
     ap.add_argument("--shim", required=True)
     ap.add_argument("--model", required=True)
     ap.add_argument("--cpu-test")
+    ap.add_argument("--fake-loader", help="a stand-in libvulkan that lacks most entry points")
     ap.add_argument("--vulkan", action="store_true", help="the build has the Vulkan backend")
     a = ap.parse_args()
     env = shim_env(a.shim)
@@ -68,6 +70,16 @@ def main():
         dv = run([a.cli, "devices"], env=testlib.vulkan_env())
         check(dv.returncode == 0 and "no Vulkan loader" not in dv.stdout and ": " in dv.stdout,
               "devices with the loader lists a device", dv)
+
+    # a loader that lacks entry points is refused whole, naming the first missing one
+    if a.vulkan and a.fake_loader:
+        fake = dict(env, ES_SHIM_VULKAN=os.path.abspath(a.fake_loader))
+        f = run([a.cli, "devices"], env=fake)
+        check(f.returncode == 0 and "the Vulkan loader libvulkan.so.1 lacks vkAllocateCommandBuffers" in f.stdout,
+              "devices with a loader lacking entry points names the first missing one", f)
+        fr = run([a.cli, "run", "-m", a.model, "-p", "x", "-n", "2", "--backend", "vulkan"], env=fake)
+        check(fr.returncode == 1 and "lacks vkAllocateCommandBuffers" in fr.stderr,
+              "--backend vulkan with that loader fails with the same message", fr)
 
     # asking for Vulkan: a clear error through the library's message, status not a signal
     base = [a.cli, "run", "-m", a.model, "-p", "The quick brown fox", "-n", "16", "--ignore-eos", "--temp", "0"]
