@@ -1,4 +1,4 @@
-/* platform.h: the operating-system seams: file mapping, clocks, processor count.
+/* platform.h: the operating-system seams: file mapping, clocks, processor count, shared libraries.
  * POSIX implementation in posix.c; Windows/Android/macOS ports replace that one file.
  * Threads use pthreads directly (available on every target, including Android and via
  * winpthreads on Windows), so there is no thread wrapper here. */
@@ -55,5 +55,13 @@ void es__pages_free(void *p, size_t size);
 /* Tells the OS that the pages of [p, p + size) (part of a file mapping or any memory) are not
  * needed soon: it may reclaim them if it can do so without losing data. Content stays valid. */
 void es__pages_release(const void *p, size_t size);
+
+/* Shared libraries opened at run time (the Vulkan loader: lib/vulkan/loader.c). es__lib_open
+ * returns NULL on failure and writes the system's reason, naming the library, to why[why_size].
+ * Symbols come back as a generic function pointer, to be cast to the function's own type. */
+typedef void (*es__lib_fn)(void);
+void *es__lib_open(const char *name, char *why, size_t why_size);
+es__lib_fn es__lib_sym(void *lib, const char *name);
+void es__lib_close(void *lib);
 
 #endif /* ES_PLATFORM_H */

@@ -3,8 +3,10 @@
 #define _POSIX_C_SOURCE 200809L
 #include "platform.h"
 
+#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -158,4 +160,28 @@ void es__pages_release(const void *p, size_t size) {
     (void)p;
     (void)size;
 #endif
+}
+
+void *es__lib_open(const char *name, char *why, size_t why_size) {
+    /* RTLD_LOCAL: the library's symbols serve whoever asked for them, not the whole process */
+    void *lib = dlopen(name, RTLD_NOW | RTLD_LOCAL);
+    if (!lib && why && why_size) {
+        const char *e = dlerror();
+        snprintf(why, why_size, "%s", e ? e : name);
+    }
+    return lib;
+}
+
+es__lib_fn es__lib_sym(void *lib, const char *name) {
+    /* POSIX makes dlsym's result convertible to a function pointer; copying the bits says so
+     * without a cast that ISO C leaves undefined */
+    _Static_assert(sizeof(es__lib_fn) == sizeof(void *), "function and data pointers differ in size");
+    void *p = dlsym(lib, name);
+    es__lib_fn fn;
+    memcpy(&fn, &p, sizeof fn);
+    return fn;
+}
+
+void es__lib_close(void *lib) {
+    if (lib) dlclose(lib);
 }

@@ -75,6 +75,8 @@ es_status es_backend_create(const es_backend_params *params, es_backend **out) {
     if (!out) return es__fail(NULL, ES_ERR_INVALID_ARGUMENT, "es_backend_create: out is NULL");
     *out = NULL;
     const es_backend_params p = resolve_params(params);
+    ES_TRY(ES__CHECK_RESERVED(&p, "es_backend_params", NULL));
+    ES_TRY(ES__CHECK_RESERVED(&p.vk_tuning, "es_backend_params.vk_tuning", NULL));
     const es__backend_vtbl *vt = NULL;
     if (p.type == ES_BACKEND_CPU)
         vt = &es__cpu_backend;

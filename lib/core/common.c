@@ -54,6 +54,19 @@ es_log_level es__log_level(es_log_level level) {
     return level == ES_LOG_DEFAULT ? ES_LOG_WARN : level;
 }
 
+const char *es_version(void) {
+    return ES_VERSION_STRING;
+}
+
+es_status es__check_reserved(const uint64_t *reserved, size_t n, const char *what, es__err *err) {
+    for (size_t i = 0; i < n; i++)
+        ES_RETURN_IF(reserved[i] != 0, err, ES_ERR_INVALID_ARGUMENT,
+                     "%s.reserved[%zu] is not zero: the caller was built against a newer edgespec.h, or did "
+                     "not zero the struct (this library is %s)",
+                     what, i, ES_VERSION_STRING);
+    return ES_OK;
+}
+
 const char *es_status_str(es_status s) {
     switch (s) {
     case ES_OK: return "ok";

@@ -44,6 +44,11 @@ void es__err_clear(es__err *err);
 /* Copies src's message to dst (and the thread slot) and returns its status. */
 es_status es__err_forward(es__err *dst, const es__err *src);
 
+/* The ABI rule of edgespec.h: reserved words of a params struct are zero (else a newer caller
+ * sets a field this library lacks). what names the struct in the message. */
+es_status es__check_reserved(const uint64_t *reserved, size_t n, const char *what, es__err *err);
+#define ES__CHECK_RESERVED(p, what, err) es__check_reserved((p)->reserved, sizeof (p)->reserved / sizeof (p)->reserved[0], (what), (err))
+
 void es__logf(const es__log *log, es_log_level level, const char *fmt, ...) ES__PRINTF(3, 4);
 /* The level a params struct's log_level asks for: ES_LOG_DEFAULT becomes ES_LOG_WARN. The one
  * place that default is given; each struct's resolve function calls it. */

@@ -113,6 +113,7 @@ es_status es_context_create(const es_model *model, const es_context_params *para
     *out = NULL;
     if (!model) return es__fail(NULL, ES_ERR_INVALID_ARGUMENT, "es_context_create: model is NULL");
     es_context_params p = params ? *params : es_context_default_params();
+    ES_TRY(ES__CHECK_RESERVED(&p, "es_context_params", NULL));
     es_context *ctx = es__calloc(p.allocator, 1, sizeof *ctx);
     if (!ctx) return es__fail(NULL, ES_ERR_OUT_OF_MEMORY, "es_context_create: out of memory");
     if (p.allocator) {

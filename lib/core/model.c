@@ -430,6 +430,7 @@ static es_model_params resolve_params(const es_model_params *params) {
 }
 
 static es_status create(const char *path, const es__file_map *mem, const es_model_params *params, es_model **out) {
+    if (params) ES_TRY(ES__CHECK_RESERVED(params, "es_model_params", NULL));
     const es_model_params p = resolve_params(params);
     es_model *m = es__calloc(p.allocator, 1, sizeof *m);
     if (!m) return es__fail(NULL, ES_ERR_OUT_OF_MEMORY, "es_model_load: out of memory");
@@ -520,6 +521,7 @@ es_status es_model_tensor_info(const es_model *m, int32_t index, es_tensor_info 
     const es__tensor *t = &m->tensors[index];
     es__dtype_traits tr;
     es__dtype_info(t->type, &tr);
+    memset(out, 0, sizeof *out);
     out->name = t->name;
     out->type = tr.name;
     out->n_dims = t->n_dims;

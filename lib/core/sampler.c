@@ -51,6 +51,7 @@ es_sampler_params es_sampler_default_params(void) {
 }
 
 es_status es__sampler_params_check(const es_sampler_params *p, es__err *err) {
+    ES_TRY(ES__CHECK_RESERVED(p, "es_sampler_params", err));
     /* written so that NaN fails every range test */
     ES_RETURN_IF(!(p->temperature >= 0.0f) || isinf(p->temperature), err, ES_ERR_INVALID_ARGUMENT,
                  "sampler: temperature %g must be finite and >= 0", (double)p->temperature);

@@ -253,7 +253,7 @@ static void add_profile(es_backend *b, const es_profile_entry *prof) {
         while (k < b->n_prof && strcmp(b->prof[k].op, op_names[op]) != 0) k++;
         if (k == b->n_prof) {
             if (b->n_prof == (int32_t)ES__ARRAY_LEN(b->prof)) continue;
-            b->prof[b->n_prof++] = (es_profile_entry){op_names[op], 0, 0.0};
+            b->prof[b->n_prof++] = (es_profile_entry){.op = op_names[op]};
         }
         b->prof[k].calls += prof[op].calls;
         b->prof[k].ms += prof[op].ms;

@@ -125,6 +125,7 @@ es_status es_generate(es_context *ctx, const int32_t *prompt, size_t n_prompt, c
     const es_generate_params p = params ? *params : es_generate_default_params();
     es_generate_stats st = {0};
     if (stats) *stats = st;
+    ES_TRY(ES__CHECK_RESERVED(&p, "es_generate_params", es__context_err(ctx)));
     gen_state g;
     memset(&g, 0, sizeof g);
     g.ctx = ctx;

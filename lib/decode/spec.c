@@ -98,6 +98,10 @@ es_status es_spec_create(es_context *ctx, const es_spec_params *params, es_spec 
     if (!out) return es__fail(NULL, ES_ERR_INVALID_ARGUMENT, "es_spec_create: out is NULL");
     *out = NULL;
     if (!ctx) return es__fail(NULL, ES_ERR_INVALID_ARGUMENT, "es_spec_create: ctx is NULL");
+    if (params) {
+        ES_TRY(ES__CHECK_RESERVED(params, "es_spec_params", NULL));
+        ES_TRY(ES__CHECK_RESERVED(&params->dsi, "es_spec_params.dsi", NULL));
+    }
     es__caps caps;
     es__context_caps(ctx, &caps);
     es_spec *s = es__calloc(caps.alloc, 1, sizeof *s);

@@ -67,6 +67,7 @@ es_status es_spec_generate(es_spec *s, const int32_t *prompt, size_t n_prompt, c
     const es_generate_params p = params ? *params : es_generate_default_params();
     es_generate_stats st = {0};
     if (stats) *stats = st;
+    ES_TRY(ES__CHECK_RESERVED(&p, "es_generate_params", &s->err));
     ES_RETURN_IF(p.n_predict < 0, &s->err, ES_ERR_INVALID_ARGUMENT,
                  "es_spec_generate: n_predict %d < 0 (0 = until end of generation or n_ctx)", p.n_predict);
     /* the speculation object decides the sampling: what the gate needs of params is the rest */

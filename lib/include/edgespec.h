@@ -39,9 +39,34 @@ extern "C" {
 #define ES_API
 #endif
 
+/* ---------------------------------------------------------------------------------------------
+ * Versions and the ABI. ES_VERSION_* name this header; es_version() the library that runs. The
+ * shared library's soname is libedgespec.so.ES_VERSION_MAJOR (libedgespec.so.0 now), and within
+ * one major version a program built against an older header runs on a newer library:
+ *   - exported functions (only es_* symbols are exported) are never removed and keep their
+ *     signatures; new ones come with a minor version (tests/abi/edgespec.abi lists them all, and
+ *     the abi test fails when one disappears);
+ *   - enum and status values are append-only, macro values never change;
+ *   - the structs the library reads or writes (the *_params, *_info and *_stats structs, and
+ *     es_vk_tuning, es_profile_entry) keep their size and field offsets: each ends in
+ *     `uint64_t reserved[8]`, and a new field takes the room of reserved words (reserved shrinks,
+ *     the size does not). Callers zero the whole struct (= {0}, or a *_default_params()), so an
+ *     older caller passes zero in a new field, which means its default as every zero does. The
+ *     library writes zero into the reserved words of what it returns, and refuses params whose
+ *     reserved words are not zero with ES_ERR_INVALID_ARGUMENT: that is a caller built against a
+ *     newer header setting a field this library does not have;
+ *   - es_allocator, es_chat_message and es_batch have no reserved words: they never change.
+ * Anything else (a removal, a changed signature, size or meaning) bumps ES_VERSION_MAJOR and with
+ * it the soname; a patch version changes no interface. While the major version is 0 the same
+ * rules hold between its minor versions. */
 #define ES_VERSION_MAJOR 0
 #define ES_VERSION_MINOR 1
 #define ES_VERSION_PATCH 0
+#define ES_VERSION_STRING "0.1.0"
+
+/* The version of the library that runs, "MAJOR.MINOR.PATCH" (static text): a program may compare
+ * it with ES_VERSION_STRING, the header it was built against. */
+ES_API const char *es_version(void);
 
 /* ---------------------------------------------------------------------------------------------
  * Status codes. Append-only: values are pinned and never reused.
@@ -122,6 +147,7 @@ typedef struct es_model_params {
     const es_allocator *allocator; /* NULL = C library; must outlive the model                   */
     es_progress_fn progress_fn;    /* NULL = none                                                */
     void *progress_user;      /* passed to progress_fn; NULL is fine                             */
+    uint64_t reserved[8];     /* zero; room for later fields (ABI, at the top)               */
 } es_model_params;
 
 /* The zeroed struct (all defaults); kept for source compatibility. */
@@ -180,6 +206,7 @@ typedef struct es_model_info {
     uint64_t weight_bytes;      /* bytes of weight tensor data                            */
     int32_t n_tensors;
     bool has_ss_adapter;        /* a Speculative Streaming adapter is attached             */
+    uint64_t reserved[8];     /* written as zero; room for later fields (ABI, at the top)    */
 } es_model_info;
 
 ES_API es_status es_model_get_info(const es_model *model, es_model_info *out);
@@ -191,6 +218,7 @@ typedef struct es_tensor_info {
     int64_t ne[4];      /* ne[0] is the contiguous dimension (GGUF order) */
     uint64_t offset;    /* file offset of the data */
     uint64_t nbytes;
+    uint64_t reserved[8];     /* written as zero; room for later fields (ABI, at the top)    */
 } es_tensor_info;
 
 ES_API es_status es_model_tensor_info(const es_model *model, int32_t index, es_tensor_info *out);
@@ -314,6 +342,7 @@ typedef struct es_vk_tuning {
                                   stream pass after it; 0 = the profile's, -1 = never           */
     int32_t solo_row_elements; /* weight rows shorter than this many elements are walked by one
                                   invocation instead of a subgroup; 0 = the profile's, -1 = never */
+    uint64_t reserved[8];     /* zero; room for later fields (ABI, at the top)               */
 } es_vk_tuning;
 
 #define ES_MAX_THREADS 1024   /* the most CPU worker threads a backend takes                */
@@ -339,6 +368,7 @@ typedef struct es_backend_params {
     const es_allocator *allocator; /* NULL = C library; must outlive the backend                 */
     es_progress_fn progress_fn; /* weight upload progress; NULL = none                           */
     void *progress_user;      /* passed to progress_fn; NULL is fine                             */
+    uint64_t reserved[8];     /* zero; room for later fields (ABI, at the top)               */
 } es_backend_params;
 
 /* The zeroed struct (all defaults); kept for source compatibility. */
@@ -359,6 +389,7 @@ typedef struct es_backend_stats {
     uint64_t device_peak_bytes;  /* the most device memory allocated at once                     */
     uint64_t weight_bytes;       /* device memory holding weights                                */
     uint64_t validation_messages;/* messages from the Khronos validation layer (Debug switches) */
+    uint64_t reserved[8];     /* written as zero; room for later fields (ABI, at the top)    */
 } es_backend_stats;
 
 ES_API es_status es_backend_get_stats(const es_backend *backend, es_backend_stats *out);
@@ -369,6 +400,7 @@ typedef struct es_profile_entry {
     const char *op;              /* "mul_mat", "attention", ...                                  */
     uint64_t calls;              /* dispatches                                                   */
     double ms;                   /* total device time                                            */
+    uint64_t reserved[8];     /* written as zero; room for later fields (ABI, at the top)    */
 } es_profile_entry;
 
 /* Copies up to cap entries (the ops seen so far, in first-seen order) and sets *n to how many
@@ -392,10 +424,14 @@ typedef struct es_device_info {
     uint64_t max_storage_buffer_range;
     uint32_t max_texel_buffer_elements;
     bool is_default;             /* the device an empty selector picks                           */
+    uint64_t reserved[8];     /* written as zero; room for later fields (ABI, at the top)    */
 } es_device_info;
 
 /* Lists the Vulkan devices into out[cap] and sets *n to their count (out may be NULL to count).
- * ES_ERR_UNSUPPORTED in a build without Vulkan; ES_ERR_BUFFER_TOO_SMALL when cap < *n. */
+ * ES_ERR_UNSUPPORTED in a build without Vulkan, and where no Vulkan loader can be opened (the
+ * library opens libvulkan at run time and does not need it to load: es_last_error() then says
+ * "no Vulkan loader found" and names the libraries tried); creating an ES_BACKEND_VULKAN backend
+ * fails the same way there, and ES_BACKEND_CPU works. ES_ERR_BUFFER_TOO_SMALL when cap < *n. */
 ES_API es_status es_vulkan_devices(es_device_info *out, size_t cap, size_t *n);
 
 /* ---------------------------------------------------------------------------------------------
@@ -412,6 +448,7 @@ typedef struct es_context_params {
     void *log_user;           /* passed to log_fn; NULL is fine                                  */
     es_log_level log_level;   /* messages above this level are dropped; 0 = ES_LOG_DEFAULT      */
     const es_allocator *allocator; /* NULL = C library; must outlive the context                 */
+    uint64_t reserved[8];     /* zero; room for later fields (ABI, at the top)               */
 } es_context_params;
 
 /* The zeroed struct (all defaults); kept for source compatibility. */
@@ -526,6 +563,7 @@ typedef struct es_sampler_params {
     int32_t repeat_last_n;    /* tokens of history the penalty looks at; 0 = 64, -1 = all (the
                                  penalty is off unless repeat_penalty is set)                   */
     uint64_t seed;            /* keys the position-indexed random stream; 0 is a seed like any */
+    uint64_t reserved[8];     /* zero; room for later fields (ABI, at the top)               */
 } es_sampler_params;
 
 /* The zeroed struct (greedy decoding); kept for source compatibility. */
@@ -587,6 +625,7 @@ typedef struct es_generate_params {
                                  go on, so generation can run indefinitely; es_spec_generate
                                  shifts at the same moment by the same amount (es_spec_shift)   */
     int32_t n_keep;           /* tokens a shift keeps at the start (a system prompt); 0 = none  */
+    uint64_t reserved[8];     /* zero; room for later fields (ABI, at the top)               */
 } es_generate_params;
 
 typedef struct es_generate_stats {
@@ -595,6 +634,7 @@ typedef struct es_generate_stats {
     double prompt_ms;         /* wall time of prompt processing, milliseconds                    */
     double decode_ms;         /* wall time of generation (sampling included), milliseconds       */
     int32_t n_forward_calls;  /* forward calls made during generation (prompt calls excluded)    */
+    uint64_t reserved[8];     /* written as zero; room for later fields (ABI, at the top)    */
 } es_generate_stats;
 
 /* The zeroed struct (all defaults: greedy, no limit, no callback); kept for source compatibility. */
@@ -670,6 +710,7 @@ typedef struct es_dsi_params {
                                       made and freed by the object; a Vulkan one shares its own
                                       backend (correct, but its servers then take turns)           */
     int32_t n_backends;            /* entries of backends; 0 with backends NULL                    */
+    uint64_t reserved[8];     /* zero; room for later fields (ABI, at the top)               */
 } es_dsi_params;
 
 typedef struct es_spec_params {
@@ -705,6 +746,7 @@ typedef struct es_spec_params {
                                    (DSI: always fixed; its drafts are keyed by position, so
                                    rejection sampling repeats for a seed whatever the timing)     */
     es_dsi_params dsi;          /* dsi: the target servers; zeroed = the defaults there          */
+    uint64_t reserved[8];     /* zero; room for later fields (ABI, at the top)               */
 } es_spec_params;
 
 /* What ES_SPEC_DSI's workers did (es_spec_stats.dsi), as of the end of the last step. */
@@ -727,6 +769,7 @@ typedef struct es_dsi_stats {
     double server_preempted_ms[ES_DSI_MAX_TARGETS]; /* of that, on preempted jobs              */
     double draft_busy_ms;       /* the drafter's time in forward calls                            */
     double draft_preempted_ms;  /* of that, on drafts that were dropped                           */
+    uint64_t reserved[8];     /* written as zero; room for later fields (ABI, at the top)    */
 } es_dsi_stats;
 
 typedef struct es_spec_stats {
@@ -749,6 +792,7 @@ typedef struct es_spec_stats {
                                    n_draft_calls count every call the workers made, target_ms and
                                    draft_ms their summed time (they overlap each other and the
                                    steps), and drafted / accepted the verified blocks             */
+    uint64_t reserved[8];     /* written as zero; room for later fields (ABI, at the top)    */
 } es_spec_stats;
 
 /* The zeroed struct (all defaults: Speculative Streaming with the adapter's γ, greedy, adaptive

@@ -117,7 +117,7 @@ es_status es__vk_profile_collect(es__vk_dev *d, VkQueryPool q, uint32_t n_querie
         while (k < *d->n_prof && strcmp(d->prof[k].op, op) != 0) k++;
         if (k == *d->n_prof) {
             if (k == ES__VK_MAX_PROF) continue;
-            d->prof[k] = (es_profile_entry){op, 0, 0.0};
+            d->prof[k] = (es_profile_entry){.op = op};
             (*d->n_prof)++;
         }
         d->prof[k].calls++;

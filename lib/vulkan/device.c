@@ -77,6 +77,7 @@ static bool has_layer(const char *name) {
 
 /* Creates d->instance (and the messenger when validation is asked for). */
 static es_status instance_create(es__vk_dev *d) {
+    ES_TRY(es__vk_load(d->err));
     VkApplicationInfo app = {.sType = VK_STRUCTURE_TYPE_APPLICATION_INFO};
     app.pApplicationName = "edgespec";
     app.pEngineName = "edgespec";

@@ -9,7 +9,7 @@
 
 #include "edgespec.h"
 
-#include <vulkan/vulkan.h>
+#include "loader.h"
 
 typedef struct es__vk_policy {
     const char *profile;         /* the table entry the values came from (static text)          */

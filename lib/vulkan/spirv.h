@@ -4,7 +4,7 @@
 
 #include "common.h"
 
-#include <vulkan/vulkan.h>
+#include "loader.h"
 
 #define ES__SPIRV_MAX_BINDINGS 16
 

@@ -9,7 +9,7 @@
 #include "policy.h"
 #include "shader_registry.h"
 
-#include <vulkan/vulkan.h>
+#include "loader.h"
 
 /* Optional device features the kernels use, each with a fallback. */
 typedef struct es__vk_features {

@@ -20,6 +20,18 @@ extra=$(find "$root$prefix/include" -type f ! -name edgespec.h)
 [ -z "$extra" ] || fail "internal headers installed: $extra"
 [ -f "$lib/libedgespec.a" ] || fail "static library not installed"
 ls "$lib"/libedgespec.so.* >/dev/null 2>&1 || fail "shared library not installed"
+# The soname policy of edgespec.h: libedgespec.so.MAJOR, with the development link pointing to it.
+major=$(sed -n 's/^#define ES_VERSION_MAJOR \([0-9]*\)$/\1/p' "$root$prefix/include/edgespec.h")
+[ -n "$major" ] || fail "no ES_VERSION_MAJOR in the installed edgespec.h"
+[ -L "$lib/libedgespec.so.$major" ] && [ -L "$lib/libedgespec.so" ] ||
+  fail "soname links libedgespec.so and libedgespec.so.$major not installed"
+[ "$(readlink -f "$lib/libedgespec.so")" = "$(readlink -f "$lib/libedgespec.so.$major")" ] ||
+  fail "libedgespec.so and libedgespec.so.$major are different libraries"
+soname=$(readelf -d "$lib/libedgespec.so.$major" | sed -n 's/.*Library soname: \[\(.*\)\]/\1/p')
+[ "$soname" = "libedgespec.so.$major" ] || fail "soname is '$soname', not libedgespec.so.$major"
+# The Vulkan loader is opened at run time: neither the library nor its pkg-config file names it.
+if readelf -d "$lib/libedgespec.so.$major" | grep NEEDED | grep -q vulkan; then fail "libedgespec NEEDs libvulkan"; fi
+if grep -q vulkan "$lib/pkgconfig/edgespec.pc"; then fail "edgespec.pc names vulkan"; fi
 [ -x "$root$prefix/bin/edgespec" ] || fail "CLI not installed"
 
 export PKG_CONFIG_LIBDIR=$lib/pkgconfig PKG_CONFIG_SYSROOT_DIR=$root

@@ -14,7 +14,7 @@
 
 #include <stdint.h>
 #include <string.h>
-#include <vulkan/vulkan.h>
+#include "loader.h" /* Vulkan types, and the entry points the library opened */
 
 /* The configurations every Vulkan test runs: the device's own features, every fallback at once,
  * storage buffers with native 8/16-bit loads and subgroups, texel buffers without subgroups. */

@@ -21,6 +21,12 @@ int cli_cmd_devices(int argc, char **argv) {
     if (r != CLI_PARSE_OK) return r == CLI_PARSE_HELP ? CLI_EXIT_OK : CLI_EXIT_USAGE;
     size_t n = 0;
     es_status s = es_vulkan_devices(NULL, 0, &n);
+    /* No Vulkan here (no loader, or a build without it) is an answer to the question, not a
+     * failure: the CPU backend still runs. */
+    if (s == ES_ERR_UNSUPPORTED) {
+        printf("%s\n", es_last_error());
+        return CLI_EXIT_OK;
+    }
     if (s != ES_OK) return cli_fail_status("devices", s, "cannot list Vulkan devices");
     es_device_info *dev = calloc(n ? n : 1, sizeof *dev);
     if (!dev) return cli_fail("devices", "out of memory");

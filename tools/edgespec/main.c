@@ -59,7 +59,7 @@ int main(int argc, char **argv) {
         return CLI_EXIT_OK;
     }
     if (strcmp(name, "version") == 0 || strcmp(name, "--version") == 0) {
-        printf("edgespec %d.%d.%d\n", ES_VERSION_MAJOR, ES_VERSION_MINOR, ES_VERSION_PATCH);
+        printf("edgespec %s\n", es_version()); /* the library that runs, which may be newer than the header */
         return CLI_EXIT_OK;
     }
     const subcommand *c = find(name);
