@@ -311,7 +311,7 @@ static void br_bos(tvocab *t) { t->d.special[ES__SPECIAL_BOS] = 275; }
 static void br_eot(tvocab *t) { t->d.special[ES__SPECIAL_EOT] = -2; }
 static void br_add_bos(tvocab *t) { t->d.special[ES__SPECIAL_BOS] = -1, t->d.add_bos = 1; }
 static void br_model(tvocab *t) { t->d.model = (es__str){"bert", 4}; }
-static void br_pre(tvocab *t) { t->d.pre = (es__str){"deepseek-llm", 12}; }
+static void br_pre(tvocab *t) { t->d.pre = (es__str){"kimi-k2", 7}; } /* a split edgespec lacks */
 static void br_merge(tvocab *t) { t->merges[3] = "abc"; }
 static void br_merge_space(tvocab *t) { t->merges[2] = "ab "; }
 static void br_merge_utf8(tvocab *t) { t->merges[1] = "\xFF b"; }
@@ -330,7 +330,7 @@ static void test_validation(void) {
     CHECK_FAILS(build_broken(br_eot, 1), ES_ERR_MODEL, "tokenizer.ggml.eot_token_id = -2");
     CHECK_FAILS(build_broken(br_add_bos, 1), ES_ERR_MODEL, "add_bos_token is true but tokenizer.ggml.bos_token_id is absent");
     CHECK_FAILS(build_broken(br_model, 1), ES_ERR_UNSUPPORTED, "tokenizer.ggml.model 'bert' is not supported");
-    CHECK_FAILS(build_broken(br_pre, 0), ES_ERR_UNSUPPORTED, "tokenizer.ggml.pre 'deepseek-llm' is not supported");
+    CHECK_FAILS(build_broken(br_pre, 0), ES_ERR_UNSUPPORTED, "tokenizer.ggml.pre 'kimi-k2' is not supported");
     CHECK_FAILS(build_broken(br_merge, 0), ES_ERR_FORMAT, "tokenizer.ggml.merges[3]: 'abc' is not two strings");
     CHECK_FAILS(build_broken(br_merge_space, 0), ES_ERR_FORMAT, "tokenizer.ggml.merges[2]");
     CHECK_FAILS(build_broken(br_merge_utf8, 0), ES_ERR_FORMAT, "tokenizer.ggml.merges[1]: invalid UTF-8");

@@ -102,8 +102,10 @@ static void test_byte_map(void) {
 static int split_is(es__pretok kind, const char *text, size_t len, const char *want) {
     char got[1024];
     size_t w = 0;
+    es__pretok_iter it;
+    es__pretok_begin(&it, kind, (const uint8_t *)text, len);
     for (size_t pos = 0; pos < len;) {
-        size_t n = es__pretok_next(kind, (const uint8_t *)text, len, pos);
+        size_t n = es__pretok_next(&it);
         if (n == 0 || pos + n > len || w + n + 2 > sizeof got) return 0;
         if (pos) got[w++] = '|';
         memcpy(got + w, text + pos, n);
