@@ -124,6 +124,11 @@ FIXED = [
     "'D you like some tea? We'Ve a'lL", "HELLOworld HelloWorld helloWORLD \u01c5ungla \u02b0x",
     "a/b//\n/c", "x\u3000\u3001y", "\u3000\u3000abc", "tab\t\there  \n  x", "end   ", "\u0964\u06d4\u060c(|)x",
     "\u00b2\u00b3\u2160\u0660\u0661\u0662\u0663", "\u0915\u093f\u0928\u094d\u0928\u0940", "caf\u0065\u0301 \u0301x",
+    "hello!!world", "x+$y", "a+b", "x ...y", "f(x)y", "abc123 d", "x+=1", "(abc", "\u65e5\u30c6ab", "a 1234567",
+    "\n \n\n \n\n\n \t \t\t \t\n  \n   \n    \n     \n\U0001f680 (normal) \u2705 \U0001f999\U0001f999 3 33 333 3333 33333 3.3 "
+    "3..3 3...3 \u1780\u17b6\u1793\u17cb\U0001f601 ?\u6211\u60f3\u5728apple\u5de5\u4f5c1314151\u5929\uff5e ------======= "
+    "\u043d\u0435\u0449\u043e ```````\"\"\"\"......!!!!!!?????? I've been 'told he's there, 'RE you sure? We'Ve a'lL",
+    "a 12", "I'M HE'LL", "x'\u017f", "HelloWorld", "helloWORLD", " ABC", "\u4f60\u597d", "x\u00b2",
 ]
 
 
