@@ -56,10 +56,28 @@ def cls(rs):
     return "".join("\\U%08X-\\U%08X" % r if r[0] != r[1] else "\\U%08X" % r[0] for r in rs)
 
 
+def category_ranges(cat):
+    """For every category (Lu, ...) and every major class (L, ...), its code point ranges, in one pass."""
+    out = {}
+    start = 0
+    for cp in range(1, 0x110001):
+        if cp == 0x110000 or cat[cp] != cat[start]:
+            for key in (cat[start], cat[start][0]):
+                rs = out.setdefault(key, [])
+                if rs and rs[-1][1] == start - 1:
+                    rs[-1] = (rs[-1][0], cp - 1)
+                else:
+                    rs.append((start, cp - 1))
+            start = cp
+    return out
+
+
 def splits(cat, ws):
     """The published expressions of every split, with the classes spelled out."""
-    def by_cat(*prefixes):
-        return cls(ranges(lambda cp: cat[cp].startswith(prefixes)))
+    by = category_ranges(cat)
+
+    def by_cat(*keys):
+        return "".join(cls(by.get(k, [])) for k in keys)
     L, N, P, Sym, M = by_cat("L"), by_cat("N"), by_cat("P"), by_cat("S"), by_cat("M")
     Lu, Ll, Lt, Lm, Lo = by_cat("Lu"), by_cat("Ll"), by_cat("Lt"), by_cat("Lm"), by_cat("Lo")
     S = cls(ranges(lambda cp: cp in ws))
@@ -149,7 +167,7 @@ def main():
               ("categories", gc))
     for mode, fn in tables:
         got = subprocess.run([dump, mode], check=True, capture_output=True).stdout.decode()
-        want = "".join(chr(ord("0") + fn(cp)) for cp in range(0x110000))
+        want = "".join([chr(48 + fn(cp)) for cp in range(0x110000)])
         bad = [cp for cp in range(0x110000) if got[cp] != want[cp]] if got != want else []
         if len(got) != len(want) or bad:
             print("%s table differs from unicodedata %s at %d code points, first U+%04X: regenerate it with "
