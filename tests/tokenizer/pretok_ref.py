@@ -38,17 +38,14 @@ DS_CASED = [(0x41, 0x5A), (0x61, 0x7A), (0xB5, 0xB5), (0xC0, 0xD6), (0xD8, 0xF6)
             (0x10C80, 0x10CB2), (0x10CC0, 0x10CF2), (0x118A0, 0x118DF), (0x1E900, 0x1E943)]
 
 
-def ranges(pred):
-    out, start = [], None
-    for cp in range(0x110000):
-        if pred(cp):
-            if start is None:
-                start = cp
-        elif start is not None:
-            out.append((start, cp - 1))
-            start = None
-    if start is not None:
-        out.append((start, 0x10FFFF))
+def ranges(cps):
+    """Sorted code points as inclusive ranges."""
+    out = []
+    for cp in cps:
+        if out and out[-1][1] == cp - 1:
+            out[-1] = (out[-1][0], cp)
+        else:
+            out.append((cp, cp))
     return out
 
 
@@ -80,7 +77,7 @@ def splits(cat, ws):
         return "".join(cls(by.get(k, [])) for k in keys)
     L, N, P, Sym, M = by_cat("L"), by_cat("N"), by_cat("P"), by_cat("S"), by_cat("M")
     Lu, Ll, Lt, Lm, Lo = by_cat("Lu"), by_cat("Ll"), by_cat("Lt"), by_cat("Lm"), by_cat("Lo")
-    S = cls(ranges(lambda cp: cp in ws))
+    S = cls(ranges(sorted(ws)))
     contractions = "(?i:'s|'t|'re|'ve|'m|'ll|'d)"
     gpt2 = "'s|'t|'re|'ve|'m|'ll|'d| ?[%s]+| ?[%s]+| ?[^%s%s%s]+|[%s]+(?![^%s])|[%s]+" % (L, N, S, L, N, S, S, S)
     gpt2_stage = "'s|'t|'re|'ve|'m|'ll|'d| ?[%s]+| ?[%s]+| ?[^%s%s%s]+|[%s]+(?![^%s])" % (L, N, S, L, N, S, S)
