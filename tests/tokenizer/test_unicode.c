@@ -39,6 +39,37 @@ static void test_classes(void) {
     CHECK(agree);
 }
 
+/* The finer categories (the whole table is checked against unicodedata by pretok_regex). */
+static void test_categories(void) {
+    static const struct {
+        uint32_t cp;
+        es__ugc gc;
+    } cases[] = {
+        {'A', ES__UGC_LU},       {'a', ES__UGC_LL},     {0x01C5, ES__UGC_LT},    {0x02B0, ES__UGC_LM},
+        {0x4F60, ES__UGC_LO},    {0x30FC, ES__UGC_LM},  {0x0301, ES__UGC_MARK},  {0x0903, ES__UGC_MARK},
+        {'7', ES__UGC_NUMBER},   {0xBD, ES__UGC_NUMBER}, {'!', ES__UGC_PUNCT},   {0x3001, ES__UGC_PUNCT},
+        {'$', ES__UGC_SYMBOL},   {'+', ES__UGC_SYMBOL}, {'`', ES__UGC_SYMBOL},   {0x20AC, ES__UGC_SYMBOL},
+        {' ', ES__UGC_SPACE},    {0x3000, ES__UGC_SPACE}, {0x85, ES__UGC_SPACE}, {0x1C, ES__UGC_OTHER},
+        {0x200D, ES__UGC_OTHER}, {0xE000, ES__UGC_OTHER}, {ES__UTF8_BAD + 0xFF, ES__UGC_OTHER},
+    };
+    for (size_t i = 0; i < ES__ARRAY_LEN(cases); i++)
+        CHECKF(es__unicode_gc(cases[i].cp) == cases[i].gc, "U+%04X: category %d, want %d", cases[i].cp,
+               es__unicode_gc(cases[i].cp), cases[i].gc);
+    int agree = 1;
+    for (uint32_t cp = 0; cp < 256; cp++) agree &= es__unicode_gc_slow(cp) == es__unicode_gc_latin1[cp];
+    CHECK(agree);
+    /* both tables say the same of letters, numbers and spaces */
+    int same = 1;
+    for (uint32_t cp = 0; cp <= 0x10FFFF; cp += 7) {
+        es__ugc g = es__unicode_gc(cp);
+        es__ucls want = g == ES__UGC_SPACE ? ES__UCLS_SPACE
+                        : g >= ES__UGC_LU && g <= ES__UGC_LO ? ES__UCLS_LETTER
+                        : g == ES__UGC_NUMBER ? ES__UCLS_NUMBER : ES__UCLS_OTHER;
+        same &= es__unicode_class(cp) == want;
+    }
+    CHECK(same);
+}
+
 static void test_utf8(void) {
     static const struct {
         const char *s;
@@ -218,10 +249,21 @@ static void test_pretok_more(void) {
     SPLIT(T, "1234", "1|2|3|4");
     SPLIT(T, "a/b//\n/c", "a|/b|//\n/|c");
     SPLIT(T, "\xE4\xBD\xA0\xE5\xA5\xBD", "\xE4\xBD\xA0\xE5\xA5\xBD"); /* Lo is in both classes */
+    /* an invalid byte is a character in no class (Python's re cannot test these) */
+    SPLIT(Q, "\xFF" "abc", "\xFF" "abc");
+    SPLIT(DL, "a\xFF" "b", "a|\xFF|b");
+    SPLIT(DC, "a\xFF" "b", "a|\xFF|b");
+    SPLIT(D3, "a\xFF" "b", "a|\xFF" "b");
+    SPLIT(F, "a\xFF" "b", "a|\xFF|b");
+    SPLIT(SC, "a\xFF" "b", "a|\xFF|b");
+    SPLIT(P, "a\xFF" "b", "a\xFF" "b");
+    SPLIT(T, "\xFF" "abc", "\xFF" "abc");
+    SPLIT(DL, "\xE2\x96", "\xE2\x96"); /* a truncated sequence: two characters, one gap */
 }
 
 int main(void) {
     test_classes();
+    test_categories();
     test_utf8();
     test_byte_map();
     test_pretok();
