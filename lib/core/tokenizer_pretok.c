@@ -13,7 +13,7 @@
  *               ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
  *   qwen2:     llama3 with \p{N} for \p{N}{1,3}
  *   deepseek-llm: [\r\n] / \s?[LC]+ / \s?[!-/:-~！-／：-～‘-‟　-。]+ / \s+$ / [一-龥ࠀ-一가-퟿]+ / \p{N}+
- *              (LC: the cased-letter ranges of ds_cased below)
+ *              (LC: the cased-letter ranges of ds_cased, tokenizer_pretok_match.c)
  *   deepseek-coder: [\r\n] / \s?\p{L}+ / \s?\p{P}+ / [一-龥ࠀ-一가-퟿]+ / \p{N}
  *   deepseek-v3: \p{N}{1,3} / [一-龥぀-ゟ゠-ヿ]+ / [!"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~][A-Za-z]+|
  *              [^\r\n\p{L}\p{P}\p{S}]?[\p{L}\p{M}]+| ?[\p{P}\p{S}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
@@ -50,10 +50,14 @@ typedef struct split {
 static const stage S_GPT2[] = {{es__pm_gpt2, NULL}};
 static const stage S_LLAMA3[] = {{es__pm_llama3, NULL}};
 static const stage S_QWEN2[] = {{es__pm_qwen2, NULL}};
-static const stage S_DEEPSEEK_LLM[] = {{es__pm_crlf, NULL},       {es__pm_ds_cased, NULL}, {es__pm_ds_punct, NULL},
-                                       {NULL, es__pf_ws_end}, {es__pm_ds_cjk, NULL},   {es__pm_num_run, NULL}};
+static const stage S_DEEPSEEK_LLM[] = {
+    {es__pm_crlf, NULL},   {es__pm_ds_cased, NULL}, {es__pm_ds_punct, NULL},
+    {NULL, es__pf_ws_end}, {es__pm_ds_cjk, NULL},   {es__pm_num_run, NULL},
+};
 static const stage S_DEEPSEEK_CODER[] = {
-    {es__pm_crlf, NULL}, {es__pm_space_letters, NULL}, {es__pm_space_punct, NULL}, {es__pm_ds_cjk, NULL}, {es__pm_num1, NULL}};
+    {es__pm_crlf, NULL},   {es__pm_space_letters, NULL}, {es__pm_space_punct, NULL},
+    {es__pm_ds_cjk, NULL}, {es__pm_num1, NULL},
+};
 static const stage S_DEEPSEEK3[] = {{es__pm_num3, NULL}, {es__pm_ds3_kana, NULL}, {es__pm_ds3_main, NULL}};
 static const stage S_FALCON[] = {{es__pm_falcon_punct, NULL}, {es__pm_gpt2, NULL}, {es__pm_digits3, NULL}};
 static const stage S_STARCODER[] = {{es__pm_num1, NULL}, {es__pm_gpt2, NULL}};

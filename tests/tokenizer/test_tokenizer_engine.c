@@ -332,7 +332,8 @@ static void split_vocab(tvocab *t, const char *pre) {
         tv_add(t, s, 0, ES__TOK_NORMAL);
     }
     static const char *const toks[] = {"12", "123", ("\xC4\xA0" "1"), ("\xC4\xA0" "12"), "!!", "\xC4\xA0!", "it", "'s"};
-    static const char *const merges[] = {"1 2", "12 3", "\xC4\xA0 1", ("\xC4\xA0" "1 2"), "! !", "\xC4\xA0 !", "i t", "' s"};
+    static const char *const merges[] = {"1 2", "12 3", "\xC4\xA0 1", ("\xC4\xA0" "1 2"),
+                                         "! !", "\xC4\xA0 !", "i t", "' s"};
     for (size_t i = 0; i < ES__ARRAY_LEN(toks); i++) tv_add(t, toks[i], 0, ES__TOK_NORMAL);
     for (size_t i = 0; i < ES__ARRAY_LEN(merges); i++) tv_merge(t, merges[i]);
 }

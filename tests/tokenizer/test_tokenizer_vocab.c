@@ -202,7 +202,8 @@ static int pieces_are(const es__vocab *v, const char *text, const char *want) {
         w += len;
     }
     got[w] = 0;
-    if (strcmp(got, want) != 0) fprintf(stderr, "%s: \"%s\" gives \"%s\", want \"%s\"\n", es__vocab_pre(v), text, got, want);
+    if (strcmp(got, want) != 0)
+        fprintf(stderr, "%s: \"%s\" gives \"%s\", want \"%s\"\n", es__vocab_pre(v), text, got, want);
     return strcmp(got, want) == 0;
 }
 
