@@ -64,10 +64,8 @@ static es_status encode_word(const es__vocab *v, const uint8_t *w, size_t n, es_
 
 es_status es__bpe_encode(const es__vocab *v, const char *text, size_t len, es__tok_scratch *s, es__err *err) {
     const uint8_t *t = (const uint8_t *)text;
-    for (size_t pos = 0; pos < len;) {
-        size_t n = es__pretok_next(v->pretok, t, len, pos);
-        ES_TRY(encode_word(v, t + pos, n, s, err));
-        pos += n;
-    }
+    es__pretok_iter it;
+    es__pretok_begin(&it, v->pretok, t, len);
+    for (size_t pos = 0, n; (n = es__pretok_next(&it)) > 0; pos += n) ES_TRY(encode_word(v, t + pos, n, s, err));
     return ES_OK;
 }

@@ -27,13 +27,46 @@ enum {
     ES__TOK_TYPE_COUNT
 };
 
-/* Pre-tokenizer splits for byte-level BPE. */
+/* Pre-tokenizer splits for byte-level BPE; their expressions are listed in tokenizer_pretok.c. */
 typedef enum es__pretok {
-    ES__PRETOK_NONE = 0,   /* SentencePiece: no split                                       */
-    ES__PRETOK_GPT2 = 1,   /* 's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+ */
-    ES__PRETOK_LLAMA3 = 2, /* (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|
-                              ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+            */
+    ES__PRETOK_NONE = 0, /* SentencePiece: no split */
+    ES__PRETOK_GPT2,
+    ES__PRETOK_LLAMA3,
+    ES__PRETOK_QWEN2,
+    ES__PRETOK_DEEPSEEK_LLM,
+    ES__PRETOK_DEEPSEEK_CODER,
+    ES__PRETOK_DEEPSEEK3,
+    ES__PRETOK_FALCON,
+    ES__PRETOK_STARCODER,
+    ES__PRETOK_PORO,
+    ES__PRETOK_VIKING,
+    ES__PRETOK_TEKKEN,
+    ES__PRETOK_COUNT
 } es__pretok;
+
+/* What a tokenizer.ggml.pre name means: the split, and llama.cpp's defaults that go with it. */
+typedef struct es__pretok_info {
+    es__pretok kind;
+    bool ignore_merges; /* a word that is a token is not merged (Llama 3, Tekken) */
+    bool add_bos;       /* default of tokenizer.ggml.add_bos_token                */
+} es__pretok_info;
+
+/* Looks a name up; false when edgespec has no split of that name. */
+bool es__pretok_lookup(const char *name, size_t len, es__pretok_info *out);
+
+/* Cuts text into words, left to right: es__pretok_next gives the length in bytes of the next word,
+ * 0 at the end. Words are never empty and tile the text. The iterator keeps the pieces of the
+ * split's stages; it points into text, which must outlive it. */
+#define ES__PRETOK_MAX_STAGES 6
+typedef struct es__pretok_iter {
+    es__pretok kind;
+    const uint8_t *text;
+    size_t len, pos;
+    size_t end[ES__PRETOK_MAX_STAGES]; /* end of each stage's current piece */
+} es__pretok_iter;
+
+void es__pretok_begin(es__pretok_iter *it, es__pretok kind, const uint8_t *text, size_t len);
+size_t es__pretok_next(es__pretok_iter *it);
 
 /* Special token ids a vocabulary may name, and their keys (es__special_keys). */
 enum {
@@ -112,7 +145,8 @@ struct es__vocab {
     int32_t eog[16];             /* end-of-generation tokens                                    */
     int32_t n_eog;
     bool add_bos, add_eos, add_space_prefix;
-    bool ignore_merges;          /* Llama 3: a word that is a token is not merged                */
+    bool ignore_merges;          /* Llama 3, Tekken: a word that is a token is not merged        */
+    bool pretok_add_bos;         /* the pre-tokenizer name's default for add_bos (gpt2 models)     */
 };
 
 /* SentencePiece segments text into normal, user-defined and unused pieces only; control, unknown
@@ -217,9 +251,6 @@ es_status es__spm_encode(const es__vocab *v, const char *text, size_t len, bool 
                          es__tok_scratch *s, es__err *err);
 es_status es__bpe_encode(const es__vocab *v, const char *text, size_t len, es__tok_scratch *s,
                          es__err *err);
-
-/* The length in bytes of the pre-tokenizer word that starts at text[pos] (pos < len). */
-size_t es__pretok_next(es__pretok kind, const uint8_t *text, size_t len, size_t pos);
 
 /* GPT-2's reversible map from bytes to printable code points, and its inverse (-1 = unmapped). */
 uint32_t es__byte_to_cp(uint8_t b);

@@ -216,17 +216,16 @@ static es_status parse_type(builder *b, const es__vocab_desc *d) {
     if (!v->pre_name) return oom(b, "the pre-tokenizer name");
     v->pretok = ES__PRETOK_NONE;
     if (v->type != ES_TOKENIZER_GPT2) return ES_OK;
-    if (str_eq(pre, "gpt-2") || str_eq(pre, "default")) {
-        v->pretok = ES__PRETOK_GPT2;
-    } else if (str_eq(pre, "llama3") || str_eq(pre, "llama-v3") || str_eq(pre, "llama-bpe")) {
-        v->pretok = ES__PRETOK_LLAMA3;
-        v->ignore_merges = true;
-    } else {
+    es__pretok_info info;
+    if (!es__pretok_lookup(pre.ptr, pre.len, &info))
         return es__fail(b->err, ES_ERR_UNSUPPORTED,
-                        "tokenizer.ggml.pre '%.*s' is not supported for gpt2 vocabularies "
-                        "(edgespec has the 'gpt-2' and 'llama3'/'llama-bpe' splits)",
+                        "tokenizer.ggml.pre '%.*s' is not supported for gpt2 vocabularies (edgespec has the "
+                        "splits of gpt-2, llama3, qwen2, deepseek-llm, deepseek-coder, deepseek-v3, falcon, "
+                        "starcoder, poro-chat, viking, tekken and their aliases: docs/formats.md)",
                         (int)ES__MIN(pre.len, MAX_SHOWN), pre.ptr);
-    }
+    v->pretok = info.kind;
+    v->ignore_merges = info.ignore_merges;
+    v->pretok_add_bos = info.add_bos;
     return ES_OK;
 }
 
@@ -328,9 +327,9 @@ static es_status check_specials(builder *b, const es__vocab_desc *d) {
     if (d->add_eos == 1 && eos < 0)
         return es__fail(b->err, ES_ERR_MODEL, "tokenizer.ggml.add_eos_token is true but tokenizer.ggml.eos_token_id is absent");
     /* Defaults as llama.cpp has them: SentencePiece adds BOS and a space prefix, byte-level BPE
-     * neither, except that Llama 3 adds BOS. */
+     * neither, except that Llama 3 and Tekken add BOS. */
     bool llama = v->type == ES_TOKENIZER_LLAMA;
-    v->add_bos = d->add_bos >= 0 ? d->add_bos == 1 : bos >= 0 && (llama || v->pretok == ES__PRETOK_LLAMA3);
+    v->add_bos = d->add_bos >= 0 ? d->add_bos == 1 : bos >= 0 && (llama || v->pretok_add_bos);
     v->add_eos = d->add_eos == 1;
     v->add_space_prefix = d->add_space_prefix >= 0 ? d->add_space_prefix == 1 : llama;
     return ES_OK;

@@ -2,18 +2,27 @@
  * validation. Decoding is inline in unicode.h because the pre-tokenizers call it per character. */
 #include "unicode.h"
 
-es__ucls es__unicode_class_slow(uint32_t cp) {
-    if (cp > 0x10FFFF) return ES__UCLS_OTHER; /* undecodable bytes */
-    /* the last range whose first code point is <= cp */
-    uint32_t lo = 0, hi = es__unicode_n_ranges; /* answer in [lo, hi) */
+/* The value of the last range of r[0..n) whose first code point (entry >> shift) is <= cp. */
+static uint32_t range_lookup(const uint32_t *r, uint32_t n, unsigned shift, uint32_t cp) {
+    uint32_t lo = 0, hi = n; /* answer in [lo, hi) */
     while (hi - lo > 1) {
         uint32_t mid = lo + (hi - lo) / 2;
-        if ((es__unicode_ranges[mid] >> 2) <= cp)
+        if ((r[mid] >> shift) <= cp)
             lo = mid;
         else
             hi = mid;
     }
-    return (es__ucls)(es__unicode_ranges[lo] & 3u);
+    return r[lo] & ((1u << shift) - 1);
+}
+
+es__ucls es__unicode_class_slow(uint32_t cp) {
+    if (cp > 0x10FFFF) return ES__UCLS_OTHER; /* undecodable bytes */
+    return (es__ucls)range_lookup(es__unicode_ranges, es__unicode_n_ranges, 2, cp);
+}
+
+es__ugc es__unicode_gc_slow(uint32_t cp) {
+    if (cp > 0x10FFFF) return ES__UGC_OTHER;
+    return (es__ugc)range_lookup(es__unicode_gc_ranges, es__unicode_gc_n_ranges, 4, cp);
 }
 
 size_t es__utf8_encode(uint32_t cp, uint8_t out[4]) {

@@ -1,7 +1,8 @@
 /* fuzz_tokenizer.c: fuzz target for the tokenizers, for libFuzzer and as a deterministic standalone
  * driver (meson suite 'fuzz'). Input byte 0 picks the operation; the rest is its data:
  *   - encode: with one of five vocabularies (the real llama-spm and gpt-2 ones from
- *     $ES_SHARED_DIR/vocab-tests, two small ones built here, gpt2 with the Llama-3 split); every
+ *     $ES_SHARED_DIR/vocab-tests, two small ones built here, gpt2 with the Llama-3 split), or (op bits
+ *     5..7 odd) the small gpt2 one under each other split (qwen2, deepseek-*, falcon, ...); every
  *     id must be in range, the count must match a count-only call, decoding must give the text back
  *     (U+2581 as a space for SentencePiece) where every byte has a token, and up to 512 bytes the ids must equal the reference
  *     encoders' (tests/tokenizer/ref_encoders.h);
@@ -50,6 +51,13 @@ typedef struct fvocab {
 static fvocab vocabs[N_VOCABS];
 static tvocab small_spm, small_bpe, small_llama3;
 
+/* The small byte-level vocabulary under each of the other splits. */
+static const char *const split_names[] = {"qwen2", "deepseek-llm", "deepseek-coder", "deepseek-v3", "falcon",
+                                          "starcoder", "poro-chat", "viking", "tekken"};
+#define N_SPLITS (sizeof split_names / sizeof split_names[0])
+static fvocab split_vocabs[N_SPLITS];
+static tvocab small_splits[N_SPLITS];
+
 static void load_real(fvocab *fv, const char *name, bool spm) {
     char path[4200];
     snprintf(path, sizeof path, "%s/vocab-tests/%s", tv_shared_dir(), name);
@@ -85,6 +93,29 @@ static void load_small(fvocab *fv, tvocab *t) {
     free(mc);
 }
 
+/* A small byte-level vocabulary with the given split: every byte, overlapping merges, merge results
+ * that are no token. */
+static void small_gpt2(tvocab *t, const char *pre) {
+    uint32_t map[256];
+    tv_byte_map(map);
+    tv_init(t, "gpt2", pre);
+    for (int b = 0; b < 256; b++) {
+        char s[5];
+        tv_utf8(map[b], s);
+        tv_add(t, s, 0, ES__TOK_NORMAL);
+    }
+    static const char *const merges[] = {"a b", "b c", "ab c", "\xC4\xA0 a", "\xC4\xA0" "a b", "x y", "a a",
+                                         "aa a", "\xC4\xA0 \xC4\xA0", "1 2", "12 3", "' s", "t h", "th e",
+                                         "\xC4\xA0 th", "\xC4\xA0" "t he"};
+    static const char *const results[] = {"ab", "bc", "abc", "\xC4\xA0" "a", "\xC4\xA0" "ab", "aa", "aaa",
+                                          "\xC4\xA0\xC4\xA0", "12", "123", "'s", "th", "the", "\xC4\xA0th",
+                                          "hello"};
+    for (size_t i = 0; i < ES__ARRAY_LEN(merges); i++) tv_merge(t, merges[i]);
+    for (size_t i = 0; i < ES__ARRAY_LEN(results); i++) tv_add(t, results[i], 0, ES__TOK_NORMAL);
+    tv_add(t, "<|endoftext|>", 0, ES__TOK_CONTROL);
+    t->d.special[ES__SPECIAL_EOS] = t->n - 1;
+}
+
 /* Small vocabularies with overlapping merges, ties, a missing byte token and merge results that are
  * no token, so the fallbacks run. No user-defined tokens: the reference knows no special tokens. */
 static void init_small(void) {
@@ -104,27 +135,8 @@ static void init_small(void) {
     small_spm.d.special[ES__SPECIAL_UNK] = 0;
     small_spm.d.special[ES__SPECIAL_BOS] = 1;
 
-    uint32_t map[256];
-    tv_byte_map(map);
-    for (int k = 0; k < 2; k++) {
-        tvocab *t = k ? &small_llama3 : &small_bpe;
-        tv_init(t, "gpt2", k ? "llama3" : "gpt-2");
-        for (int b = 0; b < 256; b++) {
-            char s[5];
-            tv_utf8(map[b], s);
-            tv_add(t, s, 0, ES__TOK_NORMAL);
-        }
-        static const char *const merges[] = {"a b", "b c", "ab c", "\xC4\xA0 a", "\xC4\xA0" "a b", "x y", "a a",
-                                             "aa a", "\xC4\xA0 \xC4\xA0", "1 2", "12 3", "' s", "t h", "th e",
-                                             "\xC4\xA0 th", "\xC4\xA0" "t he"};
-        static const char *const results[] = {"ab", "bc", "abc", "\xC4\xA0" "a", "\xC4\xA0" "ab", "aa", "aaa",
-                                              "\xC4\xA0\xC4\xA0", "12", "123", "'s", "th", "the", "\xC4\xA0th",
-                                              "hello"};
-        for (size_t i = 0; i < ES__ARRAY_LEN(merges); i++) tv_merge(t, merges[i]);
-        for (size_t i = 0; i < ES__ARRAY_LEN(results); i++) tv_add(t, results[i], 0, ES__TOK_NORMAL);
-        tv_add(t, "<|endoftext|>", 0, ES__TOK_CONTROL);
-        t->d.special[ES__SPECIAL_EOS] = t->n - 1;
-    }
+    small_gpt2(&small_bpe, "gpt-2");
+    small_gpt2(&small_llama3, "llama3");
 }
 
 static void init_once(void) {
@@ -143,6 +155,15 @@ static void init_once(void) {
     vocabs[4].pretok = ES__PRETOK_LLAMA3;
     vocabs[4].ignore_merges = true;
     vocabs[4].lossless = true;
+    for (size_t i = 0; i < N_SPLITS; i++) {
+        es__pretok_info info;
+        REQUIRE(es__pretok_lookup(split_names[i], strlen(split_names[i]), &info), "%s", split_names[i]);
+        small_gpt2(&small_splits[i], split_names[i]);
+        load_small(&split_vocabs[i], &small_splits[i]);
+        split_vocabs[i].pretok = info.kind;
+        split_vocabs[i].ignore_merges = info.ignore_merges;
+        split_vocabs[i].lossless = true;
+    }
 }
 
 static void fuzz_encode(const fvocab *fv, const char *text, size_t len, bool add_special, bool parse_special) {
@@ -192,10 +213,12 @@ static void fuzz_encode(const fvocab *fv, const char *text, size_t len, bool add
 static void fuzz_build(const uint8_t *data, size_t size) {
     if (size < 3) return;
     static const char *const models[] = {"llama", "gpt2", "none", "bert"};
-    static const char *const pres[] = {"default", "gpt-2", "llama3", "llama-bpe", "qwen2"};
+    static const char *const pres[] = {"default", "gpt-2", "llama3", "llama-bpe", "qwen2", "deepseek-llm",
+                                       "deepseek-coder", "deepseek-v3", "falcon", "starcoder", "poro-chat",
+                                       "viking", "tekken", "smollm", "kimi-k2"};
     es__vocab_desc d;
     es__vocab_desc_init(&d);
-    const char *model = models[data[0] % 4], *pre = pres[data[1] % 5];
+    const char *model = models[data[0] % 4], *pre = pres[data[1] % ES__ARRAY_LEN(pres)];
     d.model = (es__str){model, strlen(model)};
     d.pre = (es__str){pre, strlen(pre)};
     d.add_bos = (int8_t)((data[2] & 3) == 3 ? -1 : (data[2] & 1));
@@ -279,7 +302,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         fuzz_build(data + 1, size - 1);
         return 0;
     }
-    const fvocab *fv = &vocabs[(op & 7) % N_VOCABS];
+    /* bits 5..7 odd: the small vocabulary under one of the other splits */
+    unsigned hi = op >> 5;
+    const fvocab *fv = hi & 1 ? &split_vocabs[((op & 7) + 8 * (hi >> 1)) % N_SPLITS] : &vocabs[(op & 7) % N_VOCABS];
     fuzz_encode(fv, (const char *)data + 1, size - 1, op & 8, op & 16);
     return 0;
 }

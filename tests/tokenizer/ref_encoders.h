@@ -261,11 +261,10 @@ static inline int ref_bpe_word(const ref_vocab *r, const uint8_t *w, size_t len,
 static inline int ref_bpe(const ref_vocab *r, es__pretok kind, bool ignore_merges, const char *text, size_t len, int32_t *out,
                    size_t *n_out, size_t cap) {
     int ok = 1;
-    for (size_t pos = 0; pos < len;) {
-        size_t n = es__pretok_next(kind, (const uint8_t *)text, len, pos);
+    es__pretok_iter it;
+    es__pretok_begin(&it, kind, (const uint8_t *)text, len);
+    for (size_t pos = 0, n; (n = es__pretok_next(&it)) > 0; pos += n)
         ok &= ref_bpe_word(r, (const uint8_t *)text + pos, n, ignore_merges, out, n_out, cap);
-        pos += n;
-    }
     return ok;
 }
 

@@ -93,7 +93,7 @@ static void test_load_errors(void) {
         es_status status;
     } cases[] = {
         {"bert", NULL, "tokenizer.ggml.model 'bert' is not supported", ES_ERR_UNSUPPORTED},
-        {"gpt2", "falcon", "tokenizer.ggml.pre 'falcon' is not supported", ES_ERR_UNSUPPORTED},
+        {"gpt2", "kimi-k2", "tokenizer.ggml.pre 'kimi-k2' is not supported", ES_ERR_UNSUPPORTED},
         {"llama", NULL, "tokenizer.ggml.tokens[1]: invalid UTF-8", ES_ERR_FORMAT},
     };
     for (size_t i = 0; i < ES__ARRAY_LEN(cases); i++) {

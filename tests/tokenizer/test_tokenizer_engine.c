@@ -311,11 +311,74 @@ static void br_bos(tvocab *t) { t->d.special[ES__SPECIAL_BOS] = 275; }
 static void br_eot(tvocab *t) { t->d.special[ES__SPECIAL_EOT] = -2; }
 static void br_add_bos(tvocab *t) { t->d.special[ES__SPECIAL_BOS] = -1, t->d.add_bos = 1; }
 static void br_model(tvocab *t) { t->d.model = (es__str){"bert", 4}; }
-static void br_pre(tvocab *t) { t->d.pre = (es__str){"deepseek-llm", 12}; }
+static void br_pre(tvocab *t) { t->d.pre = (es__str){"kimi-k2", 7}; } /* a split edgespec lacks */
 static void br_merge(tvocab *t) { t->merges[3] = "abc"; }
 static void br_merge_space(tvocab *t) { t->merges[2] = "ab "; }
 static void br_merge_utf8(tvocab *t) { t->merges[1] = "\xFF b"; }
 static void br_no_merges(tvocab *t) { t->n_merges = 0; }
+
+/* ---- The same merges under different splits: the words change, so the tokens do. Ids 0..255 are the
+ * bytes (their GPT-2 characters), then these; expected ids worked out by hand from the splits'
+ * expressions and the merge ranks. */
+enum { S_12 = 256, S_123, S_G1, S_G12, S_BANGS, S_GBANG, S_IT, S_QS };
+
+static void split_vocab(tvocab *t, const char *pre) {
+    uint32_t map[256];
+    tv_byte_map(map);
+    tv_init(t, "gpt2", pre);
+    for (int b = 0; b < 256; b++) {
+        char s[5];
+        tv_utf8(map[b], s);
+        tv_add(t, s, 0, ES__TOK_NORMAL);
+    }
+    static const char *const toks[] = {"12", "123", ("\xC4\xA0" "1"), ("\xC4\xA0" "12"), "!!", "\xC4\xA0!", "it", "'s"};
+    static const char *const merges[] = {"1 2", "12 3", "\xC4\xA0 1", ("\xC4\xA0" "1 2"),
+                                         "! !", "\xC4\xA0 !", "i t", "' s"};
+    for (size_t i = 0; i < ES__ARRAY_LEN(toks); i++) tv_add(t, toks[i], 0, ES__TOK_NORMAL);
+    for (size_t i = 0; i < ES__ARRAY_LEN(merges); i++) tv_merge(t, merges[i]);
+}
+
+static void test_bpe_splits(void) {
+    static const struct {
+        const char *pre, *text;
+        int32_t ids[8];
+        size_t n;
+    } cases[] = {
+        /* " 123": GPT-2 keeps one word, (1,2) then (12,3) rank first and leave the space alone */
+        {"gpt-2", " 123", {' ', S_123}, 2},
+        {"llama-bpe", " 123", {' ', S_123}, 2},      /* " " and "123", a token taken whole */
+        {"qwen2", " 123", {' ', '1', '2', '3'}, 4},   /* single digits */
+        {"starcoder", " 123", {' ', '1', '2', '3'}, 4},
+        {"deepseek-coder", " 123", {' ', '1', '2', '3'}, 4},
+        {"falcon", " 12", {' ', S_12}, 2},            /* GPT-2's " 12"; no three digits to cut */
+        {"falcon", " 1234", {' ', S_123, '4'}, 3},    /* " ", "123", "4" */
+        {"deepseek-llm", " 12", {' ', S_12}, 2},      /* \p{N}+ cuts the digits from the space */
+        {"deepseek-v3", "1234", {S_123, '4'}, 2},
+        {"poro-chat", " 12", {' ', S_12}, 2},         /* one word " 12" */
+        {"viking", " 12", {' ', '1', '2'}, 3},
+        /* contractions: GPT-2 and Qwen2 keep "'s"; falcon's and deepseek-coder's punctuation stage
+         * cuts the apostrophe off first */
+        {"gpt-2", "it's", {S_IT, S_QS}, 2},
+        {"qwen2", "it's", {S_IT, S_QS}, 2},
+        {"falcon", "it's", {S_IT, '\'', 's'}, 3},
+        {"deepseek-coder", "it's", {S_IT, '\'', 's'}, 3},
+        {"tekken", "it's", {S_IT, S_QS}, 2}, /* no contraction rule, but "'" is the optional prefix of the word "s" */
+        /* " !!": (!,!) ranks before (Ġ,!) */
+        {"gpt-2", " !!", {' ', S_BANGS}, 2},
+        {"deepseek-llm", " !!", {' ', S_BANGS}, 2},
+        {"falcon", " !!", {' ', S_BANGS}, 2},         /* "!!" is a punctuation run; " " its own word */
+    };
+    for (size_t c = 0; c < ES__ARRAY_LEN(cases); c++) {
+        tvocab t;
+        split_vocab(&t, cases[c].pre);
+        es__vocab *v = NULL;
+        CHECK_OK(tv_build(&t, &v));
+        if (v) CHECKF(tv_expect(v, cases[c].text, strlen(cases[c].text), false, false, cases[c].ids, cases[c].n),
+                      "%s: \"%s\"", cases[c].pre, cases[c].text);
+        es__vocab_free(v);
+        tv_free(&t);
+    }
+}
 
 static void test_validation(void) {
     CHECK_FAILS(build_broken(br_no_tokens, 1), ES_ERR_MODEL, "tokenizer.ggml.tokens is missing");
@@ -330,7 +393,7 @@ static void test_validation(void) {
     CHECK_FAILS(build_broken(br_eot, 1), ES_ERR_MODEL, "tokenizer.ggml.eot_token_id = -2");
     CHECK_FAILS(build_broken(br_add_bos, 1), ES_ERR_MODEL, "add_bos_token is true but tokenizer.ggml.bos_token_id is absent");
     CHECK_FAILS(build_broken(br_model, 1), ES_ERR_UNSUPPORTED, "tokenizer.ggml.model 'bert' is not supported");
-    CHECK_FAILS(build_broken(br_pre, 0), ES_ERR_UNSUPPORTED, "tokenizer.ggml.pre 'deepseek-llm' is not supported");
+    CHECK_FAILS(build_broken(br_pre, 0), ES_ERR_UNSUPPORTED, "tokenizer.ggml.pre 'kimi-k2' is not supported");
     CHECK_FAILS(build_broken(br_merge, 0), ES_ERR_FORMAT, "tokenizer.ggml.merges[3]: 'abc' is not two strings");
     CHECK_FAILS(build_broken(br_merge_space, 0), ES_ERR_FORMAT, "tokenizer.ggml.merges[2]");
     CHECK_FAILS(build_broken(br_merge_utf8, 0), ES_ERR_FORMAT, "tokenizer.ggml.merges[1]: invalid UTF-8");
@@ -455,6 +518,7 @@ int main(void) {
     test_spm();
     test_spm_decode();
     test_bpe();
+    test_bpe_splits();
     test_validation();
     test_alloc_failure();
     test_threads();

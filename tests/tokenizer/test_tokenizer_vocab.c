@@ -169,6 +169,89 @@ static void check_random(vfile *f, bool spm, int count, uint64_t seed, bool corr
     ref_free(&r);
 }
 
+/* ---- The gpt-2 vocabulary under the other splits. */
+
+/* The file's vocabulary with tokenizer.ggml.pre replaced by pre. */
+static es__vocab *with_pre(const es__gguf *g, const char *pre) {
+    es__vocab_desc d;
+    es__vocab_desc_init(&d);
+    const es__gguf_kv *toks = es__gguf_find(g, "tokenizer.ggml.tokens");
+    const es__gguf_kv *merges = es__gguf_find(g, "tokenizer.ggml.merges");
+    d.model = (es__str){"gpt2", 4};
+    d.pre = (es__str){pre, strlen(pre)};
+    d.tokens = toks->strs, d.n_tokens = toks->arr_n;
+    d.merges = merges->strs, d.n_merges = merges->arr_n;
+    es__vocab *v = NULL;
+    es__err err;
+    CHECK_OK(es__vocab_build(&d, NULL, &err, &v));
+    return v;
+}
+
+/* Encodes text and compares the tokens' texts, joined by '|', with want. */
+static int pieces_are(const es__vocab *v, const char *text, const char *want) {
+    int32_t ids[256];
+    size_t n = 0;
+    char got[1024];
+    size_t w = 0;
+    if (es__tokenize(v, text, strlen(text), false, false, ids, 256, &n, NULL) != ES_OK) return 0;
+    for (size_t i = 0; i < n; i++) {
+        size_t len = 0;
+        if (w + 64 > sizeof got) return 0;
+        if (i) got[w++] = '|';
+        if (es__token_to_piece(v, ids[i], false, got + w, 60, &len, NULL) != ES_OK) return 0;
+        w += len;
+    }
+    got[w] = 0;
+    if (strcmp(got, want) != 0)
+        fprintf(stderr, "%s: \"%s\" gives \"%s\", want \"%s\"\n", es__vocab_pre(v), text, got, want);
+    return strcmp(got, want) == 0;
+}
+
+/* A real byte-level BPE vocabulary under every split: random strings encode exactly as the reference
+ * BPE applied to the split's words (ref_encoders.h), and decode back; the splits show in the tokens. */
+static void check_other_splits(vfile *f) {
+    static const struct {
+        const char *pre;
+        es__pretok kind;
+        bool ignore_merges;
+        const char *text, *want;
+    } cases[] = {
+        {"llama-bpe", ES__PRETOK_LLAMA3, true, "Hello world 12345", "Hello| world| |123|45"},
+        {"qwen2", ES__PRETOK_QWEN2, false, "Hello world 12345", "Hello| world| |1|2|3|4|5"},
+        {"deepseek-llm", ES__PRETOK_DEEPSEEK_LLM, false, "Hello world 12345", "Hello| world| |123|45"},
+        {"deepseek-coder", ES__PRETOK_DEEPSEEK_CODER, false, "Hello world 12345", "Hello| world| |1|2|3|4|5"},
+        {"deepseek-v3", ES__PRETOK_DEEPSEEK3, false, "Hello world 12345", "Hello| world| |123|45"},
+        {"falcon", ES__PRETOK_FALCON, false, "Hello world 12345", "Hello| world| |123|45"},
+        {"starcoder", ES__PRETOK_STARCODER, false, "Hello world 12345", "Hello| world| |1|2|3|4|5"},
+        {"poro-chat", ES__PRETOK_PORO, false, "Hello, world 12345", "Hello|,| world| 123|45"},
+        {"viking", ES__PRETOK_VIKING, false, "Hello, world 12345", "Hello|,| world| |1|2|3|4|5"},
+        {"tekken", ES__PRETOK_TEKKEN, true, "HelloWorld 12345", "Hello|World| |1|2|3|4|5"},
+    };
+    ref_vocab r;
+    ref_from_gguf(&r, f->g);
+    static char text[8192];
+    static int32_t ids[8192], ref[8192];
+    for (size_t c = 0; c < ES__ARRAY_LEN(cases); c++) {
+        es__vocab *v = with_pre(f->g, cases[c].pre);
+        if (!v) continue;
+        CHECK(pieces_are(v, cases[c].text, cases[c].want));
+        uint64_t rng = 100 + c;
+        int agree = 0, round = 0, count = 300;
+        for (int iter = 0; iter < count; iter++) {
+            size_t len = ref_random_text(&rng, text, iter % 10 == 0 ? 400 : 40);
+            size_t n = 0, n_ref = 0;
+            es_status s = es__tokenize(v, text, len, false, false, ids, 8192, &n, NULL);
+            ref_bpe(&r, cases[c].kind, cases[c].ignore_merges, text, len, ref, &n_ref, 8192);
+            agree += s == ES_OK && n == n_ref && memcmp(ids, ref, n * sizeof *ids) == 0;
+            round += decode_matches(v, ids, n, false, text, len);
+        }
+        CHECKF(agree == count && round == count, "%s: %d of %d random strings agree with the reference, %d decode back",
+               cases[c].pre, agree, count, round);
+        es__vocab_free(v);
+    }
+    ref_free(&r);
+}
+
 static void check_specials(vfile *spm, vfile *gpt2) {
     int32_t ids[64];
     size_t n = 0;
@@ -267,6 +350,7 @@ int main(void) {
         check_vectors(&gpt2, false);
         check_random(&gpt2, false, 1500, 3, false);
         check_random(&gpt2, false, 500, 4, true);
+        check_other_splits(&gpt2);
     }
     if (ok_spm && ok_gpt2) check_specials(&spm, &gpt2);
     check_loader_errors();

@@ -39,6 +39,37 @@ static void test_classes(void) {
     CHECK(agree);
 }
 
+/* The finer categories (the whole table is checked against unicodedata by pretok_regex). */
+static void test_categories(void) {
+    static const struct {
+        uint32_t cp;
+        es__ugc gc;
+    } cases[] = {
+        {'A', ES__UGC_LU},       {'a', ES__UGC_LL},     {0x01C5, ES__UGC_LT},    {0x02B0, ES__UGC_LM},
+        {0x4F60, ES__UGC_LO},    {0x30FC, ES__UGC_LM},  {0x0301, ES__UGC_MARK},  {0x0903, ES__UGC_MARK},
+        {'7', ES__UGC_NUMBER},   {0xBD, ES__UGC_NUMBER}, {'!', ES__UGC_PUNCT},   {0x3001, ES__UGC_PUNCT},
+        {'$', ES__UGC_SYMBOL},   {'+', ES__UGC_SYMBOL}, {'`', ES__UGC_SYMBOL},   {0x20AC, ES__UGC_SYMBOL},
+        {' ', ES__UGC_SPACE},    {0x3000, ES__UGC_SPACE}, {0x85, ES__UGC_SPACE}, {0x1C, ES__UGC_OTHER},
+        {0x200D, ES__UGC_OTHER}, {0xE000, ES__UGC_OTHER}, {ES__UTF8_BAD + 0xFF, ES__UGC_OTHER},
+    };
+    for (size_t i = 0; i < ES__ARRAY_LEN(cases); i++)
+        CHECKF(es__unicode_gc(cases[i].cp) == cases[i].gc, "U+%04X: category %d, want %d", cases[i].cp,
+               es__unicode_gc(cases[i].cp), cases[i].gc);
+    int agree = 1;
+    for (uint32_t cp = 0; cp < 256; cp++) agree &= es__unicode_gc_slow(cp) == es__unicode_gc_latin1[cp];
+    CHECK(agree);
+    /* both tables say the same of letters, numbers and spaces */
+    int same = 1;
+    for (uint32_t cp = 0; cp <= 0x10FFFF; cp += 7) {
+        es__ugc g = es__unicode_gc(cp);
+        es__ucls want = g == ES__UGC_SPACE ? ES__UCLS_SPACE
+                        : g >= ES__UGC_LU && g <= ES__UGC_LO ? ES__UCLS_LETTER
+                        : g == ES__UGC_NUMBER ? ES__UCLS_NUMBER : ES__UCLS_OTHER;
+        same &= es__unicode_class(cp) == want;
+    }
+    CHECK(same);
+}
+
 static void test_utf8(void) {
     static const struct {
         const char *s;
@@ -102,8 +133,10 @@ static void test_byte_map(void) {
 static int split_is(es__pretok kind, const char *text, size_t len, const char *want) {
     char got[1024];
     size_t w = 0;
+    es__pretok_iter it;
+    es__pretok_begin(&it, kind, (const uint8_t *)text, len);
     for (size_t pos = 0; pos < len;) {
-        size_t n = es__pretok_next(kind, (const uint8_t *)text, len, pos);
+        size_t n = es__pretok_next(&it);
         if (n == 0 || pos + n > len || w + n + 2 > sizeof got) return 0;
         if (pos) got[w++] = '|';
         memcpy(got + w, text + pos, n);
@@ -160,10 +193,80 @@ static void test_pretok(void) {
     SPLIT(L, "\xFF" "abc", "\xFF" "abc");
 }
 
+/* The other splits, on inputs that tell each apart from its neighbours (digit grouping, contractions,
+ * letter classes, punctuation, stage boundaries), worked out by hand from the expressions listed at
+ * the top of lib/core/tokenizer_pretok.c (pretok_regex checks the same strings against Python's re). */
+static void test_pretok_more(void) {
+    const es__pretok Q = ES__PRETOK_QWEN2, DL = ES__PRETOK_DEEPSEEK_LLM, DC = ES__PRETOK_DEEPSEEK_CODER;
+    const es__pretok D3 = ES__PRETOK_DEEPSEEK3, F = ES__PRETOK_FALCON, SC = ES__PRETOK_STARCODER;
+    const es__pretok P = ES__PRETOK_PORO, V = ES__PRETOK_VIKING, T = ES__PRETOK_TEKKEN;
+    /* qwen2: Llama 3 with single digits */
+    SPLIT(Q, "1234567", "1|2|3|4|5|6|7");
+    SPLIT(Q, "a 12", "a| |1|2");
+    SPLIT(Q, "I'M HE'LL", "I|'M| HE|'LL");
+    SPLIT(Q, "(hello\n\nx", "(hello|\n\n|x");
+    /* deepseek-llm: the third stage's class holds the ASCII letters but not U+00FC, so it splits a
+     * word the second stage kept whole */
+    SPLIT(DL, "F\xC3\xBChrer", "F|\xC3\xBC|hrer");
+    SPLIT(DL, "Hello, world!", "Hello|,| world|!");
+    SPLIT(DL, "ab  \n", "ab|  |\n");
+    SPLIT(DL, "a 12345", "a| |12345");
+    SPLIT(DL, "\xE6\x88\x91\xE6\x83\xB3" "apple", "\xE6\x88\x91\xE6\x83\xB3|apple");
+    SPLIT(DL, "x\xE3\x80\x80\xE3\x80\x81y", "x|\xE3\x80\x80\xE3\x80\x81|y"); /* U+3000 U+3001 */
+    /* deepseek-coder: all of \p{L}, \p{P} but not \p{S}, single digits */
+    SPLIT(DC, "F\xC3\xBChrer", "F\xC3\xBChrer");
+    SPLIT(DC, "a 12345", "a| |1|2|3|4|5");
+    SPLIT(DC, "x ...y", "x| ...|y");
+    SPLIT(DC, "a+b", "a|+|b");
+    SPLIT(DC, "\r\n", "\r|\n");
+    /* deepseek-v3: three digits, kana and CJK runs, ASCII punctuation leading ASCII letters */
+    SPLIT(D3, "12345", "123|45");
+    SPLIT(D3, "(abc", "(abc");
+    SPLIT(D3, " \xC3\xBC" "ber", " \xC3\xBC" "ber");
+    SPLIT(D3, "x+=1", "x|+=|1");
+    SPLIT(D3, "\xE6\x97\xA5\xE3\x83\x86" "ab", "\xE6\x97\xA5\xE3\x83\x86|ab");
+    /* falcon: punctuation runs first, then GPT-2, then three ASCII digits apart */
+    SPLIT(F, "a 1234567", "a| |123|456|7");
+    SPLIT(F, "a 12", "a| 12");
+    SPLIT(F, "hello!!world", "hello|!!|world");
+    SPLIT(F, "x+$y", "x|+$|y");
+    SPLIT(F, "it's", "it|'|s");
+    /* starcoder (refact, command-r, smollm, ...): every \p{N} alone, then GPT-2 */
+    SPLIT(SC, "a 123", "a| |1|2|3");
+    SPLIT(SC, "it's ok", "it|'s| ok");
+    SPLIT(SC, "x\xC2\xB2", "x|\xC2\xB2");
+    /* poro (bloom, gpt3-finnish): words with an optional space; the listed punctuation stays apart */
+    SPLIT(P, "Hello, world.", "Hello|,| world|.");
+    SPLIT(P, "a  b", "a| | b");
+    SPLIT(P, "f(x)y", "f|(|x|)|y");
+    SPLIT(P, "123abc", "123abc");
+    SPLIT(V, "abc123 d", "abc|1|2|3| d");
+    /* tekken: case changes split words; '/' follows punctuation */
+    SPLIT(T, "HelloWorld", "Hello|World");
+    SPLIT(T, "HELLOworld", "HELLOworld");
+    SPLIT(T, "helloWORLD", "hello|WORLD");
+    SPLIT(T, " ABC", " ABC");
+    SPLIT(T, "1234", "1|2|3|4");
+    SPLIT(T, "a/b//\n/c", "a|/b|//\n/|c");
+    SPLIT(T, "\xE4\xBD\xA0\xE5\xA5\xBD", "\xE4\xBD\xA0\xE5\xA5\xBD"); /* Lo is in both classes */
+    /* an invalid byte is a character in no class (Python's re cannot test these) */
+    SPLIT(Q, "\xFF" "abc", "\xFF" "abc");
+    SPLIT(DL, "a\xFF" "b", "a|\xFF|b");
+    SPLIT(DC, "a\xFF" "b", "a|\xFF|b");
+    SPLIT(D3, "a\xFF" "b", "a|\xFF" "b");
+    SPLIT(F, "a\xFF" "b", "a|\xFF|b");
+    SPLIT(SC, "a\xFF" "b", "a|\xFF|b");
+    SPLIT(P, "a\xFF" "b", "a\xFF" "b");
+    SPLIT(T, "\xFF" "abc", "\xFF" "abc");
+    SPLIT(DL, "\xE2\x96", "\xE2\x96"); /* a truncated sequence: two characters, one gap */
+}
+
 int main(void) {
     test_classes();
+    test_categories();
     test_utf8();
     test_byte_map();
     test_pretok();
+    test_pretok_more();
     TEST_MAIN_END();
 }
