@@ -156,6 +156,7 @@ static es_status phys_query(es__vk_dev *d, VkPhysicalDevice p, es__vk_phys *out)
     out->has_ext_8bit = has_ext(ext, n_ext, VK_KHR_8BIT_STORAGE_EXTENSION_NAME);
     out->has_ext_int_dot = has_ext(ext, n_ext, VK_KHR_SHADER_INTEGER_DOT_PRODUCT_EXTENSION_NAME);
     out->has_ext_size_control = has_ext(ext, n_ext, VK_EXT_SUBGROUP_SIZE_CONTROL_EXTENSION_NAME);
+    out->has_ext_host_import = has_ext(ext, n_ext, VK_EXT_EXTERNAL_MEMORY_HOST_EXTENSION_NAME);
     es__free(d->alloc, ext);
 
     uint32_t n_q = 0;
@@ -172,9 +173,16 @@ static es_status phys_query(es__vk_dev *d, VkPhysicalDevice p, es__vk_phys *out)
     VkPhysicalDeviceSubgroupProperties sg = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_PROPERTIES};
     VkPhysicalDeviceSubgroupSizeControlPropertiesEXT sgc = {
         .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_SIZE_CONTROL_PROPERTIES_EXT};
-    if (out->has_ext_size_control) sg.pNext = &sgc;
+    VkPhysicalDeviceExternalMemoryHostPropertiesEXT hostp = {
+        .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_EXTERNAL_MEMORY_HOST_PROPERTIES_EXT};
+    void **ptail = &sg.pNext;
+    if (out->has_ext_size_control) { *ptail = &sgc; ptail = &sgc.pNext; }
+    if (out->has_ext_host_import) { *ptail = &hostp; ptail = &hostp.pNext; }
     VkPhysicalDeviceProperties2 p2 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2, .pNext = &sg};
     vkGetPhysicalDeviceProperties2(p, &p2);
+    out->host_import_align = hostp.minImportedHostPointerAlignment;
+    if (out->host_import_align == 0 || (out->host_import_align & (out->host_import_align - 1)) != 0)
+        out->has_ext_host_import = false;
     out->subgroup_size = sg.subgroupSize;
     out->max_subgroup_size = out->has_ext_size_control && sgc.maxSubgroupSize ? sgc.maxSubgroupSize : sg.subgroupSize;
     const bool size_control_compute = out->has_ext_size_control &&
@@ -279,8 +287,8 @@ static es_status select_device(es__vk_dev *d, const es__vk_phys *ph, uint32_t n,
                                 ph[i].props.deviceName, type_name(ph[i].props.deviceType));
     return es__fail(d->err, ES_ERR_INVALID_ARGUMENT,
                     "vulkan: no device matches '%s' (by index, type discrete/integrated/virtual/cpu/gpu, or name); "
-                    "devices: %s",
-                    sel, names);
+                    "devices: %s%s",
+                    sel, names, strchr(sel, ',') ? "; a list of devices is for es_backends_create" : "");
 }
 
 /* Enumerates into a fresh array (caller frees). */
@@ -356,6 +364,9 @@ static es_status device_create(es__vk_dev *d) {
         *tail = &ssc;
         tail = &ssc.pNext;
     }
+    /* Host memory imported into two devices is the cheapest window between them (link.c). */
+    if (p->has_ext_host_import) exts[n_ext++] = VK_EXT_EXTERNAL_MEMORY_HOST_EXTENSION_NAME;
+    d->host_import = p->has_ext_host_import;
     VkPhysicalDeviceFeatures base;
     vkGetPhysicalDeviceFeatures(p->handle, &base);
     memset(&f2.features, 0, sizeof f2.features);

@@ -33,6 +33,8 @@ typedef struct es__vk_phys {
     uint32_t queue_family;   /* a compute-capable family; UINT32_MAX if none */
     uint64_t device_local_bytes;
     bool has_ext_float16_int8, has_ext_8bit, has_ext_int_dot, has_ext_size_control;
+    bool has_ext_host_import;          /* VK_EXT_external_memory_host (link.c)                   */
+    VkDeviceSize host_import_align;    /* its minImportedHostPointerAlignment                    */
 } es__vk_phys;
 
 /* One created pipeline: a shader variant with its specialisation. */
@@ -75,6 +77,7 @@ typedef struct es__vk_dev {
     VkCommandBuffer once;    /* for uploads and one-off work */
     VkFence fence;
     es__vk_features use;     /* what the kernels use after ES_VK_* flags */
+    bool host_import;        /* VK_EXT_external_memory_host enabled: host memory imports (link.c) */
     uint32_t flags;
     uint32_t subgroup_size;  /* lanes per reduction team in kernels */
     es__vk_policy policy;    /* per-device tuning (policy.h)     */
@@ -142,6 +145,10 @@ typedef struct es__vk_buf {
 
 es_status es__vk_buf_create(es__vk_dev *d, VkDeviceSize size, es__vk_mem_kind kind, const char *what,
                             es__vk_buf *out);
+/* A buffer over size bytes of host memory at host (VK_EXT_external_memory_host; d->host_import),
+ * both aligned to d->phys.host_import_align; coherent, not mapped (host is the mapping). The host
+ * memory must outlive the buffer. ES_ERR_UNSUPPORTED where the device cannot import it. */
+es_status es__vk_buf_import(es__vk_dev *d, void *host, VkDeviceSize size, const char *what, es__vk_buf *out);
 void es__vk_buf_destroy(es__vk_dev *d, es__vk_buf *b);
 /* Makes device writes visible to the host for READBACK buffers that are not coherent. */
 es_status es__vk_buf_invalidate(es__vk_dev *d, es__vk_buf *b);
@@ -194,6 +201,50 @@ void es__vk_stager_free(es__vk_dev *d, es__vk_stager *s);
 es_status es__vk_read(es__vk_dev *d, const es__vk_buf *src, VkDeviceSize off, void *dst, VkDeviceSize size);
 /* Fills [off, off + size) of a device buffer with a 32-bit pattern (synchronously). */
 es_status es__vk_fill(es__vk_dev *d, const es__vk_buf *b, VkDeviceSize off, VkDeviceSize size, uint32_t v);
+
+/* ---- link.c: a window of host memory between two devices, for multi-device strategies (an
+ * activation row and a flag per layer, KV rows). Each side sees the window as a buffer of its
+ * own (bind it in a shader, copy into or out of it); publishing makes one side's writes, once
+ * its work has completed, visible on the other side. dev[1] NULL: the other side is the host
+ * (the CPU backend), which reads and writes map[1] directly. Not thread-safe: the caller holds
+ * the lock of each backend whose device a call submits to. */
+typedef enum es__vk_link_mode {
+    ES__VK_LINK_SHARED, /* one host allocation imported into both devices: publishing copies nothing */
+    ES__VK_LINK_COPY,   /* a host-visible buffer on each device: publishing is one memcpy       */
+    ES__VK_LINK_HOST,   /* the host on side 1: side 0's host-visible buffer is the window        */
+} es__vk_link_mode;
+
+typedef struct es__vk_link {
+    es__vk_dev *dev[2];      /* dev[1] NULL = the host                                            */
+    es__vk_buf win[2];       /* the window on each device (win[1] empty for the host)             */
+    uint8_t *map[2];         /* each side's host view of its window                               */
+    void *host_block;        /* SHARED: the allocation behind the aligned window                  */
+    const es_allocator *alloc;
+    VkDeviceSize size;       /* usable bytes                                                      */
+    es__vk_link_mode mode;
+} es__vk_link;
+
+/* A window of size bytes between a and b (b NULL = the host). allow_shared false forces the COPY
+ * mode even where both devices can import host memory (tests run both). */
+es_status es__vk_link_create(es__vk_dev *a, es__vk_dev *b, VkDeviceSize size, bool allow_shared, es__vk_link *out);
+void es__vk_link_destroy(es__vk_link *l);
+/* After side from's writes to [off, off + size) of its window completed (its fence or a later
+ * submission's waited on), makes them visible in the other side's window. */
+es_status es__vk_link_publish(es__vk_link *l, int from, VkDeviceSize off, VkDeviceSize size);
+/* Records into cb (of side's device): src [src_off, +size) into the window at win_off, then a
+ * barrier making the copy available to the host; or the reverse, the window into dst, after a
+ * barrier that makes host writes visible and before one that makes the copy visible to shaders. */
+void es__vk_link_cmd_send(const es__vk_link *l, int side, VkCommandBuffer cb, const es__vk_buf *src,
+                          VkDeviceSize src_off, VkDeviceSize win_off, VkDeviceSize size);
+void es__vk_link_cmd_recv(const es__vk_link *l, int side, VkCommandBuffer cb, VkDeviceSize win_off,
+                          const es__vk_buf *dst, VkDeviceSize dst_off, VkDeviceSize size);
+/* The same, submitted on side's device and waited for: send then publishes the bytes to the other
+ * side, recv takes what the other side published. A copy between devices is send on one side and
+ * recv on the other; the host side writes map[1], publishes, and side 0 receives. */
+es_status es__vk_link_send(es__vk_link *l, int side, const es__vk_buf *src, VkDeviceSize src_off, VkDeviceSize win_off,
+                           VkDeviceSize size);
+es_status es__vk_link_recv(es__vk_link *l, int side, VkDeviceSize win_off, const es__vk_buf *dst, VkDeviceSize dst_off,
+                           VkDeviceSize size);
 
 /* ---- pipeline.c */
 /* Returns the pipeline for shader with these specialisation constants, creating it (and

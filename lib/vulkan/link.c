@@ -1,0 +1,153 @@
+/* link.c: a window of host memory between two devices (vk.h, "link.c"), for strategies that run
+ * one model on two devices and ship a few rows between them each layer (ALSpec's speculated
+ * attention output and priority flag, KV rows). Where both devices import host memory
+ * (VK_EXT_external_memory_host) one allocation is a buffer on each, and a row written by one
+ * device is read by the other with no host copy; otherwise each device has a host-visible
+ * buffer and publishing copies the bytes across. Two backends on one physical device are two
+ * VkInstances and VkDevices, so even there nothing but host memory is shared.
+ * Deliberately no cross-device synchronisation: when the other side may read is the caller's
+ * (a fence, a host wait, a flag in the window). */
+#include "vk.h"
+
+#include <string.h>
+
+static VkDeviceSize round_up(VkDeviceSize v, VkDeviceSize a) {
+    return (v + a - 1) / a * a;
+}
+
+static es_status link_shared(es__vk_link *l, VkDeviceSize size) {
+    es__vk_dev *a = l->dev[0], *b = l->dev[1];
+    const VkDeviceSize align = ES__MAX(a->phys.host_import_align, b->phys.host_import_align);
+    const VkDeviceSize bytes = round_up(size, align);
+    l->host_block = es__malloc(l->alloc, (size_t)(bytes + align));
+    ES_RETURN_IF(!l->host_block, a->err, ES_ERR_OUT_OF_MEMORY, "vulkan: out of memory for a %llu-byte link window",
+                 (unsigned long long)bytes);
+    uint8_t *host = (uint8_t *)(((uintptr_t)l->host_block + align - 1) / align * align);
+    memset(host, 0, (size_t)bytes);
+    ES_TRY(es__vk_buf_import(a, host, bytes, "a link window", &l->win[0]));
+    es_status s = es__vk_buf_import(b, host, bytes, "a link window", &l->win[1]);
+    if (s != ES_OK) return es__err_forward(a->err, b->err);
+    l->map[0] = l->map[1] = host;
+    l->mode = ES__VK_LINK_SHARED;
+    return ES_OK;
+}
+
+static es_status link_copy(es__vk_link *l, VkDeviceSize size) {
+    for (int i = 0; i < 2; i++) {
+        if (!l->dev[i]) continue;
+        es_status s = es__vk_buf_create(l->dev[i], size, ES__VK_MEM_UPLOAD, "a link window", &l->win[i]);
+        if (s != ES_OK) return i == 0 ? s : es__err_forward(l->dev[0]->err, l->dev[i]->err);
+        l->map[i] = l->win[i].map;
+        memset(l->map[i], 0, (size_t)size);
+    }
+    if (!l->dev[1]) l->map[1] = l->map[0];
+    l->mode = l->dev[1] ? ES__VK_LINK_COPY : ES__VK_LINK_HOST;
+    return ES_OK;
+}
+
+es_status es__vk_link_create(es__vk_dev *a, es__vk_dev *b, VkDeviceSize size, bool allow_shared, es__vk_link *out) {
+    memset(out, 0, sizeof *out);
+    ES_RETURN_IF(!a || a == b, a ? a->err : NULL, ES_ERR_INVALID_ARGUMENT,
+                 "vulkan: a link joins two different devices (or a device and the host)");
+    ES_RETURN_IF(size == 0, a->err, ES_ERR_INVALID_ARGUMENT, "vulkan: a link window of 0 bytes");
+    out->dev[0] = a;
+    out->dev[1] = b;
+    out->alloc = a->alloc;
+    out->size = size;
+    /* Only when both import: one device alone importing would still need the copy. */
+    const bool shared = allow_shared && b && a->host_import && b->host_import;
+    es_status s = shared ? link_shared(out, size) : link_copy(out, size);
+    if (s == ES_OK) return ES_OK;
+    es__vk_link_destroy(out);
+    return s;
+}
+
+void es__vk_link_destroy(es__vk_link *l) {
+    if (!l) return;
+    for (int i = 0; i < 2; i++)
+        if (l->dev[i]) es__vk_buf_destroy(l->dev[i], &l->win[i]);
+    es__free(l->alloc, l->host_block);
+    memset(l, 0, sizeof *l);
+}
+
+es_status es__vk_link_publish(es__vk_link *l, int from, VkDeviceSize off, VkDeviceSize size) {
+    es__vk_dev *d = l->dev[0];
+    ES_RETURN_IF((from != 0 && from != 1) || off > l->size || size > l->size - off, d->err, ES_ERR_INVALID_ARGUMENT,
+                 "vulkan: link publish of [%llu, +%llu) from side %d: the window has %llu bytes", (unsigned long long)off,
+                 (unsigned long long)size, from, (unsigned long long)l->size);
+    if (l->mode != ES__VK_LINK_COPY) return ES_OK; /* one memory, coherent */
+    memcpy(l->map[1 - from] + off, l->map[from] + off, (size_t)size);
+    return ES_OK;
+}
+
+static void barrier(VkCommandBuffer cb, VkPipelineStageFlags src_stage, VkAccessFlags src, VkPipelineStageFlags dst_stage,
+                    VkAccessFlags dst) {
+    VkMemoryBarrier mb = {.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER};
+    mb.srcAccessMask = src;
+    mb.dstAccessMask = dst;
+    vkCmdPipelineBarrier(cb, src_stage, dst_stage, 0, 1, &mb, 0, NULL, 0, NULL);
+}
+
+void es__vk_link_cmd_send(const es__vk_link *l, int side, VkCommandBuffer cb, const es__vk_buf *src,
+                          VkDeviceSize src_off, VkDeviceSize win_off, VkDeviceSize size) {
+    barrier(cb, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT,
+            VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_WRITE_BIT, VK_PIPELINE_STAGE_TRANSFER_BIT,
+            VK_ACCESS_TRANSFER_READ_BIT);
+    const VkBufferCopy region = {src_off, win_off, size};
+    vkCmdCopyBuffer(cb, src->buf, l->win[side].buf, 1, &region);
+    barrier(cb, VK_PIPELINE_STAGE_TRANSFER_BIT, VK_ACCESS_TRANSFER_WRITE_BIT, VK_PIPELINE_STAGE_HOST_BIT,
+            VK_ACCESS_HOST_READ_BIT);
+}
+
+void es__vk_link_cmd_recv(const es__vk_link *l, int side, VkCommandBuffer cb, VkDeviceSize win_off,
+                          const es__vk_buf *dst, VkDeviceSize dst_off, VkDeviceSize size) {
+    barrier(cb, VK_PIPELINE_STAGE_HOST_BIT | VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT,
+            VK_ACCESS_HOST_WRITE_BIT | VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT,
+            VK_PIPELINE_STAGE_TRANSFER_BIT, VK_ACCESS_TRANSFER_READ_BIT | VK_ACCESS_TRANSFER_WRITE_BIT);
+    const VkBufferCopy region = {win_off, dst_off, size};
+    vkCmdCopyBuffer(cb, l->win[side].buf, dst->buf, 1, &region);
+    barrier(cb, VK_PIPELINE_STAGE_TRANSFER_BIT, VK_ACCESS_TRANSFER_WRITE_BIT, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT,
+            VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT);
+}
+
+/* Checks side and the window range, and that side is a device. */
+static es_status check(const es__vk_link *l, int side, VkDeviceSize win_off, VkDeviceSize size, const char *what) {
+    es__vk_dev *d = l->dev[0];
+    ES_RETURN_IF(side != 0 && side != 1, d->err, ES_ERR_INVALID_ARGUMENT, "vulkan: link %s on side %d", what, side);
+    ES_RETURN_IF(!l->dev[side], d->err, ES_ERR_INVALID_ARGUMENT,
+                 "vulkan: link %s on the host side: the host reads and writes map[1]", what);
+    ES_RETURN_IF(win_off > l->size || size > l->size - win_off, d->err, ES_ERR_INVALID_ARGUMENT,
+                 "vulkan: link %s of [%llu, +%llu): the window has %llu bytes", what, (unsigned long long)win_off,
+                 (unsigned long long)size, (unsigned long long)l->size);
+    return ES_OK;
+}
+
+static es_status begin(es__vk_dev *d) {
+    VkCommandBufferBeginInfo bi = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};
+    bi.flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT;
+    ES_TRY(es__vk_check_lost(d));
+    ES_VK_TRY(d, vkResetCommandBuffer(d->once, 0));
+    ES_VK_TRY(d, vkBeginCommandBuffer(d->once, &bi));
+    return ES_OK;
+}
+
+es_status es__vk_link_send(es__vk_link *l, int side, const es__vk_buf *src, VkDeviceSize src_off, VkDeviceSize win_off,
+                           VkDeviceSize size) {
+    ES_TRY(check(l, side, win_off, size, "send"));
+    es__vk_dev *d = l->dev[side];
+    ES_TRY(begin(d));
+    es__vk_link_cmd_send(l, side, d->once, src, src_off, win_off, size);
+    ES_VK_TRY(d, vkEndCommandBuffer(d->once));
+    ES_TRY(es__vk_submit_wait(d, d->once));
+    return es__vk_link_publish(l, side, win_off, size);
+}
+
+es_status es__vk_link_recv(es__vk_link *l, int side, VkDeviceSize win_off, const es__vk_buf *dst, VkDeviceSize dst_off,
+                           VkDeviceSize size) {
+    ES_TRY(check(l, side, win_off, size, "receive"));
+    es__vk_dev *d = l->dev[side];
+    ES_TRY(begin(d));
+    es__vk_link_cmd_recv(l, side, d->once, win_off, dst, dst_off, size);
+    ES_VK_TRY(d, vkEndCommandBuffer(d->once));
+    return es__vk_submit_wait(d, d->once);
+}

@@ -1,0 +1,127 @@
+/* test_vk_link.c: the window between two devices (lib/vulkan/link.c) moves bytes exactly:
+ *   1. between two logical devices on one physical device (two Vulkan backends), in both link
+ *      modes: host memory imported into both devices (where both can) and a host-visible buffer
+ *      on each with a copy at publishing: random bytes in a device-local buffer on one side come
+ *      out bit for bit in a device-local buffer on the other, both ways, at odd offsets;
+ *   2. between a device and the host (the CPU backend's side): what the host writes the device
+ *      receives, what the device sends the host reads;
+ *   3. the window is device memory of each device while it lives (es_backend_stats), and a range
+ *      past it, a send on the host side, or a link of a device with itself fail with a message.
+ * In suite 'vulkan' (and under the validation layer in .ci/run). */
+#include "backend.h"
+#include "backend_vk.h"
+#include "vk_test.h"
+
+#define WIN 4096u   /* window bytes */
+#define ROW 1000u   /* a row of 250 floats, as a hidden state row would be */
+
+static uint32_t rng = 12345u;
+static void fill_random(uint8_t *p, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        rng = rng * 1664525u + 1013904223u;
+        p[i] = (uint8_t)(rng >> 24);
+    }
+}
+
+static uint64_t device_bytes(es_backend *b) {
+    es_backend_stats st;
+    CHECK_OK(es_backend_get_stats(b, &st));
+    return st.device_bytes;
+}
+
+/* A device-local buffer on d holding bytes (through a staging upload). */
+static void upload(es__vk_dev *d, es__vk_buf *b, const uint8_t *bytes, size_t n) {
+    es__vk_stager st;
+    CHECK_OK(es__vk_buf_create(d, n, ES__VK_MEM_DEVICE, "test buffer", b));
+    CHECK_OK(es__vk_stager_init(d, &st, n));
+    CHECK_OK(es__vk_stage(d, &st, b, 0, bytes, n));
+    CHECK_OK(es__vk_stager_flush(d, &st));
+    es__vk_stager_free(d, &st);
+}
+
+/* 1 and 3 for one mode */
+static void test_devices(es_backend *ba, es_backend *bb, bool allow_shared) {
+    es__vk_dev *a = es__vk_dev_of(ba), *b = es__vk_dev_of(bb);
+    const uint64_t a0 = device_bytes(ba), b0 = device_bytes(bb);
+    es__vk_link l;
+    CHECK_OK(es__vk_link_create(a, b, WIN, allow_shared, &l));
+    const bool both_import = a->host_import && b->host_import;
+    CHECKF(l.mode == (allow_shared && both_import ? ES__VK_LINK_SHARED : ES__VK_LINK_COPY), "mode %d", (int)l.mode);
+    printf("link mode %s (host import: %d and %d)\n", l.mode == ES__VK_LINK_SHARED ? "shared" : "copy",
+           a->host_import, b->host_import);
+    CHECK(device_bytes(ba) >= a0 + WIN && device_bytes(bb) >= b0 + WIN);
+
+    uint8_t want[2][WIN], got[WIN];
+    fill_random(want[0], WIN);
+    fill_random(want[1], WIN);
+    es__vk_buf src[2], dst[2];
+    upload(a, &src[0], want[0], WIN);
+    upload(b, &src[1], want[1], WIN);
+    upload(a, &dst[0], want[1], WIN); /* overwritten below where received */
+    upload(b, &dst[1], want[0], WIN);
+    CHECK_OK(es__vk_fill(a, &dst[0], 0, WIN, 0xdeadbeefu));
+    CHECK_OK(es__vk_fill(b, &dst[1], 0, WIN, 0xdeadbeefu));
+    /* a -> b: a row at an odd window offset into an odd destination offset */
+    CHECK_OK(es__vk_link_send(&l, 0, &src[0], 12, 100, ROW));
+    CHECK_OK(es__vk_link_recv(&l, 1, 100, &dst[1], 36, ROW));
+    CHECK_OK(es__vk_read(b, &dst[1], 0, got, WIN));
+    CHECK(memcmp(got + 36, want[0] + 12, ROW) == 0);
+    CHECK(got[35] == 0xde && got[36 + ROW] == 0xef); /* nothing written around the row */
+    /* b -> a: the whole window */
+    CHECK_OK(es__vk_link_send(&l, 1, &src[1], 0, 0, WIN));
+    CHECK_OK(es__vk_link_recv(&l, 0, 0, &dst[0], 0, WIN));
+    CHECK_OK(es__vk_read(a, &dst[0], 0, got, WIN));
+    CHECK(memcmp(got, want[1], WIN) == 0);
+
+    /* 3. bad ranges and sides */
+    CHECK(es__vk_link_send(&l, 0, &src[0], 0, WIN - 8, 16) == ES_ERR_INVALID_ARGUMENT);
+    CHECKF(strstr(es_backend_errmsg(ba), "the window has 4096 bytes") != NULL, "%s", es_backend_errmsg(ba));
+    CHECK(es__vk_link_recv(&l, 2, 0, &dst[0], 0, 4) == ES_ERR_INVALID_ARGUMENT);
+    CHECK(es__vk_link_publish(&l, 0, WIN, 1) == ES_ERR_INVALID_ARGUMENT);
+    for (int i = 0; i < 2; i++) {
+        es__vk_buf_destroy(i ? b : a, &src[i]);
+        es__vk_buf_destroy(i ? b : a, &dst[i]);
+    }
+    es__vk_link_destroy(&l);
+    CHECK(device_bytes(ba) == a0 && device_bytes(bb) == b0);
+    es__vk_link self;
+    CHECK(es__vk_link_create(a, a, WIN, allow_shared, &self) == ES_ERR_INVALID_ARGUMENT);
+}
+
+/* 2. a device and the host */
+static void test_host(es_backend *ba) {
+    es__vk_dev *a = es__vk_dev_of(ba);
+    es__vk_link l;
+    CHECK_OK(es__vk_link_create(a, NULL, WIN, true, &l));
+    CHECK(l.mode == ES__VK_LINK_HOST && l.map[1] != NULL);
+    uint8_t want[WIN], got[WIN];
+    fill_random(want, WIN);
+    es__vk_buf buf;
+    upload(a, &buf, want, WIN);
+    /* device -> host */
+    CHECK_OK(es__vk_link_send(&l, 0, &buf, 0, 0, WIN));
+    CHECK(memcmp(l.map[1], want, WIN) == 0);
+    /* host -> device */
+    fill_random(want, WIN);
+    memcpy(l.map[1] + 8, want, ROW);
+    CHECK_OK(es__vk_link_publish(&l, 1, 8, ROW));
+    CHECK_OK(es__vk_link_recv(&l, 0, 8, &buf, 40, ROW));
+    CHECK_OK(es__vk_read(a, &buf, 40, got, ROW));
+    CHECK(memcmp(got, want, ROW) == 0);
+    CHECK(es__vk_link_send(&l, 1, &buf, 0, 0, 4) == ES_ERR_INVALID_ARGUMENT);
+    CHECKF(strstr(es_backend_errmsg(ba), "the host side") != NULL, "%s", es_backend_errmsg(ba));
+    es__vk_buf_destroy(a, &buf);
+    es__vk_link_destroy(&l);
+}
+
+int main(void) {
+    es_backend *a = vk_backend(0), *b = vk_backend(0);
+    if (a && b) {
+        test_devices(a, b, true);
+        test_devices(a, b, false);
+        test_host(a);
+    }
+    es_backend_free(a);
+    es_backend_free(b);
+    VK_TEST_END();
+}
