@@ -393,6 +393,8 @@ typedef struct es_device_info {
     uint64_t max_storage_buffer_range;
     uint32_t max_texel_buffer_elements;
     bool is_default;             /* the device an empty selector picks                           */
+    bool host_import;            /* imports host memory (VK_EXT_external_memory_host): two such
+                                    devices share rows with no copy between them (link.c)       */
 } es_device_info;
 
 /* Lists the Vulkan devices into out[cap] and sets *n to their count (out may be NULL to count).

@@ -512,6 +512,7 @@ es_status es_vulkan_devices(es_device_info *out, size_t cap, size_t *n_out) {
             o->max_storage_buffer_range = ph[i].props.limits.maxStorageBufferRange;
             o->max_texel_buffer_elements = ph[i].props.limits.maxTexelBufferElements;
             o->is_default = i == def;
+            o->host_import = ph[i].has_ext_host_import;
         }
         *n_out = n;
         if (out && cap < n) s = es__fail(&err, ES_ERR_BUFFER_TOO_SMALL, "es_vulkan_devices: %u devices, room for %zu", n, cap);
