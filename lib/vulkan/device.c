@@ -157,6 +157,7 @@ static es_status phys_query(es__vk_dev *d, VkPhysicalDevice p, es__vk_phys *out)
     out->has_ext_int_dot = has_ext(ext, n_ext, VK_KHR_SHADER_INTEGER_DOT_PRODUCT_EXTENSION_NAME);
     out->has_ext_size_control = has_ext(ext, n_ext, VK_EXT_SUBGROUP_SIZE_CONTROL_EXTENSION_NAME);
     out->has_ext_host_import = has_ext(ext, n_ext, VK_EXT_EXTERNAL_MEMORY_HOST_EXTENSION_NAME);
+    const bool has_ext_timeline = has_ext(ext, n_ext, VK_KHR_TIMELINE_SEMAPHORE_EXTENSION_NAME);
     es__free(d->alloc, ext);
 
     uint32_t n_q = 0;
@@ -205,7 +206,10 @@ static es_status phys_query(es__vk_dev *d, VkPhysicalDevice p, es__vk_phys *out)
     if (out->has_ext_float16_int8) { *tail = &f16; tail = &f16.pNext; }
     if (out->has_ext_int_dot) { *tail = &idot; tail = &idot.pNext; }
     if (out->has_ext_size_control) { *tail = &ssc; tail = &ssc.pNext; }
+    VkPhysicalDeviceTimelineSemaphoreFeaturesKHR tl = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_TIMELINE_SEMAPHORE_FEATURES_KHR};
+    if (has_ext_timeline) { *tail = &tl; tail = &tl.pNext; }
     vkGetPhysicalDeviceFeatures2(p, &f2);
+    out->has_timeline = has_ext_timeline && tl.timelineSemaphore;
     out->have.storage16 = s16.storageBuffer16BitAccess;
     out->have.storage8 = out->has_ext_8bit && s8.storageBuffer8BitAccess;
     out->have.fp16 = out->has_ext_float16_int8 && f16.shaderFloat16;
@@ -364,9 +368,18 @@ static es_status device_create(es__vk_dev *d) {
         *tail = &ssc;
         tail = &ssc.pNext;
     }
-    /* Host memory imported into two devices is the cheapest window between them (link.c). */
+    /* Host memory imported into two devices is the cheapest window between them, timeline
+     * semaphores order their work through a host relay (link.c). */
     if (p->has_ext_host_import) exts[n_ext++] = VK_EXT_EXTERNAL_MEMORY_HOST_EXTENSION_NAME;
     d->host_import = p->has_ext_host_import;
+    VkPhysicalDeviceTimelineSemaphoreFeaturesKHR tl = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_TIMELINE_SEMAPHORE_FEATURES_KHR};
+    if (p->has_timeline) {
+        exts[n_ext++] = VK_KHR_TIMELINE_SEMAPHORE_EXTENSION_NAME;
+        tl.timelineSemaphore = VK_TRUE;
+        *tail = &tl;
+        tail = &tl.pNext;
+    }
+    d->timeline = p->has_timeline;
     VkPhysicalDeviceFeatures base;
     vkGetPhysicalDeviceFeatures(p->handle, &base);
     memset(&f2.features, 0, sizeof f2.features);

@@ -64,8 +64,13 @@ es_status es__vk_link_create(es__vk_dev *a, es__vk_dev *b, VkDeviceSize size, bo
 
 void es__vk_link_destroy(es__vk_link *l) {
     if (!l) return;
-    for (int i = 0; i < 2; i++)
-        if (l->dev[i]) es__vk_buf_destroy(l->dev[i], &l->win[i]);
+    for (int i = 0; i < 2; i++) {
+        if (!l->dev[i]) continue;
+        if (l->done[i] || l->ready[i]) vkDeviceWaitIdle(l->dev[i]->dev); /* nothing may still wait on them */
+        if (l->done[i]) vkDestroySemaphore(l->dev[i]->dev, l->done[i], NULL);
+        if (l->ready[i]) vkDestroySemaphore(l->dev[i]->dev, l->ready[i], NULL);
+        es__vk_buf_destroy(l->dev[i], &l->win[i]);
+    }
     es__free(l->alloc, l->host_block);
     memset(l, 0, sizeof *l);
 }
@@ -150,4 +155,87 @@ es_status es__vk_link_recv(es__vk_link *l, int side, VkDeviceSize win_off, const
     es__vk_link_cmd_recv(l, side, d->once, win_off, dst, dst_off, size);
     ES_VK_TRY(d, vkEndCommandBuffer(d->once));
     return es__vk_submit_wait(d, d->once);
+}
+
+/* ---- ordering across devices: timeline semaphores and a host relay */
+static es_status timeline(es__vk_dev *d, VkSemaphore *out) {
+    VkSemaphoreTypeCreateInfoKHR ti = {.sType = VK_STRUCTURE_TYPE_SEMAPHORE_TYPE_CREATE_INFO_KHR};
+    ti.semaphoreType = VK_SEMAPHORE_TYPE_TIMELINE_KHR;
+    ti.initialValue = 0;
+    VkSemaphoreCreateInfo ci = {.sType = VK_STRUCTURE_TYPE_SEMAPHORE_CREATE_INFO, .pNext = &ti};
+    ES_VK_TRY(d, vkCreateSemaphore(d->dev, &ci, NULL, out));
+    return ES_OK;
+}
+
+es_status es__vk_link_sync_create(es__vk_link *l) {
+    es__vk_dev *a = l->dev[0], *b = l->dev[1];
+    ES_RETURN_IF(!b, a->err, ES_ERR_INVALID_ARGUMENT, "vulkan: a link with the host needs no relay: the host waits itself");
+    ES_RETURN_IF(l->done[0], a->err, ES_ERR_INVALID_ARGUMENT, "vulkan: the link's semaphores exist already");
+    ES_RETURN_IF(!a->timeline || !b->timeline, a->err, ES_ERR_UNSUPPORTED,
+                 "vulkan: ordering two devices needs timeline semaphores; '%s' has them: %s, '%s': %s",
+                 a->phys.props.deviceName, a->timeline ? "yes" : "no", b->phys.props.deviceName,
+                 b->timeline ? "yes" : "no");
+    for (int i = 0; i < 2; i++) {
+        es_status s = timeline(l->dev[i], &l->done[i]);
+        if (s == ES_OK) s = timeline(l->dev[i], &l->ready[i]);
+        if (s != ES_OK) return i == 0 ? s : es__err_forward(a->err, b->err);
+    }
+    return ES_OK;
+}
+
+es_status es__vk_link_submit(es__vk_link *l, int side, VkCommandBuffer cb, uint64_t wait, uint64_t signal,
+                             VkFence fence) {
+    ES_TRY(check(l, side, 0, 0, "submission"));
+    es__vk_dev *d = l->dev[side];
+    ES_RETURN_IF(!l->done[side], d->err, ES_ERR_INVALID_ARGUMENT,
+                 "vulkan: link submission before es__vk_link_sync_create");
+    ES_TRY(es__vk_check_lost(d));
+    const VkPipelineStageFlags stage = VK_PIPELINE_STAGE_TOP_OF_PIPE_BIT;
+    VkTimelineSemaphoreSubmitInfoKHR ts = {.sType = VK_STRUCTURE_TYPE_TIMELINE_SEMAPHORE_SUBMIT_INFO_KHR};
+    ts.waitSemaphoreValueCount = wait ? 1 : 0;
+    ts.pWaitSemaphoreValues = &wait;
+    ts.signalSemaphoreValueCount = signal ? 1 : 0;
+    ts.pSignalSemaphoreValues = &signal;
+    VkSubmitInfo si = {.sType = VK_STRUCTURE_TYPE_SUBMIT_INFO, .pNext = &ts};
+    si.waitSemaphoreCount = wait ? 1 : 0;
+    si.pWaitSemaphores = &l->ready[side];
+    si.pWaitDstStageMask = &stage;
+    si.commandBufferCount = 1;
+    si.pCommandBuffers = &cb;
+    si.signalSemaphoreCount = signal ? 1 : 0;
+    si.pSignalSemaphores = &l->done[side];
+    VkResult r;
+    if (!es__vk_fault_due(d, ES__VK_FAULT_SUBMIT, &r)) r = vkQueueSubmit(d->queue, 1, &si, fence);
+    if (r != VK_SUCCESS) return es__vk_fail(d, r, "vkQueueSubmit");
+    if (d->stats) d->stats->n_submits++;
+    return ES_OK;
+}
+
+es_status es__vk_link_relay(es__vk_link *l, int from, uint64_t value, VkDeviceSize off, VkDeviceSize size,
+                            uint64_t timeout_ns) {
+    ES_TRY(check(l, from, off, size, "relay"));
+    es__vk_dev *d = l->dev[from], *to = l->dev[1 - from];
+    ES_RETURN_IF(!l->done[from] || !to, d->err, ES_ERR_INVALID_ARGUMENT, "vulkan: link relay before es__vk_link_sync_create");
+    PFN_vkWaitSemaphoresKHR wait = (PFN_vkWaitSemaphoresKHR)vkGetDeviceProcAddr(d->dev, "vkWaitSemaphoresKHR");
+    PFN_vkSignalSemaphoreKHR signal = (PFN_vkSignalSemaphoreKHR)vkGetDeviceProcAddr(to->dev, "vkSignalSemaphoreKHR");
+    ES_RETURN_IF(!wait || !signal, d->err, ES_ERR_BACKEND, "vulkan: vkWaitSemaphoresKHR or vkSignalSemaphoreKHR is unavailable");
+    VkSemaphoreWaitInfoKHR wi = {.sType = VK_STRUCTURE_TYPE_SEMAPHORE_WAIT_INFO_KHR};
+    wi.semaphoreCount = 1;
+    wi.pSemaphores = &l->done[from];
+    wi.pValues = &value;
+    const VkResult r = wait(d->dev, &wi, timeout_ns);
+    ES_RETURN_IF(r == VK_TIMEOUT, d->err, ES_ERR_BACKEND,
+                 "vulkan: link relay: side %d did not reach %llu within %llu ns (VK_TIMEOUT)", from,
+                 (unsigned long long)value, (unsigned long long)timeout_ns);
+    if (r != VK_SUCCESS) return es__vk_fail(d, r, "vkWaitSemaphoresKHR");
+    ES_TRY(es__vk_link_publish(l, from, off, size));
+    VkSemaphoreSignalInfoKHR si = {.sType = VK_STRUCTURE_TYPE_SEMAPHORE_SIGNAL_INFO_KHR};
+    si.semaphore = l->ready[1 - from];
+    si.value = value;
+    const VkResult rs = signal(to->dev, &si);
+    if (rs != VK_SUCCESS) {
+        es__vk_fail(to, rs, "vkSignalSemaphoreKHR");
+        return es__err_forward(d->err, to->err);
+    }
+    return ES_OK;
 }

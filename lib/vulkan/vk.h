@@ -34,6 +34,7 @@ typedef struct es__vk_phys {
     uint64_t device_local_bytes;
     bool has_ext_float16_int8, has_ext_8bit, has_ext_int_dot, has_ext_size_control;
     bool has_ext_host_import;          /* VK_EXT_external_memory_host (link.c)                   */
+    bool has_timeline;                 /* VK_KHR_timeline_semaphore with timelineSemaphore       */
     VkDeviceSize host_import_align;    /* its minImportedHostPointerAlignment                    */
 } es__vk_phys;
 
@@ -78,6 +79,7 @@ typedef struct es__vk_dev {
     VkFence fence;
     es__vk_features use;     /* what the kernels use after ES_VK_* flags */
     bool host_import;        /* VK_EXT_external_memory_host enabled: host memory imports (link.c) */
+    bool timeline;           /* timeline semaphores enabled (link.c's relay)                       */
     uint32_t flags;
     uint32_t subgroup_size;  /* lanes per reduction team in kernels */
     es__vk_policy policy;    /* per-device tuning (policy.h)     */
@@ -216,6 +218,10 @@ typedef enum es__vk_link_mode {
 
 typedef struct es__vk_link {
     es__vk_dev *dev[2];      /* dev[1] NULL = the host                                            */
+    /* Timeline semaphores (es__vk_link_sync_create), two on each device: done[side] is signalled
+     * by side's own submissions (its work up to a value is complete), ready[side] by the relay
+     * (what the other side published up to a value may be read). NULL until created. */
+    VkSemaphore done[2], ready[2];
     es__vk_buf win[2];       /* the window on each device (win[1] empty for the host)             */
     uint8_t *map[2];         /* each side's host view of its window                               */
     void *host_block;        /* SHARED: the allocation behind the aligned window                  */
@@ -245,6 +251,20 @@ es_status es__vk_link_send(es__vk_link *l, int side, const es__vk_buf *src, VkDe
                            VkDeviceSize size);
 es_status es__vk_link_recv(es__vk_link *l, int side, VkDeviceSize win_off, const es__vk_buf *dst, VkDeviceSize dst_off,
                            VkDeviceSize size);
+/* Cross-device ordering without external semaphores (lavapipe has none): each device's
+ * submissions signal done[side] and wait on ready[side]; es__vk_link_relay, on any host thread,
+ * forwards one to the other. The host records and submits every layer's work ahead; only the
+ * relay waits. Needs timeline semaphores on both devices (ES_ERR_UNSUPPORTED otherwise). */
+es_status es__vk_link_sync_create(es__vk_link *l);
+/* Submits cb on side's queue: waiting (at the top of the pipe) until ready[side] >= wait (0 = no
+ * wait), signalling done[side] = signal when done (0 = none) and fence (may be NULL). */
+es_status es__vk_link_submit(es__vk_link *l, int side, VkCommandBuffer cb, uint64_t wait, uint64_t signal,
+                             VkFence fence);
+/* Waits until done[from] >= value (at most timeout_ns: ES_ERR_BACKEND naming VK_TIMEOUT), publishes
+ * [off, off + size) of from's window, then signals ready[1 - from] = value. Values of each
+ * semaphore only grow (e.g. token * n_layer + layer + 1). */
+es_status es__vk_link_relay(es__vk_link *l, int from, uint64_t value, VkDeviceSize off, VkDeviceSize size,
+                            uint64_t timeout_ns);
 
 /* ---- pipeline.c */
 /* Returns the pipeline for shader with these specialisation constants, creating it (and

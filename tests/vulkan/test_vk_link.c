@@ -6,7 +6,10 @@
  *   2. between a device and the host (the CPU backend's side): what the host writes the device
  *      receives, what the device sends the host reads;
  *   3. the window is device memory of each device while it lives (es_backend_stats), and a range
- *      past it, a send on the host side, or a link of a device with itself fail with a message.
+ *      past it, a send on the host side, or a link of a device with itself fail with a message;
+ *   4. ordering through the relay (timeline semaphores, no external ones on lavapipe): three
+ *      rows, each received by work submitted before the sender's and held until the relay, come
+ *      out exactly; a relay for a value never signalled times out with a message.
  * In suite 'vulkan' (and under the validation layer in .ci/run). */
 #include "backend.h"
 #include "backend_vk.h"
@@ -114,12 +117,70 @@ static void test_host(es_backend *ba) {
     es__vk_link_destroy(&l);
 }
 
+static VkCommandBuffer cmd(es__vk_dev *d) {
+    VkCommandBufferAllocateInfo ai = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO};
+    ai.commandPool = d->pool;
+    ai.level = VK_COMMAND_BUFFER_LEVEL_PRIMARY;
+    ai.commandBufferCount = 1;
+    VkCommandBuffer cb = VK_NULL_HANDLE;
+    CHECK(vkAllocateCommandBuffers(d->dev, &ai, &cb) == VK_SUCCESS);
+    VkCommandBufferBeginInfo bi = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};
+    CHECK(vkBeginCommandBuffer(cb, &bi) == VK_SUCCESS);
+    return cb;
+}
+
+/* 4. ordering: the receiver's work is submitted first, waits for the relay, and then reads what
+ * the sender wrote; a relay for a value never reached times out with a message */
+static void test_relay(es_backend *ba, es_backend *bb, bool allow_shared) {
+    es__vk_dev *a = es__vk_dev_of(ba), *b = es__vk_dev_of(bb);
+    es__vk_link l;
+    CHECK_OK(es__vk_link_create(a, b, WIN, allow_shared, &l));
+    CHECK_OK(es__vk_link_sync_create(&l));
+    uint8_t want[WIN], got[WIN];
+    fill_random(want, WIN);
+    es__vk_buf src, dst;
+    upload(a, &src, want, WIN);
+    upload(b, &dst, want, WIN);
+    CHECK_OK(es__vk_fill(b, &dst, 0, WIN, 0u));
+    VkFence fence = VK_NULL_HANDLE;
+    VkFenceCreateInfo fi = {.sType = VK_STRUCTURE_TYPE_FENCE_CREATE_INFO};
+    CHECK(vkCreateFence(b->dev, &fi, NULL, &fence) == VK_SUCCESS);
+    for (uint64_t v = 1; v <= 3; v++) { /* three layers: a row each */
+        const VkDeviceSize at = (v - 1) * ROW;
+        VkCommandBuffer rb = cmd(b), sb = cmd(a);
+        es__vk_link_cmd_recv(&l, 1, rb, at, &dst, at, ROW);
+        es__vk_link_cmd_send(&l, 0, sb, &src, at, at, ROW);
+        CHECK(vkEndCommandBuffer(rb) == VK_SUCCESS && vkEndCommandBuffer(sb) == VK_SUCCESS);
+        CHECK(vkResetFences(b->dev, 1, &fence) == VK_SUCCESS);
+        CHECK_OK(es__vk_link_submit(&l, 1, rb, v, 0, fence));
+        CHECK(vkWaitForFences(b->dev, 1, &fence, VK_TRUE, 20000000ull) == VK_TIMEOUT); /* held by the wait */
+        CHECK_OK(es__vk_link_submit(&l, 0, sb, 0, v, VK_NULL_HANDLE));
+        CHECK_OK(es__vk_link_relay(&l, 0, v, at, ROW, 10000000000ull));
+        CHECK(vkWaitForFences(b->dev, 1, &fence, VK_TRUE, 10000000000ull) == VK_SUCCESS);
+        CHECK(vkQueueWaitIdle(a->queue) == VK_SUCCESS);
+        vkFreeCommandBuffers(b->dev, b->pool, 1, &rb);
+        vkFreeCommandBuffers(a->dev, a->pool, 1, &sb);
+    }
+    CHECK_OK(es__vk_read(b, &dst, 0, got, WIN));
+    CHECK(memcmp(got, want, 3 * ROW) == 0);
+    CHECK(got[3 * ROW] == 0 && got[WIN - 1] == 0);
+    CHECK(es__vk_link_relay(&l, 0, 99, 0, ROW, 1000000ull) == ES_ERR_BACKEND);
+    CHECKF(strstr(es_backend_errmsg(ba), "did not reach 99") != NULL, "%s", es_backend_errmsg(ba));
+    CHECK(es__vk_link_sync_create(&l) == ES_ERR_INVALID_ARGUMENT);
+    vkDestroyFence(b->dev, fence, NULL);
+    es__vk_buf_destroy(a, &src);
+    es__vk_buf_destroy(b, &dst);
+    es__vk_link_destroy(&l);
+}
+
 int main(void) {
     es_backend *a = vk_backend(0), *b = vk_backend(0);
     if (a && b) {
         test_devices(a, b, true);
         test_devices(a, b, false);
         test_host(a);
+        test_relay(a, b, true);
+        test_relay(a, b, false);
     }
     es_backend_free(a);
     es_backend_free(b);
