@@ -57,6 +57,15 @@ es_status es__vk_link_create(es__vk_dev *a, es__vk_dev *b, VkDeviceSize size, bo
     /* Only when both import: one device alone importing would still need the copy. */
     const bool shared = allow_shared && b && a->host_import && b->host_import;
     es_status s = shared ? link_shared(out, size) : link_copy(out, size);
+    if (s == ES_ERR_UNSUPPORTED && shared) {
+        /* the extension without a coherent type for this memory: the copy works everywhere */
+        es__vk_link_destroy(out);
+        out->dev[0] = a;
+        out->dev[1] = b;
+        out->alloc = a->alloc;
+        out->size = size;
+        s = link_copy(out, size);
+    }
     if (s == ES_OK) return ES_OK;
     es__vk_link_destroy(out);
     return s;
