@@ -2,7 +2,8 @@
  * moved between them (es_context_kv_copy), the ground multi-device strategies stand on:
  *   1. device lists: "host,host", blanks, an empty entry, a trailing comma, too many entries, a
  *      Vulkan entry with the CPU type, too little room, and (Vulkan) an index that does not exist
- *      fail with a message naming the entry, leaving nothing created; "0,host" is one of each;
+ *      fail with a message naming the entry, leaving nothing created; "0,host" is one of each,
+ *      and the two used at once each give what it gives alone;
  *   2. two devices (Vulkan "0,0": two logical devices on one physical device; CPU "host,host")
  *      load the same model and, used from two threads at once, give the logits of a device used
  *      alone, bit for bit, at every step of a prefill and 8 greedy decodes;
@@ -77,6 +78,8 @@ static void list_fails(es_backend_type type, const char *devices, es_status stat
     CHECKF(status == ES_ERR_BUFFER_TOO_SMALL ? n > 3 : n == 0, "'%s': n = %zu", devices, n);
 }
 
+static void test_mixed(es_backend *vk, es_backend *cpu);
+
 /* 1. device lists */
 static void test_lists(bool vulkan) {
     es_backend *out[ES_MAX_DEVICES];
@@ -104,6 +107,7 @@ static void test_lists(bool vulkan) {
     if (n == 2) {
         CHECK(strcmp(es_backend_name(out[0]), "cpu") != 0);
         CHECK(strcmp(es_backend_name(out[1]), "cpu") == 0);
+        test_mixed(out[0], out[1]);
         test_backend_end(out[0]);
         test_backend_end(out[1]);
     }
@@ -160,6 +164,37 @@ out:
         CHECK_OK(es_backend_get_stats(dev[1], &after));
         CHECKF(after.device_bytes == after.weight_bytes, "device 1 holds %llu bytes past its weights after its "
                "context was freed", (unsigned long long)(after.device_bytes - after.weight_bytes));
+    }
+}
+
+/* 2 for "0,host": a Vulkan device and the CPU backend at once each give what it gives alone (the
+ * two compute differently, so each against itself) */
+static void test_mixed(es_backend *vk, es_backend *cpu) {
+    es_backend *dev[2] = {vk, cpu};
+    run ref[2], r[2];
+    const size_t bytes = sizeof(float) * (size_t)n_vocab * N_STEPS;
+    for (int i = 0; i < 2; i++) {
+        ref[i] = (run){make(dev[i], N_CTX), malloc(bytes), ES_OK, ""};
+        r[i] = (run){make(dev[i], N_CTX), malloc(bytes), ES_OK, ""};
+    }
+    if (!ref[0].ctx || !ref[1].ctx || !r[0].ctx || !r[1].ctx || !ref[0].logits || !ref[1].logits || !r[0].logits ||
+        !r[1].logits)
+        goto out;
+    decode(&ref[0]);
+    decode(&ref[1]);
+    pthread_t th[2];
+    for (int i = 0; i < 2; i++) CHECK(pthread_create(&th[i], NULL, decode, &r[i]) == 0);
+    for (int i = 0; i < 2; i++) pthread_join(th[i], NULL);
+    for (int i = 0; i < 2; i++) {
+        CHECKF(ref[i].status == ES_OK && r[i].status == ES_OK, "0,host device %d: %s %s", i, ref[i].why, r[i].why);
+        CHECKF(memcmp(ref[i].logits, r[i].logits, bytes) == 0, "0,host device %d: logits differ from it alone", i);
+    }
+out:
+    for (int i = 0; i < 2; i++) {
+        es_context_free(ref[i].ctx);
+        es_context_free(r[i].ctx);
+        free(ref[i].logits);
+        free(r[i].logits);
     }
 }
 
