@@ -220,31 +220,58 @@ es_status es__vk_link_submit(es__vk_link *l, int side, VkCommandBuffer cb, uint6
     return ES_OK;
 }
 
+/* Waits on the host until side's done semaphore reaches value; errors on l->dev[0]'s record. */
+static es_status wait_done(es__vk_link *l, int side, uint64_t value, uint64_t timeout_ns, const char *what) {
+    es__vk_dev *d = l->dev[side], *e = l->dev[0];
+    PFN_vkWaitSemaphoresKHR wait = (PFN_vkWaitSemaphoresKHR)vkGetDeviceProcAddr(d->dev, "vkWaitSemaphoresKHR");
+    ES_RETURN_IF(!wait, e->err, ES_ERR_BACKEND, "vulkan: vkWaitSemaphoresKHR is unavailable");
+    VkSemaphoreWaitInfoKHR wi = {.sType = VK_STRUCTURE_TYPE_SEMAPHORE_WAIT_INFO_KHR};
+    wi.semaphoreCount = 1;
+    wi.pSemaphores = &l->done[side];
+    wi.pValues = &value;
+    const VkResult r = wait(d->dev, &wi, timeout_ns);
+    ES_RETURN_IF(r == VK_TIMEOUT, e->err, ES_ERR_BACKEND, "vulkan: link %s: side %d did not reach %llu within %llu ns (VK_TIMEOUT)",
+                 what, side, (unsigned long long)value, (unsigned long long)timeout_ns);
+    if (r == VK_SUCCESS) return ES_OK;
+    es__vk_fail(d, r, "vkWaitSemaphoresKHR");
+    return d == e ? d->err->status : es__err_forward(e->err, d->err);
+}
+
+/* Signals side's ready semaphore to value from the host. */
+static es_status signal_ready(es__vk_link *l, int side, uint64_t value) {
+    es__vk_dev *d = l->dev[side], *e = l->dev[0];
+    PFN_vkSignalSemaphoreKHR signal = (PFN_vkSignalSemaphoreKHR)vkGetDeviceProcAddr(d->dev, "vkSignalSemaphoreKHR");
+    ES_RETURN_IF(!signal, e->err, ES_ERR_BACKEND, "vulkan: vkSignalSemaphoreKHR is unavailable");
+    VkSemaphoreSignalInfoKHR si = {.sType = VK_STRUCTURE_TYPE_SEMAPHORE_SIGNAL_INFO_KHR};
+    si.semaphore = l->ready[side];
+    si.value = value;
+    const VkResult r = signal(d->dev, &si);
+    if (r == VK_SUCCESS) return ES_OK;
+    es__vk_fail(d, r, "vkSignalSemaphoreKHR");
+    return d == e ? d->err->status : es__err_forward(e->err, d->err);
+}
+
 es_status es__vk_link_relay(es__vk_link *l, int from, uint64_t value, VkDeviceSize off, VkDeviceSize size,
                             uint64_t timeout_ns) {
     ES_TRY(check(l, from, off, size, "relay"));
-    es__vk_dev *d = l->dev[from], *to = l->dev[1 - from];
-    ES_RETURN_IF(!l->done[from] || !to, d->err, ES_ERR_INVALID_ARGUMENT, "vulkan: link relay before es__vk_link_sync_create");
-    PFN_vkWaitSemaphoresKHR wait = (PFN_vkWaitSemaphoresKHR)vkGetDeviceProcAddr(d->dev, "vkWaitSemaphoresKHR");
-    PFN_vkSignalSemaphoreKHR signal = (PFN_vkSignalSemaphoreKHR)vkGetDeviceProcAddr(to->dev, "vkSignalSemaphoreKHR");
-    ES_RETURN_IF(!wait || !signal, d->err, ES_ERR_BACKEND, "vulkan: vkWaitSemaphoresKHR or vkSignalSemaphoreKHR is unavailable");
-    VkSemaphoreWaitInfoKHR wi = {.sType = VK_STRUCTURE_TYPE_SEMAPHORE_WAIT_INFO_KHR};
-    wi.semaphoreCount = 1;
-    wi.pSemaphores = &l->done[from];
-    wi.pValues = &value;
-    const VkResult r = wait(d->dev, &wi, timeout_ns);
-    ES_RETURN_IF(r == VK_TIMEOUT, d->err, ES_ERR_BACKEND,
-                 "vulkan: link relay: side %d did not reach %llu within %llu ns (VK_TIMEOUT)", from,
-                 (unsigned long long)value, (unsigned long long)timeout_ns);
-    if (r != VK_SUCCESS) return es__vk_fail(d, r, "vkWaitSemaphoresKHR");
+    ES_RETURN_IF(!l->done[from] || !l->dev[1 - from], l->dev[0]->err, ES_ERR_INVALID_ARGUMENT,
+                 "vulkan: link relay before es__vk_link_sync_create");
+    ES_TRY(wait_done(l, from, value, timeout_ns, "relay"));
     ES_TRY(es__vk_link_publish(l, from, off, size));
-    VkSemaphoreSignalInfoKHR si = {.sType = VK_STRUCTURE_TYPE_SEMAPHORE_SIGNAL_INFO_KHR};
-    si.semaphore = l->ready[1 - from];
-    si.value = value;
-    const VkResult rs = signal(to->dev, &si);
-    if (rs != VK_SUCCESS) {
-        es__vk_fail(to, rs, "vkSignalSemaphoreKHR");
-        return es__err_forward(d->err, to->err);
-    }
+    return signal_ready(l, 1 - from, value);
+}
+
+es_status es__vk_link_exchange(es__vk_link *l, uint64_t value, const VkDeviceSize off[2], const VkDeviceSize size[2],
+                               uint64_t timeout_ns) {
+    ES_TRY(check(l, 0, off[0], size[0], "exchange"));
+    ES_TRY(check(l, 1, off[1], size[1], "exchange"));
+    ES_RETURN_IF(!l->done[0], l->dev[0]->err, ES_ERR_INVALID_ARGUMENT, "vulkan: link exchange before es__vk_link_sync_create");
+    ES_RETURN_IF(off[0] < off[1] + size[1] && off[1] < off[0] + size[0], l->dev[0]->err, ES_ERR_INVALID_ARGUMENT,
+                 "vulkan: link exchange: the ranges [%llu, +%llu) and [%llu, +%llu) overlap",
+                 (unsigned long long)off[0], (unsigned long long)size[0], (unsigned long long)off[1],
+                 (unsigned long long)size[1]);
+    for (int side = 0; side < 2; side++) ES_TRY(wait_done(l, side, value, timeout_ns, "exchange"));
+    for (int side = 0; side < 2; side++) ES_TRY(es__vk_link_publish(l, side, off[side], size[side]));
+    for (int side = 0; side < 2; side++) ES_TRY(signal_ready(l, side, value));
     return ES_OK;
 }

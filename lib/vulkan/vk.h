@@ -257,7 +257,9 @@ es_status es__vk_link_recv(es__vk_link *l, int side, VkDeviceSize win_off, const
  * relay waits. Needs timeline semaphores on both devices (ES_ERR_UNSUPPORTED otherwise). */
 es_status es__vk_link_sync_create(es__vk_link *l);
 /* Submits cb on side's queue: waiting (at the top of the pipe) until ready[side] >= wait (0 = no
- * wait), signalling done[side] = signal when done (0 = none) and fence (may be NULL). */
+ * wait), signalling done[side] = signal when done (0 = none) and fence (may be NULL). A queue
+ * starts its batches in order (lavapipe runs them one after another): a batch that signals what
+ * the relay needs must be submitted before one on the same queue that waits for the relay. */
 es_status es__vk_link_submit(es__vk_link *l, int side, VkCommandBuffer cb, uint64_t wait, uint64_t signal,
                              VkFence fence);
 /* Waits until done[from] >= value (at most timeout_ns: ES_ERR_BACKEND naming VK_TIMEOUT), publishes
@@ -265,6 +267,11 @@ es_status es__vk_link_submit(es__vk_link *l, int side, VkCommandBuffer cb, uint6
  * semaphore only grow (e.g. token * n_layer + layer + 1). */
 es_status es__vk_link_relay(es__vk_link *l, int from, uint64_t value, VkDeviceSize off, VkDeviceSize size,
                             uint64_t timeout_ns);
+/* Both ways at once, ALSpec's all-gather of the priority vector (Algorithm 2) for two devices:
+ * waits until done[0] >= value and done[1] >= value, publishes [off[0], +size[0]) from side 0
+ * and [off[1], +size[1]) from side 1 (disjoint ranges), then signals ready[0] = ready[1] = value. */
+es_status es__vk_link_exchange(es__vk_link *l, uint64_t value, const VkDeviceSize off[2], const VkDeviceSize size[2],
+                               uint64_t timeout_ns);
 
 /* ---- pipeline.c */
 /* Returns the pipeline for shader with these specialisation constants, creating it (and

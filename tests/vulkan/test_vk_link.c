@@ -9,7 +9,9 @@
  *      past it, a send on the host side, or a link of a device with itself fail with a message;
  *   4. ordering through the relay (timeline semaphores, no external ones on lavapipe): three
  *      rows, each received by work submitted before the sender's and held until the relay, come
- *      out exactly; a relay for a value never signalled times out with a message.
+ *      out exactly; a relay for a value never signalled times out with a message;
+ *   5. both ways at once (es__vk_link_exchange, the priority all-gather of ALSpec's Algorithm 2):
+ *      each device's flag, sent by work submitted after its receiving work, reaches the other.
  * In suite 'vulkan' (and under the validation layer in .ci/run). */
 #include "backend.h"
 #include "backend_vk.h"
@@ -190,6 +192,58 @@ static void test_relay(es_backend *ba, es_backend *bb, bool allow_shared) {
     es__vk_link_destroy(&l);
 }
 
+/* 5. both ways at once (the priority all-gather): each device's flag reaches the other */
+static void test_exchange(es_backend *ba, es_backend *bb, bool allow_shared) {
+    es__vk_dev *d[2] = {es__vk_dev_of(ba), es__vk_dev_of(bb)};
+    es__vk_link l;
+    CHECK_OK(es__vk_link_create(d[0], d[1], WIN, allow_shared, &l));
+    CHECK_OK(es__vk_link_sync_create(&l));
+    const VkDeviceSize off[2] = {0, 64}, size[2] = {4, 4};
+    es__vk_buf src[2], dst[2];
+    VkFence fence[2] = {VK_NULL_HANDLE, VK_NULL_HANDLE};
+    VkFenceCreateInfo fi = {.sType = VK_STRUCTURE_TYPE_FENCE_CREATE_INFO};
+    for (int i = 0; i < 2; i++) {
+        CHECK_OK(es__vk_buf_create(d[i], 16, ES__VK_MEM_DEVICE, "flag", &src[i]));
+        CHECK_OK(es__vk_buf_create(d[i], 16, ES__VK_MEM_DEVICE, "flag received", &dst[i]));
+        CHECK(vkCreateFence(d[i]->dev, &fi, NULL, &fence[i]) == VK_SUCCESS);
+    }
+    for (uint64_t v = 1; v <= 2; v++) {
+        VkCommandBuffer send[2], recv[2];
+        for (int i = 0; i < 2; i++) {
+            CHECK_OK(es__vk_fill(d[i], &src[i], 0, 16, 0x1000u * (uint32_t)(i + 1) + (uint32_t)v));
+            recv[i] = cmd(d[i]);
+            es__vk_link_cmd_recv(&l, i, recv[i], off[1 - i], &dst[i], 0, 4);
+            send[i] = cmd(d[i]);
+            es__vk_link_cmd_send(&l, i, send[i], &src[i], 0, off[i], 4);
+            CHECK(vkEndCommandBuffer(recv[i]) == VK_SUCCESS && vkEndCommandBuffer(send[i]) == VK_SUCCESS);
+            CHECK(vkResetFences(d[i]->dev, 1, &fence[i]) == VK_SUCCESS);
+            /* a queue starts its batches in order: what a device sends goes before what it waits for */
+            CHECK_OK(es__vk_link_submit(&l, i, send[i], 0, v, VK_NULL_HANDLE));
+            CHECK_OK(es__vk_link_submit(&l, i, recv[i], v, 0, fence[i]));
+        }
+        CHECK_OK(es__vk_link_exchange(&l, v, off, size, 10000000000ull));
+        for (int i = 0; i < 2; i++) {
+            CHECK(vkWaitForFences(d[i]->dev, 1, &fence[i], VK_TRUE, 10000000000ull) == VK_SUCCESS);
+            CHECK(vkQueueWaitIdle(d[i]->queue) == VK_SUCCESS);
+            uint32_t got = 0;
+            CHECK_OK(es__vk_read(d[i], &dst[i], 0, &got, 4));
+            CHECKF(got == 0x1000u * (uint32_t)(2 - i) + (uint32_t)v, "device %d received %#x at round %llu", i, got,
+                   (unsigned long long)v);
+            vkFreeCommandBuffers(d[i]->dev, d[i]->pool, 1, &send[i]);
+            vkFreeCommandBuffers(d[i]->dev, d[i]->pool, 1, &recv[i]);
+        }
+    }
+    const VkDeviceSize overlap[2] = {0, 2};
+    CHECK(es__vk_link_exchange(&l, 3, overlap, size, 1000000ull) == ES_ERR_INVALID_ARGUMENT);
+    CHECKF(strstr(es_backend_errmsg(ba), "overlap") != NULL, "%s", es_backend_errmsg(ba));
+    for (int i = 0; i < 2; i++) {
+        vkDestroyFence(d[i]->dev, fence[i], NULL);
+        es__vk_buf_destroy(d[i], &src[i]);
+        es__vk_buf_destroy(d[i], &dst[i]);
+    }
+    es__vk_link_destroy(&l);
+}
+
 int main(void) {
     es_backend *a = vk_backend(0), *b = vk_backend(0);
     if (a && b) {
@@ -198,6 +252,8 @@ int main(void) {
         test_host(a);
         test_relay(a, b, true);
         test_relay(a, b, false);
+        test_exchange(a, b, true);
+        test_exchange(a, b, false);
     }
     es_backend_free(a);
     es_backend_free(b);
