@@ -102,6 +102,13 @@ static void test_lists(bool vulkan) {
     if (!vulkan) return;
     list_fails(ES_BACKEND_VULKAN, "0,99", ES_ERR_INVALID_ARGUMENT, "entry 2 '99'");
     CHECKF(strstr(es_last_error(), "'0,0'") != NULL, "no hint about logical devices: %s", es_last_error());
+    /* a list given to es_backend_create, which makes one backend: pointed to es_backends_create */
+    es_backend_params one = es_backend_default_params();
+    one.type = ES_BACKEND_VULKAN;
+    one.device = "0,0";
+    es_backend *b = (es_backend *)&one;
+    CHECK(es_backend_create(&one, &b) == ES_ERR_INVALID_ARGUMENT && b == NULL);
+    CHECKF(strstr(es_last_error(), "a list of devices is for es_backends_create") != NULL, "%s", es_last_error());
     CHECK_OK(list(ES_BACKEND_VULKAN, "0, host", out, ES_MAX_DEVICES, &n));
     CHECK(n == 2 && out[0] && out[1]);
     if (n == 2) {
