@@ -273,6 +273,39 @@ es_status es__vk_link_relay(es__vk_link *l, int from, uint64_t value, VkDeviceSi
 es_status es__vk_link_exchange(es__vk_link *l, uint64_t value, const VkDeviceSize off[2], const VkDeviceSize size[2],
                                uint64_t timeout_ns);
 
+/* ---- relay.c: a host thread running a link's relays and exchanges in the order queued, so the
+ * thread that submits a token's per-layer work on both devices waits for none of them. Jobs run
+ * one after another, each with the relayer's timeout; after a failure the rest are skipped and
+ * every later call returns the first failure's status (its message on the link's dev[0]). */
+#define ES__VK_RELAY_QUEUE 256
+typedef struct es__vk_relay_job {
+    int from;                /* 0 or 1: es__vk_link_relay from that side; -1: es__vk_link_exchange */
+    uint64_t value;
+    VkDeviceSize off[2], size[2];
+} es__vk_relay_job;
+
+typedef struct es__vk_relayer {
+    es__vk_link *link;
+    uint64_t timeout_ns;     /* each job's                                                       */
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    es__vk_relay_job jobs[ES__VK_RELAY_QUEUE];
+    uint64_t head, tail;     /* jobs [head, tail) are queued; head's runs                        */
+    es_status status;        /* the first failure                                                */
+    bool stop, running;
+} es__vk_relayer;
+
+es_status es__vk_relayer_start(es__vk_relayer *r, es__vk_link *l, uint64_t timeout_ns);
+/* Queue a relay or an exchange (blocks while the queue is full). */
+es_status es__vk_relayer_relay(es__vk_relayer *r, int from, uint64_t value, VkDeviceSize off, VkDeviceSize size);
+es_status es__vk_relayer_exchange(es__vk_relayer *r, uint64_t value, const VkDeviceSize off[2], const VkDeviceSize size[2]);
+/* Waits until every queued job ran; the first failure's status. */
+es_status es__vk_relayer_drain(es__vk_relayer *r);
+/* Runs what is queued, then ends the thread (a job waiting for work never submitted ends at its
+ * timeout); the first failure's status. */
+es_status es__vk_relayer_stop(es__vk_relayer *r);
+
 /* ---- pipeline.c */
 /* Returns the pipeline for shader with these specialisation constants, creating it (and
  * checking its interface against the shader table) on first use. */

@@ -11,7 +11,9 @@
  *      rows, each received by work submitted before the sender's and held until the relay, come
  *      out exactly; a relay for a value never signalled times out with a message;
  *   5. both ways at once (es__vk_link_exchange, the priority all-gather of ALSpec's Algorithm 2):
- *      each device's flag, sent by work submitted after its receiving work, reaches the other.
+ *      each device's flag reaches the other;
+ *   6. the relayer (lib/vulkan/relay.c): three layers submitted on both devices at once and their
+ *      relays queued come out exactly; a relay that times out fails the rest of the queue.
  * In suite 'vulkan' (and under the validation layer in .ci/run). */
 #include "backend.h"
 #include "backend_vk.h"
@@ -244,6 +246,54 @@ static void test_exchange(es_backend *ba, es_backend *bb, bool allow_shared) {
     es__vk_link_destroy(&l);
 }
 
+/* 6. the relayer: a token's three layers submitted on both devices at once, their relays queued,
+ * nothing waited for on this thread until the end; a relay that times out fails the rest */
+static void test_relayer(es_backend *ba, es_backend *bb) {
+    es__vk_dev *a = es__vk_dev_of(ba), *b = es__vk_dev_of(bb);
+    es__vk_link l;
+    CHECK_OK(es__vk_link_create(a, b, WIN, true, &l));
+    CHECK_OK(es__vk_link_sync_create(&l));
+    uint8_t want[WIN], got[WIN];
+    fill_random(want, WIN);
+    es__vk_buf src, dst;
+    upload(a, &src, want, WIN);
+    upload(b, &dst, want, WIN);
+    CHECK_OK(es__vk_fill(b, &dst, 0, WIN, 0u));
+    es__vk_relayer r;
+    CHECK_OK(es__vk_relayer_start(&r, &l, 10000000000ull));
+    VkCommandBuffer rb[3], sb[3];
+    for (int v = 0; v < 3; v++) {
+        const VkDeviceSize at = (VkDeviceSize)v * ROW;
+        rb[v] = cmd(b);
+        es__vk_link_cmd_recv(&l, 1, rb[v], at, &dst, at, ROW);
+        sb[v] = cmd(a);
+        es__vk_link_cmd_send(&l, 0, sb[v], &src, at, at, ROW);
+        CHECK(vkEndCommandBuffer(rb[v]) == VK_SUCCESS && vkEndCommandBuffer(sb[v]) == VK_SUCCESS);
+        CHECK_OK(es__vk_link_submit(&l, 1, rb[v], (uint64_t)v + 1, 0, VK_NULL_HANDLE));
+        CHECK_OK(es__vk_link_submit(&l, 0, sb[v], 0, (uint64_t)v + 1, VK_NULL_HANDLE));
+        CHECK_OK(es__vk_relayer_relay(&r, 0, (uint64_t)v + 1, at, ROW));
+    }
+    CHECK_OK(es__vk_relayer_drain(&r));
+    CHECK(vkQueueWaitIdle(b->queue) == VK_SUCCESS && vkQueueWaitIdle(a->queue) == VK_SUCCESS);
+    CHECK_OK(es__vk_read(b, &dst, 0, got, WIN));
+    CHECK(memcmp(got, want, 3 * ROW) == 0);
+    CHECK_OK(es__vk_relayer_stop(&r));
+    /* a value never signalled: the relay times out, the rest is refused with its status */
+    CHECK_OK(es__vk_relayer_start(&r, &l, 1000000ull));
+    CHECK_OK(es__vk_relayer_relay(&r, 0, 99, 0, ROW));
+    CHECK(es__vk_relayer_drain(&r) == ES_ERR_BACKEND);
+    CHECK(es__vk_relayer_relay(&r, 0, 100, 0, ROW) == ES_ERR_BACKEND);
+    CHECK(es__vk_relayer_stop(&r) == ES_ERR_BACKEND);
+    CHECKF(strstr(es_backend_errmsg(ba), "did not reach 99") != NULL, "%s", es_backend_errmsg(ba));
+    for (int v = 0; v < 3; v++) {
+        vkFreeCommandBuffers(b->dev, b->pool, 1, &rb[v]);
+        vkFreeCommandBuffers(a->dev, a->pool, 1, &sb[v]);
+    }
+    es__vk_buf_destroy(a, &src);
+    es__vk_buf_destroy(b, &dst);
+    es__vk_link_destroy(&l);
+}
+
 int main(void) {
     es_backend *a = vk_backend(0), *b = vk_backend(0);
     if (a && b) {
@@ -254,6 +304,7 @@ int main(void) {
         test_relay(a, b, false);
         test_exchange(a, b, true);
         test_exchange(a, b, false);
+        test_relayer(a, b);
     }
     es_backend_free(a);
     es_backend_free(b);
