@@ -276,7 +276,9 @@ es_status es__vk_link_exchange(es__vk_link *l, uint64_t value, const VkDeviceSiz
 /* ---- relay.c: a host thread running a link's relays and exchanges in the order queued, so the
  * thread that submits a token's per-layer work on both devices waits for none of them. Jobs run
  * one after another, each with the relayer's timeout; after a failure the rest are skipped and
- * every later call returns the first failure's status (its message on the link's dev[0]). */
+ * every later call returns the first failure's status. The message is written, from the
+ * relayer's thread, into the error record of the link's dev[0] (its backend's
+ * es_backend_errmsg): read it after es__vk_relayer_drain or _stop returned the failure. */
 #define ES__VK_RELAY_QUEUE 256
 typedef struct es__vk_relay_job {
     int from;                /* 0 or 1: es__vk_link_relay from that side; -1: es__vk_link_exchange */
