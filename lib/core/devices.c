@@ -71,6 +71,8 @@ es_status es_backends_create(const es_backend_params *params, es_backend **out, 
     for (size_t i = 0; i < cap; i++) out[i] = NULL;
     const es_backend_params p = params ? *params : es_backend_default_params();
     const char *list = p.device ? p.device : "";
+    if (p.type != ES_BACKEND_CPU && p.type != ES_BACKEND_VULKAN)
+        return es__fail(NULL, ES_ERR_INVALID_ARGUMENT, "es_backends_create: unknown backend type %d", (int)p.type);
     es__device_sel sel[ES_MAX_DEVICES];
     size_t count = 0;
     es_status s = es__device_list_parse(p.device, p.type, sel, ES_MAX_DEVICES, &count);

@@ -99,6 +99,7 @@ static void test_lists(bool vulkan) {
     list_fails(ES_BACKEND_CPU, "host,host,host,host,host,host,host,host,host", ES_ERR_INVALID_ARGUMENT,
                "more than 8 entries");
     list_fails(ES_BACKEND_CPU, "host,host,host,host", ES_ERR_BUFFER_TOO_SMALL, "4 devices, room for 3");
+    list_fails((es_backend_type)7, "host", ES_ERR_INVALID_ARGUMENT, "unknown backend type 7");
     if (!vulkan) return;
     list_fails(ES_BACKEND_VULKAN, "0,99", ES_ERR_INVALID_ARGUMENT, "entry 2 '99'");
     CHECKF(strstr(es_last_error(), "'0,0'") != NULL, "no hint about logical devices: %s", es_last_error());
