@@ -138,6 +138,15 @@ struct es_context {
 extern const es__backend_vtbl es__cpu_backend;
 extern const es__backend_vtbl *const es__vulkan_backend_ptr;
 
+/* One entry of a device list (devices.c): the CPU backend ("host") or a Vulkan selector. */
+typedef struct es__device_sel {
+    bool host;
+    char sel[64];            /* the entry, blanks trimmed; "" = the default Vulkan device */
+} es__device_sel;
+/* Splits a device list (es_backends_create) into out[cap]; *n = the entries. Checks only the
+ * syntax and that non-host entries come with type Vulkan; which devices exist is the backend's. */
+es_status es__device_list_parse(const char *list, es_backend_type type, es__device_sel *out, size_t cap, size_t *n);
+
 /* Upload sharing (backend.c); the caller holds b->lock. */
 es_status es__backend_acquire_model(es_backend *b, const es_model *m, void **weights);
 void es__backend_release_model(es_backend *b, const es_model *m);

@@ -147,6 +147,36 @@ static es_status check_session(es_context *ctx, const char *path, const uint8_t 
     return ES_OK;
 }
 
+es_status es_context_kv_copy(es_context *dst, es_context *src) {
+    if (!dst || !src) return es__fail(dst ? &dst->err : NULL, ES_ERR_INVALID_ARGUMENT, "es_context_kv_copy: NULL context");
+    ES_RETURN_IF(dst == src, &dst->err, ES_ERR_INVALID_ARGUMENT, "es_context_kv_copy: source and destination are one context");
+    const es__hparams *hp = &dst->model->hp;
+    ES_RETURN_IF(dst->model != src->model && fingerprint(dst->model) != fingerprint(src->model), &dst->err,
+                 ES_ERR_INVALID_ARGUMENT, "es_context_kv_copy: the contexts hold different models ('%s' and '%s')",
+                 src->model->path, dst->model->path);
+    ES_RETURN_IF(src->n_past > dst->n_ctx, &dst->err, ES_ERR_CONTEXT_FULL,
+                 "es_context_kv_copy: the source holds %d tokens, the destination has room for %d", src->n_past,
+                 dst->n_ctx);
+    const int32_t n = src->n_past;
+    uint64_t nf = 0;
+    ES_RETURN_IF(!kv_floats(hp, (uint64_t)n, &nf), &dst->err, ES_ERR_OUT_OF_MEMORY, "es_context_kv_copy: cache too large");
+    float *kv = es__malloc(dst->alloc, (size_t)ES__MAX(nf, 1) * sizeof(float));
+    ES_RETURN_IF(!kv, &dst->err, ES_ERR_OUT_OF_MEMORY, "es_context_kv_copy: out of memory for %llu floats",
+                 (unsigned long long)nf);
+    es_status st = n ? kv_io(src, n, kv, false) : ES_OK;
+    if (st != ES_OK) st = es__err_forward(&dst->err, &src->err); /* dst untouched */
+    if (st == ES_OK && n) {
+        st = kv_io(dst, n, kv, true);
+        if (st != ES_OK) dst->n_past = 0; /* the cache may be half written */
+    }
+    if (st == ES_OK) {
+        dst->n_past = n;
+        dst->n_provisional = 0;
+    }
+    es__free(dst->alloc, kv);
+    return st;
+}
+
 es_status es_context_load(es_context *ctx, const char *path, int32_t *tokens, size_t cap, size_t *n_tokens) {
     if (!ctx || !path || !n_tokens) return es__fail(ctx ? &ctx->err : NULL, ES_ERR_INVALID_ARGUMENT, "es_context_load: NULL argument");
     header h;

@@ -356,7 +356,8 @@ typedef struct es_backend_params {
                                   released, so resident memory does not double); true = read
                                   them in place from the model's memory                         */
     const char *device;       /* Vulkan: index, name substring or type ("discrete", "integrated",
-                                 "cpu"); NULL or "" = the default device (es_device_info.is_default) */
+                                 "cpu"); NULL or "" = the default device (es_device_info.is_default).
+                                 es_backends_create reads it as a comma-separated list (below) */
     uint32_t vk_flags;        /* ES_VK_* bits forcing fallback paths; 0 = use what the device has */
     es_vk_tuning vk_tuning;   /* Vulkan: per-device tuning; zeroed = the device's profile       */
     const char *pipeline_cache_path; /* Vulkan pipeline cache file; NULL or "" = none          */
@@ -424,6 +425,8 @@ typedef struct es_device_info {
     uint64_t max_storage_buffer_range;
     uint32_t max_texel_buffer_elements;
     bool is_default;             /* the device an empty selector picks                           */
+    bool host_import;            /* imports host memory (VK_EXT_external_memory_host): two such
+                                    devices share rows with no copy between them (link.c)       */
     uint64_t reserved[8];     /* written as zero; room for later fields (ABI, at the top)    */
 } es_device_info;
 
@@ -433,6 +436,30 @@ typedef struct es_device_info {
  * "no Vulkan loader found" and names the libraries tried); creating an ES_BACKEND_VULKAN backend
  * fails the same way there, and ES_BACKEND_CPU works. ES_ERR_BUFFER_TOO_SMALL when cap < *n. */
 ES_API es_status es_vulkan_devices(es_device_info *out, size_t cap, size_t *n);
+
+/* ---------------------------------------------------------------------------------------------
+ * Several devices. An es_backend is one device: each Vulkan backend has a VkInstance and a
+ * logical VkDevice of its own (its queue, memory, pipelines, its own upload of a model's weights
+ * and its own es_backend_stats), so two backends on the same physical device are two logical
+ * devices, independent of each other; the CPU backend counts as one device too. Contexts on
+ * different backends run at the same time on different threads. Multi-device strategies take
+ * an array of backends; es_backends_create makes one from a device list.
+ */
+#define ES_MAX_DEVICES 8   /* the most entries of a device list */
+
+/* Creates one backend per entry of params->device read as a device list: entries separated by
+ * commas (blanks around them ignored), each a Vulkan selector as for es_backend_create (index,
+ * type or name substring; a name containing a comma cannot be selected here) or "host" for the
+ * CPU backend. "0,1": physical devices 0 and 1; "0,0": two logical devices on device 0 (what a
+ * machine with one device, lavapipe for one, offers); "0,host": device 0 and the CPU backend.
+ * Every other field of params applies to each backend (n_threads to the CPU ones); entries other
+ * than "host" need params->type ES_BACKEND_VULKAN. NULL or "" is one backend of params->type on
+ * its default device. Writes the backends to out[0..*n), the caller frees each with
+ * es_backend_free. ES_ERR_INVALID_ARGUMENT for an empty entry ("0,,1", a trailing comma), more
+ * than ES_MAX_DEVICES entries, or a device that does not exist (es_last_error names the entry);
+ * ES_ERR_BUFFER_TOO_SMALL when cap is below the entries (*n says how many). On failure nothing
+ * is left created, out[0..cap) are NULL and *n is 0 unless the buffer was too small. */
+ES_API es_status es_backends_create(const es_backend_params *params, es_backend **out, size_t cap, size_t *n);
 
 /* ---------------------------------------------------------------------------------------------
  * Context: a KV cache and scratch memory for one sequence on one backend.
@@ -532,6 +559,18 @@ ES_API es_status es_context_save(es_context *ctx, const int32_t *tokens, size_t 
  * one bit for bit, on the backend that saved it or another (the values are f32 either way). */
 ES_API es_status es_context_load(es_context *ctx, const char *path, int32_t *tokens, size_t cap,
                                  size_t *n_tokens);
+
+/* Replaces dst's committed tokens with src's: the KV cache of src's n_past committed tokens is
+ * copied into dst through host memory, and dst's n_past becomes src's (dst's provisional tokens
+ * are dropped; src is not changed). For replicating a sequence on another device after one
+ * prefill: the contexts may be on any two backends (CPU and Vulkan, two Vulkan devices, two
+ * logical devices on one); the model must be the same (the same es_model or the same file
+ * loaded twice). The cache's values move as they are (f32), so on backends that compute alike
+ * dst goes on exactly as src would. Both contexts are used by the calling thread for the call;
+ * it takes each backend's lock in turn, never both. ES_ERR_CONTEXT_FULL when dst's n_ctx is
+ * below src's n_past; when reading src fails dst is unchanged, when writing dst fails dst is
+ * left empty (n_past 0). */
+ES_API es_status es_context_kv_copy(es_context *dst, es_context *src);
 
 /* Lays out a token tree given by parent links for es_batch: parent[i] is the index of node i's
  * parent or -1 for a root (nodes in any order; several roots make a forest). Writes, per batch

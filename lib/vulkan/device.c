@@ -157,6 +157,8 @@ static es_status phys_query(es__vk_dev *d, VkPhysicalDevice p, es__vk_phys *out)
     out->has_ext_8bit = has_ext(ext, n_ext, VK_KHR_8BIT_STORAGE_EXTENSION_NAME);
     out->has_ext_int_dot = has_ext(ext, n_ext, VK_KHR_SHADER_INTEGER_DOT_PRODUCT_EXTENSION_NAME);
     out->has_ext_size_control = has_ext(ext, n_ext, VK_EXT_SUBGROUP_SIZE_CONTROL_EXTENSION_NAME);
+    out->has_ext_host_import = has_ext(ext, n_ext, VK_EXT_EXTERNAL_MEMORY_HOST_EXTENSION_NAME);
+    const bool has_ext_timeline = has_ext(ext, n_ext, VK_KHR_TIMELINE_SEMAPHORE_EXTENSION_NAME);
     es__free(d->alloc, ext);
 
     uint32_t n_q = 0;
@@ -173,9 +175,16 @@ static es_status phys_query(es__vk_dev *d, VkPhysicalDevice p, es__vk_phys *out)
     VkPhysicalDeviceSubgroupProperties sg = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_PROPERTIES};
     VkPhysicalDeviceSubgroupSizeControlPropertiesEXT sgc = {
         .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_SIZE_CONTROL_PROPERTIES_EXT};
-    if (out->has_ext_size_control) sg.pNext = &sgc;
+    VkPhysicalDeviceExternalMemoryHostPropertiesEXT hostp = {
+        .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_EXTERNAL_MEMORY_HOST_PROPERTIES_EXT};
+    void **ptail = &sg.pNext;
+    if (out->has_ext_size_control) { *ptail = &sgc; ptail = &sgc.pNext; }
+    if (out->has_ext_host_import) { *ptail = &hostp; ptail = &hostp.pNext; }
     VkPhysicalDeviceProperties2 p2 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2, .pNext = &sg};
     vkGetPhysicalDeviceProperties2(p, &p2);
+    out->host_import_align = hostp.minImportedHostPointerAlignment;
+    if (out->host_import_align == 0 || (out->host_import_align & (out->host_import_align - 1)) != 0)
+        out->has_ext_host_import = false;
     out->subgroup_size = sg.subgroupSize;
     out->max_subgroup_size = out->has_ext_size_control && sgc.maxSubgroupSize ? sgc.maxSubgroupSize : sg.subgroupSize;
     const bool size_control_compute = out->has_ext_size_control &&
@@ -198,7 +207,10 @@ static es_status phys_query(es__vk_dev *d, VkPhysicalDevice p, es__vk_phys *out)
     if (out->has_ext_float16_int8) { *tail = &f16; tail = &f16.pNext; }
     if (out->has_ext_int_dot) { *tail = &idot; tail = &idot.pNext; }
     if (out->has_ext_size_control) { *tail = &ssc; tail = &ssc.pNext; }
+    VkPhysicalDeviceTimelineSemaphoreFeaturesKHR tl = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_TIMELINE_SEMAPHORE_FEATURES_KHR};
+    if (has_ext_timeline) { *tail = &tl; tail = &tl.pNext; }
     vkGetPhysicalDeviceFeatures2(p, &f2);
+    out->has_timeline = has_ext_timeline && tl.timelineSemaphore;
     out->have.storage16 = s16.storageBuffer16BitAccess;
     out->have.storage8 = out->has_ext_8bit && s8.storageBuffer8BitAccess;
     out->have.fp16 = out->has_ext_float16_int8 && f16.shaderFloat16;
@@ -280,8 +292,8 @@ static es_status select_device(es__vk_dev *d, const es__vk_phys *ph, uint32_t n,
                                 ph[i].props.deviceName, type_name(ph[i].props.deviceType));
     return es__fail(d->err, ES_ERR_INVALID_ARGUMENT,
                     "vulkan: no device matches '%s' (by index, type discrete/integrated/virtual/cpu/gpu, or name); "
-                    "devices: %s",
-                    sel, names);
+                    "devices: %s%s",
+                    sel, names, strchr(sel, ',') ? "; a list of devices is for es_backends_create" : "");
 }
 
 /* Enumerates into a fresh array (caller frees). */
@@ -357,6 +369,18 @@ static es_status device_create(es__vk_dev *d) {
         *tail = &ssc;
         tail = &ssc.pNext;
     }
+    /* Host memory imported into two devices is the cheapest window between them, timeline
+     * semaphores order their work through a host relay (link.c). */
+    if (p->has_ext_host_import) exts[n_ext++] = VK_EXT_EXTERNAL_MEMORY_HOST_EXTENSION_NAME;
+    d->host_import = p->has_ext_host_import;
+    VkPhysicalDeviceTimelineSemaphoreFeaturesKHR tl = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_TIMELINE_SEMAPHORE_FEATURES_KHR};
+    if (p->has_timeline) {
+        exts[n_ext++] = VK_KHR_TIMELINE_SEMAPHORE_EXTENSION_NAME;
+        tl.timelineSemaphore = VK_TRUE;
+        *tail = &tl;
+        tail = &tl.pNext;
+    }
+    d->timeline = p->has_timeline;
     VkPhysicalDeviceFeatures base;
     vkGetPhysicalDeviceFeatures(p->handle, &base);
     memset(&f2.features, 0, sizeof f2.features);
@@ -502,6 +526,7 @@ es_status es_vulkan_devices(es_device_info *out, size_t cap, size_t *n_out) {
             o->max_storage_buffer_range = ph[i].props.limits.maxStorageBufferRange;
             o->max_texel_buffer_elements = ph[i].props.limits.maxTexelBufferElements;
             o->is_default = i == def;
+            o->host_import = ph[i].has_ext_host_import;
         }
         *n_out = n;
         if (out && cap < n) s = es__fail(&err, ES_ERR_BUFFER_TOO_SMALL, "es_vulkan_devices: %u devices, room for %zu", n, cap);

@@ -44,6 +44,7 @@
     X(vkCreatePipelineCache) \
     X(vkCreatePipelineLayout) \
     X(vkCreateQueryPool) \
+    X(vkCreateSemaphore) \
     X(vkCreateShaderModule) \
     X(vkDestroyBuffer) \
     X(vkDestroyBufferView) \
@@ -57,6 +58,7 @@
     X(vkDestroyPipelineCache) \
     X(vkDestroyPipelineLayout) \
     X(vkDestroyQueryPool) \
+    X(vkDestroySemaphore) \
     X(vkDestroyShaderModule) \
     X(vkDeviceWaitIdle) \
     X(vkEndCommandBuffer) \
@@ -67,6 +69,7 @@
     X(vkFreeCommandBuffers) \
     X(vkFreeMemory) \
     X(vkGetBufferMemoryRequirements) \
+    X(vkGetDeviceProcAddr) \
     X(vkGetDeviceQueue) \
     X(vkGetInstanceProcAddr) \
     X(vkGetPhysicalDeviceFeatures) \
@@ -81,6 +84,7 @@
     X(vkInvalidateMappedMemoryRanges) \
     X(vkMapMemory) \
     X(vkQueueSubmit) \
+    X(vkQueueWaitIdle) \
     X(vkResetCommandBuffer) \
     X(vkResetFences) \
     X(vkUnmapMemory) \
@@ -120,6 +124,7 @@ ES__VK_FUNCS(ES__VK_DECLARE)
 #define vkCreatePipelineCache es__vkCreatePipelineCache
 #define vkCreatePipelineLayout es__vkCreatePipelineLayout
 #define vkCreateQueryPool es__vkCreateQueryPool
+#define vkCreateSemaphore es__vkCreateSemaphore
 #define vkCreateShaderModule es__vkCreateShaderModule
 #define vkDestroyBuffer es__vkDestroyBuffer
 #define vkDestroyBufferView es__vkDestroyBufferView
@@ -133,6 +138,7 @@ ES__VK_FUNCS(ES__VK_DECLARE)
 #define vkDestroyPipelineCache es__vkDestroyPipelineCache
 #define vkDestroyPipelineLayout es__vkDestroyPipelineLayout
 #define vkDestroyQueryPool es__vkDestroyQueryPool
+#define vkDestroySemaphore es__vkDestroySemaphore
 #define vkDestroyShaderModule es__vkDestroyShaderModule
 #define vkDeviceWaitIdle es__vkDeviceWaitIdle
 #define vkEndCommandBuffer es__vkEndCommandBuffer
@@ -143,6 +149,7 @@ ES__VK_FUNCS(ES__VK_DECLARE)
 #define vkFreeCommandBuffers es__vkFreeCommandBuffers
 #define vkFreeMemory es__vkFreeMemory
 #define vkGetBufferMemoryRequirements es__vkGetBufferMemoryRequirements
+#define vkGetDeviceProcAddr es__vkGetDeviceProcAddr
 #define vkGetDeviceQueue es__vkGetDeviceQueue
 #define vkGetInstanceProcAddr es__vkGetInstanceProcAddr
 #define vkGetPhysicalDeviceFeatures es__vkGetPhysicalDeviceFeatures
@@ -157,6 +164,7 @@ ES__VK_FUNCS(ES__VK_DECLARE)
 #define vkInvalidateMappedMemoryRanges es__vkInvalidateMappedMemoryRanges
 #define vkMapMemory es__vkMapMemory
 #define vkQueueSubmit es__vkQueueSubmit
+#define vkQueueWaitIdle es__vkQueueWaitIdle
 #define vkResetCommandBuffer es__vkResetCommandBuffer
 #define vkResetFences es__vkResetFences
 #define vkUnmapMemory es__vkUnmapMemory

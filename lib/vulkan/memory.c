@@ -112,6 +112,66 @@ es_status es__vk_buf_create(es__vk_dev *d, VkDeviceSize size, es__vk_mem_kind ki
     return ES_OK;
 }
 
+es_status es__vk_buf_import(es__vk_dev *d, void *host, VkDeviceSize size, const char *what, es__vk_buf *out) {
+    memset(out, 0, sizeof *out);
+    ES_TRY(es__vk_check_lost(d));
+    const VkDeviceSize align = d->phys.host_import_align;
+    ES_RETURN_IF(!d->host_import, d->err, ES_ERR_UNSUPPORTED, "vulkan: device '%s' cannot import host memory (%s)",
+                 d->phys.props.deviceName, what);
+    ES_RETURN_IF(size == 0 || size % align != 0 || (uintptr_t)host % align != 0, d->err, ES_ERR_INVALID_ARGUMENT,
+                 "vulkan: %s: host memory at %p, %llu bytes, is not aligned to %llu", what, host,
+                 (unsigned long long)size, (unsigned long long)align);
+    PFN_vkGetMemoryHostPointerPropertiesEXT host_props =
+        (PFN_vkGetMemoryHostPointerPropertiesEXT)vkGetDeviceProcAddr(d->dev, "vkGetMemoryHostPointerPropertiesEXT");
+    ES_RETURN_IF(!host_props, d->err, ES_ERR_BACKEND, "vulkan: vkGetMemoryHostPointerPropertiesEXT is unavailable");
+    const VkExternalMemoryHandleTypeFlagBits ht = VK_EXTERNAL_MEMORY_HANDLE_TYPE_HOST_ALLOCATION_BIT_EXT;
+    VkMemoryHostPointerPropertiesEXT hp = {.sType = VK_STRUCTURE_TYPE_MEMORY_HOST_POINTER_PROPERTIES_EXT};
+    ES_VK_TRY(d, host_props(d->dev, ht, host, &hp));
+    VkExternalMemoryBufferCreateInfo ext = {.sType = VK_STRUCTURE_TYPE_EXTERNAL_MEMORY_BUFFER_CREATE_INFO};
+    ext.handleTypes = ht;
+    VkBufferCreateInfo bi = {.sType = VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO, .pNext = &ext};
+    bi.size = size;
+    bi.usage = ES__BUFFER_USAGE;
+    bi.sharingMode = VK_SHARING_MODE_EXCLUSIVE;
+    VkResult r = vkCreateBuffer(d->dev, &bi, NULL, &out->buf);
+    if (r != VK_SUCCESS) {
+        out->buf = VK_NULL_HANDLE;
+        return es__vk_fail(d, r, what);
+    }
+    VkMemoryRequirements req;
+    vkGetBufferMemoryRequirements(d->dev, out->buf, &req);
+    /* Coherent only: the two devices sharing it then need no flushes of a mapping they lack. */
+    const VkMemoryPropertyFlags need = VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | VK_MEMORY_PROPERTY_HOST_COHERENT_BIT;
+    const int32_t type = pick_type(&d->phys.mem, req.memoryTypeBits & hp.memoryTypeBits, need, 0);
+    if (type < 0 || req.size > size) {
+        es__vk_buf_destroy(d, out);
+        return es__fail(d->err, ES_ERR_UNSUPPORTED, "vulkan: device '%s' offers no coherent memory type for %s",
+                        d->phys.props.deviceName, what);
+    }
+    VkImportMemoryHostPointerInfoEXT imp = {.sType = VK_STRUCTURE_TYPE_IMPORT_MEMORY_HOST_POINTER_INFO_EXT};
+    imp.handleType = ht;
+    imp.pHostPointer = host;
+    VkMemoryAllocateInfo ai = {.sType = VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO, .pNext = &imp};
+    ai.allocationSize = size;
+    ai.memoryTypeIndex = (uint32_t)type;
+    if (!es__vk_fault_due(d, ES__VK_FAULT_ALLOC, &r)) r = vkAllocateMemory(d->dev, &ai, NULL, &out->mem);
+    if (r != VK_SUCCESS) {
+        out->mem = VK_NULL_HANDLE;
+        es__vk_buf_destroy(d, out);
+        return es__vk_fail(d, r, "vkAllocateMemory (host import)");
+    }
+    out->size = size;
+    out->alloc_size = size;
+    out->coherent = true;
+    account(d, (int64_t)size);
+    r = vkBindBufferMemory(d->dev, out->buf, out->mem, 0);
+    if (r != VK_SUCCESS) {
+        es__vk_buf_destroy(d, out);
+        return es__vk_fail(d, r, "vkBindBufferMemory");
+    }
+    return ES_OK;
+}
+
 void es__vk_buf_destroy(es__vk_dev *d, es__vk_buf *b) {
     if (!b) return;
     if (b->buf) vkDestroyBuffer(d->dev, b->buf, NULL);

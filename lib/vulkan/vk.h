@@ -33,6 +33,9 @@ typedef struct es__vk_phys {
     uint32_t queue_family;   /* a compute-capable family; UINT32_MAX if none */
     uint64_t device_local_bytes;
     bool has_ext_float16_int8, has_ext_8bit, has_ext_int_dot, has_ext_size_control;
+    bool has_ext_host_import;          /* VK_EXT_external_memory_host (link.c)                   */
+    bool has_timeline;                 /* VK_KHR_timeline_semaphore with timelineSemaphore       */
+    VkDeviceSize host_import_align;    /* its minImportedHostPointerAlignment                    */
 } es__vk_phys;
 
 /* One created pipeline: a shader variant with its specialisation. */
@@ -75,6 +78,8 @@ typedef struct es__vk_dev {
     VkCommandBuffer once;    /* for uploads and one-off work */
     VkFence fence;
     es__vk_features use;     /* what the kernels use after ES_VK_* flags */
+    bool host_import;        /* VK_EXT_external_memory_host enabled: host memory imports (link.c) */
+    bool timeline;           /* timeline semaphores enabled (link.c's relay)                       */
     uint32_t flags;
     uint32_t subgroup_size;  /* lanes per reduction team in kernels */
     es__vk_policy policy;    /* per-device tuning (policy.h)     */
@@ -142,6 +147,10 @@ typedef struct es__vk_buf {
 
 es_status es__vk_buf_create(es__vk_dev *d, VkDeviceSize size, es__vk_mem_kind kind, const char *what,
                             es__vk_buf *out);
+/* A buffer over size bytes of host memory at host (VK_EXT_external_memory_host; d->host_import),
+ * both aligned to d->phys.host_import_align; coherent, not mapped (host is the mapping). The host
+ * memory must outlive the buffer. ES_ERR_UNSUPPORTED where the device cannot import it. */
+es_status es__vk_buf_import(es__vk_dev *d, void *host, VkDeviceSize size, const char *what, es__vk_buf *out);
 void es__vk_buf_destroy(es__vk_dev *d, es__vk_buf *b);
 /* Makes device writes visible to the host for READBACK buffers that are not coherent. */
 es_status es__vk_buf_invalidate(es__vk_dev *d, es__vk_buf *b);
@@ -194,6 +203,110 @@ void es__vk_stager_free(es__vk_dev *d, es__vk_stager *s);
 es_status es__vk_read(es__vk_dev *d, const es__vk_buf *src, VkDeviceSize off, void *dst, VkDeviceSize size);
 /* Fills [off, off + size) of a device buffer with a 32-bit pattern (synchronously). */
 es_status es__vk_fill(es__vk_dev *d, const es__vk_buf *b, VkDeviceSize off, VkDeviceSize size, uint32_t v);
+
+/* ---- link.c: a window of host memory between two devices, for multi-device strategies (an
+ * activation row and a flag per layer, KV rows). Each side sees the window as a buffer of its
+ * own (bind it in a shader, copy into or out of it); publishing makes one side's writes, once
+ * its work has completed, visible on the other side. dev[1] NULL: the other side is the host
+ * (the CPU backend), which reads and writes map[1] directly. Not thread-safe: the caller holds
+ * the lock of each backend whose device a call submits to. */
+typedef enum es__vk_link_mode {
+    ES__VK_LINK_SHARED, /* one host allocation imported into both devices: publishing copies nothing */
+    ES__VK_LINK_COPY,   /* a host-visible buffer on each device: publishing is one memcpy       */
+    ES__VK_LINK_HOST,   /* the host on side 1: side 0's host-visible buffer is the window        */
+} es__vk_link_mode;
+
+typedef struct es__vk_link {
+    es__vk_dev *dev[2];      /* dev[1] NULL = the host                                            */
+    /* Timeline semaphores (es__vk_link_sync_create), two on each device: done[side] is signalled
+     * by side's own submissions (its work up to a value is complete), ready[side] by the relay
+     * (what the other side published up to a value may be read). NULL until created. */
+    VkSemaphore done[2], ready[2];
+    es__vk_buf win[2];       /* the window on each device (win[1] empty for the host)             */
+    uint8_t *map[2];         /* each side's host view of its window                               */
+    void *host_block;        /* SHARED: the allocation behind the aligned window                  */
+    const es_allocator *alloc;
+    VkDeviceSize size;       /* usable bytes                                                      */
+    es__vk_link_mode mode;
+} es__vk_link;
+
+/* A window of size bytes between a and b (b NULL = the host). allow_shared false forces the COPY
+ * mode even where both devices can import host memory (tests run both). */
+es_status es__vk_link_create(es__vk_dev *a, es__vk_dev *b, VkDeviceSize size, bool allow_shared, es__vk_link *out);
+void es__vk_link_destroy(es__vk_link *l);
+/* After side from's writes to [off, off + size) of its window completed (its fence or a later
+ * submission's waited on), makes them visible in the other side's window. */
+es_status es__vk_link_publish(es__vk_link *l, int from, VkDeviceSize off, VkDeviceSize size);
+/* Records into cb (of side's device): src [src_off, +size) into the window at win_off, then a
+ * barrier making the copy available to the host; or the reverse, the window into dst, after a
+ * barrier that makes host writes visible and before one that makes the copy visible to shaders. */
+void es__vk_link_cmd_send(const es__vk_link *l, int side, VkCommandBuffer cb, const es__vk_buf *src,
+                          VkDeviceSize src_off, VkDeviceSize win_off, VkDeviceSize size);
+void es__vk_link_cmd_recv(const es__vk_link *l, int side, VkCommandBuffer cb, VkDeviceSize win_off,
+                          const es__vk_buf *dst, VkDeviceSize dst_off, VkDeviceSize size);
+/* The same, submitted on side's device and waited for: send then publishes the bytes to the other
+ * side, recv takes what the other side published. A copy between devices is send on one side and
+ * recv on the other; the host side writes map[1], publishes, and side 0 receives. */
+es_status es__vk_link_send(es__vk_link *l, int side, const es__vk_buf *src, VkDeviceSize src_off, VkDeviceSize win_off,
+                           VkDeviceSize size);
+es_status es__vk_link_recv(es__vk_link *l, int side, VkDeviceSize win_off, const es__vk_buf *dst, VkDeviceSize dst_off,
+                           VkDeviceSize size);
+/* Cross-device ordering without external semaphores (lavapipe has none): each device's
+ * submissions signal done[side] and wait on ready[side]; es__vk_link_relay, on any host thread,
+ * forwards one to the other. The host records and submits every layer's work ahead; only the
+ * relay waits. Needs timeline semaphores on both devices (ES_ERR_UNSUPPORTED otherwise). */
+es_status es__vk_link_sync_create(es__vk_link *l);
+/* Submits cb on side's queue: waiting (at the top of the pipe) until ready[side] >= wait (0 = no
+ * wait), signalling done[side] = signal when done (0 = none) and fence (may be NULL). A queue
+ * starts its batches in order (lavapipe runs them one after another): a batch that signals what
+ * the relay needs must be submitted before one on the same queue that waits for the relay. */
+es_status es__vk_link_submit(es__vk_link *l, int side, VkCommandBuffer cb, uint64_t wait, uint64_t signal,
+                             VkFence fence);
+/* Waits until done[from] >= value (at most timeout_ns: ES_ERR_BACKEND naming VK_TIMEOUT), publishes
+ * [off, off + size) of from's window, then signals ready[1 - from] = value. Values of each
+ * semaphore only grow (e.g. token * n_layer + layer + 1). */
+es_status es__vk_link_relay(es__vk_link *l, int from, uint64_t value, VkDeviceSize off, VkDeviceSize size,
+                            uint64_t timeout_ns);
+/* Both ways at once, ALSpec's all-gather of the priority vector (Algorithm 2) for two devices:
+ * waits until done[0] >= value and done[1] >= value, publishes [off[0], +size[0]) from side 0
+ * and [off[1], +size[1]) from side 1 (disjoint ranges), then signals ready[0] = ready[1] = value. */
+es_status es__vk_link_exchange(es__vk_link *l, uint64_t value, const VkDeviceSize off[2], const VkDeviceSize size[2],
+                               uint64_t timeout_ns);
+
+/* ---- relay.c: a host thread running a link's relays and exchanges in the order queued, so the
+ * thread that submits a token's per-layer work on both devices waits for none of them. Jobs run
+ * one after another, each with the relayer's timeout; after a failure the rest are skipped and
+ * every later call returns the first failure's status. The message is written, from the
+ * relayer's thread, into the error record of the link's dev[0] (its backend's
+ * es_backend_errmsg): read it after es__vk_relayer_drain or _stop returned the failure. */
+#define ES__VK_RELAY_QUEUE 256
+typedef struct es__vk_relay_job {
+    int from;                /* 0 or 1: es__vk_link_relay from that side; -1: es__vk_link_exchange */
+    uint64_t value;
+    VkDeviceSize off[2], size[2];
+} es__vk_relay_job;
+
+typedef struct es__vk_relayer {
+    es__vk_link *link;
+    uint64_t timeout_ns;     /* each job's                                                       */
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    es__vk_relay_job jobs[ES__VK_RELAY_QUEUE];
+    uint64_t head, tail;     /* jobs [head, tail) are queued; head's runs                        */
+    es_status status;        /* the first failure                                                */
+    bool stop, running;
+} es__vk_relayer;
+
+es_status es__vk_relayer_start(es__vk_relayer *r, es__vk_link *l, uint64_t timeout_ns);
+/* Queue a relay or an exchange (blocks while the queue is full). */
+es_status es__vk_relayer_relay(es__vk_relayer *r, int from, uint64_t value, VkDeviceSize off, VkDeviceSize size);
+es_status es__vk_relayer_exchange(es__vk_relayer *r, uint64_t value, const VkDeviceSize off[2], const VkDeviceSize size[2]);
+/* Waits until every queued job ran; the first failure's status. */
+es_status es__vk_relayer_drain(es__vk_relayer *r);
+/* Runs what is queued, then ends the thread (a job waiting for work never submitted ends at its
+ * timeout); the first failure's status. */
+es_status es__vk_relayer_stop(es__vk_relayer *r);
 
 /* ---- pipeline.c */
 /* Returns the pipeline for shader with these specialisation constants, creating it (and

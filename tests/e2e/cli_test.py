@@ -72,6 +72,10 @@ def case_run(a):
         check(vk.returncode == 0 and vk.stdout == g1.stdout, "--backend vulkan: the CPU backend's greedy text", vk)
         check(len(vl) == 1 and STATS.match(vl[0]) is not None and "backend vulkan (" in vl[0],
               "--backend vulkan: one stats line naming the device", vk)
+        # DSI's target servers on the other devices of a --device list: two logical devices on one
+        dl = run(base + ["--temp", "0", "--backend", "vulkan", "--device", "0,0", "--spec", "dsi", "-md", m,
+                         "--targets", "2"], timeout=300)
+        check(dl.returncode == 0 and dl.stdout == g1.stdout, "--device 0,0 --spec dsi: the greedy text", dl)
 
     # the CLI's text is exactly what an embedding application gets from es_generate
     if a.example:
@@ -252,6 +256,18 @@ def case_errors(a):
     if a.vulkan:
         expect_fail([cli, "run", "-m", m, "-p", "x", "--backend", "vulkan", "--vk-flags", "texel-buffers,storage-buffers"],
                     1, ["exclude each other"], "--vk-flags reach the backend")
+    # device lists (es_backends_create): the entry at fault named; several devices only where used
+    expect_fail([cli, "run", "-m", m, "-p", "x", "--device", "host,,host"], 1,
+                ["device list 'host,,host': entry 2 (at offset 5) is empty"], "--device with an empty entry")
+    expect_fail([cli, "run", "-m", m, "-p", "x", "--device", "host,host"], 1,
+                ["lists 2 devices; only --spec dsi runs on more than one"], "--device list without a multi-device strategy")
+    expect_fail([cli, "chat", "-m", m, "--device", "host,host"], 1, ["lists 2 devices; chat runs on one"],
+                "chat with a --device list")
+    expect_fail([cli, "run", "-m", m, "-p", "x", "--device", "host,0"], 1, ["entry 2 '0' names a Vulkan device"],
+                "--device list with a Vulkan entry on the CPU backend")
+    if a.vulkan:
+        expect_fail([cli, "run", "-m", m, "-p", "x", "--backend", "vulkan", "--device", "0,99"], 1,
+                    ["entry 2 '99'", "device index 99 out of range", "'0,0'"], "--device list naming a missing device")
     # a context larger than the machine's memory fails at creation, at once, and says what fits
     # (the shipped model's KV cache is 9 KiB a token: --ctx-size 16777216 needs 144 GiB)
     default = os.path.join(os.environ.get("ES_SOURCE_ROOT", "."), "models", "default.gguf")

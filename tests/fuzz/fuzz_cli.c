@@ -6,8 +6,10 @@
  * their type), every float finite, every choice an index of its list, every string and
  * positional argument a word of the input, and the positional count inside the command's bounds;
  * the usage text prints. Each word also goes through es_vk_flags_parse (what --vk-flags reaches),
- * which must succeed or say ES_ERR_INVALID_ARGUMENT. Messages go to /dev/null (cli_command.out).
+ * which must succeed or say ES_ERR_INVALID_ARGUMENT, and through the device-list parser (what
+ * --device reaches). Messages go to /dev/null (cli_command.out).
  * Seeds: corpus/cli. Built with libFuzzer (-Dfuzzer=true) and with driver.c (suite 'fuzz'). */
+#include "backend.h"
 #include "cli.h"
 #include "spec_opts.h"
 
@@ -16,6 +18,33 @@
 #include <string.h>
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+/* What --device reaches (es_backends_create's list): either one entry per comma, each non-empty,
+ * trimmed, without a comma and a piece of the word ("host" or not), or a blank word's one default
+ * entry; or ES_ERR_INVALID_ARGUMENT with a message. */
+static void fail(const char *what, const char *opt);
+static void check_device_list(const char *word) {
+    es__device_sel sel[ES_MAX_DEVICES];
+    size_t n = 99;
+    const es_status s = es__device_list_parse(word, ES_BACKEND_VULKAN, sel, ES_MAX_DEVICES, &n);
+    if (s != ES_OK) {
+        if (s != ES_ERR_INVALID_ARGUMENT || !es_last_error()[0]) fail("device list: a failure without a message", word);
+        return;
+    }
+    size_t commas = 0;
+    for (const char *c = word; *c; c++) commas += *c == ',';
+    bool blank = true;
+    for (const char *c = word; *c; c++) blank = blank && (*c == ' ' || (*c >= '\t' && *c <= '\r'));
+    if (blank ? n != 1 || sel[0].sel[0] || sel[0].host : n != commas + 1 || n > ES_MAX_DEVICES)
+        fail("device list: entries do not match the commas", word);
+    for (size_t k = 0; !blank && k < n; k++) {
+        const char *e = sel[k].sel;
+        const size_t len = strlen(e);
+        if (!len || strchr(e, ',') || e[0] == ' ' || e[len - 1] == ' ' || !strstr(word, e) ||
+            sel[k].host != (strcmp(e, "host") == 0))
+            fail("device list: an entry that is not a trimmed piece of the word", word);
+    }
+}
 
 #define MAX_WORDS 64
 
@@ -106,6 +135,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             }
         }
     }
+    for (int i = 0; i < argc; i++) check_device_list(argv[i]);
     for (int i = 0; i < argc; i++) {
         uint32_t flags = 0xdeadbeef;
         const es_status s = es_vk_flags_parse(argv[i], &flags);

@@ -11,8 +11,9 @@
  *   - leave the objects it was given usable: the same call, with allocations succeeding again,
  *     gives the same result as before the walk (logits bit for bit, the same tokens).
  * Entry points: es_model_load, es_model_load_adapter, es_backend_create (CPU, and Vulkan when
- * built), es_context_create (a private backend, and a shared one on each backend),
- * es_sampler_create, es_tokenize, es_forward, es_generate, es_spec_create and es_spec_generate.
+ * built), es_backends_create (a list of two CPU backends), es_context_create (a private backend,
+ * and a shared one on each backend), es_sampler_create, es_tokenize, es_forward, es_generate,
+ * es_context_kv_copy, es_spec_create and es_spec_generate.
  * On Vulkan, the walks on contexts share one backend, and only the "from there on" failures are
  * walked (a device and its pipelines per step would take minutes on lavapipe).
  * es_tree_flatten takes no allocator (its scratch is the C library's). The model is tiny (the
@@ -351,6 +352,53 @@ static void check_forward(es_status s, const char *when) {
            "es_forward, %s: other logits (%s)", when, es_context_errmsg(ctx));
 }
 
+/* ---- es_context_kv_copy: ctx holds a committed prompt, kv_dst is empty */
+static es_context *kv_dst;
+static void setup_kv_copy(void) {
+    setup_ctx();
+    kv_dst = backend ? make_ctx(backend) : NULL;
+    if (!ctx || !kv_dst) return;
+    CHECK_OK(call_forward());
+    CHECK_OK(es_commit(ctx, NULL, 0));
+}
+static void teardown_kv_copy(void) {
+    es_context_free(kv_dst);
+    kv_dst = NULL;
+    teardown_ctx();
+}
+static es_status call_kv_copy(void) {
+    return ctx && kv_dst ? es_context_kv_copy(kv_dst, ctx) : ES_ERR_INVALID_ARGUMENT;
+}
+static void check_kv_copy(es_status s, const char *when) {
+    if (!ctx || !kv_dst) return;
+    CHECKF(es_context_n_past(kv_dst) == (s == ES_OK ? 4 : 0), "es_context_kv_copy, %s: n_past %d", when,
+           es_context_n_past(kv_dst));
+    CHECKF(es_context_n_past(ctx) == 4, "es_context_kv_copy, %s: the source's n_past %d", when, es_context_n_past(ctx));
+    if (s != ES_OK) CHECKF(call_kv_copy() == ES_OK, "es_context_kv_copy, %s: fails again after the failure: %s", when,
+                           es_context_errmsg(kv_dst));
+}
+
+/* ---- es_backends_create: a device list of two CPU backends (the list's own work; a Vulkan
+ * backend's allocations are es_backend_create's walk) */
+static es_status call_backends_create(void) {
+    es_backend_params bp = es_backend_default_params();
+    bp.n_threads = 1;
+    bp.allocator = &A;
+    bp.device = "host,host";
+    es_backend *b[2] = {(es_backend *)&T, (es_backend *)&T};
+    size_t n = 0;
+    out_status = es_backends_create(&bp, b, 2, &n);
+    CHECKF(out_status == ES_OK ? n == 2 && b[0] && b[1] : n == 0 && !b[0] && !b[1],
+           "es_backends_create: %s with n %zu and handles %p %p", es_status_str(out_status), n, (void *)b[0],
+           (void *)b[1]);
+    for (size_t i = 0; out_status == ES_OK && i < n; i++) free_backend(b[i]);
+    return out_status;
+}
+static void check_backends_create(es_status s, const char *when) {
+    (void)s;
+    (void)when;
+}
+
 static es_status call_generate(void) {
     int32_t got[N_PREDICT];
     es_status s = ctx ? generate(ctx, got) : ES_ERR_INVALID_ARGUMENT;
@@ -503,6 +551,7 @@ int main(int argc, char **argv) {
         {"es_model_load", nothing, call_model_load, check_model_load, nothing},
         {"es_model_load_adapter", setup_model, call_load_adapter, check_load_adapter, teardown_model},
         {"es_backend_create", nothing, call_backend_create, check_backend_create, nothing},
+        {"es_backends_create", nothing, call_backends_create, check_backends_create, nothing},
         {"es_context_create (private)", setup_model, call_context_create, check_context_create, teardown_model},
         {"es_context_create (shared)", setup_fresh_backend, call_context_create, check_context_create,
          teardown_fresh_backend},
@@ -510,6 +559,7 @@ int main(int argc, char **argv) {
         {"es_tokenize", setup_model, call_tokenize, check_tokenize, teardown_model},
         {"es_forward", setup_ctx, call_forward, check_forward, teardown_ctx},
         {"es_generate", setup_ctx, call_generate, check_generate, teardown_ctx},
+        {"es_context_kv_copy", setup_kv_copy, call_kv_copy, check_kv_copy, teardown_kv_copy},
         {"es_spec_create", setup_spec_ctx, call_spec_create, check_spec_create, teardown_ctx},
         {"es_spec_generate", setup_spec, call_spec_generate, check_spec_generate, teardown_spec},
     };

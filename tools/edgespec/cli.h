@@ -63,7 +63,8 @@ void cli_sampling_finish(es_sampler_params *sp);
 /* Options of every subcommand that runs a model. */
 typedef struct cli_backend_args {
     int backend;          /* index into cli_backend_names */
-    const char *device;   /* Vulkan device: index, name substring or type */
+    const char *device;   /* Vulkan device: index, name substring or type; or a device list
+                             (es_backends_create) for strategies that run on several */
     const char *vk_flags; /* Vulkan fallbacks to force: es_vk_flags_parse names; NULL = none */
     int32_t threads;      /* 0 = all online processors */
     int32_t ctx_size;     /* 0 = the model's, capped at 4096 */
@@ -78,16 +79,26 @@ cli_backend_args cli_backend_defaults(void);
 /* The table entries for cli_backend_args, to spread into a subcommand's option table. */
 #define CLI_BACKEND_OPTS(a)                                                                        \
     {"--backend", NULL, CLI_CHOICE, &(a).backend, "NAME", "where the model runs", 0, 0, cli_backend_names},   \
-    {"--device", NULL, CLI_STR, &(a).device, "DEV", "Vulkan device: index, name substring or type", 0, 0, NULL}, \
+    {"--device", NULL, CLI_STR, &(a).device, "DEV", "Vulkan device: index, name substring or type; several, comma-separated, for multi-device strategies (0,1: two devices; 0,0: two logical devices on device 0; 0,host: device 0 and the CPU backend)", 0, 0, NULL}, \
     {"--vk-flags", NULL, CLI_STR, &(a).vk_flags, "LIST", "Vulkan fallbacks to force, e.g. fallbacks or no-fp16,no-subgroup", 0, 0, NULL}, \
     {"--threads", "-t", CLI_INT, &(a).threads, "N", "CPU threads, 0 = all processors", 0, ES_MAX_THREADS, NULL},         \
     {"--ctx-size", "-c", CLI_INT, &(a).ctx_size, "N", "KV cache tokens, 0 = the model's (at most 4096)", 0, 1 << 24, NULL}, \
     {"--batch-size", "-b", CLI_INT, &(a).batch_size, "N", "most tokens per forward call, 0 = 512", 0, 1 << 20, NULL}, \
     {"--profile", NULL, CLI_FLAG, &(a).profile, NULL, "print per-op device times at the end", 0, 0, NULL}
 
+/* The devices of a --device list after the first (the run's own backend): the others a
+ * multi-device strategy runs on. */
+typedef struct cli_devices {
+    es_backend *b[ES_MAX_DEVICES];
+    int32_t n;
+} cli_devices;
+void cli_devices_free(cli_devices *d);
+
 /* Creates the backend and a context for model; on failure prints why, frees what it made and
- * returns CLI_EXIT_FAIL. */
+ * returns CLI_EXIT_FAIL. A --device list makes one backend per entry: the context goes on the
+ * first, the others into *more (more NULL: a list of several is an error, the command runs on
+ * one device). */
 int cli_open_context(const char *cmd, const cli_backend_args *a, const es_model *model, es_backend **backend,
-                     es_context **ctx);
+                     es_context **ctx, cli_devices *more);
 
 #endif /* EDGESPEC_CLI_H */

@@ -167,13 +167,13 @@ static int run_chat(chat_args *a, es_model *model) {
     cli_spec spec = {0};
     int rc = pick_template(a, model, &t);
     if (rc == CLI_EXIT_OK) rc = cli_spec_prepare(&a->spec, a->model, model);
-    if (rc == CLI_EXIT_OK) rc = cli_open_context("chat", &a->be, model, &backend, &ctx);
+    if (rc == CLI_EXIT_OK) rc = cli_open_context("chat", &a->be, model, &backend, &ctx, NULL);
     if (rc == CLI_EXIT_OK && a->n_predict > es_context_n_ctx(ctx) / 2) {
         a->n_predict = es_context_n_ctx(ctx) / 2; /* an answer must leave room for the conversation */
         fprintf(stderr, "edgespec chat: answers of at most %d tokens in a %d-token context\n", a->n_predict,
                 es_context_n_ctx(ctx));
     }
-    if (rc == CLI_EXIT_OK && a->spec.spec != 0) rc = cli_spec_open(&a->spec, &a->be, backend, ctx, &a->sp, false, &spec);
+    if (rc == CLI_EXIT_OK && a->spec.spec != 0) rc = cli_spec_open(&a->spec, &a->be, backend, ctx, NULL, &a->sp, false, &spec);
     chat_conv c;
     chat_conv_init(&c, model, ctx, spec.spec, t);
     if (rc == CLI_EXIT_OK && a->system) rc = chat_conv_add(&c, "system", a->system);

@@ -48,8 +48,12 @@ int cli_cmd_devices(int argc, char **argv) {
                "shaderFloat16 %s, integer dot product %s\n",
                yes(d->texel_buffers), yes(d->subgroup_arith), yes(d->storage16), yes(d->storage8), yes(d->fp16),
                yes(d->int_dot));
+        printf("    host memory import %s\n", yes(d->host_import));
     }
     if (n == 0) printf("no Vulkan devices\n");
+    else
+        printf("--device takes an index, type or name; multi-device strategies take a list: '0,1' two devices, "
+               "'0,0' two logical devices on device 0, '0,host' device 0 and the CPU backend\n");
     free(dev);
     return CLI_EXIT_OK;
 }

@@ -52,8 +52,8 @@ static void print_plain_stats(const es_generate_stats *st, const char *where) {
 
 /* One output path for plain and speculative runs: the same parameters and the same on_token;
  * es_spec_generate hands out what es_generate would. */
-static int generate(const run_args *a, es_backend *backend, es_context *ctx, const int32_t *prompt,
-                    size_t n_prompt) {
+static int generate(const run_args *a, es_backend *backend, es_context *ctx, const cli_devices *more,
+                    const int32_t *prompt, size_t n_prompt) {
     /* "cpu", or "vulkan (DEVICE NAME)": which device ran belongs with its numbers */
     char where[320];
     const char *kind = cli_backend_names[a->be.backend];
@@ -62,7 +62,11 @@ static int generate(const run_args *a, es_backend *backend, es_context *ctx, con
     else
         snprintf(where, sizeof where, "%s (%s)", kind, es_backend_name(backend));
     cli_spec spec = {NULL, NULL, NULL, NULL, NULL};
-    if (a->spec.spec != 0 && cli_spec_open(&a->spec, &a->be, backend, ctx, &a->sp, a->ignore_eos, &spec) != CLI_EXIT_OK)
+    if (more->n > 0 && a->spec.spec != 3)
+        return cli_fail("run", "--device '%s' lists %d devices; only --spec dsi runs on more than one (its target "
+                        "servers on the others)", a->be.device, (int)more->n + 1);
+    if (a->spec.spec != 0 &&
+        cli_spec_open(&a->spec, &a->be, backend, ctx, more, &a->sp, a->ignore_eos, &spec) != CLI_EXIT_OK)
         return CLI_EXIT_FAIL;
     run_sink sink = {0, 0};
     es_generate_params gp = es_generate_default_params();
@@ -144,6 +148,7 @@ int cli_cmd_run(int argc, char **argv) {
     int rc = CLI_EXIT_FAIL;
     es_backend *backend = NULL;
     es_context *ctx = NULL;
+    cli_devices more = {{NULL}, 0};
     int32_t *prompt = NULL;
     size_t n_prompt = 0;
     es_model *model = cli_load_model("run", a.model, false);
@@ -151,11 +156,12 @@ int cli_cmd_run(int argc, char **argv) {
         if (n_prompt == 0)
             rc = cli_fail("run", "the prompt is empty and the model adds no BOS token: nothing to continue from");
         else if (cli_spec_prepare(&a.spec, a.model, model) == CLI_EXIT_OK &&
-                 cli_open_context("run", &a.be, model, &backend, &ctx) == CLI_EXIT_OK)
-            rc = generate(&a, backend, ctx, prompt, n_prompt);
+                 cli_open_context("run", &a.be, model, &backend, &ctx, &more) == CLI_EXIT_OK)
+            rc = generate(&a, backend, ctx, &more, prompt, n_prompt);
     }
     es_context_free(ctx);
     es_backend_free(backend);
+    cli_devices_free(&more);
     es_model_free(model);
     free(prompt);
     free(text_buf);

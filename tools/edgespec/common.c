@@ -175,10 +175,29 @@ cli_backend_args cli_backend_defaults(void) {
     return a;
 }
 
+void cli_devices_free(cli_devices *d) {
+    for (int32_t i = 0; i < d->n; i++) es_backend_free(d->b[i]);
+    memset(d, 0, sizeof *d);
+}
+
+/* The backends of a->device: one, or one per entry of a list; b[0] the run's. CPU runs keep
+ * ignoring a plain --device (it names a Vulkan device); a list is read with its "host" entries. */
+static int open_backends(const char *cmd, const cli_backend_args *a, es_backend_params *bp, es_backend **b,
+                         size_t *n) {
+    *n = 0;
+    if (bp->type == ES_BACKEND_CPU && !(a->device && strchr(a->device, ','))) bp->device = NULL;
+    es_status s = es_backends_create(bp, b, ES_MAX_DEVICES, n);
+    if (s != ES_OK)
+        return cli_fail_status(cmd, s, a->device && strchr(a->device, ',') ? "cannot create the backends of --device"
+                                                                           : "cannot create the backend");
+    return CLI_EXIT_OK;
+}
+
 int cli_open_context(const char *cmd, const cli_backend_args *a, const es_model *model, es_backend **backend,
-                     es_context **ctx) {
+                     es_context **ctx, cli_devices *more) {
     *backend = NULL;
     *ctx = NULL;
+    if (more) memset(more, 0, sizeof *more);
     es_backend_params bp = es_backend_default_params();
     es_status s = es_vk_flags_parse(a->vk_flags, &bp.vk_flags);
     if (s != ES_OK) return cli_fail_status(cmd, s, "--vk-flags");
@@ -193,8 +212,15 @@ int cli_open_context(const char *cmd, const cli_backend_args *a, const es_model 
         bp.progress_fn = progress_cb;
         bp.progress_user = &prog;
     }
-    s = es_backend_create(&bp, backend);
-    if (s != ES_OK) return cli_fail_status(cmd, s, "cannot create the backend");
+    es_backend *all[ES_MAX_DEVICES];
+    size_t n_all = 0;
+    if (open_backends(cmd, a, &bp, all, &n_all) != CLI_EXIT_OK) return CLI_EXIT_FAIL;
+    if (n_all > 1 && !more) {
+        for (size_t i = 0; i < n_all; i++) es_backend_free(all[i]);
+        return cli_fail(cmd, "--device '%s' lists %zu devices; %s runs on one", a->device, n_all, cmd);
+    }
+    *backend = all[0];
+    for (size_t i = 1; i < n_all; i++) more->b[more->n++] = all[i];
     es_context_params cp = es_context_default_params();
     cp.backend = *backend;
     cp.n_ctx = a->ctx_size;
@@ -205,6 +231,7 @@ int cli_open_context(const char *cmd, const cli_backend_args *a, const es_model 
         cli_fail_status(cmd, s, "cannot create a context");
         es_backend_free(*backend);
         *backend = NULL;
+        if (more) cli_devices_free(more);
         return CLI_EXIT_FAIL;
     }
     return CLI_EXIT_OK;

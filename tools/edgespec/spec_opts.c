@@ -126,18 +126,26 @@ static es_status another_backend(const cli_backend_args *be, es_backend **out) {
     if (s != ES_OK) return s;
     bp.type = be->backend == 1 ? ES_BACKEND_VULKAN : ES_BACKEND_CPU;
     bp.n_threads = 1;
-    bp.device = be->device;
+    /* a --device list: the drafter goes with the run's backend, the list's first device */
+    char first[64] = "";
+    if (be->device) snprintf(first, sizeof first, "%.*s", (int)strcspn(be->device, ","), be->device);
+    bp.device = first;
+    if (strcmp(first, "host") == 0) {
+        bp.type = ES_BACKEND_CPU;
+        bp.device = NULL;
+    }
     return es_backend_create(&bp, out);
 }
 
 int cli_spec_open(const cli_spec_args *a, const cli_backend_args *be, es_backend *backend, es_context *ctx,
-                  const es_sampler_params *sp, bool ignore_eos, cli_spec *out) {
+                  const cli_devices *more, const es_sampler_params *sp, bool ignore_eos, cli_spec *out) {
     memset(out, 0, sizeof *out);
     const bool dsi = a->spec == 3;
     if (a->spec == 2 && !a->draft_model) return cli_fail(a->cmd, "--spec draft needs a draft model: -md PATH");
     es_status s = ES_OK;
+    const bool listed = more && more->n > 0; /* the servers go on the other devices */
     if (dsi && a->draft_model) s = another_backend(be, &out->dbackend);
-    if (s == ES_OK && dsi && be->backend == 1) s = another_backend(be, &out->sbackend);
+    if (s == ES_OK && dsi && be->backend == 1 && !listed) s = another_backend(be, &out->sbackend);
     if (s != ES_OK) {
         cli_spec_close(out);
         return cli_fail_status(a->cmd, s, "cannot create a backend for DSI's workers");
@@ -170,7 +178,10 @@ int cli_spec_open(const cli_spec_args *a, const cli_backend_args *be, es_backend
     p.ignore_eog = ignore_eos;
     p.fixed_tree = a->fixed_tree;
     p.dsi.n_targets = a->targets;
-    if (out->sbackend) {
+    if (more && more->n > 0) {
+        p.dsi.backends = more->b;
+        p.dsi.n_backends = more->n;
+    } else if (out->sbackend) {
         p.dsi.backends = &out->sbackend;
         p.dsi.n_backends = 1;
     }

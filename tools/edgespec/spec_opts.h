@@ -52,10 +52,11 @@ typedef struct cli_spec {
     es_spec *spec;
 } cli_spec;
 
-/* Makes the speculation object on ctx (on backend, made from be) with the run's sampling;
+/* Makes the speculation object on ctx (on backend, made from be) with the run's sampling; more
+ * (may be NULL) holds the other devices of a --device list, where DSI's servers then run.
  * CLI_EXIT_OK or a failure already reported (out then holds nothing). */
 int cli_spec_open(const cli_spec_args *a, const cli_backend_args *be, es_backend *backend, es_context *ctx,
-                  const es_sampler_params *sp, bool ignore_eos, cli_spec *out);
+                  const cli_devices *more, const es_sampler_params *sp, bool ignore_eos, cli_spec *out);
 /* The run's statistics on stderr. */
 void cli_spec_report(const cli_spec_args *a, const cli_spec *c, const char *backend_name);
 void cli_spec_close(cli_spec *c);
