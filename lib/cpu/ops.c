@@ -53,11 +53,22 @@ void es__cpu_rope_token(float *x, int64_t n_head, int64_t head_dim, int64_t n_ro
     rope_pairs(x, n_head, head_dim, n_rot, 0, n_rot / 2, cs, type);
 }
 
-/* In-batch keys of batch token j: its ancestors and itself, in slot order. Returns the count. */
+/* The first committed slot batch token j sees: keys at positions <= p - window are out of a
+ * sliding window (committed slot s holds position s). */
+static int32_t first_slot(const es__attn *a, int32_t j) {
+    if (a->window <= 0) return 0;
+    const int64_t lo = (int64_t)a->pos[j] - a->window + 1;
+    return (int32_t)ES__MIN(ES__MAX(lo, 0), (int64_t)a->n_past);
+}
+
+/* In-batch keys of batch token j: its ancestors and itself (inside its window), in slot order.
+ * Returns the count. */
 static int32_t visible_keys(const es__attn *a, int32_t j, int32_t *visible) {
     int32_t n_vis = 0;
     for (int32_t i = 0; i < a->n_batch; i++)
-        if (a->dfs_start[i] <= a->dfs_start[j] && a->dfs_end[j] <= a->dfs_end[i]) visible[n_vis++] = i;
+        if (a->dfs_start[i] <= a->dfs_start[j] && a->dfs_end[j] <= a->dfs_end[i] &&
+            (a->window <= 0 || a->pos[i] > a->pos[j] - a->window))
+            visible[n_vis++] = i;
     return n_vis;
 }
 
@@ -78,16 +89,30 @@ void es__cpu_attention_range(const es__kern *k, const es__attn *a, int64_t lo, i
             cur_block = block;
         }
         const int32_t g = h / group;
+        /* a window starts the committed keys at slot s0: the kernel sees the cache from there, so
+         * the keys it reduces are the same sequence whether the token is decoded or prefilled */
+        const int32_t s0 = first_slot(a, a->rows ? a->rows[row] : row);
         const float *q = a->q + row * a->q_stride + (int64_t)h * hd;
-        const float *kg = a->kc + (int64_t)g * a->n_ctx * hd, *vg = a->vc + (int64_t)g * a->n_ctx * hd;
-        k->attend(q, kg, vg, hd, a->n_past, visible + (size_t)(row - r0) * (size_t)a->n_batch, n_vis[row - r0],
-                  a->scale, scores, a->out + row * a->out_stride + (int64_t)h * hd);
+        const float *kg = a->kc + ((int64_t)g * a->n_ctx + s0) * hd, *vg = a->vc + ((int64_t)g * a->n_ctx + s0) * hd;
+        k->attend(q, kg, vg, hd, a->n_past - s0, visible + (size_t)(row - r0) * (size_t)a->n_batch, n_vis[row - r0],
+                  a->scale, a->softcap, scores, a->out + row * a->out_stride + (int64_t)h * hd);
     }
 }
 
 void es__cpu_swiglu_range(const es__kern *k, const float *gate, const float *up, int64_t lo, int64_t hi,
                           float *out) {
     if (lo < hi) k->silu_mul(gate + lo, up + lo, hi - lo, out + lo);
+}
+
+void es__cpu_geglu_range(const float *gate, const float *up, int64_t lo, int64_t hi, float *out) {
+    for (int64_t i = lo; i < hi; i++) {
+        const float g = gate[i];
+        out[i] = 0.5f * g * (1.0f + tanhf(0.7978845608f * (g + 0.044715f * g * g * g))) * up[i];
+    }
+}
+
+void es__cpu_softcap(float *x, int64_t n, float c) {
+    for (int64_t i = 0; i < n; i++) x[i] = c * tanhf(x[i] / c);
 }
 
 /* ---- whole ops */
@@ -208,7 +233,7 @@ es_status es__cpu_attention(es__pool *pool, const float *q, const float *kc, con
     }
     attn_job j = {es__kern_best(),
                   {q, (int64_t)n_head * head_dim, kc, vc, n_ctx, n_head, n_head_kv, head_dim, n_past, n, n, NULL,
-                   dfs_start, dfs_end, scale, out, (int64_t)n_head * head_dim},
+                   dfs_start, dfs_end, scale, out, (int64_t)n_head * head_dim, NULL, 0, 0.0f},
                   scores, visible};
     run(pool, attn_thread, &j);
     es__free(NULL, scores);

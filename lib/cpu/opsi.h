@@ -32,6 +32,10 @@ typedef struct es__attn {
     float scale;
     float *out;              /* [n_q][n_head][head_dim]                          */
     int64_t out_stride;
+    /* architecture extras (arch.h); zero: none */
+    const int32_t *pos;      /* [n_batch] positions; committed slot s holds position s */
+    int32_t window;          /* keys at positions <= p - window are not seen (0: all)  */
+    float softcap;           /* scores become softcap tanh(s / softcap) (0: not)      */
 } es__attn;
 
 /* Query rows per attention block: tasks run block by block, head-major inside a block. */
@@ -45,5 +49,10 @@ void es__cpu_attention_range(const es__kern *k, const es__attn *a, int64_t lo, i
 
 void es__cpu_swiglu_range(const es__kern *k, const float *gate, const float *up, int64_t lo, int64_t hi,
                           float *out);
+/* GeGLU: out[i] = gelu(gate[i]) * up[i] for i in [lo, hi), gelu's tanh approximation
+ * 0.5 g (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3))). out may alias either input. */
+void es__cpu_geglu_range(const float *gate, const float *up, int64_t lo, int64_t hi, float *out);
+/* x[i] = c tanh(x[i] / c) for i < n (soft-capping; c > 0). */
+void es__cpu_softcap(float *x, int64_t n, float c);
 
 #endif /* ES_CPU_OPSI_H */

@@ -70,6 +70,11 @@ static es_status check_shapes(es__vk_dev *d, const es_model *m) {
                  "vulkan: n_rot %d must be even and at most head_dim %d", hp->n_rot, hp->head_dim);
     ES_RETURN_IF(hp->n_head_kv <= 0 || hp->n_head % hp->n_head_kv != 0, d->err, ES_ERR_MODEL,
                  "vulkan: n_head %d is not a multiple of n_head_kv %d", hp->n_head, hp->n_head_kv);
+    const es__arch *a = hp->arch;
+    ES_RETURN_IF(a && (a->qkv_bias || a->post_norms || a->embd_scale || a->act != ES__ACT_SILU ||
+                       hp->attn_softcap > 0 || hp->final_softcap > 0 || hp->n_swa > 0),
+                 d->err, ES_ERR_UNSUPPORTED, "vulkan: architecture '%s' (with its sliding window or soft-capping) "
+                 "does not run on the Vulkan backend yet; use the CPU backend", a->name);
     return ES_OK;
 }
 

@@ -289,7 +289,7 @@ static void test_bad(void) {
     expect_load("f16 norm", (edit){NULL, "blk.0.attn_norm.weight", norm_f16}, ES_ERR_UNSUPPORTED,
                 "tensor 'blk.0.attn_norm.weight' (file offset");
     expect_load("f16 norm message", (edit){NULL, "blk.0.attn_norm.weight", norm_f16}, ES_ERR_UNSUPPORTED,
-                "has type f16: norm weights must be f32");
+                "has type f16: norm weights and biases must be f32");
     expect_load("q4_0 head", (edit){NULL, "output.weight", out_q4}, ES_OK, "");
     /* hyperparameters */
     expect_load("kv heads", (edit){NULL, NULL, kv3}, ES_ERR_MODEL,

@@ -28,6 +28,12 @@ typedef struct es_mk_params {
     const char *vocab_path; /* NULL = synthetic vocabulary                                     */
     const char *name;       /* general.name; NULL = "edgespec-random"                          */
     bool progress;          /* a progress line on stderr                                       */
+    /* the architecture (docs/formats.md, "Architectures"): NULL = "llama"; the others add their
+     * tensors (qwen2's Q/K/V biases, phi3's fused attn_qkv and gate-up, gemma2's post norms) */
+    const char *arch;
+    int32_t sliding_window; /* <arch>.attention.sliding_window; 0 = not written                   */
+    float attn_softcap;     /* gemma2: <arch>.attn_logit_softcapping; 0 = not written            */
+    float final_softcap;    /* gemma2: <arch>.final_logit_softcapping; 0 = not written           */
 } es_mk_params;
 
 /* Defaults: a tiny model (vocab 512, n_embd 64, 2 layers, 4 heads, n_ff 128, ctx 256, f32,
