@@ -101,7 +101,7 @@ void es__vk_rec_mul_mat(es__vk_rec *r, const char *op, const es__vk_pipeline *p,
         es__pc_mul_mat pc = *call;
         pc.M = pt->rows;
         pc.K = m->K;
-        pc.y_off = call->y_off + (epi == ES__EPI_SWIGLU ? pt->row0 / 2 : epi == ES__EPI_ROPE_KV ? 0 : pt->row0);
+        pc.y_off = call->y_off + (epi == ES__EPI_SWIGLU || epi == ES__EPI_GEGLU ? pt->row0 / 2 : epi == ES__EPI_ROPE_KV ? 0 : pt->row0);
         pc.row0 = pt->row0;
         pc.w_off = 0;
         pc.s_off = 0;

@@ -27,7 +27,7 @@ void es__vk_step_write(int32_t *s, uint32_t stride, int32_t n_past, int32_t n, c
 void es__vk_rope_table(float *dst, int32_t p0, uint32_t np, uint32_t n_rot, float freq_base, float freq_scale);
 
 /* mul_mat epilogues (spec constant EPI). */
-enum { ES__EPI_STORE = 0, ES__EPI_ADD = 1, ES__EPI_SWIGLU = 2, ES__EPI_ROPE_KV = 3 };
+enum { ES__EPI_STORE = 0, ES__EPI_ADD = 1, ES__EPI_SWIGLU = 2, ES__EPI_ROPE_KV = 3, ES__EPI_GEGLU = 4 };
 
 /* Kernel shape for mul_mat: tokens per workgroup for a batch of n. Batch invariance does not
  * depend on it. */

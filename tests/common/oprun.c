@@ -475,7 +475,7 @@ es_status es__vk_run_rmsnorm(es_backend *b, const float *x, const float *w, uint
     if (s == ES_OK) s = run_step(&r, 0, 1, NULL, NULL, NULL, NULL, 0, NULL, 0, &S, &bs);
     if (s == ES_OK) {
         es__vk_bind binds[4] = {bx, bg, bs, whole(Y)};
-        es__pc_rmsnorm pc = {E, n, E32, 0, 0, eps};
+        es__pc_rmsnorm pc = {E, n, E32, 0, 0, eps, 0};
         s = run_one(&r, p, binds, &pc, n, 1, 1);
     }
     if (s == ES_OK) read_rows(Y, n, E, E32, y);
@@ -499,7 +499,7 @@ es_status es__vk_run_get_rows(es_backend *b, es__dtype type, const void *table, 
         es__vk_part_binds(run_ws(&r, m), &m->parts[i], &binds[0], &binds[1]);
         binds[2] = bs;
         binds[3] = whole(X);
-        es__pc_get_rows pc = {m->K, K, n, m->parts[i].row0, m->parts[i].rows, E32, m->team};
+        es__pc_get_rows pc = {m->K, K, n, m->parts[i].row0, m->parts[i].rows, E32, m->team, 1.0f};
         s = run_one(&r, p, binds, &pc, n, 1, 1);
     }
     if (s == ES_OK) read_rows(X, n, K, E32, out);
@@ -521,7 +521,7 @@ static void rec_attention(es__vk_rec *rec, es__vk_pipeline *pa, es__vk_pipeline 
         const uint32_t t1 = ES__MIN(n, t0 + ES__ATTN_CHUNK);
         int32_t maxp = 0;
         for (uint32_t t = t0; t < t1; t++) maxp = ES__MAX(maxp, pos[t]);
-        es__pc_attn pc = {t0, t1 - t0, n_head, n_head_kv, hd, qd, n_ctx, ES__ATTN_SPLIT, max_splits, qd, scale};
+        es__pc_attn pc = {t0, t1 - t0, n_head, n_head_kv, hd, qd, n_ctx, ES__ATTN_SPLIT, max_splits, qd, scale, 0, 0.0f};
         es__vk_rec_dispatch(rec, "attn", pa, sa, &pc, ((t1 - t0) * n_head + ES__ATTN_WG - 1) / ES__ATTN_WG,
                             (uint32_t)maxp / ES__ATTN_SPLIT + 1, 1);
         es__pc_attn_merge pm_pc = {t0, n_head, hd, ES__ATTN_SPLIT, max_splits, qd};
