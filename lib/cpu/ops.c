@@ -218,6 +218,16 @@ es_status es__cpu_attention(es__pool *pool, const float *q, const float *kc, con
                             int32_t n_head, int32_t n_head_kv, int32_t head_dim, int32_t n_past, int32_t n,
                             const int32_t *dfs_start, const int32_t *dfs_end, float scale, float *out,
                             es__err *err) {
+    return es__cpu_attention_ex(pool, q, kc, vc, n_ctx, n_head, n_head_kv, head_dim, n_past, n, dfs_start, dfs_end,
+                                NULL, 0, 0.0f, scale, out, err);
+}
+
+es_status es__cpu_attention_ex(es__pool *pool, const float *q, const float *kc, const float *vc, int32_t n_ctx,
+                               int32_t n_head, int32_t n_head_kv, int32_t head_dim, int32_t n_past, int32_t n,
+                               const int32_t *dfs_start, const int32_t *dfs_end, const int32_t *pos, int32_t window,
+                               float softcap, float scale, float *out, es__err *err) {
+    ES_RETURN_IF(window < 0 || (window > 0 && !pos) || !(softcap >= 0.0f), err, ES_ERR_INVALID_ARGUMENT,
+                 "cpu attention: window %d (positions %s), softcap %g", window, pos ? "given" : "NULL", (double)softcap);
     ES_RETURN_IF(n_head <= 0 || n_head_kv <= 0 || n_head % n_head_kv || head_dim <= 0 || n <= 0 || n_past < 0 ||
                      (int64_t)n_past + n > n_ctx,
                  err, ES_ERR_INVALID_ARGUMENT,
@@ -233,7 +243,7 @@ es_status es__cpu_attention(es__pool *pool, const float *q, const float *kc, con
     }
     attn_job j = {es__kern_best(),
                   {q, (int64_t)n_head * head_dim, kc, vc, n_ctx, n_head, n_head_kv, head_dim, n_past, n, n, NULL,
-                   dfs_start, dfs_end, scale, out, (int64_t)n_head * head_dim, NULL, 0, 0.0f},
+                   dfs_start, dfs_end, scale, out, (int64_t)n_head * head_dim, pos, window, softcap},
                   scores, visible};
     run(pool, attn_thread, &j);
     es__free(NULL, scores);

@@ -425,7 +425,7 @@ static void check_lora(es_backend *b, test_rng *r, const lora_case *c, const cha
     random_tree(r, (int32_t)c->t0, end, 0);
     for (uint32_t t = 0; t < c->t0; t++) pos[t] = (int32_t)n_past + tree_depth(end, (int32_t)t);
     const es__vk_op_batch batch = {n_past, c->t0, end, NULL, 0};
-    es__vk_ss_proj ss = {lb, lr, c->rank, c->t0, g, rope_kv ? c->g : 0, &batch, n_ctx, kc, vc};
+    es__vk_ss_proj ss = {lb, lr, c->rank, c->t0, g, rope_kv ? c->g : 0, &batch, n_ctx, kc, vc, NULL, 0.0f};
     CHECK_OK(es__vk_run_mul_mat_ss(b, (es__dtype)c->type, w, c->rows, c->K, x, c->n, c->epi, &ss, y));
     float *full = malloc(sizeof *full * c->n * c->rows);
     proj_cpu(c, w, x, lb, lr, full);
@@ -448,7 +448,7 @@ static void check_lora(es_backend *b, test_rng *r, const lora_case *c, const cha
     /* the main rows: the plain kernel on them alone gives the same bits (they get no B R) */
     if (c->t0 > 0) {
         float *ym = copy_vec(y0, (size_t)c->t0 * cols), *km = copy_vec(kc0, cache), *vm = copy_vec(vc0, cache);
-        es__vk_ss_proj plain = {NULL, NULL, 0, 0, g, 0, &batch, n_ctx, km, vm};
+        es__vk_ss_proj plain = {NULL, NULL, 0, 0, g, 0, &batch, n_ctx, km, vm, NULL, 0.0f};
         CHECK_OK(es__vk_run_mul_mat_ss(b, (es__dtype)c->type, w, c->rows, c->K, x, c->t0, c->epi, &plain, ym));
         CHECKF(same(ym, y, (size_t)c->t0 * cols) && same(km, kc, cache) && same(vm, vc, cache),
                "[%s] lora type %d %s: the main rows differ from the plain kernel's", cfg, c->type, epi_name(c->epi));
