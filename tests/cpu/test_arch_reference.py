@@ -2,7 +2,8 @@
 (tools/reference/llama_ref.py, float64) on random-weight files of each architecture besides llama
 (docs/formats.md, "Architectures"), written by the C GGUF writer (mkmodel): qwen2's Q/K/V biases,
 phi3's fused attn_qkv and gate-up, gemma's embedding scale and GeGLU, gemma2's post-branch norms,
-soft-capping and alternating sliding window, and a mistral-style window on llama and qwen2. Each
+soft-capping and alternating sliding window, and a mistral-style window on llama and qwen2; two
+files whose head_dim is not n_embd / n_head (attention.key_length, as in Gemma 2 2B). Each
 model runs a prefill chain (every row's logits) and single-token decode steps past the window, so
 both the in-batch and the committed sides of the window are exercised.
 
@@ -42,6 +43,12 @@ CASES = [
     ("llama-swa-mistral", "llama", 5, 0, 0, "f32", 300, 48, 2, 6, 2, 72, 0, "norm", 0, 1.0, 9, 4, 2, 10000.0, 1e-5),
     ("qwen2-swa", "qwen2", 3, 0, 0, "f16", 261, 32, 2, 2, 1, 64, 1, "neox", 0, 1.0, 7, 4, 2, 10000.0, 1e-6),
 ]
+# head_dim other than n_embd / n_head (Gemma 2 2B: 8 heads of 256 on n_embd 2304): case name -> head_dim
+HEAD_DIM = {"gemma2-hd": 24, "qwen2-hd": 8}
+CASES += [
+    ("gemma2-hd", "gemma2", 5, 2.0, 3.0, "f32", 270, 48, 2, 4, 2, 64, 1, "neox", 0, 1.0, 8, 3, 2, 10000.0, 1e-6),
+    ("qwen2-hd", "qwen2", 0, 0, 0, "f32", 270, 64, 2, 4, 2, 64, 0, "neox", 0, 1.0, 6, 3, 2, 10000.0, 1e-6),
+]
 
 
 def main(argv):
@@ -50,7 +57,7 @@ def main(argv):
     for case in CASES:
         name, arch, window, acap, fcap = case[:5]
         ref_case = (name,) + case[5:]
-        extra = [arch, str(window), repr(float(acap)), repr(float(fcap))]
+        extra = [arch, str(window), repr(float(acap)), repr(float(fcap)), str(HEAD_DIM.get(name, 0))]
         model, tokens, got = base.run_cpu(exe, workdir, ref_case, ref_case[1], extra)
         m = llama_ref.Model(model)
         ok = m.arch == arch and m.n_vocab == got.shape[1]

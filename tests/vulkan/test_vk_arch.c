@@ -32,17 +32,20 @@ typedef struct acase {
     int32_t window;
     float attn_cap, final_cap;
     int32_t n_prompt;
+    int32_t head_dim; /* 0 = n_embd / n_head */
 } acase;
 
 static const acase cases[] = {
-    {"qwen2 gqa tied", "qwen2", ES__DTYPE_F32, 64, 2, 4, 2, 96, true, 0, 0, 0, 20},
-    {"qwen2 q8_0 window", "qwen2", ES__DTYPE_Q8_0, 64, 2, 4, 1, 96, false, 5, 0, 0, 20},
-    {"phi3 q4_0", "phi3", ES__DTYPE_Q4_0, 64, 2, 4, 2, 96, false, 0, 0, 0, 20},
-    {"phi3 f16 mha", "phi3", ES__DTYPE_F16, 64, 2, 2, 2, 64, false, 0, 0, 0, 20},
-    {"gemma tied", "gemma", ES__DTYPE_F32, 64, 2, 4, 1, 128, true, 0, 0, 0, 20},
-    {"gemma2 window caps long", "gemma2", ES__DTYPE_F32, 32, 3, 2, 1, 64, true, 7, 2.0f, 3.0f, 270},
-    {"gemma2 q8_0", "gemma2", ES__DTYPE_Q8_0, 64, 2, 4, 2, 64, false, 4, 2.0f, 3.0f, 20},
-    {"llama mistral window", "llama", ES__DTYPE_F32, 64, 2, 4, 2, 96, false, 6, 0, 0, 20},
+    {"qwen2 gqa tied", "qwen2", ES__DTYPE_F32, 64, 2, 4, 2, 96, true, 0, 0, 0, 20, 0},
+    {"qwen2 q8_0 window", "qwen2", ES__DTYPE_Q8_0, 64, 2, 4, 1, 96, false, 5, 0, 0, 20, 0},
+    {"phi3 q4_0", "phi3", ES__DTYPE_Q4_0, 64, 2, 4, 2, 96, false, 0, 0, 0, 20, 0},
+    {"phi3 f16 mha", "phi3", ES__DTYPE_F16, 64, 2, 2, 2, 64, false, 0, 0, 0, 20, 0},
+    {"gemma tied", "gemma", ES__DTYPE_F32, 64, 2, 4, 1, 128, true, 0, 0, 0, 20, 0},
+    {"gemma2 window caps long", "gemma2", ES__DTYPE_F32, 32, 3, 2, 1, 64, true, 7, 2.0f, 3.0f, 270, 0},
+    {"gemma2 q8_0", "gemma2", ES__DTYPE_Q8_0, 64, 2, 4, 2, 64, false, 4, 2.0f, 3.0f, 20, 0},
+    {"llama mistral window", "llama", ES__DTYPE_F32, 64, 2, 4, 2, 96, false, 6, 0, 0, 20, 0},
+    /* head_dim not n_embd / n_head, as Gemma 2 2B's (8 heads of 256 on n_embd 2304) */
+    {"gemma2 head_dim 24", "gemma2", ES__DTYPE_F32, 48, 2, 4, 2, 64, true, 5, 2.0f, 3.0f, 20, 24},
 };
 
 static int32_t argmax(const float *x, int32_t n) {
@@ -216,6 +219,7 @@ static bool write_model(const acase *ac, const char *path) {
     p.sliding_window = ac->window;
     p.attn_softcap = ac->attn_cap;
     p.final_softcap = ac->final_cap;
+    p.head_dim = ac->head_dim;
     p.seed = (uint64_t)ac->n_ff * 7 + (uint64_t)ac->n_layer;
     es__err err = {0};
     CHECKF(es_mk_write(&p, path, &err) == ES_OK, "mkmodel %s: %s", ac->name, err.msg);

@@ -321,7 +321,8 @@ static es_status check_params(const es_mk_params *p, es__err *err) {
     const int32_t kv = p->n_head_kv ? p->n_head_kv : p->n_head;
     if (p->n_embd < 1 || p->n_layer < 1 || p->n_head < 1 || p->n_ff < 1 || p->n_ctx < 1 || kv < 1)
         return es__fail(err, ES_ERR_INVALID_ARGUMENT, "mkmodel: every size must be positive");
-    if (p->n_embd % p->n_head || p->n_head % kv || (p->n_embd / p->n_head) % 2)
+    if (p->head_dim < 0 || (p->head_dim ? p->head_dim % 2 : p->n_embd % p->n_head || (p->n_embd / p->n_head) % 2) ||
+        p->n_head % kv)
         return es__fail(err, ES_ERR_INVALID_ARGUMENT,
                         "mkmodel: n_embd %d must split into n_head %d heads of even size, and n_head into n_head_kv %d "
                         "groups", p->n_embd, p->n_head, kv);
@@ -362,7 +363,12 @@ static es_status add_keys(const es_mk_params *p, es__gguf_writer *w, int32_t n_v
     ES_TRY(es__gguf_set_u32(w, AKEY("embedding_length"), (uint32_t)p->n_embd));
     ES_TRY(es__gguf_set_u32(w, AKEY("block_count"), (uint32_t)p->n_layer));
     ES_TRY(es__gguf_set_u32(w, AKEY("feed_forward_length"), (uint32_t)p->n_ff));
-    ES_TRY(es__gguf_set_u32(w, AKEY("rope.dimension_count"), (uint32_t)(p->n_embd / p->n_head)));
+    const int32_t hd = p->head_dim ? p->head_dim : p->n_embd / p->n_head;
+    ES_TRY(es__gguf_set_u32(w, AKEY("rope.dimension_count"), (uint32_t)hd));
+    if (p->head_dim) {
+        ES_TRY(es__gguf_set_u32(w, AKEY("attention.key_length"), (uint32_t)hd));
+        ES_TRY(es__gguf_set_u32(w, AKEY("attention.value_length"), (uint32_t)hd));
+    }
     ES_TRY(es__gguf_set_u32(w, AKEY("attention.head_count"), (uint32_t)p->n_head));
     ES_TRY(es__gguf_set_u32(w, AKEY("attention.head_count_kv"), (uint32_t)kv));
     ES_TRY(es__gguf_set_f32(w, AKEY("attention.layer_norm_rms_epsilon"), p->rms_eps));
@@ -397,7 +403,8 @@ es_status es_mk_build(const es_mk_params *p, es__gguf_writer *w, es__err *err) {
     if (p->vocab_path) vocab_file_close(&vf);
     ES_TRY(s);
 
-    const int64_t d = p->n_embd, hd = p->n_embd / p->n_head, kvd = hd * (p->n_head_kv ? p->n_head_kv : p->n_head);
+    const int64_t d = p->n_embd, hd = p->head_dim ? p->head_dim : p->n_embd / p->n_head;
+    const int64_t qd = hd * p->n_head, kvd = hd * (p->n_head_kv ? p->n_head_kv : p->n_head);
     const float s_d = 1.0f / sqrtf((float)d), s_ff = 1.0f / sqrtf((float)p->n_ff);
     const float s_res = 1.0f / sqrtf(2.0f * (float)p->n_layer); /* residual branches, GPT-2 style */
     builder b = {p, w, err, 0, 0, 0, 0.0, false};
@@ -421,14 +428,14 @@ es_status es_mk_build(const es_mk_params *p, es__gguf_writer *w, es__err *err) {
             bool on;
         } spec[] = {
             {"attn_norm.weight", f32, d, 1, 1.0f, s_n, true},
-            {"attn_q.weight", t, d, d, 0.0f, s_d, !a->fused_qkv},
+            {"attn_q.weight", t, d, qd, 0.0f, s_d, !a->fused_qkv},
             {"attn_k.weight", t, d, kvd, 0.0f, s_d, !a->fused_qkv},
             {"attn_v.weight", t, d, kvd, 0.0f, s_d, !a->fused_qkv},
-            {"attn_qkv.weight", t, d, d + 2 * kvd, 0.0f, s_d, a->fused_qkv},
-            {"attn_q.bias", f32, d, 1, 0.0f, 0.5f, a->qkv_bias},
+            {"attn_qkv.weight", t, d, qd + 2 * kvd, 0.0f, s_d, a->fused_qkv},
+            {"attn_q.bias", f32, qd, 1, 0.0f, 0.5f, a->qkv_bias},
             {"attn_k.bias", f32, kvd, 1, 0.0f, 0.5f, a->qkv_bias},
             {"attn_v.bias", f32, kvd, 1, 0.0f, 0.5f, a->qkv_bias},
-            {"attn_output.weight", t, d, d, 0.0f, s_d * s_res, true},
+            {"attn_output.weight", t, qd, d, 0.0f, s_d * s_res, true},
             {"post_attention_norm.weight", f32, d, 1, 1.0f, s_n, a->post_norms},
             {"ffn_norm.weight", f32, d, 1, 1.0f, s_n, true},
             {"ffn_gate.weight", t, d, p->n_ff, 0.0f, s_d, !a->fused_gate_up},
