@@ -27,6 +27,7 @@ static void usage(FILE *f) {
             "                     that architecture's tensors (docs/formats.md, \"Architectures\")\n"
             "  --sliding-window N <arch>.attention.sliding_window (default: not written)\n"
             "  --softcap A,F      gemma2's attention and final logit soft-capping (default: not written)\n"
+            "  --head-dim N       head size when not n-embd / n-head (written as attention.key_length)\n"
             "  --rope R           norm or neox (default: the architecture's; written as edgespec.rope.ordering\n"
             "                     when it differs)\n"
             "  --freq-base F      llama.rope.freq_base (default 10000)\n"
@@ -100,6 +101,8 @@ int main(int argc, char **argv) {
         } else if (!strcmp(a, "--arch")) {
             ok = es__arch_find(v) != NULL;
             p.arch = v;
+        } else if (!strcmp(a, "--head-dim")) {
+            ok = parse_int(v, &p.head_dim);
         } else if (!strcmp(a, "--sliding-window")) {
             ok = parse_int(v, &p.sliding_window);
         } else if (!strcmp(a, "--softcap")) {
