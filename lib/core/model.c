@@ -371,6 +371,11 @@ static es_status bind_tensors(loader *L) {
         s = get_tensor(L, used, "output_norm.weight", ROLE_NORM, (want){"n_embd", d, 0}, true, &m->output_norm);
     if (s == ES_OK)
         s = get_tensor(L, used, "output.weight", ROLE_MATRIX, (want){"n_embd, n_vocab", d, nv}, false, &m->output);
+    /* llama 3.1/3.2's per-pair frequency divisors (the converter writes them for rope type llama3) */
+    const es__tensor *freqs = NULL;
+    if (s == ES_OK)
+        s = get_tensor(L, used, "rope_freqs.weight", ROLE_NORM, (want){"n_rot / 2", hp->n_rot / 2, 0}, false, &freqs);
+    if (freqs) m->hp.rope_freqs = freqs->data;
     for (int32_t il = 0; s == ES_OK && il < hp->n_layer; il++) s = bind_layer(L, used, il, &m->layers[il]);
     if (s == ES_OK) {
         m->tied_output = m->output == NULL;

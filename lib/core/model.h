@@ -42,6 +42,8 @@ typedef struct es__hparams {
     float attn_scale;      /* attention scores are q.k times it (1/sqrt(head_dim)) */
     float attn_softcap;    /* scores become c tanh(s / c) (0 = none)            */
     float final_softcap;   /* logits become c tanh(l / c) (0 = none)            */
+    const float *rope_freqs; /* [n_rot / 2] divisors of each pair's frequency (llama 3's
+                              rope_freqs.weight, f32 in the mapping) or NULL            */
     int32_t n_swa;         /* sliding window: a query at position p sees keys at
                               positions > p - n_swa in sliding layers (0 = none) */
 } es__hparams;

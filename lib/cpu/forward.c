@@ -268,7 +268,7 @@ static void fwd_thread(void *arg, int ith, int nth) {
             if (hp->embd_scale != 1.0f)
                 for (int32_t j = 0; j < d; j++) xi[j] *= hp->embd_scale;
         }
-        es__cpu_rope_table(f->pos + lo, hi - lo, hp->n_rot, hp->rope_freq_base, hp->rope_freq_scale,
+        es__cpu_rope_table(f->pos + lo, hi - lo, hp->n_rot, hp->rope_freq_base, hp->rope_freq_scale, hp->rope_freqs,
                            c->rope + lo * (hp->n_rot / 2) * 2);
     }
     phase_end(&t, &w);

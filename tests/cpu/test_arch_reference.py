@@ -3,7 +3,8 @@
 (docs/formats.md, "Architectures"), written by the C GGUF writer (mkmodel): qwen2's Q/K/V biases,
 phi3's fused attn_qkv and gate-up, gemma's embedding scale and GeGLU, gemma2's post-branch norms,
 soft-capping and alternating sliding window, and a mistral-style window on llama and qwen2; two
-files whose head_dim is not n_embd / n_head (attention.key_length, as in Gemma 2 2B). Each
+files whose head_dim is not n_embd / n_head (attention.key_length, as in Gemma 2 2B); llama 3's
+rope_freqs.weight (per-pair frequency divisors). Each
 model runs a prefill chain (every row's logits) and single-token decode steps past the window, so
 both the in-batch and the committed sides of the window are exercised.
 
@@ -45,7 +46,10 @@ CASES = [
 ]
 # head_dim other than n_embd / n_head (Gemma 2 2B: 8 heads of 256 on n_embd 2304): case name -> head_dim
 HEAD_DIM = {"gemma2-hd": 24, "qwen2-hd": 8}
+# llama 3's rope_freqs.weight (per-pair frequency divisors; Llama 3.1/3.2 files carry it)
+ROPE_FREQS = {"llama3-rope-freqs", "qwen2-hd"}
 CASES += [
+    ("llama3-rope-freqs", "llama", 0, 0, 0, "q8_0", 280, 64, 2, 4, 2, 96, 1, "norm", 0, 1.0, 9, 4, 2, 500000.0, 1e-5),
     ("gemma2-hd", "gemma2", 5, 2.0, 3.0, "f32", 270, 48, 2, 4, 2, 64, 1, "neox", 0, 1.0, 8, 3, 2, 10000.0, 1e-6),
     ("qwen2-hd", "qwen2", 0, 0, 0, "f32", 270, 64, 2, 4, 2, 64, 0, "neox", 0, 1.0, 6, 3, 2, 10000.0, 1e-6),
 ]
@@ -57,7 +61,8 @@ def main(argv):
     for case in CASES:
         name, arch, window, acap, fcap = case[:5]
         ref_case = (name,) + case[5:]
-        extra = [arch, str(window), repr(float(acap)), repr(float(fcap)), str(HEAD_DIM.get(name, 0))]
+        extra = [arch, str(window), repr(float(acap)), repr(float(fcap)), str(HEAD_DIM.get(name, 0)),
+                 str(int(name in ROPE_FREQS))]
         model, tokens, got = base.run_cpu(exe, workdir, ref_case, ref_case[1], extra)
         m = llama_ref.Model(model)
         ok = m.arch == arch and m.n_vocab == got.shape[1]

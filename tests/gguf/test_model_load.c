@@ -554,6 +554,7 @@ static void post_norm_short(es__gguf_writer *w) { add_f(w, "blk.1.post_ffw_norm.
 SET_F32(cap_negative, "gemma2.attn_logit_softcapping", -1.0f)
 static void swa_zero(es__gguf_writer *w) { CHECK_OK(es__gguf_set_u32(w, "qwen2.attention.sliding_window", 0)); }
 SET_STR(arch_mamba, "general.architecture", "mamba")
+static void freqs_long(es__gguf_writer *w) { add_f(w, "rope_freqs.weight", ES__DTYPE_F32, 16, 1); }
 
 /* A good file of arch, made the base of the edits after it. */
 static void arch_base(const char *arch, int32_t window, float cap) {
@@ -609,6 +610,10 @@ static void test_archs(void) {
     expect_load("gemma2 negative cap", (edit){NULL, NULL, cap_negative}, ES_ERR_MODEL,
                 "metadata key 'gemma2.attn_logit_softcapping' (offset");
     expect_load("gemma2 caps default", (edit){"gemma2.final_logit_softcapping", NULL, NULL}, ES_OK, "");
+    /* llama 3's rope_freqs.weight: n_rot / 2 divisors, f32 */
+    arch_base("llama", 0, 0);
+    expect_load("rope_freqs shape", (edit){NULL, NULL, freqs_long}, ES_ERR_MODEL,
+                "tensor 'rope_freqs.weight' has shape [16], expected [8] (n_rot / 2)");
     /* an architecture edgespec does not run names the ones it does */
     expect_load("mamba", (edit){NULL, NULL, arch_mamba}, ES_ERR_UNSUPPORTED,
                 "general.architecture is 'mamba': edgespec runs llama, qwen2, phi3, gemma, gemma2 models");

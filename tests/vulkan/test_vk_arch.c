@@ -1,6 +1,7 @@
 /* test_vk_arch: every architecture besides llama (lib/core/arch.h: qwen2's biases, phi3's fused
  * matrices, gemma's embedding scale and GeGLU, gemma2's post-branch norms, soft-capping and
- * alternating sliding window, a mistral-style window on llama) on the Vulkan backend against the
+ * alternating sliding window, a mistral-style window on llama, llama 3's rope_freqs.weight) on the
+ * Vulkan backend against the
  * CPU backend, on random-weight GGUF files written by mkmodel (the CPU is checked against the
  * numpy reference on the same kinds of files by tests/cpu/test_arch_reference.py):
  *   - prefill logits of every row within a normalised error of the CPU's (bound below);
@@ -33,19 +34,22 @@ typedef struct acase {
     float attn_cap, final_cap;
     int32_t n_prompt;
     int32_t head_dim; /* 0 = n_embd / n_head */
+    bool rope_freqs;  /* llama 3's rope_freqs.weight */
 } acase;
 
 static const acase cases[] = {
-    {"qwen2 gqa tied", "qwen2", ES__DTYPE_F32, 64, 2, 4, 2, 96, true, 0, 0, 0, 20, 0},
-    {"qwen2 q8_0 window", "qwen2", ES__DTYPE_Q8_0, 64, 2, 4, 1, 96, false, 5, 0, 0, 20, 0},
-    {"phi3 q4_0", "phi3", ES__DTYPE_Q4_0, 64, 2, 4, 2, 96, false, 0, 0, 0, 20, 0},
-    {"phi3 f16 mha", "phi3", ES__DTYPE_F16, 64, 2, 2, 2, 64, false, 0, 0, 0, 20, 0},
-    {"gemma tied", "gemma", ES__DTYPE_F32, 64, 2, 4, 1, 128, true, 0, 0, 0, 20, 0},
-    {"gemma2 window caps long", "gemma2", ES__DTYPE_F32, 32, 3, 2, 1, 64, true, 7, 2.0f, 3.0f, 270, 0},
-    {"gemma2 q8_0", "gemma2", ES__DTYPE_Q8_0, 64, 2, 4, 2, 64, false, 4, 2.0f, 3.0f, 20, 0},
-    {"llama mistral window", "llama", ES__DTYPE_F32, 64, 2, 4, 2, 96, false, 6, 0, 0, 20, 0},
+    {"qwen2 gqa tied", "qwen2", ES__DTYPE_F32, 64, 2, 4, 2, 96, true, 0, 0, 0, 20, 0, false},
+    {"qwen2 q8_0 window", "qwen2", ES__DTYPE_Q8_0, 64, 2, 4, 1, 96, false, 5, 0, 0, 20, 0, false},
+    {"phi3 q4_0", "phi3", ES__DTYPE_Q4_0, 64, 2, 4, 2, 96, false, 0, 0, 0, 20, 0, false},
+    {"phi3 f16 mha", "phi3", ES__DTYPE_F16, 64, 2, 2, 2, 64, false, 0, 0, 0, 20, 0, false},
+    {"gemma tied", "gemma", ES__DTYPE_F32, 64, 2, 4, 1, 128, true, 0, 0, 0, 20, 0, false},
+    {"gemma2 window caps long", "gemma2", ES__DTYPE_F32, 32, 3, 2, 1, 64, true, 7, 2.0f, 3.0f, 270, 0, false},
+    {"gemma2 q8_0", "gemma2", ES__DTYPE_Q8_0, 64, 2, 4, 2, 64, false, 4, 2.0f, 3.0f, 20, 0, false},
+    {"llama mistral window", "llama", ES__DTYPE_F32, 64, 2, 4, 2, 96, false, 6, 0, 0, 20, 0, false},
     /* head_dim not n_embd / n_head, as Gemma 2 2B's (8 heads of 256 on n_embd 2304) */
-    {"gemma2 head_dim 24", "gemma2", ES__DTYPE_F32, 48, 2, 4, 2, 64, true, 5, 2.0f, 3.0f, 20, 24},
+    {"gemma2 head_dim 24", "gemma2", ES__DTYPE_F32, 48, 2, 4, 2, 64, true, 5, 2.0f, 3.0f, 20, 24, false},
+    /* llama 3.1/3.2's per-pair RoPE frequency divisors */
+    {"llama3 rope_freqs", "llama", ES__DTYPE_Q8_0, 64, 2, 4, 2, 96, false, 0, 0, 0, 20, 0, true},
 };
 
 static int32_t argmax(const float *x, int32_t n) {
@@ -220,6 +224,7 @@ static bool write_model(const acase *ac, const char *path) {
     p.attn_softcap = ac->attn_cap;
     p.final_softcap = ac->final_cap;
     p.head_dim = ac->head_dim;
+    p.rope_freqs = ac->rope_freqs;
     p.seed = (uint64_t)ac->n_ff * 7 + (uint64_t)ac->n_layer;
     es__err err = {0};
     CHECKF(es_mk_write(&p, path, &err) == ES_OK, "mkmodel %s: %s", ac->name, err.msg);

@@ -28,6 +28,7 @@ static void usage(FILE *f) {
             "  --sliding-window N <arch>.attention.sliding_window (default: not written)\n"
             "  --softcap A,F      gemma2's attention and final logit soft-capping (default: not written)\n"
             "  --head-dim N       head size when not n-embd / n-head (written as attention.key_length)\n"
+            "  --rope-freqs       llama 3's rope_freqs.weight (per-pair frequency divisors, 1 to 8)\n"
             "  --rope R           norm or neox (default: the architecture's; written as edgespec.rope.ordering\n"
             "                     when it differs)\n"
             "  --freq-base F      llama.rope.freq_base (default 10000)\n"
@@ -72,6 +73,9 @@ int main(int argc, char **argv) {
             return 0;
         } else if (!strcmp(a, "--tied")) {
             p.tied = true;
+            takes = false;
+        } else if (!strcmp(a, "--rope-freqs")) {
+            p.rope_freqs = true;
             takes = false;
         } else if (!strcmp(a, "--quiet")) {
             quiet = true;

@@ -317,6 +317,21 @@ static es_status add_weight(builder *b, const char *name, es__dtype type, int64_
     return ES_OK;
 }
 
+/* llama 3's rope_freqs.weight: divisors from 1 (pair 0, the fastest) rising to 8 (the slowest). */
+static es_status add_rope_freqs(builder *b, int64_t half) {
+    float *f = malloc(sizeof(float) * (size_t)half);
+    if (!f) return es__fail(b->err, ES_ERR_OUT_OF_MEMORY, "mkmodel: out of memory");
+    for (int64_t i = 0; i < half; i++) {
+        const float t = half > 1 ? (float)i / (float)(half - 1) : 0.0f;
+        f[i] = 1.0f + 7.0f * t * t;
+    }
+    const int64_t ne[1] = {half};
+    es_status s = es__gguf_add_tensor(b->w, "rope_freqs.weight", ES__DTYPE_F32, 1, ne, f);
+    free(f);
+    if (s != ES_OK) return es__fail(b->err, s, "mkmodel: %s", es_last_error());
+    return ES_OK;
+}
+
 static es_status check_params(const es_mk_params *p, es__err *err) {
     const int32_t kv = p->n_head_kv ? p->n_head_kv : p->n_head;
     if (p->n_embd < 1 || p->n_layer < 1 || p->n_head < 1 || p->n_ff < 1 || p->n_ctx < 1 || kv < 1)
@@ -451,6 +466,7 @@ es_status es_mk_build(const es_mk_params *p, es__gguf_writer *w, es__err *err) {
         }
     }
     ES_TRY(add_weight(&b, "output_norm.weight", f32, d, 1, 1.0f, 0.1f / 1.7320508f));
+    if (p->rope_freqs) ES_TRY(add_rope_freqs(&b, hd / 2));
     if (!p->tied) ES_TRY(add_weight(&b, "output.weight", t, d, n_vocab, 0.0f, s_d));
     return ES_OK;
 }

@@ -34,6 +34,8 @@ typedef struct es_mk_params {
     int32_t sliding_window; /* <arch>.attention.sliding_window; 0 = not written                   */
     float attn_softcap;     /* gemma2: <arch>.attn_logit_softcapping; 0 = not written            */
     float final_softcap;    /* gemma2: <arch>.final_logit_softcapping; 0 = not written           */
+    bool rope_freqs;        /* rope_freqs.weight: llama 3's per-pair frequency divisors, rising
+                               from 1 (fastest pair) to 8 (slowest) as their rope type's do       */
     int32_t head_dim;       /* 0 = n_embd / n_head; else written as <arch>.attention.key_length and
                                value_length (Gemma 2 2B: 8 heads of 256 on n_embd 2304)          */
 } es_mk_params;

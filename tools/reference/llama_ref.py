@@ -124,6 +124,8 @@ class Model:
             return dequantize(t.raw, t.type, t.ne).astype(dtype)
 
         self.tok_embd = w("token_embd.weight")  # (n_vocab, n_embd)
+        # llama 3's per-pair frequency divisors (rope type llama3): pair i turns by theta_i / f_i
+        self.rope_freqs = w("rope_freqs.weight").astype(np.float64) if "rope_freqs.weight" in r.tensors else None
         self.output = w("output.weight") if "output.weight" in r.tensors else self.tok_embd
         self.output_norm = w("output_norm.weight")
         self.layers = []
@@ -167,6 +169,8 @@ def rope(x, pos, m):
     half = m.n_rot // 2
     i = np.arange(half, dtype=np.float64)
     theta = np.asarray(pos, dtype=np.float64)[:, None] * m.freq_scale * m.freq_base ** (-2.0 * i / m.n_rot)
+    if getattr(m, "rope_freqs", None) is not None:
+        theta = theta / m.rope_freqs[None, :half]
     c = np.cos(theta)[:, None, :].astype(x.dtype)
     s = np.sin(theta)[:, None, :].astype(x.dtype)
     y = x.copy()
