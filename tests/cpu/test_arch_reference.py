@@ -4,7 +4,7 @@
 phi3's fused attn_qkv and gate-up, gemma's embedding scale and GeGLU, gemma2's post-branch norms,
 soft-capping and alternating sliding window, and a mistral-style window on llama and qwen2; two
 files whose head_dim is not n_embd / n_head (attention.key_length, as in Gemma 2 2B); llama 3's
-rope_freqs.weight (per-pair frequency divisors). Each
+rope_freqs.weight (per-pair frequency divisors); and every weight type on every architecture. Each
 model runs a prefill chain (every row's logits) and single-token decode steps past the window, so
 both the in-batch and the committed sides of the window are exercised.
 
@@ -53,6 +53,15 @@ CASES += [
     ("gemma2-hd", "gemma2", 5, 2.0, 3.0, "f32", 270, 48, 2, 4, 2, 64, 1, "neox", 0, 1.0, 8, 3, 2, 10000.0, 1e-6),
     ("qwen2-hd", "qwen2", 0, 0, 0, "f32", 270, 64, 2, 4, 2, 64, 0, "neox", 0, 1.0, 6, 3, 2, 10000.0, 1e-6),
 ]
+
+
+# every weight type on every architecture (small files, short runs; the cases above go deeper)
+TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0")
+CASES += [("%s-%s-sweep" % (arch, t), arch, window, acap, fcap, t, 263, 64, 1, 4, 2, 64, 0, "neox", 0, 1.0, 4, 2, 1,
+           10000.0, 1e-6)
+          for arch, window, acap, fcap in (("qwen2", 3, 0, 0), ("phi3", 0, 0, 0), ("gemma", 0, 0, 0),
+                                           ("gemma2", 3, 2.0, 3.0))
+          for t in TYPES]
 
 
 def main(argv):

@@ -42,7 +42,7 @@ static const acase cases[] = {
     {"qwen2 q8_0 window", "qwen2", ES__DTYPE_Q8_0, 64, 2, 4, 1, 96, false, 5, 0, 0, 20, 0, false},
     {"phi3 q4_0", "phi3", ES__DTYPE_Q4_0, 64, 2, 4, 2, 96, false, 0, 0, 0, 20, 0, false},
     {"phi3 f16 mha", "phi3", ES__DTYPE_F16, 64, 2, 2, 2, 64, false, 0, 0, 0, 20, 0, false},
-    {"gemma tied", "gemma", ES__DTYPE_F32, 64, 2, 4, 1, 128, true, 0, 0, 0, 20, 0, false},
+    {"gemma tied bf16", "gemma", ES__DTYPE_BF16, 64, 2, 4, 1, 128, true, 0, 0, 0, 20, 0, false},
     {"gemma2 window caps long", "gemma2", ES__DTYPE_F32, 32, 3, 2, 1, 64, true, 7, 2.0f, 3.0f, 270, 0, false},
     {"gemma2 q8_0", "gemma2", ES__DTYPE_Q8_0, 64, 2, 4, 2, 64, false, 4, 2.0f, 3.0f, 20, 0, false},
     {"llama mistral window", "llama", ES__DTYPE_F32, 64, 2, 4, 2, 96, false, 6, 0, 0, 20, 0, false},
