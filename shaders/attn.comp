@@ -43,12 +43,16 @@ void main() {
         acc[c] = vec4(0.0);
     }
     float m = -1.0 / 0.0, l = 0.0;
+    // a sliding window (lib/core/arch.h) starts the keys at p + 1 - window: the splits before
+    // it stay empty (m = -inf, l = 0), which attn_merge.comp weighs as exactly nothing
+    const uint lo = pc.window > 0u && p + 1u > pc.window ? p + 1u - pc.window : 0u;
     const uint p0 = s * pc.split, p1 = min(p0 + pc.split, p + 1u);
-    for (uint q = p0; q < p1; q++) {
+    for (uint q = max(p0, lo); q < p1; q++) {
         const uint kb = (kvb + step_slot(t, q, n_past, chain)) * HD4;
         float d = dot4(qv[0], FETCH_F4(KC, kb));
         for (uint c = 1u; c < HD4; c++) d += dot4(qv[c], FETCH_F4(KC, kb + c));
-        const float sc = d * pc.scale;
+        float sc = d * pc.scale;
+        if (pc.softcap > 0.0) sc = pc.softcap * tanh(sc / pc.softcap); // gemma2's soft-capping
         const float mn = max(m, sc), pe = exp(sc - mn);
         const float alpha = mn == m ? 1.0 : exp(m - mn); // exp(0) = 1 exactly: same result
         l = l * alpha + pe;

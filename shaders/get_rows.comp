@@ -1,7 +1,8 @@
 #version 450
 // get_rows.comp: the token embedding lookup: X[t] = dequantised row tokens[t] of the embedding
 // matrix, for each token whose row lies in this part of the matrix (one dispatch per part).
-// Dequantisation is exact apart from the block scale multiply, as on the CPU.
+// Dequantisation is exact apart from the block scale multiply, as on the CPU; scale (gemma's
+// sqrt(n_embd), else 1) multiplies the row afterwards, as the CPU does.
 #extension GL_GOOGLE_include_directive : require
 #include "common.glsl"
 #define WBIND 0
@@ -30,9 +31,9 @@ void main() {
             for (uint k = 0u; k < 4u; k++) {
                 const uint e = u * EPU + i * 4u + k;
 #if HAS_SCALE
-                if (e < pc.E) X[t * pc.x_stride + e] = d * w[i][k];
+                if (e < pc.E) X[t * pc.x_stride + e] = d * w[i][k] * pc.scale;
 #else
-                if (e < pc.E) X[t * pc.x_stride + e] = w[i][k];
+                if (e < pc.E) X[t * pc.x_stride + e] = w[i][k] * pc.scale;
 #endif
             }
     }

@@ -29,7 +29,8 @@
 
 layout(constant_id = 2) const uint ROWS = 4; // rows per team
 layout(constant_id = 3) const uint TOK = 1;  // tokens per workgroup
-layout(constant_id = 4) const uint EPI = 0;  // 0: Y = WX; 1: Y += WX; 2: Y[r/2] = silu(g) * u; 3: RoPE + KV
+layout(constant_id = 4) const uint EPI = 0;  // 0: Y = WX; 1: Y += WX; 2: Y[r/2] = silu(g) * u; 3: RoPE + KV;
+                                             // 4: Y[r/2] = gelu(g) * u
 layout(constant_id = 5) const uint LK = 8;   // lanes per row: 1, or the team size
 
 RO_F4(2, X)
@@ -71,6 +72,11 @@ uint lora_row(uint g) {
 // write no KV (Speculative Streaming Eq. 2), ss_attn.comp reads them from there.
 void rope_pair(uint row, uint t, float a, float b) {
     const uint hd = pc.hd, qr = pc.n_head * hd, kr = pc.n_head_kv * hd;
+    if (pc.bias_off != 0u) { // qwen2's Q/K/V biases, stored in head order, before RoPE
+        const uint j = row % hd, head = row < qr + kr ? row - j : row;
+        a += FETCH_F1(ROPE, pc.bias_off + (row < qr + kr ? head + rope_dim(j) : row));
+        b += FETCH_F1(ROPE, pc.bias_off + (row < qr + kr ? head + rope_dim(j + 1u) : row + 1u));
+    }
     const bool stream = pc.ss_g > 0u && t >= pc.ss_t0;
     const uint node = stream ? (t - pc.ss_t0) / pc.ss_g : t;
     const uint p = uint(step_pos(node)), slot = uint(step_n_past()) + t;
@@ -197,12 +203,14 @@ void main() {
     for (uint t = 0u; t < TOK; t++) {
         if (t0 + t >= pc.n) break;
         const uint base = (t0 + t) * pc.y_stride + pc.y_off;
-        if (EPI >= 2u) {
+        if (EPI >= 2u) { // row pairs: SwiGLU, RoPE, GeGLU
             for (uint r = 0u; r + 1u < ROWS; r += 2u) {
                 if (row0 + r + 1u >= pc.M) break;
                 const float a = acc[r * TOK + t], b = acc[(r + 1u) * TOK + t];
                 if (EPI == 2u)
                     Y[base + (row0 + r) / 2u] = a / (1.0 + exp(-a)) * b;
+                else if (EPI == 4u) // GeGLU, gelu's tanh form (gemma)
+                    Y[base + (row0 + r) / 2u] = 0.5 * a * (1.0 + tanh(0.7978845608 * (a + 0.044715 * a * a * a))) * b;
                 else
                     rope_pair(pc.row0 + row0 + r, t0 + t, a, b);
             }
@@ -214,6 +222,8 @@ void main() {
                 if (g < pc.perm_rows) y = y - g + (g / pc.hd) * pc.hd + rope_dim(g % pc.hd);
                 if (EPI == 1u)
                     Y[y] += acc[r * TOK + t];
+                else if (pc.softcap > 0.0) // gemma2's final logit soft-capping
+                    Y[y] = pc.softcap * tanh(acc[r * TOK + t] / pc.softcap);
                 else
                     Y[y] = acc[r * TOK + t];
             }

@@ -35,7 +35,10 @@
                 /* variant adds B R[t - ss_t0] to them only (0: to every token)      */ \
     U(ss_g)     /* streams per node when stream rows ride in the forward (else 0):   */ \
                 /* the RoPE epilogue rotates row t >= ss_t0 at the position of node  */ \
-                /* (t - ss_t0) / ss_g and writes its Q, K, V to Y, not the cache     */
+                /* (t - ss_t0) / ss_g and writes its Q, K, V to Y, not the cache     */ \
+    U(bias_off) /* RoPE: float offset in ROPE of the fused rows' biases, in head   */ \
+                /* order (qwen2, lib/core/arch.h); 0 = no biases                    */ \
+    F(softcap)  /* store epilogue: Y = softcap tanh(WX / softcap) (0 = plain)      */
 
 /* Step data: 32-bit ints the host writes before each forward submission. A header of
  * ES_STEP_HDR ints, then arrays of nb = n_batch + 1 entries, array k at
@@ -68,7 +71,8 @@
     U(x_stride) /* floats between rows of X (and of Y)                        */                   \
     U(g_off)    /* float offset of the weight vector in G                     */                   \
     U(gather)   /* 1: read row out_rows[t] of X                               */                   \
-    F(eps)
+    F(eps)                                                                                         \
+    U(add)      /* 1: Y[t] += the normalised row (gemma2's post-branch norms)  */
 
 /* get_rows: X[t] = dequantised row tokens[t] of the embedding matrix, for the tokens whose row
  * lies in this part [row0, row0 + rows). */
@@ -79,7 +83,8 @@
     U(row0)     /* first row of this part                                     */                   \
     U(rows)     /* rows in this part                                          */                   \
     U(x_stride) /* floats between rows of X                                   */                   \
-    U(team)     /* lanes per team the scales were interleaved for (weights.glsl) */
+    U(team)     /* lanes per team the scales were interleaved for (weights.glsl) */                 \
+    F(scale)    /* every element is multiplied by it (gemma's sqrt(n_embd))  */
 
 /* attn: one (head, split) of tree attention for a tile of tokens, online softmax; attn.comp. */
 #define ES_PC_ATTN(U, F)                                                                           \
@@ -94,7 +99,9 @@
     U(max_splits) /* splits per (token, head) in the partials buffer, which   */                   \
                   /* holds the tokens t0.. of one dispatch                    */                   \
     U(o_stride) /* floats between token rows of the output                    */                   \
-    F(scale)    /* 1 / sqrt(hd)                                               */
+    F(scale)    /* 1 / sqrt(hd)                                               */                   \
+    U(window)   /* keys at positions <= pos - window are not seen (0: all)   */                   \
+    F(softcap)  /* scores become softcap tanh(score / softcap) (0: not)       */
 
 /* attn_merge: combines the splits of each (head, token) that needed more than one. */
 #define ES_PC_ATTN_MERGE(U, F)                                                                     \

@@ -3,6 +3,7 @@
 // (row = t, or out_rows[t] when gathering the rows that want logits). The sum of squares runs in
 // a fixed order (lane-strided, then reduce.glsl), so a row's result never depends on the batch.
 // Rows are padded with zeros to a multiple of 4 floats; the padding adds exact zeros.
+// With add = 1, Y[t] += the result (gemma2's post-branch norms, lib/core/arch.h).
 #extension GL_GOOGLE_include_directive : require
 #include "common.glsl"
 #include "reduce.glsl"
@@ -11,7 +12,7 @@ RO_F4(0, X)
 RO_F4(1, G)
 #define STEPBIND 2
 #include "step.glsl"
-layout(binding = 3, std430) writeonly buffer Y_blk { vec4 Y[]; };
+layout(binding = 3, std430) buffer Y_blk { vec4 Y[]; };
 layout(push_constant) uniform PC { ES_PC_RMSNORM(PC_U, PC_F) } pc;
 
 void main() {
@@ -25,5 +26,8 @@ void main() {
     }
     s = wg_sum(s);
     const float r = 1.0 / sqrt(s / float(pc.E) + pc.eps);
-    for (uint c = lid; c < e4; c += wg) Y[yb + c] = FETCH_F4(X, xb + c) * r * FETCH_F4(G, pc.g_off / 4u + c);
+    for (uint c = lid; c < e4; c += wg) {
+        const vec4 y = FETCH_F4(X, xb + c) * r * FETCH_F4(G, pc.g_off / 4u + c);
+        Y[yb + c] = pc.add != 0u ? Y[yb + c] + y : y; // add: a post-branch norm into the residual
+    }
 }

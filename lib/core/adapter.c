@@ -200,6 +200,10 @@ es_status es_model_load_adapter(es_model *model, const char *path) {
     ES_RETURN_IF(model->ss, &model->err, ES_ERR_INVALID_ARGUMENT,
                  "es_model_load_adapter: model '%s' already has an adapter; load the model again for another",
                  model->path);
+    /* the stream layers (lib/cpu/msa.c, lib/vulkan/msa_vk.c) compute llama's layer only */
+    ES_RETURN_IF(model->hp.arch && strcmp(model->hp.arch->name, "llama") != 0, &model->err, ES_ERR_UNSUPPORTED,
+                 "SS adapter '%s': model '%s' is a %s model; Speculative Streaming adapters run on llama models only",
+                 path, model->path, model->hp.arch->name);
     es__file_map map;
     int e = es__file_map_open(path, true, &map);
     ES_RETURN_IF(e != 0, &model->err, ES_ERR_IO, "SS adapter '%s': %s", path, es__file_strerror(e));

@@ -122,9 +122,9 @@ static es_status read_rope(loader *L, es__hparams *hp) {
     }
     if (factor > 0.0f) hp->rope_freq_scale = 1.0f / factor;
 
-    /* edgespec.rope.ordering: "norm" (llama.cpp's llama default) or "neox" */
-    hp->rope_type = ES_ROPE_NORM;
-    es__str ord = {"norm", 4};
+    /* edgespec.rope.ordering: "norm" or "neox"; absent, the architecture's (arch.c) */
+    hp->rope_type = hp->arch ? hp->arch->rope : ES_ROPE_NORM;
+    es__str ord = {hp->rope_type == ES_ROPE_NEOX ? "neox" : "norm", 4};
     ES_TRY(es__gguf_get_str(L->g, "edgespec.rope.ordering", false, &ord, L->err));
     if (es__str_eq(ord, "neox")) {
         hp->rope_type = ES_ROPE_NEOX;
@@ -155,6 +155,23 @@ static es_status check_hparams(loader *L, const es__hparams *hp, bool has_key_le
     return ES_OK;
 }
 
+/* The values of the architecture's extra steps (arch.h), from its <arch>.* keys. */
+static es_status read_arch_values(loader *L, es__hparams *hp) {
+    const es__arch *a = hp->arch;
+    hp->embd_scale = a && a->embd_scale ? sqrtf((float)hp->n_embd) : 1.0f;
+    hp->attn_scale = hp->head_dim > 0 ? 1.0f / sqrtf((float)hp->head_dim) : 1.0f;
+    hp->attn_softcap = hp->final_softcap = 0.0f;
+    if (a && a->softcap) {
+        /* llama.cpp's values when a gemma2 file leaves the keys out */
+        hp->attn_softcap = 50.0f;
+        hp->final_softcap = 30.0f;
+        ES_TRY(hp_f32(L, "attn_logit_softcapping", false, &hp->attn_softcap));
+        ES_TRY(hp_f32(L, "final_logit_softcapping", false, &hp->final_softcap));
+    }
+    hp->n_swa = 0;
+    return hp_u32(L, "attention.sliding_window", false, INT32_MAX, &hp->n_swa);
+}
+
 static es_status read_hparams(loader *L) {
     es__hparams *hp = &L->m->hp;
     ES_TRY(hp_u32(L, "context_length", true, INT32_MAX, &hp->n_ctx_train));
@@ -178,6 +195,7 @@ static es_status read_hparams(loader *L) {
     hp->n_rot = hp->head_dim;
     ES_TRY(hp_u32(L, "rope.dimension_count", false, MAX_HEAD_DIM, &hp->n_rot));
     ES_TRY(read_rope(L, hp));
+    ES_TRY(read_arch_values(L, hp));
 
     /* the vocabulary size is the tokenizer's; llama.vocab_size, when present, must agree */
     if (!L->vocab_only && es__vocab_type(L->m->vocab) == ES_TOKENIZER_NONE) {
@@ -229,7 +247,7 @@ static es_status get_tensor(loader *L, bool *used, const char *name, role r, wan
         es__dtype_traits tr;
         es__dtype_info(t->type, &tr);
         ES_RETURN_IF(r == ROLE_NORM && t->type != ES__DTYPE_F32, L->err, ES_ERR_UNSUPPORTED,
-                     "tensor '%s' (file offset %" PRIu64 ") has type %s: norm weights must be f32", name,
+                     "tensor '%s' (file offset %" PRIu64 ") has type %s: norm weights and biases must be f32", name,
                      t->file_offset, tr.name);
         int64_t expect[4] = {w.ne0, w.ne1 > 0 ? w.ne1 : 1, 1, 1};
         if (memcmp(t->ne, expect, sizeof expect) != 0) {
@@ -249,29 +267,63 @@ static es_status get_tensor(loader *L, bool *used, const char *name, role r, wan
     return ES_OK;
 }
 
+/* A view of rows [row0, row0 + rows) of fused tensor t (rows are independent in every type). */
+static const es__tensor *row_view(const es__tensor *t, int64_t row0, int64_t rows, es__tensor *view) {
+    const uint64_t rb = t->nbytes / (uint64_t)t->ne[1];
+    *view = *t;
+    view->ne[1] = rows;
+    view->nbytes = rb * (uint64_t)rows;
+    view->file_offset = t->file_offset + rb * (uint64_t)row0;
+    view->data = t->data ? (const uint8_t *)t->data + rb * (uint64_t)row0 : NULL;
+    return view;
+}
+
+/* One layer's tensors as the architecture names them (arch.h; docs/formats.md). */
 static es_status bind_layer(loader *L, bool *used, int32_t il, es__layer *ly) {
     const es__hparams *hp = &L->m->hp;
+    const es__arch *a = hp->arch;
     const int64_t d = hp->n_embd, qd = (int64_t)hp->n_head * hp->head_dim, kvd = (int64_t)hp->n_head_kv * hp->head_dim;
+    const es__tensor *qkv = NULL, *gate_up = NULL;
     struct {
         const char *suffix;
         role r;
         want w;
         const es__tensor **slot;
+        bool on;
     } spec[] = {
-        {"attn_norm", ROLE_NORM, {"n_embd", d, 0}, &ly->attn_norm},
-        {"attn_q", ROLE_MATRIX, {"n_embd, n_head * head_dim", d, qd}, &ly->wq},
-        {"attn_k", ROLE_MATRIX, {"n_embd, n_head_kv * head_dim", d, kvd}, &ly->wk},
-        {"attn_v", ROLE_MATRIX, {"n_embd, n_head_kv * head_dim", d, kvd}, &ly->wv},
-        {"attn_output", ROLE_MATRIX, {"n_head * head_dim, n_embd", qd, d}, &ly->wo},
-        {"ffn_norm", ROLE_NORM, {"n_embd", d, 0}, &ly->ffn_norm},
-        {"ffn_gate", ROLE_MATRIX, {"n_embd, n_ff", d, hp->n_ff}, &ly->ffn_gate},
-        {"ffn_up", ROLE_MATRIX, {"n_embd, n_ff", d, hp->n_ff}, &ly->ffn_up},
-        {"ffn_down", ROLE_MATRIX, {"n_ff, n_embd", hp->n_ff, d}, &ly->ffn_down},
+        {"attn_norm.weight", ROLE_NORM, {"n_embd", d, 0}, &ly->attn_norm, true},
+        {"attn_q.weight", ROLE_MATRIX, {"n_embd, n_head * head_dim", d, qd}, &ly->wq, !a->fused_qkv},
+        {"attn_k.weight", ROLE_MATRIX, {"n_embd, n_head_kv * head_dim", d, kvd}, &ly->wk, !a->fused_qkv},
+        {"attn_v.weight", ROLE_MATRIX, {"n_embd, n_head_kv * head_dim", d, kvd}, &ly->wv, !a->fused_qkv},
+        {"attn_qkv.weight", ROLE_MATRIX, {"n_embd, (n_head + 2 n_head_kv) * head_dim", d, qd + 2 * kvd}, &qkv,
+         a->fused_qkv},
+        {"attn_q.bias", ROLE_NORM, {"n_head * head_dim", qd, 0}, &ly->bq, a->qkv_bias},
+        {"attn_k.bias", ROLE_NORM, {"n_head_kv * head_dim", kvd, 0}, &ly->bk, a->qkv_bias},
+        {"attn_v.bias", ROLE_NORM, {"n_head_kv * head_dim", kvd, 0}, &ly->bv, a->qkv_bias},
+        {"attn_output.weight", ROLE_MATRIX, {"n_head * head_dim, n_embd", qd, d}, &ly->wo, true},
+        {"post_attention_norm.weight", ROLE_NORM, {"n_embd", d, 0}, &ly->post_attn_norm, a->post_norms},
+        {"ffn_norm.weight", ROLE_NORM, {"n_embd", d, 0}, &ly->ffn_norm, true},
+        {"ffn_gate.weight", ROLE_MATRIX, {"n_embd, n_ff", d, hp->n_ff}, &ly->ffn_gate, !a->fused_gate_up},
+        {"ffn_up.weight", ROLE_MATRIX, {"n_embd, n_ff", d, hp->n_ff}, &ly->ffn_up, !a->fused_gate_up},
+        {"ffn_up.weight", ROLE_MATRIX, {"n_embd, 2 n_ff: gate rows, then up rows", d, 2 * (int64_t)hp->n_ff}, &gate_up,
+         a->fused_gate_up},
+        {"ffn_down.weight", ROLE_MATRIX, {"n_ff, n_embd", hp->n_ff, d}, &ly->ffn_down, true},
+        {"post_ffw_norm.weight", ROLE_NORM, {"n_embd", d, 0}, &ly->post_ffn_norm, a->post_norms},
     };
-    char name[64];
+    char name[80];
     for (size_t k = 0; k < ES__ARRAY_LEN(spec); k++) {
-        snprintf(name, sizeof name, "blk.%d.%s.weight", il, spec[k].suffix);
+        if (!spec[k].on) continue;
+        snprintf(name, sizeof name, "blk.%d.%s", il, spec[k].suffix);
         ES_TRY(get_tensor(L, used, name, spec[k].r, spec[k].w, true, spec[k].slot));
+    }
+    if (qkv) {
+        ly->wq = row_view(qkv, 0, qd, &ly->views[0]);
+        ly->wk = row_view(qkv, qd, kvd, &ly->views[1]);
+        ly->wv = row_view(qkv, qd + kvd, kvd, &ly->views[2]);
+    }
+    if (gate_up) {
+        ly->ffn_gate = row_view(gate_up, 0, hp->n_ff, &ly->views[3]);
+        ly->ffn_up = row_view(gate_up, hp->n_ff, hp->n_ff, &ly->views[4]);
     }
     return ES_OK;
 }
@@ -319,6 +371,11 @@ static es_status bind_tensors(loader *L) {
         s = get_tensor(L, used, "output_norm.weight", ROLE_NORM, (want){"n_embd", d, 0}, true, &m->output_norm);
     if (s == ES_OK)
         s = get_tensor(L, used, "output.weight", ROLE_MATRIX, (want){"n_embd, n_vocab", d, nv}, false, &m->output);
+    /* llama 3.1/3.2's per-pair frequency divisors (the converter writes them for rope type llama3) */
+    const es__tensor *freqs = NULL;
+    if (s == ES_OK)
+        s = get_tensor(L, used, "rope_freqs.weight", ROLE_NORM, (want){"n_rot / 2", hp->n_rot / 2, 0}, false, &freqs);
+    if (freqs) m->hp.rope_freqs = freqs->data;
     for (int32_t il = 0; s == ES_OK && il < hp->n_layer; il++) s = bind_layer(L, used, il, &m->layers[il]);
     if (s == ES_OK) {
         m->tied_output = m->output == NULL;
@@ -326,7 +383,13 @@ static es_status bind_tensors(loader *L) {
         for (int32_t i = 0; s == ES_OK && i < m->n_tensors; i++) {
             const es__tensor *t = &m->tensors[i];
             long blk = -1;
-            if (used[i])
+            if (strncmp(t->name, "rope_factors", 12) == 0)
+                /* phi3's LongRoPE (128k-context files): the frequencies would be wrong without it */
+                s = es__fail(L->err, ES_ERR_UNSUPPORTED,
+                             "tensor '%s' (file offset %" PRIu64 "): per-frequency RoPE factors (LongRoPE) are not "
+                             "supported",
+                             t->name, t->file_offset);
+            else if (used[i])
                 count(m, t);
             else if (sscanf(t->name, "blk.%ld.", &blk) == 1 && blk >= hp->n_layer)
                 /* a layer the hyperparameters do not count: a block_count that lies would run a
@@ -399,10 +462,11 @@ static es_status load(es_model *m, const char *path, const es__file_map *mem, co
     ES_RETURN_IF(arch.len > 64, err, ES_ERR_FORMAT,
                  "general.architecture (offset %" PRIu64 ") is %" PRIu64 " bytes long: not a valid name", arch_at,
                  arch.len);
-    ES_RETURN_IF(!L.vocab_only && !es__str_eq(arch, "llama"), err, ES_ERR_UNSUPPORTED,
-                 "general.architecture is '%s': edgespec runs 'llama' models (load with vocab_only for the "
+    m->hp.arch = es__arch_find(m->arch);
+    ES_RETURN_IF(!L.vocab_only && !m->hp.arch, err, ES_ERR_UNSUPPORTED,
+                 "general.architecture is '%s': edgespec runs %s models (load with vocab_only for the "
                  "tokenizer alone)",
-                 m->arch);
+                 m->arch, es__arch_names());
     ES_TRY(es__vocab_load(L.g, m->alloc, err, &m->vocab));
     m->tokenizer_pre = es__strndup(m->alloc, es__vocab_pre(m->vocab), strlen(es__vocab_pre(m->vocab)));
     ES_RETURN_IF(!m->tokenizer_pre, err, ES_ERR_OUT_OF_MEMORY, "out of memory");

@@ -4,6 +4,7 @@
 #ifndef ES_CORE_MODEL_H
 #define ES_CORE_MODEL_H
 
+#include "arch.h"
 #include "common.h"
 #include "gguf.h"
 #include "../../platform/platform.h"
@@ -36,7 +37,24 @@ typedef struct es__hparams {
     float rope_freq_scale; /* positions are multiplied by this (1 = none)     */
     float rms_eps;
     es_rope_type rope_type;
+    const es__arch *arch;  /* what the forward does beyond llama's (arch.h)     */
+    float embd_scale;      /* embedding rows are multiplied by it (1 = none)    */
+    float attn_scale;      /* attention scores are q.k times it (1/sqrt(head_dim)) */
+    float attn_softcap;    /* scores become c tanh(s / c) (0 = none)            */
+    float final_softcap;   /* logits become c tanh(l / c) (0 = none)            */
+    const float *rope_freqs; /* [n_rot / 2] divisors of each pair's frequency (llama 3's
+                              rope_freqs.weight, f32 in the mapping) or NULL            */
+    int32_t n_swa;         /* sliding window: a query at position p sees keys at
+                              positions > p - n_swa in sliding layers (0 = none) */
 } es__hparams;
+
+/* The sliding window of layer il: hp->n_swa in the layers the architecture's pattern makes
+ * sliding, else 0 (the whole context). */
+static inline int32_t es__layer_window(const es__hparams *hp, int32_t il) {
+    if (hp->n_swa <= 0) return 0;
+    const int32_t p = hp->arch ? hp->arch->swa_pattern : 1;
+    return p <= 1 || il % p < p - 1 ? hp->n_swa : 0;
+}
 
 typedef struct es__layer {
     const es__tensor *attn_norm; /* (n_embd)                          */
@@ -48,6 +66,11 @@ typedef struct es__layer {
     const es__tensor *ffn_gate;  /* (n_ff, n_embd)                    */
     const es__tensor *ffn_up;    /* (n_ff, n_embd)                    */
     const es__tensor *ffn_down;  /* (n_embd, n_ff)                    */
+    const es__tensor *bq, *bk, *bv; /* (n_head*hd), (n_head_kv*hd) x 2; NULL without biases */
+    const es__tensor *post_attn_norm, *post_ffn_norm; /* (n_embd); NULL unless post_norms */
+    /* row-range views of fused tensors (attn_qkv, ffn_up of phi3) that wq..wv, ffn_gate and
+     * ffn_up point at; their names and data are the fused tensor's */
+    es__tensor views[5];
 } es__layer;
 
 struct es_model {

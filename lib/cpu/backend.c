@@ -69,6 +69,34 @@ static void cpu_model_release(es_backend *b, void *weights) {
     es__free(b->alloc, W);
 }
 
+/* Floats of the f32 copies: the output norm, then per layer 4 norms and the Q, K, V biases. */
+static size_t norm_floats(const es__hparams *hp) {
+    const size_t qkv = (size_t)(hp->n_head + 2 * hp->n_head_kv) * (size_t)hp->head_dim;
+    return (size_t)hp->n_embd + (size_t)hp->n_layer * (4 * (size_t)hp->n_embd + qkv);
+}
+
+/* The optional vectors of a layer (arch.h): post-branch norms, Q/K/V biases, each or none. */
+static es_status layer_vectors(es_backend *b, const es__kern *k, const es__hparams *hp, const es__layer *l,
+                               float *dst, es__cpu_layer *L) {
+    const int64_t d = hp->n_embd, qd = (int64_t)hp->n_head * hp->head_dim, kvd = (int64_t)hp->n_head_kv * hp->head_dim;
+    if (l->post_attn_norm) {
+        ES_TRY(norm_copy(b, k, l->post_attn_norm, d, dst));
+        ES_TRY(norm_copy(b, k, l->post_ffn_norm, d, dst + d));
+        L->post_attn_norm = dst;
+        L->post_ffn_norm = dst + d;
+    }
+    if (l->bq) {
+        float *bias = dst + 2 * d;
+        ES_TRY(norm_copy(b, k, l->bq, qd, bias));
+        ES_TRY(norm_copy(b, k, l->bk, kvd, bias + qd));
+        ES_TRY(norm_copy(b, k, l->bv, kvd, bias + qd + kvd));
+        L->bq = bias;
+        L->bk = bias + qd;
+        L->bv = bias + qd + kvd;
+    }
+    return ES_OK;
+}
+
 static es_status upload_views(es_backend *b, const es_model *m, es__cpu_weights *W) {
     const es__hparams *hp = &m->hp;
     const es__kern *k = ((es__cpu_state *)b->impl)->kern;
@@ -86,11 +114,13 @@ static es_status upload_views(es_backend *b, const es_model *m, es__cpu_weights 
     for (int32_t il = 0; il < hp->n_layer; il++) {
         const es__layer *l = &m->layers[il];
         es__cpu_layer *L = &W->layers[il];
-        float *nrm = W->norms + (size_t)(1 + 2 * il) * (size_t)d;
+        const size_t per = (norm_floats(hp) - (size_t)d) / (size_t)hp->n_layer;
+        float *nrm = W->norms + (size_t)d + (size_t)il * per;
         ES_TRY(norm_copy(b, k, l->attn_norm, d, nrm));
         ES_TRY(norm_copy(b, k, l->ffn_norm, d, nrm + d));
         L->attn_norm = nrm;
         L->ffn_norm = nrm + d;
+        ES_TRY(layer_vectors(b, k, hp, l, nrm + 2 * d, L));
         ES_TRY(mat_view(b, l->wq, d, qd, &L->wq));
         ES_TRY(mat_view(b, l->wk, d, kvd, &L->wk));
         ES_TRY(mat_view(b, l->wv, d, kvd, &L->wv));
@@ -163,7 +193,7 @@ static es_status cpu_model_upload(es_backend *b, const es_model *m, void **weigh
     if (W) {
         W->model = m;
         W->layers = es__calloc(b->alloc, (size_t)m->hp.n_layer, sizeof *W->layers);
-        W->norms = es__calloc(b->alloc, (size_t)(1 + 2 * (size_t)m->hp.n_layer), sizeof(float) * (size_t)m->hp.n_embd);
+        W->norms = es__calloc(b->alloc, norm_floats(&m->hp), sizeof(float));
     }
     if (!W || !W->layers || !W->norms) {
         cpu_model_release(b, W);
@@ -314,7 +344,7 @@ static es_status cpu_kv_shift(es_context *ctx, int32_t n_keep, int32_t d) {
     float *cs = es__malloc(ctx->alloc, sizeof(float) * (size_t)ES__MAX(hp->n_rot, 2)); /* n_rot / 2 pairs */
     ES_RETURN_IF(!cs, &ctx->backend->err, ES_ERR_OUT_OF_MEMORY, "cpu backend: out of memory");
     const int32_t minus_d = -d;
-    es__cpu_rope_table(&minus_d, 1, hp->n_rot, hp->rope_freq_base, hp->rope_freq_scale, cs);
+    es__cpu_rope_table(&minus_d, 1, hp->n_rot, hp->rope_freq_base, hp->rope_freq_scale, hp->rope_freqs, cs);
     for (size_t g = 0; g < heads; g++) {
         float *kb = c->k + g * n_ctx * hd, *vb = c->v + g * n_ctx * hd;
         for (int32_t s = n_keep + d; s < ctx->n_past; s++) {

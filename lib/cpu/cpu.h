@@ -25,6 +25,8 @@ typedef struct es__cpu_layer {
     const float *attn_norm, *ffn_norm; /* (n_embd) f32                          */
     es__cpu_mat wq, wk, wv, wo;        /* (n_head*hd | n_head_kv*hd | n_embd, .) */
     es__cpu_mat gate, up, down;        /* (n_ff, n_embd), (n_ff, n_embd), (n_embd, n_ff) */
+    const float *bq, *bk, *bv;         /* (n_head*hd), (n_head_kv*hd) x 2; NULL: no biases */
+    const float *post_attn_norm, *post_ffn_norm; /* (n_embd); NULL: none (arch.h)         */
 } es__cpu_layer;
 
 typedef struct es__cpu_weights {
@@ -33,7 +35,7 @@ typedef struct es__cpu_weights {
     es__cpu_mat output;                /* (n_vocab, n_embd); the same data when tied */
     const float *output_norm;          /* (n_embd) */
     es__cpu_layer *layers;             /* [n_layer] */
-    float *norms;                      /* owned f32 copies of the norm vectors */
+    float *norms;                      /* owned f32 copies of the norm vectors and biases */
     void *repacked;                    /* owned copy of the matrices (NULL = read from the mapping) */
     size_t repacked_size;
 } es__cpu_weights;

@@ -31,10 +31,10 @@ typedef struct fwd_job {
 #define ROW_ALIGN 16
 
 /* What a phase computes, for the profile (es_backend_profile). */
-enum { OP_EMBED, OP_NORM, OP_QKV, OP_ROPE, OP_GATHER, OP_ATTN, OP_WO, OP_FFN, OP_DOWN, OP_HEAD, OP_COUNT };
+enum { OP_EMBED, OP_NORM, OP_QKV, OP_ROPE, OP_GATHER, OP_ATTN, OP_WO, OP_FFN, OP_DOWN, OP_HEAD, OP_POST_NORM, OP_COUNT };
 static const char *const op_names[OP_COUNT] = {
     "get_rows", "rms_norm", "mul_mat_qkv", "rope_kv_write", "gather_rows", "attention",
-    "mul_mat_wo", "mul_mat_gate_up_swiglu", "mul_mat_down", "mul_mat_head",
+    "mul_mat_wo", "mul_mat_gate_up_swiglu", "mul_mat_down", "mul_mat_head", "rms_norm_post_add",
 };
 
 /* One thread's walk through the job's phases (pool.h: phases with work stealing). */
@@ -110,6 +110,34 @@ static void mm_residual_phase(thr *t, int op, const es__cpu_mat *W, const float 
     phase_end(t, &w);
 }
 
+/* A residual branch's output projection: x += W a, or with a post-branch norm (gemma2,
+ * arch.h) x += rmsnorm(W a) * post, which needs whole rows of W a first: two phases. */
+static void branch_phase(thr *t, int op, const es__cpu_mat *W, const float *post, const float *a, int64_t n_tok,
+                         float *tmp, float *x) {
+    if (!post) {
+        mm_residual_phase(t, op, W, a, n_tok, tmp, x);
+        return;
+    }
+    const fwd_job *J = t->J;
+    const int64_t d = J->hp->n_embd;
+    const mm_seg seg = {W, tmp};
+    mm_phase(t, op, &seg, 1, a, n_tok);
+    es__work w;
+    phase_begin(t, &w, OP_POST_NORM, n_tok, 1);
+    for (int64_t lo, hi; es__work_next(&w, &lo, &hi);)
+        for (int64_t i = lo; i < hi; i++) {
+            es__cpu_rmsnorm_row(J->k, tmp + i * d, post, d, J->hp->rms_eps, tmp + i * d);
+            add_rows(x + i * d, tmp + i * d, d, 1, 0, d);
+        }
+    phase_end(t, &w);
+}
+
+/* Q, K and V biases (qwen2) of one token, before RoPE. */
+static void add_bias(float *x, const float *b, int64_t n) {
+    if (b)
+        for (int64_t i = 0; i < n; i++) x[i] += b[i];
+}
+
 /* check_layer >= 0: the layer's first phase, where cancellation (es_context_abort) is looked at:
  * the one thread that computes row 0 takes the request and records the layer before it reports
  * the row done, so every thread finds it once the phase is complete and all stop at the same
@@ -155,6 +183,9 @@ static bool layer(thr *t, int32_t il) {
     for (int64_t lo, hi; es__work_next(&w, &lo, &hi);)
         for (int64_t i = lo; i < hi; i++) {
             const float *cs = c->rope + i * (hp->n_rot / 2) * 2;
+            add_bias(c->q + i * qd, L->bq, qd);
+            add_bias(c->kn + i * kvd, L->bk, kvd);
+            add_bias(c->vn + i * kvd, L->bv, kvd);
             es__cpu_rope_token(c->q + i * qd, hp->n_head, hd, hp->n_rot, cs, hp->rope_type);
             es__cpu_rope_token(c->kn + i * kvd, hp->n_head_kv, hd, hp->n_rot, cs, hp->rope_type);
             es__cpu_kv_write(c->k + cache_off, c->v + cache_off, J->n_ctx, hp->n_head_kv, hd, f->n_past + (int32_t)i,
@@ -181,7 +212,8 @@ static bool layer(thr *t, int32_t il) {
         const es__attn a = {c->q,          qd,          c->k + cache_off,        c->v + cache_off, J->n_ctx,
                             hp->n_head,    hp->n_head_kv, hd,                    f->n_past,        n,
                             nr,            rows,        f->dfs_start,            f->dfs_end,
-                            1.0f / sqrtf((float)hd),    c->att,                  qd};
+                            hp->attn_scale,             c->att,                  qd,
+                            f->pos,        es__layer_window(hp, il),             hp->attn_softcap};
         phase_begin(t, &w, OP_ATTN, (int64_t)nr * hp->n_head, 1);
         for (int64_t lo, hi; es__work_next(&w, &lo, &hi);)
             es__cpu_attention_range(J->k, &a, lo, hi, c->scores + (size_t)t->ith * (size_t)(J->n_ctx + n),
@@ -189,7 +221,7 @@ static bool layer(thr *t, int32_t il) {
         phase_end(t, &w);
     }
 
-    mm_residual_phase(t, OP_WO, &L->wo, c->att, nr, c->tmp, c->x);
+    branch_phase(t, OP_WO, &L->wo, L->post_attn_norm, c->att, nr, c->tmp, c->x);
     norm_phase(t, c->x, L->ffn_norm, c->xn, nr, -1);
 
     /* gate and up for the same rows, then SwiGLU on them */
@@ -200,18 +232,22 @@ static bool layer(thr *t, int32_t il) {
         mm_rows(t, &u, 1, c->xn, nr, lo, hi);
         for (int32_t i = 0; i < nr; i++) {
             const int64_t off = (int64_t)i * hp->n_ff;
-            es__cpu_swiglu_range(J->k, c->gate + off, c->up + off, lo, hi, c->gate + off);
+            if (hp->arch->act == ES__ACT_GELU)
+                es__cpu_geglu_range(c->gate + off, c->up + off, lo, hi, c->gate + off);
+            else
+                es__cpu_swiglu_range(J->k, c->gate + off, c->up + off, lo, hi, c->gate + off);
         }
     }
     phase_end(t, &w);
 
-    mm_residual_phase(t, OP_DOWN, &L->down, c->gate, nr, c->tmp, c->x);
+    branch_phase(t, OP_DOWN, &L->down, L->post_ffn_norm, c->gate, nr, c->tmp, c->x);
     return true;
 }
 
-/* Phases of one forward: the embedding, 9 per layer at most, the final norm and the head. */
+/* Phases of one forward: the embedding, 11 per layer at most (9, and 2 post-branch norms), the
+ * final norm and the head. */
 int32_t es__cpu_fwd_phases(int32_t n_layer) {
-    return 9 * n_layer + 3;
+    return 11 * n_layer + 3;
 }
 
 static void fwd_thread(void *arg, int ith, int nth) {
@@ -226,9 +262,13 @@ static void fwd_thread(void *arg, int ith, int nth) {
     phase_begin(&t, &w, OP_EMBED, n, 1);
     for (int64_t lo, hi; es__work_next(&w, &lo, &hi);) {
         const es__cpu_mat *E = &J->w->tok_embd;
-        for (int64_t i = lo; i < hi; i++)
-            J->k->to_f32(E->type, (const uint8_t *)E->data + E->row_bytes * (size_t)f->tokens[i], c->x + i * d, d);
-        es__cpu_rope_table(f->pos + lo, hi - lo, hp->n_rot, hp->rope_freq_base, hp->rope_freq_scale,
+        for (int64_t i = lo; i < hi; i++) {
+            float *xi = c->x + i * d;
+            J->k->to_f32(E->type, (const uint8_t *)E->data + E->row_bytes * (size_t)f->tokens[i], xi, d);
+            if (hp->embd_scale != 1.0f)
+                for (int32_t j = 0; j < d; j++) xi[j] *= hp->embd_scale;
+        }
+        es__cpu_rope_table(f->pos + lo, hi - lo, hp->n_rot, hp->rope_freq_base, hp->rope_freq_scale, hp->rope_freqs,
                            c->rope + lo * (hp->n_rot / 2) * 2);
     }
     phase_end(&t, &w);
@@ -242,7 +282,18 @@ static void fwd_thread(void *arg, int ith, int nth) {
     /* rows 0..n_out-1 of x now hold the wanted tokens (gathered in the last layer) */
     norm_phase(&t, c->x, J->w->output_norm, c->xn, f->n_out, -1);
     const mm_seg head = {&J->w->output, f->logits};
-    mm_phase(&t, OP_HEAD, &head, 1, c->xn, f->n_out);
+    if (hp->final_softcap <= 0.0f) {
+        mm_phase(&t, OP_HEAD, &head, 1, c->xn, f->n_out);
+        return;
+    }
+    /* soft-capped logits (gemma2): each thread caps the rows of the vocabulary it computed */
+    const int64_t V = J->w->output.n_out;
+    phase_begin(&t, &w, OP_HEAD, V, ROW_ALIGN);
+    for (int64_t lo, hi; es__work_next(&w, &lo, &hi);) {
+        mm_rows(&t, &head, 1, c->xn, f->n_out, lo, hi);
+        for (int32_t i = 0; i < f->n_out; i++) es__cpu_softcap(f->logits + i * V + lo, hi - lo, hp->final_softcap);
+    }
+    phase_end(&t, &w);
 }
 
 /* Adds one forward call's phase times to the backend's profile, ops in first-seen order. */

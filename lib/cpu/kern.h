@@ -29,9 +29,10 @@ typedef struct es__kern {
     void (*silu_mul)(const float *g, const float *u, int64_t n, float *out);
     /* Attention of one query q[hd] over one kv head's keys kb and values vb, both (n_ctx, hd): the
      * slots 0..n_past-1, then n_past + vis[i] for i < n_vis, in that (position) order.
-     * scores: scratch of n_past + n_vis floats. out[hd] = softmax(scale * q.k) weighted sum of v. */
+     * scores: scratch of n_past + n_vis floats. out[hd] = softmax(s) weighted sum of v, with
+     * s = scale * q.k, or softcap tanh(s / softcap) when softcap > 0 (gemma2's soft-capping). */
     void (*attend)(const float *q, const float *kb, const float *vb, int64_t hd, int32_t n_past, const int32_t *vis,
-                   int32_t n_vis, float scale, float *scores, float *out);
+                   int32_t n_vis, float scale, float softcap, float *scores, float *out);
 } es__kern;
 
 /* The levels built into this library, best first; each entry usable on this CPU or NULL. */

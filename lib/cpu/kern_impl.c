@@ -14,6 +14,7 @@
  * Not here: threading, which rows a thread takes. */
 #include "kern.h"
 
+#include <math.h>
 #include <string.h>
 
 #if !defined(ES_KERN_LEVEL)
@@ -490,7 +491,7 @@ INLINE void pv_chunks(const float *vb, int64_t hd, int32_t n_past, const int32_t
  * n_past + vis[i]. kb, vb: (n_ctx, hd). Scores, their exponentials, their sum and the weighted sum
  * of values all run over the keys in slot (position) order. */
 static void k_attend(const float *q, const float *kb, const float *vb, int64_t hd, int32_t n_past, const int32_t *vis,
-                     int32_t n_vis, float scale, float *sc, float *out) {
+                     int32_t n_vis, float scale, float softcap, float *sc, float *out) {
     const int32_t m = n_past + n_vis;
     int32_t s0 = 0;
 #if VL >= 8
@@ -524,6 +525,8 @@ static void k_attend(const float *q, const float *kb, const float *vb, int64_t h
         if (k < hd) acc = vfma(load_x_tail(q + k, hd - k), load_x_tail(kr + k, hd - k), acc);
         sc[s] = hsum(acc) * scale;
     }
+    if (softcap > 0.0f)
+        for (int32_t s = 0; s < m; s++) sc[s] = softcap * tanhf(sc[s] / softcap);
     float mx = -__builtin_inff();
     for (int32_t s = 0; s < m; s++) mx = sc[s] > mx ? sc[s] : mx;
     const vf mxv = vsplat(mx);

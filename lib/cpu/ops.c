@@ -15,19 +15,20 @@ void es__cpu_rmsnorm_row(const es__kern *k, const float *x, const float *w, int6
 }
 
 static void rope_cs(int32_t pos, int64_t i0, int64_t i1, int64_t n_rot, float freq_base, float freq_scale,
-                    float *cs) {
+                    const float *freq_div, float *cs) {
     for (int64_t i = i0; i < i1; i++) {
-        const double theta =
-            (double)pos * (double)freq_scale * pow((double)freq_base, -2.0 * (double)i / (double)n_rot);
+        const double theta = (double)pos * (double)freq_scale *
+                             pow((double)freq_base, -2.0 * (double)i / (double)n_rot) /
+                             (freq_div ? (double)freq_div[i] : 1.0);
         cs[(i - i0) * 2 + 0] = (float)cos(theta);
         cs[(i - i0) * 2 + 1] = (float)sin(theta);
     }
 }
 
 void es__cpu_rope_table(const int32_t *pos, int64_t n_tok, int64_t n_rot, float freq_base, float freq_scale,
-                        float *cs) {
+                        const float *freq_div, float *cs) {
     const int64_t half = n_rot / 2;
-    for (int64_t t = 0; t < n_tok; t++) rope_cs(pos[t], 0, half, n_rot, freq_base, freq_scale, cs + t * half * 2);
+    for (int64_t t = 0; t < n_tok; t++) rope_cs(pos[t], 0, half, n_rot, freq_base, freq_scale, freq_div, cs + t * half * 2);
 }
 
 /* Rotates pairs [i0, i1) of every head; cs holds their cos/sin from pair i0 on. */
@@ -53,11 +54,22 @@ void es__cpu_rope_token(float *x, int64_t n_head, int64_t head_dim, int64_t n_ro
     rope_pairs(x, n_head, head_dim, n_rot, 0, n_rot / 2, cs, type);
 }
 
-/* In-batch keys of batch token j: its ancestors and itself, in slot order. Returns the count. */
+/* The first committed slot batch token j sees: keys at positions <= p - window are out of a
+ * sliding window (committed slot s holds position s). */
+static int32_t first_slot(const es__attn *a, int32_t j) {
+    if (a->window <= 0) return 0;
+    const int64_t lo = (int64_t)a->pos[j] - a->window + 1;
+    return (int32_t)ES__MIN(ES__MAX(lo, 0), (int64_t)a->n_past);
+}
+
+/* In-batch keys of batch token j: its ancestors and itself (inside its window), in slot order.
+ * Returns the count. */
 static int32_t visible_keys(const es__attn *a, int32_t j, int32_t *visible) {
     int32_t n_vis = 0;
     for (int32_t i = 0; i < a->n_batch; i++)
-        if (a->dfs_start[i] <= a->dfs_start[j] && a->dfs_end[j] <= a->dfs_end[i]) visible[n_vis++] = i;
+        if (a->dfs_start[i] <= a->dfs_start[j] && a->dfs_end[j] <= a->dfs_end[i] &&
+            (a->window <= 0 || a->pos[i] > a->pos[j] - a->window))
+            visible[n_vis++] = i;
     return n_vis;
 }
 
@@ -78,16 +90,30 @@ void es__cpu_attention_range(const es__kern *k, const es__attn *a, int64_t lo, i
             cur_block = block;
         }
         const int32_t g = h / group;
+        /* a window starts the committed keys at slot s0: the kernel sees the cache from there, so
+         * the keys it reduces are the same sequence whether the token is decoded or prefilled */
+        const int32_t s0 = first_slot(a, a->rows ? a->rows[row] : row);
         const float *q = a->q + row * a->q_stride + (int64_t)h * hd;
-        const float *kg = a->kc + (int64_t)g * a->n_ctx * hd, *vg = a->vc + (int64_t)g * a->n_ctx * hd;
-        k->attend(q, kg, vg, hd, a->n_past, visible + (size_t)(row - r0) * (size_t)a->n_batch, n_vis[row - r0],
-                  a->scale, scores, a->out + row * a->out_stride + (int64_t)h * hd);
+        const float *kg = a->kc + ((int64_t)g * a->n_ctx + s0) * hd, *vg = a->vc + ((int64_t)g * a->n_ctx + s0) * hd;
+        k->attend(q, kg, vg, hd, a->n_past - s0, visible + (size_t)(row - r0) * (size_t)a->n_batch, n_vis[row - r0],
+                  a->scale, a->softcap, scores, a->out + row * a->out_stride + (int64_t)h * hd);
     }
 }
 
 void es__cpu_swiglu_range(const es__kern *k, const float *gate, const float *up, int64_t lo, int64_t hi,
                           float *out) {
     if (lo < hi) k->silu_mul(gate + lo, up + lo, hi - lo, out + lo);
+}
+
+void es__cpu_geglu_range(const float *gate, const float *up, int64_t lo, int64_t hi, float *out) {
+    for (int64_t i = lo; i < hi; i++) {
+        const float g = gate[i];
+        out[i] = 0.5f * g * (1.0f + tanhf(0.7978845608f * (g + 0.044715f * g * g * g))) * up[i];
+    }
+}
+
+void es__cpu_softcap(float *x, int64_t n, float c) {
+    for (int64_t i = 0; i < n; i++) x[i] = c * tanhf(x[i] / c);
 }
 
 /* ---- whole ops */
@@ -168,7 +194,7 @@ void es__cpu_rope(float *x, int64_t n_tok, int64_t n_head, int64_t head_dim, int
         /* a chunk of pairs at a time keeps this free of allocation; same values as the table */
         for (int64_t i0 = 0; i0 < n_rot / 2; i0 += CHUNK) {
             const int64_t i1 = ES__MIN(n_rot / 2, i0 + CHUNK);
-            rope_cs(pos[t], i0, i1, n_rot, freq_base, freq_scale, cs);
+            rope_cs(pos[t], i0, i1, n_rot, freq_base, freq_scale, NULL, cs);
             rope_pairs(x + t * n_head * head_dim, n_head, head_dim, n_rot, i0, i1, cs, type);
         }
     }
@@ -193,6 +219,16 @@ es_status es__cpu_attention(es__pool *pool, const float *q, const float *kc, con
                             int32_t n_head, int32_t n_head_kv, int32_t head_dim, int32_t n_past, int32_t n,
                             const int32_t *dfs_start, const int32_t *dfs_end, float scale, float *out,
                             es__err *err) {
+    return es__cpu_attention_ex(pool, q, kc, vc, n_ctx, n_head, n_head_kv, head_dim, n_past, n, dfs_start, dfs_end,
+                                NULL, 0, 0.0f, scale, out, err);
+}
+
+es_status es__cpu_attention_ex(es__pool *pool, const float *q, const float *kc, const float *vc, int32_t n_ctx,
+                               int32_t n_head, int32_t n_head_kv, int32_t head_dim, int32_t n_past, int32_t n,
+                               const int32_t *dfs_start, const int32_t *dfs_end, const int32_t *pos, int32_t window,
+                               float softcap, float scale, float *out, es__err *err) {
+    ES_RETURN_IF(window < 0 || (window > 0 && !pos) || !(softcap >= 0.0f), err, ES_ERR_INVALID_ARGUMENT,
+                 "cpu attention: window %d (positions %s), softcap %g", window, pos ? "given" : "NULL", (double)softcap);
     ES_RETURN_IF(n_head <= 0 || n_head_kv <= 0 || n_head % n_head_kv || head_dim <= 0 || n <= 0 || n_past < 0 ||
                      (int64_t)n_past + n > n_ctx,
                  err, ES_ERR_INVALID_ARGUMENT,
@@ -208,7 +244,7 @@ es_status es__cpu_attention(es__pool *pool, const float *q, const float *kc, con
     }
     attn_job j = {es__kern_best(),
                   {q, (int64_t)n_head * head_dim, kc, vc, n_ctx, n_head, n_head_kv, head_dim, n_past, n, n, NULL,
-                   dfs_start, dfs_end, scale, out, (int64_t)n_head * head_dim},
+                   dfs_start, dfs_end, scale, out, (int64_t)n_head * head_dim, pos, window, softcap},
                   scores, visible};
     run(pool, attn_thread, &j);
     es__free(NULL, scores);

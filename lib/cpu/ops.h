@@ -53,6 +53,15 @@ es_status es__cpu_attention(es__pool *pool, const float *q, const float *kc, con
                             const int32_t *dfs_start, const int32_t *dfs_end, float scale, float *out,
                             es__err *err);
 
+/* The same with the architectures' extras (lib/core/arch.h): pos[n] the batch's positions
+ * (committed slot s holds position s; may be NULL without a window), keys at positions
+ * <= pos[j] - window unseen (window 0: all seen), scores soft-capped softcap tanh(s / softcap)
+ * (0: not). */
+es_status es__cpu_attention_ex(es__pool *pool, const float *q, const float *kc, const float *vc, int32_t n_ctx,
+                               int32_t n_head, int32_t n_head_kv, int32_t head_dim, int32_t n_past, int32_t n,
+                               const int32_t *dfs_start, const int32_t *dfs_end, const int32_t *pos, int32_t window,
+                               float softcap, float scale, float *out, es__err *err);
+
 /* Writes k_new, v_new: [n][n_head_kv][head_dim] into slots [n_past, n_past + n) of the caches. */
 void es__cpu_kv_write(float *kc, float *vc, int32_t n_ctx, int32_t n_head_kv, int32_t head_dim, int32_t n_past,
                       int32_t n, const float *k_new, const float *v_new);

@@ -11,9 +11,10 @@
 /* One RMSNorm row. */
 void es__cpu_rmsnorm_row(const es__kern *k, const float *x, const float *w, int64_t n, float eps, float *y);
 
-/* cos/sin of every rotated pair for n_tok tokens: cs [n_tok][n_rot / 2][2]. */
+/* cos/sin of every rotated pair for n_tok tokens: cs [n_tok][n_rot / 2][2]. freq_div (NULL = none):
+ * pair i's angle is divided by freq_div[i] (llama 3's rope_freqs.weight). */
 void es__cpu_rope_table(const int32_t *pos, int64_t n_tok, int64_t n_rot, float freq_base, float freq_scale,
-                        float *cs);
+                        const float *freq_div, float *cs);
 /* Rotates one token's n_head heads (x: [n_head][head_dim]) with its row of the table. */
 void es__cpu_rope_token(float *x, int64_t n_head, int64_t head_dim, int64_t n_rot, const float *cs,
                         es_rope_type type);
@@ -32,6 +33,10 @@ typedef struct es__attn {
     float scale;
     float *out;              /* [n_q][n_head][head_dim]                          */
     int64_t out_stride;
+    /* architecture extras (arch.h); zero: none */
+    const int32_t *pos;      /* [n_batch] positions; committed slot s holds position s */
+    int32_t window;          /* keys at positions <= p - window are not seen (0: all)  */
+    float softcap;           /* scores become softcap tanh(s / softcap) (0: not)      */
 } es__attn;
 
 /* Query rows per attention block: tasks run block by block, head-major inside a block. */
@@ -45,5 +50,10 @@ void es__cpu_attention_range(const es__kern *k, const es__attn *a, int64_t lo, i
 
 void es__cpu_swiglu_range(const es__kern *k, const float *gate, const float *up, int64_t lo, int64_t hi,
                           float *out);
+/* GeGLU: out[i] = gelu(gate[i]) * up[i] for i in [lo, hi), gelu's tanh approximation
+ * 0.5 g (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3))). out may alias either input. */
+void es__cpu_geglu_range(const float *gate, const float *up, int64_t lo, int64_t hi, float *out);
+/* x[i] = c tanh(x[i] / c) for i < n (soft-capping; c > 0). */
+void es__cpu_softcap(float *x, int64_t n, float c);
 
 #endif /* ES_CPU_OPSI_H */

@@ -62,6 +62,8 @@ typedef struct vk_ctx {
     VkDescriptorSet s_norm, s_merge, s_move_x, *s_embd, *s_out;
     vk_lsets *ls;
     es__vk_pipeline *p_norm, *p_attn, *p_merge, *p_kv_move, *p_kv_shift, *p_get_rows;
+    VkDescriptorSet s_post;             /* post-branch norm: xn normalised, added into x     */
+    uint32_t bias_floats;               /* per layer Q, K, V biases after the RoPE table (0: none) */
     vk_cb cbs[ES__CB_CACHE];
     uint64_t clock;
     int32_t *depth_count; /* [nb + 1] scratch for the depth sort */
@@ -107,7 +109,10 @@ static es_status plan_memory(es_context *ctx, vk_ctx *c) {
     const VkDeviceSize chunk = ES__MIN(c->nb, ES__ATTN_CHUNK);
     ES_TRY(es__vk_arena_reserve(d, &c->arena, chunk * (VkDeviceSize)hp->n_head * c->max_splits * (hd + 4) * f,
                                 &c->r_part));
-    ES_TRY(es__vk_arena_reserve(d, &c->arena, (VkDeviceSize)c->n_ctx * (uint32_t)hp->n_rot * f, &c->r_rope));
+    /* the RoPE table, then every layer's Q, K, V biases (qwen2), which the RoPE epilogue adds */
+    ES_TRY(es__vk_arena_reserve(d, &c->arena,
+                                ((VkDeviceSize)c->n_ctx * (uint32_t)hp->n_rot + (VkDeviceSize)L * c->bias_floats) * f,
+                                &c->r_rope));
     const VkDeviceSize kv = (VkDeviceSize)hp->n_head_kv * c->n_ctx * hd * f;
     const VkDeviceSize limit = d->use.texel ? (VkDeviceSize)d->phys.props.limits.maxTexelBufferElements * 16
                                             : d->phys.props.limits.maxStorageBufferRange;
@@ -151,6 +156,27 @@ static es_status make_views(es_context *ctx, vk_ctx *c) {
     return ES_OK;
 }
 
+/* Float offset in the RoPE region of layer l's biases, in head order (0: the model has none). */
+static uint32_t bias_off(const vk_ctx *c, uint32_t l) {
+    const es__hparams *hp = &c->w->model->hp;
+    return c->bias_floats ? c->n_ctx * (uint32_t)hp->n_rot + l * c->bias_floats : 0u;
+}
+
+/* Every layer's Q, K, V biases after the RoPE table (the model checked them to be f32). */
+static es_status upload_biases(es_context *ctx, vk_ctx *c, es__vk_stager *st) {
+    const es__hparams *hp = &ctx->model->hp;
+    for (uint32_t l = 0; c->bias_floats && l < (uint32_t)hp->n_layer; l++) {
+        const es__layer *ml = &ctx->model->layers[l];
+        const es__tensor *b[3] = {ml->bq, ml->bk, ml->bv};
+        VkDeviceSize off = c->r_rope.off + (VkDeviceSize)bias_off(c, l) * sizeof(float);
+        for (int i = 0; i < 3; i++) {
+            ES_TRY(es__vk_stage(c->d, st, es__vk_region_buf(&c->arena, &c->r_rope), off, b[i]->data, b[i]->nbytes));
+            off += b[i]->nbytes;
+        }
+    }
+    return ES_OK;
+}
+
 /* cos and sin of every (position, pair), computed in double and rounded once, as the CPU does. */
 static es_status upload_rope(es_context *ctx, vk_ctx *c) {
     const es__hparams *hp = &ctx->model->hp;
@@ -167,11 +193,27 @@ static es_status upload_rope(es_context *ctx, vk_ctx *c) {
         s = es__vk_stage_ptr(c->d, &st, es__vk_region_buf(&c->arena, &c->r_rope),
                              c->r_rope.off + (VkDeviceSize)p0 * half * 2 * sizeof(float),
                              (VkDeviceSize)np * half * 2 * sizeof(float), &ptr);
-        if (s == ES_OK) es__vk_rope_table(ptr, (int32_t)p0, np, (uint32_t)hp->n_rot, hp->rope_freq_base, hp->rope_freq_scale);
+        if (s == ES_OK) es__vk_rope_table(ptr, (int32_t)p0, np, (uint32_t)hp->n_rot, hp->rope_freq_base, hp->rope_freq_scale,
+                                            hp->rope_freqs);
     }
+    if (s == ES_OK) s = upload_biases(ctx, c, &st);
     if (s == ES_OK) s = es__vk_stager_flush(c->d, &st);
     es__vk_stager_free(c->d, &st);
     return s;
+}
+
+/* The gate/up epilogue of the architecture's activation (arch.h). */
+static uint32_t glu_epi(const vk_ctx *c) {
+    return c->w->model->hp.arch->act == ES__ACT_GELU ? ES__EPI_GEGLU : ES__EPI_SWIGLU;
+}
+
+/* A residual branch's output projection adds into x, or with post-branch norms (gemma2) stores
+ * into xn for the norm that then adds. */
+static bool post_norms(const vk_ctx *c) {
+    return c->w->model->hp.arch->post_norms;
+}
+static uint32_t branch_epi(const vk_ctx *c) {
+    return post_norms(c) ? ES__EPI_STORE : ES__EPI_ADD;
 }
 
 static es_status get_pipelines(es_context *ctx, vk_ctx *c) {
@@ -189,8 +231,8 @@ static es_status get_pipelines(es_context *ctx, vk_ctx *c) {
         const struct {
             const es__vk_mat *m;
             uint32_t epi;
-        } uses[4] = {{&vl->qkv, ES__EPI_ROPE_KV}, {&vl->wo, ES__EPI_ADD}, {&vl->gateup, ES__EPI_SWIGLU},
-                     {&vl->down, ES__EPI_ADD}};
+        } uses[4] = {{&vl->qkv, ES__EPI_ROPE_KV}, {&vl->wo, branch_epi(c)}, {&vl->gateup, glu_epi(c)},
+                     {&vl->down, branch_epi(c)}};
         for (int u = 0; u < 4; u++)
             for (uint32_t n = 1; n <= 8; n *= 2) { /* matrix-vector and each matrix-matrix tile */
                 es__vk_pipeline *p;
@@ -205,7 +247,7 @@ static es_status get_pipelines(es_context *ctx, vk_ctx *c) {
 }
 
 static es_status make_pool(es_context *ctx, vk_ctx *c) {
-    uint32_t sets = 5 + 2 * c->w->tok_embd.n_parts + c->w->out->n_parts;
+    uint32_t sets = 6 + 2 * c->w->tok_embd.n_parts + c->w->out->n_parts;
     for (int32_t l = 0; l < ctx->model->hp.n_layer; l++) {
         const es__vk_layer *vl = &c->w->layers[l];
         sets += 3 + vl->qkv.n_parts + vl->wo.n_parts + vl->gateup.n_parts + vl->down.n_parts;
@@ -258,6 +300,10 @@ static es_status make_sets(es_context *ctx, vk_ctx *c) {
         es__vk_bind b[3] = {part, step, attn};
         ES_TRY(es__vk_set_create(d, c->pool, c->p_merge, b, &c->s_merge));
     }
+    if (post_norms(c)) {
+        es__vk_bind b[4] = {xn, vecs, step, bind_region(c, &c->r_x, VK_NULL_HANDLE)};
+        ES_TRY(es__vk_set_create(d, c->pool, c->p_norm, b, &c->s_post));
+    }
     {
         /* the residual rows as kv_move's one-head "cache" (pruning's compaction) */
         const es__vk_bind xw = bind_region(c, &c->r_x, VK_NULL_HANDLE);
@@ -281,9 +327,10 @@ static es_status make_sets(es_context *ctx, vk_ctx *c) {
         es__vk_bind k_w = bind_region(c, &s->k, VK_NULL_HANDLE), v_w = bind_region(c, &s->v, VK_NULL_HANDLE);
         es__vk_bind k_r = bind_region(c, &s->k, s->k_view), v_r = bind_region(c, &s->v, s->v_view);
         ES_TRY(mat_sets(c, &vl->qkv, xn, bind_region(c, &c->r_qkv, VK_NULL_HANDLE), k_w, v_w, &s->qkv));
-        ES_TRY(mat_sets(c, &vl->wo, attn, bind_region(c, &c->r_x, VK_NULL_HANDLE), any, any, &s->wo));
+        const es__vk_bind branch_out = bind_region(c, post_norms(c) ? &c->r_xn : &c->r_x, VK_NULL_HANDLE);
+        ES_TRY(mat_sets(c, &vl->wo, attn, branch_out, any, any, &s->wo));
         ES_TRY(mat_sets(c, &vl->gateup, xn, bind_region(c, &c->r_h, VK_NULL_HANDLE), any, any, &s->gateup));
-        ES_TRY(mat_sets(c, &vl->down, h, bind_region(c, &c->r_x, VK_NULL_HANDLE), any, any, &s->down));
+        ES_TRY(mat_sets(c, &vl->down, h, branch_out, any, any, &s->down));
         es__vk_bind ba[6] = {qkv, k_r, v_r, step, bind_region(c, &c->r_attn, VK_NULL_HANDLE),
                              bind_region(c, &c->r_part, VK_NULL_HANDLE)};
         ES_TRY(es__vk_set_create(d, c->pool, c->p_attn, ba, &s->attn));
@@ -411,6 +458,7 @@ es_status es__vk_ctx_init(es_context *ctx) {
     c->Q32 = up32((uint32_t)(hp->n_head * hp->head_dim));
     c->QKV32 = up32((uint32_t)((hp->n_head + 2 * hp->n_head_kv) * hp->head_dim));
     c->F32 = up32((uint32_t)hp->n_ff);
+    c->bias_floats = ctx->model->layers[0].bq ? (uint32_t)((hp->n_head + 2 * hp->n_head_kv) * hp->head_dim) : 0u;
     c->V32 = up32((uint32_t)hp->n_vocab);
     c->max_splits = (c->n_ctx + ES__ATTN_SPLIT - 1) / ES__ATTN_SPLIT;
     c->step_stride = c->rows + 1; /* OUT_ROWS lists the fused stream rows too */
@@ -452,8 +500,14 @@ void es__vk_ctx_destroy(es_context *ctx) {
 
 /* ---- recording */
 static void rec_norm(vk_ctx *c, es__vk_rec *r, uint32_t n, uint32_t g_off, bool gather, float eps) {
-    es__pc_rmsnorm pc = {(uint32_t)c->w->model->hp.n_embd, n, c->E32, g_off, gather ? 1u : 0u, eps};
+    es__pc_rmsnorm pc = {(uint32_t)c->w->model->hp.n_embd, n, c->E32, g_off, gather ? 1u : 0u, eps, 0u};
     es__vk_rec_dispatch(r, gather ? "rmsnorm_out" : "rmsnorm", c->p_norm, c->s_norm, &pc, n, 1, 1);
+}
+
+/* gemma2's post-branch norm: x += rmsnorm(xn) * g (the branch's projection stored into xn). */
+static void rec_post_norm(vk_ctx *c, es__vk_rec *r, uint32_t n, uint32_t g_off, float eps) {
+    es__pc_rmsnorm pc = {(uint32_t)c->w->model->hp.n_embd, n, c->E32, g_off, 0u, eps, 1u};
+    es__vk_rec_dispatch(r, "rmsnorm_post_add", c->p_norm, c->s_post, &pc, n, 1, 1);
 }
 
 /* The fields of a mul_mat call that do not depend on the part. */
@@ -499,7 +553,7 @@ static void rec_embed(vk_ctx *c, es__vk_rec *r, uint32_t n) {
     for (uint32_t i = 0; i < w->tok_embd.n_parts; i++) {
         const es__vk_part *pt = &w->tok_embd.parts[i];
         es__pc_get_rows pc = {w->tok_embd.K, (uint32_t)w->model->hp.n_embd, n, pt->row0, pt->rows, c->E32,
-                              w->tok_embd.team};
+                              w->tok_embd.team, w->model->hp.embd_scale};
         es__vk_rec_dispatch(r, "get_rows", c->p_get_rows, c->s_embd[i], &pc, n, 1, 1);
     }
 }
@@ -519,10 +573,12 @@ static es_status rec_layer(vk_ctx *c, es__vk_rec *r, uint32_t l, uint32_t n, uin
     const uint32_t nl = n + es__vk_msa_fused_rows(c->msa, (int32_t)l, n, ss); /* rows here */
     rec_norm(c, r, nl, vl->attn_norm, false, hp->rms_eps);
     es__pc_mul_mat pc = mat_call(c, nl, c->E32, c->QKV32);
+    pc.bias_off = bias_off(c, l);
     ES_TRY(rec_proj(c, r, "mul_mat_qkv", l, ES__VK_SS_QKV, &vl->qkv, s->qkv, ES__EPI_ROPE_KV, &pc, n, g));
     for (uint32_t t0 = 0, k = 0; t0 < n; t0 += ES__ATTN_CHUNK, k++) {
         es__pc_attn pa = {t0, ES__MIN(ES__ATTN_CHUNK, n - t0), (uint32_t)hp->n_head, (uint32_t)hp->n_head_kv, hd,
-                          c->QKV32, c->n_ctx, ES__ATTN_SPLIT, c->max_splits, c->Q32, 1.0f / sqrtf((float)hd)};
+                          c->QKV32, c->n_ctx, ES__ATTN_SPLIT, c->max_splits, c->Q32, hp->attn_scale,
+                          (uint32_t)es__layer_window(hp, (int32_t)l), hp->attn_softcap};
         es__vk_rec_dispatch_indirect(r, "attn", c->p_attn, s->attn, &pa, c->step.buf,
                                      ((VkDeviceSize)c->step_ind + 8 * k) * 4);
         if (c->max_splits > 1) { /* its grid is empty when no token of the chunk needs two splits */
@@ -533,12 +589,15 @@ static es_status rec_layer(vk_ctx *c, es__vk_rec *r, uint32_t l, uint32_t n, uin
     }
     if (nl > n) es__vk_msa_rec_attn(c->msa, r, (int32_t)l, n, g);
     pc = mat_call(c, nl, c->Q32, c->E32);
-    ES_TRY(rec_proj(c, r, "mul_mat_wo", l, ES__VK_SS_WO, &vl->wo, s->wo, ES__EPI_ADD, &pc, n, g));
+    ES_TRY(rec_proj(c, r, "mul_mat_wo", l, ES__VK_SS_WO, &vl->wo, s->wo, branch_epi(c), &pc, n, g));
+    if (post_norms(c)) rec_post_norm(c, r, nl, vl->post_attn_norm, hp->rms_eps);
     rec_norm(c, r, nl, vl->ffn_norm, false, hp->rms_eps);
     pc = mat_call(c, nl, c->E32, c->F32);
-    ES_TRY(rec_proj(c, r, "mul_mat_gateup", l, ES__VK_SS_GATEUP, &vl->gateup, s->gateup, ES__EPI_SWIGLU, &pc, n, g));
+    ES_TRY(rec_proj(c, r, "mul_mat_gateup", l, ES__VK_SS_GATEUP, &vl->gateup, s->gateup, glu_epi(c), &pc, n, g));
     pc = mat_call(c, nl, c->F32, c->E32);
-    return rec_proj(c, r, "mul_mat_down", l, ES__VK_SS_DOWN, &vl->down, s->down, ES__EPI_ADD, &pc, n, g);
+    ES_TRY(rec_proj(c, r, "mul_mat_down", l, ES__VK_SS_DOWN, &vl->down, s->down, branch_epi(c), &pc, n, g));
+    if (post_norms(c)) rec_post_norm(c, r, nl, vl->post_ffn_norm, hp->rms_eps);
+    return ES_OK;
 }
 
 /* The output head over the wanted rows, then (fused streams) the stream rows. */
@@ -547,6 +606,7 @@ static es_status rec_head(vk_ctx *c, es__vk_rec *r, uint32_t n, uint32_t n_out, 
     const uint32_t n_head = n_out + (ss & ES__VK_SS_FUSED ? n * ES__VK_SS_FUSED_G(ss) : 0u);
     rec_norm(c, r, n_head, c->w->output_norm, true, hp->rms_eps);
     es__pc_mul_mat pc = mat_call(c, n_head, c->E32, c->V32);
+    pc.softcap = hp->final_softcap;
     return rec_mat(c, r, "mul_mat_out", c->w->out, c->s_out, ES__EPI_STORE, &pc);
 }
 
@@ -762,7 +822,8 @@ es_status es__vk_kv_shift(es_context *ctx, int32_t n_keep, int32_t n_discard) {
     vk_ctx *c = ctx->impl;
     es__vk_dev *d = c->d;
     const es__hparams *hp = &ctx->model->hp;
-    es__vk_rope_table(c->shift_cs.map, -n_discard, 1, (uint32_t)hp->n_rot, hp->rope_freq_base, hp->rope_freq_scale);
+    es__vk_rope_table(c->shift_cs.map, -n_discard, 1, (uint32_t)hp->n_rot, hp->rope_freq_base, hp->rope_freq_scale,
+                      hp->rope_freqs);
     ES_TRY(es__vk_buf_flush(d, &c->shift_cs));
     es__pc_kv_shift pc = {(uint32_t)n_keep, (uint32_t)n_discard, (uint32_t)ctx->n_past, (uint32_t)hp->head_dim,
                           c->n_ctx, (uint32_t)hp->n_rot, hp->rope_type == ES_ROPE_NEOX ? 1u : 0u};

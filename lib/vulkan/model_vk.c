@@ -35,17 +35,25 @@ static es_status norm_vector(es__vk_dev *d, const es__tensor *t, uint32_t E, uin
 
 static es_status upload_vectors(es__vk_dev *d, const es_model *m, es__vk_model *w) {
     const uint32_t L = (uint32_t)m->hp.n_layer, E = (uint32_t)m->hp.n_embd, E32 = w->E32;
-    const size_t n_vec = 2 * (size_t)L + 1;
+    const uint32_t per = m->hp.arch->post_norms ? 4 : 2; /* norm vectors per layer */
+    const size_t n_vec = per * (size_t)L + 1;
     float *host = es__calloc(d->alloc, n_vec * E32, sizeof *host);
     ES_RETURN_IF(!host, d->err, ES_ERR_OUT_OF_MEMORY, "vulkan: out of memory");
     es_status s = ES_OK;
     for (uint32_t l = 0; s == ES_OK && l < L; l++) {
-        w->layers[l].attn_norm = 2 * l * E32;
-        w->layers[l].ffn_norm = (2 * l + 1) * E32;
-        s = norm_vector(d, m->layers[l].attn_norm, E, E32, host + w->layers[l].attn_norm);
-        if (s == ES_OK) s = norm_vector(d, m->layers[l].ffn_norm, E, E32, host + w->layers[l].ffn_norm);
+        es__vk_layer *vl = &w->layers[l];
+        vl->attn_norm = per * l * E32;
+        vl->ffn_norm = (per * l + 1) * E32;
+        s = norm_vector(d, m->layers[l].attn_norm, E, E32, host + vl->attn_norm);
+        if (s == ES_OK) s = norm_vector(d, m->layers[l].ffn_norm, E, E32, host + vl->ffn_norm);
+        if (s == ES_OK && per == 4) {
+            vl->post_attn_norm = (per * l + 2) * E32;
+            vl->post_ffn_norm = (per * l + 3) * E32;
+            s = norm_vector(d, m->layers[l].post_attn_norm, E, E32, host + vl->post_attn_norm);
+            if (s == ES_OK) s = norm_vector(d, m->layers[l].post_ffn_norm, E, E32, host + vl->post_ffn_norm);
+        }
     }
-    w->output_norm = 2 * L * E32;
+    w->output_norm = per * L * E32;
     if (s == ES_OK) s = norm_vector(d, m->output_norm, E, E32, host + w->output_norm);
     const VkDeviceSize bytes = sizeof *host * n_vec * E32;
     if (s == ES_OK) s = es__vk_buf_create(d, bytes, ES__VK_MEM_DEVICE, "norm weights", &w->vecs);

@@ -11,6 +11,7 @@ typedef struct es__vk_layer {
     es__vk_mat gateup;       /* (2*n_ff, n_embd): gate and up rows interleaved           */
     es__vk_mat down;         /* (n_embd, n_ff)                                            */
     uint32_t attn_norm, ffn_norm; /* float offsets of the norm vectors in vecs            */
+    uint32_t post_attn_norm, post_ffn_norm; /* the same for gemma2's post-branch norms (arch.h) */
 } es__vk_layer;
 
 typedef struct es__vk_model {

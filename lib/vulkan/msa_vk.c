@@ -528,7 +528,7 @@ static void rec_rows(struct es__vk_msa *m, es__vk_rec *r, const char *op, VkDesc
 static void rec_norm(struct es__vk_msa *m, es__vk_rec *r, const char *op, VkDescriptorSet set, uint32_t n,
                      uint32_t g_off) {
     const es__hparams *hp = &m->ctx->model->hp;
-    es__pc_rmsnorm pc = {(uint32_t)hp->n_embd, n, m->res.E32, g_off, 0, hp->rms_eps};
+    es__pc_rmsnorm pc = {(uint32_t)hp->n_embd, n, m->res.E32, g_off, 0, hp->rms_eps, 0};
     es__vk_rec_dispatch(r, op, m->p_norm, set, &pc, n, 1, 1);
 }
 

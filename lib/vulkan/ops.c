@@ -101,7 +101,7 @@ void es__vk_rec_mul_mat(es__vk_rec *r, const char *op, const es__vk_pipeline *p,
         es__pc_mul_mat pc = *call;
         pc.M = pt->rows;
         pc.K = m->K;
-        pc.y_off = call->y_off + (epi == ES__EPI_SWIGLU ? pt->row0 / 2 : epi == ES__EPI_ROPE_KV ? 0 : pt->row0);
+        pc.y_off = call->y_off + (epi == ES__EPI_SWIGLU || epi == ES__EPI_GEGLU ? pt->row0 / 2 : epi == ES__EPI_ROPE_KV ? 0 : pt->row0);
         pc.row0 = pt->row0;
         pc.w_off = 0;
         pc.s_off = 0;
@@ -146,12 +146,14 @@ void es__vk_step_write(int32_t *s, uint32_t stride, int32_t n_past, int32_t n, c
     s[ES_STEP_CHAIN] = chain ? 1 : 0;
 }
 
-void es__vk_rope_table(float *dst, int32_t p0, uint32_t np, uint32_t n_rot, float freq_base, float freq_scale) {
+void es__vk_rope_table(float *dst, int32_t p0, uint32_t np, uint32_t n_rot, float freq_base, float freq_scale,
+                       const float *freq_div) {
     const uint32_t half = n_rot / 2;
     for (uint32_t p = 0; p < np; p++)
         for (uint32_t i = 0; i < half; i++) {
-            const double theta =
-                (double)((int64_t)p0 + p) * (double)freq_scale * pow((double)freq_base, -2.0 * (double)i / (double)n_rot);
+            const double theta = (double)((int64_t)p0 + p) * (double)freq_scale *
+                                 pow((double)freq_base, -2.0 * (double)i / (double)n_rot) /
+                                 (freq_div ? (double)freq_div[i] : 1.0);
             dst[(p * half + i) * 2] = (float)cos(theta);
             dst[(p * half + i) * 2 + 1] = (float)sin(theta);
         }

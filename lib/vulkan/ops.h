@@ -23,11 +23,13 @@ void es__vk_step_write(int32_t *s, uint32_t stride, int32_t n_past, int32_t n, c
 
 /* (cos, sin) of pos * freq_scale * freq_base^(-2i / n_rot) for positions [p0, p0 + np) and pairs
  * i < n_rot / 2, evaluated in double and rounded once (as the CPU backend does); a negative p0
- * gives the rotation back by -p0 positions (a context shift's). */
-void es__vk_rope_table(float *dst, int32_t p0, uint32_t np, uint32_t n_rot, float freq_base, float freq_scale);
+ * gives the rotation back by -p0 positions (a context shift's). freq_div (NULL = none) divides
+ * pair i's angle (llama 3's rope_freqs.weight). */
+void es__vk_rope_table(float *dst, int32_t p0, uint32_t np, uint32_t n_rot, float freq_base, float freq_scale,
+                       const float *freq_div);
 
 /* mul_mat epilogues (spec constant EPI). */
-enum { ES__EPI_STORE = 0, ES__EPI_ADD = 1, ES__EPI_SWIGLU = 2, ES__EPI_ROPE_KV = 3 };
+enum { ES__EPI_STORE = 0, ES__EPI_ADD = 1, ES__EPI_SWIGLU = 2, ES__EPI_ROPE_KV = 3, ES__EPI_GEGLU = 4 };
 
 /* Kernel shape for mul_mat: tokens per workgroup for a batch of n. Batch invariance does not
  * depend on it. */

@@ -94,7 +94,7 @@ static double vk_time(es_backend *be, const geo *g, bool dense, int reps, float 
     double t[16];
     const int runs = 5;
     for (int i = 0; i < runs; i++) {
-        es__vk_attn_bench bench = {dense ? &sh : NULL, dense ? g->mask : NULL, (uint32_t)reps, 0.0};
+        es__vk_attn_bench bench = {dense ? &sh : NULL, dense ? g->mask : NULL, (uint32_t)reps, 0.0, 0, 0.0f};
         if (es__vk_run_attention_bench(be, g->q, g->kc, g->vc, (uint32_t)g->n_ctx, (uint32_t)g->nh, (uint32_t)g->nh,
                                        (uint32_t)g->hd, (uint32_t)g->n_past, (uint32_t)g->n, g->en,
                                        1.0f / sqrtf((float)g->hd), out, &bench) != ES_OK) {

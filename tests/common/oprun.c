@@ -278,15 +278,20 @@ static const int32_t *step_positions(const es__vk_buf *step) {
 }
 
 /* The RoPE table (es__vk_rope_table) for positions 0 .. the largest of step's n tokens. */
+/* The RoPE table, then bias[n_bias] when given (its float offset into *bias_off), as the forward
+ * lays them out. */
 static es_status run_rope_table(run *r, const es__vk_op_rope *rope, const es__vk_buf *step, uint32_t n,
-                                es__vk_bind *bind) {
+                                const float *bias, uint32_t n_bias, uint32_t *bias_off, es__vk_bind *bind) {
     const int32_t *pos = step_positions(step);
     int32_t max_pos = 0;
     for (uint32_t t = 0; t < n; t++) max_pos = ES__MAX(max_pos, pos[t]);
-    const size_t floats = (size_t)(max_pos + 1) * (rope->n_rot / 2) * 2 + 1;
+    const size_t rope_floats = (size_t)(max_pos + 1) * (rope->n_rot / 2) * 2 + 1;
+    const size_t floats = rope_floats + (bias ? n_bias : 0);
     float *table = es__calloc(r->d->alloc, floats, sizeof *table);
     ES_RETURN_IF(!table, r->d->err, ES_ERR_OUT_OF_MEMORY, "vulkan op: out of memory");
-    es__vk_rope_table(table, 0, (uint32_t)max_pos + 1, rope->n_rot, rope->freq_base, rope->freq_scale);
+    es__vk_rope_table(table, 0, (uint32_t)max_pos + 1, rope->n_rot, rope->freq_base, rope->freq_scale, NULL);
+    if (bias) memcpy(table + rope_floats, bias, sizeof *bias * n_bias);
+    *bias_off = bias ? (uint32_t)rope_floats : 0u;
     es__vk_buf *T = NULL;
     es_status s = run_buf(r, table, sizeof *table * floats, &T);
     es__free(r->d->alloc, table);
@@ -337,12 +342,13 @@ static es_status run_mul_mat_submit(run *r, const char *op, const es__vk_pipelin
 /* ---- the mul_mat family */
 
 /* Bindings 4..7 of the RoPE epilogue: table, step, caches (uploaded from ss->kc, ss->vc). */
-static es_status run_rope_binds(run *r, const es__vk_ss_proj *ss, es__vk_buf **K, es__vk_buf **V, es__vk_bind b[4]) {
+static es_status run_rope_binds(run *r, const es__vk_ss_proj *ss, es__vk_buf **K, es__vk_buf **V, uint32_t *bias_off,
+                                es__vk_bind b[4]) {
     const es__vk_op_rope *g = ss->rope;
     const size_t cache = (size_t)g->n_head_kv * ss->n_ctx * g->hd;
     es__vk_buf *S = NULL;
     ES_TRY(run_batch(r, ss->batch, &S, &b[1]));
-    ES_TRY(run_rope_table(r, g, S, ss->batch->n, &b[0]));
+    ES_TRY(run_rope_table(r, g, S, ss->batch->n, ss->bias, (g->n_head + 2 * g->n_head_kv) * g->hd, bias_off, &b[0]));
     ES_TRY(run_buf(r, ss->kc, sizeof *ss->kc * cache, K));
     ES_TRY(run_buf(r, ss->vc, sizeof *ss->vc * cache, V));
     b[2] = whole(*K);
@@ -385,14 +391,15 @@ static es_status run_proj(es_backend *b, es__dtype type, const void *w, uint32_t
     const uint32_t perm[3] = {g ? (g->n_head + g->n_head_kv) * g->hd : 0, g ? g->hd : 0, g ? g->n_rot : 0};
     es__vk_mat *m = NULL;
     if (s == ES_OK) s = run_mat(&r, "op.weight", type, w, rows, K, g && g->type == ES_ROPE_NEOX ? perm : NULL, &m);
-    const uint32_t cols = epi == ES__EPI_SWIGLU ? rows / 2 : rows, r32 = up32(ss->rank);
+    const uint32_t cols = epi == ES__EPI_SWIGLU || epi == ES__EPI_GEGLU ? rows / 2 : rows, r32 = up32(ss->rank);
+    uint32_t bias_off = 0;
     es__vk_buf *X = NULL, *Y = NULL, *KC = NULL, *VC = NULL;
     es__vk_bind tail[8]; /* bindings 2..9: X, Y, RoPE table, step, K, V caches, R, B */
     if (s == ES_OK) s = run_rows(&r, x, n, K, m->K, &X);
     if (s == ES_OK) s = run_ro(&r, X, VK_FORMAT_R32G32B32A32_SFLOAT, &tail[0]);
     if (s == ES_OK) s = run_buf(&r, y, sizeof *y * n * cols, &Y);
     if (s == ES_OK) tail[1] = whole(Y);
-    if (s == ES_OK) s = rope_kv ? run_rope_binds(&r, ss, &KC, &VC, &tail[2]) : run_extras(&r, &tail[2]);
+    if (s == ES_OK) s = rope_kv ? run_rope_binds(&r, ss, &KC, &VC, &bias_off, &tail[2]) : run_extras(&r, &tail[2]);
     if (s == ES_OK && lora) s = run_lora_binds(&r, ss, rows, n, r32, &tail[6]);
     es__vk_pipeline *p = NULL;
     const uint32_t tok = es__vk_mul_mat_tok(type, n);
@@ -411,6 +418,8 @@ static es_status run_proj(es_backend *b, es__dtype type, const void *w, uint32_t
         pc.lora_stride = r32 / 4;
         pc.ss_t0 = ss->ss_t0;
         pc.ss_g = ss->ss_g;
+        pc.bias_off = bias_off;
+        pc.softcap = ss->softcap;
         s = run_mul_mat_submit(&r, "mul_mat", p, m, sets, &pc, reps, ms);
     }
     if (s == ES_OK) s = run_read(&r, Y, y, sizeof *y * n * cols);
@@ -438,7 +447,7 @@ es_status es__vk_run_mul_mat_ss(es_backend *b, es__dtype type, const void *w, ui
  * identity's rows are permuted the way model upload permutes the projection. */
 es_status es__vk_run_rope_kv(es_backend *b, float *qkv, uint32_t n, uint32_t n_head, uint32_t n_head_kv, uint32_t hd,
                              uint32_t n_rot, es_rope_type type, float freq_base, float freq_scale, const int32_t *pos,
-                             uint32_t n_past, uint32_t n_ctx, float *kc, float *vc) {
+                             uint32_t n_past, uint32_t n_ctx, float *kc, float *vc, const float *bias) {
     const uint32_t width = (n_head + 2 * n_head_kv) * hd;
     float *ident = calloc((size_t)width * width, sizeof *ident);
     if (!ident) return es__fail(b ? &b->err : NULL, ES_ERR_OUT_OF_MEMORY, "vulkan op: out of memory");
@@ -451,6 +460,7 @@ es_status es__vk_run_rope_kv(es_backend *b, float *qkv, uint32_t n, uint32_t n_h
     ss.n_ctx = n_ctx;
     ss.kc = kc;
     ss.vc = vc;
+    ss.bias = bias;
     /* y = qkv: the epilogue writes Q, and the K and V columns keep what the caller gave */
     const es_status s = run_proj(b, ES__DTYPE_F32, ident, width, width, qkv, n, ES__EPI_ROPE_KV, &ss, qkv, 1, NULL);
     free(ident);
@@ -459,7 +469,7 @@ es_status es__vk_run_rope_kv(es_backend *b, float *qkv, uint32_t n, uint32_t n_h
 
 /* ---- the other ops of the forward pass */
 
-es_status es__vk_run_rmsnorm(es_backend *b, const float *x, const float *w, uint32_t E, uint32_t n, float eps,
+es_status es__vk_run_rmsnorm(es_backend *b, const float *x, const float *w, uint32_t E, uint32_t n, float eps, bool add,
                              float *y) {
     RUN_BEGIN(b)
     const uint32_t E32 = up32(E);
@@ -475,7 +485,7 @@ es_status es__vk_run_rmsnorm(es_backend *b, const float *x, const float *w, uint
     if (s == ES_OK) s = run_step(&r, 0, 1, NULL, NULL, NULL, NULL, 0, NULL, 0, &S, &bs);
     if (s == ES_OK) {
         es__vk_bind binds[4] = {bx, bg, bs, whole(Y)};
-        es__pc_rmsnorm pc = {E, n, E32, 0, 0, eps};
+        es__pc_rmsnorm pc = {E, n, E32, 0, 0, eps, add ? 1u : 0u};
         s = run_one(&r, p, binds, &pc, n, 1, 1);
     }
     if (s == ES_OK) read_rows(Y, n, E, E32, y);
@@ -483,7 +493,7 @@ es_status es__vk_run_rmsnorm(es_backend *b, const float *x, const float *w, uint
 }
 
 es_status es__vk_run_get_rows(es_backend *b, es__dtype type, const void *table, uint32_t K, uint32_t rows,
-                              const int32_t *ids, uint32_t n, float *out) {
+                              const int32_t *ids, uint32_t n, float scale, float *out) {
     RUN_BEGIN(b)
     es__vk_mat *m = NULL;
     if (s == ES_OK) s = run_mat(&r, "op.table", type, table, rows, K, NULL, &m);
@@ -499,7 +509,7 @@ es_status es__vk_run_get_rows(es_backend *b, es__dtype type, const void *table, 
         es__vk_part_binds(run_ws(&r, m), &m->parts[i], &binds[0], &binds[1]);
         binds[2] = bs;
         binds[3] = whole(X);
-        es__pc_get_rows pc = {m->K, K, n, m->parts[i].row0, m->parts[i].rows, E32, m->team};
+        es__pc_get_rows pc = {m->K, K, n, m->parts[i].row0, m->parts[i].rows, E32, m->team, scale};
         s = run_one(&r, p, binds, &pc, n, 1, 1);
     }
     if (s == ES_OK) read_rows(X, n, K, E32, out);
@@ -515,13 +525,13 @@ es_status es__vk_run_attention(es_backend *b, const float *q, const float *kc, c
 /* Records every token chunk's attention (and split merge) into r->cb. */
 static void rec_attention(es__vk_rec *rec, es__vk_pipeline *pa, es__vk_pipeline *pm, VkDescriptorSet sa,
                           VkDescriptorSet sm, const int32_t *pos, uint32_t n, uint32_t n_head, uint32_t n_head_kv,
-                          uint32_t hd, uint32_t n_ctx, float scale) {
+                          uint32_t hd, uint32_t n_ctx, float scale, uint32_t window, float softcap) {
     const uint32_t qd = n_head * hd, max_splits = (n_ctx + ES__ATTN_SPLIT - 1) / ES__ATTN_SPLIT;
     for (uint32_t t0 = 0; t0 < n; t0 += ES__ATTN_CHUNK) {
         const uint32_t t1 = ES__MIN(n, t0 + ES__ATTN_CHUNK);
         int32_t maxp = 0;
         for (uint32_t t = t0; t < t1; t++) maxp = ES__MAX(maxp, pos[t]);
-        es__pc_attn pc = {t0, t1 - t0, n_head, n_head_kv, hd, qd, n_ctx, ES__ATTN_SPLIT, max_splits, qd, scale};
+        es__pc_attn pc = {t0, t1 - t0, n_head, n_head_kv, hd, qd, n_ctx, ES__ATTN_SPLIT, max_splits, qd, scale, window, softcap};
         es__vk_rec_dispatch(rec, "attn", pa, sa, &pc, ((t1 - t0) * n_head + ES__ATTN_WG - 1) / ES__ATTN_WG,
                             (uint32_t)maxp / ES__ATTN_SPLIT + 1, 1);
         es__pc_attn_merge pm_pc = {t0, n_head, hd, ES__ATTN_SPLIT, max_splits, qd};
@@ -566,7 +576,8 @@ es_status es__vk_run_attention_bench(es_backend *b, const float *q, const float 
         es__vk_rec rec;
         es__vk_rec_begin(&rec, r.d, r.cb, VK_NULL_HANDLE, 0, NULL);
         for (uint32_t i = 0; i < reps; i++)
-            rec_attention(&rec, pa, pm, sa, sm, step_positions(S), n, n_head, n_head_kv, hd, n_ctx, scale);
+            rec_attention(&rec, pa, pm, sa, sm, step_positions(S), n, n_head, n_head_kv, hd, n_ctx, scale,
+                          bench ? bench->window : 0, bench ? bench->softcap : 0.0f);
         s = run_submit(&r, &rec, reps, bench ? &bench->ms : NULL);
     }
     if (s == ES_OK) s = run_read(&r, O, out, sizeof *out * n * qd);
@@ -688,7 +699,8 @@ es_status es__vk_run_ss_rope(es_backend *b, const es__vk_op_rope *rope, const es
     es__vk_bind bt, bs;
     if (s == ES_OK) s = run_buf(&r, qkv, sizeof *qkv * n_rows * qkv_stride, &Q);
     if (s == ES_OK) s = run_batch(&r, batch, &S, &bs);
-    if (s == ES_OK) s = run_rope_table(&r, rope, S, batch->n, &bt);
+    uint32_t unused_off = 0;
+    if (s == ES_OK) s = run_rope_table(&r, rope, S, batch->n, NULL, 0, &unused_off, &bt);
     if (s == ES_OK) {
         es__vk_bind binds[3] = {whole(Q), bt, bs};
         es__pc_ss_rope pc = {n_rows, rope->n_head, rope->n_head_kv, rope->hd, rope->n_rot,

@@ -19,18 +19,20 @@
 es_status es__vk_run_mul_mat(es_backend *b, es__dtype type, const void *w, uint32_t rows, uint32_t K,
                              const float *x, uint32_t n, uint32_t epi, float *y, uint32_t reps, double *ms);
 
-/* x[n][E] -> y[n][E], weight w[E]. */
-es_status es__vk_run_rmsnorm(es_backend *b, const float *x, const float *w, uint32_t E, uint32_t n, float eps, float *y);
-/* out[i][:E] = row ids[i] of table (rows x K of type, GGUF layout), dequantised. */
+/* x[n][E] -> y[n][E], weight w[E]; add: y[n][E] += the result (gemma2's post-branch norms). */
+es_status es__vk_run_rmsnorm(es_backend *b, const float *x, const float *w, uint32_t E, uint32_t n, float eps, bool add,
+                             float *y);
+/* out[i][:E] = row ids[i] of table (rows x K of type, GGUF layout), dequantised, times scale. */
 es_status es__vk_run_get_rows(es_backend *b, es__dtype type, const void *table, uint32_t K, uint32_t rows,
-                              const int32_t *ids, uint32_t n, float *out);
-/* RoPE of q and k and the cache write: qkv[n][(n_head + 2 n_head_kv) hd] is rotated in place
+                              const int32_t *ids, uint32_t n, float scale, float *out);
+/* RoPE of q and k and the cache write (bias, [(n_head + 2 n_head_kv) hd] or NULL, added first, as
+ * qwen2's Q/K/V biases are): qkv[n][(n_head + 2 n_head_kv) hd] is rotated in place
  * (its K part stays as given: rotated keys go to the cache), slots n_past + t of kc, vc
  * (n_head_kv, n_ctx, hd) receive the rotated K and the V of token t (other slots keep their
  * contents). Positions pos[n]. */
 es_status es__vk_run_rope_kv(es_backend *b, float *qkv, uint32_t n, uint32_t n_head, uint32_t n_head_kv, uint32_t hd,
                              uint32_t n_rot, es_rope_type type, float freq_base, float freq_scale, const int32_t *pos,
-                             uint32_t n_past, uint32_t n_ctx, float *kc, float *vc);
+                             uint32_t n_past, uint32_t n_ctx, float *kc, float *vc, const float *bias);
 /* Tree attention as es__cpu_attention: q[n][n_head][hd], caches (n_head_kv, n_ctx, hd) with the
  * batch's keys in slots [n_past, n_past + n), DFS intervals in pre-order; out[n][n_head][hd]. */
 es_status es__vk_run_attention(es_backend *b, const float *q, const float *kc, const float *vc, uint32_t n_ctx,
@@ -43,6 +45,8 @@ typedef struct es__vk_attn_bench {
     const uint8_t *mask;           /* mask[t][i] = 1 when batch token i is visible to t  */
     uint32_t reps;
     double ms;                     /* out: wall time per rep                             */
+    uint32_t window;               /* sliding window in positions (0: none; arch.h)      */
+    float softcap;                 /* score soft-capping (0: none)                       */
 } es__vk_attn_bench;
 /* Whether the op runner (and the device) reads read-only data through texel buffers. */
 bool es__vk_run_texel(es_backend *b);
@@ -93,7 +97,12 @@ typedef struct es__vk_ss_proj {
     const es__vk_op_batch *batch;
     uint32_t n_ctx;
     float *kc, *vc;               /* (n_head_kv, n_ctx, hd), updated in place                       */
+    /* the architectures' extras (lib/core/arch.h) */
+    const float *bias;            /* ES__EPI_ROPE_KV: [rows] Q, K, V biases in head order (qwen2)   */
+    float softcap;                /* ES__EPI_STORE: y = softcap tanh(W x / softcap) (0: plain)      */
 } es__vk_ss_proj;
+/* y[n][rows] = W x[n][K] as es__vk_run_mul_mat with ss's extras that need no stream rows (bias,
+ * softcap); ES__EPI_GEGLU: W holds 2 n_ff interleaved rows and y gets [n][rows / 2]. */
 /* y[n][cols] (=, +=, SwiGLU, RoPE) W x + the extras of ss, cols as es__vk_run_mul_mat's; y is read
  * and written whole, so what the kernel does not write comes back as given. */
 es_status es__vk_run_mul_mat_ss(es_backend *b, es__dtype type, const void *w, uint32_t rows, uint32_t K,

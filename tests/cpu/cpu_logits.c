@@ -4,7 +4,11 @@
  * then D single-token decode steps. Writes the tokens and all P + D logits rows to a file:
  *   int32 n_rows, int32 n_vocab, int32 tokens[n_rows], float32 logits[n_rows][n_vocab].
  * usage: cpu_logits MODEL_OUT LOGITS_OUT P D THREADS TYPE N_VOCAB N_EMBD N_LAYER N_HEAD N_HEAD_KV N_FF
- *                   TIED ROPE N_ROT ROPE_SCALE SEED   (ROPE: norm|neox; N_ROT 0 = head_dim) */
+ *                   TIED ROPE N_ROT ROPE_SCALE SEED FREQ_BASE EPS [ARCH SLIDING_WINDOW ATTN_CAP FINAL_CAP
+ *                   [HEAD_DIM [ROPE_FREQS]]]
+ *   (ROPE: norm|neox; N_ROT 0 = head_dim; ARCH as general.architecture, default llama; 0 = key not
+ *   written for the next three; HEAD_DIM 0 = n_embd / n_head; ROPE_FREQS 1 = llama 3's
+ *   rope_freqs.weight) */
 #include "edgespec.h"
 #include "mkmodel.h"
 
@@ -20,7 +24,7 @@ static int die(const char *what, const char *msg) {
 }
 
 int main(int argc, char **argv) {
-    if (argc != 20) return die("usage", "see the comment at the top of cpu_logits.c");
+    if (argc != 20 && (argc < 24 || argc > 26)) return die("usage", "see the comment at the top of cpu_logits.c");
     const char *model_path = argv[1], *out_path = argv[2];
     const int P = atoi(argv[3]), D = atoi(argv[4]), threads = atoi(argv[5]);
     es_mk_params mp = es_mk_default_params();
@@ -39,15 +43,27 @@ int main(int argc, char **argv) {
     mp.freq_base = (float)atof(argv[18]);
     mp.rms_eps = (float)atof(argv[19]);
     mp.progress = false;
+    if (argc >= 24) {
+        mp.arch = argv[20];
+        mp.sliding_window = atoi(argv[21]);
+        mp.attn_softcap = (float)atof(argv[22]);
+        mp.final_softcap = (float)atof(argv[23]);
+        if (argc >= 25) mp.head_dim = atoi(argv[24]);
+        if (argc == 26) mp.rope_freqs = atoi(argv[25]) != 0;
+    }
+    char key[96];
+    const char *arch = mp.arch ? mp.arch : "llama";
 
     es__err err = {0};
     es__gguf_writer *w = es__gguf_writer_create(NULL);
     if (!w) return die("writer", "out of memory");
     if (es_mk_build(&mp, w, &err) != ES_OK) return die("es_mk_build", err.msg);
-    if (n_rot > 0 && es__gguf_set_u32(w, "llama.rope.dimension_count", (uint32_t)n_rot) != ES_OK)
-        return die("override", "rope.dimension_count");
-    if (rope_scale != 1.0f && (es__gguf_set_str(w, "llama.rope.scaling.type", "linear") != ES_OK ||
-                               es__gguf_set_f32(w, "llama.rope.scaling.factor", rope_scale) != ES_OK))
+    snprintf(key, sizeof key, "%s.rope.dimension_count", arch);
+    if (n_rot > 0 && es__gguf_set_u32(w, key, (uint32_t)n_rot) != ES_OK) return die("override", key);
+    char key2[96];
+    snprintf(key, sizeof key, "%s.rope.scaling.type", arch);
+    snprintf(key2, sizeof key2, "%s.rope.scaling.factor", arch);
+    if (rope_scale != 1.0f && (es__gguf_set_str(w, key, "linear") != ES_OK || es__gguf_set_f32(w, key2, rope_scale) != ES_OK))
         return die("override", "rope scaling");
     if (es__gguf_write_file(w, model_path, &err) != ES_OK) return die("write", err.msg);
     es__gguf_writer_free(w);

@@ -61,6 +61,9 @@ static es_model *mem_model_create(const mem_model_cfg *c) {
     hp->rope_freq_scale = c->freq_scale;
     hp->rms_eps = 1e-5f;
     hp->rope_type = c->rope;
+    hp->arch = es__arch_find("llama");
+    hp->embd_scale = 1.0f;
+    hp->attn_scale = 1.0f / sqrtf((float)c->head_dim);
     m->has_weights = true;
     m->path = "(memory)";
     m->n_tensors = 3 + 9 * c->n_layer;

@@ -2,7 +2,8 @@
  *   - On one-layer models (NORM and NEOX, partial rotation, GQA and MQA), where a layer's keys
  *     and values depend on a token and its position only, the next token's logits after a shift
  *     equal those of a fresh prefill of the shifted sequence, within 2e-5 of the row's largest
- *     logit (the keys are rotated twice instead of once), at several keep / drop splits.
+ *     logit (the keys are rotated twice instead of once), at several keep / drop splits; also
+ *     with llama 3's per-pair frequency divisors (rope_freqs.weight).
  *     (With more layers no such reference exists: the kept tokens' deeper keys and values still
  *     carry what they attended to before the shift, by design.)
  *   - es_generate with shift_context runs on past n_ctx with the tokens of the same loop written
@@ -37,8 +38,11 @@ static void fresh_logits(const es_model *m, const int32_t *toks, int32_t n, floa
     es_context_free(c);
 }
 
-static void check_one_layer(const mem_model_cfg *mc, const char *name) {
+/* freqs (NULL = none): llama 3's per-pair frequency divisors, which the shift's rotation must
+ * apply as the forward's does */
+static void check_one_layer(const mem_model_cfg *mc, const float *freqs, const char *name) {
     es_model *m = mem_model_create(mc);
+    m->hp.rope_freqs = freqs;
     const int32_t V = m->hp.n_vocab, N = 40;
     test_rng rng = {mc->seed * 7 + 3};
     int32_t toks[64];
@@ -159,9 +163,11 @@ int main(int argc, char **argv) {
     const mem_model_cfg norm = {67, 48, 1, 4, 2, 12, 64, 12, ES_ROPE_NORM, 10000.0f, 1.0f, false, ES__DTYPE_F32, 41};
     const mem_model_cfg neox = {67, 48, 1, 4, 4, 12, 64, 8, ES_ROPE_NEOX, 10000.0f, 0.5f, true, ES__DTYPE_F32, 42};
     const mem_model_cfg mqa = {67, 64, 1, 4, 1, 16, 64, 16, ES_ROPE_NEOX, 500000.0f, 1.0f, false, ES__DTYPE_F16, 43};
-    check_one_layer(&norm, "norm gqa");
-    check_one_layer(&neox, "neox partial rotation, scaled");
-    check_one_layer(&mqa, "neox mqa f16");
+    static const float freqs[6] = {1.0f, 1.2f, 1.9f, 3.0f, 5.1f, 8.0f};
+    check_one_layer(&norm, NULL, "norm gqa");
+    check_one_layer(&norm, freqs, "norm gqa, llama 3 frequency divisors");
+    check_one_layer(&neox, NULL, "neox partial rotation, scaled");
+    check_one_layer(&mqa, NULL, "neox mqa f16");
     check_errors();
     check_generate();
     test_backend_end(backend);

@@ -47,14 +47,15 @@ CASES = [
 ]
 
 
-def run_cpu(exe, workdir, case, typ):
-    """Writes the case's model in type typ, runs it on the CPU; returns (model path, tokens, logits)."""
+def run_cpu(exe, workdir, case, typ, extra=()):
+    """Writes the case's model in type typ, runs it on the CPU; returns (model path, tokens, logits).
+    extra: cpu_logits' optional ARCH SLIDING_WINDOW ATTN_CAP FINAL_CAP."""
     (name, _, vocab, embd, layers, heads, kv, ff, tied, rope, n_rot, scale, p, d, threads, base, eps) = case
     model = os.path.join(workdir, "ref-%s-%s.gguf" % (name, typ))
     out = os.path.join(workdir, "ref-%s-%s.logits" % (name, typ))
     args = [exe, model, out, str(p), str(d), str(threads), typ, str(vocab), str(embd), str(layers), str(heads),
             str(kv), str(ff), str(tied), rope, str(n_rot), repr(scale), str(len(name) * 7919 + 1), repr(base),
-            repr(eps)]
+            repr(eps)] + list(extra)
     subprocess.run(args, check=True)
     with open(out, "rb") as f:
         n, v = struct.unpack("<ii", f.read(8))

@@ -289,7 +289,7 @@ static void test_bad(void) {
     expect_load("f16 norm", (edit){NULL, "blk.0.attn_norm.weight", norm_f16}, ES_ERR_UNSUPPORTED,
                 "tensor 'blk.0.attn_norm.weight' (file offset");
     expect_load("f16 norm message", (edit){NULL, "blk.0.attn_norm.weight", norm_f16}, ES_ERR_UNSUPPORTED,
-                "has type f16: norm weights must be f32");
+                "has type f16: norm weights and biases must be f32");
     expect_load("q4_0 head", (edit){NULL, "output.weight", out_q4}, ES_OK, "");
     /* hyperparameters */
     expect_load("kv heads", (edit){NULL, NULL, kv3}, ES_ERR_MODEL,
@@ -543,6 +543,82 @@ static void test_presets(void) {
     CHECK(es_mk_max_vocab() >= 32000);
 }
 
+/* ---- the other architectures (lib/core/arch.h): their tensors, keys and messages */
+
+static void qbias_short(es__gguf_writer *w) { add_f(w, "blk.0.attn_q.bias", ES__DTYPE_F32, 32, 1); }
+static void qbias_f16(es__gguf_writer *w) { add_f(w, "blk.1.attn_v.bias", ES__DTYPE_F16, 64, 1); }
+static void gateup_half(es__gguf_writer *w) { add_f(w, "blk.1.ffn_up.weight", ES__DTYPE_F32, 64, 128); }
+static void qkv_short(es__gguf_writer *w) { add_f(w, "blk.0.attn_qkv.weight", ES__DTYPE_F32, 64, 128); }
+static void rope_factors(es__gguf_writer *w) { add_f(w, "rope_factors_long.weight", ES__DTYPE_F32, 8, 1); }
+static void post_norm_short(es__gguf_writer *w) { add_f(w, "blk.1.post_ffw_norm.weight", ES__DTYPE_F32, 32, 1); }
+SET_F32(cap_negative, "gemma2.attn_logit_softcapping", -1.0f)
+static void swa_zero(es__gguf_writer *w) { CHECK_OK(es__gguf_set_u32(w, "qwen2.attention.sliding_window", 0)); }
+SET_STR(arch_mamba, "general.architecture", "mamba")
+static void freqs_long(es__gguf_writer *w) { add_f(w, "rope_freqs.weight", ES__DTYPE_F32, 16, 1); }
+
+/* A good file of arch, made the base of the edits after it. */
+static void arch_base(const char *arch, int32_t window, float cap) {
+    es_mk_params p = es_mk_default_params();
+    p.arch = arch;
+    p.rope = ES_ROPE_NEOX;
+    p.sliding_window = window;
+    p.attn_softcap = p.final_softcap = cap;
+    static char keep[512];
+    snprintf(keep, sizeof keep, "%s", tmp("arch.gguf"));
+    base_path = keep;
+    make(&p, base_path);
+}
+
+static void test_archs(void) {
+    /* qwen2: Q/K/V biases, NEOX by default (no edgespec.rope.ordering key) */
+    arch_base("qwen2", 0, 0);
+    es_model_info i = load_info((edit){NULL, NULL, NULL});
+    CHECKF(i.rope_type == ES_ROPE_NEOX && i.n_tensors == 3 + 12 * 2, "qwen2: rope %d, %d tensors", (int)i.rope_type,
+           i.n_tensors);
+    expect_load("qwen2 no bias", (edit){NULL, "blk.1.attn_k.bias", NULL}, ES_ERR_MODEL,
+                "missing tensor 'blk.1.attn_k.bias' (norm n_head_kv * head_dim)");
+    expect_load("qwen2 short bias", (edit){NULL, "blk.0.attn_q.bias", qbias_short}, ES_ERR_MODEL,
+                "tensor 'blk.0.attn_q.bias' has shape [32], expected [64] (n_head * head_dim)");
+    expect_load("qwen2 f16 bias", (edit){NULL, "blk.1.attn_v.bias", qbias_f16}, ES_ERR_UNSUPPORTED,
+                "'blk.1.attn_v.bias' (file offset");
+    expect_load("qwen2 window 0", (edit){NULL, NULL, swa_zero}, ES_ERR_MODEL,
+                "metadata key 'qwen2.attention.sliding_window'");
+    /* phi3: fused Q/K/V and gate-up; LongRoPE factors refused */
+    arch_base("phi3", 0, 0);
+    i = load_info((edit){NULL, NULL, NULL});
+    /* the fused matrices hold exactly llama's parameters */
+    const es_mk_params same = {.n_embd = 64, .n_layer = 2, .n_head = 4, .n_ff = 128};
+    CHECKF(i.n_tensors == 3 + 6 * 2 && i.n_params == expected_params(&same, 512), "phi3: %d tensors, %llu parameters",
+           i.n_tensors, (unsigned long long)i.n_params);
+    expect_load("phi3 no qkv", (edit){NULL, "blk.0.attn_qkv.weight", NULL}, ES_ERR_MODEL,
+                "missing tensor 'blk.0.attn_qkv.weight' (matrix n_embd, (n_head + 2 n_head_kv) * head_dim)");
+    expect_load("phi3 short qkv", (edit){NULL, "blk.0.attn_qkv.weight", qkv_short}, ES_ERR_MODEL,
+                "tensor 'blk.0.attn_qkv.weight' has shape [64, 128], expected [64, 192]");
+    expect_load("phi3 half gate-up", (edit){NULL, "blk.1.ffn_up.weight", gateup_half}, ES_ERR_MODEL,
+                "tensor 'blk.1.ffn_up.weight' has shape [64, 128], expected [64, 256] (n_embd, 2 n_ff: gate rows, "
+                "then up rows)");
+    expect_load("phi3 longrope", (edit){NULL, NULL, rope_factors}, ES_ERR_UNSUPPORTED,
+                "tensor 'rope_factors_long.weight' (file offset");
+    /* gemma2: post-branch norms, soft-capping keys */
+    arch_base("gemma2", 4, 2.0f);
+    i = load_info((edit){NULL, NULL, NULL});
+    CHECKF(i.n_tensors == 3 + 11 * 2, "gemma2: %d tensors", i.n_tensors);
+    expect_load("gemma2 no post norm", (edit){NULL, "blk.0.post_attention_norm.weight", NULL}, ES_ERR_MODEL,
+                "missing tensor 'blk.0.post_attention_norm.weight' (norm n_embd)");
+    expect_load("gemma2 short post norm", (edit){NULL, "blk.1.post_ffw_norm.weight", post_norm_short}, ES_ERR_MODEL,
+                "tensor 'blk.1.post_ffw_norm.weight' has shape [32], expected [64] (n_embd)");
+    expect_load("gemma2 negative cap", (edit){NULL, NULL, cap_negative}, ES_ERR_MODEL,
+                "metadata key 'gemma2.attn_logit_softcapping' (offset");
+    expect_load("gemma2 caps default", (edit){"gemma2.final_logit_softcapping", NULL, NULL}, ES_OK, "");
+    /* llama 3's rope_freqs.weight: n_rot / 2 divisors, f32 */
+    arch_base("llama", 0, 0);
+    expect_load("rope_freqs shape", (edit){NULL, NULL, freqs_long}, ES_ERR_MODEL,
+                "tensor 'rope_freqs.weight' has shape [16], expected [8] (n_rot / 2)");
+    /* an architecture edgespec does not run names the ones it does */
+    expect_load("mamba", (edit){NULL, NULL, arch_mamba}, ES_ERR_UNSUPPORTED,
+                "general.architecture is 'mamba': edgespec runs llama, qwen2, phi3, gemma, gemma2 models");
+}
+
 int main(void) {
     snprintf(dir, sizeof dir, "model-load-%ld", (long)getpid());
     char cmd[300];
@@ -554,6 +630,7 @@ int main(void) {
     test_good(ES__DTYPE_Q8_0, false, 2, ES_ROPE_NORM, true);
     test_good(ES__DTYPE_Q4_0, true, 4, ES_ROPE_NEOX, false);
     test_bad();
+    test_archs();
     test_files();
     test_progress();
     test_alloc_failures();

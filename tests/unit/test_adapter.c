@@ -207,6 +207,12 @@ static void test_bad(void) {
     es_model *m = calloc(1, sizeof *m);
     m->hp = hp;
     m->path = "base.gguf";
+    /* the stream layers compute llama's layer: other architectures (lib/core/arch.h) refuse */
+    m->hp.arch = es__arch_find("gemma2");
+    CHECK_FAILS(es_model_load_adapter(m, path), ES_ERR_UNSUPPORTED,
+                "model 'base.gguf' is a gemma2 model; Speculative Streaming adapters run on llama models only");
+    CHECK(m->ss == NULL);
+    m->hp.arch = es__arch_find("llama");
     CHECK_FAILS(es_model_load_adapter(m, "/nonexistent/x.ss.gguf"), ES_ERR_IO, "x.ss.gguf");
     CHECK(m->ss == NULL);
     CHECK_OK(es_model_load_adapter(m, path));

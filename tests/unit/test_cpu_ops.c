@@ -214,20 +214,22 @@ static void test_kernels(const es__kern *k) {
         CHECKF(ok, "%s silu_mul", k->name);
         free(g), free(u), free(o);
     }
-    /* attend: one query over committed slots and a few in-batch ones, against double */
-    for (int64_t hd = 3; hd <= 40; hd += 37) {
+    /* attend: one query over committed slots and a few in-batch ones, against double; with and
+     * without gemma2's soft-capping of the scores (cap 2 bends scores of this size visibly) */
+    for (int64_t hd = 3, pass = 0; hd <= 40; pass ? (hd += 37, pass = 0) : (pass = 1)) {
+        const float cap = pass ? 2.0f : 0.0f;
         const int32_t n_ctx = 50, n_past = 41, vis[3] = {0, 2, 5};
         float *q = rand_vec(hd, 3.0f), *kb = rand_vec(n_ctx * hd, 1.0f), *vb = rand_vec(n_ctx * hd, 1.0f);
         float sc[44], ao[40];
         poison(ao, hd);
-        k->attend(q, kb, vb, hd, n_past, vis, 3, 0.5f, sc, ao);
+        k->attend(q, kb, vb, hd, n_past, vis, 3, 0.5f, cap, sc, ao);
         double p[44], mx = -INFINITY, sum = 0;
         int32_t slots[44];
         for (int32_t i = 0; i < 44; i++) {
             slots[i] = i < n_past ? i : n_past + vis[i - n_past];
             double d = 0;
             for (int64_t e = 0; e < hd; e++) d += (double)q[e] * kb[slots[i] * hd + e];
-            p[i] = 0.5 * d;
+            p[i] = cap > 0 ? cap * tanh(0.5 * d / cap) : 0.5 * d;
             mx = p[i] > mx ? p[i] : mx;
         }
         for (int32_t i = 0; i < 44; i++) sum += (p[i] = exp(p[i] - mx));
@@ -237,7 +239,7 @@ static void test_kernels(const es__kern *k) {
             for (int32_t i = 0; i < 44; i++) ref += p[i] / sum * vb[slots[i] * hd + e];
             ok = ok && fabs(ao[e] - ref) <= 2e-6;
         }
-        CHECKF(ok, "%s attend hd %lld", k->name, (long long)hd);
+        CHECKF(ok, "%s attend hd %lld softcap %g", k->name, (long long)hd, (double)cap);
         free(q), free(kb), free(vb);
     }
     /* dot and axpy */

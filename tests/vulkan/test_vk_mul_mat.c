@@ -2,23 +2,30 @@
  * weight type and epilogue against a double-precision reference on the dequantised weights, in
  * every feature configuration, with odd shapes; and batch invariance: each token's output is
  * bit-identical whether it is multiplied alone or inside a batch.
- * The CPU backend's es__cpu_matmul (with es__cpu_swiglu and es__cpu_add for the epilogues) is
- * a second reference.
+ * The CPU backend's es__cpu_matmul (with es__cpu_swiglu, es__cpu_geglu_range, es__cpu_add and
+ * es__cpu_softcap for the epilogues) is a second reference. GeGLU (gemma) and the soft-capped
+ * store (gemma2's logits) are lib/core/arch.h's.
  * Bound: |y - ref| <= 2e-6 * sum_k |w_k x_k| (f32 accumulation of exactly decoded weights) against
  * the double reference, and twice that against the CPU backend. */
-#include "cpu/ops.h"
+#include "cpu/opsi.h"
 #include "oprun.h"
 #include "vk_test.h"
 
 #define BOUND 2e-6
 
+/* gelu's tanh form, in double */
+static double gelu(double g) {
+    return 0.5 * g * (1.0 + tanh(0.7978845608028654 * (g + 0.044715 * g * g * g)));
+}
+
 static void check_case(es_backend *b, test_rng *r, int type, uint32_t rows, uint32_t k, uint32_t n, uint32_t epi,
                        const char *cfg) {
+    const bool glu = epi == ES__EPI_SWIGLU || epi == ES__EPI_GEGLU;
     float *deq = malloc(sizeof(float) * rows * k);
     void *w = make_weights(r, type, rows, k, deq);
     float *x = malloc(sizeof(float) * k * n);
     for (size_t i = 0; i < (size_t)k * n; i++) x[i] = test_rng_uniform(r);
-    const uint32_t cols = epi == ES__EPI_SWIGLU ? rows / 2 : rows;
+    const uint32_t cols = glu ? rows / 2 : rows;
     float *y = malloc(sizeof(float) * cols * n), *y0 = malloc(sizeof(float) * cols * n);
     for (size_t i = 0; i < (size_t)cols * n; i++) y0[i] = y[i] = epi == ES__EPI_ADD ? test_rng_uniform(r) : NAN;
     CHECK_OK(es__vk_run_mul_mat(b, (es__dtype)type, w, rows, k, x, n, epi, y, 1, NULL));
@@ -27,10 +34,13 @@ static void check_case(es_backend *b, test_rng *r, int type, uint32_t rows, uint
     CHECK_OK(es__cpu_matmul(NULL, (es__dtype)type, w, k, rows, x, n, full, NULL));
     for (uint32_t t = 0; t < n; t++) {
         float *yc = cpu + (size_t)t * cols, *f = full + (size_t)t * rows;
-        if (epi == ES__EPI_SWIGLU) {
+        if (glu) {
             for (uint32_t c = 0; c < cols; c++) {
                 float g = f[2 * c], u = f[2 * c + 1];
-                es__cpu_swiglu(&g, &u, 1, &yc[c]);
+                if (epi == ES__EPI_SWIGLU)
+                    es__cpu_swiglu(&g, &u, 1, &yc[c]);
+                else
+                    es__cpu_geglu_range(&g, &u, 0, 1, &yc[c]);
             }
         } else if (epi == ES__EPI_ADD) {
             es__cpu_add(y0 + (size_t)t * cols, f, cols, yc);
@@ -42,19 +52,19 @@ static void check_case(es_backend *b, test_rng *r, int type, uint32_t rows, uint
     for (uint32_t t = 0; t < n; t++) {
         for (uint32_t c = 0; c < cols; c++) {
             double ref = 0, scale = 0, g = 0, gs = 0;
-            const uint32_t rr = epi == ES__EPI_SWIGLU ? 2 * c + 1 : c;
+            const uint32_t rr = glu ? 2 * c + 1 : c;
             for (uint32_t j = 0; j < k; j++) {
                 ref += (double)deq[(size_t)rr * k + j] * x[(size_t)t * k + j];
                 scale += fabs((double)deq[(size_t)rr * k + j] * x[(size_t)t * k + j]);
             }
-            if (epi == ES__EPI_SWIGLU) {
+            if (glu) {
                 for (uint32_t j = 0; j < k; j++) {
                     g += (double)deq[(size_t)(2 * c) * k + j] * x[(size_t)t * k + j];
                     gs += fabs((double)deq[(size_t)(2 * c) * k + j] * x[(size_t)t * k + j]);
                 }
-                const double sg = g / (1 + exp(-g)), u = ref;
-                /* first-order error of silu(g) * u from the errors of g and u (|silu'| < 1.1),
-                 * plus the rounding of silu itself */
+                const double sg = epi == ES__EPI_SWIGLU ? g / (1 + exp(-g)) : gelu(g), u = ref;
+                /* first-order error of silu(g) * u (or gelu) from the errors of g and u (|silu'|,
+                 * |gelu'| < 1.13, so 1.1 of a bound that has slack), plus the rounding of silu */
                 scale = 1.1 * gs * fabs(u) + fabs(sg) * scale + fabs(sg * u);
                 ref = sg * u;
             } else if (epi == ES__EPI_ADD) {
@@ -90,6 +100,28 @@ static void check_case(es_backend *b, test_rng *r, int type, uint32_t rows, uint
     free(y0);
 }
 
+/* The store epilogue's soft-capping (gemma2's logits): y = c tanh(W x / c), against the CPU's
+ * matmul and es__cpu_softcap; c = 2 bends products of this size (about 1) visibly. */
+static void check_softcap(es_backend *b, test_rng *r, int type, uint32_t k, const char *cfg) {
+    const uint32_t rows = 70, n = 3;
+    float *deq = malloc(sizeof(float) * rows * k);
+    void *w = make_weights(r, type, rows, k, deq);
+    float *x = malloc(sizeof(float) * k * n), *y = malloc(sizeof(float) * rows * n), *ref = malloc(sizeof(float) * rows * n);
+    for (size_t i = 0; i < (size_t)k * n; i++) x[i] = test_rng_uniform(r);
+    for (size_t i = 0; i < (size_t)rows * n; i++) y[i] = NAN;
+    es__vk_ss_proj ss;
+    memset(&ss, 0, sizeof ss);
+    ss.softcap = 2.0f;
+    CHECK_OK(es__vk_run_mul_mat_ss(b, (es__dtype)type, w, rows, k, x, n, ES__EPI_STORE, &ss, y));
+    CHECK_OK(es__cpu_matmul(NULL, (es__dtype)type, w, k, rows, x, n, ref, NULL));
+    es__cpu_softcap(ref, (int64_t)rows * n, 2.0f);
+    double worst = 0;
+    for (size_t i = 0; i < (size_t)rows * n; i++) worst = fmax(worst, isfinite(y[i]) ? fabs((double)y[i] - ref[i]) : INFINITY);
+    CHECKF(worst <= 1e-5, "[%s] type %d: soft-capped store differs from the CPU by %.3g > 1e-5 (values within 2)", cfg,
+           type, worst);
+    free(deq), free(w), free(x), free(y), free(ref);
+}
+
 int main(void) {
     test_rng r = {42};
     static const int types[] = {T_F32, T_F16, T_BF16, T_Q8_0, T_Q4_0};
@@ -109,6 +141,9 @@ int main(void) {
             check_case(b, &r, t, 33, 64, 5, ES__EPI_ADD, cfg);
             check_case(b, &r, t, 2 * 37, blk ? 160 : 81, 6, ES__EPI_SWIGLU, cfg);
             check_case(b, &r, t, 2 * 37, 512, 1, ES__EPI_SWIGLU, cfg);
+            check_case(b, &r, t, 2 * 37, blk ? 160 : 81, 6, ES__EPI_GEGLU, cfg);
+            check_case(b, &r, t, 2 * 19, 64, 1, ES__EPI_GEGLU, cfg);
+            check_softcap(b, &r, t, blk ? 96 : 45, cfg);
         }
         es_backend_free(b);
     }

@@ -18,12 +18,20 @@ static void test_rmsnorm(es_backend *b, test_rng *r, const char *cfg) {
             float *x = rand_vec(r, (size_t)E * n, 3.0f), *w = rand_vec(r, E, 1.0f), *y = rand_vec(r, (size_t)E * n, 0);
             float *ref = malloc(sizeof *ref * E * n);
             for (size_t i = 0; i < (size_t)E * n; i++) y[i] = NAN;
-            CHECK_OK(es__vk_run_rmsnorm(b, x, w, E, n, 1e-5f, y));
+            CHECK_OK(es__vk_run_rmsnorm(b, x, w, E, n, 1e-5f, false, y));
             es__cpu_rmsnorm(x, w, E, n, 1e-5f, ref);
             for (uint32_t t = 0; t < n; t++) {
                 double d = diff(y + (size_t)t * E, ref + (size_t)t * E, E, max_abs(ref + (size_t)t * E, E));
                 CHECKF(d <= 2e-6, "[%s] rmsnorm E %u row %u: error %.3g > 2e-6", cfg, E, t, d);
             }
+            /* add = 1 (gemma2's post-branch norms): y += the normalised rows, as the CPU forward */
+            float *acc = rand_vec(r, (size_t)E * n, 2.0f), *racc = malloc(sizeof *racc * E * n);
+            memcpy(racc, acc, sizeof *acc * E * n);
+            CHECK_OK(es__vk_run_rmsnorm(b, x, w, E, n, 1e-5f, true, acc));
+            es__cpu_add(racc, ref, (int64_t)E * n, racc);
+            const double da = diff(acc, racc, (size_t)E * n, max_abs(racc, (size_t)E * n));
+            CHECKF(da <= 2e-6, "[%s] rmsnorm add E %u n %u: error %.3g > 2e-6", cfg, E, n, da);
+            free(acc), free(racc);
             free(x), free(w), free(y), free(ref);
         }
 }
@@ -41,9 +49,15 @@ static void test_get_rows(es_backend *b, test_rng *r, const char *cfg) {
         ids[8] = (int32_t)rows - 1;
         float *out = malloc(sizeof *out * K * n), *ref = malloc(sizeof *ref * K * n);
         for (size_t i = 0; i < (size_t)K * n; i++) out[i] = NAN;
-        CHECK_OK(es__vk_run_get_rows(b, (es__dtype)t, table, K, rows, ids, n, out));
+        CHECK_OK(es__vk_run_get_rows(b, (es__dtype)t, table, K, rows, ids, n, 1.0f, out));
         CHECK_OK(es__cpu_get_rows((es__dtype)t, table, K, rows, ids, n, ref, NULL));
         CHECKF(memcmp(out, ref, sizeof *out * K * n) == 0, "[%s] get_rows type %d differs from the CPU", cfg, t);
+        /* gemma's embedding scale: one f32 multiply after dequantising, as the CPU forward does */
+        const float scale = sqrtf(2304.0f);
+        CHECK_OK(es__vk_run_get_rows(b, (es__dtype)t, table, K, rows, ids, n, scale, out));
+        for (size_t i = 0; i < (size_t)K * n; i++) ref[i] *= scale;
+        CHECKF(memcmp(out, ref, sizeof *out * K * n) == 0, "[%s] get_rows type %d, scale %g, differs from the CPU", cfg,
+               t, (double)scale);
         free(deq), free(table), free(out), free(ref);
     }
 }
@@ -65,8 +79,12 @@ static void test_rope_kv(es_backend *b, test_rng *r, const char *cfg) {
         float *kc0 = malloc(sizeof *kc0 * cache), *vc0 = malloc(sizeof *vc0 * cache);
         memcpy(kc0, kc, sizeof *kc * cache);
         memcpy(vc0, vc, sizeof *vc * cache);
+        /* odd cases with qwen2's Q/K/V biases, added before the rotation */
+        float *bias = c % 2 ? rand_vec(r, width, 1.0f) : NULL;
         CHECK_OK(es__vk_run_rope_kv(b, qkv, n, nh, nkv, hd, n_rot, cases[c].type, 10000.0f, 0.75f, pos, n_past, n_ctx,
-                                    kc, vc));
+                                    kc, vc, bias));
+        if (bias)
+            for (uint32_t t = 0; t < n; t++) es__cpu_add(orig + (size_t)t * width, bias, width, orig + (size_t)t * width);
         /* reference: rotate q and k on the CPU, write k and v into the cache */
         float *q = malloc(sizeof *q * n * nh * hd), *k = malloc(sizeof *k * n * nkv * hd), *v = malloc(sizeof *v * n * nkv * hd);
         for (uint32_t t = 0; t < n; t++) {
@@ -84,6 +102,7 @@ static void test_rope_kv(es_backend *b, test_rng *r, const char *cfg) {
         const double dk = diff(kc, kc0, cache, 1.0);
         CHECKF(dk <= 1e-6, "[%s] rope k into the cache case %zu: error %.3g > 1e-6", cfg, c, dk);
         CHECKF(memcmp(vc, vc0, sizeof *vc * cache) == 0, "[%s] cache write of v case %zu differs", cfg, c);
+        free(bias);
         free(qkv), free(orig), free(kc), free(vc), free(kc0), free(vc0), free(q), free(k), free(v);
     }
 }
@@ -112,6 +131,23 @@ static void test_attention(es_backend *b, test_rng *r, const char *cfg) {
         const double d = diff(out, ref, (size_t)n * nh * hd, max_abs(vc, cache));
         CHECKF(d <= 2e-5, "[%s] attention case %zu (n_ctx %u, n_past %u, n %u, hd %u): error %.3g > 2e-5", cfg, c,
                n_ctx, n_past, n, hd, d);
+        /* with a sliding window (ending inside the batch, the committed keys, or past a split)
+         * and soft-capped scores (lib/core/arch.h); positions n_past + depth */
+        int32_t *pos = malloc(sizeof *pos * n);
+        for (uint32_t j = 0; j < n; j++) {
+            pos[j] = (int32_t)n_past;
+            for (uint32_t i = 0; i < j; i++) pos[j] += (int32_t)i <= (int32_t)j && (int32_t)j <= end[i];
+        }
+        const uint32_t window = 3 + (uint32_t)c * 47;
+        es__vk_attn_bench ex = {NULL, NULL, 1, 0.0, window, 1.5f};
+        for (size_t i = 0; i < (size_t)n * nh * hd; i++) out[i] = NAN;
+        CHECK_OK(es__vk_run_attention_bench(b, q, kc, vc, n_ctx, nh, nkv, hd, n_past, n, end, scale, out, &ex));
+        CHECK_OK(es__cpu_attention_ex(NULL, q, kc, vc, (int32_t)n_ctx, (int32_t)nh, (int32_t)nkv, (int32_t)hd,
+                                      (int32_t)n_past, (int32_t)n, start, end, pos, (int32_t)window, 1.5f, scale, ref,
+                                      NULL));
+        const double dw = diff(out, ref, (size_t)n * nh * hd, max_abs(vc, cache));
+        CHECKF(dw <= 2e-5, "[%s] attention case %zu, window %u, softcap 1.5: error %.3g > 2e-5", cfg, c, window, dw);
+        free(pos);
         free(q), free(kc), free(vc), free(end), free(start), free(out), free(ref);
     }
 }

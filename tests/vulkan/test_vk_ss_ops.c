@@ -106,7 +106,7 @@ static void test_ss_rope(es_backend *b, test_rng *r, const char *cfg) {
             for (uint32_t k = width; k < stride; k++) qkv[(size_t)t * stride + k] = NAN;
         float *ref = copy_vec(qkv, (size_t)n_rows * stride), *cs = malloc(sizeof *cs * g->n_rot);
         CHECK_OK(es__vk_run_ss_rope(b, g, &batch, qkv, n_rows, stride));
-        es__cpu_rope_table(&pos, 1, g->n_rot, g->freq_base, g->freq_scale, cs);
+        es__cpu_rope_table(&pos, 1, g->n_rot, g->freq_base, g->freq_scale, NULL, cs);
         double d = 0;
         bool rest_same = true;
         for (uint32_t t = 0; t < n_rows; t++) {
@@ -383,7 +383,7 @@ static void rope_expect(const lora_case *c, const float *deq, const float *x, co
     float *cpu = malloc(sizeof *cpu * c->rows), *cs = malloc(sizeof *cs * g->n_rot);
     for (uint32_t t = 0; t < c->n; t++) {
         const bool stream = t >= c->t0;
-        es__cpu_rope_table(&pos[stream ? (t - c->t0) / c->g : t], 1, g->n_rot, g->freq_base, g->freq_scale, cs);
+        es__cpu_rope_table(&pos[stream ? (t - c->t0) / c->g : t], 1, g->n_rot, g->freq_base, g->freq_scale, NULL, cs);
         for (uint32_t row = 0; row < c->rows; row++) ref[row] = proj_ref(c, deq, x, lb, lr, t, row, &sc[row]);
         memcpy(cpu, full + (size_t)t * c->rows, sizeof *cpu * c->rows);
         rope_ref(ref, sc, g->n_head + g->n_head_kv, g, cs); /* K heads follow Q's */
@@ -425,7 +425,7 @@ static void check_lora(es_backend *b, test_rng *r, const lora_case *c, const cha
     random_tree(r, (int32_t)c->t0, end, 0);
     for (uint32_t t = 0; t < c->t0; t++) pos[t] = (int32_t)n_past + tree_depth(end, (int32_t)t);
     const es__vk_op_batch batch = {n_past, c->t0, end, NULL, 0};
-    es__vk_ss_proj ss = {lb, lr, c->rank, c->t0, g, rope_kv ? c->g : 0, &batch, n_ctx, kc, vc};
+    es__vk_ss_proj ss = {lb, lr, c->rank, c->t0, g, rope_kv ? c->g : 0, &batch, n_ctx, kc, vc, NULL, 0.0f};
     CHECK_OK(es__vk_run_mul_mat_ss(b, (es__dtype)c->type, w, c->rows, c->K, x, c->n, c->epi, &ss, y));
     float *full = malloc(sizeof *full * c->n * c->rows);
     proj_cpu(c, w, x, lb, lr, full);
@@ -448,7 +448,7 @@ static void check_lora(es_backend *b, test_rng *r, const lora_case *c, const cha
     /* the main rows: the plain kernel on them alone gives the same bits (they get no B R) */
     if (c->t0 > 0) {
         float *ym = copy_vec(y0, (size_t)c->t0 * cols), *km = copy_vec(kc0, cache), *vm = copy_vec(vc0, cache);
-        es__vk_ss_proj plain = {NULL, NULL, 0, 0, g, 0, &batch, n_ctx, km, vm};
+        es__vk_ss_proj plain = {NULL, NULL, 0, 0, g, 0, &batch, n_ctx, km, vm, NULL, 0.0f};
         CHECK_OK(es__vk_run_mul_mat_ss(b, (es__dtype)c->type, w, c->rows, c->K, x, c->t0, c->epi, &plain, ym));
         CHECKF(same(ym, y, (size_t)c->t0 * cols) && same(km, kc, cache) && same(vm, vc, cache),
                "[%s] lora type %d %s: the main rows differ from the plain kernel's", cfg, c->type, epi_name(c->epi));

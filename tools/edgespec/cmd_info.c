@@ -28,6 +28,20 @@ static void print_token(const es_model *m, const char *label, int32_t id) {
     printf("%d '%.*s'\n", id, (int)len, piece);
 }
 
+/* The architecture's extra keys (docs/formats.md, "Architectures"), when the file has them. */
+static void print_arch_keys(const es_model *m, const es_model_info *in) {
+    static const struct {
+        const char *label, *key;
+    } keys[] = {{"sliding_window", "attention.sliding_window"},
+                {"attn_softcap", "attn_logit_softcapping"},
+                {"final_softcap", "final_logit_softcapping"}};
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
+        char key[128], val[64];
+        snprintf(key, sizeof key, "%s.%s", in->architecture, keys[i].key);
+        if (es_model_meta_str(m, key, val, sizeof val) == ES_OK) printf("  %-14s %s\n", keys[i].label, val);
+    }
+}
+
 static void print_hparams(const es_model_info *in) {
     printf("hyperparameters\n");
     printf("  %-14s %d\n", "n_vocab", in->n_vocab);
@@ -97,7 +111,10 @@ static void describe(const char *path, const es_model *m, const es_model_info *i
     } else {
         printf("parameters     none (vocabulary-only file)\n");
     }
-    if (in->has_weights || in->n_layer > 0) print_hparams(in);
+    if (in->has_weights || in->n_layer > 0) {
+        print_hparams(in);
+        print_arch_keys(m, in);
+    }
     printf("tokenizer\n");
     printf("  %-14s %s\n", "model",
            in->tokenizer == ES_TOKENIZER_LLAMA  ? "llama (SentencePiece BPE)"

@@ -1,5 +1,6 @@
 /* main.c: edgespec-mkmodel, the command line around mkmodel.c: writes a random-weights llama GGUF
  * for tests, demos and benchmarks. Run with --help for the flags. */
+#include "arch.h"
 #include "mkmodel.h"
 
 #include "platform.h"
@@ -22,7 +23,14 @@ static void usage(FILE *f) {
             "  --n-ctx N          llama.context_length (default 256)\n"
             "  --type T           f32, f16, bf16, q8_0 or q4_0 for every matrix (norms stay f32; default f32)\n"
             "  --tied             no output.weight: the output head shares token_embd.weight\n"
-            "  --rope R           norm (default) or neox (written as edgespec.rope.ordering)\n"
+            "  --arch A           general.architecture: llama (default), qwen2, phi3, gemma or gemma2, with\n"
+            "                     that architecture's tensors (docs/formats.md, \"Architectures\")\n"
+            "  --sliding-window N <arch>.attention.sliding_window (default: not written)\n"
+            "  --softcap A,F      gemma2's attention and final logit soft-capping (default: not written)\n"
+            "  --head-dim N       head size when not n-embd / n-head (written as attention.key_length)\n"
+            "  --rope-freqs       llama 3's rope_freqs.weight (per-pair frequency divisors, 1 to 8)\n"
+            "  --rope R           norm or neox (default: the architecture's; written as edgespec.rope.ordering\n"
+            "                     when it differs)\n"
             "  --freq-base F      llama.rope.freq_base (default 10000)\n"
             "  --seed N           random seed (default 1); a model is a pure function of its flags\n"
             "  --vocab FILE       copy every tokenizer.ggml.* key from another GGUF (sets n-vocab)\n"
@@ -56,7 +64,7 @@ static bool parse_int(const char *s, int32_t *out) {
 int main(int argc, char **argv) {
     es_mk_params p = es_mk_default_params();
     const char *out = NULL;
-    bool quiet = false;
+    bool quiet = false, rope_set = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         bool ok = true, takes = true;
@@ -65,6 +73,9 @@ int main(int argc, char **argv) {
             return 0;
         } else if (!strcmp(a, "--tied")) {
             p.tied = true;
+            takes = false;
+        } else if (!strcmp(a, "--rope-freqs")) {
+            p.rope_freqs = true;
             takes = false;
         } else if (!strcmp(a, "--quiet")) {
             quiet = true;
@@ -91,7 +102,21 @@ int main(int argc, char **argv) {
             ok = parse_int(v, &p.n_ctx);
         } else if (!strcmp(a, "--type")) {
             ok = parse_type(v, &p.type);
+        } else if (!strcmp(a, "--arch")) {
+            ok = es__arch_find(v) != NULL;
+            p.arch = v;
+        } else if (!strcmp(a, "--head-dim")) {
+            ok = parse_int(v, &p.head_dim);
+        } else if (!strcmp(a, "--sliding-window")) {
+            ok = parse_int(v, &p.sliding_window);
+        } else if (!strcmp(a, "--softcap")) {
+            char *end = NULL;
+            p.attn_softcap = strtof(v, &end);
+            ok = *end == ',' && p.attn_softcap > 0;
+            if (ok) p.final_softcap = strtof(end + 1, &end);
+            ok = ok && *end == '\0' && p.final_softcap > 0;
         } else if (!strcmp(a, "--rope")) {
+            rope_set = true;
             ok = !strcmp(v, "norm") || !strcmp(v, "neox");
             p.rope = !strcmp(v, "neox") ? ES_ROPE_NEOX : ES_ROPE_NORM;
         } else if (!strcmp(a, "--freq-base")) {
@@ -121,6 +146,7 @@ int main(int argc, char **argv) {
         usage(stderr);
         return 2;
     }
+    if (!rope_set && p.arch) p.rope = es__arch_find(p.arch)->rope;
     /* a progress line for models that take more than a moment */
     uint64_t approx = (uint64_t)p.n_embd * (uint64_t)p.n_embd * 12u * (uint64_t)p.n_layer +
                       2u * (uint64_t)p.n_embd * (uint64_t)p.n_vocab;

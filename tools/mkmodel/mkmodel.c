@@ -3,6 +3,7 @@
  * copied from another file. Not here: the command line (main.c). */
 #include "mkmodel.h"
 
+#include "arch.h"
 #include "platform.h"
 
 #include <inttypes.h>
@@ -316,11 +317,27 @@ static es_status add_weight(builder *b, const char *name, es__dtype type, int64_
     return ES_OK;
 }
 
+/* llama 3's rope_freqs.weight: divisors from 1 (pair 0, the fastest) rising to 8 (the slowest). */
+static es_status add_rope_freqs(builder *b, int64_t half) {
+    float *f = malloc(sizeof(float) * (size_t)half);
+    if (!f) return es__fail(b->err, ES_ERR_OUT_OF_MEMORY, "mkmodel: out of memory");
+    for (int64_t i = 0; i < half; i++) {
+        const float t = half > 1 ? (float)i / (float)(half - 1) : 0.0f;
+        f[i] = 1.0f + 7.0f * t * t;
+    }
+    const int64_t ne[1] = {half};
+    es_status s = es__gguf_add_tensor(b->w, "rope_freqs.weight", ES__DTYPE_F32, 1, ne, f);
+    free(f);
+    if (s != ES_OK) return es__fail(b->err, s, "mkmodel: %s", es_last_error());
+    return ES_OK;
+}
+
 static es_status check_params(const es_mk_params *p, es__err *err) {
     const int32_t kv = p->n_head_kv ? p->n_head_kv : p->n_head;
     if (p->n_embd < 1 || p->n_layer < 1 || p->n_head < 1 || p->n_ff < 1 || p->n_ctx < 1 || kv < 1)
         return es__fail(err, ES_ERR_INVALID_ARGUMENT, "mkmodel: every size must be positive");
-    if (p->n_embd % p->n_head || p->n_head % kv || (p->n_embd / p->n_head) % 2)
+    if (p->head_dim < 0 || (p->head_dim ? p->head_dim % 2 : p->n_embd % p->n_head || (p->n_embd / p->n_head) % 2) ||
+        p->n_head % kv)
         return es__fail(err, ES_ERR_INVALID_ARGUMENT,
                         "mkmodel: n_embd %d must split into n_head %d heads of even size, and n_head into n_head_kv %d "
                         "groups", p->n_embd, p->n_head, kv);
@@ -344,22 +361,41 @@ static uint32_t file_type(es__dtype t) { /* llama.cpp's general.file_type for "m
     return 0;
 }
 
+static const char *arch_name(const es_mk_params *p) {
+    return p->arch ? p->arch : "llama";
+}
+
 static es_status add_keys(const es_mk_params *p, es__gguf_writer *w, int32_t n_vocab) {
     const int32_t kv = p->n_head_kv ? p->n_head_kv : p->n_head;
-    ES_TRY(es__gguf_set_str(w, "general.architecture", "llama"));
+    const char *a = arch_name(p);
+    char key[96];
+#define AKEY(name) (snprintf(key, sizeof key, "%s.%s", a, (name)), key)
+    ES_TRY(es__gguf_set_str(w, "general.architecture", a));
     ES_TRY(es__gguf_set_str(w, "general.name", p->name ? p->name : "edgespec-random"));
     ES_TRY(es__gguf_set_u32(w, "general.file_type", file_type(p->type)));
-    ES_TRY(es__gguf_set_u32(w, "llama.vocab_size", (uint32_t)n_vocab));
-    ES_TRY(es__gguf_set_u32(w, "llama.context_length", (uint32_t)p->n_ctx));
-    ES_TRY(es__gguf_set_u32(w, "llama.embedding_length", (uint32_t)p->n_embd));
-    ES_TRY(es__gguf_set_u32(w, "llama.block_count", (uint32_t)p->n_layer));
-    ES_TRY(es__gguf_set_u32(w, "llama.feed_forward_length", (uint32_t)p->n_ff));
-    ES_TRY(es__gguf_set_u32(w, "llama.rope.dimension_count", (uint32_t)(p->n_embd / p->n_head)));
-    ES_TRY(es__gguf_set_u32(w, "llama.attention.head_count", (uint32_t)p->n_head));
-    ES_TRY(es__gguf_set_u32(w, "llama.attention.head_count_kv", (uint32_t)kv));
-    ES_TRY(es__gguf_set_f32(w, "llama.attention.layer_norm_rms_epsilon", p->rms_eps));
-    ES_TRY(es__gguf_set_f32(w, "llama.rope.freq_base", p->freq_base));
-    if (p->rope == ES_ROPE_NEOX) ES_TRY(es__gguf_set_str(w, "edgespec.rope.ordering", "neox"));
+    ES_TRY(es__gguf_set_u32(w, AKEY("vocab_size"), (uint32_t)n_vocab));
+    ES_TRY(es__gguf_set_u32(w, AKEY("context_length"), (uint32_t)p->n_ctx));
+    ES_TRY(es__gguf_set_u32(w, AKEY("embedding_length"), (uint32_t)p->n_embd));
+    ES_TRY(es__gguf_set_u32(w, AKEY("block_count"), (uint32_t)p->n_layer));
+    ES_TRY(es__gguf_set_u32(w, AKEY("feed_forward_length"), (uint32_t)p->n_ff));
+    const int32_t hd = p->head_dim ? p->head_dim : p->n_embd / p->n_head;
+    ES_TRY(es__gguf_set_u32(w, AKEY("rope.dimension_count"), (uint32_t)hd));
+    if (p->head_dim) {
+        ES_TRY(es__gguf_set_u32(w, AKEY("attention.key_length"), (uint32_t)hd));
+        ES_TRY(es__gguf_set_u32(w, AKEY("attention.value_length"), (uint32_t)hd));
+    }
+    ES_TRY(es__gguf_set_u32(w, AKEY("attention.head_count"), (uint32_t)p->n_head));
+    ES_TRY(es__gguf_set_u32(w, AKEY("attention.head_count_kv"), (uint32_t)kv));
+    ES_TRY(es__gguf_set_f32(w, AKEY("attention.layer_norm_rms_epsilon"), p->rms_eps));
+    ES_TRY(es__gguf_set_f32(w, AKEY("rope.freq_base"), p->freq_base));
+    if (p->sliding_window > 0) ES_TRY(es__gguf_set_u32(w, AKEY("attention.sliding_window"), (uint32_t)p->sliding_window));
+    if (p->attn_softcap > 0) ES_TRY(es__gguf_set_f32(w, AKEY("attn_logit_softcapping"), p->attn_softcap));
+    if (p->final_softcap > 0) ES_TRY(es__gguf_set_f32(w, AKEY("final_logit_softcapping"), p->final_softcap));
+#undef AKEY
+    /* the pairing key only where it differs from the architecture's own */
+    const es__arch *d = es__arch_find(a);
+    if (p->rope != (d ? d->rope : ES_ROPE_NORM))
+        ES_TRY(es__gguf_set_str(w, "edgespec.rope.ordering", p->rope == ES_ROPE_NEOX ? "neox" : "norm"));
     return ES_OK;
 }
 
@@ -382,7 +418,8 @@ es_status es_mk_build(const es_mk_params *p, es__gguf_writer *w, es__err *err) {
     if (p->vocab_path) vocab_file_close(&vf);
     ES_TRY(s);
 
-    const int64_t d = p->n_embd, hd = p->n_embd / p->n_head, kvd = hd * (p->n_head_kv ? p->n_head_kv : p->n_head);
+    const int64_t d = p->n_embd, hd = p->head_dim ? p->head_dim : p->n_embd / p->n_head;
+    const int64_t qd = hd * p->n_head, kvd = hd * (p->n_head_kv ? p->n_head_kv : p->n_head);
     const float s_d = 1.0f / sqrtf((float)d), s_ff = 1.0f / sqrtf((float)p->n_ff);
     const float s_res = 1.0f / sqrtf(2.0f * (float)p->n_layer); /* residual branches, GPT-2 style */
     builder b = {p, w, err, 0, 0, 0, 0.0, false};
@@ -391,30 +428,45 @@ es_status es_mk_build(const es_mk_params *p, es__gguf_writer *w, es__err *err) {
     b.last_report = es__time_now();
     const es__dtype t = p->type, f32 = ES__DTYPE_F32;
     char name[64];
-    ES_TRY(add_weight(&b, "token_embd.weight", t, d, n_vocab, 0.0f, 1.0f));
+    const es__arch *a = es__arch_find(arch_name(p));
+    if (!a) return es__fail(err, ES_ERR_INVALID_ARGUMENT, "mkmodel: unknown architecture '%s' (%s)", arch_name(p),
+                            es__arch_names());
+    /* scaled by sqrt(n_embd) in the forward (gemma): drawn that much smaller, so rows stay O(1) */
+    ES_TRY(add_weight(&b, "token_embd.weight", t, d, n_vocab, 0.0f, a->embd_scale ? s_d : 1.0f));
+    const float s_n = 0.1f / 1.7320508f; /* norms: 1 +- 0.1 */
     for (int32_t il = 0; il < p->n_layer; il++) {
         struct {
             const char *suffix;
             es__dtype type;
             int64_t n_in, n_out;
             float center, std;
+            bool on;
         } spec[] = {
-            {"attn_norm", f32, d, 1, 1.0f, 0.1f / 1.7320508f},
-            {"attn_q", t, d, d, 0.0f, s_d},
-            {"attn_k", t, d, kvd, 0.0f, s_d},
-            {"attn_v", t, d, kvd, 0.0f, s_d},
-            {"attn_output", t, d, d, 0.0f, s_d * s_res},
-            {"ffn_norm", f32, d, 1, 1.0f, 0.1f / 1.7320508f},
-            {"ffn_gate", t, d, p->n_ff, 0.0f, s_d},
-            {"ffn_up", t, d, p->n_ff, 0.0f, s_d},
-            {"ffn_down", t, p->n_ff, d, 0.0f, s_ff * s_res},
+            {"attn_norm.weight", f32, d, 1, 1.0f, s_n, true},
+            {"attn_q.weight", t, d, qd, 0.0f, s_d, !a->fused_qkv},
+            {"attn_k.weight", t, d, kvd, 0.0f, s_d, !a->fused_qkv},
+            {"attn_v.weight", t, d, kvd, 0.0f, s_d, !a->fused_qkv},
+            {"attn_qkv.weight", t, d, qd + 2 * kvd, 0.0f, s_d, a->fused_qkv},
+            {"attn_q.bias", f32, qd, 1, 0.0f, 0.5f, a->qkv_bias},
+            {"attn_k.bias", f32, kvd, 1, 0.0f, 0.5f, a->qkv_bias},
+            {"attn_v.bias", f32, kvd, 1, 0.0f, 0.5f, a->qkv_bias},
+            {"attn_output.weight", t, qd, d, 0.0f, s_d * s_res, true},
+            {"post_attention_norm.weight", f32, d, 1, 1.0f, s_n, a->post_norms},
+            {"ffn_norm.weight", f32, d, 1, 1.0f, s_n, true},
+            {"ffn_gate.weight", t, d, p->n_ff, 0.0f, s_d, !a->fused_gate_up},
+            {"ffn_up.weight", t, d, p->n_ff, 0.0f, s_d, !a->fused_gate_up},
+            {"ffn_up.weight", t, d, 2 * (int64_t)p->n_ff, 0.0f, s_d, a->fused_gate_up},
+            {"ffn_down.weight", t, p->n_ff, d, 0.0f, s_ff * s_res, true},
+            {"post_ffw_norm.weight", f32, d, 1, 1.0f, s_n, a->post_norms},
         };
         for (size_t k = 0; k < ES__ARRAY_LEN(spec); k++) {
-            snprintf(name, sizeof name, "blk.%d.%s.weight", il, spec[k].suffix);
+            if (!spec[k].on) continue;
+            snprintf(name, sizeof name, "blk.%d.%s", il, spec[k].suffix);
             ES_TRY(add_weight(&b, name, spec[k].type, spec[k].n_in, spec[k].n_out, spec[k].center, spec[k].std));
         }
     }
     ES_TRY(add_weight(&b, "output_norm.weight", f32, d, 1, 1.0f, 0.1f / 1.7320508f));
+    if (p->rope_freqs) ES_TRY(add_rope_freqs(&b, hd / 2));
     if (!p->tied) ES_TRY(add_weight(&b, "output.weight", t, d, n_vocab, 0.0f, s_d));
     return ES_OK;
 }

@@ -28,6 +28,16 @@ typedef struct es_mk_params {
     const char *vocab_path; /* NULL = synthetic vocabulary                                     */
     const char *name;       /* general.name; NULL = "edgespec-random"                          */
     bool progress;          /* a progress line on stderr                                       */
+    /* the architecture (docs/formats.md, "Architectures"): NULL = "llama"; the others add their
+     * tensors (qwen2's Q/K/V biases, phi3's fused attn_qkv and gate-up, gemma2's post norms) */
+    const char *arch;
+    int32_t sliding_window; /* <arch>.attention.sliding_window; 0 = not written                   */
+    float attn_softcap;     /* gemma2: <arch>.attn_logit_softcapping; 0 = not written            */
+    float final_softcap;    /* gemma2: <arch>.final_logit_softcapping; 0 = not written           */
+    bool rope_freqs;        /* rope_freqs.weight: llama 3's per-pair frequency divisors, rising
+                               from 1 (fastest pair) to 8 (slowest) as their rope type's do       */
+    int32_t head_dim;       /* 0 = n_embd / n_head; else written as <arch>.attention.key_length and
+                               value_length (Gemma 2 2B: 8 heads of 256 on n_embd 2304)          */
 } es_mk_params;
 
 /* Defaults: a tiny model (vocab 512, n_embd 64, 2 layers, 4 heads, n_ff 128, ctx 256, f32,

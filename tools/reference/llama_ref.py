@@ -9,6 +9,15 @@ final RMSNorm and the output head (tied to the embedding when output.weight is a
 
     python3 llama_ref.py MODEL.gguf TOKEN [TOKEN ...]   # prints the argmax of each position
 
+Architectures (docs/formats.md, "Architectures"), each written out here from its public
+description rather than taken from the C library's table: llama; qwen2 (Q/K/V biases, NEOX RoPE);
+phi3 (Q, K, V in one attn_qkv matrix, gate and up rows in one ffn_up matrix, gate first; NEOX);
+gemma (embedding times sqrt(n_embd), GeGLU with gelu's tanh form, tied head, NEOX; its GGUF norm
+weights already hold the 1 + w); gemma2 (gemma plus RMSNorm of each branch's output before the
+residual add, attention scores and final logits soft-capped c tanh(x / c), a sliding window on
+even layers). <arch>.attention.sliding_window gives any architecture a window (every layer but
+gemma2's odd ones): a query at position p sees keys at positions > p - window.
+
 Deliberately simple and slow; not here: KV caches, batching, trees (a tree node's logits are those
 of its root-to-node path, so chains cover them).
 """
@@ -66,19 +75,23 @@ def dequantize(raw, type_name, ne):
 # ---------------------------------------------------------------------------------------------
 # the model
 
+ARCHS = ("llama", "qwen2", "phi3", "gemma", "gemma2")
+
+
 class Model:
-    """Hyperparameters and dequantised weights of a llama GGUF file."""
+    """Hyperparameters and dequantised weights of a GGUF file of one of ARCHS."""
 
     def __init__(self, path, dtype=np.float64):
         r = pygguf.read(path)
         arch = r.get("general.architecture")
-        if arch != "llama":
-            raise ValueError("architecture %r, expected 'llama'" % (arch,))
+        if arch not in ARCHS:
+            raise ValueError("architecture %r, expected one of %s" % (arch, ARCHS))
+        self.arch = arch
 
         def key(name, default=None):
-            v = r.get("llama." + name, default)
+            v = r.get(arch + "." + name, default)
             if v is None:
-                raise ValueError("missing key llama." + name)
+                raise ValueError("missing key %s.%s" % (arch, name))
             return v
 
         self.n_embd = int(key("embedding_length"))
@@ -90,37 +103,58 @@ class Model:
         self.n_rot = int(key("rope.dimension_count", self.head_dim))
         self.freq_base = float(key("rope.freq_base", 10000.0))
         scale = 1.0
-        if r.get("llama.rope.scaling.type") == "linear":
-            scale = float(r.get("llama.rope.scaling.factor", 1.0))
-        elif r.get("llama.rope.scale_linear") is not None:
-            scale = float(r.get("llama.rope.scale_linear"))
+        if r.get(arch + ".rope.scaling.type") == "linear":
+            scale = float(r.get(arch + ".rope.scaling.factor", 1.0))
+        elif r.get(arch + ".rope.scale_linear") is not None:
+            scale = float(r.get(arch + ".rope.scale_linear"))
         self.freq_scale = 1.0 / scale if scale else 1.0
         self.eps = float(key("attention.layer_norm_rms_epsilon", 1e-5))
-        self.neox = rope_is_neox(r)
+        self.neox = rope_is_neox(r, arch)
+        gemma = arch in ("gemma", "gemma2")
+        self.embd_scale = np.sqrt(self.n_embd) if gemma else 1.0
+        self.gelu = gemma
+        self.attn_cap = float(key("attn_logit_softcapping", 50.0)) if arch == "gemma2" else 0.0
+        self.final_cap = float(key("final_logit_softcapping", 30.0)) if arch == "gemma2" else 0.0
+        window = int(key("attention.sliding_window", 0))
+        # gemma2 alternates: even layers slide, odd layers see the whole context
+        self.windows = [window if (arch != "gemma2" or i % 2 == 0) else 0 for i in range(self.n_layer)]
 
         def w(name):
             t = r.tensors[name]
             return dequantize(t.raw, t.type, t.ne).astype(dtype)
 
         self.tok_embd = w("token_embd.weight")  # (n_vocab, n_embd)
+        # llama 3's per-pair frequency divisors (rope type llama3): pair i turns by theta_i / f_i
+        self.rope_freqs = w("rope_freqs.weight").astype(np.float64) if "rope_freqs.weight" in r.tensors else None
         self.output = w("output.weight") if "output.weight" in r.tensors else self.tok_embd
         self.output_norm = w("output_norm.weight")
         self.layers = []
+        qd, kvd = self.n_head * self.head_dim, self.n_head_kv * self.head_dim
         for i in range(self.n_layer):
             p = "blk.%d." % i
-            self.layers.append({k: w(p + k + ".weight") for k in (
-                "attn_norm", "attn_q", "attn_k", "attn_v", "attn_output",
-                "ffn_norm", "ffn_gate", "ffn_up", "ffn_down")})
+            names = ["attn_norm", "attn_output", "ffn_norm", "ffn_down"]
+            names += ["attn_qkv"] if arch == "phi3" else ["attn_q", "attn_k", "attn_v"]
+            names += ["ffn_up"] if arch == "phi3" else ["ffn_gate", "ffn_up"]
+            names += ["post_attention_norm", "post_ffw_norm"] if arch == "gemma2" else []
+            L = {k: w(p + k + ".weight") for k in names}
+            if arch == "phi3":
+                qkv, up = L.pop("attn_qkv"), L.pop("ffn_up")
+                L["attn_q"], L["attn_k"], L["attn_v"] = qkv[:qd], qkv[qd:qd + kvd], qkv[qd + kvd:]
+                L["ffn_gate"], L["ffn_up"] = up[:self.n_ff], up[self.n_ff:]
+            if arch == "qwen2":
+                for k in ("attn_q", "attn_k", "attn_v"):
+                    L[k + ".bias"] = w(p + k + ".bias")
+            self.layers.append(L)
         self.n_vocab = self.tok_embd.shape[0]
         self.dtype = dtype
 
 
-def rope_is_neox(r):
+def rope_is_neox(r, arch="llama"):
     """The rope pairing: edgespec.rope.ordering ("norm" or "neox", docs/formats.md) if present,
-    else llama.cpp's rule for architecture "llama": NORM."""
+    else llama.cpp's rule: NORM for "llama", NEOX for qwen2, phi3, gemma and gemma2."""
     v = r.get("edgespec.rope.ordering")
     if v is None:
-        return False
+        return arch != "llama"
     if v not in ("norm", "neox"):
         raise ValueError("edgespec.rope.ordering %r" % (v,))
     return v == "neox"
@@ -135,6 +169,8 @@ def rope(x, pos, m):
     half = m.n_rot // 2
     i = np.arange(half, dtype=np.float64)
     theta = np.asarray(pos, dtype=np.float64)[:, None] * m.freq_scale * m.freq_base ** (-2.0 * i / m.n_rot)
+    if getattr(m, "rope_freqs", None) is not None:
+        theta = theta / m.rope_freqs[None, :half]
     c = np.cos(theta)[:, None, :].astype(x.dtype)
     s = np.sin(theta)[:, None, :].astype(x.dtype)
     y = x.copy()
@@ -149,29 +185,51 @@ def rope(x, pos, m):
     return y
 
 
+def proj(h, L, name):
+    y = h @ L[name].T
+    return y + L[name + ".bias"] if name + ".bias" in L else y
+
+
+def branch(x, y, L, post, eps):
+    """The residual add of a branch's output y, through gemma2's post-branch norm when it has one."""
+    return x + (rmsnorm(y, L[post], eps) if post in L else y)
+
+
 def forward(m, tokens):
     """Logits (len(tokens), n_vocab) of a chain starting at position 0."""
     n = len(tokens)
     pos = np.arange(n)
-    x = m.tok_embd[np.asarray(tokens)]
+    x = m.tok_embd[np.asarray(tokens)] * m.embd_scale
     group = m.n_head // m.n_head_kv
-    mask = np.triu(np.full((n, n), -np.inf), 1)
-    for L in m.layers:
+    causal = np.triu(np.full((n, n), -np.inf), 1)
+    for il, L in enumerate(m.layers):
+        mask = causal.copy()
+        if m.windows[il] > 0:  # keys at positions <= p - window are out of the window
+            mask[pos[:, None] - pos[None, :] >= m.windows[il]] = -np.inf
         h = rmsnorm(x, L["attn_norm"], m.eps)
-        q = rope((h @ L["attn_q"].T).reshape(n, m.n_head, m.head_dim), pos, m)
-        k = rope((h @ L["attn_k"].T).reshape(n, m.n_head_kv, m.head_dim), pos, m)
-        v = (h @ L["attn_v"].T).reshape(n, m.n_head_kv, m.head_dim)
+        q = rope(proj(h, L, "attn_q").reshape(n, m.n_head, m.head_dim), pos, m)
+        k = rope(proj(h, L, "attn_k").reshape(n, m.n_head_kv, m.head_dim), pos, m)
+        v = proj(h, L, "attn_v").reshape(n, m.n_head_kv, m.head_dim)
         att = np.empty((n, m.n_head, m.head_dim), dtype=x.dtype)
         for hq in range(m.n_head):
             g = hq // group
-            s = q[:, hq, :] @ k[:, g, :].T / np.sqrt(m.head_dim) + mask
-            s = np.exp(s - s.max(axis=1, keepdims=True))
+            s = q[:, hq, :] @ k[:, g, :].T / np.sqrt(m.head_dim)
+            if m.attn_cap > 0:
+                s = m.attn_cap * np.tanh(s / m.attn_cap)
+            s = np.exp(s + mask - (s + mask).max(axis=1, keepdims=True))
             att[:, hq, :] = (s / s.sum(axis=1, keepdims=True)) @ v[:, g, :]
-        x = x + att.reshape(n, -1) @ L["attn_output"].T
+        x = branch(x, att.reshape(n, -1) @ L["attn_output"].T, L, "post_attention_norm", m.eps)
         h = rmsnorm(x, L["ffn_norm"], m.eps)
         gate = h @ L["ffn_gate"].T
-        x = x + (gate / (1.0 + np.exp(-gate)) * (h @ L["ffn_up"].T)) @ L["ffn_down"].T
-    return rmsnorm(x, m.output_norm, m.eps) @ m.output.T
+        if m.gelu:
+            act = 0.5 * gate * (1.0 + np.tanh(np.sqrt(2.0 / np.pi) * (gate + 0.044715 * gate ** 3)))
+        else:
+            act = gate / (1.0 + np.exp(-gate))
+        x = branch(x, (act * (h @ L["ffn_up"].T)) @ L["ffn_down"].T, L, "post_ffw_norm", m.eps)
+    logits = rmsnorm(x, m.output_norm, m.eps) @ m.output.T
+    if m.final_cap > 0:
+        logits = m.final_cap * np.tanh(logits / m.final_cap)
+    return logits
 
 
 def main(argv):

@@ -1,0 +1,26 @@
+/* arch.c: the table of supported architectures (arch.h). Each row is a fact about how the
+ * architecture's GGUF files are written by llama.cpp's converter and how llama.cpp runs them:
+ * gemma's RMSNorm weights are stored with the +1 of (1 + w) already added, so every
+ * architecture's norm is the plain x / rms(x) * w. */
+#include "arch.h"
+
+#include <string.h>
+
+static const es__arch archs[] = {
+    /* name      rope          bias   qkv    gateup post   escale act           swa softcap */
+    {"llama", ES_ROPE_NORM, false, false, false, false, false, ES__ACT_SILU, 1, false},
+    {"qwen2", ES_ROPE_NEOX, true, false, false, false, false, ES__ACT_SILU, 1, false},
+    {"phi3", ES_ROPE_NEOX, false, true, true, false, false, ES__ACT_SILU, 1, false},
+    {"gemma", ES_ROPE_NEOX, false, false, false, false, true, ES__ACT_GELU, 1, false},
+    {"gemma2", ES_ROPE_NEOX, false, false, false, true, true, ES__ACT_GELU, 2, true},
+};
+
+const es__arch *es__arch_find(const char *arch) {
+    for (size_t i = 0; i < ES__ARRAY_LEN(archs); i++)
+        if (strcmp(archs[i].name, arch) == 0) return &archs[i];
+    return NULL;
+}
+
+const char *es__arch_names(void) {
+    return "llama, qwen2, phi3, gemma, gemma2";
+}

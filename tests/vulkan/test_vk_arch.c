@@ -1,0 +1,259 @@
+/* test_vk_arch: every architecture besides llama (lib/core/arch.h: qwen2's biases, phi3's fused
+ * matrices, gemma's embedding scale and GeGLU, gemma2's post-branch norms, soft-capping and
+ * alternating sliding window, a mistral-style window on llama, llama 3's rope_freqs.weight) on the
+ * Vulkan backend against the
+ * CPU backend, on random-weight GGUF files written by mkmodel (the CPU is checked against the
+ * numpy reference on the same kinds of files by tests/cpu/test_arch_reference.py):
+ *   - prefill logits of every row within a normalised error of the CPU's (bound below);
+ *   - greedy decoding, fed the CPU's tokens, picks the CPU's token wherever the CPU's top two
+ *     logits are clearly apart (confident positions);
+ *   - batch invariance on each backend: a prefill split into other batches, and the main path of
+ *     a verification tree, give bit-identical logits (with a window, positions past it and the
+ *     in-batch side of it both matter), and decoding continues exactly after a tree commit.
+ * One gemma2 case runs past the first attention split (256 positions), so a sliding window
+ * leaves whole splits empty for attn_merge. */
+#include "../common/test_ctx.h"
+#include "../common/test_file.h"
+#include "mkmodel.h"
+#include "vk_test.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#define LOGIT_BOUND 2e-5
+#define N_CTX 320
+#define N_GEN 8
+
+typedef struct acase {
+    const char *name, *arch;
+    es__dtype type;
+    int32_t n_embd, n_layer, n_head, n_head_kv, n_ff;
+    bool tied;
+    int32_t window;
+    float attn_cap, final_cap;
+    int32_t n_prompt;
+    int32_t head_dim; /* 0 = n_embd / n_head */
+    bool rope_freqs;  /* llama 3's rope_freqs.weight */
+} acase;
+
+static const acase cases[] = {
+    {"qwen2 gqa tied", "qwen2", ES__DTYPE_F32, 64, 2, 4, 2, 96, true, 0, 0, 0, 20, 0, false},
+    {"qwen2 q8_0 window", "qwen2", ES__DTYPE_Q8_0, 64, 2, 4, 1, 96, false, 5, 0, 0, 20, 0, false},
+    {"phi3 q4_0", "phi3", ES__DTYPE_Q4_0, 64, 2, 4, 2, 96, false, 0, 0, 0, 20, 0, false},
+    {"phi3 f16 mha", "phi3", ES__DTYPE_F16, 64, 2, 2, 2, 64, false, 0, 0, 0, 20, 0, false},
+    {"gemma tied bf16", "gemma", ES__DTYPE_BF16, 64, 2, 4, 1, 128, true, 0, 0, 0, 20, 0, false},
+    {"gemma2 window caps long", "gemma2", ES__DTYPE_F32, 32, 3, 2, 1, 64, true, 7, 2.0f, 3.0f, 270, 0, false},
+    {"gemma2 q8_0", "gemma2", ES__DTYPE_Q8_0, 64, 2, 4, 2, 64, false, 4, 2.0f, 3.0f, 20, 0, false},
+    {"llama mistral window", "llama", ES__DTYPE_F32, 64, 2, 4, 2, 96, false, 6, 0, 0, 20, 0, false},
+    /* head_dim not n_embd / n_head, as Gemma 2 2B's (8 heads of 256 on n_embd 2304) */
+    {"gemma2 head_dim 24", "gemma2", ES__DTYPE_F32, 48, 2, 4, 2, 64, true, 5, 2.0f, 3.0f, 20, 24, false},
+    /* llama 3.1/3.2's per-pair RoPE frequency divisors */
+    {"llama3 rope_freqs", "llama", ES__DTYPE_Q8_0, 64, 2, 4, 2, 96, false, 0, 0, 0, 20, 0, true},
+};
+
+static int32_t argmax(const float *x, int32_t n) {
+    int32_t best = 0;
+    for (int32_t i = 1; i < n; i++)
+        if (x[i] > x[best]) best = i;
+    return best;
+}
+
+/* The gap between the top two logits, over the largest magnitude. */
+static double margin(const float *x, int32_t n) {
+    const int32_t b = argmax(x, n);
+    double second = -INFINITY, mx = 0;
+    for (int32_t i = 0; i < n; i++) {
+        mx = fmax(mx, fabs(x[i]));
+        if (i != b) second = fmax(second, x[i]);
+    }
+    return (x[b] - second) / (mx > 0 ? mx : 1);
+}
+
+static double row_err(const float *a, const float *ref, int32_t n) {
+    double mx = 0, md = 0;
+    for (int32_t i = 0; i < n; i++) {
+        if (!isfinite(a[i])) return INFINITY;
+        mx = fmax(mx, fabs(ref[i]));
+        md = fmax(md, fabs((double)a[i] - ref[i]));
+    }
+    return md / (mx > 0 ? mx : 1);
+}
+
+/* Prefill in batches of nb with every row's logits, committed; returns the rows. */
+static float *prefill(es_context *ctx, const int32_t *prompt, int32_t n, int32_t V, int32_t nb) {
+    uint8_t *want = malloc((size_t)n);
+    memset(want, 1, (size_t)n);
+    float *out = malloc(sizeof(float) * (size_t)n * (size_t)V);
+    for (size_t i = 0; i < (size_t)n * (size_t)V; i++) out[i] = NAN;
+    for (int32_t i0 = 0; ctx && i0 < n; i0 += nb) {
+        const int32_t k = n - i0 < nb ? n - i0 : nb;
+        es_batch b = {k, prompt + i0, NULL, NULL, NULL, want};
+        CHECK_OK(es_forward(ctx, &b));
+        for (int32_t i = 0; i < k; i++) {
+            const float *l = NULL;
+            CHECK_OK(es_logits(ctx, i, &l));
+            if (l) memcpy(out + (size_t)(i0 + i) * (size_t)V, l, sizeof(float) * (size_t)V);
+        }
+        CHECK_OK(es_commit(ctx, NULL, 0));
+    }
+    free(want);
+    return out;
+}
+
+/* Decodes toks one at a time; the rows of logits into out. */
+static void decode(es_context *ctx, const int32_t *toks, int32_t n, int32_t V, float *out) {
+    for (int32_t i = 0; i < n; i++) {
+        es_batch b = {1, &toks[i], NULL, NULL, NULL, NULL};
+        const float *l = NULL;
+        CHECK_OK(es_forward(ctx, &b));
+        CHECK_OK(es_logits(ctx, 0, &l));
+        CHECK_OK(es_commit(ctx, NULL, 0));
+        if (l) memcpy(out + (size_t)i * (size_t)V, l, sizeof(float) * (size_t)V);
+    }
+}
+
+/* The main path gen[0..3] of a tree with a branch after each node, against sequential rows seq;
+ * then a commit of three and the next token. */
+static void tree_check(es_context *ctx, const int32_t *gen, const float *seq, int32_t V, test_rng *rng,
+                       const char *what) {
+    const int32_t parent[8] = {-1, 0, 1, 2, 2, 1, 0, 6}, ends[8] = {7, 5, 4, 3, 4, 5, 7, 7};
+    int32_t tok[8], st[8], en[8], pos[8];
+    const int32_t n_past = es_context_n_past(ctx);
+    for (int i = 0; i < 8; i++) {
+        int depth = 0;
+        for (int p = parent[i]; p >= 0; p = parent[p]) depth++;
+        tok[i] = i < 4 ? gen[i] : (int32_t)(test_rng_u64(rng) % (uint64_t)V);
+        st[i] = i;
+        en[i] = ends[i];
+        pos[i] = n_past + depth;
+    }
+    uint8_t want[8] = {1, 1, 1, 1, 1, 1, 1, 1};
+    es_batch tb = {8, tok, pos, st, en, want};
+    CHECK_OK(es_forward(ctx, &tb));
+    for (int i = 0; i < 4; i++) {
+        const float *l = NULL;
+        CHECK_OK(es_logits(ctx, i, &l));
+        CHECKF(l && memcmp(l, seq + (size_t)i * (size_t)V, sizeof(float) * (size_t)V) == 0,
+               "%s: tree node %d logits differ from sequential decoding", what, i);
+    }
+    const int32_t path[3] = {0, 1, 2};
+    CHECK_OK(es_commit(ctx, path, 3));
+    es_batch nb = {1, &gen[3], NULL, NULL, NULL, NULL};
+    const float *l = NULL;
+    CHECK_OK(es_forward(ctx, &nb));
+    CHECK_OK(es_logits(ctx, 0, &l));
+    CHECKF(l && memcmp(l, seq + 3 * (size_t)V, sizeof(float) * (size_t)V) == 0,
+           "%s: logits after a tree commit differ from sequential decoding", what);
+}
+
+static void run_case(const acase *ac, const char *path, es_backend *cpu, es_backend *vk, const char *cfg) {
+    es_model *m = NULL;
+    CHECK_OK(es_model_load(path, NULL, &m));
+    if (!m) return;
+    es_model_info mi;
+    es_model_get_info(m, &mi);
+    const int32_t V = mi.n_vocab, P = ac->n_prompt;
+    char what[160];
+    snprintf(what, sizeof what, "[%s] %s", cfg, ac->name);
+    test_rng rng = {(unsigned long long)P * 31 + (unsigned long long)ac->n_embd};
+    int32_t prompt[N_CTX];
+    for (int i = 0; i < P; i++) prompt[i] = (int32_t)(test_rng_u64(&rng) % (uint64_t)V);
+    es_context *cc = test_ctx(m, cpu, N_CTX, 128, vk_test_log), *vc = test_ctx(m, vk, N_CTX, 128, vk_test_log);
+    float *lc = prefill(cc, prompt, P, V, 128), *lv = prefill(vc, prompt, P, V, 128);
+    double worst = 0;
+    for (int32_t i = 0; i < P; i++) worst = fmax(worst, row_err(lv + (size_t)i * V, lc + (size_t)i * V, V));
+    CHECKF(worst <= LOGIT_BOUND, "%s: prefill logits differ from the CPU by %.3g (normalised) > %.1g", what, worst,
+           LOGIT_BOUND);
+
+    /* greedy on the CPU; Vulkan fed the same tokens must pick them where the CPU is confident */
+    int32_t gen[N_GEN];
+    float *sc = malloc(sizeof(float) * N_GEN * (size_t)V), *sv = malloc(sizeof(float) * N_GEN * (size_t)V);
+    gen[0] = argmax(lc + (size_t)(P - 1) * V, V);
+    for (int i = 0; i < N_GEN; i++) {
+        decode(cc, &gen[i], 1, V, sc + (size_t)i * V);
+        if (i + 1 < N_GEN) gen[i + 1] = argmax(sc + (size_t)i * V, V);
+    }
+    decode(vc, gen, N_GEN, V, sv);
+    int confident = 0;
+    for (int i = 0; i < N_GEN; i++) {
+        if (margin(sc + (size_t)i * V, V) < 1e-3) continue;
+        confident++;
+        CHECKF(argmax(sv + (size_t)i * V, V) == argmax(sc + (size_t)i * V, V),
+               "%s: greedy token %d differs from the CPU's at a confident position", what, i);
+    }
+    CHECKF(confident >= N_GEN / 2, "%s: only %d of %d positions confident: the check says little", what, confident,
+           N_GEN);
+
+    /* batch invariance on each backend, on a fresh context: another batch split, then a tree */
+    es_backend *bs[2] = {cpu, vk};
+    const float *ref[2] = {lc, lv}, *seq[2] = {sc, sv};
+    for (int k = 0; k < 2; k++) {
+        es_context *c2 = test_ctx(m, bs[k], N_CTX, 64, vk_test_log);
+        if (!c2) continue;
+        float *l2 = prefill(c2, prompt, P, V, 7);
+        char w2[200];
+        snprintf(w2, sizeof w2, "%s %s", what, k ? "vulkan" : "cpu");
+        CHECKF(memcmp(l2, ref[k], sizeof(float) * (size_t)P * V) == 0, "%s: prefill logits depend on the batch split",
+               w2);
+        free(l2);
+        tree_check(c2, gen, seq[k], V, &rng, w2);
+        es_context_free(c2);
+    }
+    free(sc), free(sv), free(lc), free(lv);
+    es_context_free(cc);
+    es_context_free(vc);
+    es_model_free(m);
+}
+
+/* The case's model file in dir; false where writing failed. */
+static bool write_model(const acase *ac, const char *path) {
+    es_mk_params p = es_mk_default_params();
+    p.arch = ac->arch;
+    p.type = ac->type;
+    p.n_vocab = 300;
+    p.n_embd = ac->n_embd;
+    p.n_layer = ac->n_layer;
+    p.n_head = ac->n_head;
+    p.n_head_kv = ac->n_head_kv;
+    p.n_ff = ac->n_ff;
+    p.n_ctx = N_CTX;
+    p.tied = ac->tied;
+    p.rope = strcmp(ac->arch, "llama") ? ES_ROPE_NEOX : ES_ROPE_NORM;
+    p.sliding_window = ac->window;
+    p.attn_softcap = ac->attn_cap;
+    p.final_softcap = ac->final_cap;
+    p.head_dim = ac->head_dim;
+    p.rope_freqs = ac->rope_freqs;
+    p.seed = (uint64_t)ac->n_ff * 7 + (uint64_t)ac->n_layer;
+    es__err err = {0};
+    CHECKF(es_mk_write(&p, path, &err) == ES_OK, "mkmodel %s: %s", ac->name, err.msg);
+    return err.status == ES_OK;
+}
+
+int main(void) {
+    es_backend_params bp = es_backend_default_params();
+    bp.n_threads = 2;
+    es_backend *cpu = NULL;
+    CHECK_OK(es_backend_create(&bp, &cpu));
+    const size_t n_cases = sizeof cases / sizeof cases[0];
+    char paths[sizeof cases / sizeof cases[0]][128];
+    bool ok[sizeof cases / sizeof cases[0]];
+    for (size_t i = 0; i < n_cases; i++) {
+        snprintf(paths[i], sizeof paths[i], "/tmp/es-vk-arch-%d-%zu.gguf", (int)getpid(), i);
+        ok[i] = write_model(&cases[i], paths[i]);
+    }
+    /* every case in the default configuration, one in each fallback configuration (each pipeline
+     * costs lavapipe ~50 ms to compile: the whole grid would be slow for CI) */
+    for (int c = 0; c < VK_N_CONFIGS; c++) {
+        es_backend *vk = vk_backend(vk_configs[c].flags);
+        if (!vk || !cpu) continue;
+        for (size_t i = 0; i < n_cases; i++)
+            if (ok[i] && (c == 0 || i == (size_t)(2 * c - 1)))
+                run_case(&cases[i], paths[i], cpu, vk, vk_configs[c].name);
+        es_backend_free(vk);
+    }
+    for (size_t i = 0; i < n_cases; i++) remove(paths[i]);
+    es_backend_free(cpu);
+    VK_TEST_END();
+}
