@@ -105,7 +105,8 @@ static es_status failing_target(void *user, int32_t server, const int32_t *seq, 
     return synth_target(user, server, seq, keep, n, lo, slot, err);
 }
 
-static void test_failure(void) {
+/* One run in which target call number `at` fails: returns how many steps reported it. */
+static int run_failing(int at) {
     synth_cfg c = {0.3, 0.3, 0.1, 0.1, 0.0, 0.5, 50, 0, 77};
     synth s;
     synth_init(&s, &c, 400, 2, 3);
@@ -120,7 +121,8 @@ static void test_failure(void) {
     memcpy(s.decided, prompt, sizeof prompt);
     s.n_decided = 4;
     es__dsi_sched_reset(d, prompt, 4);
-    fail_at = 5;
+    calls_seen = 0;
+    fail_at = at;
     int failures = 0;
     for (int i = 0; i < 60; i++) {
         int32_t buf[8], got = 0;
@@ -130,15 +132,35 @@ static void test_failure(void) {
             CHECK(st == ES_ERR_BACKEND && got == 0 && strstr(err.msg, "device lost") != NULL);
         }
     }
-    CHECKF(failures == 1, "%d failures reported", failures);
     CHECK(synth_first_wrong(&c, s.decided, s.n_decided) == s.n_decided && s.n_decided > 60);
     es__dsi_sched_free(d);
     synth_free(&s);
+    return failures;
+}
+
+/* A failing target call is reported once by the step that needed it, and decoding goes on. A
+ * call that fails after its job was preempted is rightly not reported (nothing needed it), and
+ * which job a call number falls to depends on the timing: so the failure moves to later calls
+ * until one is reported. */
+static void test_failure(void) {
+    int reported = 0;
+    for (int at = 5; at < 25 && !reported; at++) {
+        const int failures = run_failing(at);
+        CHECKF(failures <= 1, "call %d failed: %d failures reported", at, failures);
+        reported = failures;
+    }
+    CHECK(reported == 1);
+    synth_cfg c = {0.3, 0.3, 0.1, 0.1, 0.0, 0.5, 50, 0, 77};
+    synth s;
+    synth_init(&s, &c, 400, 2, 3);
+    es__dsi_ops ops = synth_ops(&s);
+    es__err err = {ES_OK, ""};
     /* bad configurations */
     es__dsi_sched *bad = (es__dsi_sched *)1;
     const es__dsi_cfg none = {0, 3, 400, 4, false};
     CHECK_FAILS(es__dsi_sched_create(&none, &ops, NULL, &err, &bad), ES_ERR_INVALID_ARGUMENT, "0 servers");
     CHECK(bad == NULL);
+    synth_free(&s);
 }
 
 /* What the pipelining is for, with bounds loose enough for a loaded machine and ThreadSanitizer
