@@ -15,6 +15,7 @@ Usage: chat_test.py --cli EDGESPEC --model M --draft D [--backend cpu|vulkan]
 import argparse
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -105,7 +106,7 @@ def answers(screen):
 
 
 def start(args, workdir, name, extra):
-    cmd = f"{args.cli} chat -m {args.model} --backend {args.backend} --temp 0 {extra}"
+    cmd = f"{shlex.join(testlib.wrap([args.cli]))} chat -m {args.model} --backend {args.backend} --temp 0 {extra}"
     p = Pane(workdir, name, cmd)
     if not check(p.at_prompt(1) is not None, f"{name}: the first prompt appears"):
         print(p.screen()[-2000:], file=sys.stderr)

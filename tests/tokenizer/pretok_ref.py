@@ -6,11 +6,15 @@ from a pool of tricky characters, and checks the generated class table against u
 \\p{L}, \\p{N} and \\s are spelled out as character classes built from unicodedata (Python's re has no
 \\p{..}, and its \\s is not Unicode's White_Space). Usage: pretok_ref.py PRETOK_DUMP_EXECUTABLE
 """
+import os
 import random
 import re
 import subprocess
 import sys
 import unicodedata
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
+import testlib  # noqa: E402
 
 WHITE_SPACE = [*range(0x09, 0x0E), 0x20, 0x85, 0xA0, 0x1680, *range(0x2000, 0x200B), 0x2028, 0x2029, 0x202F,
                0x205F, 0x3000]
@@ -49,7 +53,7 @@ def main():
 
     failures = 0
     # the class table, every code point
-    got = subprocess.run([dump, "classes"], check=True, capture_output=True).stdout.decode()
+    got = subprocess.run(testlib.wrap([dump, "classes"]), check=True, capture_output=True).stdout.decode()
     want = "".join("3" if cp in ws else "1" if cat[cp][0] == "L" else "2" if cat[cp][0] == "N" else "0"
                    for cp in range(0x110000))
     bad = [cp for cp in range(0x110000) if got[cp] != want[cp]] if got != want else []
@@ -75,7 +79,7 @@ def main():
         texts.append("".join(rng.choice(pool) if rng.random() < 0.8 else random_cp() for _ in range(n)))
     for name, pat in (("gpt2", gpt2), ("llama3", llama3)):
         inp = "".join(t.encode("utf-8").hex() + "\n" for t in texts)
-        out = subprocess.run([dump, name], input=inp.encode(), check=True, capture_output=True).stdout.decode()
+        out = subprocess.run(testlib.wrap([dump, name]), input=inp.encode(), check=True, capture_output=True).stdout.decode()
         lines = out.split("\n")
         shown = 0
         for i, text in enumerate(texts):
