@@ -418,6 +418,9 @@ INLINE void tile_f32(const float *const *wr, const float *x, int64_t ldx, int64_
 /* One specialisation per T: the compiler keeps each tile's accumulators in registers. */
 static void tiles(const float *const *wr, const float *x, int64_t ldx, int64_t n_in, int T, float *out,
                   const uint8_t *const *pf, size_t pf_bytes) {
+    /* callers pass at most T_TILE tokens; saying so spares the compiler (aarch64 gcc 12 warned of
+     * out[] read uninitialised after the impossible cases) */
+    if (T > T_TILE) __builtin_unreachable();
     switch (T) {
     case 1: tile_f32(wr, x, ldx, n_in, 1, out, pf, pf_bytes); break;
     case 2: tile_f32(wr, x, ldx, n_in, 2 <= T_TILE ? 2 : 1, out, pf, pf_bytes); break;
