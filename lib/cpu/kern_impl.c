@@ -252,7 +252,7 @@ INLINE vf q4_to_vf(const uint8_t *p, int high) {
     b = _mm_sub_epi8(_mm_and_si128(b, _mm_set1_epi8(15)), _mm_set1_epi8(8));
     return widen_bytes(b);
 }
-#else
+#elif !KERN_NEON /* neon widens whole blocks (load_block) */
 INLINE vf q8_to_vf(const uint8_t *p) {
     vf v;
     for (int i = 0; i < VL; i++) v[i] = (float)(int8_t)p[i];
