@@ -10,6 +10,9 @@ const es__kern *es__kern_generic_impl(void);
 const es__kern *es__kern_x86_v3_impl(void);
 const es__kern *es__kern_x86_v4_impl(void);
 #endif
+#ifdef ES_HAVE_KERN_NEON
+const es__kern *es__kern_neon_impl(void);
+#endif
 
 const es__kern *es__kern_generic(void) {
     return es__kern_generic_impl();
@@ -46,6 +49,15 @@ const es__kern *es__kern_x86_v4(void) {
 }
 #endif
 
+/* NEON is part of the AArch64 base architecture (and of Android's arm64-v8a): no run-time check. */
+const es__kern *es__kern_neon(void) {
+#ifdef ES_HAVE_KERN_NEON
+    return es__kern_neon_impl();
+#else
+    return NULL;
+#endif
+}
+
 const es__kern *es__kern_best(void) {
     const char *cap = getenv("EDGESPEC_CPU_KERNELS");
     const es__kern *v4 = es__kern_x86_v4(), *v3 = es__kern_x86_v3();
@@ -53,6 +65,7 @@ const es__kern *es__kern_best(void) {
     if (cap && strcmp(cap, "x86-64-v3") == 0) return v3 ? v3 : es__kern_generic();
     if (v4) return v4;
     if (v3) return v3;
+    if (es__kern_neon()) return es__kern_neon();
     return es__kern_generic();
 }
 

@@ -1,5 +1,5 @@
 /* kern.h: the CPU backend's inner loops, compiled once per instruction-set level (kern_impl.c:
- * generic, x86-64-v3 with AVX2/FMA/F16C, x86-64-v4 with AVX-512) and chosen at run time for the
+ * generic, x86-64-v3 with AVX2/FMA/F16C, x86-64-v4 with AVX-512, AArch64 NEON) and chosen at run time for the
  * running CPU. Each level fixes its vector width and reduction order, so on one machine a given
  * output element is always computed by the same sequence of operations, whatever the batch, the
  * tile it falls in or the thread that computes it (DESIGN.md: batch invariance).
@@ -11,7 +11,7 @@
 #include "gguf.h"
 
 typedef struct es__kern {
-    const char *name; /* "generic", "x86-64-v3", "x86-64-v4" */
+    const char *name; /* "generic", "x86-64-v3", "x86-64-v4", "neon" */
     int panel_rows;   /* matmul's panel holds panel_rows * n_in floats */
     /* y[t * ldy + (r - r0)] = sum_k W[r][k] * x[t * ldx + k] for rows r in [r0, r1) and tokens
      * t in [0, n_tok). W: rows of n_in elements of type, row r at w + r * row_bytes. n_in is a
@@ -39,9 +39,11 @@ typedef struct es__kern {
 const es__kern *es__kern_generic(void);
 const es__kern *es__kern_x86_v3(void); /* NULL when not built or not supported by the CPU */
 const es__kern *es__kern_x86_v4(void);
+const es__kern *es__kern_neon(void);   /* AArch64 builds only, else NULL */
 
 /* The best level for the running CPU. The debug switch EDGESPEC_CPU_KERNELS (edgespec.h; "generic",
- * "x86-64-v3", "x86-64-v4") caps the choice, for tests of the fallbacks. */
+ * "x86-64-v3", "x86-64-v4") caps the choice, for tests of the fallbacks; on AArch64 "generic"
+ * keeps the backend off the neon level. */
 const es__kern *es__kern_best(void);
 
 /* Bytes of one row of n elements of type, 0 for an unsupported type or a bad n. */

@@ -1,8 +1,11 @@
 /* kern_impl.c: the CPU inner loops (kern.h), compiled once per instruction-set level with
- * -DES_KERN_LEVEL=0 (generic), 3 (x86-64-v3) or 4 (x86-64-v4) and the matching -march. Portable C
- * with GCC/Clang vector extensions; intrinsics only where the extensions fall short (fused
- * multiply-add, half-precision and int8 widening), so the arithmetic is spelled out and never
- * left to the compiler's contraction.
+ * -DES_KERN_LEVEL=0 (generic), 3 (x86-64-v3) or 4 (x86-64-v4) and the matching -march, or 8
+ * (AArch64 NEON, which every AArch64 CPU has). Portable C with GCC/Clang vector extensions;
+ * intrinsics only where the extensions fall short (fused multiply-add, half-precision and int8
+ * widening), so the arithmetic is spelled out and never left to the compiler's contraction.
+ * On AArch64 the generic level also uses the NEON fused multiply-add: with the same vector width
+ * and order, generic and neon compute bit-identical results there (test_cpu_ops checks it), and
+ * neon differs only in how it loads (native f16 conversion, int8 widening) and in its tile shape.
  *
  * Reduction order (why results are batch-invariant): an output element y[t][r] has one
  * accumulator of VL lanes; lane l accumulates w[k] * x[k] for k = l, l + VL, l + 2 VL, ... in
@@ -21,6 +24,9 @@
 #error "ES_KERN_LEVEL must be defined"
 #endif
 
+#define KERN_X86 (ES_KERN_LEVEL == 3 || ES_KERN_LEVEL == 4)
+#define KERN_NEON (ES_KERN_LEVEL == 8)
+
 #if ES_KERN_LEVEL == 4
 #include <immintrin.h>
 #define VL 16
@@ -35,6 +41,17 @@
 #define T_TILE 3
 #define KERN_NAME "x86-64-v3"
 #define KERN_FN es__kern_x86_v3_impl
+#elif KERN_NEON
+#if !defined(__aarch64__) || !defined(__ARM_NEON)
+#error "ES_KERN_LEVEL=8 is the AArch64 NEON level"
+#endif
+#include <arm_neon.h>
+/* 32 vector registers: a 4 x 6 tile keeps 24 accumulators, 6 activations and a weight vector */
+#define VL 4
+#define R_TILE 4
+#define T_TILE 6
+#define KERN_NAME "neon"
+#define KERN_FN es__kern_neon_impl
 #else
 #if defined(__ARM_NEON) && defined(__aarch64__)
 #include <arm_neon.h>
@@ -69,6 +86,8 @@ INLINE vf vsplat(float a) {
     return (vf)_mm512_set1_ps(a);
 #elif ES_KERN_LEVEL == 3
     return (vf)_mm256_set1_ps(a);
+#elif KERN_NEON
+    return (vf)vdupq_n_f32(a);
 #else
     vf v;
     for (int i = 0; i < VL; i++) v[i] = a;
@@ -161,6 +180,9 @@ INLINE vf f16_to_vf(const uint16_t *p) {
     return (vf)_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)p));
 #elif ES_KERN_LEVEL == 3
     return (vf)_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)p));
+#elif KERN_NEON
+    /* FCVTL: exact for every f16, subnormals included (Linux runs AArch64 without flush-to-zero) */
+    return (vf)vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(p)));
 #else
     vh h;
     memcpy(&h, p, sizeof h);
@@ -182,8 +204,10 @@ INLINE vf bf16_to_vf(const uint16_t *p) {
 }
 
 INLINE float f16_scalar(uint16_t h) {
-#if ES_KERN_LEVEL >= 3
+#if KERN_X86
     return _cvtsh_ss(h);
+#elif KERN_NEON
+    return vgetq_lane_f32(vcvt_f32_f16(vreinterpret_f16_u16(vdup_n_u16(h))), 0);
 #else
     uint32_t sign = (uint32_t)(h & 0x8000u) << 16, em = h & 0x7fffu, bits;
     if (em >= 0x7c00u) {
@@ -204,7 +228,7 @@ INLINE float f16_scalar(uint16_t h) {
 
 /* VL signed bytes to floats. On x86 the widening is spelled with intrinsics: GCC 12 turns
  * __builtin_convertvector from int8 lanes into one scalar conversion per lane. */
-#if ES_KERN_LEVEL >= 3
+#if KERN_X86
 INLINE __m128i load_bytes(const uint8_t *p) {
 #if VL == 16
     return _mm_loadu_si128((const __m128i *)(const void *)p);
@@ -229,7 +253,7 @@ INLINE vf q4_to_vf(const uint8_t *p, int high) {
     b = _mm_sub_epi8(_mm_and_si128(b, _mm_set1_epi8(15)), _mm_set1_epi8(8));
     return widen_bytes(b);
 }
-#else
+#elif !KERN_NEON /* neon widens whole blocks (load_block) */
 INLINE vf q8_to_vf(const uint8_t *p) {
     vf v;
     for (int i = 0; i < VL; i++) v[i] = (float)(int8_t)p[i];
@@ -268,15 +292,39 @@ INLINE vf load_x_tail(const float *x, int64_t m) {
 /* One 32-element block of a quantised row as NV vectors of integers (not yet scaled) and its scale.
  * Q8_0: {f16 d; int8 q[32]}. Q4_0: {f16 d; uint8 q[16]}, element i < 16 is the low nibble of q[i]
  * and element i + 16 its high nibble, both offset by 8. */
+#if KERN_NEON
+/* 16 signed bytes to four vectors of floats, in order: widened through 16 and 32 bits in
+ * registers (the generic loaders go one byte at a time). */
+INLINE void widen16(int8x16_t b, vf *out) {
+    const int16x8_t lo = vmovl_s8(vget_low_s8(b)), hi = vmovl_high_s8(b);
+    out[0] = (vf)vcvtq_f32_s32(vmovl_s16(vget_low_s16(lo)));
+    out[1] = (vf)vcvtq_f32_s32(vmovl_high_s16(lo));
+    out[2] = (vf)vcvtq_f32_s32(vmovl_s16(vget_low_s16(hi)));
+    out[3] = (vf)vcvtq_f32_s32(vmovl_high_s16(hi));
+}
+#endif
+
 INLINE float load_block(es__dtype type, const uint8_t *blk, vf *wq) {
     uint16_t d16;
     memcpy(&d16, blk, 2);
     const uint8_t *q = blk + 2;
+#if KERN_NEON
+    if (type == ES__DTYPE_Q8_0) {
+        widen16(vld1q_s8((const int8_t *)(const void *)q), wq);
+        widen16(vld1q_s8((const int8_t *)(const void *)q + 16), wq + 4);
+    } else {
+        const uint8x16_t b = vld1q_u8(q);
+        const int8x16_t eight = vdupq_n_s8(8);
+        widen16(vsubq_s8(vreinterpretq_s8_u8(vandq_u8(b, vdupq_n_u8(15))), eight), wq);
+        widen16(vsubq_s8(vreinterpretq_s8_u8(vshrq_n_u8(b, 4)), eight), wq + 4);
+    }
+#else
     if (type == ES__DTYPE_Q8_0) {
         for (int v = 0; v < NV; v++) wq[v] = q8_to_vf(q + v * VL);
     } else {
         for (int v = 0; v < NV; v++) wq[v] = q4_to_vf(q + (v * VL) % 16, v * VL >= 16);
     }
+#endif
     return f16_scalar(d16);
 }
 
@@ -371,6 +419,9 @@ INLINE void tile_f32(const float *const *wr, const float *x, int64_t ldx, int64_
 /* One specialisation per T: the compiler keeps each tile's accumulators in registers. */
 static void tiles(const float *const *wr, const float *x, int64_t ldx, int64_t n_in, int T, float *out,
                   const uint8_t *const *pf, size_t pf_bytes) {
+    /* callers pass at most T_TILE tokens; saying so spares the compiler (aarch64 gcc 12 warned of
+     * out[] read uninitialised after the impossible cases) */
+    if (T > T_TILE) __builtin_unreachable();
     switch (T) {
     case 1: tile_f32(wr, x, ldx, n_in, 1, out, pf, pf_bytes); break;
     case 2: tile_f32(wr, x, ldx, n_in, 2 <= T_TILE ? 2 : 1, out, pf, pf_bytes); break;

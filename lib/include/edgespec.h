@@ -101,7 +101,8 @@ ES_API const char *es_last_error(void);
  *                              the log at ES_LOG_ERROR, counted in es_backend_stats.validation_messages.
  *                              Unset, "" or "0" = off. es_vulkan_devices() reads it too.
  *   EDGESPEC_CPU_KERNELS=NAME  CPU: use kernels no better than "generic" or "x86-64-v3", to test the
- *                              fallbacks on a CPU that has more; unset = the best this CPU runs.
+ *                              fallbacks on a CPU that has more ("generic" also turns off AArch64's
+ *                              "neon" level); unset = the best this CPU runs.
  */
 
 /* ---------------------------------------------------------------------------------------------

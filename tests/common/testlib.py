@@ -4,13 +4,15 @@ check() counts a check and reports it when it fails (with a subprocess's command
 the tails of its output when given one); finish() prints the count and returns the exit status;
 ROOT and SHARED are the source tree and ../shared as meson's test environment gives them (else
 found from this file); tools() puts tools/<name> folders on sys.path for the tests that import the
-Python tools; vulkan_env() is the environment for running the CLI on Vulkan.
+Python tools; vulkan_env() is the environment for running the CLI on Vulkan; wrap() prefixes a
+command line that runs a built program with the cross build's exe wrapper (qemu-user for aarch64).
 
 Python standard library only. A test imports it by path, so it runs by hand as under meson:
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
     import testlib  # noqa: E402
 """
 import os
+import shlex
 import sys
 
 ROOT = os.environ.get("ES_SOURCE_ROOT") or os.path.normpath(
@@ -19,6 +21,15 @@ SHARED = os.environ.get("ES_SHARED_DIR") or os.path.join(ROOT, "..", "shared")
 
 checks = 0
 failures = 0
+
+# In a cross build meson sets MESON_EXE_WRAPPER (the cross file's exe_wrapper, e.g. qemu-aarch64)
+# for tests that take a built program as an argument; the programs they launch run through it.
+EXE_WRAPPER = shlex.split(os.environ.get("MESON_EXE_WRAPPER", ""))
+
+
+def wrap(cmd):
+    """cmd (a built program and its arguments) as the host runs it: through the exe wrapper, if any."""
+    return EXE_WRAPPER + list(cmd)
 
 
 def check(cond, what, proc=None):

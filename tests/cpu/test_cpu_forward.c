@@ -5,7 +5,10 @@
  *     copied at upload or read in place (es_backend_params.cpu_weights_in_place);
  *   - KV compaction: committing a tree's accepted path then decoding equals decoding the path;
  *   - a batch that wants no logits, context-full and invalid batches (bad token, bad tree) fail
- *     cleanly and leave the context usable with unchanged results.
+ *     cleanly and leave the context usable with unchanged results;
+ *   - the kernel levels: the portable one (EDGESPEC_CPU_KERNELS=generic) gives the logits bits of
+ *     the best one where they share their arithmetic (AArch64: neon), else agrees within 1e-4 of
+ *     the largest logit (x86: other vector widths, fused or separate multiply-adds).
  * Numerical agreement with an independent reference is tests/cpu/test_cpu_reference.py's job. */
 #include "../common/test_ctx.h"
 #include "backend.h"
@@ -228,8 +231,54 @@ static void test_profile(void) {
     mem_model_free(m);
 }
 
+/* A prefill chain's logits on the best kernel level and on the portable one. The switch is read
+ * when backends and ops start, so it is set while no backend of this test is alive. */
+static void test_levels(const cfg_case *cc) {
+    es_model *m = mem_model_create(&cc->m);
+    const int32_t V = cc->m.n_vocab;
+    test_rng rng = {cc->m.seed * 91};
+    int32_t seq[N_SEQ];
+    for (int i = 0; i < N_SEQ; i++) seq[i] = (int32_t)(test_rng_u64(&rng) % (uint64_t)V);
+    float *lv[2] = {malloc(sizeof(float) * (size_t)(N_SEQ * V)), malloc(sizeof(float) * (size_t)(N_SEQ * V))};
+    const bool exact = strcmp(es__kern_best()->name, "neon") == 0;
+    bool ok = true;
+    for (int pass = 0; pass < 2 && ok; pass++) {
+        if (pass == 1) {
+            setenv("EDGESPEC_CPU_KERNELS", "generic", 1);
+            CHECK(strcmp(es__kern_best()->name, "generic") == 0);
+        }
+        runner r = {0};
+        ok = runner_init(&r, m, 2, false, 64);
+        uint8_t all[N_SEQ];
+        memset(all, 1, sizeof all);
+        es_batch b = {N_SEQ, seq, NULL, NULL, NULL, all};
+        if (ok) CHECK_OK(es_forward(r.ctx, &b));
+        for (int i = 0; ok && i < N_SEQ; i++) ok = take_logits(&r, i, lv[pass] + (size_t)i * (size_t)V);
+        if (r.ctx || r.be) runner_free(&r);
+    }
+    unsetenv("EDGESPEC_CPU_KERNELS");
+    CHECKF(ok, "%s: logits on both kernel levels", cc->name);
+    double worst = 0, scale = 0;
+    for (size_t i = 0; ok && i < (size_t)(N_SEQ * V); i++) {
+        const double d = fabs((double)lv[0][i] - lv[1][i]);
+        if (!(d <= worst)) worst = d;
+        if (fabs(lv[0][i]) > scale) scale = fabs(lv[0][i]);
+    }
+    printf("%s: %s vs generic logits: max difference %.3g of %.3g%s\n", cc->name, es__kern_best()->name, worst, scale,
+           exact ? " (must be 0)" : "");
+    if (exact)
+        CHECKF(!ok || memcmp(lv[0], lv[1], sizeof(float) * (size_t)(N_SEQ * V)) == 0,
+               "%s: neon and generic logits differ (by up to %.3g)", cc->name, worst);
+    else
+        CHECKF(!ok || worst <= 1e-4 * scale, "%s: %s and generic logits differ by %.3g of %.3g", cc->name,
+               es__kern_best()->name, worst, scale);
+    free(lv[0]), free(lv[1]);
+    mem_model_free(m);
+}
+
 int main(void) {
     for (size_t i = 0; i < ES__ARRAY_LEN(cases); i++) run_case(&cases[i]);
+    for (size_t i = 0; i < ES__ARRAY_LEN(cases); i++) test_levels(&cases[i]);
     test_profile();
     TEST_MAIN_END();
 }

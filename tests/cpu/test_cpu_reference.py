@@ -28,6 +28,8 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "tools", "reference"))
 import llama_ref  # noqa: E402
+sys.path.insert(0, os.path.join(HERE, "..", "common"))
+import testlib  # noqa: E402
 
 BOUND = {"f32": 1e-5, "f16": 1e-5, "bf16": 1e-5, "q8_0": 1e-5, "q4_0": 1e-5}
 QUANT_BOUND = {"f16": 2e-3, "bf16": 2e-2, "q8_0": 2e-2, "q4_0": 2e-1}
@@ -56,7 +58,7 @@ def run_cpu(exe, workdir, case, typ, extra=()):
     args = [exe, model, out, str(p), str(d), str(threads), typ, str(vocab), str(embd), str(layers), str(heads),
             str(kv), str(ff), str(tied), rope, str(n_rot), repr(scale), str(len(name) * 7919 + 1), repr(base),
             repr(eps)] + list(extra)
-    subprocess.run(args, check=True)
+    subprocess.run(testlib.wrap(args), check=True)
     with open(out, "rb") as f:
         n, v = struct.unpack("<ii", f.read(8))
         tokens = np.frombuffer(f.read(4 * n), dtype="<i4").copy()

@@ -21,7 +21,7 @@ from testlib import check  # noqa: E402
 
 def run(cmd, timeout=120, stdin=None):
     env = testlib.vulkan_env() if "vulkan" in cmd else None  # leak checking stays on for every CPU run
-    p = subprocess.run(cmd, capture_output=True, timeout=timeout, env=env,
+    p = subprocess.run(testlib.wrap(cmd), capture_output=True, timeout=timeout, env=env,
                        stdin=stdin if stdin is not None else subprocess.DEVNULL)
     p.stdout = p.stdout.decode("utf-8", "replace")
     p.stderr = p.stderr.decode("utf-8", "replace")
@@ -286,7 +286,7 @@ def case_errors(a):
     v = run([cli, "--version"])
     check(v.returncode == 0 and v.stdout.startswith("edgespec "), "--version", v)
     # a closed stdout ends generation with a status, not SIGPIPE
-    with subprocess.Popen([cli, "run", "-m", m, "-p", "x", "-n", "400", "--ignore-eos", "-c", "512"],
+    with subprocess.Popen(testlib.wrap([cli, "run", "-m", m, "-p", "x", "-n", "400", "--ignore-eos", "-c", "512"]),
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE) as p:
         p.stdout.close()
         _, err = p.communicate(timeout=120)
@@ -377,7 +377,7 @@ def case_progress(a):
     check(16 << 20 <= size < 256 << 20, f"the model is between 16 and 256 MiB ({size} bytes)")
     master, slave = pty.openpty()
     try:
-        p = subprocess.run([a.cli, "run", "-m", a.model, "-p", "x", "-n", "2", "--temp", "0"],
+        p = subprocess.run(testlib.wrap([a.cli, "run", "-m", a.model, "-p", "x", "-n", "2", "--temp", "0"]),
                            stdout=subprocess.PIPE, stderr=slave, stdin=subprocess.DEVNULL, timeout=300)
         os.close(slave)
         slave = -1

@@ -2,9 +2,12 @@
 # install_test.sh: `meson install` into a temporary root, then build examples/minimal.c against
 # the installed pkg-config file (shared and static), run both and the installed CLI, and check
 # only the public header was installed.
-# Usage: install_test.sh MESON BUILD_DIR SOURCE_DIR CC SANITIZE PREFIX LIBDIR MODEL
+# Usage: install_test.sh MESON BUILD_DIR SOURCE_DIR CC SANITIZE PREFIX LIBDIR MODEL CLI
+# CLI is the build tree's CLI: the installed one must report its version. In a cross build the
+# programs run through MESON_EXE_WRAPPER, which meson sets because CLI is a built program.
 set -euo pipefail
-meson=$1 build=$2 src=$3 cc=$4 sanitize=$5 prefix=$6 libdir=$7 model=$8
+meson=$1 build=$2 src=$3 cc=$4 sanitize=$5 prefix=$6 libdir=$7 model=$8 cli=$9
+read -r -a wrapper <<<"${MESON_EXE_WRAPPER:-}"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 root=$tmp/root
@@ -43,13 +46,16 @@ san=()
 other_libs=$(pkg-config --static --libs-only-l edgespec | sed 's/-ledgespec//')
 "$cc" -std=c11 -Wall -Wextra -Werror "${san[@]}" $cflags "$src/examples/minimal.c" \
   $(pkg-config --libs-only-L edgespec) -Wl,-Bstatic -ledgespec -Wl,-Bdynamic $other_libs -o "$tmp/minimal_static"
-if ldd "$tmp/minimal_static" | grep -q libedgespec; then fail "the static build links libedgespec.so"; fi
+# readelf, not ldd: it reads a cross build's binaries too
+if readelf -d "$tmp/minimal_static" | grep -q 'NEEDED.*libedgespec'; then fail "the static build links libedgespec.so"; fi
 
-LD_LIBRARY_PATH=$lib "$tmp/minimal_shared" "$model" "Hello there" 12 >"$tmp/shared.txt" 2>"$tmp/shared.err" ||
+LD_LIBRARY_PATH=$lib "${wrapper[@]}" "$tmp/minimal_shared" "$model" "Hello there" 12 >"$tmp/shared.txt" 2>"$tmp/shared.err" ||
   { cat "$tmp/shared.err" >&2; fail "minimal (shared) failed"; }
-"$tmp/minimal_static" "$model" "Hello there" 12 >"$tmp/static.txt" 2>"$tmp/static.err" ||
+"${wrapper[@]}" "$tmp/minimal_static" "$model" "Hello there" 12 >"$tmp/static.txt" 2>"$tmp/static.err" ||
   { cat "$tmp/static.err" >&2; fail "minimal (static) failed"; }
 [ -s "$tmp/shared.txt" ] || fail "minimal printed no text"
 cmp -s "$tmp/shared.txt" "$tmp/static.txt" || fail "shared and static builds generate different text"
-LD_LIBRARY_PATH=$lib "$root$prefix/bin/edgespec" --version | grep -q '^edgespec ' || fail "installed CLI does not run"
+version=$(LD_LIBRARY_PATH=$lib "${wrapper[@]}" "$root$prefix/bin/edgespec" --version) || fail "installed CLI does not run"
+[[ $version == "edgespec "* ]] || fail "installed CLI's --version: $version"
+[ "$version" = "$("${wrapper[@]}" "$cli" --version)" ] || fail "installed CLI's version differs from the build's"
 echo "install_test: ok ($(wc -c <"$tmp/shared.txt") bytes of text)"

@@ -23,7 +23,7 @@ MK = os.path.abspath(sys.argv[1])
 
 
 def mk(out, *flags, expect=0):
-    p = subprocess.run([MK, "-o", out, "--quiet"] + list(flags), capture_output=True, text=True)
+    p = subprocess.run(testlib.wrap([MK, "-o", out, "--quiet"] + list(flags)), capture_output=True, text=True)
     check(p.returncode == expect, "mkmodel %s: exit %d, expected %d\n%s" % (" ".join(flags), p.returncode, expect,
                                                                               p.stderr))
     return p

@@ -73,7 +73,7 @@ def reference_content():
 
 
 def run(*args):
-    p = subprocess.run([XCHECK] + list(args), capture_output=True, text=True)
+    p = subprocess.run(testlib.wrap([XCHECK] + list(args)), capture_output=True, text=True)
     check(p.returncode == 0, "xcheck %s: exit %d\n%s%s" % (" ".join(args), p.returncode, p.stdout, p.stderr))
 
 

@@ -25,7 +25,7 @@ ENV = dict(os.environ)  # main makes it testlib.vulkan_env() for a Vulkan backen
 
 
 def run(cmd):
-    p = subprocess.run(cmd, capture_output=True, timeout=120, stdin=subprocess.DEVNULL, env=ENV)
+    p = subprocess.run(testlib.wrap(cmd), capture_output=True, timeout=120, stdin=subprocess.DEVNULL, env=ENV)
     check(p.returncode >= 0, f"no signal (got signal {-p.returncode})", p)
     return p
 

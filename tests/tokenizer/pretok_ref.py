@@ -10,11 +10,15 @@ matches and the gaps between them, and sees only that piece. \\p{..} classes and
 character classes built from unicodedata (Python's re has no \\p{..}, and its \\s is not Unicode's
 White_Space); $ is written \\Z (the end of the piece). Usage: pretok_ref.py PRETOK_DUMP_EXECUTABLE
 """
+import os
 import random
 import re
 import subprocess
 import sys
 import unicodedata
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
+import testlib  # noqa: E402
 
 WHITE_SPACE = [*range(0x09, 0x0E), 0x20, 0x85, 0xA0, 0x1680, *range(0x2000, 0x200B), 0x2028, 0x2029, 0x202F,
                0x205F, 0x3000]
@@ -163,7 +167,7 @@ def main():
     tables = (("classes", lambda cp: 3 if cp in ws else 1 if cat[cp][0] == "L" else 2 if cat[cp][0] == "N" else 0),
               ("categories", gc))
     for mode, fn in tables:
-        got = subprocess.run([dump, mode], check=True, capture_output=True).stdout.decode()
+        got = subprocess.run(testlib.wrap([dump, mode]), check=True, capture_output=True).stdout.decode()
         want = "".join([chr(48 + fn(cp)) for cp in range(0x110000)])
         bad = [cp for cp in range(0x110000) if got[cp] != want[cp]] if got != want else []
         if len(got) != len(want) or bad:
@@ -194,7 +198,7 @@ def main():
     inp = "".join(t.encode("utf-8").hex() + "\n" for t in texts).encode()
     for name, exprs in splits(cat, ws).items():
         stages = [re.compile(e) for e in exprs]
-        out = subprocess.run([dump, name], input=inp, check=True, capture_output=True).stdout.decode()
+        out = subprocess.run(testlib.wrap([dump, name]), input=inp, check=True, capture_output=True).stdout.decode()
         lines = out.split("\n")
         shown = 0
         for i, text in enumerate(texts):

@@ -78,7 +78,7 @@ def tiny_vocab(n):
 
 def check_default_model(tmp):
     """The shipped default model grown 2x: the C library's greedy text is the original's."""
-    cli = os.environ.get("ES_CLI")
+    cli = sys.argv[1] if len(sys.argv) > 1 else os.environ.get("ES_CLI")
     root = testlib.ROOT
     model = os.path.join(root, "models", "default.gguf")
     if not cli:
@@ -88,7 +88,7 @@ def check_default_model(tmp):
     grow.main([model, grown])
     texts = []
     for m in (model, grown):
-        p = subprocess.run([cli, "run", "-m", m, "-p", "In the beginning", "-n", "48", "--temp", "0", "-t", "2"],
+        p = subprocess.run(testlib.wrap([cli, "run", "-m", m, "-p", "In the beginning", "-n", "48", "--temp", "0", "-t", "2"]),
                            capture_output=True, timeout=120)
         check(p.returncode == 0, "CLI on %s: %s" % (m, p.stderr.decode(errors="replace")[-400:]))
         texts.append(p.stdout)

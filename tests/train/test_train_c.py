@@ -42,7 +42,7 @@ def c_tokenize(path, text, tmp):
     f = os.path.join(tmp, "text.txt")
     with open(f, "wb") as fh:
         fh.write(text.encode("utf-8"))
-    p = subprocess.run([CLI, "tokenize", "-m", path, "-f", f, "--no-parse-special"],
+    p = subprocess.run(testlib.wrap([CLI, "tokenize", "-m", path, "-f", f, "--no-parse-special"]),
                        capture_output=True, text=True)
     if p.returncode != 0:
         check(False, "edgespec tokenize failed: %s" % p.stderr.strip())
@@ -86,7 +86,7 @@ def run_c(path, ss, ids, streams=0, prune=0.0):
         cmd += ["--streams", str(streams)]
     if prune:
         cmd += ["--prune", repr(prune)]
-    p = subprocess.run(cmd + [str(i) for i in ids], capture_output=True, text=True)
+    p = subprocess.run(testlib.wrap(cmd + [str(i) for i in ids]), capture_output=True, text=True)
     if p.returncode != 0:
         raise SystemExit("train_c failed: %s" % p.stderr)
     res = {"main": {}, "stream": {}, "pruned": {}}

@@ -258,6 +258,65 @@ static void test_kernels(const es__kern *k) {
     }
 }
 
+/* Two levels that promise the same arithmetic (on AArch64: generic and neon, same vector width,
+ * fused multiply-adds and lane order) give the same bits for every kernel, on fresh random inputs:
+ * what makes the neon level's outputs, and so every losslessness check above it, those of the
+ * portable code. */
+static void test_levels_agree(const es__kern *a, const es__kern *b) {
+    printf("levels %s and %s: same bits\n", a->name, b->name);
+    const int64_t shapes[][3] = {{64, 13, 1}, {96, 9, 7}, {288, 33, 13}, {40, 5, 3}, {17, 6, 2}};
+    for (size_t ti = 0; ti < ES__ARRAY_LEN(test_dtypes); ti++) {
+        es__dtype t = test_dtypes[ti];
+        for (size_t si = 0; si < ES__ARRAY_LEN(shapes); si++) {
+            int64_t n_in = shapes[si][0], n_out = shapes[si][1], n_tok = shapes[si][2];
+            if ((t == ES__DTYPE_Q8_0 || t == ES__DTYPE_Q4_0) && n_in % 32) continue;
+            double *wr = malloc(sizeof(double) * (size_t)(n_in * n_out));
+            void *w = rand_matrix(t, n_in, n_out, wr);
+            float *x = rand_vec(n_in * n_tok, 1.0f);
+            float *ya = malloc(sizeof(float) * (size_t)(n_out * n_tok)), *yb = malloc(sizeof(float) * (size_t)(n_out * n_tok));
+            float *panel = malloc(sizeof(float) * (size_t)(ES__MAX(a->panel_rows, b->panel_rows) * n_in));
+            poison(ya, n_out * n_tok), poison(yb, n_out * n_tok);
+            a->matmul(t, w, row_bytes(t, n_in), n_in, 0, n_out, x, n_in, n_tok, ya, n_out, panel);
+            b->matmul(t, w, row_bytes(t, n_in), n_in, 0, n_out, x, n_in, n_tok, yb, n_out, panel);
+            CHECKF(memcmp(ya, yb, sizeof(float) * (size_t)(n_out * n_tok)) == 0, "%s vs %s matmul %s %lldx%lld x %lld tokens",
+                   a->name, b->name, test_dtype_name(t), (long long)n_out, (long long)n_in, (long long)n_tok);
+            bool same = true;
+            float *ra = malloc(sizeof(float) * (size_t)n_in), *rb = malloc(sizeof(float) * (size_t)n_in);
+            for (int64_t r = 0; r < n_out; r++) {
+                const uint8_t *row = (const uint8_t *)w + row_bytes(t, n_in) * (size_t)r;
+                poison(ra, n_in), poison(rb, n_in);
+                a->to_f32(t, row, ra, n_in), b->to_f32(t, row, rb, n_in);
+                same = same && memcmp(ra, rb, sizeof(float) * (size_t)n_in) == 0;
+            }
+            CHECKF(same, "%s vs %s to_f32 %s n_in %lld", a->name, b->name, test_dtype_name(t), (long long)n_in);
+            free(wr), free(w), free(x), free(ya), free(yb), free(ra), free(rb), free(panel);
+        }
+    }
+    for (int64_t n = 1; n < 300; n += 37) {
+        float *u = rand_vec(n, 1), *v = rand_vec(n, 1), *g = rand_vec(n, 30), *ya = rand_vec(n, 1);
+        float *yb = malloc(sizeof(float) * (size_t)n), *oa = malloc(sizeof(float) * (size_t)n), *ob = malloc(sizeof(float) * (size_t)n);
+        memcpy(yb, ya, sizeof(float) * (size_t)n);
+        const float da = a->dot(u, v, n), db = b->dot(u, v, n);
+        CHECKF(memcmp(&da, &db, sizeof da) == 0, "%s vs %s dot n %lld: %a vs %a", a->name, b->name, (long long)n, da, db);
+        a->axpy(ya, -0.3f, u, n), b->axpy(yb, -0.3f, u, n);
+        CHECKF(memcmp(ya, yb, sizeof(float) * (size_t)n) == 0, "%s vs %s axpy n %lld", a->name, b->name, (long long)n);
+        poison(oa, n), poison(ob, n);
+        a->silu_mul(g, v, n, oa), b->silu_mul(g, v, n, ob);
+        CHECKF(memcmp(oa, ob, sizeof(float) * (size_t)n) == 0, "%s vs %s silu_mul n %lld", a->name, b->name, (long long)n);
+        free(u), free(v), free(g), free(ya), free(yb), free(oa), free(ob);
+    }
+    for (int64_t hd = 5; hd <= 72; hd += 67) {
+        const int32_t n_ctx = 60, n_past = 47, vis[4] = {0, 1, 4, 9};
+        float *q = rand_vec(hd, 3.0f), *kb = rand_vec(n_ctx * hd, 1.0f), *vb = rand_vec(n_ctx * hd, 1.0f);
+        float sc[51], oa[72], ob[72];
+        poison(oa, hd), poison(ob, hd);
+        a->attend(q, kb, vb, hd, n_past, vis, 4, 0.3f, sc, oa);
+        b->attend(q, kb, vb, hd, n_past, vis, 4, 0.3f, sc, ob);
+        CHECKF(memcmp(oa, ob, sizeof(float) * (size_t)hd) == 0, "%s vs %s attend hd %lld", a->name, b->name, (long long)hd);
+        free(q), free(kb), free(vb);
+    }
+}
+
 /* ---- whole ops */
 
 static void test_matmul_threads(void) {
@@ -667,9 +726,10 @@ static void test_pool(void) {
 }
 
 int main(void) {
-    const es__kern *levels[3] = {es__kern_generic(), es__kern_x86_v3(), es__kern_x86_v4()};
-    for (int i = 0; i < 3; i++)
+    const es__kern *levels[4] = {es__kern_generic(), es__kern_x86_v3(), es__kern_x86_v4(), es__kern_neon()};
+    for (int i = 0; i < 4; i++)
         if (levels[i]) test_kernels(levels[i]);
+    if (es__kern_neon()) test_levels_agree(es__kern_generic(), es__kern_neon());
     printf("best level: %s\n", es__kern_best()->name);
     test_matmul_threads();
     test_get_rows();
