@@ -2,8 +2,8 @@
 // attn_spec.comp: the reducer of ALSpec's speculative flash decode (paper, Algorithm 3 and
 // section 4.1), after attn.comp has written every split's partial of a decode token. One
 // workgroup per token, over all its heads:
-//  - the speculation: the splits of the first chunk [0, S) and of the last S keys (their start
-//    rounded down to the granule, lib/core/spec_attn.h) folded on their own into SPEC;
+//  - the speculation: the splits of the first chunk [0, S) and of the chunks holding the last S
+//    keys (lib/core/spec_attn.h; S a multiple of the split) folded on their own into SPEC;
 //  - the exact output: every split folded in order into O, with attn_merge.glsl, the code the plain
 //    attention's attn_merge.comp runs, so O is the plain attention's bit for bit; the speculation's
 //    partials are the same partials (nothing is computed twice);
@@ -28,7 +28,7 @@ void main() {
     const uint tl = gl_WorkGroupID.x, t = pc.t0 + tl, lid = gl_LocalInvocationID.x, hd4 = pc.hd / 4u;
     const uint wg = gl_WorkGroupSize.x, n = uint(step_pos(t)) + 1u, ns = (n - 1u) / pc.split + 1u;
     const bool valid = n >= 2u * pc.chunk;
-    const uint s2 = valid ? (n - pc.chunk) / pc.granule * pc.granule : 0u;
+    const uint s2 = valid ? (n - pc.chunk) / pc.chunk * pc.chunk : 0u;
     const uvec4 all = uvec4(0u, ns, ns, ns), sp = uvec4(0u, pc.chunk / pc.split, s2 / pc.split, ns);
     vec2 e = vec2(0.0); // this lane's share of (err2, norm2)
     if (ns > 1u) {

@@ -114,8 +114,7 @@
     U(split)                                                                                       \
     U(max_splits)                                                                                  \
     U(o_stride)                                                                                    \
-    U(chunk)    /* S: positions per chunk, a multiple of granule              */                   \
-    U(granule)  /* the last chunk starts at a multiple of this (of split)     */                   \
+    U(chunk)    /* S: positions per chunk, a multiple of split                */                   \
     F(lambda)   /* hit when ||spec - out|| < lambda ||out||                   */
 
 /* kv_move: for r < n_keep, cache slot n_past + keep[r] moves to n_past + r, in ascending r. */

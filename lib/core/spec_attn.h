@@ -7,17 +7,16 @@
 
 #include "common.h"
 
-/* Chunk sizes and the last chunk's start are multiples of this: a whole number of the Vulkan
- * backend's splits (256 positions) and of the CPU's tiles (64), so the speculation's partials are
- * exactly partials the plain attention computes too, and nothing is computed twice. */
-#define ES__SPEC_GRANULE 256
-
-/* The speculation keys of a token that attends to n keys, chunk S: the first chunk [0, S) and the
- * last S keys, their start rounded down to the granule: [*s2, n). Section 3.1's "first and last S
- * tokens". Below 2S keys the chunks would overlap: false, exact attention only. */
+/* The speculation keys of a token that attends to n keys, chunk S: the cache is split into chunks
+ * of S positions from position 0 (figure 5); the speculation reads the first chunk [0, S) and the
+ * chunks that hold the last S keys, [*s2, n) with *s2 = (n - S) rounded down to a multiple of S
+ * (section 3.1's "first and last S tokens", on chunk boundaries). Each backend takes chunks that
+ * are whole tiles of its plain attention (CPU: 64 positions, Vulkan: 256), so the speculation's
+ * partials are exactly partials the plain attention computes too: nothing is computed twice.
+ * Below 2S keys the chunks would overlap: false, exact attention only. */
 static inline bool es__spec_window(int32_t n, int32_t S, int32_t *s2) {
-    if (S <= 0 || S % ES__SPEC_GRANULE || n < 2 * S) return false;
-    *s2 = (n - S) / ES__SPEC_GRANULE * ES__SPEC_GRANULE;
+    if (S <= 0 || n < 2 * S) return false;
+    *s2 = (n - S) / S * S;
     return true;
 }
 

@@ -250,9 +250,9 @@ es_status es__cpu_attention_spec(es__pool *pool, const float *q, const float *kc
                                  int32_t n_head, int32_t n_head_kv, int32_t head_dim, int32_t n, int32_t chunk,
                                  float lambda, float scale, float *out, float *spec, es__spec_verdict *v,
                                  es__err *err) {
-    ES_RETURN_IF(chunk <= 0 || chunk % ES__SPEC_GRANULE || !(lambda >= 0.0f), err, ES_ERR_INVALID_ARGUMENT,
+    ES_RETURN_IF(chunk <= 0 || chunk % ES__ATTN_TILE || !(lambda >= 0.0f), err, ES_ERR_INVALID_ARGUMENT,
                  "cpu speculative attention: chunk %d (a positive multiple of %d) or lambda %g (>= 0)", chunk,
-                 ES__SPEC_GRANULE, (double)lambda);
+                 ES__ATTN_TILE, (double)lambda);
     int32_t s2 = 0;
     memset(v, 0, sizeof *v);
     if (!es__spec_window(n, chunk, &s2)) {

@@ -60,7 +60,7 @@ es_status es__cpu_attention(es__pool *pool, const float *q, const float *kc, con
  * (es__spec_window), spec[n_head][head_dim] is the attention over the speculation keys alone,
  * computed first and reused for out, and *v holds the check against lambda over all heads; below
  * 2S keys only out is written and v->valid is false. chunk: S, a positive multiple of
- * ES__SPEC_GRANULE. */
+ * ES__ATTN_TILE (kern.h). */
 es_status es__cpu_attention_spec(es__pool *pool, const float *q, const float *kc, const float *vc, int32_t n_ctx,
                                  int32_t n_head, int32_t n_head_kv, int32_t head_dim, int32_t n, int32_t chunk,
                                  float lambda, float scale, float *out, float *spec, es__spec_verdict *v,

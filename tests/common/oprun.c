@@ -584,7 +584,7 @@ es_status es__vk_run_attention_spec(es_backend *b, const float *q, const float *
     es__vk_buf *Q = NULL, *K = NULL, *V = NULL, *S = NULL, *O = NULL, *SP = NULL, *VD = NULL, *P = NULL;
     es__vk_bind bq = {0}, bk = {0}, bv = {0}, bs = {0}, bp = {0};
     es__vk_pipeline *pa = NULL, *pm = NULL;
-    if (s == ES_OK && (hd % 4 || hd > 512 || n == 0 || n > n_ctx || chunk == 0 || chunk % ES__SPEC_GRANULE))
+    if (s == ES_OK && (hd % 4 || hd > 512 || n == 0 || n > n_ctx || chunk == 0 || chunk % ES__ATTN_SPLIT))
         s = es__fail(&b->err, ES_ERR_UNSUPPORTED, "vulkan op: speculative attention with hd %u, n %u, chunk %u", hd, n,
                      chunk);
     if (s == ES_OK) s = es__vk_attn_pipe(r.d, "attn", hd, &pa);
@@ -611,7 +611,7 @@ es_status es__vk_run_attention_spec(es_backend *b, const float *q, const float *
             es__pc_attn pc = {0, 1, n_head, n_head_kv, hd, qd, n_ctx, ES__ATTN_SPLIT, max_splits, qd, scale};
             es__vk_rec_dispatch(&rec, "attn", pa, sa, &pc, (n_head + ES__ATTN_WG - 1) / ES__ATTN_WG,
                                 (n - 1) / ES__ATTN_SPLIT + 1, 1);
-            es__pc_attn_spec ps = {0, n_head, hd, ES__ATTN_SPLIT, max_splits, qd, chunk, ES__SPEC_GRANULE, lambda};
+            es__pc_attn_spec ps = {0, n_head, hd, ES__ATTN_SPLIT, max_splits, qd, chunk, lambda};
             es__vk_rec_dispatch(&rec, "attn_spec", pm, sm, &ps, 1, 1, 1);
         }
         s = run_submit(&r, &rec, reps ? reps : 1, ms);

@@ -2,7 +2,7 @@
  * its plain attention on fresh random inputs at many key counts, and writes inputs and outputs for
  * test_spec_attn_reference.py, which checks them against float64 numpy. Checks here only what
  * needs no reference: the exact output equals the plain attention's bit for bit.
- * Cases: key counts around 2S (2S - 1: no speculation; 2S; 2S + 1; a key past the granule), not
+ * Cases: key counts around 2S (2S - 1: no speculation; 2S; 2S + 1; a key past a chunk; S from 64 to 512), not
  * multiples of S, up to a few thousand keys; GQA and not; head sizes 40 (vector tails), 64, 128;
  * Gaussian, outlier-heavy (a few keys and values 30x larger), attention sinks (the first key
  * aligned with the query: the speculation is close) and a needle in the middle chunks (far).
@@ -27,6 +27,8 @@ static const spec_case CASES[] = {
     {8, 2, 64, 2049, 256, GAUSS, 0.1f},    {2, 1, 128, 3001, 512, OUTLIERS, 0.25f},
     {4, 4, 40, 1025, 512, SINK, 0.05f},    {4, 2, 64, 4099, 256, NEEDLE, 0.2f},
     {4, 2, 64, 2900, 256, SINK, 0.0f},     {6, 3, 64, 1801, 256, OUTLIERS, 0.15f},
+    {4, 2, 64, 129, 64, GAUSS, 0.1f},      {4, 2, 48, 200, 64, SINK, 0.1f},
+    {2, 1, 64, 255, 128, NEEDLE, 0.1f},    {8, 8, 64, 700, 192, OUTLIERS, 0.1f},
 };
 
 static float gauss(test_rng *r) {
@@ -107,7 +109,7 @@ int main(int argc, char **argv) {
     es__err err = {0};
     CHECK_FAILS(es__cpu_attention_spec(NULL, x, x, x, 1, 1, 1, 64, 1, 100, 0.1f, 1.0f, o, sp, &v, &err),
                 ES_ERR_INVALID_ARGUMENT, "chunk 100");
-    CHECK_FAILS(es__cpu_attention_spec(NULL, x, x, x, 1, 1, 1, 64, 1, 256, -1.0f, 1.0f, o, sp, &v, &err),
+    CHECK_FAILS(es__cpu_attention_spec(NULL, x, x, x, 1, 1, 1, 64, 1, 64, -1.0f, 1.0f, o, sp, &v, &err),
                 ES_ERR_INVALID_ARGUMENT, "lambda");
     es__pool_destroy(pool);
     fclose(f);

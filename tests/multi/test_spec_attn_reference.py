@@ -1,7 +1,7 @@
 """test_spec_attn_reference.py: the CPU backend's speculative flash decode (ALSpec, Algorithm 3)
 against float64 numpy on the cases spec_attn_dump.c writes: the exact output A and the
-speculation (attention over the first chunk [0, S) and the last S keys, their start rounded down
-to the 256 granule) within 2e-5 of the reference, normalised by the largest |reference| of the
+speculation (attention over the first chunk [0, S) and the chunks of S that hold the last S
+keys) within 2e-5 of the reference, normalised by the largest |reference| of the
 case; the hit flag equal to the reference's decision ||spec - A|| < lambda ||A|| wherever the
 reference's ratio is not within 2% of lambda; no speculation below 2S keys. The cases must
 produce both hits and misses, else the check on the flag proves nothing.
@@ -15,7 +15,6 @@ import sys
 
 import numpy as np
 
-GRANULE = 256
 BOUND = 2e-5
 
 
@@ -52,7 +51,7 @@ def main():
         scale = float(np.float32(scale))
         group = n_head // n_kv
         want_valid = n >= 2 * chunk
-        s2 = (n - chunk) // GRANULE * GRANULE
+        s2 = (n - chunk) // chunk * chunk
         keys = np.r_[0:chunk, s2:n] if want_valid else None
         ref = np.zeros((n_head, hd))
         ref_spec = np.zeros((n_head, hd))
