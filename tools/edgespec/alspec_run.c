@@ -8,6 +8,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 typedef struct token_hits {
     int64_t all, none;          /* speculated tokens whose every / no layer hit             */
@@ -73,8 +74,7 @@ int cli_alspec_run(const cli_spec_args *a, const es_sampler_params *sp, const es
         if (es_token_to_piece(model, tok, false, piece, sizeof piece, &len) == ES_OK) fwrite(piece, 1, len, stdout);
         fflush(stdout);
     }
-    fputc('\n', stdout);
-    fflush(stdout);
+    if (isatty(STDOUT_FILENO)) fputc('\n', stderr); /* keep the stats off the text's line */
     int rc = CLI_EXIT_OK;
     if (s != ES_OK)
         rc = cli_fail(a->cmd, "generation failed: %s (%s)", es_alspec_errmsg(al), es_status_str(s));
