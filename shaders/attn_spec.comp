@@ -7,9 +7,12 @@
 //  - the exact output: every split folded in order into O, with attn_merge.glsl, the code the plain
 //    attention's attn_merge.comp runs, so O is the plain attention's bit for bit; the speculation's
 //    partials are the same partials (nothing is computed twice);
-//  - the check of section 3.2 over all heads: ||SPEC - O||_2 < lambda ||O||_2, written to VERD.
+//  - the check of section 3.2 over all heads: ||SPEC - O||_2 < lambda ||O||_2, written to VERD;
+//  - the gating (Algorithm 1's commit): with the gate flag set, a hit replaces O by SPEC, so the
+//    layer's next ops read the speculation, decided on the device without a host round trip.
 // Below 2S keys there is no speculation: O only (if attn.comp did not write it), VERD invalid.
-// Not here: who acts on the verdict (lib/multi/alspec.c).
+// VERD holds two vec4 per slot (slot pc.v_slot + token): the host's (lambda, flags) in, where
+// flags = 1 (gate) + 2 (force a miss), and the verdict (valid, hit, err2, norm2) out.
 #extension GL_GOOGLE_include_directive : require
 #include "common.glsl"
 
@@ -18,8 +21,8 @@ RO_F4(0, PART)
 #include "step.glsl"
 #include "attn_merge.glsl"
 layout(binding = 2, std430) writeonly buffer O_blk { vec4 O[]; };    // [n][o_stride / 4]
-layout(binding = 3, std430) writeonly buffer S_blk { vec4 SPEC[]; }; // [n][o_stride / 4]
-layout(binding = 4, std430) writeonly buffer V_blk { vec4 VERD[]; }; // [n]: valid, hit, err2, norm2
+layout(binding = 3, std430) buffer S_blk { vec4 SPEC[]; };           // [n][o_stride / 4]
+layout(binding = 4, std430) buffer V_blk { vec4 VERD[]; };           // [slots][2]: (lambda, flags), verdict
 layout(push_constant) uniform PC { ES_PC_ATTN_SPEC(PC_U, PC_F) } pc;
 
 shared vec2 red[1024];
@@ -30,6 +33,8 @@ void main() {
     const bool valid = n >= 2u * pc.chunk;
     const uint s2 = valid ? (n - pc.chunk) / pc.chunk * pc.chunk : 0u;
     const uvec4 all = uvec4(0u, ns, ns, ns), sp = uvec4(0u, pc.chunk / pc.split, s2 / pc.split, ns);
+    const vec4 vin = VERD[2u * (pc.v_slot + tl)];
+    const uint flags = uint(vin.y);
     vec2 e = vec2(0.0); // this lane's share of (err2, norm2)
     if (ns > 1u) {
         for (uint h = 0u; h < pc.n_head; h++) {
@@ -57,9 +62,13 @@ void main() {
         if (lid < w) red[lid] += red[lid + w];
         barrier();
     }
-    if (lid == 0u) {
-        const vec2 r = red[0];
-        const bool hit = valid && r.x < pc.lambda * pc.lambda * r.y;
-        VERD[tl] = vec4(valid ? 1.0 : 0.0, hit ? 1.0 : 0.0, r.x, r.y);
+    const vec2 r = red[0];
+    const bool hit = valid && r.x < vin.x * vin.x * r.y && (flags & 2u) == 0u;
+    if (lid == 0u) VERD[2u * (pc.v_slot + tl) + 1u] = vec4(valid ? 1.0 : 0.0, hit ? 1.0 : 0.0, r.x, r.y);
+    if (!hit || (flags & 1u) == 0u) return;
+    // each lane copies back what it wrote itself: no other invocation's writes are read
+    for (uint h = 0u; h < pc.n_head; h++) {
+        const uint ob = t * (pc.o_stride / 4u) + h * hd4;
+        for (uint c = lid; c < hd4; c += wg) O[ob + c] = SPEC[ob + c];
     }
 }

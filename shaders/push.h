@@ -115,7 +115,7 @@
     U(max_splits)                                                                                  \
     U(o_stride)                                                                                    \
     U(chunk)    /* S: positions per chunk, a multiple of split                */                   \
-    F(lambda)   /* hit when ||spec - out|| < lambda ||out||                   */
+    U(v_slot)   /* the verdict slot of the dispatch's first token             */
 
 /* kv_move: for r < n_keep, cache slot n_past + keep[r] moves to n_past + r, in ascending r. */
 #define ES_PC_KV_MOVE(U, F)                                                                        \

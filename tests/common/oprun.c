@@ -594,7 +594,8 @@ es_status es__vk_run_attention_spec(es_backend *b, const float *q, const float *
     if (s == ES_OK) s = run_ro_f4(&r, vc, cache, &V, &bv);
     if (s == ES_OK) s = run_buf(&r, out, sizeof(float) * qd, &O);
     if (s == ES_OK) s = run_buf(&r, spec, sizeof(float) * qd, &SP);
-    if (s == ES_OK) s = run_buf(&r, NULL, sizeof(float) * 4, &VD);
+    const float vin[8] = {lambda, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f}; /* no gating: out stays exact */
+    if (s == ES_OK) s = run_buf(&r, vin, sizeof vin, &VD);
     if (s == ES_OK) s = run_ro_f4(&r, NULL, (size_t)n_head * max_splits * (hd + 4), &P, &bp);
     const int32_t zero = 0;
     if (s == ES_OK) s = run_step_mask(&r, (int32_t)n - 1, 1, NULL, NULL, &zero, NULL, 0, NULL, 0, NULL, &S, &bs);
@@ -611,16 +612,16 @@ es_status es__vk_run_attention_spec(es_backend *b, const float *q, const float *
             es__pc_attn pc = {0, 1, n_head, n_head_kv, hd, qd, n_ctx, ES__ATTN_SPLIT, max_splits, qd, scale};
             es__vk_rec_dispatch(&rec, "attn", pa, sa, &pc, (n_head + ES__ATTN_WG - 1) / ES__ATTN_WG,
                                 (n - 1) / ES__ATTN_SPLIT + 1, 1);
-            es__pc_attn_spec ps = {0, n_head, hd, ES__ATTN_SPLIT, max_splits, qd, chunk, lambda};
+            es__pc_attn_spec ps = {0, n_head, hd, ES__ATTN_SPLIT, max_splits, qd, chunk, 0};
             es__vk_rec_dispatch(&rec, "attn_spec", pm, sm, &ps, 1, 1, 1);
         }
         s = run_submit(&r, &rec, reps ? reps : 1, ms);
     }
     if (s == ES_OK) s = run_read(&r, O, out, sizeof *out * qd);
     if (s == ES_OK) s = run_read(&r, SP, spec, sizeof *spec * qd);
-    float vd[4] = {0};
+    float vd[8] = {0};
     if (s == ES_OK) s = run_read(&r, VD, vd, sizeof vd);
-    if (s == ES_OK) *v = (es__spec_verdict){vd[0] != 0.0f, vd[1] != 0.0f, vd[2], vd[3]};
+    if (s == ES_OK) *v = (es__spec_verdict){vd[4] != 0.0f, vd[5] != 0.0f, vd[6], vd[7]};
     RUN_END()
 }
 

@@ -1,6 +1,7 @@
 /* test_alspec.c: ALSpec's decoder (lib/multi/alspec.c) and its forward call (es__forward_alspec)
- * on the CPU backend, on a random-weight model built in memory with a 512-token context and
- * chunks of 64 and 300-token prompts, so every decoded token speculates in every layer:
+ * on the CPU backend or Vulkan (argv[1]), on a random-weight model built in memory, chunks of the
+ * backend's tile (CPU 64, Vulkan 256) and prompts of 4.7 chunks, so that every decoded token
+ * speculates in every layer and leaves keys out:
  *   - lambda = 0 is exact: greedy and seeded-sampling tokens equal es_generate's, token for token,
  *     every speculation checked and none taken;
  *   - a huge lambda takes every valid speculation (the statistics count them, per layer), and
@@ -14,9 +15,10 @@
 #include "backend.h"
 #include "forward_api.h"
 
-#define N_PROMPT 300
 #define N_GEN 32
-#define N_CTX 512
+#define MAX_PROMPT 1300
+
+static int32_t N_PROMPT, N_CTX, CHUNK; /* from the backend's tile */
 
 static es_model *model;
 
@@ -28,7 +30,7 @@ static void prompt_tokens(int32_t *p, int32_t n, unsigned long long seed) {
 static int32_t run_alspec(float lambda, const es_sampler_params *sp, const int32_t *prompt, int32_t *out,
                           es_alspec_stats *st) {
     es_context *c = new_ctx(model, N_CTX, 64);
-    es_alspec_params p = {64, lambda, *sp};
+    es_alspec_params p = {CHUNK, lambda, *sp};
     es_alspec *a = NULL;
     CHECK_OK(es_alspec_create(c, &p, &a));
     int32_t n = 0;
@@ -47,7 +49,7 @@ static int32_t run_alspec(float lambda, const es_sampler_params *sp, const int32
 }
 
 static void test_exact(void) {
-    int32_t prompt[N_PROMPT], want[N_GEN], got[N_GEN];
+    int32_t prompt[MAX_PROMPT], want[N_GEN], got[N_GEN];
     prompt_tokens(prompt, N_PROMPT, 5);
     es_sampler_params greedy = {0}, seeded = {0};
     seeded.temperature = 0.8f;
@@ -78,15 +80,15 @@ static void test_exact(void) {
  * context and a plain forward on another; returns whether the logits are bit-identical and fills
  * same_kv[l]: whether layer l's KV cache equals the exact run's. */
 static bool forced(const uint8_t *force, es__spec_verdict *v, bool *same_kv) {
-    int32_t prompt[N_PROMPT + 1];
+    int32_t prompt[MAX_PROMPT + 1];
     prompt_tokens(prompt, N_PROMPT + 1, 9);
-    es_context *a = new_ctx(model, N_CTX, 512), *b = new_ctx(model, N_CTX, 512);
+    es_context *a = new_ctx(model, N_CTX, N_CTX), *b = new_ctx(model, N_CTX, N_CTX);
     const es_batch pre = {N_PROMPT, prompt, NULL, NULL, NULL, NULL}, one = {1, prompt + N_PROMPT, NULL, NULL, NULL, NULL};
     CHECK_OK(es_forward(a, &pre));
     CHECK_OK(es_commit(a, NULL, N_PROMPT));
     CHECK_OK(es_forward(b, &pre));
     CHECK_OK(es_commit(b, NULL, N_PROMPT));
-    const es__alspec_call call = {64, 1e30f, force, v};
+    const es__alspec_call call = {CHUNK, 1e30f, force, v};
     CHECK_OK(es__forward_alspec(a, &one, &call));
     CHECK_OK(es_forward(b, &one));
     const float *la = NULL, *lb = NULL;
@@ -142,7 +144,7 @@ static void test_errors(void) {
     p.lambda = 0.1f;
     CHECK_FAILS(es_alspec_create(c, &p, &a), ES_ERR_INVALID_ARGUMENT, "chunk 100");
     CHECK(a == NULL);
-    p.chunk = 64;
+    p.chunk = CHUNK;
     p.lambda = -1.0f;
     CHECK_FAILS(es_alspec_create(c, &p, &a), ES_ERR_INVALID_ARGUMENT, "lambda");
     p.lambda = 0.1f;
@@ -152,7 +154,7 @@ static void test_errors(void) {
     es_alspec_free(a);
     const int32_t two[2] = {1, 2};
     es__spec_verdict v[8];
-    const es__alspec_call call = {64, 0.1f, NULL, v};
+    const es__alspec_call call = {CHUNK, 0.1f, NULL, v};
     const es_batch b = {2, two, NULL, NULL, NULL, NULL};
     CHECK_FAILS(es__forward_alspec(c, &b, &call), ES_ERR_INVALID_ARGUMENT, "one token");
     es_context_free(c);
@@ -163,6 +165,13 @@ int main(int argc, char **argv) {
     backend = test_backend_from_args(argc, argv, 2, NULL);
     const mem_model_cfg cfg = {211, 64, 4, 4, 2, 16, 96, 16, ES_ROPE_NORM, 10000.0f, 1.0f, false, ES__DTYPE_F32, 77};
     model = mem_model_create(&cfg);
+    es_context *probe = new_ctx(model, 256, 16);
+    es__caps caps;
+    es__context_caps(probe, &caps);
+    es_context_free(probe);
+    CHUNK = caps.alspec_tile;
+    N_PROMPT = CHUNK * 47 / 10;
+    N_CTX = N_PROMPT + 2 * N_GEN;
     model->hp.n_ctx_train = N_CTX;
     test_exact();
     test_forced_misses();
