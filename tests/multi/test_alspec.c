@@ -15,7 +15,7 @@
 #include "backend.h"
 #include "forward_api.h"
 
-#define N_GEN 32
+#define N_GEN 20
 #define MAX_PROMPT 1300
 
 static int32_t N_PROMPT, N_CTX, CHUNK; /* from the backend's tile */
