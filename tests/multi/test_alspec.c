@@ -1,6 +1,6 @@
 /* test_alspec.c: ALSpec's decoder (lib/multi/alspec.c) and its forward call (es__forward_alspec)
  * on the CPU backend or Vulkan (argv[1]), on a random-weight model built in memory, chunks of the
- * backend's tile (CPU 64, Vulkan 256) and prompts of 4.7 chunks, so that every decoded token
+ * backend's tile (CPU 64, Vulkan 256) and prompts of 3.3 chunks, so that every decoded token
  * speculates in every layer and leaves keys out:
  *   - lambda = 0 is exact: greedy and seeded-sampling tokens equal es_generate's, token for token,
  *     every speculation checked and none taken;
@@ -170,7 +170,7 @@ int main(int argc, char **argv) {
     es__context_caps(probe, &caps);
     es_context_free(probe);
     CHUNK = caps.alspec_tile;
-    N_PROMPT = CHUNK * 47 / 10;
+    N_PROMPT = CHUNK * 33 / 10;
     N_CTX = N_PROMPT + 2 * N_GEN;
     model->hp.n_ctx_train = N_CTX;
     test_exact();
