@@ -577,10 +577,16 @@ static void attend_merge(float *o, float *ml, const float *ot, const float *mlt,
         return;
     }
     const float mn = ml[0] > mlt[0] ? ml[0] : mlt[0];
-    const float a = sexp(ml[0] - mn), b = sexp(mlt[0] - mn);
+    /* the side that holds the maximum is scaled by exp(0) = 1: skipping that exp and product
+     * changes no bit (x * 1 and fma(x, 1, y) are exact), and it is the common case */
+    const bool keep = mn == ml[0];
+    const float a = keep ? 1.0f : sexp(ml[0] - mn), b = mn == mlt[0] ? 1.0f : sexp(mlt[0] - mn);
     const vf av = vsplat(a), bv = vsplat(b);
     int64_t d = 0;
-    for (; d + VL <= hd; d += VL) storeu(o + d, vfma(loadu(ot + d), bv, loadu(o + d) * av));
+    if (keep)
+        for (; d + VL <= hd; d += VL) storeu(o + d, vfma(loadu(ot + d), bv, loadu(o + d)));
+    else
+        for (; d + VL <= hd; d += VL) storeu(o + d, vfma(loadu(ot + d), bv, loadu(o + d) * av));
     if (d < hd) {
         float buf[VL];
         storeu(buf, vfma(load_x_tail(ot + d, hd - d), bv, load_x_tail(o + d, hd - d) * av));
