@@ -494,7 +494,7 @@ INLINE void pv_chunks(const float *vb, int64_t hd, int32_t n_past, const int32_t
  * the largest score; ml[1] = l = sum_j exp(s_j - m); o[hd] = sum_j exp(s_j - m) v_j, keys in order.
  * Plain and speculative attention both build every output from these partials and
  * attend_merge, so the same keys give the same bits whichever order the tiles were computed in. */
-static void attend_tile(const float *q, const float *kb, const float *vb, int64_t hd, int32_t n_past,
+INLINE void attend_tile(const float *q, const float *kb, const float *vb, int64_t hd, int32_t n_past,
                         const int32_t *vis, int32_t j0, int32_t j1, float scale, float *o, float *ml) {
     float sc[ES__ATTN_TILE];
     const int32_t m = j1 - j0;
@@ -528,11 +528,22 @@ static void attend_tile(const float *q, const float *kb, const float *vb, int64_
         if (k < hd) acc = vfma(load_x_tail(q + k, hd - k), load_x_tail(kr + k, hd - k), acc);
         sc[s] = hsum(acc) * scale;
     }
-    float mx = -__builtin_inff();
-    for (int32_t s = 0; s < m; s++) mx = sc[s] > mx ? sc[s] : mx;
+    /* the largest score, lanes first: max is exact, so the order changes no bit, and it spares
+     * a compare-and-select chain through every key */
+    vf mv = vsplat(-__builtin_inff());
+    int32_t s = 0;
+    for (; s + VL <= m; s += VL) {
+        const vf x = loadu(sc + s);
+        const vi gt = x > mv;
+        mv = (vf)(((vi)x & gt) | ((vi)mv & ~gt));
+    }
+    float mx = -__builtin_inff(), lanes[VL];
+    storeu(lanes, mv);
+    for (int g = 0; g < VL; g++) mx = lanes[g] > mx ? lanes[g] : mx;
+    for (; s < m; s++) mx = sc[s] > mx ? sc[s] : mx;
     const vf mxv = vsplat(mx);
     vf sumv = vzero();
-    int32_t s = 0;
+    s = 0;
     for (; s + VL <= m; s += VL) {
         const vf e = vexp(loadu(sc + s) - mxv);
         storeu(sc + s, e);
@@ -569,7 +580,7 @@ INLINE float sexp(float x) {
 /* Online softmax (flash decoding's combine): folds the tile partial (ot, mlt) into the running
  * (o, ml); first: the running state is empty. exp(0) is 1 exactly, so a tile that does not raise
  * the maximum leaves the running values' scale untouched. */
-static void attend_merge(float *o, float *ml, const float *ot, const float *mlt, int64_t hd, bool first) {
+INLINE void attend_merge(float *o, float *ml, const float *ot, const float *mlt, int64_t hd, bool first) {
     if (first) {
         memcpy(o, ot, sizeof(float) * (size_t)hd);
         ml[0] = mlt[0];
