@@ -112,6 +112,18 @@
     U(max_splits)                                                                                  \
     U(o_stride)
 
+/* attn_spec: ALSpec's reducer of a decode token's split partials: the speculation, the exact
+ * output and their check, over all heads (attn_spec.comp; lib/core/spec_attn.h). */
+#define ES_PC_ATTN_SPEC(U, F)                                                                      \
+    U(t0)       /* first token of this dispatch                               */                   \
+    U(n_head)                                                                                      \
+    U(hd)                                                                                          \
+    U(split)                                                                                       \
+    U(max_splits)                                                                                  \
+    U(o_stride)                                                                                    \
+    U(chunk)    /* S: positions per chunk, a multiple of split                */                   \
+    U(v_slot)   /* the verdict slot of the dispatch's first token             */
+
 /* kv_move: for r < n_keep, cache slot n_past + keep[r] moves to n_past + r, in ascending r. */
 #define ES_PC_KV_MOVE(U, F)                                                                        \
     U(n_keep)                                                                                      \

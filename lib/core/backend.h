@@ -7,6 +7,7 @@
 #include "batch.h"
 #include "common.h"
 #include "model.h"
+#include "spec_attn.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -42,6 +43,11 @@ typedef struct es__fwd {
                                 call; when the backend computes them is its own policy; 0 = none */
     float prune_threshold;   /* > 0: tree pruning (3.2.3), above; 0 = none                      */
     uint8_t *pruned;         /* [n] out, zeroed by the caller: 1 = pruned                    */
+    /* ALSpec (forward_api.h's es__alspec_call), only for one token in a chain; NULL in a plain
+     * forward. Every layer's attention is the speculative flash decode (spec_attn.h); a layer whose
+     * speculation is valid, within lambda and not forced to miss goes on with the speculation,
+     * every other layer with the exact A, the plain attention bit for bit. */
+    const struct es__alspec_call *alspec;
 } es__fwd;
 
 typedef struct es__backend_vtbl {
@@ -70,6 +76,9 @@ typedef struct es__backend_vtbl {
     /* The cache of committed slots [0, n) to or from buf: [n_layer][K, V][n_head_kv][n][head_dim]
      * floats (session files). */
     es_status (*kv_io)(es_context *ctx, int32_t n, float *buf, bool write);
+    /* ALSpec (es__fwd.alspec_chunk): chunks must be multiples of this many positions, the tile of
+     * the backend's plain attention; 0 = the backend has no speculative attention. */
+    int32_t alspec_tile;
 } es__backend_vtbl;
 
 typedef struct es__upload {

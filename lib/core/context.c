@@ -177,6 +177,9 @@ void es__context_caps(const es_context *ctx, es__caps *out) {
     out->alloc = ctx->alloc;
     out->backend = ctx->backend;
     out->backend_type = ctx->backend->type;
+    /* ALSpec's speculative attention is the plain one's partials without a window or a cap */
+    out->alspec_tile = m->hp.n_swa > 0 || m->hp.attn_softcap > 0.0f ? 0 : ctx->backend->vt->alspec_tile;
+    out->n_layer = m->hp.n_layer;
     if (!ss) {
         out->no_streams = ES_ERR_INVALID_ARGUMENT;
         snprintf(out->why_no_streams, sizeof out->why_no_streams,
@@ -196,6 +199,23 @@ es__err *es__context_err(es_context *ctx) {
 }
 
 /* Checks a forward call's descriptor against what the context can do. */
+static es_status check_alspec(es_context *ctx, const es__alspec_call *al, const es_batch *batch) {
+    const int32_t tile = ctx->backend->vt->alspec_tile;
+    ES_RETURN_IF(tile == 0, &ctx->err, ES_ERR_UNSUPPORTED,
+                 "forward: ALSpec asked, but the %s backend has no speculative attention", ctx->backend->vt->name);
+    ES_RETURN_IF(ctx->model->hp.n_swa > 0 || ctx->model->hp.attn_softcap > 0.0f, &ctx->err, ES_ERR_UNSUPPORTED,
+                 "forward: ALSpec asked, but model '%s' has sliding-window or soft-capped attention, which "
+                 "speculative attention does not do yet", ctx->model->path);
+    ES_RETURN_IF(al->chunk <= 0 || al->chunk % tile, &ctx->err, ES_ERR_INVALID_ARGUMENT,
+                 "forward: ALSpec chunk %d is not a positive multiple of the %s backend's attention tile %d",
+                 al->chunk, ctx->backend->vt->name, tile);
+    ES_RETURN_IF(!(al->lambda >= 0.0f) || !al->verdicts, &ctx->err, ES_ERR_INVALID_ARGUMENT,
+                 "forward: ALSpec lambda %g (must be >= 0) or no verdict array", (double)al->lambda);
+    ES_RETURN_IF(!batch || batch->n_tokens != 1, &ctx->err, ES_ERR_INVALID_ARGUMENT,
+                 "forward: ALSpec decodes one token after the committed ones, %d asked", batch ? batch->n_tokens : 0);
+    return ES_OK;
+}
+
 static es_status check_call(es_context *ctx, const es__call *call) {
     if (call->n_streams == 0 && call->prune_threshold == 0.0f) return ES_OK;
     const es__ss_adapter *ss = ctx->model->ss;
@@ -233,11 +253,12 @@ static void keep_call(es_context *ctx, const es__fwd *f) {
     ctx->prov_streams = f->n_streams;
 }
 
-es_status es__forward(es_context *ctx, const es_batch *batch, const es__call *call) {
+static es_status forward(es_context *ctx, const es_batch *batch, const es__call *call, const es__alspec_call *al) {
     if (!ctx) return es__fail(NULL, ES_ERR_INVALID_ARGUMENT, "es_forward: ctx is NULL");
     const es__call plain = {0, 0.0f};
     if (!call) call = &plain;
     ES_TRY(check_call(ctx, call));
+    if (al) ES_TRY(check_alspec(ctx, al, batch));
     es__batch_scratch *s = &ctx->scratch;
     int32_t n_out = 0;
     ES_TRY(es__batch_validate(batch, ctx->n_past, ctx->n_ctx, ctx->n_batch, ctx->model->hp.n_vocab, s, &n_out,
@@ -245,7 +266,7 @@ es_status es__forward(es_context *ctx, const es_batch *batch, const es__call *ca
     ES_TRY(reserve_logits(ctx, n_out));
     memset(ctx->prov_pruned, 0, (size_t)batch->n_tokens);
     es__fwd f = {batch->n_tokens, ctx->n_past, batch->tokens, s->pos, s->dfs_start, s->dfs_end, s->parent,
-                 n_out, s->out_rows, ctx->logits, call->n_streams, call->prune_threshold, ctx->prov_pruned};
+                 n_out, s->out_rows, ctx->logits, call->n_streams, call->prune_threshold, ctx->prov_pruned, al};
     /* es_context_abort before the call began: nothing computed, the provisional batch goes */
     if (atomic_exchange(&ctx->abort_req, 0)) {
         ctx->n_provisional = 0;
@@ -269,6 +290,15 @@ es_status es__forward(es_context *ctx, const es_batch *batch, const es__call *ca
     }
     keep_call(ctx, &f);
     return ES_OK;
+}
+
+es_status es__forward(es_context *ctx, const es_batch *batch, const es__call *call) {
+    return forward(ctx, batch, call, NULL);
+}
+
+es_status es__forward_alspec(es_context *ctx, const es_batch *batch, const es__alspec_call *al) {
+    if (!al) return es__fail(ctx ? &ctx->err : NULL, ES_ERR_INVALID_ARGUMENT, "es__forward_alspec: no ALSpec call");
+    return forward(ctx, batch, NULL, al);
 }
 
 es_status es_forward(es_context *ctx, const es_batch *batch) {

@@ -13,6 +13,7 @@
 #include "../../platform/platform.h"
 #include "common.h"
 #include "sampler.h"
+#include "spec_attn.h"
 #include "tree.h"
 
 /* What one forward call computes beyond the main stream's logits. A zeroed descriptor (or
@@ -27,6 +28,24 @@ typedef struct es__call {
                               tokens get no logits, no streams and no KV and cannot be committed;
                               0 = none, at most 1                                                */
 } es__call;
+
+/* ALSpec (papers/alspec-attention-level-speculation.txt, Algorithm 1 on one context, with
+ * Algorithm 3's kernel): what es__forward_alspec computes besides a plain forward. */
+typedef struct es__alspec_call {
+    int32_t chunk;                /* S: positions per KV chunk, > 0, a multiple of es__caps.alspec_tile */
+    float lambda;                 /* a layer goes on with its speculation when ||spec - A||_2 <
+                                     lambda ||A||_2 over all heads; 0 = never (the plain forward)       */
+    const uint8_t *force_miss;    /* [n_layer] or NULL: 1 = that layer goes on with the exact A
+                                     whatever the check (tests force misses with it)                    */
+    es__spec_verdict *verdicts;   /* [n_layer] out: each layer's check; hit = the speculation was used  */
+} es__alspec_call;
+
+/* A forward of one token after the committed ones (a batch of one) in which every layer's
+ * attention is the speculative flash decode: the layers whose speculation hits go on with it,
+ * the others with the exact attention, which is the plain attention bit for bit (lambda = 0, or
+ * every layer in force_miss, gives es_forward's logits and KV exactly). Fails with
+ * ES_ERR_UNSUPPORTED when the backend has no speculative attention (es__caps.alspec_tile 0). */
+es_status es__forward_alspec(es_context *ctx, const es_batch *batch, const es__alspec_call *al);
 
 /* es_forward with a call descriptor (NULL = a plain forward). Fails with a clear message when
  * the context's model has no adapter for streams or pruning, or its backend no multi-stream
@@ -60,6 +79,9 @@ typedef struct es__caps {
     es_backend *backend;          /* where it runs, for a strategy that makes more contexts like
                                      it (DSI's target servers); never called through            */
     es_backend_type backend_type;
+    int32_t alspec_tile;          /* ALSpec's chunks are multiples of this; 0 = the backend has
+                                     no speculative attention                                 */
+    int32_t n_layer;
 } es__caps;
 
 void es__context_caps(const es_context *ctx, es__caps *out);

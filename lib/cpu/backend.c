@@ -376,5 +376,5 @@ static es_status cpu_kv_io(es_context *ctx, int32_t n, float *buf, bool write) {
 const es__backend_vtbl es__cpu_backend = {
     "cpu", cpu_init, cpu_destroy, cpu_model_upload, cpu_model_release,
     cpu_ctx_init, cpu_ctx_destroy, cpu_forward, cpu_kv_compact,
-    es__msa_stream_logits, cpu_kv_shift, cpu_kv_io,
+    es__msa_stream_logits, cpu_kv_shift, cpu_kv_io, ES__ATTN_TILE,
 };

@@ -7,6 +7,7 @@
  * or the chunk it falls in (thread- and batch-invariant).
  * Not here: batch validation (core), the KV-cache allocation and compaction (backend.c). */
 #include "cpu.h"
+#include "forward_api.h"
 #include "msa.h"
 #include "opsi.h"
 
@@ -25,6 +26,11 @@ typedef struct fwd_job {
     es_profile_entry *prof; /* [OP_COUNT] phase wall times when the backend profiles, else NULL */
     atomic_int *abort_req;  /* the context's es_context_abort request                        */
     atomic_int *stop_at;    /* the layer the call stops before when it took the request, or -1 */
+    /* ALSpec (f->alspec): per-thread tile partials, the speculation, per-head sums */
+    float *al_part;         /* [nth][al_part_floats]                                  */
+    size_t al_part_floats;
+    float *al_spec;         /* [n_head * hd]                                          */
+    double *al_e2;          /* [n_head][2]: (spec - A)^2 and A^2 over the head's dims  */
 } fwd_job;
 
 /* Matrix rows are handed out in multiples of this (whole cache lines of each output row). */
@@ -162,6 +168,59 @@ static void gather_rows(float *a, int64_t width, const int32_t *rows, int32_t n_
 }
 
 /* One layer; false when the call was cancelled before it. */
+/* ALSpec's attention of the one decode token (Algorithm 1, with Algorithm 3's kernel): each head's
+ * speculation and exact attention, then the check over all heads in head order; the layer goes on
+ * with the speculation when it hits, else with the exact output (already in c->att). */
+static void alspec_attention(thr *t, int32_t il, size_t cache_off) {
+    const fwd_job *J = t->J;
+    const es__fwd *f = J->f;
+    const es__hparams *hp = J->hp;
+    es__cpu_ctx *c = J->c;
+    const int32_t hd = hp->head_dim, qd = hp->n_head * hd, n = f->n_past + 1, S = f->alspec->chunk;
+    const int32_t group = hp->n_head / hp->n_head_kv;
+    int32_t s2 = 0;
+    es__spec_verdict *v = &f->alspec->verdicts[il];
+    const bool valid = es__spec_window(n, S, &s2);
+    es__work w;
+    phase_begin(t, &w, OP_ATTN, hp->n_head, 1);
+    for (int64_t lo, hi; es__work_next(&w, &lo, &hi);)
+        for (int64_t h = lo; h < hi; h++) {
+            const size_t kv = cache_off + (size_t)(h / group) * (size_t)J->n_ctx * (size_t)hd;
+            float *o = c->att + h * hd, *sp = J->al_spec + h * hd;
+            if (!valid) {
+                const int32_t zero = 0;
+                J->k->attend(c->q + h * hd, c->k + kv, c->v + kv, hd, f->n_past, &zero, 1, hp->attn_scale, 0.0f,
+                             c->scores + (size_t)t->ith * (size_t)(J->n_ctx + 1), o);
+                continue;
+            }
+            J->k->attend_spec(c->q + h * hd, c->k + kv, c->v + kv, hd, n, S, s2, hp->attn_scale,
+                              J->al_part + (size_t)t->ith * J->al_part_floats, sp, o);
+            double e = 0.0, a = 0.0;
+            for (int32_t d = 0; d < hd; d++) {
+                const double diff = (double)sp[d] - (double)o[d];
+                e += diff * diff;
+                a += (double)o[d] * (double)o[d];
+            }
+            J->al_e2[2 * h] = e;
+            J->al_e2[2 * h + 1] = a;
+        }
+    phase_end(t, &w);
+    /* section 3.2's check over all heads, in head order whatever the thread split */
+    phase_begin(t, &w, OP_ATTN, 1, 1);
+    for (int64_t lo, hi; es__work_next(&w, &lo, &hi);) {
+        *v = (es__spec_verdict){valid, false, 0.0, 0.0};
+        if (!valid) continue;
+        for (int32_t h = 0; h < hp->n_head; h++) {
+            v->err2 += J->al_e2[2 * h];
+            v->norm2 += J->al_e2[2 * h + 1];
+        }
+        v->hit = es__spec_accept(v->err2, v->norm2, f->alspec->lambda) &&
+                 !(f->alspec->force_miss && f->alspec->force_miss[il]);
+        if (v->hit) memcpy(c->att, J->al_spec, sizeof(float) * (size_t)qd);
+    }
+    phase_end(t, &w);
+}
+
 static bool layer(thr *t, int32_t il) {
     const fwd_job *J = t->J;
     const es__fwd *f = J->f;
@@ -208,7 +267,9 @@ static bool layer(thr *t, int32_t il) {
     }
     if (nr == 0) return true;
 
-    {
+    if (f->alspec) {
+        alspec_attention(t, il, cache_off);
+    } else {
         const es__attn a = {c->q,          qd,          c->k + cache_off,        c->v + cache_off, J->n_ctx,
                             hp->n_head,    hp->n_head_kv, hd,                    f->n_past,        n,
                             nr,            rows,        f->dfs_start,            f->dfs_end,
@@ -244,10 +305,10 @@ static bool layer(thr *t, int32_t il) {
     return true;
 }
 
-/* Phases of one forward: the embedding, 11 per layer at most (9, and 2 post-branch norms), the
- * final norm and the head. */
+/* Phases of one forward: the embedding, 12 per layer at most (9, 2 post-branch norms and ALSpec's
+ * check), the final norm and the head. */
 int32_t es__cpu_fwd_phases(int32_t n_layer) {
-    return 11 * n_layer + 3;
+    return 12 * n_layer + 3;
 }
 
 static void fwd_thread(void *arg, int ith, int nth) {
@@ -311,6 +372,23 @@ static void add_profile(es_backend *b, const es_profile_entry *prof) {
     }
 }
 
+/* ALSpec's scratch for one forward (alspec_attention). */
+static es_status alspec_scratch(es_context *ctx, const es__fwd *f, fwd_job *J) {
+    const es__hparams *hp = &ctx->model->hp;
+    const int32_t S = f->alspec->chunk, n = f->n_past + 1, nth = es__pool_size(J->pool);
+    int32_t s2 = n;
+    es__spec_window(n, S, &s2);
+    J->al_part_floats = (size_t)((S + n - s2) / ES__ATTN_TILE + 1) * (size_t)(hp->head_dim + 2);
+    J->al_part = es__malloc(NULL, sizeof(float) * (size_t)nth * J->al_part_floats);
+    J->al_spec = es__malloc(NULL, sizeof(float) * (size_t)hp->n_head * (size_t)hp->head_dim);
+    J->al_e2 = es__malloc(NULL, sizeof(double) * 2 * (size_t)hp->n_head);
+    if (J->al_part && J->al_spec && J->al_e2) return ES_OK;
+    es__free(NULL, J->al_part);
+    es__free(NULL, J->al_spec);
+    es__free(NULL, J->al_e2);
+    return es__fail(&ctx->backend->err, ES_ERR_OUT_OF_MEMORY, "cpu forward: out of memory for ALSpec's scratch");
+}
+
 es_status es__cpu_forward(es_context *ctx, const es__fwd *f) {
     es__cpu_state *B = ctx->backend->impl;
     es_backend *b = ctx->backend;
@@ -319,7 +397,8 @@ es_status es__cpu_forward(es_context *ctx, const es__fwd *f) {
     atomic_int stop_at;
     atomic_init(&stop_at, -1);
     fwd_job J = {f,    &ctx->model->hp, ctx->weights, ctx->impl, B->kern, B->pool, ctx->n_ctx, NULL, b->profile ? prof : NULL,
-                 &ctx->abort_req, &stop_at};
+                 &ctx->abort_req, &stop_at, NULL, 0, NULL, NULL};
+    if (f->alspec) ES_TRY(alspec_scratch(ctx, f, &J));
     /* Speculative Streaming works on a copy of the call: pruning narrows it to the survivors */
     es__fwd ss_f;
     es__msa_job msa;
@@ -334,6 +413,9 @@ es_status es__cpu_forward(es_context *ctx, const es__fwd *f) {
     es__pool_run(B->pool, fwd_thread, &J);
     b->stats.n_forward++;
     if (J.prof) add_profile(b, prof);
+    es__free(NULL, J.al_part);
+    es__free(NULL, J.al_spec);
+    es__free(NULL, J.al_e2);
     const int stopped = atomic_load(&stop_at);
     if (stopped >= 0)
         return es__fail(&b->err, ES_ERR_CANCELLED, "forward cancelled by es_context_abort before layer %d of %d", stopped,

@@ -10,6 +10,9 @@
 #include "common.h"
 #include "gguf.h"
 
+#define ES__ATTN_TILE 64      /* keys per attention tile (attend, attend_spec), aligned to positions */
+#define ES__MAX_HEAD_DIM 1024 /* the model loader's bound on the head dimension */
+
 typedef struct es__kern {
     const char *name; /* "generic", "x86-64-v3", "x86-64-v4", "neon" */
     int panel_rows;   /* matmul's panel holds panel_rows * n_in floats */
@@ -30,9 +33,16 @@ typedef struct es__kern {
     /* Attention of one query q[hd] over one kv head's keys kb and values vb, both (n_ctx, hd): the
      * slots 0..n_past-1, then n_past + vis[i] for i < n_vis, in that (position) order.
      * scores: scratch of n_past + n_vis floats. out[hd] = softmax(s) weighted sum of v, with
-     * s = scale * q.k, or softcap tanh(s / softcap) when softcap > 0 (gemma2's soft-capping). */
+     * s = scale * q.k, or softcap tanh(s / softcap) when softcap > 0 (gemma2's soft-capping).
+     * Keys are reduced in tiles of ES__ATTN_TILE positions folded in position order (online softmax). */
     void (*attend)(const float *q, const float *kb, const float *vb, int64_t hd, int32_t n_past, const int32_t *vis,
                    int32_t n_vis, float scale, float softcap, float *scores, float *out);
+    /* Speculative attention of one query over the keys in slots 0..n-1 (ALSpec, Algorithm 3): spec[hd]
+     * = the attention over the keys [0, s1) and [s2, n) alone (s1 <= s2 <= n, multiples of
+     * ES__ATTN_TILE), computed first; out[hd] = attend's result over all n keys, bit for bit, reusing
+     * the speculation's tile partials. part: ((s1 + n - s2) / ES__ATTN_TILE + 1) * (hd + 2) floats. */
+    void (*attend_spec)(const float *q, const float *kb, const float *vb, int64_t hd, int32_t n, int32_t s1,
+                        int32_t s2, float scale, float *part, float *spec, float *out);
 } es__kern;
 
 /* The levels built into this library, best first; each entry usable on this CPU or NULL. */

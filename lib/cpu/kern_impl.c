@@ -524,26 +524,32 @@ static void k_silu_mul(const float *g, const float *u, int64_t n, float *out) {
     }
 }
 
-/* out[d0 .. d0 + NC VL) = inv * sum_j p_j v_slot(j)[...], keys in order. */
-INLINE void pv_chunks(const float *vb, int64_t hd, int32_t n_past, const int32_t *vis, int32_t m, const float *p,
-                      float inv, int64_t d0, const int NC, float *out) {
-    vf acc[4];
-    for (int c = 0; c < NC; c++) acc[c] = vzero();
-    for (int32_t j = 0; j < m; j++) {
-        const int64_t slot = j < n_past ? j : n_past + vis[j - n_past];
-        const float *vr = vb + slot * hd + d0;
-        const vf pv = vsplat(p[j]);
-        for (int c = 0; c < NC; c++) acc[c] = vfma(pv, loadu(vr + c * VL), acc[c]);
-    }
-    for (int c = 0; c < NC; c++) storeu(out + d0 + c * VL, acc[c] * vsplat(inv));
+/* Slot of key j (its position): the committed slots first, then the visible batch slots. */
+INLINE int64_t key_slot(int32_t j, int32_t n_past, const int32_t *vis) {
+    return j < n_past ? j : n_past + vis[j - n_past];
 }
 
-/* Attention of one query over m = n_past + n_vis keys of one kv head: slots 0..n_past-1, then
- * n_past + vis[i]. kb, vb: (n_ctx, hd). Scores, their exponentials, their sum and the weighted sum
- * of values all run over the keys in slot (position) order. */
-static void k_attend(const float *q, const float *kb, const float *vb, int64_t hd, int32_t n_past, const int32_t *vis,
-                     int32_t n_vis, float scale, float softcap, float *sc, float *out) {
-    const int32_t m = n_past + n_vis;
+/* out[d0 .. d0 + NC VL) = sum_j p_j v_slot(j)[...] over keys j0..j1-1 in order. */
+INLINE void pv_chunks(const float *vb, int64_t hd, int32_t n_past, const int32_t *vis, int32_t j0, int32_t j1,
+                      const float *p, int64_t d0, const int NC, float *out) {
+    vf acc[4];
+    for (int c = 0; c < NC; c++) acc[c] = vzero();
+    for (int32_t j = j0; j < j1; j++) {
+        const float *vr = vb + key_slot(j, n_past, vis) * hd + d0;
+        const vf pv = vsplat(p[j - j0]);
+        for (int c = 0; c < NC; c++) acc[c] = vfma(pv, loadu(vr + c * VL), acc[c]);
+    }
+    for (int c = 0; c < NC; c++) storeu(out + d0 + c * VL, acc[c]);
+}
+
+/* The partial of one tile, keys j0..j1-1 (j1 - j0 <= ES__ATTN_TILE, j0 a multiple of it): ml[0] = m,
+ * the largest score; ml[1] = l = sum_j exp(s_j - m); o[hd] = sum_j exp(s_j - m) v_j, keys in order.
+ * Plain and speculative attention both build every output from these partials and
+ * attend_merge, so the same keys give the same bits whichever order the tiles were computed in. */
+INLINE void attend_tile(const float *q, const float *kb, const float *vb, int64_t hd, int32_t n_past,
+                        const int32_t *vis, int32_t j0, int32_t j1, float scale, float softcap, float *o, float *ml) {
+    float sc[ES__ATTN_TILE];
+    const int32_t m = j1 - j0;
     int32_t s0 = 0;
 #if VL >= 8
     /* VL keys at a time: their lane sums finish together (hsum_keys), with the same additions */
@@ -551,8 +557,7 @@ static void k_attend(const float *q, const float *kb, const float *vb, int64_t h
         const float *kr[VL];
         vf acc[VL];
         for (int g = 0; g < VL; g++) {
-            const int32_t s = s0 + g;
-            kr[g] = kb + (s < n_past ? s : n_past + vis[s - n_past]) * hd;
+            kr[g] = kb + key_slot(j0 + s0 + g, n_past, vis) * hd;
             acc[g] = vzero();
         }
         int64_t k = 0;
@@ -568,21 +573,31 @@ static void k_attend(const float *q, const float *kb, const float *vb, int64_t h
     }
 #endif
     for (int32_t s = s0; s < m; s++) {
-        const int64_t slot = s < n_past ? s : n_past + vis[s - n_past];
-        const float *kr = kb + slot * hd;
+        const float *kr = kb + key_slot(j0 + s, n_past, vis) * hd;
         vf acc = vzero();
         int64_t k = 0;
         for (; k + VL <= hd; k += VL) acc = vfma(loadu(q + k), loadu(kr + k), acc);
         if (k < hd) acc = vfma(load_x_tail(q + k, hd - k), load_x_tail(kr + k, hd - k), acc);
         sc[s] = hsum(acc) * scale;
     }
-    if (softcap > 0.0f)
-        for (int32_t s = 0; s < m; s++) sc[s] = softcap * tanhf(sc[s] / softcap);
-    float mx = -__builtin_inff();
-    for (int32_t s = 0; s < m; s++) mx = sc[s] > mx ? sc[s] : mx;
+    if (softcap > 0.0f) /* gemma2's soft-capping: softcap tanh(s / softcap) */
+        for (int32_t k = 0; k < m; k++) sc[k] = softcap * tanhf(sc[k] / softcap);
+    /* the largest score, lanes first: max is exact, so the order changes no bit, and it spares
+     * a compare-and-select chain through every key */
+    vf mv = vsplat(-__builtin_inff());
+    int32_t s = 0;
+    for (; s + VL <= m; s += VL) {
+        const vf x = loadu(sc + s);
+        const vi gt = x > mv;
+        mv = (vf)(((vi)x & gt) | ((vi)mv & ~gt));
+    }
+    float mx = -__builtin_inff(), lanes[VL];
+    storeu(lanes, mv);
+    for (int g = 0; g < VL; g++) mx = lanes[g] > mx ? lanes[g] : mx;
+    for (; s < m; s++) mx = sc[s] > mx ? sc[s] : mx;
     const vf mxv = vsplat(mx);
     vf sumv = vzero();
-    int32_t s = 0;
+    s = 0;
     for (; s + VL <= m; s += VL) {
         const vf e = vexp(loadu(sc + s) - mxv);
         storeu(sc + s, e);
@@ -594,23 +609,114 @@ static void k_attend(const float *q, const float *kb, const float *vb, int64_t h
         sc[s] = vexp(loadu(buf))[0];
         sum += sc[s];
     }
-    /* out = sum_s p_s v_s, keys in order; several chunks of VL output dims at a time so their
-     * accumulation chains overlap (pv_chunks keeps them in registers) */
-    const float inv = 1.0f / sum;
+    /* several chunks of VL output dims at a time so their accumulation chains overlap */
     int64_t d0 = 0;
-    for (; d0 + 4 * VL <= hd; d0 += 4 * VL) pv_chunks(vb, hd, n_past, vis, m, sc, inv, d0, 4, out);
-    for (; d0 + VL <= hd; d0 += VL) pv_chunks(vb, hd, n_past, vis, m, sc, inv, d0, 1, out);
+    for (; d0 + 4 * VL <= hd; d0 += 4 * VL) pv_chunks(vb, hd, n_past, vis, j0, j1, sc, d0, 4, o);
+    for (; d0 + VL <= hd; d0 += VL) pv_chunks(vb, hd, n_past, vis, j0, j1, sc, d0, 1, o);
     if (d0 < hd) {
         const int64_t w = hd - d0;
         vf acc = vzero();
-        for (int32_t j = 0; j < m; j++) {
-            const int64_t slot = j < n_past ? j : n_past + vis[j - n_past];
-            acc = vfma(vsplat(sc[j]), load_x_tail(vb + slot * hd + d0, w), acc);
-        }
+        for (int32_t j = j0; j < j1; j++)
+            acc = vfma(vsplat(sc[j - j0]), load_x_tail(vb + key_slot(j, n_past, vis) * hd + d0, w), acc);
         float buf[VL];
-        storeu(buf, acc * vsplat(inv));
-        memcpy(out + d0, buf, sizeof(float) * (size_t)w);
+        storeu(buf, acc);
+        memcpy(o + d0, buf, sizeof(float) * (size_t)w);
     }
+    ml[0] = mx;
+    ml[1] = sum;
+}
+
+INLINE float sexp(float x) {
+    float buf[VL] = {x};
+    return vexp(loadu(buf))[0];
+}
+
+/* Online softmax (flash decoding's combine): folds the tile partial (ot, mlt) into the running
+ * (o, ml); first: the running state is empty. exp(0) is 1 exactly, so a tile that does not raise
+ * the maximum leaves the running values' scale untouched. */
+INLINE void attend_merge(float *o, float *ml, const float *ot, const float *mlt, int64_t hd, bool first) {
+    if (first) {
+        memcpy(o, ot, sizeof(float) * (size_t)hd);
+        ml[0] = mlt[0];
+        ml[1] = mlt[1];
+        return;
+    }
+    const float mn = ml[0] > mlt[0] ? ml[0] : mlt[0];
+    /* the side that holds the maximum is scaled by exp(0) = 1: skipping that exp and product
+     * changes no bit (x * 1 and fma(x, 1, y) are exact), and it is the common case */
+    const bool keep = mn == ml[0];
+    const float a = keep ? 1.0f : sexp(ml[0] - mn), b = mn == mlt[0] ? 1.0f : sexp(mlt[0] - mn);
+    const vf av = vsplat(a), bv = vsplat(b);
+    int64_t d = 0;
+    if (keep)
+        for (; d + VL <= hd; d += VL) storeu(o + d, vfma(loadu(ot + d), bv, loadu(o + d)));
+    else
+        for (; d + VL <= hd; d += VL) storeu(o + d, vfma(loadu(ot + d), bv, loadu(o + d) * av));
+    if (d < hd) {
+        float buf[VL];
+        storeu(buf, vfma(load_x_tail(ot + d, hd - d), bv, load_x_tail(o + d, hd - d) * av));
+        memcpy(o + d, buf, sizeof(float) * (size_t)(hd - d));
+    }
+    ml[0] = mn;
+    ml[1] = ml[1] * a + mlt[1] * b;
+}
+
+/* out = o / l, the state's normalised output. */
+static void attend_finish(float *out, const float *o, const float *ml, int64_t hd) {
+    const vf inv = vsplat(1.0f / ml[1]);
+    int64_t d = 0;
+    for (; d + VL <= hd; d += VL) storeu(out + d, loadu(o + d) * inv);
+    if (d < hd) {
+        float buf[VL];
+        storeu(buf, load_x_tail(o + d, hd - d) * inv);
+        memcpy(out + d, buf, sizeof(float) * (size_t)(hd - d));
+    }
+}
+
+/* Attention of one query over m = n_past + n_vis keys of one kv head: slots 0..n_past-1, then
+ * n_past + vis[i]. kb, vb: (n_ctx, hd). Tiles of ES__ATTN_TILE keys aligned to positions, each
+ * reduced on its own (attend_tile) and folded in position order (attend_merge): flash decoding
+ * on one core, the order speculative attention reproduces. */
+static void k_attend(const float *q, const float *kb, const float *vb, int64_t hd, int32_t n_past, const int32_t *vis,
+                     int32_t n_vis, float scale, float softcap, float *sc, float *out) {
+    (void)sc;
+    const int32_t m = n_past + n_vis;
+    float ot[ES__MAX_HEAD_DIM], mlt[2], ml[2] = {0.0f, 0.0f};
+    for (int32_t j0 = 0; j0 < m; j0 += ES__ATTN_TILE) {
+        attend_tile(q, kb, vb, hd, n_past, vis, j0, ES__MIN(m, j0 + ES__ATTN_TILE), scale, softcap, ot, mlt);
+        attend_merge(out, ml, ot, mlt, hd, j0 == 0);
+    }
+    attend_finish(out, out, ml, hd);
+}
+
+/* Speculative attention (ALSpec Algorithm 3 on one core): keys 0..n-1 in slots 0..n-1; the
+ * speculation keys [0, s1) and [s2, n) (s1 <= s2, both multiples of ES__ATTN_TILE) are reduced
+ * first into their own softmax (spec), then every tile is folded in position order as k_attend
+ * folds them, the speculation's tiles taken from part instead of being computed again.
+ * part: ((s1 + n - s2) / ES__ATTN_TILE + 1) * (hd + 2) floats. */
+static void k_attend_spec(const float *q, const float *kb, const float *vb, int64_t hd, int32_t n, int32_t s1,
+                          int32_t s2, float scale, float *part, float *spec, float *out) {
+    const int64_t pw = hd + 2;
+    float ml[2] = {0.0f, 0.0f}, ot[ES__MAX_HEAD_DIM], mlt[2];
+    int32_t i = 0;
+    for (int32_t j0 = 0; j0 < n; j0 += ES__ATTN_TILE) {
+        if (j0 >= s1 && j0 < s2) continue;
+        float *pt = part + (int64_t)i * pw;
+        attend_tile(q, kb, vb, hd, n, NULL, j0, ES__MIN(n, j0 + ES__ATTN_TILE), scale, 0.0f, pt + 2, pt);
+        attend_merge(spec, ml, pt + 2, pt, hd, i++ == 0);
+    }
+    attend_finish(spec, spec, ml, hd);
+    i = 0;
+    for (int32_t j0 = 0; j0 < n; j0 += ES__ATTN_TILE) {
+        if (j0 >= s1 && j0 < s2) {
+            attend_tile(q, kb, vb, hd, n, NULL, j0, j0 + ES__ATTN_TILE, scale, 0.0f, ot, mlt);
+            attend_merge(out, ml, ot, mlt, hd, j0 == 0);
+        } else {
+            const float *pt = part + (int64_t)i++ * pw;
+            attend_merge(out, ml, pt + 2, pt, hd, j0 == 0);
+        }
+    }
+    attend_finish(out, out, ml, hd);
 }
 
 static float k_dot(const float *a, const float *b, int64_t n) {
@@ -656,6 +762,6 @@ static void k_to_f32(es__dtype type, const void *row, float *out, int64_t n) {
 }
 
 const es__kern *KERN_FN(void) {
-    static const es__kern k = {KERN_NAME, R_TILE, k_matmul, k_dot, k_axpy, k_to_f32, k_silu_mul, k_attend};
+    static const es__kern k = {KERN_NAME, R_TILE, k_matmul, k_dot, k_axpy, k_to_f32, k_silu_mul, k_attend, k_attend_spec};
     return &k;
 }

@@ -252,6 +252,79 @@ es_status es__cpu_attention_ex(es__pool *pool, const float *q, const float *kc, 
     return ES_OK;
 }
 
+typedef struct spec_job {
+    const es__kern *k;
+    const float *q, *kc, *vc;
+    int32_t n_ctx, n_head, group, hd, n, s1, s2;
+    float scale;
+    float *out, *spec, *part; /* part: [nth][part_floats] */
+    size_t part_floats;
+    double *e2; /* [n_head][2]: (spec - out)^2 and out^2 summed over the head's dims */
+} spec_job;
+
+static void spec_thread(void *arg, int ith, int nth) {
+    const spec_job *j = arg;
+    int64_t lo, hi;
+    es__split_range(j->n_head, 1, ith, nth, &lo, &hi);
+    for (int64_t h = lo; h < hi; h++) {
+        const size_t kv = (size_t)(h / j->group) * (size_t)j->n_ctx * (size_t)j->hd;
+        float *o = j->out + h * j->hd, *sp = j->spec + h * j->hd;
+        j->k->attend_spec(j->q + h * j->hd, j->kc + kv, j->vc + kv, j->hd, j->n, j->s1, j->s2, j->scale,
+                          j->part + (size_t)ith * j->part_floats, sp, o);
+        double e = 0.0, a = 0.0;
+        for (int32_t d = 0; d < j->hd; d++) {
+            const double diff = (double)sp[d] - (double)o[d];
+            e += diff * diff;
+            a += (double)o[d] * (double)o[d];
+        }
+        j->e2[2 * h] = e;
+        j->e2[2 * h + 1] = a;
+    }
+}
+
+es_status es__cpu_attention_spec(es__pool *pool, const float *q, const float *kc, const float *vc, int32_t n_ctx,
+                                 int32_t n_head, int32_t n_head_kv, int32_t head_dim, int32_t n, int32_t chunk,
+                                 float lambda, float scale, float *out, float *spec, es__spec_verdict *v,
+                                 es__err *err) {
+    ES_RETURN_IF(chunk <= 0 || chunk % ES__ATTN_TILE || !(lambda >= 0.0f), err, ES_ERR_INVALID_ARGUMENT,
+                 "cpu speculative attention: chunk %d (a positive multiple of %d) or lambda %g (>= 0)", chunk,
+                 ES__ATTN_TILE, (double)lambda);
+    int32_t s2 = 0;
+    memset(v, 0, sizeof *v);
+    if (!es__spec_window(n, chunk, &s2)) {
+        const int32_t zero = 0, n_past = n - 1;
+        return es__cpu_attention(pool, q, kc, vc, n_ctx, n_head, n_head_kv, head_dim, n_past, 1, &zero, &zero, scale,
+                                 out, err);
+    }
+    ES_RETURN_IF(n_head <= 0 || n_head_kv <= 0 || n_head % n_head_kv || head_dim <= 0 ||
+                     head_dim > ES__MAX_HEAD_DIM || n > n_ctx,
+                 err, ES_ERR_INVALID_ARGUMENT,
+                 "cpu speculative attention: n_head %d, n_head_kv %d, head_dim %d, n %d, n_ctx %d", n_head, n_head_kv,
+                 head_dim, n, n_ctx);
+    const int nth = pool ? es__pool_size(pool) : 1;
+    const size_t part_floats = (size_t)((chunk + n - s2) / ES__ATTN_TILE + 1) * (size_t)(head_dim + 2);
+    float *part = es__malloc(NULL, sizeof(float) * (size_t)nth * part_floats);
+    double *e2 = es__malloc(NULL, sizeof(double) * 2 * (size_t)n_head);
+    if (!part || !e2) {
+        es__free(NULL, part);
+        es__free(NULL, e2);
+        return es__fail(err, ES_ERR_OUT_OF_MEMORY, "cpu speculative attention: out of memory for scratch");
+    }
+    spec_job j = {es__kern_best(), q, kc, vc, n_ctx, n_head, n_head / n_head_kv, head_dim, n, chunk, s2, scale,
+                  out, spec, part, part_floats, e2};
+    run(pool, spec_thread, &j);
+    /* section 3.2's check over all heads, summed in head order whatever the thread split */
+    v->valid = true;
+    for (int32_t h = 0; h < n_head; h++) {
+        v->err2 += e2[2 * h];
+        v->norm2 += e2[2 * h + 1];
+    }
+    v->hit = es__spec_accept(v->err2, v->norm2, lambda);
+    es__free(NULL, part);
+    es__free(NULL, e2);
+    return ES_OK;
+}
+
 void es__cpu_kv_write(float *kc, float *vc, int32_t n_ctx, int32_t n_head_kv, int32_t head_dim, int32_t n_past,
                       int32_t n, const float *k_new, const float *v_new) {
     const size_t row = sizeof(float) * (size_t)head_dim;

@@ -17,6 +17,7 @@
 #include "common.h"
 #include "gguf.h"
 #include "pool.h"
+#include "spec_attn.h"
 
 /* y[t][r] = sum_k W[r][k] * x[t][k].  W: (n_out, n_in) of type at w; x: [n_tok][n_in];
  * y: [n_tok][n_out]. n_in must be a multiple of 32 for Q8_0 and Q4_0. */
@@ -61,6 +62,18 @@ es_status es__cpu_attention_ex(es__pool *pool, const float *q, const float *kc, 
                                int32_t n_head, int32_t n_head_kv, int32_t head_dim, int32_t n_past, int32_t n,
                                const int32_t *dfs_start, const int32_t *dfs_end, const int32_t *pos, int32_t window,
                                float softcap, float scale, float *out, es__err *err);
+
+/* ALSpec's speculative flash decode of one token over the cache slots 0..n-1 (its own key and value
+ * already in slot n - 1). q: [n_head][head_dim]. out[n_head][head_dim] is bit for bit what
+ * es__cpu_attention gives for this token (n_past = n - 1); when the token has 2S keys or more
+ * (es__spec_window), spec[n_head][head_dim] is the attention over the speculation keys alone,
+ * computed first and reused for out, and *v holds the check against lambda over all heads; below
+ * 2S keys only out is written and v->valid is false. chunk: S, a positive multiple of
+ * ES__ATTN_TILE (kern.h). */
+es_status es__cpu_attention_spec(es__pool *pool, const float *q, const float *kc, const float *vc, int32_t n_ctx,
+                                 int32_t n_head, int32_t n_head_kv, int32_t head_dim, int32_t n, int32_t chunk,
+                                 float lambda, float scale, float *out, float *spec, es__spec_verdict *v,
+                                 es__err *err);
 
 /* Writes k_new, v_new: [n][n_head_kv][head_dim] into slots [n_past, n_past + n) of the caches. */
 void es__cpu_kv_write(float *kc, float *vc, int32_t n_ctx, int32_t n_head_kv, int32_t head_dim, int32_t n_past,

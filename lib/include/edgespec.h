@@ -898,6 +898,56 @@ ES_API es_status es_spec_generate(es_spec *spec, const int32_t *prompt, size_t n
                                   const es_generate_params *params, int32_t *tokens_out, size_t cap,
                                   es_generate_stats *stats);
 
+/* ---- ALSpec: attention-level speculation (papers/alspec-attention-level-speculation.txt) ----
+ * Every layer's attention of a decode token runs as a speculative flash decode: the first and the
+ * last chunks of the KV cache are reduced first into a speculation, the rest completes the exact
+ * attention reusing it, and the layer goes on with the speculation when ||spec - A||_2 <
+ * lambda ||A||_2 over all heads (Algorithm 1's commit), else with the exact attention. With
+ * lambda > 0 this is an approximation by design (the paper's): report its text as agreement
+ * with the exact run, never as lossless. lambda = 0 is exact: the tokens es_generate emits.
+ * This object computes Algorithm 1 on one context; running the speculated path on a second
+ * device ahead of the exact one (Algorithm 2) is not here yet. One thread at a time. */
+typedef struct es_alspec es_alspec;
+
+#define ES_ALSPEC_MAX_LAYERS 256 /* layers the statistics keep one entry for */
+
+typedef struct es_alspec_params {
+    int32_t chunk;              /* S: KV positions per chunk, a multiple of the backend's attention
+                                   tile (CPU 64, Vulkan 256); tokens with fewer than 2S keys decode
+                                   exactly; 0 = 256                                                */
+    float lambda;               /* the check's threshold, >= 0; 0 = never accept: exact decoding  */
+    es_sampler_params sampling; /* zeroed = greedy                                                */
+} es_alspec_params;
+
+typedef struct es_alspec_stats {
+    int32_t n_layer;
+    int64_t n_tokens;           /* tokens decoded with speculative attention (one forward each)   */
+    int64_t n_spec_tokens;      /* of them, tokens with at least 2S keys: every layer speculated  */
+    int64_t n_checks;           /* layer speculations checked (n_spec_tokens x n_layer)           */
+    int64_t n_hits;             /* of them within lambda, so the layer went on with the speculation */
+    int64_t layer_hits[ES_ALSPEC_MAX_LAYERS]; /* hits per layer (the first n_layer entries)       */
+    int32_t last_hits;          /* layers that hit in the last decoded token                      */
+    uint8_t last_hit[ES_ALSPEC_MAX_LAYERS];   /* the last token's layers: 1 = hit                 */
+    float last_ratio[ES_ALSPEC_MAX_LAYERS];   /* ||spec - A|| / ||A|| of the last token's layers;
+                                                 -1 where it had no speculation                   */
+    double decode_ms;           /* wall time in es_alspec_step                                    */
+} es_alspec_stats;
+
+/* Creates an ALSpec decoder on ctx, starting a new sequence (ctx's committed tokens are dropped).
+ * It does not own ctx: ctx (and its model) must outlive it, and nothing else should drive ctx
+ * while it lives. ES_ERR_UNSUPPORTED when ctx's backend has no speculative attention, and
+ * ES_ERR_INVALID_ARGUMENT for a chunk that is not a multiple of its tile or lambda < 0. */
+ES_API es_status es_alspec_create(es_context *ctx, const es_alspec_params *params, es_alspec **out);
+ES_API void es_alspec_free(es_alspec *a);
+ES_API const char *es_alspec_errmsg(const es_alspec *a);
+/* Appends n_tokens >= 1 tokens to the sequence (exact forward calls, in chunks of n_batch). */
+ES_API es_status es_alspec_feed(es_alspec *a, const int32_t *tokens, size_t n_tokens);
+/* Decides the next token: the first step after a feed samples from the fed tokens' logits; every
+ * later one first decodes the previous step's token with speculative attention. Needs a feed.
+ * ES_ERR_CONTEXT_FULL when the context has no room. */
+ES_API es_status es_alspec_step(es_alspec *a, int32_t *token);
+ES_API es_status es_alspec_get_stats(const es_alspec *a, es_alspec_stats *out);
+
 #ifdef __cplusplus
 }
 #endif

@@ -52,6 +52,7 @@ static const es__backend_vtbl vk_vtbl = {
     .stream_logits = es__vk_stream_logits,
     .kv_shift = es__vk_kv_shift,
     .kv_io = es__vk_kv_io,
+    .alspec_tile = ES__ATTN_SPLIT, /* ALSpec's chunks are whole splits of attn.comp */
 };
 
 const es__backend_vtbl *const es__vulkan_backend_ptr = &vk_vtbl;

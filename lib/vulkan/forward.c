@@ -12,6 +12,7 @@
 #include "backend_vk.h"
 #include "model_vk.h"
 #include "msa_vk.h"
+#include "forward_api.h"
 #include "prune.h"
 
 #include <math.h>
@@ -28,6 +29,7 @@ typedef struct vk_cb {
     uint32_t ss;          /* Speculative Streaming hooks recorded (msa_vk.h flags) */
     int part;
     bool compact;         /* PART_ABOVE: moves the survivors' rows and KV down first      */
+    uint32_t spec_chunk;  /* ALSpec: every layer's attention is the speculative flash decode */
     VkCommandBuffer cb;
     uint32_t n_dispatch;
     VkQueryPool queries;
@@ -53,15 +55,16 @@ typedef struct vk_ctx {
     uint32_t E32, QKV32, Q32, F32, V32; /* row strides (floats), multiples of 32 */
     uint32_t max_splits, step_stride, step_ind;
     es__vk_arena arena;
-    es__vk_region r_x, r_xn, r_qkv, r_attn, r_h, r_part, r_rope;
+    es__vk_region r_x, r_xn, r_qkv, r_attn, r_h, r_part, r_rope, r_spec;
     VkBufferView v_x, v_xn, v_qkv, v_attn, v_h, v_part, v_rope, v_step;
     es__vk_buf step, logits;
+    es__vk_buf verd;                    /* ALSpec: [n_layer][2] vec4, attn_spec.comp's in and out */
     es__vk_buf shift_cs;                /* a context shift's cos, sin per rotated pair        */
     VkBufferView v_shift_cs;
     VkDescriptorPool pool;
-    VkDescriptorSet s_norm, s_merge, s_move_x, *s_embd, *s_out;
+    VkDescriptorSet s_norm, s_merge, s_spec, s_move_x, *s_embd, *s_out;
     vk_lsets *ls;
-    es__vk_pipeline *p_norm, *p_attn, *p_merge, *p_kv_move, *p_kv_shift, *p_get_rows;
+    es__vk_pipeline *p_norm, *p_attn, *p_merge, *p_spec, *p_kv_move, *p_kv_shift, *p_get_rows;
     VkDescriptorSet s_post;             /* post-branch norm: xn normalised, added into x     */
     uint32_t bias_floats;               /* per layer Q, K, V biases after the RoPE table (0: none) */
     vk_cb cbs[ES__CB_CACHE];
@@ -113,6 +116,7 @@ static es_status plan_memory(es_context *ctx, vk_ctx *c) {
     ES_TRY(es__vk_arena_reserve(d, &c->arena,
                                 ((VkDeviceSize)c->n_ctx * (uint32_t)hp->n_rot + (VkDeviceSize)L * c->bias_floats) * f,
                                 &c->r_rope));
+    ES_TRY(es__vk_arena_reserve(d, &c->arena, (VkDeviceSize)c->Q32 * f, &c->r_spec));
     const VkDeviceSize kv = (VkDeviceSize)hp->n_head_kv * c->n_ctx * hd * f;
     const VkDeviceSize limit = d->use.texel ? (VkDeviceSize)d->phys.props.limits.maxTexelBufferElements * 16
                                             : d->phys.props.limits.maxStorageBufferRange;
@@ -132,6 +136,7 @@ static es_status plan_memory(es_context *ctx, vk_ctx *c) {
     ES_TRY(es__vk_buf_create(d, step_bytes, ES__VK_MEM_UPLOAD, "the step buffer", &c->step));
     memset(c->step.map, 0, (size_t)step_bytes);
     ES_TRY(es__vk_buf_create(d, nb * c->V32 * f, ES__VK_MEM_READBACK, "the logits buffer", &c->logits));
+    ES_TRY(es__vk_buf_create(d, (VkDeviceSize)L * 8 * f, ES__VK_MEM_READBACK, "ALSpec's verdicts", &c->verd));
     ES_TRY(es__vk_buf_create(d, (VkDeviceSize)ES__MAX(hp->n_rot, 4) * f, ES__VK_MEM_UPLOAD, "the shift table",
                              &c->shift_cs));
     return ES_OK;
@@ -221,6 +226,7 @@ static es_status get_pipelines(es_context *ctx, vk_ctx *c) {
     ES_TRY(es__vk_simple_pipe(d, "rmsnorm", true, true, &c->p_norm));
     ES_TRY(es__vk_attn_pipe(d, "attn", (uint32_t)ctx->model->hp.head_dim, &c->p_attn));
     ES_TRY(es__vk_simple_pipe(d, "attn_merge", true, false, &c->p_merge));
+    ES_TRY(es__vk_simple_pipe(d, "attn_spec", true, false, &c->p_spec));
     ES_TRY(es__vk_simple_pipe(d, "kv_move", true, false, &c->p_kv_move));
     ES_TRY(es__vk_simple_pipe(d, "kv_shift", true, false, &c->p_kv_shift));
     ES_TRY(es__vk_get_rows_pipe(d, c->w->tok_embd.type, &c->p_get_rows));
@@ -299,6 +305,9 @@ static es_status make_sets(es_context *ctx, vk_ctx *c) {
     {
         es__vk_bind b[3] = {part, step, attn};
         ES_TRY(es__vk_set_create(d, c->pool, c->p_merge, b, &c->s_merge));
+        es__vk_bind bs[5] = {part, step, bind_region(c, &c->r_attn, VK_NULL_HANDLE),
+                             bind_region(c, &c->r_spec, VK_NULL_HANDLE), bind_buf(&c->verd, VK_NULL_HANDLE)};
+        ES_TRY(es__vk_set_create(d, c->pool, c->p_spec, bs, &c->s_spec));
     }
     if (post_norms(c)) {
         es__vk_bind b[4] = {xn, vecs, step, bind_region(c, &c->r_x, VK_NULL_HANDLE)};
@@ -372,6 +381,7 @@ static void ctx_free(es_context *ctx, vk_ctx *c) {
     es__free(d->alloc, c->kept_mem);
     es__vk_buf_destroy(d, &c->step);
     es__vk_buf_destroy(d, &c->logits);
+    es__vk_buf_destroy(d, &c->verd);
     es__vk_buf_destroy(d, &c->shift_cs);
     es__vk_arena_free(d, &c->arena);
     es__free(d->alloc, c);
@@ -402,7 +412,7 @@ static es_status warm_forward(es_context *ctx, int32_t n, int32_t n_streams, flo
     int32_t tokens[8] = {0}, pos[8], dfs_start[8], dfs_end[8], parent[8], out[8];
     uint8_t pruned[8] = {0};
     for (int32_t i = 0; i < n; i++) pos[i] = dfs_start[i] = out[i] = i, dfs_end[i] = n - 1, parent[i] = i - 1;
-    const es__fwd f = {n, 0, tokens, pos, dfs_start, dfs_end, parent, n, out, logits, n_streams, prune, pruned};
+    const es__fwd f = {n, 0, tokens, pos, dfs_start, dfs_end, parent, n, out, logits, n_streams, prune, pruned, NULL};
     return es__vk_forward(ctx, &f);
 }
 
@@ -564,7 +574,7 @@ static void rec_embed(vk_ctx *c, es__vk_rec *r, uint32_t n) {
  *   down projection + residual.
  * With fused streams the MSA layers carry each token's stream rows after the n token rows
  * through the same dispatches, plus their own attention (and their LoRA's A products). */
-static es_status rec_layer(vk_ctx *c, es__vk_rec *r, uint32_t l, uint32_t n, uint32_t ss) {
+static es_status rec_layer(vk_ctx *c, es__vk_rec *r, uint32_t l, uint32_t n, uint32_t ss, uint32_t spec_chunk) {
     const es__hparams *hp = &c->w->model->hp;
     const es__vk_layer *vl = &c->w->layers[l];
     const vk_lsets *s = &c->ls[l];
@@ -581,7 +591,10 @@ static es_status rec_layer(vk_ctx *c, es__vk_rec *r, uint32_t l, uint32_t n, uin
                           (uint32_t)es__layer_window(hp, (int32_t)l), hp->attn_softcap};
         es__vk_rec_dispatch_indirect(r, "attn", c->p_attn, s->attn, &pa, c->step.buf,
                                      ((VkDeviceSize)c->step_ind + 8 * k) * 4);
-        if (c->max_splits > 1) { /* its grid is empty when no token of the chunk needs two splits */
+        if (spec_chunk) { /* ALSpec: one decode token; the reducer gates on its own verdict */
+            es__pc_attn_spec ps = {0, (uint32_t)hp->n_head, hd, ES__ATTN_SPLIT, c->max_splits, c->Q32, spec_chunk, l};
+            es__vk_rec_dispatch(r, "attn_spec", c->p_spec, c->s_spec, &ps, 1, 1, 1);
+        } else if (c->max_splits > 1) { /* its grid is empty when no token of the chunk needs two splits */
             es__pc_attn_merge pm = {t0, (uint32_t)hp->n_head, hd, ES__ATTN_SPLIT, c->max_splits, c->Q32};
             es__vk_rec_dispatch_indirect(r, "attn_merge", c->p_merge, c->s_merge, &pm, c->step.buf,
                                          ((VkDeviceSize)c->step_ind + 8 * k + 4) * 4);
@@ -636,7 +649,7 @@ static es_status record(es_context *ctx, vk_ctx *c, vk_cb *cb) {
     if (cb->part != PART_ABOVE) rec_embed(c, &r, n);
     if (cb->compact) ES_TRY(rec_compact(c, &r, n, P, cb->ss));
     const uint32_t lo = cb->part == PART_ABOVE ? P : 0, hi = cb->part == PART_BELOW ? P : L;
-    for (uint32_t l = lo; l < hi; l++) ES_TRY(rec_layer(c, &r, l, n, cb->ss));
+    for (uint32_t l = lo; l < hi; l++) ES_TRY(rec_layer(c, &r, l, n, cb->ss, cb->spec_chunk));
     if (cb->part == PART_BELOW)
         ES_TRY(es__vk_msa_rec_exit(c->msa, &r, (uint32_t)cb->n_out));
     else
@@ -654,7 +667,8 @@ static es_status get_cb(es_context *ctx, vk_ctx *c, const vk_cb *key, vk_cb **ou
     for (int i = 0; i < ES__CB_CACHE; i++) {
         vk_cb *e = &c->cbs[i];
         if (e->cb && e->n == key->n && e->n_out == key->n_out && e->ss == key->ss && e->part == key->part &&
-            e->compact == key->compact && (e->queries != VK_NULL_HANDLE) == d->profile) {
+            e->compact == key->compact && e->spec_chunk == key->spec_chunk &&
+            (e->queries != VK_NULL_HANDLE) == d->profile) {
             e->used = ++c->clock;
             *out = e;
             return ES_OK;
@@ -683,6 +697,7 @@ static es_status get_cb(es_context *ctx, vk_ctx *c, const vk_cb *key, vk_cb **ou
     lru->ss = key->ss;
     lru->part = key->part;
     lru->compact = key->compact;
+    lru->spec_chunk = key->spec_chunk;
     lru->used = ++c->clock;
     es_status s = record(ctx, c, lru);
     if (s != ES_OK) {
@@ -735,6 +750,26 @@ static es_status run_cb(vk_ctx *c, const vk_cb *cb) {
     return ES_OK;
 }
 
+/* ALSpec: each layer's lambda and flags (gate; force a miss) for attn_spec.comp. */
+static es_status alspec_in(vk_ctx *c, const es__fwd *f, uint32_t L) {
+    float *v = c->verd.map;
+    for (uint32_t l = 0; l < L; l++) {
+        const bool force = f->alspec->force_miss && f->alspec->force_miss[l];
+        const float in[8] = {f->alspec->lambda, force ? 3.0f : 1.0f, 0, 0, 0, 0, 0, 0};
+        memcpy(v + 8 * l, in, sizeof in);
+    }
+    return es__vk_buf_flush(c->d, &c->verd);
+}
+
+/* ALSpec: each layer's verdict, as the device decided it. */
+static es_status alspec_out(vk_ctx *c, const es__fwd *f, uint32_t L) {
+    ES_TRY(es__vk_buf_invalidate(c->d, &c->verd));
+    const float *v = c->verd.map;
+    for (uint32_t l = 0; l < L; l++)
+        f->alspec->verdicts[l] = (es__spec_verdict){v[8 * l + 4] != 0.0f, v[8 * l + 5] != 0.0f, v[8 * l + 6], v[8 * l + 7]};
+    return ES_OK;
+}
+
 /* The layers from `part`'s first on and the head for f (its step data written), then the logits
  * and what the streams need to know. */
 static es_status run_to_head(es_context *ctx, vk_ctx *c, const es__fwd *f, int part, bool compact, uint32_t lo) {
@@ -743,11 +778,14 @@ static es_status run_to_head(es_context *ctx, vk_ctx *c, const es__fwd *f, int p
     write_step(ctx, c, f, ss);
     if (compact) memcpy((int32_t *)c->step.map + ES_STEP_HDR + ES_STEP_KEEP * c->step_stride, c->kept.orig,
                         sizeof(int32_t) * (size_t)f->n);
-    const vk_cb key = {.n = f->n, .n_out = f->n_out, .ss = ss, .part = part, .compact = compact};
+    const vk_cb key = {.n = f->n, .n_out = f->n_out, .ss = ss, .part = part, .compact = compact,
+                       .spec_chunk = f->alspec ? (uint32_t)f->alspec->chunk : 0};
     vk_cb *cb = NULL;
     ES_TRY(get_cb(ctx, c, &key, &cb));
     ES_TRY(check_abort(ctx, c, part == PART_ABOVE ? "the layers above the prune layer" : "its submission"));
+    if (f->alspec) ES_TRY(alspec_in(c, f, L));
     ES_TRY(run_cb(c, cb));
+    if (f->alspec) ES_TRY(alspec_out(c, f, L));
     ES_TRY(es__vk_buf_invalidate(c->d, &c->logits));
     const uint32_t V = (uint32_t)ctx->model->hp.n_vocab;
     const float *src = c->logits.map;

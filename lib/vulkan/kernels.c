@@ -16,6 +16,7 @@ ES__CHECK_PUSH(es__pc_rmsnorm, ES_PC_RMSNORM);
 ES__CHECK_PUSH(es__pc_get_rows, ES_PC_GET_ROWS);
 ES__CHECK_PUSH(es__pc_attn, ES_PC_ATTN);
 ES__CHECK_PUSH(es__pc_attn_merge, ES_PC_ATTN_MERGE);
+ES__CHECK_PUSH(es__pc_attn_spec, ES_PC_ATTN_SPEC);
 ES__CHECK_PUSH(es__pc_kv_move, ES_PC_KV_MOVE);
 ES__CHECK_PUSH(es__pc_kv_shift, ES_PC_KV_SHIFT);
 ES__CHECK_PUSH(es__pc_topk, ES_PC_TOPK);
@@ -32,6 +33,7 @@ static const es__kernel_family families[] = {
     {"rmsnorm", "rrrw", sizeof(es__pc_rmsnorm)},         /* X, G, step, Y                */
     {"attn", "rrrrww", sizeof(es__pc_attn)},             /* QKV, K, V, step, out, parts  */
     {"attn_merge", "rrw", sizeof(es__pc_attn_merge)},    /* parts, step, out             */
+    {"attn_spec", "rrwww", sizeof(es__pc_attn_spec)},    /* parts, step, out, spec, verdict */
     {"kv_move", "rww", sizeof(es__pc_kv_move)},          /* step, K, V                   */
     {"kv_shift", "rww", sizeof(es__pc_kv_shift)},        /* cos/sin, K, V                */
     {"topk", "rw", sizeof(es__pc_topk)},                 /* logits, results              */

@@ -21,6 +21,7 @@ ES__PUSH_STRUCT(es__pc_rmsnorm, ES_PC_RMSNORM);
 ES__PUSH_STRUCT(es__pc_get_rows, ES_PC_GET_ROWS);
 ES__PUSH_STRUCT(es__pc_attn, ES_PC_ATTN);
 ES__PUSH_STRUCT(es__pc_attn_merge, ES_PC_ATTN_MERGE);
+ES__PUSH_STRUCT(es__pc_attn_spec, ES_PC_ATTN_SPEC);
 ES__PUSH_STRUCT(es__pc_kv_move, ES_PC_KV_MOVE);
 ES__PUSH_STRUCT(es__pc_kv_shift, ES_PC_KV_SHIFT);
 ES__PUSH_STRUCT(es__pc_topk, ES_PC_TOPK);

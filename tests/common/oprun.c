@@ -585,6 +585,57 @@ es_status es__vk_run_attention_bench(es_backend *b, const float *q, const float 
     RUN_END()
 }
 
+es_status es__vk_run_attention_spec(es_backend *b, const float *q, const float *kc, const float *vc, uint32_t n_ctx,
+                                    uint32_t n_head, uint32_t n_head_kv, uint32_t hd, uint32_t n, uint32_t chunk,
+                                    float lambda, float scale, float *out, float *spec, es__spec_verdict *v,
+                                    uint32_t reps, double *ms) {
+    RUN_BEGIN(b)
+    const uint32_t qd = n_head * hd, max_splits = (n_ctx + ES__ATTN_SPLIT - 1) / ES__ATTN_SPLIT;
+    const size_t cache = (size_t)n_head_kv * n_ctx * hd;
+    es__vk_buf *Q = NULL, *K = NULL, *V = NULL, *S = NULL, *O = NULL, *SP = NULL, *VD = NULL, *P = NULL;
+    es__vk_bind bq = {0}, bk = {0}, bv = {0}, bs = {0}, bp = {0};
+    es__vk_pipeline *pa = NULL, *pm = NULL;
+    if (s == ES_OK && (hd % 4 || hd > 512 || n == 0 || n > n_ctx || chunk == 0 || chunk % ES__ATTN_SPLIT))
+        s = es__fail(&b->err, ES_ERR_UNSUPPORTED, "vulkan op: speculative attention with hd %u, n %u, chunk %u", hd, n,
+                     chunk);
+    if (s == ES_OK) s = es__vk_attn_pipe(r.d, "attn", hd, &pa);
+    if (s == ES_OK) s = es__vk_simple_pipe(r.d, "attn_spec", true, false, &pm);
+    if (s == ES_OK) s = run_ro_f4(&r, q, qd, &Q, &bq);
+    if (s == ES_OK) s = run_ro_f4(&r, kc, cache, &K, &bk);
+    if (s == ES_OK) s = run_ro_f4(&r, vc, cache, &V, &bv);
+    if (s == ES_OK) s = run_buf(&r, out, sizeof(float) * qd, &O);
+    if (s == ES_OK) s = run_buf(&r, spec, sizeof(float) * qd, &SP);
+    const float vin[8] = {lambda, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f}; /* no gating: out stays exact */
+    if (s == ES_OK) s = run_buf(&r, vin, sizeof vin, &VD);
+    if (s == ES_OK) s = run_ro_f4(&r, NULL, (size_t)n_head * max_splits * (hd + 4), &P, &bp);
+    const int32_t zero = 0;
+    if (s == ES_OK) s = run_step_mask(&r, (int32_t)n - 1, 1, NULL, NULL, &zero, NULL, 0, NULL, 0, NULL, &S, &bs);
+    VkDescriptorSet sa = VK_NULL_HANDLE, sm = VK_NULL_HANDLE;
+    if (s == ES_OK) {
+        const es__vk_bind ba[6] = {bq, bk, bv, bs, whole(O), whole(P)}, bm[5] = {bp, bs, whole(O), whole(SP), whole(VD)};
+        s = es__vk_set_create(r.d, r.pool, pa, ba, &sa);
+        if (s == ES_OK) s = es__vk_set_create(r.d, r.pool, pm, bm, &sm);
+    }
+    if (s == ES_OK) {
+        es__vk_rec rec;
+        es__vk_rec_begin(&rec, r.d, r.cb, VK_NULL_HANDLE, 0, NULL);
+        for (uint32_t i = 0; i < (reps ? reps : 1); i++) {
+            es__pc_attn pc = {0, 1, n_head, n_head_kv, hd, qd, n_ctx, ES__ATTN_SPLIT, max_splits, qd, scale, 0, 0.0f};
+            es__vk_rec_dispatch(&rec, "attn", pa, sa, &pc, (n_head + ES__ATTN_WG - 1) / ES__ATTN_WG,
+                                (n - 1) / ES__ATTN_SPLIT + 1, 1);
+            es__pc_attn_spec ps = {0, n_head, hd, ES__ATTN_SPLIT, max_splits, qd, chunk, 0};
+            es__vk_rec_dispatch(&rec, "attn_spec", pm, sm, &ps, 1, 1, 1);
+        }
+        s = run_submit(&r, &rec, reps ? reps : 1, ms);
+    }
+    if (s == ES_OK) s = run_read(&r, O, out, sizeof *out * qd);
+    if (s == ES_OK) s = run_read(&r, SP, spec, sizeof *spec * qd);
+    float vd[8] = {0};
+    if (s == ES_OK) s = run_read(&r, VD, vd, sizeof vd);
+    if (s == ES_OK) *v = (es__spec_verdict){vd[4] != 0.0f, vd[5] != 0.0f, vd[6], vd[7]};
+    RUN_END()
+}
+
 bool es__vk_run_texel(es_backend *b) {
     return b && b->type == ES_BACKEND_VULKAN && ((es__vk_backend *)b->impl)->dev.use.texel;
 }

@@ -404,9 +404,29 @@ def case_progress(a):
           "no progress output when stderr is a pipe", piped)
 
 
+def case_alspec(a):
+    """`--spec alspec`: with --lambda 0 the text of a plain run (ALSpec's exact path is the plain
+    attention bit for bit), every layer check counted and none taken; a huge lambda takes them
+    all; a chunk that is not whole tiles fails with a message naming it."""
+    cli, m = a.cli, a.model
+    prompt = "The quick brown fox jumps over the lazy dog. " * 8
+    base = [cli, "run", "-m", m, "-p", prompt, "-n", "24", "--ignore-eos", "--temp", "0"]
+    plain = run(base)
+    exact = run(base + ["--spec", "alspec", "--lambda", "0", "--chunk", "64"])
+    check(plain.returncode == 0 and exact.returncode == 0 and plain.stdout == exact.stdout and plain.stdout,
+          "alspec with lambda 0 prints the plain run's text", exact)
+    hits = re.search(r"(\d+) with a speculation .*layer hits (\d+) of (\d+)", exact.stderr)
+    check(hits is not None and int(hits.group(1)) > 0 and int(hits.group(2)) == 0 and int(hits.group(3)) > 0,
+          "lambda 0: speculations checked, none taken", exact)
+    loose = run(base + ["--spec", "alspec", "--lambda", "1e6", "--chunk", "64"])
+    check(loose.returncode == 0 and "(100.0%)" in loose.stderr, "a huge lambda takes every speculation", loose)
+    bad = run(base + ["--spec", "alspec", "--chunk", "100"])
+    check(bad.returncode != 0 and "chunk 100" in bad.stderr, "a chunk of 100 fails naming it", bad)
+
+
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("case", choices=["run", "info", "tokenize", "errors", "readme", "bench", "progress"])
+    ap.add_argument("case", choices=["run", "info", "tokenize", "errors", "readme", "bench", "progress", "alspec"])
     ap.add_argument("--vulkan", action="store_true", help="the build has the Vulkan backend")
     ap.add_argument("--source-root")
     ap.add_argument("--build-root")

@@ -310,8 +310,8 @@ static void test_levels_agree(const es__kern *a, const es__kern *b) {
         float *q = rand_vec(hd, 3.0f), *kb = rand_vec(n_ctx * hd, 1.0f), *vb = rand_vec(n_ctx * hd, 1.0f);
         float sc[51], oa[72], ob[72];
         poison(oa, hd), poison(ob, hd);
-        a->attend(q, kb, vb, hd, n_past, vis, 4, 0.3f, sc, oa);
-        b->attend(q, kb, vb, hd, n_past, vis, 4, 0.3f, sc, ob);
+        a->attend(q, kb, vb, hd, n_past, vis, 4, 0.3f, 0.0f, sc, oa);
+        b->attend(q, kb, vb, hd, n_past, vis, 4, 0.3f, 0.0f, sc, ob);
         CHECKF(memcmp(oa, ob, sizeof(float) * (size_t)hd) == 0, "%s vs %s attend hd %lld", a->name, b->name, (long long)hd);
         free(q), free(kb), free(vb);
     }

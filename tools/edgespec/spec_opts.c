@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-const char *const cli_spec_names[] = {"none", "stream", "draft", "dsi", NULL};
+const char *const cli_spec_names[] = {"none", "stream", "draft", "dsi", "alspec", NULL};
 
 cli_spec_args cli_spec_defaults(const char *cmd) {
     cli_spec_args a;
@@ -140,6 +140,7 @@ static es_status another_backend(const cli_backend_args *be, es_backend **out) {
 int cli_spec_open(const cli_spec_args *a, const cli_backend_args *be, es_backend *backend, es_context *ctx,
                   const cli_devices *more, const es_sampler_params *sp, bool ignore_eos, cli_spec *out) {
     memset(out, 0, sizeof *out);
+    if (a->spec == 4) return cli_fail(a->cmd, "--spec alspec decodes in `edgespec run` only");
     const bool dsi = a->spec == 3;
     if (a->spec == 2 && !a->draft_model) return cli_fail(a->cmd, "--spec draft needs a draft model: -md PATH");
     es_status s = ES_OK;
