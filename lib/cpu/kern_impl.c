@@ -7,7 +7,8 @@
  * Reduction order (why results are batch-invariant): an output element y[t][r] has one
  * accumulator of VL lanes; lane l accumulates w[k] * x[k] for k = l, l + VL, l + 2 VL, ... in
  * increasing k with one fused multiply-add each (w converted to f32 exactly: a Q8_0/Q4_0 weight
- * d * q fits f32's significand); the lanes are then summed pairwise (hsum). A single token streams
+ * d * q fits f32's significand, a K-quant's (d sc) q - (dmin m) is one rounding of exact products,
+ * the same in every path); the lanes are then summed pairwise (hsum). A single token streams
  * the weights in place row by row; several tokens convert a few rows to f32 once (the panel) and
  * run them through register tiles: the same arithmetic per element, so tiles and panels only
  * decide which elements are computed together, never how.
@@ -279,6 +280,72 @@ INLINE float load_block(es__dtype type, const uint8_t *blk, vf *wq) {
     return f16_scalar(d16);
 }
 
+/* ---- K-quant super-blocks (lib/core/quant_k.c gives the layouts): 256 weights at a time.
+ * VL quants ((a[i] >> sa) & ma) | (((b[i] >> sb) & mb) << 4), minus off, as floats; b NULL = no
+ * high part. */
+#define IS_KQ(t) ((t) == ES__DTYPE_Q4_K || (t) == ES__DTYPE_Q5_K || (t) == ES__DTYPE_Q6_K)
+#define KQ_BYTES(t) ((t) == ES__DTYPE_Q4_K ? 144 : (t) == ES__DTYPE_Q5_K ? 176 : 210)
+#if ES_KERN_LEVEL >= 3
+INLINE vf quant_field(const uint8_t *a, int sa, int ma, const uint8_t *b, int sb, int mb, int off) {
+    __m128i v = _mm_and_si128(_mm_srli_epi16(load_bytes(a), sa), _mm_set1_epi8((char)ma));
+    if (b) v = _mm_or_si128(v, _mm_slli_epi16(_mm_and_si128(_mm_srli_epi16(load_bytes(b), sb), _mm_set1_epi8((char)mb)), 4));
+    if (off) v = _mm_sub_epi8(v, _mm_set1_epi8((char)off));
+    return widen_bytes(v);
+}
+#else
+INLINE vf quant_field(const uint8_t *a, int sa, int ma, const uint8_t *b, int sb, int mb, int off) {
+    vf v;
+    for (int i = 0; i < VL; i++) v[i] = (float)((((a[i] >> sa) & ma) | (b ? ((b[i] >> sb) & mb) << 4 : 0)) - off);
+    return v;
+}
+#endif
+
+/* Sub-block j's 6-bit scale and min of a Q4_K/Q5_K super-block. */
+INLINE void kq_sm(const uint8_t *s, int j, int *sc, int *m) {
+    if (j < 4) {
+        *sc = s[j] & 63;
+        *m = s[j + 4] & 63;
+    } else {
+        *sc = (s[j + 4] & 15) | ((s[j - 4] >> 6) << 4);
+        *m = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
+    }
+}
+
+/* One super-block to 256 floats: (d sc) q - (dmin m) or (d sc) q, each product exact, so this
+ * equals the scalar reference whatever the vector width. */
+INLINE void kq_block(es__dtype type, const uint8_t *x, float *out) {
+    uint16_t h[2];
+    if (type == ES__DTYPE_Q6_K) {
+        memcpy(h, x + 208, 2);
+        const float d = f16_scalar(h[0]);
+        const int8_t *sc = (const int8_t *)(const void *)(x + 192);
+        for (int hf = 0; hf < 2; hf++) {
+            const uint8_t *ql = x + 64 * hf, *qh = x + 128 + 32 * hf;
+            for (int g = 0; g < 4; g++)
+                for (int v = 0; v < 32 / VL; v++) {
+                    const int e = 128 * hf + 32 * g + v * VL;
+                    const vf q = quant_field(ql + 32 * (g & 1) + v * VL, g < 2 ? 0 : 4, 15, qh + v * VL, 2 * g, 3, 32);
+                    storeu(out + e, vsplat(d * sc[e / 16]) * q);
+                }
+        }
+        return;
+    }
+    const bool five = type == ES__DTYPE_Q5_K;
+    memcpy(h, x, 4);
+    const float d = f16_scalar(h[0]), dmin = f16_scalar(h[1]);
+    const uint8_t *scales = x + 4, *qh = x + 16, *q = x + (five ? 48 : 16);
+    for (int c = 0; c < 4; c++)
+        for (int half = 0; half < 2; half++) {
+            int s, m;
+            kq_sm(scales, 2 * c + half, &s, &m);
+            const vf ds = vsplat(d * s), dm = vsplat(dmin * m);
+            for (int v = 0; v < 32 / VL; v++) {
+                const vf qv = quant_field(q + 32 * c + v * VL, 4 * half, 15, five ? qh + v * VL : NULL, 2 * c + half, 1, 0);
+                storeu(out + 64 * c + 32 * half + v * VL, ds * qv - dm);
+            }
+        }
+}
+
 /* ---- one token (decode): acc = fma(w, x, acc) over VL-wide chunks in k order; a block's weights
  * are d * q, which is exact in f32 (11-bit by 8-bit significands), so this equals the panel path. */
 
@@ -287,7 +354,17 @@ INLINE void rows_dot(es__dtype type, const uint8_t *const *row, const int NR, co
                      float *out) {
     vf acc[2];
     for (int r = 0; r < NR; r++) acc[r] = vzero();
-    if (type == ES__DTYPE_Q8_0 || type == ES__DTYPE_Q4_0) {
+    if (IS_KQ(type)) {
+        /* each super-block converted once to f32 in L1, then the same fused multiply-adds */
+        const size_t bb = KQ_BYTES(type);
+        float buf[ES__QK_K] __attribute__((aligned(64)));
+        for (int64_t b = 0; b < n_in / ES__QK_K; b++) {
+            for (int r = 0; r < NR; r++) {
+                kq_block(type, row[r] + (size_t)b * bb, buf);
+                for (int v = 0; v < ES__QK_K / VL; v++) acc[r] = vfma(loadu(buf + v * VL), loadu(x + b * ES__QK_K + v * VL), acc[r]);
+            }
+        }
+    } else if (type == ES__DTYPE_Q8_0 || type == ES__DTYPE_Q4_0) {
         const size_t bb = type == ES__DTYPE_Q8_0 ? 34 : 18;
         for (int64_t b = 0; b < n_in / QK; b++) {
             for (int r = 0; r < NR; r++) {
@@ -334,6 +411,9 @@ DEF_ROWS(rows_f16, ES__DTYPE_F16)
 DEF_ROWS(rows_bf16, ES__DTYPE_BF16)
 DEF_ROWS(rows_q8_0, ES__DTYPE_Q8_0)
 DEF_ROWS(rows_q4_0, ES__DTYPE_Q4_0)
+DEF_ROWS(rows_q4_k, ES__DTYPE_Q4_K)
+DEF_ROWS(rows_q5_k, ES__DTYPE_Q5_K)
+DEF_ROWS(rows_q6_k, ES__DTYPE_Q6_K)
 
 /* ---- tiles (several tokens): R_TILE rows of f32 weights x T tokens, out[r * T_TILE + t]. Same
  * per-element arithmetic as rows_dot. */
@@ -395,6 +475,9 @@ static void k_matmul(es__dtype type, const void *w, size_t row_bytes, int64_t n_
         case ES__DTYPE_BF16: rows_bf16(base, row_bytes, n_in, r0, r1, x, y); break;
         case ES__DTYPE_Q8_0: rows_q8_0(base, row_bytes, n_in, r0, r1, x, y); break;
         case ES__DTYPE_Q4_0: rows_q4_0(base, row_bytes, n_in, r0, r1, x, y); break;
+        case ES__DTYPE_Q4_K: rows_q4_k(base, row_bytes, n_in, r0, r1, x, y); break;
+        case ES__DTYPE_Q5_K: rows_q5_k(base, row_bytes, n_in, r0, r1, x, y); break;
+        case ES__DTYPE_Q6_K: rows_q6_k(base, row_bytes, n_in, r0, r1, x, y); break;
         }
         return;
     }
@@ -583,6 +666,10 @@ static void k_axpy(float *y, float a, const float *x, int64_t n) {
 
 static void k_to_f32(es__dtype type, const void *row, float *out, int64_t n) {
     const uint8_t *p = row;
+    if (IS_KQ(type)) {
+        for (int64_t b = 0; b < n / ES__QK_K; b++) kq_block(type, p + (size_t)b * KQ_BYTES(type), out + b * ES__QK_K);
+        return;
+    }
     if (type == ES__DTYPE_Q8_0 || type == ES__DTYPE_Q4_0) {
         const size_t bb = type == ES__DTYPE_Q8_0 ? 34 : 18;
         for (int64_t b = 0; b < n / QK; b++) {

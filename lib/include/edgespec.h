@@ -186,7 +186,7 @@ ES_API es_status es_model_get_info(const es_model *model, es_model_info *out);
 
 typedef struct es_tensor_info {
     const char *name;   /* owned by the model */
-    const char *type;   /* "f32", "f16", "bf16", "q8_0", "q4_0" */
+    const char *type;   /* "f32", "f16", "bf16", "q8_0", "q4_0", "q4_K", "q5_K", "q6_K" */
     int32_t n_dims;
     int64_t ne[4];      /* ne[0] is the contiguous dimension (GGUF order) */
     uint64_t offset;    /* file offset of the data */

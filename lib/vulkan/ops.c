@@ -15,6 +15,7 @@ static const char *type_tag(es__dtype t) {
     case ES__DTYPE_BF16: return "bf16";
     case ES__DTYPE_Q8_0: return "q8_0";
     case ES__DTYPE_Q4_0: return "q4_0";
+    default: break; /* the K-quants: es__vk_mat_init refuses them */
     }
     return "?";
 }

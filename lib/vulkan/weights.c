@@ -26,6 +26,7 @@ uint64_t es__vk_mat_row_bytes(es__dtype type, uint32_t K, uint32_t team, bool sc
     case ES__DTYPE_BF16: return (uint64_t)K * 2;
     case ES__DTYPE_Q8_0: return K;
     case ES__DTYPE_Q4_0: return K / 2;
+    default: break; /* the K-quants: es__vk_mat_init refuses them */
     }
     return 0;
 }
@@ -137,6 +138,7 @@ static void repack(const es__vk_mat *m, uint32_t team, uint32_t r0, uint32_t n, 
             }
             break;
         }
+        default: break;
         }
     }
 }
