@@ -300,50 +300,56 @@ INLINE vf quant_field(const uint8_t *a, int sa, int ma, const uint8_t *b, int sb
 }
 #endif
 
-/* Sub-block j's 6-bit scale and min of a Q4_K/Q5_K super-block. */
-INLINE void kq_sm(const uint8_t *s, int j, int *sc, int *m) {
-    if (j < 4) {
-        *sc = s[j] & 63;
-        *m = s[j + 4] & 63;
-    } else {
-        *sc = (s[j + 4] & 15) | ((s[j - 4] >> 6) << 4);
-        *m = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
-    }
-}
-
-/* One super-block to 256 floats: (d sc) q - (dmin m) or (d sc) q, each product exact, so this
- * equals the scalar reference whatever the vector width. */
-INLINE void kq_block(es__dtype type, const uint8_t *x, float *out) {
+/* A super-block's scales as floats: Q4_K/Q5_K ds[j] = d sc_j and ndm[j] = -(dmin m_j) for the
+ * eight sub-blocks of 32; Q6_K ds[i] = d scales[i] for the sixteen groups of 16. */
+INLINE void kq_scales(es__dtype type, const uint8_t *x, float *ds, float *ndm) {
     uint16_t h[2];
     if (type == ES__DTYPE_Q6_K) {
         memcpy(h, x + 208, 2);
         const float d = f16_scalar(h[0]);
-        const int8_t *sc = (const int8_t *)(const void *)(x + 192);
-        for (int hf = 0; hf < 2; hf++) {
-            const uint8_t *ql = x + 64 * hf, *qh = x + 128 + 32 * hf;
-            for (int g = 0; g < 4; g++)
-                for (int v = 0; v < 32 / VL; v++) {
-                    const int e = 128 * hf + 32 * g + v * VL;
-                    const vf q = quant_field(ql + 32 * (g & 1) + v * VL, g < 2 ? 0 : 4, 15, qh + v * VL, 2 * g, 3, 32);
-                    storeu(out + e, vsplat(d * sc[e / 16]) * q);
-                }
-        }
+        for (int i = 0; i < 16; i++) ds[i] = d * (float)(int8_t)x[192 + i];
         return;
     }
-    const bool five = type == ES__DTYPE_Q5_K;
     memcpy(h, x, 4);
     const float d = f16_scalar(h[0]), dmin = f16_scalar(h[1]);
-    const uint8_t *scales = x + 4, *qh = x + 16, *q = x + (five ? 48 : 16);
-    for (int c = 0; c < 4; c++)
-        for (int half = 0; half < 2; half++) {
-            int s, m;
-            kq_sm(scales, 2 * c + half, &s, &m);
-            const vf ds = vsplat(d * s), dm = vsplat(dmin * m);
-            for (int v = 0; v < 32 / VL; v++) {
-                const vf qv = quant_field(q + 32 * c + v * VL, 4 * half, 15, five ? qh + v * VL : NULL, 2 * c + half, 1, 0);
-                storeu(out + 64 * c + 32 * half + v * VL, ds * qv - dm);
-            }
-        }
+    /* the 12 packed bytes, four per word: sub-blocks 0-3 keep scale and min in the low six bits of
+     * bytes j and j + 4; 4-7 take a nibble of byte j + 4 and the top two bits of bytes j - 4 / j */
+    uint32_t a, b, c;
+    memcpy(&a, x + 4, 4);
+    memcpy(&b, x + 8, 4);
+    memcpy(&c, x + 12, 4);
+    const uint32_t w[4] = {a & 0x3f3f3f3fu, (c & 0x0f0f0f0fu) | ((a >> 2) & 0x30303030u), b & 0x3f3f3f3fu,
+                           ((c >> 4) & 0x0f0f0f0fu) | ((b >> 2) & 0x30303030u)};
+    for (int j = 0; j < 8; j++) {
+        ds[j] = d * (float)((w[j / 4] >> (8 * (j % 4))) & 255);
+        ndm[j] = -(dmin * (float)((w[2 + j / 4] >> (8 * (j % 4))) & 255));
+    }
+}
+
+/* Weights 32 j + VL v .. + VL - 1 of a super-block (j < 8, v < 32 / VL): (d sc) q - (dmin m) as one
+ * fused multiply-add, or (d sc) q. Each product is exact, so the value is the scalar reference's
+ * whatever the vector width or the fusing, in every path that calls this. */
+INLINE vf kq_weights(es__dtype type, const uint8_t *x, const float *ds, const float *ndm, int j, int v) {
+    if (type == ES__DTYPE_Q6_K) {
+        const int hf = j / 4, g = j % 4;
+        const vf q = quant_field(x + 64 * hf + 32 * (g & 1) + v * VL, g < 2 ? 0 : 4, 15, x + 128 + 32 * hf + v * VL,
+                                 2 * g, 3, 32);
+        return vsplat(ds[(32 * j + v * VL) / 16]) * q;
+    }
+    const bool five = type == ES__DTYPE_Q5_K;
+    const vf q = quant_field(x + (five ? 48 : 16) + 32 * (j / 2) + v * VL, 4 * (j % 2), 15, five ? x + 16 + v * VL : NULL,
+                             j, 1, 0);
+    return vfma(vsplat(ds[j]), q, vsplat(ndm[j]));
+}
+
+/* One super-block to 256 floats (the panel path). */
+INLINE void kq_block(es__dtype type, const uint8_t *x, float *out) {
+    float ds[16], ndm[8];
+    kq_scales(type, x, ds, ndm);
+#pragma GCC unroll 8
+    for (int j = 0; j < 8; j++)
+#pragma GCC unroll 8
+        for (int v = 0; v < 32 / VL; v++) storeu(out + 32 * j + v * VL, kq_weights(type, x, ds, ndm, j, v));
 }
 
 /* ---- one token (decode): acc = fma(w, x, acc) over VL-wide chunks in k order; a block's weights
@@ -355,14 +361,19 @@ INLINE void rows_dot(es__dtype type, const uint8_t *const *row, const int NR, co
     vf acc[2];
     for (int r = 0; r < NR; r++) acc[r] = vzero();
     if (IS_KQ(type)) {
-        /* each super-block converted once to f32 in L1, then the same fused multiply-adds */
+        /* the rows' weights interleaved vector by vector: two independent accumulation chains */
         const size_t bb = KQ_BYTES(type);
-        float buf[ES__QK_K] __attribute__((aligned(64)));
         for (int64_t b = 0; b < n_in / ES__QK_K; b++) {
-            for (int r = 0; r < NR; r++) {
-                kq_block(type, row[r] + (size_t)b * bb, buf);
-                for (int v = 0; v < ES__QK_K / VL; v++) acc[r] = vfma(loadu(buf + v * VL), loadu(x + b * ES__QK_K + v * VL), acc[r]);
-            }
+            float ds[2][16], ndm[2][8];
+            for (int r = 0; r < NR; r++) kq_scales(type, row[r] + (size_t)b * bb, ds[r], ndm[r]);
+#pragma GCC unroll 8
+            for (int j = 0; j < 8; j++)
+#pragma GCC unroll 8
+                for (int v = 0; v < 32 / VL; v++) {
+                    const vf xv = loadu(x + b * ES__QK_K + 32 * j + v * VL);
+                    for (int r = 0; r < NR; r++)
+                        acc[r] = vfma(kq_weights(type, row[r] + (size_t)b * bb, ds[r], ndm[r], j, v), xv, acc[r]);
+                }
         }
     } else if (type == ES__DTYPE_Q8_0 || type == ES__DTYPE_Q4_0) {
         const size_t bb = type == ES__DTYPE_Q8_0 ? 34 : 18;
