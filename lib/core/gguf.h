@@ -135,6 +135,10 @@ bool es__quantize_row(uint32_t type, const float *src, void *dst, int64_t n);
 bool es__is_k_quant(uint32_t type);
 void es__quantize_k(uint32_t type, const float *x, uint8_t *y, int64_t nb);
 void es__dequantize_k(uint32_t type, const uint8_t *x, float *y, int64_t nb);
+/* One super-block's integer quants q[256] (Q4_K 0..15, Q5_K 0..31, Q6_K -32..31) and, per
+ * sub-block j of 32: Q4_K/Q5_K x = a[j] q + b[j] (b = -dmin m), Q6_K x = a[j] q for its first 16
+ * elements and b[j] q for the last 16 (each product and a + b as the dequantiser rounds them). */
+void es__k_unpack(uint32_t type, const uint8_t *x, int8_t *q, float *a, float *b);
 
 /* ---- Writer. */
 typedef struct es__gguf_writer es__gguf_writer;

@@ -345,3 +345,35 @@ void es__dequantize_k(uint32_t type, const uint8_t *x, float *y, int64_t nb) {
         }
     }
 }
+
+/* ---- for backends that repack the super-blocks (lib/vulkan/weights.c) */
+
+void es__k_unpack(uint32_t type, const uint8_t *x, int8_t *q, float *a, float *b) {
+    if (type == ES__DTYPE_Q6_K) {
+        const float d = ld_f16(x + 208);
+        for (int e = 0; e < QKK; e++) {
+            const int h = e / 128, g = (e % 128) / 32, l = e % 32;
+            const uint8_t lo = x[64 * h + l + 32 * (g & 1)];
+            q[e] = (int8_t)(((g < 2 ? lo & 15 : lo >> 4) | (((x[128 + 32 * h + l] >> (2 * g)) & 3) << 4)) - 32);
+        }
+        for (int j = 0; j < 8; j++) {
+            a[j] = d * (int8_t)x[192 + 2 * j];
+            b[j] = d * (int8_t)x[192 + 2 * j + 1];
+        }
+        return;
+    }
+    const bool five = type == ES__DTYPE_Q5_K;
+    const float d = ld_f16(x), dmin = ld_f16(x + 2);
+    const uint8_t *qh = x + 16, *qs = x + (five ? 48 : 16);
+    for (int j = 0; j < 8; j++) {
+        int s, m;
+        get_sm(x + 4, j, &s, &m);
+        a[j] = d * s;
+        b[j] = -(dmin * m);
+        for (int l = 0; l < 32; l++) {
+            int v = j % 2 ? qs[32 * (j / 2) + l] >> 4 : qs[32 * (j / 2) + l] & 15;
+            if (five) v |= ((qh[l] >> j) & 1) << 4;
+            q[32 * j + l] = (int8_t)v;
+        }
+    }
+}
