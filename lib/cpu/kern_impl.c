@@ -320,10 +320,19 @@ INLINE void kq_scales(es__dtype type, const uint8_t *x, float *ds, float *ndm) {
     memcpy(&c, x + 12, 4);
     const uint32_t w[4] = {a & 0x3f3f3f3fu, (c & 0x0f0f0f0fu) | ((a >> 2) & 0x30303030u), b & 0x3f3f3f3fu,
                            ((c >> 4) & 0x0f0f0f0fu) | ((b >> 2) & 0x30303030u)};
+#if ES_KERN_LEVEL >= 3
+    /* the same products, eight lanes at a time */
+    const __m128i sm = _mm_loadu_si128((const __m128i *)(const void *)w);
+    const __m256 sc8 = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(sm));
+    const __m256 m8 = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(sm, 8)));
+    _mm256_storeu_ps(ds, _mm256_mul_ps(_mm256_set1_ps(d), sc8));
+    _mm256_storeu_ps(ndm, _mm256_xor_ps(_mm256_mul_ps(_mm256_set1_ps(dmin), m8), _mm256_set1_ps(-0.0f)));
+#else
     for (int j = 0; j < 8; j++) {
         ds[j] = d * (float)((w[j / 4] >> (8 * (j % 4))) & 255);
         ndm[j] = -(dmin * (float)((w[2 + j / 4] >> (8 * (j % 4))) & 255));
     }
+#endif
 }
 
 /* Weights 32 j + VL v .. + VL - 1 of a super-block (j < 8, v < 32 / VL): (d sc) q - (dmin m) as one
