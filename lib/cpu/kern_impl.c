@@ -375,14 +375,21 @@ INLINE void rows_dot(es__dtype type, const uint8_t *const *row, const int NR, co
         for (int64_t b = 0; b < n_in / ES__QK_K; b++) {
             float ds[2][16], ndm[2][8];
             for (int r = 0; r < NR; r++) kq_scales(type, row[r] + (size_t)b * bb, ds[r], ndm[r]);
+#define KQ_ROWS_BODY                                                                               \
+    for (int v = 0; v < 32 / VL; v++) {                                                            \
+        const vf xv = loadu(x + b * ES__QK_K + 32 * j + v * VL);                                   \
+        for (int r = 0; r < NR; r++)                                                               \
+            acc[r] = vfma(kq_weights(type, row[r] + (size_t)b * bb, ds[r], ndm[r], j, v), xv, acc[r]); \
+    }
+            /* fully unrolled, every shift is a constant; with 16 vector registers (VL 8) Q5_K's
+             * and Q6_K's unrolled bodies spill, so they keep a loop over sub-blocks there */
+            if (VL == 8 && type != ES__DTYPE_Q4_K) {
+                for (int j = 0; j < 8; j++) KQ_ROWS_BODY
+            } else {
 #pragma GCC unroll 8
-            for (int j = 0; j < 8; j++)
-#pragma GCC unroll 8
-                for (int v = 0; v < 32 / VL; v++) {
-                    const vf xv = loadu(x + b * ES__QK_K + 32 * j + v * VL);
-                    for (int r = 0; r < NR; r++)
-                        acc[r] = vfma(kq_weights(type, row[r] + (size_t)b * bb, ds[r], ndm[r], j, v), xv, acc[r]);
-                }
+                for (int j = 0; j < 8; j++) KQ_ROWS_BODY
+            }
+#undef KQ_ROWS_BODY
         }
     } else if (type == ES__DTYPE_Q8_0 || type == ES__DTYPE_Q4_0) {
         const size_t bb = type == ES__DTYPE_Q8_0 ? 34 : 18;
