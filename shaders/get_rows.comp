@@ -19,7 +19,7 @@ void main() {
     if (tok < pc.row0 || tok >= pc.row0 + pc.rows) return;
     const uint r = tok - pc.row0, upr = pc.K / EPU;
 #if HAS_SCALE
-    const uint srow = r * scale_row_texels(pc.K / 32u, pc.team);
+    const uint srow = r * scale_row_stride(pc.K / 32u, pc.team);
 #endif
     for (uint u = lid; u < upr; u += gl_WorkGroupSize.x) {
         vec4 w[UV];
@@ -27,10 +27,18 @@ void main() {
 #if HAS_SCALE
         const float d = scale_of(srow, u, pc.team);
 #endif
+#if HAS_S2
+        const float d2 = scale_of(srow + scale_row_texels(pc.K / 32u, pc.team), u, pc.team);
+#endif
         for (uint i = 0u; i < UV; i++)
             for (uint k = 0u; k < 4u; k++) {
                 const uint e = u * EPU + i * 4u + k;
-#if HAS_SCALE
+#if HAS_MIN
+                // one rounding of two exact products, as the CPU's fused multiply-add
+                if (e < pc.E) X[t * pc.x_stride + e] = fma(d, w[i][k], d2) * pc.scale;
+#elif HAS_HALVES
+                if (e < pc.E) X[t * pc.x_stride + e] = (i < UV / 2u ? d : d2) * w[i][k] * pc.scale;
+#elif HAS_SCALE
                 if (e < pc.E) X[t * pc.x_stride + e] = d * w[i][k] * pc.scale;
 #else
                 if (e < pc.E) X[t * pc.x_stride + e] = w[i][k] * pc.scale;

@@ -125,7 +125,11 @@ void main() {
 #if HAS_SCALE
     uint srow[ROWS];
     vec4 sv[ROWS];
-    const uint srt = scale_row_texels(pc.K / 32u, team);
+    const uint srt = scale_row_stride(pc.K / 32u, team);
+#endif
+#if HAS_S2
+    vec4 sv2[ROWS];
+    const uint s2 = scale_row_texels(pc.K / 32u, team); // the second set, after a row's scales
 #endif
     for (uint r = 0u; r < ROWS; r++) {
         const uint row = min(row0 + r, pc.M - 1u); // clamped rows compute, but never store
@@ -142,6 +146,13 @@ void main() {
         vec4 x[TOK][UV];
         for (uint t = 0u; t < TOK; t++)
             for (uint i = 0u; i < UV; i++) x[t][i] = FETCH_F4(X, xrow[t] + u * UV + i);
+#if HAS_MIN
+        float xs[TOK]; // the unit's sum of activations, for the block's min term
+        for (uint t = 0u; t < TOK; t++) {
+            xs[t] = dot4(x[t][0], vec4(1.0));
+            for (uint i = 1u; i < UV; i++) xs[t] += dot4(x[t][i], vec4(1.0));
+        }
+#endif
         for (uint r = 0u; r < ROWS; r++) {
             vec4 w[UV];
             decode_unit(wrow[r], u, w);
@@ -149,13 +160,29 @@ void main() {
             if ((it & 3u) == 0u) sv[r] = scales4(srow[r], it >> 2, lane, team);
             const float d = sv[r][it & 3u];
 #endif
+#if HAS_S2
+            if ((it & 3u) == 0u) sv2[r] = scales4(srow[r] + s2, it >> 2, lane, team);
+            const float d2 = sv2[r][it & 3u];
+#endif
             for (uint t = 0u; t < TOK; t++) {
+#if HAS_HALVES
+                // Q6_K: each half of the block has its own scale
+                float s = dot4(w[0], x[t][0]), sh = dot4(w[UV / 2u], x[t][UV / 2u]);
+                for (uint i = 1u; i < UV / 2u; i++) {
+                    s += dot4(w[i], x[t][i]);
+                    sh += dot4(w[UV / 2u + i], x[t][UV / 2u + i]);
+                }
+                acc[r * TOK + t] = fma(d2, sh, fma(d, s, acc[r * TOK + t]));
+#else
                 float s = dot4(w[0], x[t][0]);
                 for (uint i = 1u; i < UV; i++) s += dot4(w[i], x[t][i]);
-#if HAS_SCALE
+#if HAS_MIN
+                acc[r * TOK + t] = fma(d2, xs[t], fma(d, s, acc[r * TOK + t]));
+#elif HAS_SCALE
                 acc[r * TOK + t] = fma(d, s, acc[r * TOK + t]);
 #else
                 acc[r * TOK + t] += s;
+#endif
 #endif
             }
         }

@@ -8,13 +8,20 @@
 //   Q8_0  W: RGBA32UI, the 32 int8 of a block in two texels
 //   Q4_0  W: RGBA32UI, one block per texel in ggml's nibble order (byte j holds elements j and
 //         j + 16)
-//   Q8_0, Q4_0  S: f32 block scales as RGBA32F, four per texel, lane-interleaved: the lane that
+//   Q4_K  W: as Q4_0, one 32-element sub-block per texel (repacked to Q4_0's nibble order), no offset
+//   Q5_K  W: as Q8_0, the sub-block's 5-bit quants one per byte
+//   Q6_K  W: as Q8_0, the sub-block's quants minus 32, one per byte
+//   Q8_0, Q4_0, K-quants  S: f32 block scales as RGBA32F, four per texel, lane-interleaved: the lane that
 //         handles blocks l, l + T, l + 2T, l + 3T of a row (T = lanes per team) finds their four
 //         scales in one texel, so scales cost one fetch per four blocks (on lavapipe a texel
 //         fetch costs about as much as the arithmetic of a whole unit). Row r's scales start at
 //         texel s_off + r * ceil(blocks / (4 T)) * T.
+//   K-quants  S holds a second set of per-block floats after each row's scales (same layout,
+//         scale_row_texels further): Q4_K/Q5_K the block's -dmin m (x = d sc q - dmin m, so a
+//         unit adds d sc (q . x) + (-dmin m) (sum of x)), Q6_K the scale of the block's last 16
+//         elements (the first set scales its first 16).
 // The repacking happens once at upload (lib/vulkan/weights.c). Select the type with one of
-// TYPE_F32, TYPE_F16, TYPE_BF16, TYPE_Q8_0, TYPE_Q4_0. With ES_TEXEL=0 and ES_NATIVE=1, F16 and
+// TYPE_F32, TYPE_F16, TYPE_BF16, TYPE_Q8_0, TYPE_Q4_0, TYPE_Q4_K, TYPE_Q5_K, TYPE_Q6_K. With ES_TEXEL=0 and ES_NATIVE=1, F16 and
 // Q8_0 are loaded with 16-/8-bit storage types instead of being unpacked from 32-bit words.
 // Decoding here is exact (integer quants and f16/bf16 widen exactly to f32); the caller scales.
 #ifndef ES_NATIVE
@@ -34,6 +41,15 @@
 #endif
 #ifndef TYPE_Q4_0
 #define TYPE_Q4_0 0
+#endif
+#ifndef TYPE_Q4_K
+#define TYPE_Q4_K 0
+#endif
+#ifndef TYPE_Q5_K
+#define TYPE_Q5_K 0
+#endif
+#ifndef TYPE_Q6_K
+#define TYPE_Q6_K 0
 #endif
 
 #if ES_NATIVE && TYPE_F16
@@ -61,10 +77,36 @@
 #define EPU 32
 #define TPU 1
 #define HAS_SCALE 1
+#elif TYPE_Q4_K
+#define EPU 32
+#define TPU 1
+#define HAS_SCALE 1
+#define HAS_MIN 1
+#elif TYPE_Q5_K
+#define EPU 32
+#define TPU 2
+#define HAS_SCALE 1
+#define HAS_MIN 1
+#elif TYPE_Q6_K
+#define EPU 32
+#define TPU 2
+#define HAS_SCALE 1
+#define HAS_HALVES 1
 #else
 #error "weights.glsl: no TYPE_* defined"
 #endif
 #define UV (EPU / 4) // vec4s of activations per unit
+#ifndef HAS_MIN
+#define HAS_MIN 0
+#endif
+#ifndef HAS_HALVES
+#define HAS_HALVES 0
+#endif
+#if HAS_MIN || HAS_HALVES
+#define HAS_S2 1 // a second set of per-block floats in S
+#else
+#define HAS_S2 0
+#endif
 
 #if ES_NATIVE && TYPE_F16 && !ES_TEXEL
 layout(binding = WBIND, std430) readonly buffer W_blk { f16vec4 W[]; };
@@ -90,11 +132,11 @@ vec4 bf16_pair2(uint a, uint b) {
                 uintBitsToFloat(b & 0xffff0000u));
 }
 
-void q4_texel(uvec4 u, out vec4 w[UV]) {
+void q4_texel(uvec4 u, float off, out vec4 w[UV]) {
     for (uint k = 0u; k < 4u; k++) {
         uint v = u[k];
-        w[k] = vec4(v & 15u, (v >> 8) & 15u, (v >> 16) & 15u, (v >> 24) & 15u) - 8.0;
-        w[k + 4u] = vec4((v >> 4) & 15u, (v >> 12) & 15u, (v >> 20) & 15u, v >> 28) - 8.0;
+        w[k] = vec4(v & 15u, (v >> 8) & 15u, (v >> 16) & 15u, (v >> 24) & 15u) - off;
+        w[k + 4u] = vec4((v >> 4) & 15u, (v >> 12) & 15u, (v >> 20) & 15u, v >> 28) - off;
     }
 }
 
@@ -116,7 +158,7 @@ void decode_unit(uint row, uint u, out vec4 w[UV]) {
     uvec4 q = FETCH_U4(W, t);
     w[0] = bf16_pair2(q.x, q.y);
     w[1] = bf16_pair2(q.z, q.w);
-#elif TYPE_Q8_0
+#elif TYPE_Q8_0 || TYPE_Q5_K || TYPE_Q6_K
     uvec4 a = FETCH_U4(W, t), b = FETCH_U4(W, t + 1u);
     w[0] = q8_word(a.x);
     w[1] = q8_word(a.y);
@@ -127,7 +169,9 @@ void decode_unit(uint row, uint u, out vec4 w[UV]) {
     w[6] = q8_word(b.z);
     w[7] = q8_word(b.w);
 #elif TYPE_Q4_0
-    q4_texel(FETCH_U4(W, t), w);
+    q4_texel(FETCH_U4(W, t), 8.0, w);
+#elif TYPE_Q4_K
+    q4_texel(FETCH_U4(W, t), 0.0, w);
 #endif
 }
 
@@ -144,5 +188,13 @@ vec4 scales4(uint srow, uint g, uint lane, uint team) {
 float scale_of(uint srow, uint b, uint team) {
     const uint i = b / team;
     return FETCH_F4(S, srow + (i >> 2) * team + b % team)[i & 3u];
+}
+// Texels of S per row: the scales, and for the K-quants the second set after them.
+uint scale_row_stride(uint blocks, uint team) {
+#if HAS_S2
+    return scale_row_texels(blocks, team) * 2u;
+#else
+    return scale_row_texels(blocks, team);
+#endif
 }
 #endif

@@ -39,6 +39,9 @@ typedef enum es__dtype {
     ES__DTYPE_F16 = 1,
     ES__DTYPE_Q4_0 = 2,
     ES__DTYPE_Q8_0 = 8,
+    ES__DTYPE_Q4_K = 12, /* 256-element super-blocks (quant_k.c) */
+    ES__DTYPE_Q5_K = 13,
+    ES__DTYPE_Q6_K = 14,
     ES__DTYPE_BF16 = 30,
 } es__dtype;
 
@@ -124,8 +127,18 @@ uint16_t es__f32_to_f16(float f);
 float es__bf16_to_f32(uint16_t h);
 uint16_t es__f32_to_bf16(float f);
 
-/* Quantise n floats (n a multiple of 32) as llama.cpp's reference quantisers do. */
+/* Quantise n floats (n a multiple of the type's block) as llama.cpp's reference quantisers do. */
 bool es__quantize_row(uint32_t type, const float *src, void *dst, int64_t n);
+
+/* K-quants (quant_k.c): nb super-blocks of 256 elements. */
+#define ES__QK_K 256
+bool es__is_k_quant(uint32_t type);
+void es__quantize_k(uint32_t type, const float *x, uint8_t *y, int64_t nb);
+void es__dequantize_k(uint32_t type, const uint8_t *x, float *y, int64_t nb);
+/* One super-block's integer quants q[256] (Q4_K 0..15, Q5_K 0..31, Q6_K -32..31) and, per
+ * sub-block j of 32: Q4_K/Q5_K x = a[j] q + b[j] (b = -dmin m), Q6_K x = a[j] q for its first 16
+ * elements and b[j] q for the last 16 (each product and a + b as the dequantiser rounds them). */
+void es__k_unpack(uint32_t type, const uint8_t *x, int8_t *q, float *a, float *b);
 
 /* ---- Writer. */
 typedef struct es__gguf_writer es__gguf_writer;

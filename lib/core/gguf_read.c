@@ -30,6 +30,9 @@ static const es__dtype_traits dtype_table[] = {
     [ES__DTYPE_F16] = {"f16", 1, 2},
     [ES__DTYPE_Q4_0] = {"q4_0", 32, 18},
     [ES__DTYPE_Q8_0] = {"q8_0", 32, 34},
+    [ES__DTYPE_Q4_K] = {"q4_K", 256, 144},
+    [ES__DTYPE_Q5_K] = {"q5_K", 256, 176},
+    [ES__DTYPE_Q6_K] = {"q6_K", 256, 210},
     [ES__DTYPE_BF16] = {"bf16", 1, 2},
 };
 
@@ -319,7 +322,7 @@ static es_status parse_tensor_info(cur *c, uint64_t i, uint64_t alignment, es__g
     if (!es__dtype_info(type, &tr))
         return es__fail(c->err, ES_ERR_UNSUPPORTED,
                         "%s: tensor type %" PRIu32 " (%s) at offset %" PRIu64
-                        " is not supported (supported: f32, f16, bf16, q8_0, q4_0)",
+                        " is not supported (supported: f32, f16, bf16, q8_0, q4_0, q4_K, q5_K, q6_K)",
                         what, type, ggml_type_name(type), at);
     t->type = (es__dtype)type;
     if ((uint64_t)t->ne[0] % tr.block_elems != 0)

@@ -6,7 +6,7 @@
  * llama.cpp writes from the same floats. Where ggml's reference has undefined behaviour (a block so
  * tiny that 1/d overflows, or non-finite inputs, make it convert inf/NaN to an integer) we store 0,
  * which is what x86 builds of ggml store there.
- * Deliberately not here: fast kernels (lib/cpu), other ggml block types.
+ * Deliberately not here: fast kernels (lib/cpu), the K-quants (quant_k.c), other ggml block types.
  *
  * Block layouts (ggml): Q8_0 = { f16 d; int8 q[32]; } with x[j] = d * q[j].
  * Q4_0 = { f16 d; uint8 qs[16]; } with x[j] = d * ((qs[j] & 15) - 8) and
@@ -153,6 +153,12 @@ bool es__quantize_row(uint32_t type, const float *src, void *dst, int64_t n) {
         if (n % QK) return false;
         quantize_q4_0(src, dst, n / QK);
         return true;
+    case ES__DTYPE_Q4_K:
+    case ES__DTYPE_Q5_K:
+    case ES__DTYPE_Q6_K:
+        if (n % ES__QK_K) return false;
+        es__quantize_k(type, src, dst, n / ES__QK_K);
+        return true;
     }
     return false;
 }
@@ -188,6 +194,12 @@ bool es__dequantize_row(uint32_t type, const void *src, float *dst, int64_t n) {
                 dst[j + QK / 2] = (float)((x[2 + j] >> 4) - 8) * d;
             }
         }
+        return true;
+    case ES__DTYPE_Q4_K:
+    case ES__DTYPE_Q5_K:
+    case ES__DTYPE_Q6_K:
+        if (n % ES__QK_K) return false;
+        es__dequantize_k(type, x, dst, n / ES__QK_K);
         return true;
     }
     return false;

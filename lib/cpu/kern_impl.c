@@ -10,7 +10,8 @@
  * Reduction order (why results are batch-invariant): an output element y[t][r] has one
  * accumulator of VL lanes; lane l accumulates w[k] * x[k] for k = l, l + VL, l + 2 VL, ... in
  * increasing k with one fused multiply-add each (w converted to f32 exactly: a Q8_0/Q4_0 weight
- * d * q fits f32's significand); the lanes are then summed pairwise (hsum). A single token streams
+ * d * q fits f32's significand, a K-quant's (d sc) q - (dmin m) is one rounding of exact products,
+ * the same in every path); the lanes are then summed pairwise (hsum). A single token streams
  * the weights in place row by row; several tokens convert a few rows to f32 once (the panel) and
  * run them through register tiles: the same arithmetic per element, so tiles and panels only
  * decide which elements are computed together, never how.
@@ -328,6 +329,87 @@ INLINE float load_block(es__dtype type, const uint8_t *blk, vf *wq) {
     return f16_scalar(d16);
 }
 
+/* ---- K-quant super-blocks (lib/core/quant_k.c gives the layouts): 256 weights at a time.
+ * VL quants ((a[i] >> sa) & ma) | (((b[i] >> sb) & mb) << 4), minus off, as floats; b NULL = no
+ * high part. */
+#define IS_KQ(t) ((t) == ES__DTYPE_Q4_K || (t) == ES__DTYPE_Q5_K || (t) == ES__DTYPE_Q6_K)
+#define KQ_BYTES(t) ((t) == ES__DTYPE_Q4_K ? 144 : (t) == ES__DTYPE_Q5_K ? 176 : 210)
+#if ES_KERN_LEVEL >= 3
+INLINE vf quant_field(const uint8_t *a, int sa, int ma, const uint8_t *b, int sb, int mb, int off) {
+    __m128i v = _mm_and_si128(_mm_srli_epi16(load_bytes(a), sa), _mm_set1_epi8((char)ma));
+    if (b) v = _mm_or_si128(v, _mm_slli_epi16(_mm_and_si128(_mm_srli_epi16(load_bytes(b), sb), _mm_set1_epi8((char)mb)), 4));
+    if (off) v = _mm_sub_epi8(v, _mm_set1_epi8((char)off));
+    return widen_bytes(v);
+}
+#else
+INLINE vf quant_field(const uint8_t *a, int sa, int ma, const uint8_t *b, int sb, int mb, int off) {
+    vf v;
+    for (int i = 0; i < VL; i++) v[i] = (float)((((a[i] >> sa) & ma) | (b ? ((b[i] >> sb) & mb) << 4 : 0)) - off);
+    return v;
+}
+#endif
+
+/* A super-block's scales as floats: Q4_K/Q5_K ds[j] = d sc_j and ndm[j] = -(dmin m_j) for the
+ * eight sub-blocks of 32; Q6_K ds[i] = d scales[i] for the sixteen groups of 16. */
+INLINE void kq_scales(es__dtype type, const uint8_t *x, float *ds, float *ndm) {
+    uint16_t h[2];
+    if (type == ES__DTYPE_Q6_K) {
+        memcpy(h, x + 208, 2);
+        const float d = f16_scalar(h[0]);
+        for (int i = 0; i < 16; i++) ds[i] = d * (float)(int8_t)x[192 + i];
+        return;
+    }
+    memcpy(h, x, 4);
+    const float d = f16_scalar(h[0]), dmin = f16_scalar(h[1]);
+    /* the 12 packed bytes, four per word: sub-blocks 0-3 keep scale and min in the low six bits of
+     * bytes j and j + 4; 4-7 take a nibble of byte j + 4 and the top two bits of bytes j - 4 / j */
+    uint32_t a, b, c;
+    memcpy(&a, x + 4, 4);
+    memcpy(&b, x + 8, 4);
+    memcpy(&c, x + 12, 4);
+    const uint32_t w[4] = {a & 0x3f3f3f3fu, (c & 0x0f0f0f0fu) | ((a >> 2) & 0x30303030u), b & 0x3f3f3f3fu,
+                           ((c >> 4) & 0x0f0f0f0fu) | ((b >> 2) & 0x30303030u)};
+#if ES_KERN_LEVEL >= 3
+    /* the same products, eight lanes at a time */
+    const __m128i sm = _mm_loadu_si128((const __m128i *)(const void *)w);
+    const __m256 sc8 = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(sm));
+    const __m256 m8 = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(sm, 8)));
+    _mm256_storeu_ps(ds, _mm256_mul_ps(_mm256_set1_ps(d), sc8));
+    _mm256_storeu_ps(ndm, _mm256_xor_ps(_mm256_mul_ps(_mm256_set1_ps(dmin), m8), _mm256_set1_ps(-0.0f)));
+#else
+    for (int j = 0; j < 8; j++) {
+        ds[j] = d * (float)((w[j / 4] >> (8 * (j % 4))) & 255);
+        ndm[j] = -(dmin * (float)((w[2 + j / 4] >> (8 * (j % 4))) & 255));
+    }
+#endif
+}
+
+/* Weights 32 j + VL v .. + VL - 1 of a super-block (j < 8, v < 32 / VL): (d sc) q - (dmin m) as one
+ * fused multiply-add, or (d sc) q. Each product is exact, so the value is the scalar reference's
+ * whatever the vector width or the fusing, in every path that calls this. */
+INLINE vf kq_weights(es__dtype type, const uint8_t *x, const float *ds, const float *ndm, int j, int v) {
+    if (type == ES__DTYPE_Q6_K) {
+        const int hf = j / 4, g = j % 4;
+        const vf q = quant_field(x + 64 * hf + 32 * (g & 1) + v * VL, g < 2 ? 0 : 4, 15, x + 128 + 32 * hf + v * VL,
+                                 2 * g, 3, 32);
+        return vsplat(ds[(32 * j + v * VL) / 16]) * q;
+    }
+    const bool five = type == ES__DTYPE_Q5_K;
+    const vf q = quant_field(x + (five ? 48 : 16) + 32 * (j / 2) + v * VL, 4 * (j % 2), 15, five ? x + 16 + v * VL : NULL,
+                             j, 1, 0);
+    return vfma(vsplat(ds[j]), q, vsplat(ndm[j]));
+}
+
+/* One super-block to 256 floats (the panel path). */
+INLINE void kq_block(es__dtype type, const uint8_t *x, float *out) {
+    float ds[16], ndm[8];
+    kq_scales(type, x, ds, ndm);
+#pragma GCC unroll 8
+    for (int j = 0; j < 8; j++)
+#pragma GCC unroll 8
+        for (int v = 0; v < 32 / VL; v++) storeu(out + 32 * j + v * VL, kq_weights(type, x, ds, ndm, j, v));
+}
+
 /* ---- one token (decode): acc = fma(w, x, acc) over VL-wide chunks in k order; a block's weights
  * are d * q, which is exact in f32 (11-bit by 8-bit significands), so this equals the panel path. */
 
@@ -336,7 +418,29 @@ INLINE void rows_dot(es__dtype type, const uint8_t *const *row, const int NR, co
                      float *out) {
     vf acc[2];
     for (int r = 0; r < NR; r++) acc[r] = vzero();
-    if (type == ES__DTYPE_Q8_0 || type == ES__DTYPE_Q4_0) {
+    if (IS_KQ(type)) {
+        /* the rows' weights interleaved vector by vector: two independent accumulation chains */
+        const size_t bb = KQ_BYTES(type);
+        for (int64_t b = 0; b < n_in / ES__QK_K; b++) {
+            float ds[2][16], ndm[2][8];
+            for (int r = 0; r < NR; r++) kq_scales(type, row[r] + (size_t)b * bb, ds[r], ndm[r]);
+#define KQ_ROWS_BODY                                                                               \
+    for (int v = 0; v < 32 / VL; v++) {                                                            \
+        const vf xv = loadu(x + b * ES__QK_K + 32 * j + v * VL);                                   \
+        for (int r = 0; r < NR; r++)                                                               \
+            acc[r] = vfma(kq_weights(type, row[r] + (size_t)b * bb, ds[r], ndm[r], j, v), xv, acc[r]); \
+    }
+            /* fully unrolled, every shift is a constant; with 16 vector registers (VL 8) Q5_K's
+             * and Q6_K's unrolled bodies spill, so they keep a loop over sub-blocks there */
+            if (VL == 8 && type != ES__DTYPE_Q4_K) {
+                for (int j = 0; j < 8; j++) KQ_ROWS_BODY
+            } else {
+#pragma GCC unroll 8
+                for (int j = 0; j < 8; j++) KQ_ROWS_BODY
+            }
+#undef KQ_ROWS_BODY
+        }
+    } else if (type == ES__DTYPE_Q8_0 || type == ES__DTYPE_Q4_0) {
         const size_t bb = type == ES__DTYPE_Q8_0 ? 34 : 18;
         for (int64_t b = 0; b < n_in / QK; b++) {
             for (int r = 0; r < NR; r++) {
@@ -383,6 +487,9 @@ DEF_ROWS(rows_f16, ES__DTYPE_F16)
 DEF_ROWS(rows_bf16, ES__DTYPE_BF16)
 DEF_ROWS(rows_q8_0, ES__DTYPE_Q8_0)
 DEF_ROWS(rows_q4_0, ES__DTYPE_Q4_0)
+DEF_ROWS(rows_q4_k, ES__DTYPE_Q4_K)
+DEF_ROWS(rows_q5_k, ES__DTYPE_Q5_K)
+DEF_ROWS(rows_q6_k, ES__DTYPE_Q6_K)
 
 /* ---- tiles (several tokens): R_TILE rows of f32 weights x T tokens, out[r * T_TILE + t]. Same
  * per-element arithmetic as rows_dot. */
@@ -447,6 +554,9 @@ static void k_matmul(es__dtype type, const void *w, size_t row_bytes, int64_t n_
         case ES__DTYPE_BF16: rows_bf16(base, row_bytes, n_in, r0, r1, x, y); break;
         case ES__DTYPE_Q8_0: rows_q8_0(base, row_bytes, n_in, r0, r1, x, y); break;
         case ES__DTYPE_Q4_0: rows_q4_0(base, row_bytes, n_in, r0, r1, x, y); break;
+        case ES__DTYPE_Q4_K: rows_q4_k(base, row_bytes, n_in, r0, r1, x, y); break;
+        case ES__DTYPE_Q5_K: rows_q5_k(base, row_bytes, n_in, r0, r1, x, y); break;
+        case ES__DTYPE_Q6_K: rows_q6_k(base, row_bytes, n_in, r0, r1, x, y); break;
         }
         return;
     }
@@ -743,6 +853,10 @@ static void k_axpy(float *y, float a, const float *x, int64_t n) {
 
 static void k_to_f32(es__dtype type, const void *row, float *out, int64_t n) {
     const uint8_t *p = row;
+    if (IS_KQ(type)) {
+        for (int64_t b = 0; b < n / ES__QK_K; b++) kq_block(type, p + (size_t)b * KQ_BYTES(type), out + b * ES__QK_K);
+        return;
+    }
     if (type == ES__DTYPE_Q8_0 || type == ES__DTYPE_Q4_0) {
         const size_t bb = type == ES__DTYPE_Q8_0 ? 34 : 18;
         for (int64_t b = 0; b < n / QK; b++) {

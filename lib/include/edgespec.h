@@ -160,6 +160,33 @@ ES_API es_status es_model_load(const char *path, const es_model_params *params, 
 ES_API void es_model_free(es_model *model);
 ES_API const char *es_model_errmsg(const es_model *model);
 
+/* ---------------------------------------------------------------------------------------------
+ * Quantisation (`edgespec quantize`): a GGUF model file rewritten with every 2-D "*.weight"
+ * tensor in another type, through f32, with ggml's importance-free reference quantisers. Keys and
+ * other tensors (norms) are copied; general.file_type is set as llama.cpp sets it. The input's
+ * matrices must be f32, f16 or bf16 (a quantised file is refused rather than rounded twice); a
+ * matrix whose rows are not whole blocks of the type is stored as q8_0 (rows of 32) or f16, with a
+ * warning through log_fn. The output is built in host memory (about its own size) and written at
+ * the end, so a failure or a cancel leaves no partial file behind unless writing itself fails.
+ */
+typedef struct es_quantize_params {
+    es_log_fn log_fn;              /* NULL = silent                                               */
+    void *log_user;                /* passed to log_fn; NULL is fine                              */
+    es_log_level log_level;        /* messages above this level are dropped; 0 = ES_LOG_DEFAULT  */
+    const es_allocator *allocator; /* NULL = C library                                            */
+    es_progress_fn progress_fn;    /* after each tensor, fraction of the input's tensor bytes done;
+                                      NULL = none                                                 */
+    void *progress_user;           /* passed to progress_fn; NULL is fine                         */
+} es_quantize_params;
+
+/* The zeroed struct (all defaults). */
+ES_API es_quantize_params es_quantize_default_params(void);
+
+/* Writes in_path's model to out_path with its weight matrices in type ("q4_K", "q5_K", "q6_K",
+ * "q8_0", "q4_0", "bf16", "f16" or "f32"). params may be NULL. Errors: es_last_error(). */
+ES_API es_status es_quantize(const char *in_path, const char *out_path, const char *type,
+                             const es_quantize_params *params);
+
 /* Attaches the Speculative Streaming adapter GGUF at path (DESIGN.md "Formats": stream identifier
  * embeddings, tree-pruning adapter, optional stream-only LoRA) to model, after checking its keys
  * and every tensor's type and shape against the model. Its tensors are copied (a few hundred KB
@@ -214,7 +241,7 @@ ES_API es_status es_model_get_info(const es_model *model, es_model_info *out);
 
 typedef struct es_tensor_info {
     const char *name;   /* owned by the model */
-    const char *type;   /* "f32", "f16", "bf16", "q8_0", "q4_0" */
+    const char *type;   /* "f32", "f16", "bf16", "q8_0", "q4_0", "q4_K", "q5_K", "q6_K" */
     int32_t n_dims;
     int64_t ne[4];      /* ne[0] is the contiguous dimension (GGUF order) */
     uint64_t offset;    /* file offset of the data */

@@ -11,21 +11,26 @@
 #define ES__STAGING_SIZE ((VkDeviceSize)32 << 20)
 
 static bool is_block_type(es__dtype t) {
-    return t == ES__DTYPE_Q8_0 || t == ES__DTYPE_Q4_0;
+    return t == ES__DTYPE_Q8_0 || t == ES__DTYPE_Q4_0 || es__is_k_quant(t);
 }
 
 uint64_t es__vk_mat_row_bytes(es__dtype type, uint32_t K, uint32_t team, bool scale_plane) {
     if (scale_plane) {
         if (!is_block_type(type)) return 0;
         const uint64_t blocks = K / 32, group = 4ull * team; /* weights.glsl: 4 scales per texel per lane */
-        return (blocks + group - 1) / group * group * 4;
+        /* the K-quants keep a second set (mins, or Q6_K's second-half scales) after the scales */
+        return (blocks + group - 1) / group * group * 4 * (es__is_k_quant(type) ? 2 : 1);
     }
     switch (type) {
     case ES__DTYPE_F32: return (uint64_t)K * 4;
     case ES__DTYPE_F16:
     case ES__DTYPE_BF16: return (uint64_t)K * 2;
     case ES__DTYPE_Q8_0: return K;
-    case ES__DTYPE_Q4_0: return K / 2;
+    case ES__DTYPE_Q4_0:
+    case ES__DTYPE_Q4_K: return K / 2;
+    case ES__DTYPE_Q5_K:
+    case ES__DTYPE_Q6_K: return K; /* one byte per quant (weights.glsl) */
+    default: break;
     }
     return 0;
 }
@@ -106,6 +111,31 @@ static size_t scale_slot(uint32_t b, uint32_t team) {
     return ((size_t)(i / 4) * team + l) * 4 + i % 4;
 }
 
+/* One row of K-quant super-blocks (nb 32-element blocks) into weights.glsl's layout: quants per
+ * 32-element block (Q4_K as Q4_0's nibbles, Q5_K/Q6_K a byte each), the blocks' scales, and the
+ * second set (mins or second-half scales) srb / 8 floats further. */
+static void repack_k(es__dtype type, const uint8_t *src, uint32_t nb, uint32_t team, uint64_t srb, uint8_t *dw,
+                     float *ds) {
+    const size_t set2 = (size_t)(srb / 8); /* floats: half the row's scale plane */
+    const size_t bb = type == ES__DTYPE_Q4_K ? 144 : type == ES__DTYPE_Q5_K ? 176 : 210;
+    for (uint32_t sb = 0; sb < nb / 8; sb++) {
+        int8_t q[256];
+        float a[8], b[8];
+        es__k_unpack(type, src + bb * sb, q, a, b);
+        for (uint32_t j = 0; j < 8; j++) {
+            const uint32_t blk = sb * 8 + j;
+            const int8_t *qj = q + 32 * j;
+            ds[scale_slot(blk, team)] = a[j];
+            ds[set2 + scale_slot(blk, team)] = b[j];
+            if (type == ES__DTYPE_Q4_K) {
+                for (int l = 0; l < 16; l++) dw[(size_t)16 * blk + l] = (uint8_t)(qj[l] | (qj[l + 16] << 4));
+            } else {
+                memcpy(dw + (size_t)32 * blk, qj, 32);
+            }
+        }
+    }
+}
+
 /* Repacks rows [r0, r0 + n) of m into the W plane at w and the S plane at s. */
 static void repack(const es__vk_mat *m, uint32_t team, uint32_t r0, uint32_t n, uint8_t *w, uint8_t *s) {
     const uint64_t wrb = es__vk_mat_row_bytes(m->type, m->K, team, false);
@@ -137,6 +167,10 @@ static void repack(const es__vk_mat *m, uint32_t team, uint32_t r0, uint32_t n, 
             }
             break;
         }
+        case ES__DTYPE_Q4_K:
+        case ES__DTYPE_Q5_K:
+        case ES__DTYPE_Q6_K: repack_k(m->type, src, nb, team, srb, dw, ds); break;
+        default: break;
         }
     }
 }

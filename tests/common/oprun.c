@@ -20,6 +20,9 @@ static uint64_t ggml_row_bytes(es__dtype type, uint32_t K) {
     case ES__DTYPE_BF16: return (uint64_t)K * 2;
     case ES__DTYPE_Q8_0: return K % 32 ? 0 : (uint64_t)K / 32 * 34;
     case ES__DTYPE_Q4_0: return K % 32 ? 0 : (uint64_t)K / 32 * 18;
+    case ES__DTYPE_Q4_K: return K % 256 ? 0 : (uint64_t)K / 256 * 144;
+    case ES__DTYPE_Q5_K: return K % 256 ? 0 : (uint64_t)K / 256 * 176;
+    case ES__DTYPE_Q6_K: return K % 256 ? 0 : (uint64_t)K / 256 * 210;
     }
     return 0;
 }

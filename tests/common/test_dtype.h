@@ -15,10 +15,10 @@ static inline const char *test_dtype_name(es__dtype t) {
     return es__dtype_info((uint32_t)t, &tr) ? tr.name : "?";
 }
 
-/* The type named s; f32 when s names none of test_dtypes. */
+/* The type named s (any type the library reads, the K-quants included); f32 when s names none. */
 static inline es__dtype test_dtype_parse(const char *s) {
-    for (size_t i = 0; i < sizeof test_dtypes / sizeof test_dtypes[0]; i++)
-        if (strcmp(s, test_dtype_name(test_dtypes[i])) == 0) return test_dtypes[i];
+    for (uint32_t t = 0; t < 64; t++)
+        if (es__dtype_info(t, NULL) && strcmp(s, test_dtype_name((es__dtype)t)) == 0) return (es__dtype)t;
     return ES__DTYPE_F32;
 }
 

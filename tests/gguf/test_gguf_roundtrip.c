@@ -11,9 +11,9 @@
 #include <stdint.h>
 #include <unistd.h>
 
-#define N_TYPES 5
-static const es__dtype all_types[N_TYPES] = {ES__DTYPE_F32, ES__DTYPE_F16, ES__DTYPE_BF16, ES__DTYPE_Q8_0,
-                                             ES__DTYPE_Q4_0};
+#define N_TYPES 8
+static const es__dtype all_types[N_TYPES] = {ES__DTYPE_F32,  ES__DTYPE_F16,  ES__DTYPE_BF16, ES__DTYPE_Q8_0,
+                                             ES__DTYPE_Q4_0, ES__DTYPE_Q4_K, ES__DTYPE_Q5_K, ES__DTYPE_Q6_K};
 
 static const char *const strs[] = {"", "a", "\xe2\x96\x81the", "<0x0A>", "tab\there", "long string with spaces"};
 
@@ -273,7 +273,9 @@ static void test_writer_errors(void) {
     CHECK_FAILS(es__gguf_add_tensor(w, "z", ES__DTYPE_F32, 1, ne, data), ES_ERR_INVALID_ARGUMENT, "ne[0] = 0");
     ne[0] = 4;
     CHECK_FAILS(es__gguf_add_tensor(w, "d", ES__DTYPE_F32, 5, ne, data), ES_ERR_INVALID_ARGUMENT, "n_dims 5");
-    CHECK_FAILS(es__gguf_add_tensor(w, "t", (es__dtype)12, 1, ne, data), ES_ERR_UNSUPPORTED, "unsupported type 12");
+    CHECK_FAILS(es__gguf_add_tensor(w, "t", (es__dtype)11, 1, ne, data), ES_ERR_UNSUPPORTED, "unsupported type 11");
+    CHECK_FAILS(es__gguf_add_tensor(w, "k", ES__DTYPE_Q4_K, 1, ne, data), ES_ERR_INVALID_ARGUMENT,
+                "not a multiple of the q4_K block size 256");
     CHECK_OK(es__gguf_add_tensor(w, "x", ES__DTYPE_F32, 1, ne, data));
     CHECK_FAILS(es__gguf_add_tensor(w, "x", ES__DTYPE_F32, 1, ne, data), ES_ERR_INVALID_ARGUMENT, "duplicate tensor name 'x'");
     CHECK_FAILS(es__gguf_set_u32(w, "", 1), ES_ERR_INVALID_ARGUMENT, "empty key");

@@ -70,6 +70,12 @@ def flags():
     for t in ("f32", "f16", "bf16", "q4_0"):
         mk("mk-t.gguf", "--type", t)
         check(pygguf.read("mk-t.gguf").tensors["blk.1.ffn_up.weight"].type == t, "--type %s" % t)
+    for t, ftype in (("q4_K", 14), ("q5_K", 16), ("q6_K", 18)):
+        mk("mk-t.gguf", "--type", t, "--n-embd", "256", "--n-ff", "512", "--n-layer", "1", "--n-vocab", "300")
+        r = pygguf.read("mk-t.gguf")
+        check(r.tensors["blk.0.ffn_down.weight"].type == t and r.tensors["token_embd.weight"].type == t and
+              r.tensors["blk.0.ffn_norm.weight"].type == "f32", "--type %s" % t)
+        check(r.get("general.file_type") == ftype, "--type %s: file_type %r" % (t, r.get("general.file_type")))
 
 
 def synthetic_vocab():
@@ -128,6 +134,8 @@ def bad_flags():
         check(p.stderr.strip() != "", "%s: a message" % flags)
     p = mk("mk-bad.gguf", "--n-embd", "80", "--type", "q8_0", expect=1)
     check("multiples of 32" in p.stderr, "block size message: %s" % p.stderr)
+    p = mk("mk-bad.gguf", "--type", "q4_K", expect=1)
+    check("multiples of 256 for q4_K" in p.stderr, "super-block size message: %s" % p.stderr)
     p = mk("mk-bad.gguf", "--vocab", "/nonexistent.gguf", expect=1)
     check("/nonexistent.gguf" in p.stderr, "missing vocabulary message: %s" % p.stderr)
 

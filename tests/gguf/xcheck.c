@@ -6,6 +6,9 @@
  *   xcheck check-quant FILE   FILE holds f32 tensors "src.N" and, per type T, "T.N" quantised by
  *                             pygguf and "deq.T.N" (its dequantisation); C must quantise src.N to
  *                             exactly T.N and dequantise T.N to exactly deq.T.N
+ *   xcheck kquant IN OUT      for test_kquant.py: OUT gets "deq.NAME", the C dequantisation (f32)
+ *                             of every K-quant tensor NAME of IN, and "T.N", the C quantisation of
+ *                             every f32 tensor "src.N" of IN to each K-quant type T
  * The reference content is defined twice, here and in test_pygguf.py, on purpose. */
 #include "gguf.h"
 
@@ -189,9 +192,51 @@ static void check_quant(const char *path) {
     free(file);
 }
 
+static void kquant(const char *in, const char *out) {
+    static const es__dtype kt[3] = {ES__DTYPE_Q4_K, ES__DTYPE_Q5_K, ES__DTYPE_Q6_K};
+    size_t n = 0;
+    uint8_t *file = test_read_file(in, 0, &n);
+    CHECKF(file != NULL, "cannot read %s", in);
+    if (!file) return;
+    es__gguf *g = NULL;
+    es__err err;
+    CHECK_OK(es__gguf_parse(file, n, NULL, &err, &g));
+    es__gguf_writer *w = es__gguf_writer_create(NULL);
+    for (uint64_t i = 0; g && i < g->n_tensors; i++) {
+        const es__gguf_tensor *t = &g->tensors[i];
+        const int64_t ne = t->ne[0] * t->ne[1] * t->ne[2] * t->ne[3];
+        char name[96];
+        if (es__is_k_quant(t->type)) {
+            float *y = malloc((size_t)ne * sizeof(float));
+            CHECK(es__dequantize_row(t->type, t->data, y, ne));
+            snprintf(name, sizeof name, "deq.%.*s", (int)t->name.len, t->name.ptr);
+            CHECK_OK(es__gguf_add_tensor(w, name, ES__DTYPE_F32, t->n_dims, t->ne, y));
+            free(y);
+        } else if (t->type == ES__DTYPE_F32 && t->name.len > 4 && memcmp(t->name.ptr, "src.", 4) == 0) {
+            uint8_t *q = malloc((size_t)ne);
+            for (int k = 0; k < 3; k++) {
+                es__dtype_traits tr;
+                es__dtype_info(kt[k], &tr);
+                CHECK(es__quantize_row(kt[k], (const float *)(const void *)t->data, q, ne));
+                snprintf(name, sizeof name, "%s.%.*s", tr.name, (int)(t->name.len - 4), t->name.ptr + 4);
+                CHECK_OK(es__gguf_add_tensor(w, name, kt[k], t->n_dims, t->ne, q));
+            }
+            free(q);
+        }
+    }
+    CHECK_OK(es__gguf_write_file(w, out, &err));
+    es__gguf_writer_free(w);
+    es__gguf_free(g);
+    free(file);
+}
+
 int main(int argc, char **argv) {
+    if (argc == 4 && !strcmp(argv[1], "kquant")) {
+        kquant(argv[2], argv[3]);
+        TEST_MAIN_END();
+    }
     if (argc != 3) {
-        fprintf(stderr, "usage: xcheck write-all|read-all|check-quant FILE\n");
+        fprintf(stderr, "usage: xcheck write-all|read-all|check-quant FILE | xcheck kquant IN OUT\n");
         return 2;
     }
     if (!strcmp(argv[1], "write-all")) {

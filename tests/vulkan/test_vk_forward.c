@@ -26,6 +26,9 @@ static const fcase cases[] = {
     {"q8_0 gqa norm", {89, 64, 2, 4, 1, 16, 128, 16, ES_ROPE_NORM, 500.0f, 1.0f, false, ES__DTYPE_Q8_0, 3}},
     {"q4_0 mha neox", {120, 64, 1, 2, 2, 32, 96, 32, ES_ROPE_NEOX, 10000.0f, 1.0f, false, ES__DTYPE_Q4_0, 4}},
     {"bf16 gqa norm", {77, 32, 2, 2, 1, 16, 64, 8, ES_ROPE_NORM, 10000.0f, 1.0f, true, ES__DTYPE_BF16, 5}},
+    /* K-quants: rows of 256-element super-blocks; tied, the embedding lookup reads Q6_K too */
+    {"q4_K gqa norm", {90, 256, 1, 4, 2, 64, 512, 64, ES_ROPE_NORM, 10000.0f, 1.0f, false, ES__DTYPE_Q4_K, 6}},
+    {"q6_K mqa neox tied", {83, 256, 1, 4, 1, 64, 256, 32, ES_ROPE_NEOX, 10000.0f, 1.0f, true, ES__DTYPE_Q6_K, 7}},
 };
 
 #define N_CTX 320          /* > 256: positions past the first attention split */

@@ -6,7 +6,9 @@
  * es__cpu_softcap for the epilogues) is a second reference. GeGLU (gemma) and the soft-capped
  * store (gemma2's logits) are lib/core/arch.h's.
  * Bound: |y - ref| <= 2e-6 * sum_k |w_k x_k| (f32 accumulation of exactly decoded weights) against
- * the double reference, and twice that against the CPU backend. */
+ * the double reference, and twice that against the CPU backend. For the K-quants with a min
+ * (Q4_K, Q5_K) the kernel sums d sc (q . x) and -dmin m (sum of x) per block, so the scale of the
+ * bound uses |d sc q| + |dmin m| in place of |w| (es__k_unpack gives the terms). */
 #include "cpu/opsi.h"
 #include "oprun.h"
 #include "vk_test.h"
@@ -18,11 +20,27 @@ static double gelu(double g) {
     return 0.5 * g * (1.0 + tanh(0.7978845608028654 * (g + 0.044715 * g * g * g)));
 }
 
+/* |w| of each weight, or |d sc q| + |dmin m| for the K-quants with a min. */
+static float *weight_mags(int type, const void *w, const float *deq, uint32_t rows, uint32_t k) {
+    float *mag = malloc(sizeof(float) * rows * k);
+    for (size_t i = 0; i < (size_t)rows * k; i++) mag[i] = fabsf(deq[i]);
+    if (type == T_Q4_K || type == T_Q5_K)
+        for (uint32_t rr = 0; rr < rows; rr++)
+            for (uint32_t sb = 0; sb < k / 256; sb++) {
+                int8_t q[256];
+                float a[8], bm[8];
+                es__k_unpack((uint32_t)type, (const uint8_t *)w + row_bytes(type, k) * rr + kq_bytes(type) * sb, q, a, bm);
+                for (int e = 0; e < 256; e++) mag[(size_t)rr * k + sb * 256 + e] = fabsf(a[e / 32] * q[e]) + fabsf(bm[e / 32]);
+            }
+    return mag;
+}
+
 static void check_case(es_backend *b, test_rng *r, int type, uint32_t rows, uint32_t k, uint32_t n, uint32_t epi,
                        const char *cfg) {
     const bool glu = epi == ES__EPI_SWIGLU || epi == ES__EPI_GEGLU;
     float *deq = malloc(sizeof(float) * rows * k);
     void *w = make_weights(r, type, rows, k, deq);
+    float *mag = weight_mags(type, w, deq, rows, k);
     float *x = malloc(sizeof(float) * k * n);
     for (size_t i = 0; i < (size_t)k * n; i++) x[i] = test_rng_uniform(r);
     const uint32_t cols = glu ? rows / 2 : rows;
@@ -55,12 +73,12 @@ static void check_case(es_backend *b, test_rng *r, int type, uint32_t rows, uint
             const uint32_t rr = glu ? 2 * c + 1 : c;
             for (uint32_t j = 0; j < k; j++) {
                 ref += (double)deq[(size_t)rr * k + j] * x[(size_t)t * k + j];
-                scale += fabs((double)deq[(size_t)rr * k + j] * x[(size_t)t * k + j]);
+                scale += fabs((double)mag[(size_t)rr * k + j] * x[(size_t)t * k + j]);
             }
             if (glu) {
                 for (uint32_t j = 0; j < k; j++) {
                     g += (double)deq[(size_t)(2 * c) * k + j] * x[(size_t)t * k + j];
-                    gs += fabs((double)deq[(size_t)(2 * c) * k + j] * x[(size_t)t * k + j]);
+                    gs += fabs((double)mag[(size_t)(2 * c) * k + j] * x[(size_t)t * k + j]);
                 }
                 const double sg = epi == ES__EPI_SWIGLU ? g / (1 + exp(-g)) : gelu(g), u = ref;
                 /* first-order error of silu(g) * u (or gelu) from the errors of g and u (|silu'|,
@@ -94,6 +112,7 @@ static void check_case(es_backend *b, test_rng *r, int type, uint32_t rows, uint
         free(y1);
     }
     free(deq);
+    free(mag);
     free(w);
     free(x);
     free(y);
@@ -144,6 +163,18 @@ int main(void) {
             check_case(b, &r, t, 2 * 37, blk ? 160 : 81, 6, ES__EPI_GEGLU, cfg);
             check_case(b, &r, t, 2 * 19, 64, 1, ES__EPI_GEGLU, cfg);
             check_softcap(b, &r, t, blk ? 96 : 45, cfg);
+        }
+        /* the K-quants: rows of whole 256-element super-blocks, every epilogue in the default
+         * configuration, the tiled case in the others */
+        static const int ktypes[] = {T_Q4_K, T_Q5_K, T_Q6_K};
+        for (size_t ti = 0; ti < sizeof ktypes / sizeof ktypes[0]; ti++) {
+            const int t = ktypes[ti];
+            check_case(b, &r, t, 130, 1024, 7, ES__EPI_STORE, cfg);
+            if (c > 0) continue;
+            check_case(b, &r, t, 67, 256, 1, ES__EPI_STORE, cfg);
+            check_case(b, &r, t, 33, 512, 5, ES__EPI_ADD, cfg);
+            check_case(b, &r, t, 2 * 37, 256, 6, ES__EPI_SWIGLU, cfg);
+            check_case(b, &r, t, 2 * 37, 2048, 1, ES__EPI_SWIGLU, cfg);
         }
         es_backend_free(b);
     }

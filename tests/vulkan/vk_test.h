@@ -10,6 +10,7 @@
 
 #include "../common/vk_pin.h"
 #include "edgespec.h"
+#include "gguf.h"
 #include "test.h"
 
 #include <stdint.h>
@@ -65,7 +66,13 @@ static inline es_backend *vk_backend(uint32_t flags) {
     } while (0)
 
 /* ---- weight types (values as in the GGUF files) */
-enum { T_F32 = 0, T_F16 = 1, T_Q4_0 = 2, T_Q8_0 = 8, T_BF16 = 30 };
+enum { T_F32 = 0, T_F16 = 1, T_Q4_0 = 2, T_Q8_0 = 8, T_Q4_K = 12, T_Q5_K = 13, T_Q6_K = 14, T_BF16 = 30 };
+static inline bool is_kq(int t) {
+    return t == T_Q4_K || t == T_Q5_K || t == T_Q6_K;
+}
+static inline size_t kq_bytes(int t) {
+    return t == T_Q4_K ? 144 : t == T_Q5_K ? 176 : 210;
+}
 
 static inline float h2f(uint16_t h) {
     uint32_t s = (uint32_t)(h >> 15) << 31, e = (h >> 10) & 31u, m = h & 1023u;
@@ -99,6 +106,9 @@ static inline size_t row_bytes(int type, int64_t k) {
     case T_BF16: return (size_t)k * 2;
     case T_Q8_0: return (size_t)k / 32 * 34;
     case T_Q4_0: return (size_t)k / 32 * 18;
+    case T_Q4_K:
+    case T_Q5_K:
+    case T_Q6_K: return (size_t)k / 256 * kq_bytes(type);
     }
     return 0;
 }
@@ -127,6 +137,23 @@ static inline void *make_weights(test_rng *r, int type, int64_t rows, int64_t k,
                     d[j] = bf2f(b);
                 }
             }
+        } else if (is_kq(type)) {
+            /* random quants and 6-/8-bit scales; f16 super-block scales in a normal range. The
+             * values come from the library's dequantiser, which test_kquant checks against an
+             * independent decoder and numpy. */
+            for (int64_t b = 0; b < k / 256; b++) {
+                uint8_t *blk = row + (size_t)b * kq_bytes(type);
+                for (size_t j = 0; j < kq_bytes(type); j++) blk[j] = (uint8_t)test_rng_u64(r);
+                const uint16_t dh = f2h(0.0005f + 0.001f * (float)(test_rng_u64(r) % 1000) / 1000.0f);
+                const uint16_t mh = f2h(0.0005f + 0.002f * (float)(test_rng_u64(r) % 1000) / 1000.0f);
+                if (type == T_Q6_K) {
+                    memcpy(blk + 208, &dh, 2);
+                } else {
+                    memcpy(blk, &dh, 2);
+                    memcpy(blk + 2, &mh, 2);
+                }
+            }
+            es__dequantize_row((uint32_t)type, row, d, k);
         } else {
             const int bs = type == T_Q8_0 ? 34 : 18;
             for (int64_t b = 0; b < k / 32; b++) {

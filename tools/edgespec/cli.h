@@ -32,6 +32,17 @@ int cli_fail(const char *cmd, const char *fmt, ...)
 #endif
     ;
 
+/* A progress bar on stderr (es_progress_fn; user = a cli_progress): redrawn in place when tty,
+ * else a line per quarter. Start with last = -1. */
+typedef struct cli_progress {
+    const char *label;
+    bool tty;
+    int last; /* last drawn: percent (tty) or quarter (log) */
+} cli_progress;
+bool cli_progress_cb(float fraction, void *user);
+
+int cli_cmd_quantize(int argc, char **argv);
+
 /* Loads path with a progress bar on stderr for large files (see common.c); NULL after printing
  * the library's message. */
 es_model *cli_load_model(const char *cmd, const char *path, bool vocab_only);

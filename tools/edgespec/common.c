@@ -36,13 +36,7 @@ int cli_fail(const char *cmd, const char *fmt, ...) {
 #define CLI_PROGRESS_TTY_BYTES (16ull << 20)
 #define CLI_PROGRESS_LOG_BYTES (256ull << 20)
 
-typedef struct cli_progress {
-    const char *label;
-    bool tty;
-    int last; /* last drawn: percent (tty) or quarter (log) */
-} cli_progress;
-
-static bool progress_cb(float fraction, void *user) {
+bool cli_progress_cb(float fraction, void *user) {
     cli_progress *p = user;
     if (!(fraction >= 0.0f)) fraction = 0.0f;
     if (fraction > 1.0f) fraction = 1.0f;
@@ -83,7 +77,7 @@ es_model *cli_load_model(const char *cmd, const char *path, bool vocab_only) {
     mp.vocab_only = vocab_only;
     cli_progress prog = {"loading", false, -1};
     if (!vocab_only && progress_wanted(path, &prog)) {
-        mp.progress_fn = progress_cb;
+        mp.progress_fn = cli_progress_cb;
         mp.progress_user = &prog;
     }
     es_model *m = NULL;
@@ -209,7 +203,7 @@ int cli_open_context(const char *cmd, const cli_backend_args *a, const es_model 
     es_model_info info;
     if (es_model_get_info(model, &info) == ES_OK &&
         info.weight_bytes >= (prog.tty ? CLI_PROGRESS_TTY_BYTES : CLI_PROGRESS_LOG_BYTES)) {
-        bp.progress_fn = progress_cb;
+        bp.progress_fn = cli_progress_cb;
         bp.progress_user = &prog;
     }
     es_backend *all[ES_MAX_DEVICES];

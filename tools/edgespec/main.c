@@ -18,6 +18,7 @@ static const subcommand commands[] = {
     {"tokenize", cli_cmd_tokenize, "print the token ids of a text"},
     {"devices", cli_cmd_devices, "list the Vulkan devices and the features edgespec uses"},
     {"bench", cli_cmd_bench, "measure prefill and decode tokens/s (JSON on stdout)"},
+    {"quantize", cli_cmd_quantize, "write a model with its weight matrices in another type (q4_K, ...)"},
 };
 
 static void usage(FILE *f) {

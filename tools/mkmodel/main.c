@@ -21,7 +21,8 @@ static void usage(FILE *f) {
             "  --n-head-kv N      key/value heads (default = n-head)\n"
             "  --n-ff N           feed-forward width (default 128)\n"
             "  --n-ctx N          llama.context_length (default 256)\n"
-            "  --type T           f32, f16, bf16, q8_0 or q4_0 for every matrix (norms stay f32; default f32)\n"
+            "  --type T           f32, f16, bf16, q8_0, q4_0, q4_K, q5_K or q6_K for every matrix (norms stay\n"
+            "                     f32; the K-quants need n-embd and n-ff multiples of 256; default f32)\n"
             "  --tied             no output.weight: the output head shares token_embd.weight\n"
             "  --arch A           general.architecture: llama (default), qwen2, phi3, gemma or gemma2, with\n"
             "                     that architecture's tensors (docs/formats.md, \"Architectures\")\n"
@@ -44,7 +45,8 @@ static bool parse_type(const char *s, es__dtype *t) {
         const char *name;
         es__dtype t;
     } types[] = {{"f32", ES__DTYPE_F32}, {"f16", ES__DTYPE_F16}, {"bf16", ES__DTYPE_BF16},
-                 {"q8_0", ES__DTYPE_Q8_0}, {"q4_0", ES__DTYPE_Q4_0}};
+                 {"q8_0", ES__DTYPE_Q8_0}, {"q4_0", ES__DTYPE_Q4_0}, {"q4_K", ES__DTYPE_Q4_K},
+                 {"q5_K", ES__DTYPE_Q5_K}, {"q6_K", ES__DTYPE_Q6_K}};
     for (size_t i = 0; i < sizeof types / sizeof *types; i++)
         if (!strcmp(s, types[i].name)) {
             *t = types[i].t;

@@ -5,7 +5,8 @@ other: the numpy reference (tools/reference) reads models with it, the trainer's
 them with it, and tests/gguf/test_pygguf.py compares it with the C reader and writer both ways.
 
 Supported tensor types: f32, f16, bf16, q8_0, q4_0 (the quantisers reproduce ggml's reference
-quantisers bit for bit). Files are read strictly: malformed input raises GGUFError naming the field
+quantisers bit for bit); q4_K, q5_K, q6_K are read and written as raw bytes only (tools/reference/
+kquants.py decodes them; the C library quantises). Files are read strictly: malformed input raises GGUFError naming the field
 and its file offset. Not here: other ggml block types, GGUF v1, big-endian files, nested arrays.
 
 Shapes: GGUF lists dimensions innermost first (ne[0] contiguous); numpy shapes are the reverse.
@@ -39,7 +40,8 @@ _NP_DTYPE = {UINT8: "<u1", INT8: "<i1", UINT16: "<u2", INT16: "<i2", UINT32: "<u
              FLOAT32: "<f4", BOOL: "<u1", UINT64: "<u8", INT64: "<i8", FLOAT64: "<f8"}
 
 # tensor types: ggml id -> (name, elements per block, bytes per block)
-TYPES = {0: ("f32", 1, 4), 1: ("f16", 1, 2), 2: ("q4_0", 32, 18), 8: ("q8_0", 32, 34), 30: ("bf16", 1, 2)}
+TYPES = {0: ("f32", 1, 4), 1: ("f16", 1, 2), 2: ("q4_0", 32, 18), 8: ("q8_0", 32, 34), 30: ("bf16", 1, 2),
+         12: ("q4_K", 256, 144), 13: ("q5_K", 256, 176), 14: ("q6_K", 256, 210)}  # K-quants: raw bytes only
 TYPE_IDS = {v[0]: k for k, v in TYPES.items()}
 QK = 32
 
@@ -171,7 +173,7 @@ def dequantize(raw, type_name, n):
             q = np.concatenate([(qs & 0xF), (qs >> 4)], axis=1).astype(np.float32) - 8
         with np.errstate(invalid="ignore"):  # a scale stored as f16 infinity times a zero code
             return (q * d[:, None]).astype(np.float32).reshape(-1)
-    raise GGUFError("unsupported tensor type %r" % type_name)
+    raise GGUFError("unsupported tensor type %r (K-quants: tools/reference/kquants.py)" % type_name)
 
 
 def row_bytes(type_name, n):
@@ -391,7 +393,7 @@ class Reader:
         t = c.scalar("<I", what)
         if t not in TYPES:
             raise GGUFError("%s: tensor type %d at offset %d is not supported (supported: f32, f16, bf16, q8_0, "
-                            "q4_0)" % (what, t, t_at))
+                            "q4_0, q4_K, q5_K, q6_K)" % (what, t, t_at))
         tname, be, bb = TYPES[t]
         if ne[0] % be:
             raise GGUFError("%s: ne[0] = %d is not a multiple of the %s block size %d" % (what, ne[0], tname, be))

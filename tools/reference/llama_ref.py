@@ -1,7 +1,7 @@
 """llama_ref.py: an independent numpy reference of the llama forward pass edgespec computes.
 
 Reads a GGUF file with tools/pygguf (parsing only: the raw bytes of each tensor), dequantises
-F32/F16/BF16/Q8_0/Q4_0 here in numpy (independently of pygguf's and the C library's dequantisers),
+F32/F16/BF16/Q8_0/Q4_0 here and the K-quants in kquants.py, in numpy (independently of pygguf's and the C library's dequantisers),
 and computes logits in float64 (or float32) with plain array code: token embedding, per layer
 RMSNorm, Q/K/V, RoPE (NORM and NEOX pairings, partial rotation, frequency base and linear scale),
 causal grouped-query attention, output projection and residual, RMSNorm, SwiGLU FFN and residual;
@@ -29,6 +29,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "pygguf"))
 import pygguf  # noqa: E402
+import kquants  # noqa: E402
 
 
 # ---------------------------------------------------------------------------------------------
@@ -67,6 +68,8 @@ def dequantize(raw, type_name, ne):
         qs = blk[:, 2:].astype(np.int64)
         q = np.concatenate([(qs & 15) - 8, (qs >> 4) - 8], axis=1).astype(np.float64)
         v = (d[:, None] * q).reshape(-1)
+    elif type_name in kquants.TYPES:
+        v = kquants.dequantize(raw, type_name, n).astype(np.float64)
     else:
         raise ValueError("unsupported tensor type " + type_name)
     return v.reshape(tuple(reversed(ne)))

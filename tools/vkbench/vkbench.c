@@ -1,5 +1,5 @@
 /* vkbench: benchmarks of the Vulkan backend. One JSON object per measurement on stdout:
- *   edgespec-vkbench mul_mat [--type f32|f16|bf16|q8_0|q4_0] [--rows M] [--cols K] [--n N]
+ *   edgespec-vkbench mul_mat [--type f32|f16|bf16|q8_0|q4_0|q4_K|q5_K|q6_K] [--rows M] [--cols K] [--n N]
  *                            [--reps R] [--runs S] [--device SEL] [--flags FLAGS]
  *       one matrix kernel: R dispatches in one submission, median of S submissions; weight
  *       bandwidth = bytes of the device layout per dispatch / time per dispatch; with
@@ -35,9 +35,20 @@ static float frand(void) { /* [-1, 1) */
 /* Makes rows x K random weights of type in GGUF layout; returns bytes. */
 static void *make_weights(es__dtype t, uint32_t rows, uint32_t K, size_t *bytes) {
     const size_t n = (size_t)rows * K;
-    size_t sz = t == ES__DTYPE_F32 ? n * 4 : t == ES__DTYPE_Q8_0 ? n / 32 * 34 : t == ES__DTYPE_Q4_0 ? n / 32 * 18 : n * 2;
+    uint64_t sz64 = 0;
+    if (!es__dtype_row_bytes(t, n, &sz64)) return NULL; /* K not whole blocks of the type */
+    const size_t sz = (size_t)sz64;
     uint8_t *w = malloc(sz);
     if (!w) return NULL;
+    if (es__is_k_quant(t)) { /* random quants and sub-block scales; super-block scales of 0.001 */
+        const size_t bb = sz / (n / 256);
+        for (size_t i = 0; i < sz; i++) w[i] = (uint8_t)(rand() & 0xff);
+        const uint16_t d = es__f32_to_f16(0.001f);
+        for (size_t b = 0; b < n / 256; b++) {
+            memcpy(w + bb * b + (t == ES__DTYPE_Q6_K ? 208 : 0), &d, 2);
+            if (t != ES__DTYPE_Q6_K) memcpy(w + bb * b + 2, &d, 2);
+        }
+    }
     for (size_t i = 0; t == ES__DTYPE_F32 && i < n; i++) ((float *)w)[i] = frand();
     for (size_t i = 0; t == ES__DTYPE_F16 && i < n; i++) ((uint16_t *)w)[i] = es__f32_to_f16(frand());
     for (size_t i = 0; t == ES__DTYPE_BF16 && i < n; i++) {

@@ -1,0 +1,220 @@
+/* test_kquant.c: the K-quants (Q4_K, Q5_K, Q6_K) in C: the library's dequantiser against an
+ * element-by-element decoder written here from the format description, on random super-blocks
+ * with ordinary, subnormal, zero, huge, infinite and NaN scales; quantise -> dequantise error
+ * bounds and the quantiser's invariants (levels in range, scales that reproduce the input's
+ * amplitude, zero blocks); and every CPU kernel level's matmul (one token and tiles) against
+ * double precision, batch invariance and exact to_f32. The numpy side is tests/gguf/test_kquant.py. */
+#include "cpu/kern.h"
+
+#include "../test.h"
+
+#include <stdint.h>
+
+static test_rng rng = {20261126};
+
+static const es__dtype ktypes[3] = {ES__DTYPE_Q4_K, ES__DTYPE_Q5_K, ES__DTYPE_Q6_K};
+static const char *const knames[3] = {"q4_K", "q5_K", "q6_K"};
+static const size_t kbytes[3] = {144, 176, 210};
+
+static float f16f(uint16_t h) {
+    int s = h >> 15, e = (h >> 10) & 31, m = h & 1023;
+    double v = e == 0 ? ldexp((double)m, -24) : e == 31 ? (m ? NAN : INFINITY) : ldexp(1024.0 + m, e - 25);
+    return (float)(s ? -v : v);
+}
+
+/* Element e of one super-block, straight from the layout. */
+static float ref_elem(int ti, const uint8_t *b, int e) {
+    if (ti == 2) {
+        const int h = e / 128, g = (e % 128) / 32, l = e % 32;
+        const int lo = (b[64 * h + l + 32 * (g % 2)] >> (4 * (g / 2))) & 15, hi = (b[128 + 32 * h + l] >> (2 * g)) & 3;
+        const float d = f16f((uint16_t)(b[208] | b[209] << 8));
+        const float ds = d * (float)(int8_t)b[192 + e / 16];
+        return ds * (float)(lo + 16 * hi - 32);
+    }
+    const int j = e / 32, c = e / 64, l = e % 32;
+    const uint8_t *s = b + 4;
+    int sc, m;
+    if (j < 4)
+        sc = s[j] % 64, m = s[j + 4] % 64;
+    else
+        sc = s[j + 4] % 16 + 16 * (s[j - 4] / 64), m = s[j + 4] / 16 + 16 * (s[j] / 64);
+    const uint8_t *qs = b + (ti == 1 ? 48 : 16);
+    int q = j % 2 ? qs[32 * c + l] / 16 : qs[32 * c + l] % 16;
+    if (ti == 1) q += 16 * ((b[16 + l] >> j) & 1);
+    const float d = f16f((uint16_t)(b[0] | b[1] << 8)), dmin = f16f((uint16_t)(b[2] | b[3] << 8));
+    const float ds = d * (float)sc, dm = dmin * (float)m;
+    return ds * (float)q - dm;
+}
+
+static bool same_float(float a, float b) {
+    return (isnan(a) && isnan(b)) || memcmp(&a, &b, 4) == 0;
+}
+
+/* Random super-blocks; scale halves drawn from class: 0 ordinary, 1 any bits (subnormal, zero,
+ * huge, inf, NaN included), 2 zero. */
+static void rand_blocks(int ti, uint8_t *w, int nb, int cls) {
+    for (size_t i = 0; i < kbytes[ti] * (size_t)nb; i++) w[i] = (uint8_t)test_rng_u64(&rng);
+    for (int b = 0; b < nb; b++) {
+        uint8_t *blk = w + kbytes[ti] * (size_t)b;
+        uint8_t *dp = ti == 2 ? blk + 208 : blk;
+        for (int k = 0; k < (ti == 2 ? 1 : 2); k++) {
+            uint16_t h = (uint16_t)test_rng_u64(&rng);
+            if (cls == 0) h = (uint16_t)((h & 0x83ff) | (uint16_t)(5 + test_rng_u64(&rng) % 8) << 10);
+            if (cls == 2) h = 0;
+            dp[2 * k] = (uint8_t)h, dp[2 * k + 1] = (uint8_t)(h >> 8);
+        }
+    }
+}
+
+static void test_dequant(void) {
+    enum { NB = 64 };
+    static uint8_t w[210 * NB];
+    static float y[256 * NB];
+    for (int ti = 0; ti < 3; ti++)
+        for (int cls = 0; cls < 3; cls++) {
+            rand_blocks(ti, w, NB, cls);
+            CHECK(es__dequantize_row(ktypes[ti], w, y, 256 * NB));
+            int bad = 0;
+            for (int b = 0; b < NB; b++)
+                for (int e = 0; e < 256; e++) {
+                    const float r = ref_elem(ti, w + kbytes[ti] * (size_t)b, e);
+                    if (!same_float(y[256 * b + e], r) && bad++ < 3)
+                        CHECKF(false, "%s dequant block %d elem %d: %g, expected %g (scale class %d)", knames[ti], b, e,
+                               y[256 * b + e], r, cls);
+                }
+            CHECKF(bad == 0, "%s dequant: %d elements differ", knames[ti], bad);
+        }
+    /* sizes and refusals */
+    float x[256] = {0};
+    uint8_t buf[256];
+    for (int ti = 0; ti < 3; ti++) {
+        es__dtype_traits tr;
+        uint64_t nb;
+        CHECK(es__dtype_info(ktypes[ti], &tr) && tr.block_elems == 256 && tr.block_bytes == kbytes[ti]);
+        CHECK(strcmp(tr.name, knames[ti]) == 0);
+        CHECK(es__dtype_row_bytes(ktypes[ti], 512, &nb) && nb == 2 * kbytes[ti]);
+        CHECK(!es__dtype_row_bytes(ktypes[ti], 288, &nb));
+        CHECK(!es__quantize_row(ktypes[ti], x, buf, 128));
+        CHECK(!es__dequantize_row(ktypes[ti], buf, x, 32));
+    }
+}
+
+static void test_quantize(void) {
+    enum { N = 256 * 16 };
+    static float x[N], y[N];
+    static uint8_t q[210 * 16];
+    /* bounds: the worst |x - deq| relative to its super-block's largest magnitude (about half a
+     * level of the widest sub-block plus the rounding of its scale; heavy tails are clipped a
+     * little by the least-squares fits), and the RMS error relative to the RMS of x (observed
+     * values printed; the bounds leave ~1.5x) */
+    const double bound_max[3] = {0.12, 0.12, 0.09}, bound_rms[3] = {0.11, 0.065, 0.038};
+    for (int ti = 0; ti < 3; ti++) {
+        for (int dist = 0; dist < 4; dist++) {
+            for (int i = 0; i < N; i++) {
+                float u = test_rng_uniform(&rng);
+                x[i] = dist == 0 ? u : dist == 1 ? u + 0.75f : dist == 2 ? u * u * u * 1e-3f : u * (float)(1 + (i / 32) % 8);
+            }
+            if (dist == 3) memset(x + 512, 0, 256 * sizeof(float)); /* one all-zero super-block */
+            CHECK(es__quantize_row(ktypes[ti], x, q, N));
+            CHECK(es__dequantize_row(ktypes[ti], q, y, N));
+            double worst = 0, se = 0, sx = 0;
+            for (int b = 0; b < N / 256; b++) {
+                double amax = 0;
+                for (int i = 0; i < 256; i++) amax = fmax(amax, fabs(x[256 * b + i]));
+                for (int i = 0; i < 256; i++) {
+                    const double d = (double)y[256 * b + i] - x[256 * b + i], e = fabs(d) / (amax > 0 ? amax : 1);
+                    if (!(e <= worst)) worst = e;
+                    se += d * d;
+                    sx += (double)x[256 * b + i] * x[256 * b + i];
+                }
+            }
+            const double rms = sqrt(se / sx);
+            printf("%s quantise, distribution %d: worst |error| / block amax %.4f, rms error / rms %.4f\n", knames[ti],
+                   dist, worst, rms);
+            CHECKF(worst <= bound_max[ti], "%s quantise distribution %d: max error %g > %g", knames[ti], dist, worst,
+                   bound_max[ti]);
+            CHECKF(rms <= bound_rms[ti], "%s quantise distribution %d: rms error %g > %g", knames[ti], dist, rms,
+                   bound_rms[ti]);
+            if (dist == 3)
+                for (int i = 512; i < 768; i++) CHECKF(y[i] == 0, "%s: a zero block dequantises to %g", knames[ti], y[i]);
+        }
+        /* the quantiser is a pure function of its input */
+        static uint8_t q2[210 * 16];
+        CHECK(es__quantize_row(ktypes[ti], x, q2, N));
+        CHECK(memcmp(q, q2, kbytes[ti] * 16) == 0);
+    }
+    /* Q6_K: a constant block is reproduced closely (scale -128 of the largest) */
+    for (int i = 0; i < 256; i++) x[i] = 3.0f;
+    CHECK(es__quantize_row(ES__DTYPE_Q6_K, x, q, 256));
+    CHECK(es__dequantize_row(ES__DTYPE_Q6_K, q, y, 256));
+    for (int i = 0; i < 256; i++) CHECKF(fabsf(y[i] - 3.0f) < 3.0f / 64, "q6_K constant block: %g", y[i]);
+    /* non-finite input stores finite blocks */
+    for (int i = 0; i < 256; i++) x[i] = test_rng_uniform(&rng);
+    x[7] = NAN;
+    x[100] = INFINITY;
+    for (int ti = 0; ti < 3; ti++) CHECK(es__quantize_row(ktypes[ti], x, q, 256));
+}
+
+/* ---- kernels */
+
+static void test_kernels(const es__kern *k) {
+    printf("kernel level %s\n", k->name);
+    const int64_t shapes[][3] = {{256, 5, 1}, {256, 9, 7}, {512, 13, 3}, {768, 6, 2}, {256, 11, 70}};
+    for (int ti = 0; ti < 3; ti++)
+        for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+            const int64_t n_in = shapes[si][0], n_out = shapes[si][1], n_tok = shapes[si][2];
+            const size_t rb = kbytes[ti] * (size_t)(n_in / 256);
+            CHECK(es__kern_row_bytes(ktypes[ti], n_in) == rb);
+            uint8_t *w = malloc(rb * (size_t)n_out);
+            rand_blocks(ti, w, (int)(n_in / 256 * n_out), 0);
+            float *wr = malloc(sizeof(float) * (size_t)(n_in * n_out));
+            for (int64_t r = 0; r < n_out; r++)
+                for (int64_t e = 0; e < n_in; e++) wr[r * n_in + e] = ref_elem(ti, w + rb * (size_t)r + (size_t)(e / 256) * kbytes[ti], (int)(e % 256));
+            float *x = malloc(sizeof(float) * (size_t)(n_in * n_tok)), *y = malloc(sizeof(float) * (size_t)(n_out * n_tok));
+            for (int64_t i = 0; i < n_in * n_tok; i++) x[i] = test_rng_uniform(&rng);
+            for (int64_t i = 0; i < n_out * n_tok; i++) y[i] = NAN;
+            float *panel = malloc(sizeof(float) * (size_t)(k->panel_rows * n_in));
+            k->matmul(ktypes[ti], w, rb, n_in, 0, n_out, x, n_in, n_tok, y, n_out, panel);
+            double worst = 0;
+            for (int64_t t = 0; t < n_tok; t++)
+                for (int64_t r = 0; r < n_out; r++) {
+                    double ref = 0, mag = 0;
+                    for (int64_t i = 0; i < n_in; i++) {
+                        ref += (double)wr[r * n_in + i] * x[t * n_in + i];
+                        mag += fabs((double)wr[r * n_in + i] * x[t * n_in + i]);
+                    }
+                    const double e = fabs(y[t * n_out + r] - ref) / (mag + 1e-30);
+                    if (!(e <= worst)) worst = e;
+                }
+            CHECKF(worst < 1e-5, "%s matmul %s %lldx%lld x %lld: rel err %g", k->name, knames[ti], (long long)n_out,
+                   (long long)n_in, (long long)n_tok, worst);
+            /* a token alone through odd row ranges gives the batch's bits */
+            float *y1 = malloc(sizeof(float) * (size_t)n_out);
+            bool same = true;
+            for (int64_t t = 0; t < n_tok; t++) {
+                for (int64_t i = 0; i < n_out; i++) y1[i] = NAN;
+                for (int64_t r0 = 0; r0 < n_out; r0 += 3)
+                    k->matmul(ktypes[ti], w, rb, n_in, r0, ES__MIN(n_out, r0 + 3), x + t * n_in, n_in, 1, y1 + r0, n_out, NULL);
+                same = same && memcmp(y1, y + t * n_out, sizeof(float) * (size_t)n_out) == 0;
+            }
+            CHECKF(same, "%s matmul %s: a token alone differs from the batch", k->name, knames[ti]);
+            /* to_f32 equals the decoder bit for bit */
+            bool exact = true;
+            float *row = malloc(sizeof(float) * (size_t)n_in);
+            for (int64_t r = 0; r < n_out; r++) {
+                k->to_f32(ktypes[ti], w + rb * (size_t)r, row, n_in);
+                exact = exact && memcmp(row, wr + r * n_in, sizeof(float) * (size_t)n_in) == 0;
+            }
+            CHECKF(exact, "%s to_f32 %s not exact", k->name, knames[ti]);
+            free(row), free(y1), free(panel), free(x), free(y), free(wr), free(w);
+        }
+}
+
+int main(void) {
+    test_dequant();
+    test_quantize();
+    const es__kern *levels[3] = {es__kern_generic(), es__kern_x86_v3(), es__kern_x86_v4()};
+    for (int i = 0; i < 3; i++)
+        if (levels[i]) test_kernels(levels[i]);
+    TEST_MAIN_END();
+}

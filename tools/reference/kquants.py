@@ -1,0 +1,92 @@
+"""kquants.py: ggml's K-quant super-blocks (Q4_K, Q5_K, Q6_K) decoded in numpy, written from the
+format description independently of the C library (lib/core/quant_k.c).
+
+Arithmetic is float32 as ggml's reference does it: the scale products d*sc and dmin*m, then
+(d*sc)*q and its difference with dmin*m, so the result equals the C dequantiser bit for bit (every
+product is exact; the difference is rounded once). Halves are decoded from their bits by hand.
+
+Layouts per 256 elements (e = element index in the super-block):
+  q4_K 144 bytes: d f16, dmin f16, scales[12], qs[128];   q5_K 176: d, dmin, scales[12], qh[32], qs[128]
+    sub-block j = e // 32 has a 6-bit scale and min in scales[] (see _scale_min); the 4-bit quant is
+    nibble (j % 2) of qs[32 * (e // 64) + e % 32]; q5_K adds bit j of qh[e % 32] as 16.
+    x = (d * sc_j) * q - dmin * m_j
+  q6_K 210 bytes: ql[128], qh[64], scales[16] (int8), d f16
+    x = (d * scales[e // 16]) * (q - 32), q: low nibble of ql[64h + l + 32 (g % 2)] (shifted by 4 when
+    g >= 2) and 2 high bits (2g) of qh[32h + l], for h = e // 128, g = (e % 128) // 32, l = e % 32.
+"""
+
+import numpy as np
+
+TYPES = {"q4_K": (12, 144), "q5_K": (13, 176), "q6_K": (14, 210)}  # name: (ggml id, bytes per 256)
+QK_K = 256
+
+
+def f16_to_f32(lo, hi):
+    """Two uint8 arrays (low, high byte) -> float32, decoded from sign, exponent and mantissa."""
+    h = lo.astype(np.uint32) | (hi.astype(np.uint32) << 8)
+    sign = np.where(h >> 15, -1.0, 1.0)
+    e = ((h >> 10) & 31).astype(np.float64)
+    m = (h & 1023).astype(np.float64)
+    v = np.where(e == 0, m * 2.0 ** -24, (1024.0 + m) * np.exp2(e - 25.0))
+    with np.errstate(invalid="ignore"):
+        v = np.where(e == 31, np.where(m == 0, np.inf, np.nan), v)
+    return (sign * v).astype(np.float32)
+
+
+def _scale_min(s):
+    """s: (nb, 12) uint8 -> sc, m: (nb, 8) int. Sub-blocks 0-3 hold both in the low 6 bits of
+    bytes j and j+4; 4-7 take a nibble of byte j+4 and the top 2 bits of bytes j-4 / j."""
+    s = s.astype(np.int64)
+    sc = np.empty((s.shape[0], 8), np.int64)
+    m = np.empty((s.shape[0], 8), np.int64)
+    sc[:, :4] = s[:, 0:4] & 63
+    m[:, :4] = s[:, 4:8] & 63
+    sc[:, 4:] = (s[:, 8:12] & 15) | ((s[:, 0:4] >> 6) << 4)
+    m[:, 4:] = (s[:, 8:12] >> 4) | ((s[:, 4:8] >> 6) << 4)
+    return sc, m
+
+
+def _q4_q5(blk, five):
+    nb = blk.shape[0]
+    d = f16_to_f32(blk[:, 0], blk[:, 1])
+    dmin = f16_to_f32(blk[:, 2], blk[:, 3])
+    sc, m = _scale_min(blk[:, 4:16])
+    qs = blk[:, 48:176] if five else blk[:, 16:144]
+    e = np.arange(QK_K)
+    j = e // 32
+    byte = qs[:, 32 * (e // 64) + e % 32].astype(np.int64)
+    q = np.where(j % 2 == 1, byte >> 4, byte & 15)
+    if five:
+        q = q + 16 * ((blk[:, 16 + e % 32].astype(np.int64) >> j) & 1)
+    with np.errstate(invalid="ignore", over="ignore"):
+        ds = d[:, None] * sc.astype(np.float32)  # (nb, 8)
+        dm = dmin[:, None] * m.astype(np.float32)
+        y = ds[:, j] * q.astype(np.float32) - dm[:, j]
+    return y.reshape(nb * QK_K)
+
+
+def _q6(blk):
+    nb = blk.shape[0]
+    d = f16_to_f32(blk[:, 208], blk[:, 209])
+    scales = blk[:, 192:208].view(np.int8).astype(np.float32)
+    e = np.arange(QK_K)
+    h, g, l = e // 128, (e % 128) // 32, e % 32
+    low = (blk[:, 64 * h + l + 32 * (g % 2)].astype(np.int64) >> (4 * (g // 2))) & 15
+    high = (blk[:, 128 + 32 * h + l].astype(np.int64) >> (2 * g)) & 3
+    q = (low | (high << 4)) - 32
+    with np.errstate(invalid="ignore", over="ignore"):
+        y = (d[:, None] * scales[:, e // 16]) * q.astype(np.float32)
+    return y.reshape(nb * QK_K)
+
+
+def dequantize(raw, type_name, n):
+    """Raw bytes of n elements (n a multiple of 256) -> float32 array of n values."""
+    if type_name not in TYPES:
+        raise ValueError("not a K-quant: %r" % type_name)
+    if n % QK_K:
+        raise ValueError("%s needs a multiple of 256 elements, got %d" % (type_name, n))
+    bb = TYPES[type_name][1]
+    blk = np.asarray(raw, dtype=np.uint8)[: n // QK_K * bb].reshape(-1, bb)
+    if type_name == "q6_K":
+        return _q6(blk)
+    return _q4_q5(blk, type_name == "q5_K")
