@@ -146,6 +146,7 @@ es_status es_quantize(const char *in_path, const char *out_path, const char *typ
     const es_quantize_params def = es_quantize_default_params(), *p = params ? params : &def;
     ES_RETURN_IF(!in_path || !out_path || !type, &err, ES_ERR_INVALID_ARGUMENT,
                  "es_quantize: input path, output path and type are required");
+    ES_TRY(ES__CHECK_RESERVED(p, "es_quantize_params", &err));
     es__dtype target = ES__DTYPE_F32;
     bool found = false;
     for (uint32_t t = 0; t < 64 && !found; t++) {

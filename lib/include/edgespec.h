@@ -177,6 +177,7 @@ typedef struct es_quantize_params {
     es_progress_fn progress_fn;    /* after each tensor, fraction of the input's tensor bytes done;
                                       NULL = none                                                 */
     void *progress_user;           /* passed to progress_fn; NULL is fine                         */
+    uint64_t reserved[8];          /* zero; room for later fields (ABI, at the top)              */
 } es_quantize_params;
 
 /* The zeroed struct (all defaults). */
@@ -944,6 +945,7 @@ typedef struct es_alspec_params {
                                    exactly; 0 = 256                                                */
     float lambda;               /* the check's threshold, >= 0; 0 = never accept: exact decoding  */
     es_sampler_params sampling; /* zeroed = greedy                                                */
+    uint64_t reserved[8];          /* zero; room for later fields (ABI, at the top)              */
 } es_alspec_params;
 
 typedef struct es_alspec_stats {
@@ -958,6 +960,7 @@ typedef struct es_alspec_stats {
     float last_ratio[ES_ALSPEC_MAX_LAYERS];   /* ||spec - A|| / ||A|| of the last token's layers;
                                                  -1 where it had no speculation                   */
     double decode_ms;           /* wall time in es_alspec_step                                    */
+    uint64_t reserved[8];          /* zero; room for later fields (ABI, at the top)              */
 } es_alspec_stats;
 
 /* Creates an ALSpec decoder on ctx, starting a new sequence (ctx's committed tokens are dropped).

@@ -46,6 +46,7 @@ es_status es_alspec_create(es_context *ctx, const es_alspec_params *params, es_a
     es_alspec_params p;
     memset(&p, 0, sizeof p);
     if (params) p = *params;
+    ES_TRY(ES__CHECK_RESERVED(&p, "es_alspec_params", NULL));
     if (p.chunk == 0) p.chunk = 256;
     es__caps caps;
     es__context_caps(ctx, &caps);

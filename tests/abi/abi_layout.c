@@ -30,6 +30,9 @@ int main(void) {
     GROWS(es_spec_params);
     GROWS(es_dsi_stats);
     GROWS(es_spec_stats);
+    GROWS(es_quantize_params);
+    GROWS(es_alspec_params);
+    GROWS(es_alspec_stats);
     FROZEN(es_allocator);
     FROZEN(es_chat_message);
     FROZEN(es_batch);

@@ -61,6 +61,16 @@ int main(int argc, char **argv) {
     gp.sampling.reserved[5] = 0;
     CHECK_OK(es_generate(ctx, prompt, 4, &gp, out, 4, NULL));
 
+    es_alspec_params ap = {0};
+    ap.reserved[3] = 1;
+    es_alspec *al = NULL;
+    CHECK_FAILS(es_alspec_create(ctx, &ap, &al), ES_ERR_INVALID_ARGUMENT, "es_alspec_params.reserved[3]");
+    CHECK(al == NULL);
+    es_quantize_params qp = es_quantize_default_params();
+    qp.reserved[5] = 1;
+    CHECK_FAILS(es_quantize(argv[1], "reserved-never-written.gguf", "q8_0", &qp), ES_ERR_INVALID_ARGUMENT,
+                "es_quantize_params.reserved[5]");
+
     es_spec_params pp = {0};
     pp.strategy = ES_SPEC_DRAFT;
     pp.draft_ctx = draft;

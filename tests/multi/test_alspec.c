@@ -30,7 +30,7 @@ static void prompt_tokens(int32_t *p, int32_t n, unsigned long long seed) {
 static int32_t run_alspec(float lambda, const es_sampler_params *sp, const int32_t *prompt, int32_t *out,
                           es_alspec_stats *st) {
     es_context *c = new_ctx(model, N_CTX, 64);
-    es_alspec_params p = {CHUNK, lambda, *sp};
+    es_alspec_params p = {.chunk = CHUNK, .lambda = lambda, .sampling = *sp};
     es_alspec *a = NULL;
     CHECK_OK(es_alspec_create(c, &p, &a));
     int32_t n = 0;
