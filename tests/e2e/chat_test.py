@@ -213,6 +213,7 @@ def main():
     ap.add_argument("--backend", default="cpu")
     ap.add_argument("--smoke", action="store_true", help="the scripted chat plain and with --spec stream only")
     args = ap.parse_args()
+    args.smoke = args.smoke or os.environ.get("ES_TEST_SMOKE") == "1"  # as cli_spec_test.py
     if not shutil.which("tmux"):
         check(False, "tmux is installed (apt-get install tmux; README's test command does)")
         return testlib.finish()

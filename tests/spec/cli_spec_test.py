@@ -48,6 +48,9 @@ def main():
     ap.add_argument("--smoke", action="store_true",
                     help="one prompt, greedy, the default stream and draft runs only (a large model on lavapipe)")
     a = ap.parse_args()
+    # ES_TEST_SMOKE=1: .ci/run's validation and sanitizer lanes, which check how the code runs
+    # (API use, memory), not the sweep's breadth that the release suite already covered
+    a.smoke = a.smoke or os.environ.get("ES_TEST_SMOKE") == "1"
     be = ["--backend", a.backend]
     if a.backend == "vulkan":
         ENV.update(testlib.vulkan_env())
