@@ -334,7 +334,7 @@ INLINE float load_block(es__dtype type, const uint8_t *blk, vf *wq) {
  * high part. */
 #define IS_KQ(t) ((t) == ES__DTYPE_Q4_K || (t) == ES__DTYPE_Q5_K || (t) == ES__DTYPE_Q6_K)
 #define KQ_BYTES(t) ((t) == ES__DTYPE_Q4_K ? 144 : (t) == ES__DTYPE_Q5_K ? 176 : 210)
-#if ES_KERN_LEVEL >= 3
+#if KERN_X86
 INLINE vf quant_field(const uint8_t *a, int sa, int ma, const uint8_t *b, int sb, int mb, int off) {
     __m128i v = _mm_and_si128(_mm_srli_epi16(load_bytes(a), sa), _mm_set1_epi8((char)ma));
     if (b) v = _mm_or_si128(v, _mm_slli_epi16(_mm_and_si128(_mm_srli_epi16(load_bytes(b), sb), _mm_set1_epi8((char)mb)), 4));
@@ -369,7 +369,7 @@ INLINE void kq_scales(es__dtype type, const uint8_t *x, float *ds, float *ndm) {
     memcpy(&c, x + 12, 4);
     const uint32_t w[4] = {a & 0x3f3f3f3fu, (c & 0x0f0f0f0fu) | ((a >> 2) & 0x30303030u), b & 0x3f3f3f3fu,
                            ((c >> 4) & 0x0f0f0f0fu) | ((b >> 2) & 0x30303030u)};
-#if ES_KERN_LEVEL >= 3
+#if KERN_X86
     /* the same products, eight lanes at a time */
     const __m128i sm = _mm_loadu_si128((const __m128i *)(const void *)w);
     const __m256 sc8 = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(sm));

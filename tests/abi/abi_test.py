@@ -87,7 +87,7 @@ def main():
     check(m is not None and m.group(1) == f"libedgespec.so.{major}",
           f"soname libedgespec.so.{major} (got {m.group(1) if m else None})", p)
 
-    p = subprocess.run([a.layout], capture_output=True, text=True)
+    p = subprocess.run(testlib.wrap([a.layout]), capture_output=True, text=True)
     check(p.returncode == 0, "abi_layout runs", p)
     lines = p.stdout.splitlines()
     info = {ln.split()[0]: ln.split()[1:] for ln in lines if not ln.startswith("size ")}

@@ -24,7 +24,7 @@ FAMILIES = [
 
 def run(cmd):
     env = testlib.vulkan_env() if "vulkan" in cmd else None
-    p = subprocess.run(cmd, capture_output=True, timeout=120, env=env, stdin=subprocess.DEVNULL)
+    p = subprocess.run(testlib.wrap(cmd), capture_output=True, timeout=120, env=env, stdin=subprocess.DEVNULL)
     p.stdout = p.stdout.decode("utf-8", "replace")
     p.stderr = p.stderr.decode("utf-8", "replace")
     check(p.returncode == 0, "exit status 0", p)

@@ -28,8 +28,9 @@ def shim_env(shim):
     return env
 
 
-def run(cmd, env=None, timeout=120):
-    p = subprocess.run(cmd, capture_output=True, timeout=timeout, env=env, stdin=subprocess.DEVNULL)
+def run(cmd, env=None, timeout=120, host=False):
+    """cmd: a built program (through the exe wrapper in a cross build), or with host a host tool."""
+    p = subprocess.run(cmd if host else testlib.wrap(cmd), capture_output=True, timeout=timeout, env=env, stdin=subprocess.DEVNULL)
     p.stdout = p.stdout.decode("utf-8", "replace")
     p.stderr = p.stderr.decode("utf-8", "replace")
     check(p.returncode >= 0, f"no signal (got signal {-p.returncode})", p)
@@ -37,7 +38,7 @@ def run(cmd, env=None, timeout=120):
 
 
 def needed(path):
-    p = run(["readelf", "-d", path])
+    p = run(["readelf", "-d", path], host=True)
     check(p.returncode == 0, f"readelf -d {path}", p)
     return [ln for ln in p.stdout.splitlines() if "(NEEDED)" in ln]
 

@@ -66,7 +66,7 @@ def dequantisation(workdir):
             want[name] = kquants.dequantize(raw.reshape(-1), t, nb * 256)
     src, out = os.path.join(workdir, "kq-deq-in.gguf"), os.path.join(workdir, "kq-deq-out.gguf")
     w.write(src)
-    subprocess.run([XCHECK, "kquant", src, out], check=True, stdout=subprocess.DEVNULL)
+    subprocess.run(testlib.wrap([XCHECK, "kquant", src, out]), check=True, stdout=subprocess.DEVNULL)
     r = pygguf.read(out)
     for name, ref in want.items():
         got = r.tensors["deq." + name].numpy().reshape(-1)
@@ -105,7 +105,7 @@ def quantisation(workdir):
         w.add_tensor("src." + k, xs[k], "f32")
     src, out = os.path.join(workdir, "kq-q-in.gguf"), os.path.join(workdir, "kq-q-out.gguf")
     w.write(src)
-    subprocess.run([XCHECK, "kquant", src, out], check=True, stdout=subprocess.DEVNULL)
+    subprocess.run(testlib.wrap([XCHECK, "kquant", src, out]), check=True, stdout=subprocess.DEVNULL)
     r = pygguf.read(out)
     for t in kquants.TYPES:
         bb = kquants.TYPES[t][1]

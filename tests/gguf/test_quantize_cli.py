@@ -28,13 +28,13 @@ FILE_TYPE = {"q4_K": 14, "q5_K": 16, "q6_K": 18, "q8_0": 7, "q4_0": 2}
 
 
 def run(*args, expect=0):
-    p = subprocess.run([CLI, "quantize"] + list(args), capture_output=True, text=True)
+    p = subprocess.run(testlib.wrap([CLI, "quantize"] + list(args)), capture_output=True, text=True)
     check(p.returncode == expect, "quantize %s: exit %d, expected %d" % (" ".join(args), p.returncode, expect), p)
     return p
 
 
 def mk(out, *flags):
-    subprocess.run([MK, "-o", out] + list(flags), check=True)
+    subprocess.run(testlib.wrap([MK, "-o", out] + list(flags)), check=True)
 
 
 def same_as_direct():
@@ -53,7 +53,7 @@ def same_as_direct():
         check(a.get("general.quantization_version") == 2, "%s: general.quantization_version" % t)
         check(a.tensors["blk.0.attn_norm.weight"].type == "f32", "%s: norms stay f32" % t)
         check(a.get("tokenizer.ggml.tokens") == b.get("tokenizer.ggml.tokens"), "%s: keys copied" % t)
-        info = subprocess.run([CLI, "info", "-m", "qz-out.gguf"], capture_output=True, text=True)
+        info = subprocess.run(testlib.wrap([CLI, "info", "-m", "qz-out.gguf"]), capture_output=True, text=True)
         check(info.returncode == 0, "%s: the output loads" % t, info)
 
 

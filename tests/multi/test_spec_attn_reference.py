@@ -15,6 +15,9 @@ import sys
 
 import numpy as np
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
+import testlib  # noqa: E402
+
 BOUND = 2e-5
 
 
@@ -27,7 +30,7 @@ def attend(q, k, v, scale):
 def main():
     exe, workdir = sys.argv[1], sys.argv[2]
     path = os.path.join(workdir, "spec_attn.bin")
-    subprocess.run([exe, path], check=True)
+    subprocess.run(testlib.wrap([exe, path]), check=True)
     data = open(path, "rb").read()
     off = 0
 
