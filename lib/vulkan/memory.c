@@ -34,20 +34,25 @@ static void account(es__vk_dev *d, int64_t delta) {
     if (d->stats->device_bytes > d->stats->device_peak_bytes) d->stats->device_peak_bytes = d->stats->device_bytes;
 }
 
+/* The VkBuffer of out (no memory yet); next: a create-info extension or NULL. */
+static es_status make_buffer(es__vk_dev *d, VkDeviceSize size, const void *next, const char *what, es__vk_buf *out) {
+    VkBufferCreateInfo bi = {.sType = VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO, .pNext = next};
+    bi.size = size;
+    bi.usage = ES__BUFFER_USAGE;
+    bi.sharingMode = VK_SHARING_MODE_EXCLUSIVE;
+    const VkResult r = vkCreateBuffer(d->dev, &bi, NULL, &out->buf);
+    if (r == VK_SUCCESS) return ES_OK;
+    out->buf = VK_NULL_HANDLE;
+    return es__vk_fail(d, r, what);
+}
+
 es_status es__vk_buf_create(es__vk_dev *d, VkDeviceSize size, es__vk_mem_kind kind, const char *what,
                             es__vk_buf *out) {
     memset(out, 0, sizeof *out);
     ES_TRY(es__vk_check_lost(d));
     if (size == 0) size = 16;
-    VkBufferCreateInfo bi = {.sType = VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO};
-    bi.size = size;
-    bi.usage = ES__BUFFER_USAGE;
-    bi.sharingMode = VK_SHARING_MODE_EXCLUSIVE;
-    VkResult r = vkCreateBuffer(d->dev, &bi, NULL, &out->buf);
-    if (r != VK_SUCCESS) {
-        out->buf = VK_NULL_HANDLE;
-        return es__vk_fail(d, r, what);
-    }
+    ES_TRY(make_buffer(d, size, NULL, what, out));
+    VkResult r = VK_SUCCESS;
     VkMemoryRequirements req;
     vkGetBufferMemoryRequirements(d->dev, out->buf, &req);
     VkMemoryPropertyFlags need = 0, want = 0;
@@ -129,15 +134,8 @@ es_status es__vk_buf_import(es__vk_dev *d, void *host, VkDeviceSize size, const 
     ES_VK_TRY(d, host_props(d->dev, ht, host, &hp));
     VkExternalMemoryBufferCreateInfo ext = {.sType = VK_STRUCTURE_TYPE_EXTERNAL_MEMORY_BUFFER_CREATE_INFO};
     ext.handleTypes = ht;
-    VkBufferCreateInfo bi = {.sType = VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO, .pNext = &ext};
-    bi.size = size;
-    bi.usage = ES__BUFFER_USAGE;
-    bi.sharingMode = VK_SHARING_MODE_EXCLUSIVE;
-    VkResult r = vkCreateBuffer(d->dev, &bi, NULL, &out->buf);
-    if (r != VK_SUCCESS) {
-        out->buf = VK_NULL_HANDLE;
-        return es__vk_fail(d, r, what);
-    }
+    ES_TRY(make_buffer(d, size, &ext, what, out));
+    VkResult r = VK_SUCCESS;
     VkMemoryRequirements req;
     vkGetBufferMemoryRequirements(d->dev, out->buf, &req);
     /* Coherent only: the two devices sharing it then need no flushes of a mapping they lack. */
