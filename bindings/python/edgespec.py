@@ -199,7 +199,17 @@ def _tokens(ids):
     return (ctypes.c_int32 * max(len(ids), 1))(*ids), len(ids)
 
 
-class Model:
+class _Closing:
+    """`with` frees the object at the end of the block (its close())."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+class Model(_Closing):
     """A loaded GGUF model (es_model_load): immutable, shareable by contexts."""
 
     def __init__(self, path, vocab_only=False):
@@ -271,12 +281,6 @@ class Model:
 
     __del__ = close
 
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
 
 def _generate_params(n_predict, temperature, top_k, top_p, min_p, seed, stop, ignore_eog):
     gp = GenerateParams(n_predict=n_predict, ignore_eog=ignore_eog)
@@ -290,7 +294,7 @@ def _generate_params(n_predict, temperature, top_k, top_p, min_p, seed, stop, ig
     return gp, keep
 
 
-class _Generator:
+class _Generator(_Closing):
     """What Context and Spec share: one generate call (es_generate or es_spec_generate) with a
     Python callback, and streaming it as an iterator."""
 
@@ -421,12 +425,6 @@ class Context(_Generator):
 
     __del__ = close
 
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
 
 class Spec(_Generator):
     """A speculation object (es_spec) driving a context; generate() and stream() as on Context,
@@ -459,9 +457,3 @@ class Spec(_Generator):
             self._h = None
 
     __del__ = close
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
