@@ -11,6 +11,11 @@ output.weight unless tied). Like llama.cpp's quantiser, f16 and q8_0 files keep 
 (norms) in f32 and store every matrix in the chosen type; q8_0 uses ggml's reference quantiser
 (tools/pygguf). RoPE is NORM-ordered in the model already, so Q and K need no permutation.
 The Speculative Streaming adapter (--ss) is the separate GGUF of docs/formats.md.
+Models of the other architectures (model.ARCHS: qwen2, phi3, gemma, gemma2) are written and read
+with their own <arch>.* keys and tensors as llama.cpp names them: qwen2's blk.N.attn_{q,k,v}.bias,
+phi3's fused blk.N.attn_qkv.weight (Q, K, V rows) and blk.N.ffn_up.weight (gate rows, then up),
+gemma2's blk.N.post_attention_norm / post_ffw_norm and soft-capping keys;
+edgespec.rope.ordering only where the pairing is not the architecture's own.
 Deliberately not here: training (train.py) and the GGUF byte layout itself (tools/pygguf).
 """
 
@@ -82,24 +87,34 @@ def base_writer(model, vocab, wtype="f32", name="edgespec", vocab_only=False):
     if len(vocab) != c.n_vocab:
         raise ValueError("tokenizer has %d tokens, model %d" % (len(vocab), c.n_vocab))
     w = pygguf.Writer()
-    w.add("general.architecture", "llama")
+    a = c.arch
+    w.add("general.architecture", a)
     w.add("general.name", name)
     w.add("general.file_type", FILE_TYPE[wtype], pygguf.UINT32)
     if wtype == "q8_0":
         w.add("general.quantization_version", 2, pygguf.UINT32)
-    w.add("llama.vocab_size", c.n_vocab, pygguf.UINT32)
-    w.add("llama.context_length", c.n_ctx, pygguf.UINT32)
-    w.add("llama.embedding_length", c.n_embd, pygguf.UINT32)
-    w.add("llama.block_count", c.n_layer, pygguf.UINT32)
-    w.add("llama.feed_forward_length", c.n_ff, pygguf.UINT32)
-    w.add("llama.rope.dimension_count", c.n_rot, pygguf.UINT32)
-    w.add("llama.attention.head_count", c.n_head, pygguf.UINT32)
-    w.add("llama.attention.head_count_kv", c.n_head_kv, pygguf.UINT32)
+    w.add(a + ".vocab_size", c.n_vocab, pygguf.UINT32)
+    w.add(a + ".context_length", c.n_ctx, pygguf.UINT32)
+    w.add(a + ".embedding_length", c.n_embd, pygguf.UINT32)
+    w.add(a + ".block_count", c.n_layer, pygguf.UINT32)
+    w.add(a + ".feed_forward_length", c.n_ff, pygguf.UINT32)
+    w.add(a + ".rope.dimension_count", c.n_rot, pygguf.UINT32)
+    w.add(a + ".attention.head_count", c.n_head, pygguf.UINT32)
+    w.add(a + ".attention.head_count_kv", c.n_head_kv, pygguf.UINT32)
     if c.head_dim * c.n_head != c.n_embd:
-        w.add("llama.attention.key_length", c.head_dim, pygguf.UINT32)
-        w.add("llama.attention.value_length", c.head_dim, pygguf.UINT32)
-    w.add("llama.attention.layer_norm_rms_epsilon", float(c.rms_eps), pygguf.FLOAT32)
-    w.add("llama.rope.freq_base", float(c.rope_base), pygguf.FLOAT32)
+        w.add(a + ".attention.key_length", c.head_dim, pygguf.UINT32)
+        w.add(a + ".attention.value_length", c.head_dim, pygguf.UINT32)
+    w.add(a + ".attention.layer_norm_rms_epsilon", float(c.rms_eps), pygguf.FLOAT32)
+    w.add(a + ".rope.freq_base", float(c.rope_base), pygguf.FLOAT32)
+    if c.rope_neox != c.a["neox"]:
+        w.add("edgespec.rope.ordering", "neox" if c.rope_neox else "norm")
+    if c.n_swa > 0:
+        w.add(a + ".attention.sliding_window", c.n_swa, pygguf.UINT32)
+    if c.a["softcap"]:
+        w.add(a + ".attn_logit_softcapping", float(c.attn_softcap), pygguf.FLOAT32)
+        w.add(a + ".final_logit_softcapping", float(c.final_softcap), pygguf.FLOAT32)
+    elif c.attn_softcap or c.final_softcap:
+        raise ValueError("%s has no soft-capping" % a)
     add_vocab(w, vocab)
     if vocab_only:
         return w
@@ -113,9 +128,24 @@ def base_writer(model, vocab, wtype="f32", name="edgespec", vocab_only=False):
     if model.output is not None:
         put("output.weight", model.output.weight)               # (n_vocab, n_embd)
     for i, b in enumerate(model.blocks):
-        for suffix, attr in BLOCK_TENSORS:
-            put("blk.%d.%s" % (i, suffix), _weight(getattr(b, attr)))
+        for tname, t in block_tensors(b, c):
+            put("blk.%d.%s" % (i, tname), t)
     return w
+
+
+def block_tensors(b, c):
+    """(GGUF suffix, tensor) of one block in the file's layout for the architecture."""
+    out = [(suffix, _weight(getattr(b, attr))) for suffix, attr in BLOCK_TENSORS]
+    if c.a["fused"]:  # phi3: Q, K, V rows in one matrix; gate rows, then up rows in ffn_up
+        d = dict(out)
+        qkv = torch.cat([d.pop("attn_q.weight"), d.pop("attn_k.weight"), d.pop("attn_v.weight")])
+        up = torch.cat([d.pop("ffn_gate.weight"), d.pop("ffn_up.weight")])
+        out = [(k, v) for k, v in d.items()] + [("attn_qkv.weight", qkv), ("ffn_up.weight", up)]
+    if c.a["qkv_bias"]:
+        out += [("%s.bias" % n, getattr(b, n).bias) for n in ("attn_q", "attn_k", "attn_v")]
+    if c.a["post_norms"]:
+        out += [("post_attention_norm.weight", b.post_attention_norm), ("post_ffw_norm.weight", b.post_ffw_norm)]
+    return out
 
 
 def adapter_writer(model, wtype="f32", name="edgespec"):
@@ -124,7 +154,7 @@ def adapter_writer(model, wtype="f32", name="edgespec"):
     if c.n_streams <= 0:
         raise ValueError("the model has no speculative streams")
     w = pygguf.Writer()
-    w.add("general.architecture", "llama")
+    w.add("general.architecture", c.arch)
     w.add("general.type", "adapter")
     w.add("general.name", name)
     w.add("edgespec.adapter.type", "speculative_streaming")
@@ -181,25 +211,42 @@ def load_vocab(r):
 def load_gguf_model(path, adapter=None):
     """(Model, Vocab) from a base GGUF (weights dequantised to f32) and an optional SS adapter."""
     r = pygguf.read(path)
-    if _get(r, "general.architecture") != "llama":
-        raise ValueError("%s: not a llama model" % path)
+    a = _get(r, "general.architecture")
+    if a not in M.ARCHS:
+        raise ValueError("%s: architecture %r, expected one of %s" % (path, a, sorted(M.ARCHS)))
+    for unsupported in ("rope_freqs.weight",):
+        if unsupported in r.tensors:
+            raise ValueError("%s: %s is not modelled by tools/train" % (path, unsupported))
+    if r.get(a + ".rope.scaling.type") not in (None, "none") or r.get(a + ".rope.scale_linear") not in (None, 1.0):
+        raise ValueError("%s: RoPE scaling is not modelled by tools/train" % path)
     vocab = load_vocab(r)
-    n_embd = int(_get(r, "llama.embedding_length"))
-    n_head = int(_get(r, "llama.attention.head_count"))
-    kw = dict(n_vocab=len(vocab), n_embd=n_embd, n_layer=int(_get(r, "llama.block_count")),
-              n_head=n_head, n_head_kv=int(_get(r, "llama.attention.head_count_kv", n_head)),
-              n_ff=int(_get(r, "llama.feed_forward_length")),
-              n_ctx=int(_get(r, "llama.context_length")),
-              head_dim=int(_get(r, "llama.attention.key_length", n_embd // n_head)),
-              rms_eps=float(_get(r, "llama.attention.layer_norm_rms_epsilon")),
-              rope_base=float(_get(r, "llama.rope.freq_base", 10000.0)),
-              tied="output.weight" not in r.tensors)
-    kw["n_rot"] = int(_get(r, "llama.rope.dimension_count", kw["head_dim"]))
+    n_embd = int(_get(r, a + ".embedding_length"))
+    n_head = int(_get(r, a + ".attention.head_count"))
+    kw = dict(n_vocab=len(vocab), n_embd=n_embd, n_layer=int(_get(r, a + ".block_count")),
+              n_head=n_head, n_head_kv=int(_get(r, a + ".attention.head_count_kv", n_head)),
+              n_ff=int(_get(r, a + ".feed_forward_length")),
+              n_ctx=int(_get(r, a + ".context_length")),
+              head_dim=int(_get(r, a + ".attention.key_length", n_embd // n_head)),
+              rms_eps=float(_get(r, a + ".attention.layer_norm_rms_epsilon")),
+              rope_base=float(_get(r, a + ".rope.freq_base", 10000.0)),
+              tied="output.weight" not in r.tensors, arch=a,
+              n_swa=int(_get(r, a + ".attention.sliding_window", 0, required=False)))
+    kw["n_rot"] = int(_get(r, a + ".rope.dimension_count", kw["head_dim"]))
+    order = _get(r, "edgespec.rope.ordering", "", required=False)
+    if order not in ("", "norm", "neox"):
+        raise ValueError("%s: edgespec.rope.ordering %r" % (path, order))
+    if order:
+        kw["rope_neox"] = order == "neox"
+    if M.ARCHS[a]["softcap"]:  # llama.cpp's defaults when the keys are absent, as the C library
+        kw["attn_softcap"] = float(_get(r, a + ".attn_logit_softcapping", 50.0))
+        kw["final_softcap"] = float(_get(r, a + ".final_logit_softcapping", 30.0))
     ra = None
     if adapter:
         ra = pygguf.read(adapter)
         if _get(ra, "edgespec.adapter.type") != "speculative_streaming":
             raise ValueError("%s: not a Speculative Streaming adapter" % adapter)
+        if ra.get("general.architecture") not in (None, a):
+            raise ValueError("%s: an adapter for %s, the base is %s" % (adapter, ra.get("general.architecture"), a))
         kw.update(n_streams=int(_get(ra, "edgespec.ss.n_streams")),
                   n_msa=int(_get(ra, "edgespec.ss.n_msa_layers")),
                   prune_rank=int(_get(ra, "edgespec.ss.prune_rank", 0, required=False)),
@@ -218,8 +265,7 @@ def load_gguf_model(path, adapter=None):
         if m.output is not None:
             m.output.weight.copy_(t(r, "output.weight"))
         for i, b in enumerate(m.blocks):
-            for suffix, attr in BLOCK_TENSORS:
-                _weight(getattr(b, attr)).copy_(t(r, "blk.%d.%s" % (i, suffix)))
+            load_block(b, m.cfg, lambda n: t(r, "blk.%d.%s" % (i, n)))
         if ra is not None:
             m.stream_embd.copy_(t(ra, "ss.stream_embd.weight"))
             if m.prune_down is not None:
@@ -230,6 +276,29 @@ def load_gguf_model(path, adapter=None):
                     lo.a.copy_(t(ra, "ss.blk.%d.%s.lora_a" % (i, tgt)))
                     lo.b.copy_(t(ra, "ss.blk.%d.%s.lora_b" % (i, tgt)))
     return m, vocab
+
+
+def load_block(b, c, get):
+    """Copies one block's tensors (get(GGUF suffix)) into model.Block b, splitting phi3's fused
+    matrices."""
+    names = [(suffix, attr) for suffix, attr in BLOCK_TENSORS]
+    if c.a["fused"]:
+        qd, kvd = c.n_head * c.head_dim, c.n_head_kv * c.head_dim
+        qkv, up = get("attn_qkv.weight"), get("ffn_up.weight")
+        b.attn_q.weight.copy_(qkv[:qd])
+        b.attn_k.weight.copy_(qkv[qd:qd + kvd])
+        b.attn_v.weight.copy_(qkv[qd + kvd:])
+        b.ffn_gate.weight.copy_(up[:c.n_ff])
+        b.ffn_up.weight.copy_(up[c.n_ff:])
+        names = [(s, a) for s, a in names if a not in ("attn_q", "attn_k", "attn_v", "ffn_gate", "ffn_up")]
+    for suffix, attr in names:
+        _weight(getattr(b, attr)).copy_(get(suffix))
+    if c.a["qkv_bias"]:
+        for n in ("attn_q", "attn_k", "attn_v"):
+            getattr(b, n).bias.copy_(get(n + ".bias"))
+    if c.a["post_norms"]:
+        b.post_attention_norm.copy_(get("post_attention_norm.weight"))
+        b.post_ffw_norm.copy_(get("post_ffw_norm.weight"))
 
 
 def load_checkpoint(path):

@@ -1,4 +1,5 @@
-"""model.py: the llama-architecture model edgespec runs, with Speculative Streaming, in PyTorch.
+"""model.py: the models edgespec runs (llama and the architectures of ARCHS), with Speculative
+Streaming, in PyTorch.
 
 The main stream is exactly the forward pass of edgespec's C library (and llama.cpp's "llama"
 graph): token embedding; per block RMSNorm (eps from metadata), attention with RoPE in NORM
@@ -6,6 +7,18 @@ ordering (adjacent pairs (x[2i], x[2i+1]) rotated, theta_i = pos * base^(-2i/n_r
 query heads (query head h reads key/value head h // (n_head / n_head_kv)), SwiGLU feed-forward;
 final RMSNorm and a tied or separate output head. Linear weights are stored (out, in) as GGUF
 stores them (ne[0] = in), so export needs no transposes and no Q/K permutation.
+
+The other architectures (Config.arch; docs/formats.md, "Architectures") differ from llama as
+llama.cpp runs them, and every difference applies to the streams as to the main stream:
+  - qwen2: Q, K and V projections with biases; NEOX RoPE (pairs (x[i], x[i + n_rot/2]));
+  - phi3: llama with NEOX RoPE here (its fused attn_qkv and gate-up tensors are split at load and
+    fused again at export, export.py);
+  - gemma: embedding rows times sqrt(n_embd), GeGLU (gelu's tanh form) instead of SwiGLU, NEOX
+    (its GGUF norm weights already hold gemma's 1 + w, so the norm is the plain one);
+  - gemma2: gemma plus an RMSNorm of each branch's output before its residual add, attention
+    scores and final logits soft-capped c tanh(x / c), and a sliding window on even layers.
+Config.n_swa (any architecture): a query at position p sees keys at positions > p - n_swa in the
+sliding layers. The early exit and the streams go through the same (soft-capped) head.
 
 Speculative Streaming (papers/speculative-streaming.txt, 3.2):
   - gamma stream identifier embeddings P_j; stream j at position t starts at the input of block
@@ -32,6 +45,21 @@ import torch.nn.functional as F
 
 LORA_TARGETS = ("attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down")
 
+# What each architecture does beyond llama (lib/core/arch.c has the C library's own table).
+# swa_pattern: with a window, layer i slides iff i % p < p - 1 (1: every layer; 2: even layers).
+ARCHS = {
+    "llama": dict(neox=False, qkv_bias=False, fused=False, embd_scale=False, gelu=False, post_norms=False,
+                  swa_pattern=1, softcap=False),
+    "qwen2": dict(neox=True, qkv_bias=True, fused=False, embd_scale=False, gelu=False, post_norms=False,
+                  swa_pattern=1, softcap=False),
+    "phi3": dict(neox=True, qkv_bias=False, fused=True, embd_scale=False, gelu=False, post_norms=False,
+                 swa_pattern=1, softcap=False),
+    "gemma": dict(neox=True, qkv_bias=False, fused=False, embd_scale=True, gelu=True, post_norms=False,
+                  swa_pattern=1, softcap=False),
+    "gemma2": dict(neox=True, qkv_bias=False, fused=False, embd_scale=True, gelu=True, post_norms=True,
+                   swa_pattern=2, softcap=True),
+}
+
 
 @dataclasses.dataclass
 class Config:
@@ -47,6 +75,12 @@ class Config:
     rms_eps: float = 1e-5
     rope_base: float = 10000.0
     tied: bool = True
+    # architecture (ARCHS); None: the architecture's own RoPE pairing
+    arch: str = "llama"
+    rope_neox: bool = None
+    n_swa: int = 0             # sliding window (0 = none)
+    attn_softcap: float = 0.0  # attention scores c tanh(s / c) (0 = none)
+    final_softcap: float = 0.0 # logits c tanh(l / c) (0 = none)
     # Speculative Streaming
     n_streams: int = 0         # gamma; 0 = plain model
     n_msa: int = 0             # Ns: MSA blocks at the top
@@ -56,6 +90,10 @@ class Config:
     lora_targets: tuple = LORA_TARGETS
 
     def __post_init__(self):
+        if self.arch not in ARCHS:
+            raise ValueError("architecture %r, expected one of %s" % (self.arch, sorted(ARCHS)))
+        if self.rope_neox is None:
+            self.rope_neox = ARCHS[self.arch]["neox"]
         if self.n_head_kv == 0:
             self.n_head_kv = self.n_head
         if self.head_dim == 0:
@@ -85,14 +123,30 @@ class Config:
     def msa_start(self):
         return self.n_layer - self.n_msa
 
+    @property
+    def a(self):
+        """The architecture's row of ARCHS."""
+        return ARCHS[self.arch]
+
+    def window(self, il):
+        """Layer il's sliding window (0: the whole context)."""
+        p = self.a["swa_pattern"]
+        return self.n_swa if self.n_swa > 0 and (p <= 1 or il % p < p - 1) else 0
+
     def base_dict(self):
         keys = ("n_vocab", "n_embd", "n_layer", "n_head", "n_head_kv", "n_ff", "n_ctx",
-                "head_dim", "n_rot", "rms_eps", "rope_base", "tied")
+                "head_dim", "n_rot", "rms_eps", "rope_base", "tied", "arch", "rope_neox", "n_swa",
+                "attn_softcap", "final_softcap")
         return {k: getattr(self, k) for k in keys}
 
 
 def rms_norm(x, w, eps):
     return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w
+
+
+def softcap(x, c):
+    """gemma2's soft-capping c tanh(x / c); c = 0: x unchanged."""
+    return c * torch.tanh(x / c) if c > 0 else x
 
 
 def rope_tables(n_rot, base, positions, dtype):
@@ -102,12 +156,17 @@ def rope_tables(n_rot, base, positions, dtype):
     return torch.cos(ang).to(dtype), torch.sin(ang).to(dtype)
 
 
-def apply_rope(x, cos, sin, n_rot):
-    """NORM ordering: pairs (x[2i], x[2i+1]) rotated by theta_i. x (..., T, H, head_dim); cos/sin
+def apply_rope(x, cos, sin, n_rot, neox=False):
+    """NEOX ordering (neox): pairs (x[i], x[i + n_rot/2]) rotated by theta_i. Else NORM ordering: pairs (x[2i], x[2i+1]) rotated by theta_i. x (..., T, H, head_dim); cos/sin
     (T, n_rot/2). Written as x * cos + swap(x) * sin, swap(x) = (-x[2i+1], x[2i]) per pair, which
     keeps the backward pass free of strided-slice scatters."""
     hd = x.shape[-1]
     xr = x if n_rot == hd else x[..., :n_rot]
+    if neox:
+        c, s, half = cos[:, None, :], sin[:, None, :], n_rot // 2
+        a, b = xr[..., :half], xr[..., half:]
+        rot = torch.cat((a * c - b * s, a * s + b * c), dim=-1)
+        return rot if n_rot == hd else torch.cat((rot, x[..., n_rot:]), dim=-1)
     c = cos.repeat_interleave(2, dim=-1)[:, None, :]        # (T, 1, n_rot)
     s = sin.repeat_interleave(2, dim=-1)[:, None, :]
     sign = torch.tensor([-1.0, 1.0], dtype=x.dtype, device=x.device)
@@ -138,14 +197,18 @@ class Block(nn.Module):
         self.cfg = c
         d, hd = c.n_embd, c.head_dim
         self.attn_norm = nn.Parameter(torch.ones(d))
-        self.attn_q = nn.Linear(d, c.n_head * hd, bias=False)
-        self.attn_k = nn.Linear(d, c.n_head_kv * hd, bias=False)
-        self.attn_v = nn.Linear(d, c.n_head_kv * hd, bias=False)
+        bias = c.a["qkv_bias"]
+        self.attn_q = nn.Linear(d, c.n_head * hd, bias=bias)
+        self.attn_k = nn.Linear(d, c.n_head_kv * hd, bias=bias)
+        self.attn_v = nn.Linear(d, c.n_head_kv * hd, bias=bias)
         self.attn_output = nn.Linear(c.n_head * hd, d, bias=False)
         self.ffn_norm = nn.Parameter(torch.ones(d))
         self.ffn_gate = nn.Linear(d, c.n_ff, bias=False)
         self.ffn_up = nn.Linear(d, c.n_ff, bias=False)
         self.ffn_down = nn.Linear(c.n_ff, d, bias=False)
+        if c.a["post_norms"]:
+            self.post_attention_norm = nn.Parameter(torch.ones(d))
+            self.post_ffw_norm = nn.Parameter(torch.ones(d))
         self.lora = nn.ModuleDict()
         if msa and c.lora_rank > 0:
             for name in c.lora_targets:
@@ -158,11 +221,18 @@ class Block(nn.Module):
             y = y + self.lora[name](x)
         return y
 
+    def _branch(self, x, y, post):
+        """The residual add of a branch's output y, through gemma2's post-branch norm."""
+        if self.cfg.a["post_norms"]:
+            y = rms_norm(y, getattr(self, post), self.cfg.rms_eps)
+        return x + y
+
     def _ffn(self, x, stream):
         h = rms_norm(x, self.ffn_norm, self.cfg.rms_eps)
         g = self._proj("ffn_gate", h, stream)
         u = self._proj("ffn_up", h, stream)
-        return x + self._proj("ffn_down", F.silu(g) * u, stream)
+        act = F.gelu(g, approximate="tanh") if self.cfg.a["gelu"] else F.silu(g)
+        return self._branch(x, self._proj("ffn_down", act * u, stream), "post_ffw_norm")
 
     def _qkv(self, x, stream, cos, sin):
         c = self.cfg
@@ -171,12 +241,13 @@ class Block(nn.Module):
         q = self._proj("attn_q", h, stream).view(*shp, c.n_head, c.head_dim)
         k = self._proj("attn_k", h, stream).view(*shp, c.n_head_kv, c.head_dim)
         v = self._proj("attn_v", h, stream).view(*shp, c.n_head_kv, c.head_dim)
+        nx = c.rope_neox
         if stream:  # (B, T, G, H, hd): RoPE by the stream's node position t
-            q = apply_rope(q.transpose(1, 2), cos, sin, c.n_rot).transpose(1, 2)
-            k = apply_rope(k.transpose(1, 2), cos, sin, c.n_rot).transpose(1, 2)
+            q = apply_rope(q.transpose(1, 2), cos, sin, c.n_rot, nx).transpose(1, 2)
+            k = apply_rope(k.transpose(1, 2), cos, sin, c.n_rot, nx).transpose(1, 2)
         else:       # (B, T, H, hd)
-            q = apply_rope(q, cos, sin, c.n_rot)
-            k = apply_rope(k, cos, sin, c.n_rot)
+            q = apply_rope(q, cos, sin, c.n_rot, nx)
+            k = apply_rope(k, cos, sin, c.n_rot, nx)
         return q, k, v
 
     def _expand_kv(self, t, dim):
@@ -193,9 +264,9 @@ class Block(nn.Module):
         kh = self._expand_kv(k.transpose(1, 2), 1)              # (B, H, T, hd)
         vh = self._expand_kv(v.transpose(1, 2), 1)
         att = torch.matmul(qh, kh.transpose(-1, -2)) / math.sqrt(c.head_dim)  # (B, H, T, T)
-        att = att.masked_fill(mask, float("-inf")).softmax(-1)
+        att = softcap(att, c.attn_softcap).masked_fill(mask, float("-inf")).softmax(-1)
         o = torch.matmul(att, vh).transpose(1, 2).reshape(B, T, -1)
-        return self._ffn(x + self.attn_output(o), False), kh, vh
+        return self._ffn(self._branch(x, self.attn_output(o), "post_attention_norm"), False), kh, vh
 
     def forward_streams(self, s, kh, vh, cos, sin, mask):
         """Eq. 2: stream j at t attends to main K/V at <= t and to streams <= j at t.
@@ -210,10 +281,11 @@ class Block(nn.Module):
         ks = self._expand_kv(ks.permute(0, 3, 1, 2, 4), 1)      # (B, H, P, G, hd)
         vs = self._expand_kv(vs.permute(0, 3, 1, 2, 4), 1)
         scale = 1.0 / math.sqrt(c.head_dim)
-        sm = torch.matmul(qs.reshape(B, c.n_head, P * G, -1), kh.transpose(-1, -2)) * scale
+        sm = softcap(torch.matmul(qs.reshape(B, c.n_head, P * G, -1), kh.transpose(-1, -2)) * scale,
+                     c.attn_softcap)
         sm = sm.view(B, c.n_head, P, G, T).masked_fill(mask[:, None, :], float("-inf"))
         # Stream-to-stream scores are G x G per (t, head): elementwise beats tiny batched matmuls.
-        ss = (qs.unsqueeze(-2) * ks.unsqueeze(-3)).sum(-1) * scale  # (B, H, P, G, G)
+        ss = softcap((qs.unsqueeze(-2) * ks.unsqueeze(-3)).sum(-1) * scale, c.attn_softcap)  # (B, H, P, G, G)
         smask = torch.ones(G, G, dtype=torch.bool, device=s.device).triu(1)
         ss = ss.masked_fill(smask, float("-inf"))
         # One softmax over the union of both key sets, without materialising their concatenation.
@@ -224,7 +296,7 @@ class Block(nn.Module):
         o = torch.matmul(em.reshape(B, c.n_head, P * G, T), vh).view(B, c.n_head, P, G, -1)
         o = (o + (es.unsqueeze(-1) * vs.unsqueeze(-3)).sum(-2)) / den  # (B, H, P, G, hd)
         o = o.permute(0, 2, 3, 1, 4).reshape(B, P, G, -1)
-        return self._ffn(s + self._proj("attn_output", o, True), True)
+        return self._ffn(self._branch(s, self._proj("attn_output", o, True), "post_attention_norm"), True)
 
 
 class Model(nn.Module):
@@ -299,12 +371,19 @@ class Model(nn.Module):
         mask = torch.ones(T, T, dtype=torch.bool, device=dev).triu(1)   # (T, T) future keys
         sp = torch.arange(T, device=dev) if stream_pos is None else stream_pos
         smask = torch.arange(T, device=dev)[None, :] > sp[:, None]       # (P, T)
+        masks = {0: (mask, smask)}
+        if c.n_swa > 0:  # sliding layers also hide keys at positions <= p - n_swa
+            ar = torch.arange(T, device=dev)
+            masks[c.n_swa] = (mask | (ar[:, None] - ar[None, :] >= c.n_swa),
+                              smask | (sp[:, None] - ar[None, :] >= c.n_swa))
         scos, ssin = cos[sp], sin[sp]
         streams = want_streams and c.n_streams > 0
         grad_base = torch.is_grad_enabled() and not freeze_base
         out = {}
         with torch.set_grad_enabled(grad_base):
             x = self.token_embd(tokens)
+            if c.a["embd_scale"]:
+                x = x * math.sqrt(c.n_embd)
         s = None
         for i, b in enumerate(self.blocks):
             if i == c.prune_layer and want_prune and self.prune_down is not None:
@@ -312,23 +391,24 @@ class Model(nn.Module):
             if streams and i == c.msa_start:
                 xs = x[:, sp].detach() if freeze_base else x[:, sp]
                 s = xs.unsqueeze(2) + self.stream_embd                    # Eq. 3, identity f_eta
+            lmask, lsmask = masks[c.window(i)]
             with torch.set_grad_enabled(grad_base):
-                x_new, kh, vh = b.forward_main(x, cos, sin, mask)
+                x_new, kh, vh = b.forward_main(x, cos, sin, lmask)
             if s is not None:
-                s = b.forward_streams(s, kh, vh, scos, ssin, smask)
+                s = b.forward_streams(s, kh, vh, scos, ssin, lsmask)
             x = x_new
         if c.prune_layer == c.n_layer and want_prune and self.prune_down is not None:
             out["prune_logits"] = self.prune_logits(x[:, sp].detach())
         w = self.head_weight()
         with torch.set_grad_enabled(grad_base):
-            out["logits"] = F.linear(rms_norm(x, self.output_norm, c.rms_eps), w)
+            out["logits"] = softcap(F.linear(rms_norm(x, self.output_norm, c.rms_eps), w), c.final_softcap)
         if s is not None:
             hn = rms_norm(s, self.output_norm.detach() if freeze_base else self.output_norm, c.rms_eps)
-            out["stream_logits"] = F.linear(hn, w.detach() if freeze_base else w)
+            out["stream_logits"] = softcap(F.linear(hn, w.detach() if freeze_base else w), c.final_softcap)
         return out
 
     def prune_logits(self, h):
         """3.2.3 early exit: head(final_norm(h + up(down(h)))); the head is not trained by it."""
         e = h + self.prune_up(self.prune_down(h))
-        return F.linear(rms_norm(e, self.output_norm.detach(), self.cfg.rms_eps),
-                        self.head_weight().detach())
+        return softcap(F.linear(rms_norm(e, self.output_norm.detach(), self.cfg.rms_eps),
+                                self.head_weight().detach()), self.cfg.final_softcap)
