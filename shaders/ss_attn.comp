@@ -3,8 +3,9 @@
 // tree node (the step's ES_STEP_SS_NODE) or of every node (ss_push.h): stream j of node i attends
 // to the main stream's keys/values at positions 0..pos(i) (committed cache slots, then the
 // provisional slots of i's ancestors and i itself, found through the DFS intervals as in
-// attn.comp) and to the keys/values of i's streams 0..j, taken from the stream rows' QKV; one
-// online softmax over both. Streams write no KV.
+// attn.comp; in a sliding layer only positions > pos(i) - window) and to the keys/values of i's
+// streams 0..j, taken from the stream rows' QKV; one online softmax over both, the scores scaled
+// and soft-capped as the main stream's. Streams write no KV.
 // As attn.comp, each invocation computes one (stream row, head) on its own, keys folded in one at
 // a time in position order, then the stream keys in stream order: no barrier and no reduction
 // (on lavapipe either costs more than a key's arithmetic), and a row's result does not depend on
@@ -24,6 +25,10 @@ layout(push_constant) uniform PC { ES_PC_SS_ATTN(PC_U, PC_F) } pc;
 
 layout(constant_id = 2) const uint HD4 = 16; // head dimension / 4
 
+float capped(float s) { // gemma2's soft-capping, as attn.comp
+    return pc.softcap > 0.0 ? pc.softcap * tanh(s / pc.softcap) : s;
+}
+
 void main() {
     const uint gi = gl_WorkGroupID.x * gl_WorkGroupSize.x + gl_LocalInvocationID.x;
     if (gi >= pc.n_rows * pc.n_head) return;
@@ -40,11 +45,12 @@ void main() {
         acc[c] = vec4(0.0);
     }
     float m = -1.0 / 0.0, l = 0.0;
-    for (uint q = 0u; q <= p; q++) { // the main stream's keys the node sees
+    const uint q0 = pc.window > 0u && p >= pc.window ? p - pc.window + 1u : 0u; // the sliding window
+    for (uint q = q0; q <= p; q++) { // the main stream's keys the node sees
         const uint kb = (kvb + step_slot(node, q, n_past, chain)) * HD4;
         float d = dot4(qv[0], FETCH_F4(KC, kb));
         for (uint c = 1u; c < HD4; c++) d += dot4(qv[c], FETCH_F4(KC, kb + c));
-        const float sc = d * pc.scale, mn = max(m, sc), pe = exp(sc - mn);
+        const float sc = capped(d * pc.scale), mn = max(m, sc), pe = exp(sc - mn);
         const float alpha = mn == m ? 1.0 : exp(m - mn);
         l = l * alpha + pe;
         for (uint c = 0u; c < HD4; c++) acc[c] = fma(vec4(pe), FETCH_F4(VC, kb + c), acc[c] * alpha);
@@ -54,7 +60,7 @@ void main() {
         const uint kb = (base + s) * qs + (pc.n_head + kvh) * HD4, vb = kb + pc.n_head_kv * HD4;
         float d = dot4(qv[0], FETCH_F4(QKV, kb));
         for (uint c = 1u; c < HD4; c++) d += dot4(qv[c], FETCH_F4(QKV, kb + c));
-        const float sc = d * pc.scale, mn = max(m, sc), pe = exp(sc - mn);
+        const float sc = capped(d * pc.scale), mn = max(m, sc), pe = exp(sc - mn);
         const float alpha = mn == m ? 1.0 : exp(m - mn);
         l = l * alpha + pe;
         for (uint c = 0u; c < HD4; c++) acc[c] = fma(vec4(pe), FETCH_F4(QKV, vb + c), acc[c] * alpha);

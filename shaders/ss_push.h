@@ -26,8 +26,9 @@
     U(p_stride) /* texels between rows of P                                   */                   \
     U(y_stride) /* texels between rows of Y                                   */
 
-/* ss_rope: rotates the Q and K heads of the stream rows in QKV in place, at the position of the
- * step's node; writes nothing to the cache (streams write no KV). */
+/* ss_rope: adds the layer's Q, K, V biases (when it has them) to the stream rows in QKV, then
+ * rotates their Q and K heads in place at the position of the step's node; writes nothing to
+ * the cache (streams write no KV). */
 #define ES_PC_SS_ROPE(U, F)                                                                        \
     U(n)        /* stream rows                                                */                   \
     U(n_head)                                                                                      \
@@ -35,7 +36,8 @@
     U(hd)                                                                                          \
     U(n_rot)                                                                                       \
     U(neox)                                                                                        \
-    U(qkv_stride) /* floats between rows of QKV                               */
+    U(qkv_stride) /* floats between rows of QKV                               */                   \
+    U(bias_off) /* float offset of the layer's Q, K, V biases in ROPE (qwen2), head order; 0: none */
 
 /* ss_attn: multi-stream attention (Eq. 2) of stream j of a node: the keys of positions
  * 0..pos(node) (committed slots, then the node's ancestors and itself) and the keys of the node's
@@ -51,6 +53,8 @@
     U(qkv_stride) /* floats between stream rows of QKV                        */                   \
     U(n_ctx)    /* slots per head in the cache                                */                   \
     U(o_stride) /* floats between rows of the output                          */                   \
-    F(scale)
+    U(window)   /* the layer's sliding window: keys at positions <= p - window unseen (0: all) */ \
+    F(scale)                                                                                       \
+    F(softcap)  /* scores become softcap tanh(s / softcap) (gemma2; 0: not)   */
 
 #endif

@@ -1,6 +1,6 @@
 #version 450
-// ss_rope.comp: rotary embedding of the stream rows' Q and K heads, in place, at the position of
-// the node they belong to (streams use their node's position, tools/train/model.py). Streams
+// ss_rope.comp: the biases (qwen2) of the stream rows' Q, K and V, then the rotary embedding of
+// their Q and K heads, in place, at the position of the node they belong to (streams use their node's position, tools/train/model.py). Streams
 // write no KV: nothing goes to the cache. Angles from the host's double-precision table, pairs as
 // in mul_mat.comp's RoPE epilogue (ES_ROPE_NORM: (2i, 2i + 1), ES_ROPE_NEOX: (i, i + n_rot / 2)).
 #extension GL_GOOGLE_include_directive : require
@@ -23,6 +23,11 @@ void main() {
     const uint half_rot = pc.n_rot / 2u, hd = pc.hd;
     const uint p = uint(step_pos(uint(step_at(ES_STEP_SS_NODE))));
     const uint rope = p * half_rot * 2u, base = t * pc.qkv_stride;
+    if (pc.bias_off != 0u) { // qwen2's biases, before RoPE as in the forward; Q, K, V in head order
+        for (uint i = lid; i < (pc.n_head + 2u * pc.n_head_kv) * hd; i += wg) QKV[base + i] += FETCH_F1(ROPE, pc.bias_off + i);
+        memoryBarrierBuffer();
+        barrier();
+    }
     // Q heads, then K heads (which follow Q in the row)
     for (uint it = lid; it < (pc.n_head + pc.n_head_kv) * half_rot; it += wg) {
         const uint h = it / half_rot, i = it % half_rot;

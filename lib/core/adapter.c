@@ -141,8 +141,9 @@ static es_status load(loader *L, es__ss_adapter *ad) {
     const es__hparams *hp = L->hp;
     ES_TRY(expect_str(L, "general.type", "adapter"));
     /* optional (tools/train writes it, mkadapter does not); when given, it must be the base
-     * models' architecture, the one edgespec runs */
-    if (es__gguf_find(L->g, "general.architecture")) ES_TRY(expect_str(L, "general.architecture", "llama"));
+     * model's architecture: the stream layers take that architecture's steps (arch.h) */
+    if (es__gguf_find(L->g, "general.architecture"))
+        ES_TRY(expect_str(L, "general.architecture", hp->arch ? hp->arch->name : "llama"));
     ES_TRY(expect_str(L, "edgespec.adapter.type", "speculative_streaming"));
     ES_TRY(get_u32(L, "edgespec.ss.n_streams", true, 1, ES_SPEC_MAX_DEPTH, &ad->n_streams));
     ES_TRY(get_u32(L, "edgespec.ss.n_msa_layers", true, 1, (uint32_t)hp->n_layer, &ad->n_msa));
@@ -200,10 +201,6 @@ es_status es_model_load_adapter(es_model *model, const char *path) {
     ES_RETURN_IF(model->ss, &model->err, ES_ERR_INVALID_ARGUMENT,
                  "es_model_load_adapter: model '%s' already has an adapter; load the model again for another",
                  model->path);
-    /* the stream layers (lib/cpu/msa.c, lib/vulkan/msa_vk.c) compute llama's layer only */
-    ES_RETURN_IF(model->hp.arch && strcmp(model->hp.arch->name, "llama") != 0, &model->err, ES_ERR_UNSUPPORTED,
-                 "SS adapter '%s': model '%s' is a %s model; Speculative Streaming adapters run on llama models only",
-                 path, model->path, model->hp.arch->name);
     es__file_map map;
     int e = es__file_map_open(path, true, &map);
     ES_RETURN_IF(e != 0, &model->err, ES_ERR_IO, "SS adapter '%s': %s", path, es__file_strerror(e));

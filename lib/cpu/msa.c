@@ -10,6 +10,8 @@
  *     forward) and runs the top Ns layers with the layers' weights (plus the adapter's stream-only
  *     LoRA), attending to the main stream's keys/values of the token's ancestors and itself (the
  *     KV cache) and to streams <= j of the same token, in one softmax (Eq. 2); streams write no KV.
+ *     The architecture's steps (arch.h: biases, GeGLU, post-branch norms, soft-capping, sliding
+ *     windows) are taken exactly as the forward takes them for the main stream.
  *     Computing them after the forward gives the same values as interleaving them layer by layer
  *     (the cache then holds every layer's keys and values of the batch), and on this backend
  *     computing one token's streams on demand is never dearer than every token's in the pass.
@@ -33,6 +35,7 @@ struct es__msa {
     int32_t n_streams;       /* stream rows per token it asked for                              */
     int32_t fwd_n, fwd_n_past;
     int32_t *dfs_s, *dfs_e;  /* [tok_cap] the survivors' DFS intervals                          */
+    int32_t *pos;            /* [tok_cap] their positions (sliding windows, arch.h)             */
     float *x0;               /* [tok_cap][n_embd] main hidden state at the first MSA layer      */
     /* the token whose streams the rows hold (-1: none), and how many of them */
     int32_t node, node_g;
@@ -60,7 +63,7 @@ struct es__msa {
 void es__msa_free(es__cpu_ctx *c, const es_allocator *a) {
     struct es__msa *m = c->msa;
     if (!m) return;
-    void *bufs[] = {m->dfs_s, m->dfs_e, m->x0, m->parents, m->kept_mem, m->s, m->sn, m->q, m->att, m->kk, m->vv,
+    void *bufs[] = {m->dfs_s, m->dfs_e, m->pos, m->x0, m->parents, m->kept_mem, m->s, m->sn, m->q, m->att, m->kk, m->vv,
                     m->tmp, m->gate, m->up, m->scores, m->visible, m->lora_tmp, m->ee_x, m->ee_down, m->ee_logits};
     for (size_t i = 0; i < ES__ARRAY_LEN(bufs); i++) es__free(a, bufs[i]);
     es__free(a, m);
@@ -91,6 +94,7 @@ static bool alloc_fixed(struct es__msa *m, es_context *ctx, int32_t n_threads) {
     m->rows_cap = ss->n_streams;
     m->scores_stride = (size_t)ctx->n_ctx + nb + G;
     return grow(a, &m->dfs_s, none, nb, 1, sizeof(int32_t)) && grow(a, &m->dfs_e, none, nb, 1, sizeof(int32_t)) &&
+           grow(a, &m->pos, none, nb, 1, sizeof(int32_t)) &&
            grow(a, &m->x0, none, nb, d, sizeof(float)) && grow(a, &m->parents, none, nb, 1, sizeof(int32_t)) &&
            grow(a, &m->kept_mem, none, 8, nb, sizeof(int32_t)) && grow(a, &m->s, none, G, d, sizeof(float)) &&
            grow(a, &m->sn, none, G, d, sizeof(float)) && grow(a, &m->q, none, G, qd, sizeof(float)) &&
@@ -133,6 +137,7 @@ es_status es__msa_prepare(es_context *ctx, es__fwd *f, es__msa_job *job) {
     m->fwd_n_past = f->n_past;
     memcpy(m->dfs_s, f->dfs_start, sizeof(int32_t) * (size_t)f->n);
     memcpy(m->dfs_e, f->dfs_end, sizeof(int32_t) * (size_t)f->n);
+    memcpy(m->pos, f->pos, sizeof(int32_t) * (size_t)f->n);
     *job = (es__msa_job){f, hp, ctx->weights, c, B->kern, B->pool, ctx->n_ctx, ss, m};
     return ES_OK;
 }
@@ -163,6 +168,16 @@ static void lora_rows(const es__msa_job *J, const es__ss_lora *lo, const float *
         for (int32_t r = 0; r < rank; r++) tmp[r] = J->k->dot(lo->a + (int64_t)r * lo->n_in, xt, lo->n_in);
         for (int32_t o = 0; o < lo->n_out; o++) yt[o] += J->k->dot(lo->b + (int64_t)o * rank, tmp, rank);
     }
+}
+
+/* The model's final soft-capping (gemma2, arch.h) of n rows of logits: the early exit and the
+ * stream logits go through the same head as the main stream's. */
+static void softcap_rows(const es__msa_job *J, float *logits, int64_t n, int ith, int nth) {
+    if (J->hp->final_softcap <= 0.0f) return;
+    int64_t lo, hi;
+    rows_range(n, ith, nth, &lo, &hi);
+    for (int64_t t = lo; t < hi; t++) es__cpu_softcap(logits + t * J->hp->n_vocab, J->hp->n_vocab, J->hp->final_softcap);
+    es__pool_barrier(J->pool);
 }
 
 /* ---- pruning (3.2.3) */
@@ -205,6 +220,7 @@ static void compact_batch(const es__msa_job *J) {
     /* the stream pass reads these after the forward */
     memcpy(m->dfs_s, p->dfs_start, sizeof(int32_t) * (size_t)na);
     memcpy(m->dfs_e, p->dfs_end, sizeof(int32_t) * (size_t)na);
+    memcpy(m->pos, p->pos, sizeof(int32_t) * (size_t)na);
     m->fwd_n = na;
 }
 
@@ -233,6 +249,7 @@ static void prune(const es__msa_job *J, int ith, int nth) {
         es__pool_barrier(J->pool);
         mm(J, &J->w->output, m->ee_x, n, m->ee_logits, ith, nth);
         es__pool_barrier(J->pool);
+        softcap_rows(J, m->ee_logits, n, ith, nth);
         if (ith == 0) es__prune_decide(f, m->parents + first, n, m->ee_logits, (size_t)hp->n_vocab, hp->n_vocab);
         es__pool_barrier(J->pool); /* the next chunk overwrites the logits */
     }
@@ -257,20 +274,24 @@ void es__msa_before_layer(es__msa_job *J, int32_t il, int ith, int nth) {
 
 /* Stream row j of the node attends to the committed slots, the batch slots of the node's
  * ancestors and itself (layer il of the cache, written by the main stream), and to streams 0..j
- * of the node (Eq. 2). */
+ * of the node (Eq. 2), with the main stream's scale, soft-capping and the layer's sliding window
+ * (keys at positions <= p - window unseen; the node's own streams sit at p). */
 static void stream_attention(const es__msa_job *J, int32_t il, int ith, int nth) {
     const struct es__msa *m = J->m;
     const es__fwd *f = J->f;
     const es__hparams *hp = J->hp;
     const int32_t G = f->n_streams, nh = hp->n_head, hd = hp->head_dim, group = hp->n_head / hp->n_head_kv;
     const int64_t qd = (int64_t)nh * hd, kvd = (int64_t)hp->n_head_kv * hd;
-    const float scale = 1.0f / sqrtf((float)hd);
+    const float scale = hp->attn_scale, cap = hp->attn_softcap;
     float *scores = m->scores + (size_t)ith * m->scores_stride;
     int32_t *visible = m->visible + (size_t)ith * (size_t)m->tok_cap;
-    const int32_t b = m->node;
+    const int32_t b = m->node, window = es__layer_window(hp, il), p = f->pos[b];
+    /* the committed slots from c0 (slot s holds position s), then the ancestors in the window */
+    const int32_t c0 = window > 0 ? ES__MIN(f->n_past, ES__MAX(0, p - window + 1)) : 0, n_com = f->n_past - c0;
     int32_t n_vis = 0;
     for (int32_t i = 0; i < f->n; i++)
-        if (f->dfs_start[i] <= f->dfs_start[b] && f->dfs_end[b] <= f->dfs_end[i]) visible[n_vis++] = i;
+        if (f->dfs_start[i] <= f->dfs_start[b] && f->dfs_end[b] <= f->dfs_end[i] && (window <= 0 || f->pos[i] > p - window))
+            visible[n_vis++] = f->n_past + i;
     int64_t lo, hi;
     es__split_range((int64_t)G * nh, 1, ith, nth, &lo, &hi);
     for (int64_t task = lo; task < hi; task++) {
@@ -279,12 +300,13 @@ static void stream_attention(const es__msa_job *J, int32_t il, int ith, int nth)
         const int32_t g = h / group;
         const size_t cache = ((size_t)il * (size_t)hp->n_head_kv + (size_t)g) * (size_t)J->n_ctx * (size_t)hd;
         const float *kg = J->c->k + cache, *vg = J->c->v + cache, *q = m->q + row * qd + (int64_t)h * hd;
-        const int32_t n_main = f->n_past + n_vis, n_keys = n_main + j + 1;
+        const int32_t n_main = n_com + n_vis, n_keys = n_main + j + 1;
         float mx = -INFINITY;
         for (int32_t s = 0; s < n_keys; s++) {
-            const float *key = s < n_main ? kg + (int64_t)(s < f->n_past ? s : f->n_past + visible[s - f->n_past]) * hd
+            const float *key = s < n_main ? kg + (int64_t)(s < n_com ? c0 + s : visible[s - n_com]) * hd
                                            : m->kk + (int64_t)(s - n_main) * kvd + (int64_t)g * hd;
-            const float sc = J->k->dot(q, key, hd) * scale;
+            float sc = J->k->dot(q, key, hd) * scale;
+            if (cap > 0.0f) sc = cap * tanhf(sc / cap);
             scores[s] = sc;
             mx = sc > mx ? sc : mx;
         }
@@ -296,7 +318,7 @@ static void stream_attention(const es__msa_job *J, int32_t il, int ith, int nth)
         float *o = m->att + row * qd + (int64_t)h * hd;
         memset(o, 0, sizeof(float) * (size_t)hd);
         for (int32_t s = 0; s < n_keys; s++) {
-            const float *val = s < n_main ? vg + (int64_t)(s < f->n_past ? s : f->n_past + visible[s - f->n_past]) * hd
+            const float *val = s < n_main ? vg + (int64_t)(s < n_com ? c0 + s : visible[s - n_com]) * hd
                                            : m->vv + (int64_t)(s - n_main) * kvd + (int64_t)g * hd;
             J->k->axpy(o, scores[s], val, hd);
         }
@@ -310,6 +332,23 @@ static void norm_range(const es__msa_job *J, const float *x, const float *w, flo
     int64_t lo, hi;
     rows_range(n_rows, ith, nth, &lo, &hi);
     for (int64_t t = lo; t < hi; t++) es__cpu_rmsnorm_row(J->k, x + t * d, w, d, J->hp->rms_eps, y + t * d);
+}
+
+static void add_bias(float *x, const float *b, int64_t n) {
+    if (b)
+        for (int64_t i = 0; i < n; i++) x[i] += b[i];
+}
+
+/* Rows [lo, hi) of a residual branch's output (tmp) into the residual, through the post-branch
+ * norm when the architecture has one (gemma2), as the forward's branch_phase does. */
+static void branch_add(const es__msa_job *J, const float *post, int64_t lo, int64_t hi) {
+    struct es__msa *m = J->m;
+    const int64_t d = J->hp->n_embd;
+    for (int64_t t = lo; t < hi; t++) {
+        float *y = m->tmp + t * d;
+        if (post) es__cpu_rmsnorm_row(J->k, y, post, d, J->hp->rms_eps, y);
+        for (int64_t i = 0; i < d; i++) m->s[t * d + i] += y[i];
+    }
 }
 
 /* One MSA layer for the node's stream rows. */
@@ -334,8 +373,11 @@ static void stream_layer(const es__msa_job *J, int32_t il, int ith, int nth) {
     lora_rows(J, &lr[ES__SS_LORA_Q], m->sn, m->q, lo, hi, ltmp);
     lora_rows(J, &lr[ES__SS_LORA_K], m->sn, m->kk, lo, hi, ltmp);
     lora_rows(J, &lr[ES__SS_LORA_V], m->sn, m->vv, lo, hi, ltmp);
-    for (int64_t t = lo; t < hi; t++) { /* RoPE at the node's position */
+    for (int64_t t = lo; t < hi; t++) { /* the biases (qwen2), then RoPE at the node's position */
         const float *cs = J->c->rope + (int64_t)m->node * (hp->n_rot / 2) * 2;
+        add_bias(m->q + t * qd, L->bq, qd);
+        add_bias(m->kk + t * kvd, L->bk, kvd);
+        add_bias(m->vv + t * kvd, L->bv, kvd);
         es__cpu_rope_token(m->q + t * qd, hp->n_head, hp->head_dim, hp->n_rot, cs, hp->rope_type);
         es__cpu_rope_token(m->kk + t * kvd, hp->n_head_kv, hp->head_dim, hp->n_rot, cs, hp->rope_type);
     }
@@ -345,7 +387,7 @@ static void stream_layer(const es__msa_job *J, int32_t il, int ith, int nth) {
     mm(J, &L->wo, m->att, R, m->tmp, ith, nth);
     es__pool_barrier(J->pool);
     lora_rows(J, &lr[ES__SS_LORA_O], m->att, m->tmp, lo, hi, ltmp);
-    for (int64_t i = lo * d; i < hi * d; i++) m->s[i] += m->tmp[i];
+    branch_add(J, L->post_attn_norm, lo, hi);
     es__pool_barrier(J->pool);
 
     norm_range(J, m->s, L->ffn_norm, m->sn, R, ith, nth);
@@ -355,15 +397,18 @@ static void stream_layer(const es__msa_job *J, int32_t il, int ith, int nth) {
     es__pool_barrier(J->pool);
     lora_rows(J, &lr[ES__SS_LORA_GATE], m->sn, m->gate, lo, hi, ltmp);
     lora_rows(J, &lr[ES__SS_LORA_UP], m->sn, m->up, lo, hi, ltmp);
-    for (int64_t i = lo * ff; i < hi * ff; i++) {
-        const float g = m->gate[i];
-        m->gate[i] = g / (1.0f + expf(-g)) * m->up[i];
-    }
+    if (hp->arch && hp->arch->act == ES__ACT_GELU)
+        es__cpu_geglu_range(m->gate, m->up, lo * ff, hi * ff, m->gate);
+    else
+        for (int64_t i = lo * ff; i < hi * ff; i++) {
+            const float g = m->gate[i];
+            m->gate[i] = g / (1.0f + expf(-g)) * m->up[i];
+        }
     es__pool_barrier(J->pool);
     mm(J, &L->down, m->gate, R, m->tmp, ith, nth);
     es__pool_barrier(J->pool);
     lora_rows(J, &lr[ES__SS_LORA_DOWN], m->gate, m->tmp, lo, hi, ltmp);
-    for (int64_t i = lo * d; i < hi * d; i++) m->s[i] += m->tmp[i];
+    branch_add(J, L->post_ffn_norm, lo, hi);
     es__pool_barrier(J->pool);
 }
 
@@ -398,6 +443,7 @@ static void run_streams(es_context *ctx, int32_t i, int32_t g) {
     lf.n_past = m->fwd_n_past;
     lf.dfs_start = m->dfs_s;
     lf.dfs_end = m->dfs_e;
+    lf.pos = m->pos;
     lf.n_streams = g;
     es__msa_job J = {&lf, &ctx->model->hp, ctx->weights, c, B->kern, B->pool, ctx->n_ctx, ctx->model->ss, m};
     m->node = i;
@@ -438,5 +484,7 @@ es_status es__msa_stream_logits(es_context *ctx, int32_t i, int32_t g, float *ou
     es__cpu_state *B = ctx->backend->impl;
     head_job h = {B->kern, &w->output, m->sn, g, out, c->panel, c->panel_floats};
     es__pool_run(B->pool, head_thread, &h);
+    const es__hparams *hp = &ctx->model->hp;
+    if (hp->final_softcap > 0.0f) es__cpu_softcap(out, (int64_t)g * hp->n_vocab, hp->final_softcap);
     return ES_OK;
 }

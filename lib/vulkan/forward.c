@@ -401,7 +401,7 @@ static es_status ss_setup(es_context *ctx, vk_ctx *c) {
                                bind_region(c, &c->r_qkv, c->v_qkv), bind_region(c, &c->r_attn, c->v_attn),
                                bind_region(c, &c->r_h, c->v_h), bind_buf(&c->step, c->v_step),
                                bind_region(c, &c->r_rope, c->v_rope), bind_buf(&c->w->vecs, c->w->vecs_view),
-                               &c->step, &c->logits, kv, kv + L};
+                               &c->step, &c->logits, kv, kv + L, c->bias_floats};
     es_status s = es__vk_msa_create(ctx, &res, &c->msa);
     es__free(c->d->alloc, kv);
     return s;

@@ -15,6 +15,10 @@
  *     buffer recorded per context and replayed, the node in the step data. Only the node whose
  *     stream logits are asked runs (the last accepted one, for the strategy); the values are
  *     the same bits as fused rows give.
+ * Both take the architecture's steps (arch.h) as the main stream does: Q, K, V biases (the RoPE
+ * epilogue's in the fused rows, ss_rope.comp's in the pass), GeGLU, post-branch norms, scaled
+ * and soft-capped scores in the layer's sliding window, and the soft-capped head (which the
+ * early exit shares).
  * Deliberately not here: the main stream (forward.c), verification and drafting (lib/decode). */
 #include "msa_vk.h"
 
@@ -81,6 +85,7 @@ struct es__vk_msa {
     VkDescriptorSet s_init_fused;
     /* the stream pass */
     VkDescriptorSet s_init, s_norm_out;
+    VkDescriptorSet s_post;           /* gemma2: s += rmsnorm(sn) g, the branch stored in sn  */
     ss_mm stream_out;
     VkCommandBuffer cbs[ES_SPEC_MAX_DEPTH + 1]; /* the stream pass of g streams at cbs[g]   */
     VkQueryPool queries[ES_SPEC_MAX_DEPTH + 1]; /* and its timestamps when profiling          */
@@ -96,6 +101,30 @@ struct es__vk_msa {
 
 static uint32_t up32(uint32_t x) {
     return (x + 31u) & ~31u;
+}
+
+static const es__hparams *hparams(const struct es__vk_msa *m) {
+    return &m->ctx->model->hp;
+}
+
+/* The architecture's gate/up epilogue, and a branch's (post-branch norms store, the norm adds),
+ * as forward.c records them (arch.h). */
+static bool post_norms(const struct es__vk_msa *m) {
+    return hparams(m)->arch->post_norms;
+}
+static uint32_t glu_epi(const struct es__vk_msa *m) {
+    return hparams(m)->arch->act == ES__ACT_GELU ? ES__EPI_GEGLU : ES__EPI_SWIGLU;
+}
+static uint32_t branch_epi(const struct es__vk_msa *m) {
+    return post_norms(m) ? ES__EPI_STORE : ES__EPI_ADD;
+}
+
+/* ss_attn's constants for layer l: the main stream's scale, soft-capping and window. */
+static es__pc_ss_attn attn_call(const struct es__vk_msa *m, int32_t l, uint32_t n_rows, uint32_t g, uint32_t row0) {
+    const es__hparams *hp = hparams(m);
+    return (es__pc_ss_attn){n_rows, g, row0, (uint32_t)hp->n_head, (uint32_t)hp->n_head_kv, (uint32_t)hp->head_dim,
+                            m->res.QKV32, m->res.n_ctx, m->res.Q32, (uint32_t)es__layer_window(hp, l), hp->attn_scale,
+                            hp->attn_softcap};
 }
 
 static es__vk_bind bind_of(struct es__vk_msa *m, const es__vk_region *r, VkBufferView view) {
@@ -310,8 +339,9 @@ static es_status make_fused_sets(struct es__vk_msa *m) {
         ss_layer *L = &m->layers[i];
         const es__vk_mat *mats[LO_N] = {&vl->qkv, &vl->wo, &vl->gateup, &vl->down};
         const es__vk_bind in[LO_N] = {r->xn, r->attn, r->xn, r->h};
-        const es__vk_bind out[LO_N] = {write_bind(r->qkv), write_bind(r->x), write_bind(r->h), write_bind(r->x)};
-        const uint32_t epi[LO_N] = {ES__EPI_ROPE_KV, ES__EPI_ADD, ES__EPI_SWIGLU, ES__EPI_ADD};
+        const es__vk_bind branch = write_bind(post_norms(m) ? r->xn : r->x); /* forward.c's branch output */
+        const es__vk_bind out[LO_N] = {write_bind(r->qkv), branch, write_bind(r->h), branch};
+        const uint32_t epi[LO_N] = {ES__EPI_ROPE_KV, branch_epi(m), glu_epi(m), branch_epi(m)};
         for (int k = 0; k < LO_N; k++) {
             const ss_lora *lo = &L->lora[k];
             if (!lo->on) continue;
@@ -336,7 +366,7 @@ static es_status make_sets(struct es__vk_msa *m) {
     const es__vk_ss_res *r = &m->res;
     const es__ss_adapter *ss = m->ss;
     const es__vk_model *w = r->w;
-    uint32_t n_sets = 18 + w->out->n_parts * 2;
+    uint32_t n_sets = 19 + w->out->n_parts * 2;
     for (int32_t i = 0; i < ss->n_msa; i++) {
         const es__vk_layer *vl = &w->layers[ss->msa_start + i];
         /* the stream pass's sets and the fused streams' (projections twice, the LoRA A twice) */
@@ -385,9 +415,10 @@ static es_status make_sets(struct es__vk_msa *m) {
         ES_TRY(set4(m, m->p_norm, s, r->vecs, r->step, sn_w, &L->norm_attn));
         ES_TRY(set4(m, m->p_norm, s, r->vecs, r->step, sn_w, &L->norm_ffn));
         ES_TRY(mm_sets_lora(m, &L->qkv, &vl->qkv, &r->w->ws, sn, qkv_w, &L->lora[LO_QKV]));
-        ES_TRY(mm_sets_lora(m, &L->wo, &vl->wo, &r->w->ws, att, s_w, &L->lora[LO_O]));
+        const es__vk_bind branch_w = post_norms(m) ? sn_w : s_w; /* post-branch norms read it from sn */
+        ES_TRY(mm_sets_lora(m, &L->wo, &vl->wo, &r->w->ws, att, branch_w, &L->lora[LO_O]));
         ES_TRY(mm_sets_lora(m, &L->gateup, &vl->gateup, &r->w->ws, sn, h_w, &L->lora[LO_GU]));
-        ES_TRY(mm_sets_lora(m, &L->down, &vl->down, &r->w->ws, h, s_w, &L->lora[LO_DOWN]));
+        ES_TRY(mm_sets_lora(m, &L->down, &vl->down, &r->w->ws, h, branch_w, &L->lora[LO_DOWN]));
         const es__vk_bind lora_in[LO_N] = {sn, att, sn, h}, lt_w = bind_of(m, &m->r_lt, VK_NULL_HANDLE);
         for (int k = 0; k < LO_N; k++)
             if (L->lora[k].on) ES_TRY(mm_sets(m, &L->lora[k].ma, &L->lora[k].a, &m->ws, lora_in[k], lt_w));
@@ -401,6 +432,7 @@ static es_status make_sets(struct es__vk_msa *m) {
         }
     }
     ES_TRY(set4(m, m->p_norm, s, r->vecs, r->step, bind_of(m, &m->r_sn, VK_NULL_HANDLE), &m->s_norm_out));
+    if (post_norms(m)) ES_TRY(set4(m, m->p_norm, sn, r->vecs, r->step, bind_of(m, &m->r_s, VK_NULL_HANDLE), &m->s_post));
     ES_TRY(mm_sets(m, &m->stream_out, w->out, &r->w->ws, sn, bind_buf(&m->out_streams)));
     return make_fused_sets(m);
 }
@@ -510,6 +542,7 @@ static es_status rec_mm_from(struct es__vk_msa *m, es__vk_rec *r, const char *op
     pc.y_stride = y_stride;
     pc.lora_r = mm->lora ? mm->lora->rank : 0;
     pc.lora_stride = m->R32 / 4;
+    if (mm->m == m->res.w->out) pc.softcap = hparams(m)->final_softcap; /* the head, wherever it runs */
     es__vk_rec_mul_mat(r, op, p, mm->m, mm->sets, &pc);
     return ES_OK;
 }
@@ -525,11 +558,16 @@ static void rec_rows(struct es__vk_msa *m, es__vk_rec *r, const char *op, VkDesc
     es__vk_rec_dispatch(r, op, m->p_rows, set, &pc, n_rows, 1, 1);
 }
 
+static void rec_norm_add(struct es__vk_msa *m, es__vk_rec *r, const char *op, VkDescriptorSet set, uint32_t n,
+                         uint32_t g_off, uint32_t add) {
+    const es__hparams *hp = &m->ctx->model->hp;
+    es__pc_rmsnorm pc = {(uint32_t)hp->n_embd, n, m->res.E32, g_off, 0, hp->rms_eps, add};
+    es__vk_rec_dispatch(r, op, m->p_norm, set, &pc, n, 1, 1);
+}
+
 static void rec_norm(struct es__vk_msa *m, es__vk_rec *r, const char *op, VkDescriptorSet set, uint32_t n,
                      uint32_t g_off) {
-    const es__hparams *hp = &m->ctx->model->hp;
-    es__pc_rmsnorm pc = {(uint32_t)hp->n_embd, n, m->res.E32, g_off, 0, hp->rms_eps, 0};
-    es__vk_rec_dispatch(r, op, m->p_norm, set, &pc, n, 1, 1);
+    rec_norm_add(m, r, op, set, n, g_off, 0);
 }
 
 uint32_t es__vk_msa_flags(const struct es__vk_msa *m, uint32_t n, uint32_t g, uint32_t lo, uint32_t hi) {
@@ -570,9 +608,7 @@ es_status es__vk_msa_rec_proj(struct es__vk_msa *m, es__vk_rec *r, int32_t l, in
 
 void es__vk_msa_rec_attn(struct es__vk_msa *m, es__vk_rec *r, int32_t l, uint32_t n_main, uint32_t g) {
     const es__hparams *hp = &m->ctx->model->hp;
-    const uint32_t hd = (uint32_t)hp->head_dim;
-    es__pc_ss_attn pa = {n_main * g, g, n_main, (uint32_t)hp->n_head, (uint32_t)hp->n_head_kv, hd, m->res.QKV32,
-                         m->res.n_ctx, m->res.Q32, 1.0f / sqrtf((float)hd)};
+    const es__pc_ss_attn pa = attn_call(m, l, n_main * g, g, n_main);
     es__vk_rec_dispatch(r, "ss_attn", m->p_attn, m->layers[l - m->ss->msa_start].attn_fused, &pa,
                         (n_main * g * (uint32_t)hp->n_head + ES__ATTN_WG - 1) / ES__ATTN_WG, 1, 1);
 }
@@ -636,20 +672,22 @@ static es_status record_streams(struct es__vk_msa *m, uint32_t G) {
         rec_norm(m, &r, "ss_norm", L->norm_attn, G, vl->attn_norm);
         if (lo[LO_QKV].on) ES_TRY(rec_mm(m, &r, "ss_lora_a", &lo[LO_QKV].ma, G, ES__EPI_STORE, res->E32, m->R32));
         ES_TRY(rec_mm(m, &r, "ss_qkv", &L->qkv, G, ES__EPI_STORE, res->E32, res->QKV32));
+        const uint32_t bias_off = res->bias_floats ? res->n_ctx * (uint32_t)hp->n_rot + (uint32_t)l * res->bias_floats : 0u;
         es__pc_ss_rope pr = {G, (uint32_t)hp->n_head, (uint32_t)hp->n_head_kv, hd, (uint32_t)hp->n_rot,
-                             hp->rope_type == ES_ROPE_NEOX ? 1u : 0u, res->QKV32};
+                             hp->rope_type == ES_ROPE_NEOX ? 1u : 0u, res->QKV32, bias_off};
         es__vk_rec_dispatch(&r, "ss_rope", m->p_rope, L->rope, &pr, G, 1, 1);
-        es__pc_ss_attn pa = {G, 0, 0, (uint32_t)hp->n_head, (uint32_t)hp->n_head_kv, hd, res->QKV32, res->n_ctx,
-                             res->Q32, 1.0f / sqrtf((float)hd)};
+        const es__pc_ss_attn pa = attn_call(m, l, G, 0, 0);
         es__vk_rec_dispatch(&r, "ss_attn", m->p_attn, L->attn, &pa, (G * (uint32_t)hp->n_head + ES__ATTN_WG - 1) / ES__ATTN_WG,
                             1, 1);
         if (lo[LO_O].on) ES_TRY(rec_mm(m, &r, "ss_lora_a", &lo[LO_O].ma, G, ES__EPI_STORE, res->Q32, m->R32));
-        ES_TRY(rec_mm(m, &r, "ss_wo", &L->wo, G, ES__EPI_ADD, res->Q32, res->E32));
+        ES_TRY(rec_mm(m, &r, "ss_wo", &L->wo, G, branch_epi(m), res->Q32, res->E32));
+        if (post_norms(m)) rec_norm_add(m, &r, "ss_post_norm", m->s_post, G, vl->post_attn_norm, 1);
         rec_norm(m, &r, "ss_norm", L->norm_ffn, G, vl->ffn_norm);
         if (lo[LO_GU].on) ES_TRY(rec_mm(m, &r, "ss_lora_a", &lo[LO_GU].ma, G, ES__EPI_STORE, res->E32, m->R32));
-        ES_TRY(rec_mm(m, &r, "ss_gateup", &L->gateup, G, ES__EPI_SWIGLU, res->E32, res->F32));
+        ES_TRY(rec_mm(m, &r, "ss_gateup", &L->gateup, G, glu_epi(m), res->E32, res->F32));
         if (lo[LO_DOWN].on) ES_TRY(rec_mm(m, &r, "ss_lora_a", &lo[LO_DOWN].ma, G, ES__EPI_STORE, res->F32, m->R32));
-        ES_TRY(rec_mm(m, &r, "ss_down", &L->down, G, ES__EPI_ADD, res->F32, res->E32));
+        ES_TRY(rec_mm(m, &r, "ss_down", &L->down, G, branch_epi(m), res->F32, res->E32));
+        if (post_norms(m)) rec_norm_add(m, &r, "ss_post_norm", m->s_post, G, vl->post_ffn_norm, 1);
     }
     rec_norm(m, &r, "ss_norm_out", m->s_norm_out, G, res->w->output_norm);
     es_status s = rec_mm(m, &r, "ss_head", &m->stream_out, G, ES__EPI_STORE, res->E32, res->V32);

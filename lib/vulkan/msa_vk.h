@@ -28,6 +28,8 @@ typedef struct es__vk_ss_res {
     es__vk_buf *step_buf;                 /* the host-mapped step data                       */
     const es__vk_buf *logits;             /* the forward's host-mapped logits rows           */
     const es__vk_bind *k, *v;             /* [n_layer] each layer's cache                    */
+    uint32_t bias_floats;                 /* per layer Q, K, V biases after the RoPE table in
+                                             rope (qwen2; 0: none), as forward.c stores them */
 } es__vk_ss_res;
 
 /* Hook flags of a forward command buffer; with FUSED, the streams per node are in bits 8+.

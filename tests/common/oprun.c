@@ -758,7 +758,7 @@ es_status es__vk_run_ss_rope(es_backend *b, const es__vk_op_rope *rope, const es
     if (s == ES_OK) {
         es__vk_bind binds[3] = {whole(Q), bt, bs};
         es__pc_ss_rope pc = {n_rows, rope->n_head, rope->n_head_kv, rope->hd, rope->n_rot,
-                             rope->type == ES_ROPE_NEOX ? 1u : 0u, qkv_stride};
+                             rope->type == ES_ROPE_NEOX ? 1u : 0u, qkv_stride, 0u};
         s = run_one(&r, p, binds, &pc, n_rows, 1, 1);
     }
     if (s == ES_OK) s = run_read(&r, Q, qkv, sizeof *qkv * n_rows * qkv_stride);
@@ -785,7 +785,7 @@ es_status es__vk_run_ss_attn(es_backend *b, const es__vk_ss_attn_call *c, const 
     if (s == ES_OK) {
         es__vk_bind binds[5] = {bq, bk, bv, bs, whole(O)};
         es__pc_ss_attn pc = {c->n_rows, c->g, c->row0, c->n_head, c->n_head_kv, c->hd, c->qkv_stride, c->n_ctx,
-                             c->o_stride, c->scale};
+                             c->o_stride, 0u, c->scale, 0.0f};
         s = run_one(&r, p, binds, &pc, (c->n_rows * c->n_head + ES__ATTN_WG - 1) / ES__ATTN_WG, 1, 1);
     }
     if (s == ES_OK) s = run_read(&r, O, out, sizeof *out * out_rows * c->o_stride);
