@@ -1,9 +1,9 @@
 /* train_c.c: runs a model exported by tools/train through the library for test_train_c.py.
  *
- *   train_c MODEL [--ss ADAPTER] [--streams G] [--prune P] [--threads N] ID...
+ *   train_c MODEL [--ss ADAPTER] [--streams G] [--prune P] [--threads N] [--vulkan] [--fuse all|never] ID...
  *
  * Loads MODEL (and the adapter), feeds ID... as one chain batch at positions 0..n-1 on the CPU
- * backend and prints, for every token i, "main i" followed by its n_vocab logits; with --streams G,
+ * backend (--vulkan: the Vulkan one; --fuse: every stream in the forward's rows, or none) and prints, for every token i, "main i" followed by its n_vocab logits; with --streams G,
  * also "stream i j" lines (j = 1..G) from the Speculative Streaming forward; with --prune P,
  * "pruned i 0|1" for every token. Values are printed with 9 significant digits (exact for float).
  * The main-stream path uses only the public API; streams and pruning use the internal
@@ -33,6 +33,8 @@ static void print_row(const char *tag, int32_t i, int32_t j, const float *v, int
 int main(int argc, char **argv) {
     const char *model_path = NULL, *ss_path = NULL;
     int32_t n_streams = 0, n_threads = 1;
+    bool vulkan = false;
+    const char *fuse = NULL; /* Vulkan: "all" streams in the forward's rows, "never" (stream passes) */
     float prune = 0.0f;
     int32_t *toks = calloc((size_t)argc, sizeof *toks);
     int32_t n = 0;
@@ -42,11 +44,14 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--streams") && i + 1 < argc) n_streams = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--prune") && i + 1 < argc) prune = strtof(argv[++i], NULL);
         else if (!strcmp(argv[i], "--threads") && i + 1 < argc) n_threads = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--vulkan")) vulkan = true;
+        else if (!strcmp(argv[i], "--fuse") && i + 1 < argc) fuse = argv[++i];
         else if (!model_path) model_path = argv[i];
         else toks[n++] = atoi(argv[i]);
     }
     if (!model_path || n == 0) {
-        fprintf(stderr, "usage: train_c MODEL [--ss ADAPTER] [--streams G] [--prune P] [--threads N] ID...\n");
+        fprintf(stderr, "usage: train_c MODEL [--ss ADAPTER] [--streams G] [--prune P] [--threads N] [--vulkan] "
+                        "[--fuse all|never] ID...\n");
         return 2;
     }
     es_model *m = NULL;
@@ -56,7 +61,8 @@ int main(int argc, char **argv) {
     if (es_model_get_info(m, &info) != ES_OK) return fail("info", es_model_errmsg(m));
 
     es_backend_params bp = es_backend_default_params();
-    bp.type = ES_BACKEND_CPU;
+    bp.type = vulkan ? ES_BACKEND_VULKAN : ES_BACKEND_CPU;
+    if (fuse) bp.vk_tuning.fused_stream_rows = strcmp(fuse, "all") == 0 ? 1 << 20 : -1;
     bp.n_threads = n_threads;
     es_backend *be = NULL;
     if (es_backend_create(&bp, &be) != ES_OK) return fail("backend", es_last_error());

@@ -1,0 +1,182 @@
+"""test_train_arch.py: Speculative Streaming adapters for the architectures besides llama.
+
+usage: test_train_arch.py TRAIN_C MKMODEL [vulkan]
+
+For qwen2 (with a sliding window on every layer), phi3, gemma (tied head) and gemma2 (soft-capping
+with small caps, so that they matter, and its alternating window, shorter than the chain), tiny
+random-weight bases written by the project's GGUF writer (edgespec-mkmodel):
+1. tools/train/export.py loads the base into tools/train/model.py, whose logits equal the
+   independent numpy reference (tools/reference/llama_ref.py) in float64;
+2. an adapter: for gemma2, trained for a few steps by `train.py --mode ss --base` (the base
+   frozen: its logits do not move) and exported with export.py; for the others, random values
+   (LoRA on every projection, pruning) written by export.adapter_writer;
+3. the C library (train_c, CPU backend; with "vulkan" the Vulkan backend, streams both in the
+   forward's rows and from stream passes) gives main-stream and every stream's logits within
+   1e-4 (max |C - ref| / max |ref| per row) of model.py in float64 on the file's weights, and the
+   tree-pruning decisions along the chain that model.py's early exit gives.
+"""
+
+import os
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
+import testlib  # noqa: E402
+from testlib import check  # noqa: E402
+
+testlib.tools("train", "pygguf", "reference")
+import dump    # noqa: E402
+import export  # noqa: E402
+import llama_ref  # noqa: E402
+import model as M  # noqa: E402
+
+TRAIN_C, MKMODEL = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2])
+VULKAN = len(sys.argv) > 3 and sys.argv[3] == "vulkan"
+TOL = 1e-4
+SHAPE = ["--n-vocab", "300", "--n-embd", "64", "--n-layer", "3", "--n-head", "4", "--n-ff", "96"]
+ARCHS = [  # (arch, mkmodel flags, trained)
+    ("qwen2", ["--n-head-kv", "2", "--sliding-window", "9"], False),
+    ("phi3", ["--n-head-kv", "2"], False),
+    ("gemma", ["--n-head-kv", "1", "--tied"], False),
+    ("gemma2", ["--n-head-kv", "2", "--sliding-window", "5", "--softcap", "2,3"], True),
+]
+SS = dict(n_streams=3, n_msa=2, prune_rank=4, lora_rank=2)
+
+
+def run_c(base, ss, ids, streams, prune=0.0, fuse=None):
+    cmd = [TRAIN_C, base, "--threads", "2", "--ss", ss, "--streams", str(streams)]
+    if VULKAN:
+        cmd += ["--vulkan"] + (["--fuse", fuse] if fuse else [])
+    if prune:
+        cmd += ["--prune", repr(prune)]
+    p = subprocess.run(testlib.wrap(cmd + [str(i) for i in ids]), capture_output=True, text=True)
+    if p.returncode != 0:
+        raise SystemExit("train_c failed: %s" % p.stderr)
+    res = {"main": {}, "stream": {}, "pruned": {}}
+    for line in p.stdout.splitlines():
+        f = line.split()
+        if f[0] == "main":
+            res["main"][int(f[1])] = np.array(f[2:], dtype=np.float64)
+        elif f[0] == "stream":
+            res["stream"][(int(f[1]), int(f[2]))] = np.array(f[3:], dtype=np.float64)
+        elif f[0] == "pruned":
+            res["pruned"][int(f[1])] = f[2] == "1"
+    return res
+
+
+def row_err(c, ref):
+    if not np.all(np.isfinite(c)):
+        return float("inf")
+    return float(np.abs(c - ref).max() / max(np.abs(ref).max(), 1e-30))
+
+
+def random_adapter(base, seed):
+    """model.py with the base's weights and random adapter values (B of the LoRA nonzero)."""
+    plain, _ = export.load_gguf_model(base)
+    m = M.Model(M.Config(**{**plain.cfg.base_dict(), **SS}))
+    m.load_state_dict(plain.state_dict(), strict=False)
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in m.ss_parameters():
+            p.copy_(torch.randn(p.shape, generator=g) * 0.3 / p.shape[-1] ** 0.5)
+        m.stream_embd.mul_(3.0)
+    return m
+
+
+def trained_adapter(base, tmp):
+    """An adapter trained by train.py --mode ss on base for a few steps, exported by export.py;
+    the frozen base's outputs must not move."""
+    text = os.path.join(tmp, "corpus.txt")
+    with open(text, "w") as f:
+        for i in range(40):
+            f.write(" ".join("w%d" % ((i + k) % 7) for k in range(12)) + "\n")
+    out = os.path.join(tmp, "ss-run")
+    train = os.path.join(testlib.ROOT, "tools", "train")
+    args = [sys.executable, os.path.join(train, "train.py"), "--out", out, "--mode", "ss", "--base", base,
+            "--corpus-file", text, "--valid-frac", "0.1", "--gamma", str(SS["n_streams"]), "--n-msa",
+            str(SS["n_msa"]), "--prune-rank", str(SS["prune_rank"]), "--lora-rank", str(SS["lora_rank"]),
+            "--ctx", "24", "--batch", "4", "--steps", "3", "--threads", "1", "--eval-every", "1000"]
+    p = subprocess.run(args, capture_output=True, text=True)
+    if p.returncode != 0:
+        raise SystemExit("train.py --mode ss failed:\n%s\n%s" % (p.stdout[-2000:], p.stderr[-4000:]))
+    ck = os.path.join(out, "final.pt")
+    rebase, ss = os.path.join(tmp, "rebase.gguf"), os.path.join(tmp, "trained.ss.gguf")
+    p = subprocess.run([sys.executable, os.path.join(train, "export.py"), ck, rebase, "--ss", ss],
+                       capture_output=True, text=True)
+    if p.returncode != 0:
+        raise SystemExit("export.py failed: %s" % p.stderr[-4000:])
+    # the base left train.py as it came in: the re-exported file computes the same logits
+    a, _ = export.load_gguf_model(base)
+    b, _ = export.load_gguf_model(rebase)
+    tok = torch.arange(3, 40)[None]
+    with torch.no_grad():
+        check(torch.equal(a(tok)["logits"], b(tok)["logits"]), "ss mode leaves the %s base unchanged" % a.cfg.arch)
+    return ss
+
+
+def prune_threshold(ex, ids):
+    """A threshold in the widest gap of the children's early-exit probabilities along the chain
+    (upper three quarters), and the pruning it implies: child i+1 goes, with all after it, when
+    its probability under token i's exit is below it."""
+    p = np.array([np.exp(ex[i, ids[i + 1]] - np.logaddexp.reduce(ex[i])) for i in range(len(ids) - 1)])
+    order = np.sort(p)
+    gaps = np.log(order[1:] / order[:-1])
+    k = int(np.argmax(gaps[len(gaps) // 4:])) + len(gaps) // 4
+    thr = float(np.sqrt(order[k] * order[k + 1]))
+    first = next((i + 1 for i in range(len(p)) if p[i] < thr), len(ids))
+    return thr, [i >= first for i in range(len(ids))], gaps[k] / 2
+
+
+def one(arch, flags, trained, tmp):
+    base = os.path.join(tmp, arch + ".gguf")
+    subprocess.run(testlib.wrap([MKMODEL, "-o", base, "--quiet", "--arch", arch, "--seed", "17"] + SHAPE + flags),
+                   check=True)
+    rng = np.random.default_rng(len(arch))
+    ids = [1] + [int(x) for x in rng.integers(3, 300, 27)]
+    # 1. model.py against the numpy reference
+    plain, _ = export.load_gguf_model(base)
+    want = llama_ref.forward(llama_ref.Model(base), ids)
+    got = dump.reference(plain, ids)["main"]
+    err = max(row_err(got[i], want[i]) for i in range(len(ids)))
+    check(err < 1e-9, "%s: model.py against llama_ref.py: max row error %.3g" % (arch, err))
+    # 2. the adapter
+    if trained:
+        ss = trained_adapter(base, tmp)
+    else:
+        ss = os.path.join(tmp, arch + ".ss.gguf")
+        export.adapter_writer(random_adapter(base, 3)).write(ss)
+    ref_model, _ = export.load_gguf_model(base, ss)
+    ref = dump.reference(ref_model, ids)
+    G = SS["n_streams"]
+    # 3. the C library
+    for fuse in (["all", "never"] if VULKAN else [None]):
+        tag = "%s %s%s" % (arch, "vulkan" if VULKAN else "cpu", " fuse " + fuse if fuse else "")
+        c = run_c(base, ss, ids, G, fuse=fuse)
+        errs = [row_err(c["main"][i], ref["main"][i]) for i in range(len(ids))]
+        check(len(c["main"]) == len(ids) and max(errs) < TOL, "%s: main logits max row error %.3g" % (tag, max(errs)))
+        serrs = [row_err(c["stream"][(i, j + 1)], ref["streams"][i, j]) for i in range(len(ids)) for j in range(G)]
+        check(len(c["stream"]) == len(ids) * G and max(serrs) < TOL,
+              "%s: stream logits max row error %.3g" % (tag, max(serrs)))
+        thr, want_pruned, margin = prune_threshold(ref["exit"], ids)
+        pr = run_c(base, ss, ids, G, prune=thr, fuse=fuse)
+        got_pruned = [pr["pruned"].get(i) for i in range(len(ids))]
+        check(got_pruned == want_pruned, "%s: pruned %s, want %s (threshold %.4g, log margin %.3g)"
+              % (tag, [i for i, g in enumerate(got_pruned) if g], [i for i, w in enumerate(want_pruned) if w],
+                 thr, margin))
+        print("%s: main %.2e, streams %.2e" % (tag, max(errs), max(serrs)))
+
+
+def main():
+    torch.set_num_threads(1)
+    with tempfile.TemporaryDirectory() as tmp:
+        for arch, flags, trained in ARCHS:
+            one(arch, flags, trained, tmp)
+    return testlib.finish()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
