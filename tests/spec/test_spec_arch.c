@@ -1,11 +1,15 @@
-/* test_spec_arch.c: draft-model speculative decoding (Leviathan et al.) is lossless on the
- * architectures besides llama (lib/core/arch.h). Two random-weight GGUF files of one family, as
- * mkmodel writes them: a target, and a drafter with the same weights and a window of 2 (it agrees
- * with the target often, not always), or the target itself as its own drafter. gemma2 (post norms,
- * soft-capping, its alternating sliding window, short enough that drafts and verification trees
- * cross it) and qwen2 with a mistral-style window on every layer; greedy and seeded sampling;
- * the emitted tokens equal es_generate's token for token, and a drafter that is the target has
- * every draft accepted. argv[1]: "cpu" (default) or "vulkan". */
+/* test_spec_arch.c: speculative decoding is lossless on the architectures besides llama
+ * (lib/core/arch.h). Random-weight GGUF files of one family, as mkmodel writes them: a target,
+ * and as drafters (Leviathan et al.) the target itself, a file with the same weights and a window
+ * of 2 (it agrees with the target often, not always) and a smaller file (one narrower layer, the
+ * same vocabulary); then Speculative Streaming with a random adapter on the target (LoRA, with and
+ * without pruning). gemma2 (post norms, soft-capping, its alternating sliding window, short enough
+ * that drafts and verification trees cross it), qwen2 (biases) with a mistral-style window on every
+ * layer, phi3 (fused tensors) and gemma (GeGLU, embedding scale); greedy and seeded sampling; the
+ * emitted tokens equal es_generate's token for token, and a drafter that is the target has every
+ * draft accepted. argv[1]: "cpu" (default) or "vulkan" (on lavapipe, the smaller drafter and the
+ * streams greedy only). */
+#include "mem_adapter.h"
 #include "mkmodel.h"
 #include "spec_run.h"
 
@@ -20,21 +24,22 @@ typedef struct family {
     bool tied; /* a tied head on a std-1 embedding makes a tiny model repeat its input */
 } family;
 
-static es_model *load(const family *f, int32_t window, const char *path) {
+/* small: the drafter of another size (one layer of half the width, another seed). */
+static es_model *load(const family *f, int32_t window, bool small, const char *path) {
     es_mk_params p = es_mk_default_params();
     p.arch = f->arch;
     p.n_vocab = 280;
-    p.n_embd = 64;
-    p.n_layer = 3;
-    p.n_head = 4;
-    p.n_head_kv = 2;
-    p.n_ff = 96;
+    p.n_embd = small ? 32 : 64;
+    p.n_layer = small ? 1 : 3;
+    p.n_head = small ? 2 : 4;
+    p.n_head_kv = small ? 1 : 2;
+    p.n_ff = small ? 48 : 96;
     p.rope = ES_ROPE_NEOX;
     p.tied = f->tied;
     p.sliding_window = window;
     p.attn_softcap = f->attn_cap;
     p.final_softcap = f->final_cap;
-    p.seed = 21;
+    p.seed = small ? 22 : 21;
     es__err err = {0};
     CHECKF(es_mk_write(&p, path, &err) == ES_OK, "mkmodel %s: %s", f->arch, err.msg);
     es_model *m = NULL;
@@ -43,13 +48,52 @@ static es_model *load(const family *f, int32_t window, const char *path) {
     return m;
 }
 
+/* Speculative Streaming with the adapter attached to target: two settings (the second prunes),
+ * each mode, against plain decoding. */
+static void streams(es_model *target, const char *arch, bool vulkan, const int32_t *prompt,
+                    const es_sampler_params *const *modes) {
+    static const struct {
+        int32_t gamma, k, max_nodes;
+        float prune;
+    } cfgs[] = {{3, 8, 40, 0.0f}, {2, 3, 21, 0.004f}};
+    for (size_t ci = 0; ci < sizeof cfgs / sizeof cfgs[0]; ci++)
+        for (int mi = 0; mi < (vulkan ? 1 : 2); mi++) { /* Vulkan on lavapipe: greedy only */
+            const int32_t np = 7 + 5 * mi;
+            int32_t want[N_GEN], got[N_GEN];
+            const int32_t n_want = plain(target, prompt, np, modes[mi], N_GEN, 128, 32, want);
+            es_context *c = new_ctx(target, 128, 32);
+            es_spec_params p = es_spec_default_params();
+            p.strategy = ES_SPEC_STREAM;
+            p.n_streams = cfgs[ci].gamma;
+            p.top_k = cfgs[ci].k;
+            p.max_nodes = cfgs[ci].max_nodes;
+            p.prune_threshold = cfgs[ci].prune;
+            p.sampling = *modes[mi];
+            p.ignore_eog = true;
+            p.fixed_tree = true; /* full trees every step: random streams are seldom right */
+            es_spec_stats st;
+            const int32_t n_got = run_spec(c, &p, prompt, np, N_GEN, got, &st);
+            int32_t diff = -1;
+            for (int32_t i = 0; i < n_want && diff < 0; i++)
+                if (i >= n_got || got[i] != want[i]) diff = i;
+            CHECKF(n_got == n_want && diff < 0, "%s %s: streams, setting %d, mode %d: token %d differs from plain decoding",
+                   vulkan ? "vulkan" : "cpu", arch, (int)ci, mi, diff);
+            printf("%s streams setting %d mode %d: %.2f tokens per target call, %.1f nodes per tree, %lld pruned\n", arch,
+                   (int)ci, mi, st.tokens_per_call, st.mean_tree_size, (long long)st.n_pruned);
+            es_context_free(c);
+        }
+}
+
 int main(int argc, char **argv) {
     (void)mem_model_create; /* spec_run.h's in-memory models: this test reads files */
     (void)mem_model_free;
     bool vulkan = false;
     backend = test_backend_from_args(argc, argv, 1, &vulkan);
     if (!backend) TEST_MAIN_END();
-    static const family fams[] = {{"gemma2", 6, 2.0f, 3.0f, false}, {"qwen2", 5, 0, 0, false}};
+    static const family fams[] = {{"gemma2", 6, 2.0f, 3.0f, false},
+                                  {"qwen2", 5, 0, 0, false},
+                                  {"phi3", 0, 0, 0, false},
+                                  {"gemma", 0, 0, 0, false}};
     es_sampler_params greedy = es_sampler_default_params(), sampled = es_sampler_default_params();
     greedy.temperature = 0.0f;
     sampled.temperature = 0.9f;
@@ -59,14 +103,15 @@ int main(int argc, char **argv) {
     test_rng rng = {9};
     int32_t prompt[12];
     for (int i = 0; i < 12; i++) prompt[i] = (int32_t)(test_rng_u64(&rng) % 280);
-    char path[2][96];
+    char path[3][96];
     for (size_t fi = 0; fi < sizeof fams / sizeof fams[0]; fi++) {
-        for (int k = 0; k < 2; k++) snprintf(path[k], sizeof path[k], "/tmp/es-spec-arch-%d-%d.gguf", (int)getpid(), k);
-        es_model *target = load(&fams[fi], fams[fi].window, path[0]), *near = load(&fams[fi], 2, path[1]);
-        const es_model *drafters[2] = {target, near};
-        for (int di = 0; target && near && di < 2; di++)
-            for (int mi = 0; mi < 2; mi++) {
-                const int32_t la = 3 + di, np = 7 + 5 * mi;
+        for (int k = 0; k < 3; k++) snprintf(path[k], sizeof path[k], "/tmp/es-spec-arch-%d-%d.gguf", (int)getpid(), k);
+        es_model *target = load(&fams[fi], fams[fi].window, false, path[0]), *near = load(&fams[fi], 2, false, path[1]);
+        es_model *small = load(&fams[fi], fams[fi].window, true, path[2]);
+        const es_model *drafters[3] = {target, near, small};
+        for (int di = 0; target && near && small && di < 3; di++)
+            for (int mi = 0; mi < (vulkan && di == 2 ? 1 : 2); mi++) {
+                const int32_t la = 3 + di % 2, np = 7 + 5 * mi;
                 int32_t want[N_GEN], got[N_GEN];
                 const int32_t n_want = plain(target, prompt, np, modes[mi], N_GEN, 128, 16, want);
                 int distinct = 0; /* a model that repeats one token would make the check weak */
@@ -100,8 +145,14 @@ int main(int argc, char **argv) {
                 es_context_free(c);
                 es_context_free(d);
             }
+        if (target && near && small) {
+            mem_adapter_cfg ac = {3, 2, 1, 4, 2, 0.3f, 5 + fi};
+            mem_adapter_attach(target, &ac);
+            streams(target, fams[fi].arch, vulkan, prompt, modes);
+        }
         es_model_free(target);
         es_model_free(near);
+        es_model_free(small);
     }
     es_backend_free(backend);
     TEST_MAIN_END();
