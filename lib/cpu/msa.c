@@ -358,7 +358,7 @@ static void stream_layer(const es__msa_job *J, int32_t il, int ith, int nth) {
     const es__cpu_layer *L = &J->w->layers[il];
     const es__ss_lora *lr = J->ss->lora + (size_t)(il - J->ss->msa_start) * ES__SS_LORA_COUNT;
     const int32_t G = J->f->n_streams;
-    const int64_t R = G, d = hp->n_embd, ff = hp->n_ff;
+    const int64_t R = G, ff = hp->n_ff;
     const int64_t qd = (int64_t)hp->n_head * hp->head_dim, kvd = (int64_t)hp->n_head_kv * hp->head_dim;
     float *ltmp = m->lora_tmp + (size_t)ith * (size_t)ES__MAX(J->ss->lora_rank, 1);
     int64_t lo, hi;
