@@ -745,7 +745,7 @@ es_status es__vk_run_ss_rows(es_backend *b, const es__vk_ss_rows_call *c, const 
 }
 
 es_status es__vk_run_ss_rope(es_backend *b, const es__vk_op_rope *rope, const es__vk_op_batch *batch, float *qkv,
-                             uint32_t n_rows, uint32_t qkv_stride) {
+                             uint32_t n_rows, uint32_t qkv_stride, const float *bias) {
     RUN_BEGIN(b)
     es__vk_pipeline *p = NULL;
     if (s == ES_OK) s = es__vk_simple_pipe(r.d, "ss_rope", true, false, &p);
@@ -753,12 +753,13 @@ es_status es__vk_run_ss_rope(es_backend *b, const es__vk_op_rope *rope, const es
     es__vk_bind bt, bs;
     if (s == ES_OK) s = run_buf(&r, qkv, sizeof *qkv * n_rows * qkv_stride, &Q);
     if (s == ES_OK) s = run_batch(&r, batch, &S, &bs);
-    uint32_t unused_off = 0;
-    if (s == ES_OK) s = run_rope_table(&r, rope, S, batch->n, NULL, 0, &unused_off, &bt);
+    uint32_t bias_off = 0;
+    const uint32_t n_bias = (rope->n_head + 2 * rope->n_head_kv) * rope->hd;
+    if (s == ES_OK) s = run_rope_table(&r, rope, S, batch->n, bias, n_bias, &bias_off, &bt);
     if (s == ES_OK) {
         es__vk_bind binds[3] = {whole(Q), bt, bs};
         es__pc_ss_rope pc = {n_rows, rope->n_head, rope->n_head_kv, rope->hd, rope->n_rot,
-                             rope->type == ES_ROPE_NEOX ? 1u : 0u, qkv_stride, 0u};
+                             rope->type == ES_ROPE_NEOX ? 1u : 0u, qkv_stride, bias_off};
         s = run_one(&r, p, binds, &pc, n_rows, 1, 1);
     }
     if (s == ES_OK) s = run_read(&r, Q, qkv, sizeof *qkv * n_rows * qkv_stride);
@@ -785,7 +786,7 @@ es_status es__vk_run_ss_attn(es_backend *b, const es__vk_ss_attn_call *c, const 
     if (s == ES_OK) {
         es__vk_bind binds[5] = {bq, bk, bv, bs, whole(O)};
         es__pc_ss_attn pc = {c->n_rows, c->g, c->row0, c->n_head, c->n_head_kv, c->hd, c->qkv_stride, c->n_ctx,
-                             c->o_stride, 0u, c->scale, 0.0f};
+                             c->o_stride, c->window, c->scale, c->softcap};
         s = run_one(&r, p, binds, &pc, (c->n_rows * c->n_head + ES__ATTN_WG - 1) / ES__ATTN_WG, 1, 1);
     }
     if (s == ES_OK) s = run_read(&r, O, out, sizeof *out * out_rows * c->o_stride);

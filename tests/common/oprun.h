@@ -130,10 +130,11 @@ typedef struct es__vk_ss_rows_call {
 es_status es__vk_run_ss_rows(es_backend *b, const es__vk_ss_rows_call *c, const float *x, uint32_t x_rows,
                              const float *p, uint32_t p_rows, float *y, uint32_t y_rows);
 
-/* ss_rope: rotates the Q and K heads of n_rows rows of qkv ([n_rows][qkv_stride]) in place at the
+/* ss_rope: adds bias (NULL: none; else (n_head + 2 n_head_kv) hd floats, Q, K, V in head order) to
+ * n_rows rows of qkv ([n_rows][qkv_stride]) and rotates their Q and K heads in place at the
  * position of batch->node (streams write no KV). */
 es_status es__vk_run_ss_rope(es_backend *b, const es__vk_op_rope *rope, const es__vk_op_batch *batch, float *qkv,
-                             uint32_t n_rows, uint32_t qkv_stride);
+                             uint32_t n_rows, uint32_t qkv_stride, const float *bias);
 
 /* ss_attn: multi-stream attention (Eq. 2) of stream rows of qkv (q, k, v heads per row) over the
  * caches (n_head_kv, n_ctx, hd), whose slots n_past .. n_past + n - 1 hold the batch's keys. g = 0:
@@ -144,6 +145,8 @@ typedef struct es__vk_ss_attn_call {
     uint32_t g, n_rows, row0;
     uint32_t qkv_stride, o_stride; /* floats, multiples of 4 */
     float scale;
+    uint32_t window;               /* sliding window: keys at positions <= p - window unseen (0: all) */
+    float softcap;                 /* scores softcap tanh(s / softcap) (0: not)                      */
 } es__vk_ss_attn_call;
 es_status es__vk_run_ss_attn(es_backend *b, const es__vk_ss_attn_call *c, const es__vk_op_batch *batch,
                              const float *qkv, uint32_t qkv_rows, const float *kc, const float *vc, float *out,

@@ -5,11 +5,13 @@
  * back with the poison's bits. Bounds:
  *   ss_rows: exact (copies, gathers of listed rows, and Eq. 3's start x + p, one f32 addition on
  *   both sides).
- *   ss_rope: the CPU backend's es__cpu_rope_table and es__cpu_rope_token at the node's position,
- *     within 1e-6 of the row's largest |x| (NORM and NEOX, partial rotation); V exact.
+ *   ss_rope: the Q, K, V biases (qwen2; some cases) added as the CPU adds them, then the CPU
+ *     backend's es__cpu_rope_table and es__cpu_rope_token at the node's position, within 1e-6 of
+ *     the row's largest |x| (NORM and NEOX, partial rotation); V exact.
  *   ss_attn (Eq. 2): a double-precision reference written here from the equation, within 2e-5 of
  *     the largest |v| (tree attention's bound; GQA, random trees and forests, positions past
- *     unaligned n_past, head dimensions 4 to 256); a node's rows are the same bits from the stream
+ *     unaligned n_past, head dimensions 4 to 256, gemma2's soft-capping and sliding windows that
+ *     cut the committed slots or the tree); a node's rows are the same bits from the stream
  *     pass (one node) and from the fused forward's dispatch (every node).
  *   the LoRA epilogue of mul_mat (y = W x + B R on stream rows only; store, add, SwiGLU, and the
  *     RoPE epilogue whose stream rows keep Q, K and V): against a double reference on the
@@ -104,8 +106,11 @@ static void test_ss_rope(es_backend *b, test_rng *r, const char *cfg) {
         float *qkv = rand_vec(r, (size_t)n_rows * stride, 1.0f);
         for (uint32_t t = 0; t < n_rows; t++)
             for (uint32_t k = width; k < stride; k++) qkv[(size_t)t * stride + k] = NAN;
+        float *bias = c % 2 ? rand_vec(r, width, 0.5f) : NULL; /* qwen2's biases on odd cases */
         float *ref = copy_vec(qkv, (size_t)n_rows * stride), *cs = malloc(sizeof *cs * g->n_rot);
-        CHECK_OK(es__vk_run_ss_rope(b, g, &batch, qkv, n_rows, stride));
+        for (uint32_t t = 0; bias && t < n_rows; t++)
+            for (uint32_t k = 0; k < width; k++) ref[(size_t)t * stride + k] += bias[k];
+        CHECK_OK(es__vk_run_ss_rope(b, g, &batch, qkv, n_rows, stride, bias));
         es__cpu_rope_table(&pos, 1, g->n_rot, g->freq_base, g->freq_scale, NULL, cs);
         double d = 0;
         bool rest_same = true;
@@ -121,7 +126,7 @@ static void test_ss_rope(es_backend *b, test_rng *r, const char *cfg) {
         CHECKF(d <= ROPE_BOUND, "[%s] ss_rope case %zu (hd %u, n_rot %u): error %.3g > %.1g", cfg, c, g->hd, g->n_rot, d,
                ROPE_BOUND);
         CHECKF(rest_same, "[%s] ss_rope case %zu changed V or the padding", cfg, c);
-        free(qkv), free(ref), free(cs);
+        free(qkv), free(ref), free(cs), free(bias);
     }
 }
 
@@ -130,10 +135,13 @@ static void test_ss_rope(es_backend *b, test_rng *r, const char *cfg) {
 typedef struct attn_case {
     uint32_t n_ctx, n_head, n_head_kv, hd, n_past, n, g;
     int chain;
+    uint32_t window; /* 0: none */
+    float softcap;   /* 0: none */
 } attn_case;
 
 /* Eq. 2 in double: stream j of node a (its rows base + a g + s of qkv, s <= j) attends to the
- * committed slots, the slots of a's ancestors and a itself, and to its streams 0..j. */
+ * committed slots, the slots of a's ancestors and a itself (those at positions > p - window, a at
+ * p), and to its streams 0..j; scores soft-capped when the case says. */
 static void ss_attn_ref(const attn_case *c, const int32_t *end, const float *qkv, uint32_t stride, uint32_t base,
                         const float *kc, const float *vc, uint32_t a, uint32_t j, double *o) {
     const uint32_t hd = c->hd, kvd = c->n_head_kv * hd, cap = c->n_past + c->n + c->g;
@@ -143,9 +151,12 @@ static void ss_attn_ref(const attn_case *c, const int32_t *end, const float *qkv
         const uint32_t kvh = h / (c->n_head / c->n_head_kv);
         const float *q = qkv + (size_t)(base + a * c->g + j) * stride + h * hd;
         uint32_t nk = 0;
+        const int64_t p = (int64_t)c->n_past + tree_depth(end, (int32_t)a);
         for (uint32_t s = 0; s < c->n_past + c->n; s++) {
             const uint32_t i = s - c->n_past; /* batch token of slot s */
             if (s >= c->n_past && !(i <= a && (int32_t)a <= end[i])) continue;
+            const int64_t ps = s < c->n_past ? (int64_t)s : (int64_t)c->n_past + tree_depth(end, (int32_t)i);
+            if (c->window > 0 && ps <= p - (int64_t)c->window) continue;
             keys[nk] = kc + ((size_t)kvh * c->n_ctx + s) * hd;
             vals[nk++] = vc + ((size_t)kvh * c->n_ctx + s) * hd;
         }
@@ -159,6 +170,7 @@ static void ss_attn_ref(const attn_case *c, const int32_t *end, const float *qkv
             double dot = 0;
             for (uint32_t e = 0; e < hd; e++) dot += (double)q[e] * keys[k][e];
             sc[k] = dot / sqrt((double)hd);
+            if (c->softcap > 0) sc[k] = c->softcap * tanh(sc[k] / c->softcap);
             mx = fmax(mx, sc[k]);
         }
         for (uint32_t k = 0; k < nk; k++) sum += sc[k] = exp(sc[k] - mx);
@@ -214,9 +226,12 @@ static bool ss_attn_pass_same(es_backend *b, const attn_case *c, const es__vk_ss
 }
 
 static void test_ss_attn(es_backend *b, test_rng *r, const char *cfg) {
-    static const attn_case cases[] = {{40, 2, 2, 8, 0, 1, 1, 1},       {64, 4, 2, 12, 7, 5, 3, 0},
-                                      {600, 4, 1, 32, 301, 9, 4, 0},   {300, 3, 3, 64, 250, 6, 2, 1},
-                                      {100, 6, 2, 4, 33, 13, 3, 0},    {300, 2, 1, 256, 37, 3, 2, 0}};
+    static const attn_case cases[] = {{40, 2, 2, 8, 0, 1, 1, 1, 0, 0},       {64, 4, 2, 12, 7, 5, 3, 0, 0, 0},
+                                      {600, 4, 1, 32, 301, 9, 4, 0, 0, 0},   {300, 3, 3, 64, 250, 6, 2, 1, 0, 0},
+                                      {100, 6, 2, 4, 33, 13, 3, 0, 0, 0},    {300, 2, 1, 256, 37, 3, 2, 0, 0, 0},
+                                      /* gemma2: windows inside the committed slots, and inside the tree */
+                                      {600, 4, 2, 32, 301, 9, 4, 0, 40, 2.0f}, {64, 4, 2, 12, 7, 9, 3, 1, 3, 0.5f},
+                                      {100, 2, 1, 16, 33, 13, 2, 0, 2, 0}};
     for (size_t ci = 0; ci < ES__ARRAY_LEN(cases); ci++) {
         const attn_case *c = &cases[ci];
         const uint32_t hd = c->hd, width = (c->n_head + 2 * c->n_head_kv) * hd, qs = width + 4;
@@ -235,7 +250,7 @@ static void test_ss_attn(es_backend *b, test_rng *r, const char *cfg) {
         vmax = fmax(vmax, max_abs(qkv + (size_t)c->n * qs, (size_t)c->n * c->g * qs));
         float *out = nan_vec((size_t)rows * os), *out0 = copy_vec(out, (size_t)rows * os);
         const es__vk_ss_attn_call fc = {c->n_head, c->n_head_kv, hd, c->n_ctx, c->g, c->n * c->g, c->n, qs, os,
-                                        1.0f / sqrtf((float)hd)};
+                                        1.0f / sqrtf((float)hd), c->window, c->softcap};
         const es__vk_op_batch batch = {c->n_past, c->n, end, NULL, 0};
         CHECK_OK(es__vk_run_ss_attn(b, &fc, &batch, qkv, rows, kc, vc, out, rows));
         bool rest_same;
