@@ -154,6 +154,6 @@ int main(int argc, char **argv) {
         es_model_free(near);
         es_model_free(small);
     }
-    es_backend_free(backend);
+    test_backend_end(backend);
     TEST_MAIN_END();
 }

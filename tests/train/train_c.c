@@ -97,6 +97,9 @@ int main(int argc, char **argv) {
     free(want);
     free(toks);
     es_context_free(ctx);
+    es_backend_stats bs;
+    if (es_backend_get_stats(be, &bs) != ES_OK) return fail("backend stats", es_last_error());
+    if (bs.validation_messages) return fail("vulkan", "the validation layer reported messages");
     es_backend_free(be);
     es_model_free(m);
     return 0;
