@@ -25,7 +25,6 @@
 #include "adapter.h"
 #include "prune.h"
 
-#include <math.h>
 #include <string.h>
 
 #define ES__SS_MAX_QUERIES 128 /* timestamps of one stream pass (--profile) */
