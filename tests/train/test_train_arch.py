@@ -6,7 +6,10 @@ For qwen2 (with a sliding window on every layer), phi3, gemma (tied head) and ge
 with small caps, so that they matter, and its alternating window, shorter than the chain), tiny
 random-weight bases written by the project's GGUF writer (edgespec-mkmodel):
 1. tools/train/export.py loads the base into tools/train/model.py, whose logits equal the
-   independent numpy reference (tools/reference/llama_ref.py) in float64;
+   independent numpy reference (tools/reference/llama_ref.py) in float64, and writes it again
+   (the architecture's keys and tensors: phi3's fused matrices, qwen2's biases, gemma2's post
+   norms, caps and window) as a file that model.py reads back to the same logits and the C library
+   runs (its main logits below are those of the rewritten file);
 2. an adapter: for gemma2, trained for a few steps by `train.py --mode ss --base` (the base
    frozen: its logits do not move) and exported with export.py; for the others, random values
    (LoRA on every projection, pruning) written by export.adapter_writer;
@@ -137,12 +140,16 @@ def one(arch, flags, trained, tmp):
                    check=True)
     rng = np.random.default_rng(len(arch))
     ids = [1] + [int(x) for x in rng.integers(3, 300, 27)]
-    # 1. model.py against the numpy reference
-    plain, _ = export.load_gguf_model(base)
+    # 1. model.py against the numpy reference, and written again by export.py
+    plain, vocab = export.load_gguf_model(base)
     want = llama_ref.forward(llama_ref.Model(base), ids)
     got = dump.reference(plain, ids)["main"]
     err = max(row_err(got[i], want[i]) for i in range(len(ids)))
     check(err < 1e-9, "%s: model.py against llama_ref.py: max row error %.3g" % (arch, err))
+    rewritten = os.path.join(tmp, arch + "-rewritten.gguf")
+    export.base_writer(plain, vocab).write(rewritten)
+    again, _ = export.load_gguf_model(rewritten)
+    check(np.array_equal(dump.reference(again, ids)["main"], got), "%s: export.py writes the base back" % arch)
     # 2. the adapter
     if trained:
         ss = trained_adapter(base, tmp)
@@ -155,7 +162,7 @@ def one(arch, flags, trained, tmp):
     # 3. the C library
     for fuse in (["all", "never"] if VULKAN else [None]):
         tag = "%s %s%s" % (arch, "vulkan" if VULKAN else "cpu", " fuse " + fuse if fuse else "")
-        c = run_c(base, ss, ids, G, fuse=fuse)
+        c = run_c(rewritten, ss, ids, G, fuse=fuse)
         errs = [row_err(c["main"][i], ref["main"][i]) for i in range(len(ids))]
         check(len(c["main"]) == len(ids) and max(errs) < TOL, "%s: main logits max row error %.3g" % (tag, max(errs)))
         serrs = [row_err(c["stream"][(i, j + 1)], ref["streams"][i, j]) for i in range(len(ids)) for j in range(G)]
