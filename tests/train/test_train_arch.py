@@ -1,6 +1,7 @@
 """test_train_arch.py: Speculative Streaming adapters for the architectures besides llama.
 
 usage: test_train_arch.py TRAIN_C MKMODEL [vulkan]
+       test_train_arch.py TRAIN_C MKMODEL bpe VOCAB.gguf LIBEDGESPEC [--preload PATH]
 
 For qwen2 (with a sliding window on every layer), phi3, gemma (tied head) and gemma2 (soft-capping
 with small caps, so that they matter, and its alternating window, shorter than the chain), tiny
@@ -17,6 +18,10 @@ random-weight bases written by the project's GGUF writer (edgespec-mkmodel):
    forward's rows and from stream passes) gives main-stream and every stream's logits within
    1e-4 (max |C - ref| / max |ref| per row) of model.py in float64 on the file's weights, and the
    tree-pruning decisions along the chain that model.py's early exit gives.
+With "bpe": the same for a qwen2 base with a GPT-2 BPE vocabulary (VOCAB.gguf's, copied by
+mkmodel) and an adapter trained by train.py, whose corpus is encoded by the file's own tokenizer
+through the C library (tools/train/gguf_vocab.py, the Python binding on LIBEDGESPEC; an
+instrumented library needs its sanitizer runtime preloaded into the interpreter: --preload).
 """
 
 import os
@@ -39,6 +44,13 @@ import model as M  # noqa: E402
 
 TRAIN_C, MKMODEL = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2])
 VULKAN = len(sys.argv) > 3 and sys.argv[3] == "vulkan"
+BPE = sys.argv[4] if len(sys.argv) > 5 and sys.argv[3] == "bpe" else None
+if BPE:
+    os.environ["EDGESPEC_LIBRARY"] = os.path.abspath(sys.argv[5])  # train.py inherits it
+    if len(sys.argv) > 7 and sys.argv[6] == "--preload" and sys.argv[7] not in os.environ.get("LD_PRELOAD", ""):
+        env = dict(os.environ, LD_PRELOAD=sys.argv[7])  # Python's own allocations are not the library's leaks
+        env["ASAN_OPTIONS"] = env.get("ASAN_OPTIONS", "") + ":detect_leaks=0"
+        os.execve(sys.executable, [sys.executable] + sys.argv, env)
 TOL = 1e-4
 SHAPE = ["--n-vocab", "300", "--n-embd", "64", "--n-layer", "3", "--n-head", "4", "--n-ff", "96"]
 ARCHS = [  # (arch, mkmodel flags, trained)
@@ -139,7 +151,7 @@ def one(arch, flags, trained, tmp):
     subprocess.run(testlib.wrap([MKMODEL, "-o", base, "--quiet", "--arch", arch, "--seed", "17"] + SHAPE + flags),
                    check=True)
     rng = np.random.default_rng(len(arch))
-    ids = [1] + [int(x) for x in rng.integers(3, 300, 27)]
+    ids = [1] + [int(x) for x in rng.integers(3, 300, 11 if BPE else 27)]  # BPE: 50k logits a row
     # 1. model.py against the numpy reference, and written again by export.py
     plain, vocab = export.load_gguf_model(base)
     want = llama_ref.forward(llama_ref.Model(base), ids)
@@ -180,7 +192,8 @@ def one(arch, flags, trained, tmp):
 def main():
     torch.set_num_threads(1)
     with tempfile.TemporaryDirectory() as tmp:
-        for arch, flags, trained in ARCHS:
+        archs = [("qwen2", ["--n-head-kv", "2", "--sliding-window", "5", "--vocab", BPE], True)] if BPE else ARCHS
+        for arch, flags, trained in archs:
             one(arch, flags, trained, tmp)
     return testlib.finish()
 

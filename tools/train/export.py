@@ -16,6 +16,8 @@ with their own <arch>.* keys and tensors as llama.cpp names them: qwen2's blk.N.
 phi3's fused blk.N.attn_qkv.weight (Q, K, V rows) and blk.N.ffn_up.weight (gate rows, then up),
 gemma2's blk.N.post_attention_norm / post_ffw_norm and soft-capping keys;
 edgespec.rope.ordering only where the pairing is not the architecture's own.
+A base read from a GGUF file whose vocabulary is not SentencePiece keeps that file's
+tokenizer.ggml.* keys (gguf_vocab.py).
 Deliberately not here: training (train.py) and the GGUF byte layout itself (tools/pygguf).
 """
 
@@ -30,6 +32,7 @@ _HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, _HERE)
 sys.path.insert(0, os.path.join(_HERE, "..", "pygguf"))
 import bpe       # noqa: E402
+import gguf_vocab  # noqa: E402
 import model as M  # noqa: E402
 import pygguf    # noqa: E402
 
@@ -67,6 +70,9 @@ def _type_for(arr, wtype):
 
 
 def add_vocab(w, vocab):
+    if isinstance(vocab, gguf_vocab.GgufVocab):  # a base file's own (BPE) tokenizer, verbatim
+        vocab.add_to(w)
+        return
     w.add("tokenizer.ggml.model", "llama")
     w.add("tokenizer.ggml.tokens", vocab.tokens)
     w.add("tokenizer.ggml.scores", np.asarray(vocab.scores, dtype=np.float32))
@@ -193,9 +199,11 @@ def _get(r, key, default=None, required=True):
     return v.value if hasattr(v, "value") else v
 
 
-def load_vocab(r):
+def load_vocab(r, path):
+    """bpe.Vocab for a SentencePiece (llama) vocabulary, else the file's tokenizer run by the C
+    library (gguf_vocab.py)."""
     if _get(r, "tokenizer.ggml.model") != "llama":
-        raise ValueError("only llama (SentencePiece) vocabularies are supported")
+        return gguf_vocab.GgufVocab(path)
     toks = list(_get(r, "tokenizer.ggml.tokens"))
     toks = [t.decode("utf-8") if isinstance(t, bytes) else t for t in toks]
     return bpe.Vocab(toks, list(_get(r, "tokenizer.ggml.scores")),
@@ -219,7 +227,7 @@ def load_gguf_model(path, adapter=None):
             raise ValueError("%s: %s is not modelled by tools/train" % (path, unsupported))
     if r.get(a + ".rope.scaling.type") not in (None, "none") or r.get(a + ".rope.scale_linear") not in (None, 1.0):
         raise ValueError("%s: RoPE scaling is not modelled by tools/train" % path)
-    vocab = load_vocab(r)
+    vocab = load_vocab(r, path)
     n_embd = int(_get(r, a + ".embedding_length"))
     n_head = int(_get(r, a + ".attention.head_count"))
     kw = dict(n_vocab=len(vocab), n_embd=n_embd, n_layer=int(_get(r, a + ".block_count")),
@@ -305,7 +313,7 @@ def load_checkpoint(path):
     ck = torch.load(path, map_location="cpu")
     m = M.Model(M.Config(**ck["config"]))
     m.load_state_dict(ck["model"])
-    return m, bpe.Vocab.from_json(ck["vocab"])
+    return m, gguf_vocab.from_json(ck["vocab"], bpe.Vocab.from_json)
 
 
 def load_any(path, adapter=None):
