@@ -157,9 +157,10 @@ def rope_tables(n_rot, base, positions, dtype):
 
 
 def apply_rope(x, cos, sin, n_rot, neox=False):
-    """NEOX ordering (neox): pairs (x[i], x[i + n_rot/2]) rotated by theta_i. Else NORM ordering: pairs (x[2i], x[2i+1]) rotated by theta_i. x (..., T, H, head_dim); cos/sin
-    (T, n_rot/2). Written as x * cos + swap(x) * sin, swap(x) = (-x[2i+1], x[2i]) per pair, which
-    keeps the backward pass free of strided-slice scatters."""
+    """NORM ordering: pairs (x[2i], x[2i+1]) rotated by theta_i; with neox, NEOX ordering: pairs
+    (x[i], x[i + n_rot/2]). x (..., T, H, head_dim); cos/sin (T, n_rot/2). NORM is written as
+    x * cos + swap(x) * sin, swap(x) = (-x[2i+1], x[2i]) per pair, which keeps the backward pass
+    free of strided-slice scatters."""
     hd = x.shape[-1]
     xr = x if n_rot == hd else x[..., :n_rot]
     if neox:
