@@ -5,10 +5,11 @@
  *   int32 n_rows, int32 n_vocab, int32 tokens[n_rows], float32 logits[n_rows][n_vocab].
  * usage: cpu_logits MODEL_OUT LOGITS_OUT P D THREADS TYPE N_VOCAB N_EMBD N_LAYER N_HEAD N_HEAD_KV N_FF
  *                   TIED ROPE N_ROT ROPE_SCALE SEED FREQ_BASE EPS [ARCH SLIDING_WINDOW ATTN_CAP FINAL_CAP
- *                   [HEAD_DIM [ROPE_FREQS]]]
+ *                   [HEAD_DIM [ROPE_FREQS [ROPE_SCALING]]]]
  *   (ROPE: norm|neox; N_ROT 0 = head_dim; ARCH as general.architecture, default llama; 0 = key not
  *   written for the next three; HEAD_DIM 0 = n_embd / n_head; ROPE_FREQS 1 = llama 3's
- *   rope_freqs.weight) */
+ *   rope_freqs.weight; ROPE_SCALING: "-" none, "yarn,FACTOR,ORIGINAL_CONTEXT" or "longrope,ORIGINAL_CONTEXT"
+ *   (phi3 LongRoPE's factor tensors and attention factor), as edgespec-mkmodel's flags) */
 #include "edgespec.h"
 #include "mkmodel.h"
 
@@ -24,7 +25,7 @@ static int die(const char *what, const char *msg) {
 }
 
 int main(int argc, char **argv) {
-    if (argc != 20 && (argc < 24 || argc > 26)) return die("usage", "see the comment at the top of cpu_logits.c");
+    if (argc != 20 && (argc < 24 || argc > 27)) return die("usage", "see the comment at the top of cpu_logits.c");
     const char *model_path = argv[1], *out_path = argv[2];
     const int P = atoi(argv[3]), D = atoi(argv[4]), threads = atoi(argv[5]);
     es_mk_params mp = es_mk_default_params();
@@ -49,7 +50,17 @@ int main(int argc, char **argv) {
         mp.attn_softcap = (float)atof(argv[22]);
         mp.final_softcap = (float)atof(argv[23]);
         if (argc >= 25) mp.head_dim = atoi(argv[24]);
-        if (argc == 26) mp.rope_freqs = atoi(argv[25]) != 0;
+        if (argc >= 26) mp.rope_freqs = atoi(argv[25]) != 0;
+        if (argc == 27 && !strncmp(argv[26], "yarn,", 5)) {
+            mp.rope_scaling = "yarn";
+            if (sscanf(argv[26] + 5, "%f,%d", &mp.rope_factor, &mp.rope_orig_ctx) != 2)
+                return die("usage", "ROPE_SCALING yarn,FACTOR,ORIGINAL_CONTEXT");
+        } else if (argc == 27 && !strncmp(argv[26], "longrope,", 9)) {
+            mp.longrope = true;
+            mp.rope_orig_ctx = atoi(argv[26] + 9);
+        } else if (argc == 27 && strcmp(argv[26], "-")) {
+            return die("usage", "ROPE_SCALING");
+        }
     }
     char key[96];
     const char *arch = mp.arch ? mp.arch : "llama";
