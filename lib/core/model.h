@@ -54,7 +54,7 @@ typedef struct es__hparams {
                               long/short.weight) for contexts beyond / within rope_n_ctx_orig, or NULL */
     es__rope_scaling rope_scaling;
     int32_t rope_n_ctx_orig; /* rope.scaling.original_context_length (n_ctx_train when absent) */
-    float rope_attn_factor;  /* rope.scaling.attn_factor: cos and sin times it (1 = none)      */
+    float rope_attn_factor;  /* rope.scaling.attn_factor: cos and sin times it (0 or 1: none)  */
     float yarn_ext_factor, yarn_beta_fast, yarn_beta_slow; /* YaRN's ramp (rope.c)            */
     int32_t n_swa;         /* sliding window: a query at position p sees keys at
                               positions > p - n_swa in sliding layers (0 = none) */

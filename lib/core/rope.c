@@ -32,7 +32,7 @@ es__rope es__rope_for(const es__hparams *hp, int32_t n_ctx) {
     es__rope r = es__rope_plain(hp->n_rot, hp->rope_freq_base, hp->rope_freq_scale);
     r.freq_div = hp->rope_freqs;
     if (hp->rope_long && hp->rope_short) r.freq_div = n_ctx > hp->rope_n_ctx_orig ? hp->rope_long : hp->rope_short;
-    r.mscale = hp->rope_attn_factor;
+    r.mscale = hp->rope_attn_factor > 0.0f ? hp->rope_attn_factor : 1.0;
     if (hp->rope_scaling == ES__ROPE_SCALING_YARN) {
         r.ext_factor = hp->yarn_ext_factor;
         r.corr_lo = fmax(0.0, floor(yarn_corr_dim(hp->n_rot, hp->rope_n_ctx_orig, hp->yarn_beta_fast, r.freq_base)));

@@ -8,8 +8,8 @@
  *                   [HEAD_DIM [ROPE_FREQS [ROPE_SCALING]]]]
  *   (ROPE: norm|neox; N_ROT 0 = head_dim; ARCH as general.architecture, default llama; 0 = key not
  *   written for the next three; HEAD_DIM 0 = n_embd / n_head; ROPE_FREQS 1 = llama 3's
- *   rope_freqs.weight; ROPE_SCALING: "-" none, "yarn,FACTOR,ORIGINAL_CONTEXT" or "longrope,ORIGINAL_CONTEXT"
- *   (phi3 LongRoPE's factor tensors and attention factor), as edgespec-mkmodel's flags) */
+ *   rope_freqs.weight; ROPE_SCALING: "-" none, else edgespec-mkmodel's --rope-scaling: "yarn,FACTOR,ORIG"
+ *   or "longrope,ORIG", phi3 LongRoPE's factor tensors and attention factor) */
 #include "edgespec.h"
 #include "mkmodel.h"
 
@@ -51,16 +51,8 @@ int main(int argc, char **argv) {
         mp.final_softcap = (float)atof(argv[23]);
         if (argc >= 25) mp.head_dim = atoi(argv[24]);
         if (argc >= 26) mp.rope_freqs = atoi(argv[25]) != 0;
-        if (argc == 27 && !strncmp(argv[26], "yarn,", 5)) {
-            mp.rope_scaling = "yarn";
-            if (sscanf(argv[26] + 5, "%f,%d", &mp.rope_factor, &mp.rope_orig_ctx) != 2)
-                return die("usage", "ROPE_SCALING yarn,FACTOR,ORIGINAL_CONTEXT");
-        } else if (argc == 27 && !strncmp(argv[26], "longrope,", 9)) {
-            mp.longrope = true;
-            mp.rope_orig_ctx = atoi(argv[26] + 9);
-        } else if (argc == 27 && strcmp(argv[26], "-")) {
-            return die("usage", "ROPE_SCALING");
-        }
+        if (argc == 27 && strcmp(argv[26], "-") && !es_mk_parse_rope_scaling(argv[26], &mp))
+            return die("usage", "ROPE_SCALING: -, linear,F, yarn,F,ORIG or longrope,ORIG");
     }
     char key[96];
     const char *arch = mp.arch ? mp.arch : "llama";

@@ -30,9 +30,9 @@ static void usage(FILE *f) {
             "  --softcap A,F      gemma2's attention and final logit soft-capping (default: not written)\n"
             "  --head-dim N       head size when not n-embd / n-head (written as attention.key_length)\n"
             "  --rope-freqs       llama 3's rope_freqs.weight (per-pair frequency divisors, 1 to 8)\n"
-            "  --rope-scaling S   linear,FACTOR or yarn,FACTOR,ORIGINAL_CONTEXT: <arch>.rope.scaling.* keys\n"
-            "  --longrope ORIG    phi3 LongRoPE: rope_factors_short/long.weight, original context ORIG and the\n"
-            "                     attention factor the converter derives from --n-ctx / ORIG\n"
+            "  --rope-scaling S   linear,FACTOR or yarn,FACTOR,ORIG (<arch>.rope.scaling.* keys; ORIG the original\n"
+            "                     context), or longrope,ORIG: phi3 LongRoPE's rope_factors_short/long.weight\n"
+            "                     and the attention factor the converter derives from --n-ctx / ORIG\n"
             "  --rope R           norm or neox (default: the architecture's; written as edgespec.rope.ordering\n"
             "                     when it differs)\n"
             "  --freq-base F      llama.rope.freq_base (default 10000)\n"
@@ -64,18 +64,6 @@ static bool parse_int(const char *s, int32_t *out) {
     if (*s == '\0' || *end != '\0' || v < 0 || v > 1 << 30) return false;
     *out = (int32_t)v;
     return true;
-}
-
-/* linear,F or yarn,F,ORIG */
-static bool parse_rope_scaling(const char *v, es_mk_params *p) {
-    const bool yarn = !strncmp(v, "yarn,", 5);
-    if (!yarn && strncmp(v, "linear,", 7)) return false;
-    p->rope_scaling = yarn ? "yarn" : "linear";
-    char *end = NULL;
-    p->rope_factor = strtof(v + (yarn ? 5 : 7), &end);
-    if (!(p->rope_factor > 0.0f)) return false;
-    if (!yarn) return *end == '\0';
-    return *end == ',' && parse_int(end + 1, &p->rope_orig_ctx) && p->rope_orig_ctx > 0;
 }
 
 int main(int argc, char **argv) {
@@ -133,10 +121,7 @@ int main(int argc, char **argv) {
             if (ok) p.final_softcap = strtof(end + 1, &end);
             ok = ok && *end == '\0' && p.final_softcap > 0;
         } else if (!strcmp(a, "--rope-scaling")) {
-            ok = parse_rope_scaling(v, &p);
-        } else if (!strcmp(a, "--longrope")) {
-            p.longrope = true;
-            ok = parse_int(v, &p.rope_orig_ctx);
+            ok = es_mk_parse_rope_scaling(v, &p);
         } else if (!strcmp(a, "--rope")) {
             rope_set = true;
             ok = !strcmp(v, "norm") || !strcmp(v, "neox");

@@ -350,6 +350,30 @@ static es_status add_longrope(builder *b, int64_t half) {
     return ES_OK;
 }
 
+/* A count in 1..2^30 that ends the string. */
+static bool parse_count(const char *s, int32_t *out) {
+    char *end = NULL;
+    const long v = strtol(s, &end, 10);
+    if (end == s || *end != '\0' || v < 1 || v > 1L << 30) return false;
+    *out = (int32_t)v;
+    return true;
+}
+
+bool es_mk_parse_rope_scaling(const char *spec, es_mk_params *p) {
+    if (!strncmp(spec, "longrope,", 9)) {
+        p->longrope = true;
+        return parse_count(spec + 9, &p->rope_orig_ctx);
+    }
+    const bool yarn = !strncmp(spec, "yarn,", 5);
+    if (!yarn && strncmp(spec, "linear,", 7)) return false;
+    p->rope_scaling = yarn ? "yarn" : "linear";
+    char *end = NULL;
+    p->rope_factor = strtof(spec + (yarn ? 5 : 7), &end);
+    if (!(p->rope_factor > 0.0f)) return false;
+    if (!yarn) return *end == '\0';
+    return *end == ',' && parse_count(end + 1, &p->rope_orig_ctx);
+}
+
 static es_status check_params(const es_mk_params *p, es__err *err) {
     const int32_t kv = p->n_head_kv ? p->n_head_kv : p->n_head;
     if (p->n_embd < 1 || p->n_layer < 1 || p->n_head < 1 || p->n_ff < 1 || p->n_ctx < 1 || kv < 1)

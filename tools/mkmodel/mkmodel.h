@@ -56,6 +56,10 @@ es_mk_params es_mk_default_params(void);
  * fields change. */
 bool es_mk_preset(const char *name, es_mk_params *p);
 
+/* Sets p's RoPE scaling from "linear,FACTOR", "yarn,FACTOR,ORIGINAL_CONTEXT" or
+ * "longrope,ORIGINAL_CONTEXT" (the --rope-scaling flag); false when spec is none of them. */
+bool es_mk_parse_rope_scaling(const char *spec, es_mk_params *p);
+
 /* Adds every key and tensor of the model to w. */
 es_status es_mk_build(const es_mk_params *p, es__gguf_writer *w, es__err *err);
 
