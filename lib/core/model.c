@@ -415,7 +415,8 @@ static es_status get_divisors(loader *L, bool *used, const char *name, const flo
     ES_TRY(get_tensor(L, used, name, ROLE_NORM, (want){"n_rot / 2", half, 0}, false, &t));
     *out = t ? t->data : NULL;
     for (int32_t i = 0; t && t->data && i < half; i++) {
-        const float v = ((const float *)t->data)[i];
+        float v; /* memcpy: a file with general.alignment below 4 may leave the data unaligned */
+        memcpy(&v, (const uint8_t *)t->data + 4 * (size_t)i, sizeof v);
         ES_RETURN_IF(!(v > 0.0f) || !isfinite(v), L->err, ES_ERR_MODEL,
                      "tensor '%s' (file offset %" PRIu64 ") element %d is %g: expected a positive finite divisor",
                      name, t->file_offset, i, (double)v);
