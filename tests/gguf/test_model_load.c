@@ -546,6 +546,16 @@ static void test_presets(void) {
     }
     es_mk_params p = es_mk_default_params();
     CHECK(!es_mk_preset("7b", &p));
+    /* --rope-scaling specs */
+    CHECK(es_mk_parse_rope_scaling("yarn,4,4096", &p) && !strcmp(p.rope_scaling, "yarn") && p.rope_factor == 4.0f &&
+          p.rope_orig_ctx == 4096);
+    CHECK(es_mk_parse_rope_scaling("linear,2.5", &p) && !strcmp(p.rope_scaling, "linear") && p.rope_factor == 2.5f);
+    CHECK(es_mk_parse_rope_scaling("longrope,64", &p) && p.longrope && p.rope_orig_ctx == 64);
+    const char *bad_specs[] = {"yarn,4", "yarn,0,64", "linear,-1", "linear,2,3", "longrope,0", "longrope,", "ntk,2"};
+    for (size_t k = 0; k < sizeof bad_specs / sizeof *bad_specs; k++) {
+        es_mk_params q = es_mk_default_params();
+        CHECKF(!es_mk_parse_rope_scaling(bad_specs[k], &q), "rope scaling spec '%s' accepted", bad_specs[k]);
+    }
     CHECK(es_mk_max_vocab() >= 32000);
 }
 
