@@ -158,6 +158,8 @@ static es_status read_rope(loader *L, es__hparams *hp) {
     } else if (es__str_eq(type, "none")) {
         ES_TRY(hp_f32(L, "rope.scale_linear", false, &factor));
         if (factor > 0.0f) hp->rope_scaling = ES__ROPE_SCALING_LINEAR;
+    } else if (es__str_eq(type, "longrope")) {
+        hp->rope_scaling = ES__ROPE_SCALING_LONGROPE;
     }
     if (factor > 0.0f) hp->rope_freq_scale = 1.0f / factor;
     ES_TRY(hp_u32(L, "rope.scaling.original_context_length", false, INT32_MAX, &hp->rope_n_ctx_orig));
@@ -437,6 +439,9 @@ static es_status bind_rope_divisors(loader *L, bool *used) {
                  "tensor '%s' without '%s': LongRoPE needs the long and the short factors",
                  has_long ? "rope_factors_long.weight" : "rope_factors_short.weight",
                  has_long ? "rope_factors_short.weight" : "rope_factors_long.weight");
+    ES_RETURN_IF(hp->rope_scaling == ES__ROPE_SCALING_LONGROPE && !has_long, L->err, ES_ERR_MODEL,
+                 "metadata key '%s.rope.scaling.type' is 'longrope' but the file has no rope_factors_long/short.weight",
+                 L->m->arch);
     ES_RETURN_IF(has_long && es__gguf_find_tensor(L->g, "rope_freqs.weight") != NULL, L->err, ES_ERR_MODEL,
                  "tensor 'rope_freqs.weight' together with LongRoPE's 'rope_factors_long.weight': two sets of "
                  "per-pair divisors");

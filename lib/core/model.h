@@ -27,6 +27,7 @@ typedef enum es__rope_scaling {
     ES__ROPE_SCALING_NONE = 0,
     ES__ROPE_SCALING_LINEAR = 1, /* positions times rope_freq_scale                         */
     ES__ROPE_SCALING_YARN = 2,   /* YaRN: interpolate the slow pairs only, scale magnitudes  */
+    ES__ROPE_SCALING_LONGROPE = 3, /* the per-pair divisors rope_long/rope_short             */
 } es__rope_scaling;
 
 typedef struct es__hparams {

@@ -663,6 +663,7 @@ static void lr_and_freqs(es__gguf_writer *w) {
     lr_both(w);
     add_vals(w, "rope_freqs.weight", 8, 1.0f, 1.0f);
 }
+SET_STR(lr_type_only, "phi3.rope.scaling.type", "longrope")
 static void lr_other(es__gguf_writer *w) { add_vals(w, "rope_factors_mid.weight", 8, 1.0f, 1.0f); }
 static void freqs_nan(es__gguf_writer *w) { add_vals(w, "rope_freqs.weight", 8, NAN, 1.0f); }
 static void yarn4(es__gguf_writer *w) {
@@ -728,6 +729,8 @@ static void test_rope_scaling(void) {
                 "tensor 'rope_factors_short.weight' (file offset");
     expect_load("longrope and rope_freqs", (edit){NULL, NULL, lr_and_freqs}, ES_ERR_MODEL,
                 "two sets of per-pair divisors");
+    expect_load("longrope type without factors", (edit){NULL, NULL, lr_type_only}, ES_ERR_MODEL,
+                "'phi3.rope.scaling.type' is 'longrope' but the file has no rope_factors_long/short.weight");
     expect_load("other rope factors", (edit){NULL, NULL, lr_other}, ES_ERR_UNSUPPORTED,
                 "tensor 'rope_factors_mid.weight' (file offset");
     /* Gemma 2: queries scale by head_dim^-1/2, but by (n_embd / n_head)^-1/2 in 27B's 46 layers */
