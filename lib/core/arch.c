@@ -7,12 +7,13 @@
 #include <string.h>
 
 static const es__arch archs[] = {
-    /* name      rope          bias   qkv    gateup post   escale act           swa softcap */
-    {"llama", ES_ROPE_NORM, false, false, false, false, false, ES__ACT_SILU, 1, false},
-    {"qwen2", ES_ROPE_NEOX, true, false, false, false, false, ES__ACT_SILU, 1, false},
-    {"phi3", ES_ROPE_NEOX, false, true, true, false, false, ES__ACT_SILU, 1, false},
-    {"gemma", ES_ROPE_NEOX, false, false, false, false, true, ES__ACT_GELU, 1, false},
-    {"gemma2", ES_ROPE_NEOX, false, false, false, true, true, ES__ACT_GELU, 2, true},
+    /* name      rope          bias   qkv    gateup post   escale act           swa softcap qscale */
+    {"llama", ES_ROPE_NORM, false, false, false, false, false, ES__ACT_SILU, 1, false, 0},
+    {"qwen2", ES_ROPE_NEOX, true, false, false, false, false, ES__ACT_SILU, 1, false, 0},
+    {"phi3", ES_ROPE_NEOX, false, true, true, false, false, ES__ACT_SILU, 1, false, 0},
+    {"gemma", ES_ROPE_NEOX, false, false, false, false, true, ES__ACT_GELU, 1, false, 0},
+    /* 46 layers: Gemma 2 27B (llama.cpp tells the sizes apart by depth: 26 2B, 42 9B, 46 27B) */
+    {"gemma2", ES_ROPE_NEOX, false, false, false, true, true, ES__ACT_GELU, 2, true, 46},
 };
 
 const es__arch *es__arch_find(const char *arch) {

@@ -26,6 +26,9 @@ typedef struct es__arch {
     int32_t swa_pattern;    /* with a sliding window: layer il slides iff il % swa_pattern <
                                swa_pattern - 1 (1: every layer; 2: even layers, gemma2's)      */
     bool softcap;           /* reads <arch>.attn_logit_softcapping and .final_logit_softcapping */
+    int32_t qscale_layers;  /* a model of this many layers scales queries by (n_embd / n_head)^-1/2
+                               instead of head_dim^-1/2 (Gemma 2 27B's query_pre_attn_scalar,
+                               which no GGUF key carries; 0: none)                            */
 } es__arch;
 
 /* The description of arch (general.architecture), or NULL when edgespec does not run it. */

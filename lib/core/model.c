@@ -101,26 +101,70 @@ static es_status hp_f32(loader *L, const char *name, bool required, float *out) 
     return ES_OK;
 }
 
+/* A finite float hyperparameter in [lo, hi] (absent = *out untouched). */
+static es_status hp_f32_in(loader *L, const char *name, float lo, float hi, float *out) {
+    const char *key = akey(L, name);
+    const es__gguf_kv *kv = es__gguf_find(L->g, key);
+    if (!kv) return ES_OK;
+    float v = 0;
+    ES_TRY(es__gguf_get_f32(L->g, key, true, &v, L->err));
+    ES_RETURN_IF(!(v >= lo && v <= hi), L->err, ES_ERR_MODEL,
+                 "metadata key '%s' (offset %" PRIu64 ") is %g: expected %g..%g", key, kv->offset, (double)v,
+                 (double)lo, (double)hi);
+    *out = v;
+    return ES_OK;
+}
+
+/* YaRN's keys beyond the factor, with llama.cpp's defaults (ramp over the pairs that turn
+ * between 32 and 1 times in the original context, fully extrapolating the fast pairs). */
+static es_status read_yarn(loader *L, es__hparams *hp) {
+    hp->yarn_ext_factor = 1.0f;
+    hp->yarn_beta_fast = 32.0f;
+    hp->yarn_beta_slow = 1.0f;
+    ES_TRY(hp_f32_in(L, "rope.scaling.yarn_ext_factor", 0.0f, 1.0f, &hp->yarn_ext_factor));
+    ES_TRY(hp_f32(L, "rope.scaling.yarn_beta_fast", false, &hp->yarn_beta_fast));
+    ES_TRY(hp_f32(L, "rope.scaling.yarn_beta_slow", false, &hp->yarn_beta_slow));
+    /* DeepSeek's mscale / mscale_all_dim variant: another magnitude rule, not implemented */
+    float log_mul = 0.0f;
+    ES_TRY(hp_f32_in(L, "rope.scaling.yarn_log_multiplier", -INFINITY, INFINITY, &log_mul));
+    ES_RETURN_IF(log_mul != 0.0f, L->err, ES_ERR_UNSUPPORTED,
+                 "metadata key '%s': YaRN with a log multiplier (DeepSeek's mscale) is not supported",
+                 akey(L, "rope.scaling.yarn_log_multiplier"));
+    return ES_OK;
+}
+
 static es_status read_rope(loader *L, es__hparams *hp) {
     hp->rope_freq_base = 10000.0f;
     hp->rope_freq_scale = 1.0f;
+    hp->rope_scaling = ES__ROPE_SCALING_NONE;
+    hp->rope_attn_factor = 1.0f;
+    hp->rope_n_ctx_orig = hp->n_ctx_train;
     ES_TRY(hp_f32(L, "rope.freq_base", false, &hp->rope_freq_base));
-    /* rope.scaling.type "none" | "linear" (freq_scale = 1 / factor); older files give only
-     * rope.scale_linear, which means linear */
+    /* rope.scaling.type "none" | "linear" (freq_scale = 1 / factor) | "yarn" | "longrope" (the
+     * factors are phi3's rope_factors_* tensors); older files give only rope.scale_linear,
+     * which means linear */
     es__str type = {"none", 4};
     ES_TRY(es__gguf_get_str(L->g, akey(L, "rope.scaling.type"), false, &type, L->err));
     float factor = 0.0f;
-    if (es__str_eq(type, "linear")) {
+    if (es__str_eq(type, "linear") || es__str_eq(type, "yarn")) {
+        hp->rope_scaling = es__str_eq(type, "yarn") ? ES__ROPE_SCALING_YARN : ES__ROPE_SCALING_LINEAR;
         ES_TRY(hp_f32(L, "rope.scaling.factor", !L->vocab_only, &factor));
-    } else if (!es__str_eq(type, "none") && !L->vocab_only) {
+    } else if (!es__str_eq(type, "none") && !es__str_eq(type, "longrope") && !L->vocab_only) {
         const es__gguf_kv *kv = es__gguf_find(L->g, akey(L, "rope.scaling.type"));
         return es__fail(L->err, ES_ERR_UNSUPPORTED,
-                        "metadata key '%s' (offset %" PRIu64 "): RoPE scaling '%.*s' is not supported (none, linear)",
+                        "metadata key '%s' (offset %" PRIu64
+                        "): RoPE scaling '%.*s' is not supported (none, linear, yarn, longrope)",
                         L->arch_key, kv->offset, (int)ES__MIN(type.len, 32), type.ptr);
-    } else {
+    } else if (es__str_eq(type, "none")) {
         ES_TRY(hp_f32(L, "rope.scale_linear", false, &factor));
+        if (factor > 0.0f) hp->rope_scaling = ES__ROPE_SCALING_LINEAR;
+    } else if (es__str_eq(type, "longrope")) {
+        hp->rope_scaling = ES__ROPE_SCALING_LONGROPE;
     }
     if (factor > 0.0f) hp->rope_freq_scale = 1.0f / factor;
+    ES_TRY(hp_u32(L, "rope.scaling.original_context_length", false, INT32_MAX, &hp->rope_n_ctx_orig));
+    ES_TRY(hp_f32(L, "rope.scaling.attn_factor", false, &hp->rope_attn_factor));
+    if (hp->rope_scaling == ES__ROPE_SCALING_YARN) ES_TRY(read_yarn(L, hp));
 
     /* edgespec.rope.ordering: "norm" or "neox"; absent, the architecture's (arch.c) */
     hp->rope_type = hp->arch ? hp->arch->rope : ES_ROPE_NORM;
@@ -160,6 +204,8 @@ static es_status read_arch_values(loader *L, es__hparams *hp) {
     const es__arch *a = hp->arch;
     hp->embd_scale = a && a->embd_scale ? sqrtf((float)hp->n_embd) : 1.0f;
     hp->attn_scale = hp->head_dim > 0 ? 1.0f / sqrtf((float)hp->head_dim) : 1.0f;
+    if (a && a->qscale_layers > 0 && hp->n_layer == a->qscale_layers && hp->n_head > 0)
+        hp->attn_scale = 1.0f / sqrtf((float)(hp->n_embd / hp->n_head));
     hp->attn_softcap = hp->final_softcap = 0.0f;
     if (a && a->softcap) {
         /* llama.cpp's values when a gemma2 file leaves the keys out */
@@ -169,6 +215,13 @@ static es_status read_arch_values(loader *L, es__hparams *hp) {
         ES_TRY(hp_f32(L, "final_logit_softcapping", false, &hp->final_softcap));
     }
     hp->n_swa = 0;
+    /* 0 means no window: the phi3 converter writes it so for Phi-4-mini */
+    const char *key = akey(L, "attention.sliding_window");
+    if (es__gguf_find(L->g, key) && !L->vocab_only) {
+        uint32_t v = 0;
+        ES_TRY(es__gguf_get_u32(L->g, key, true, &v, L->err));
+        if (v == 0) return ES_OK;
+    }
     return hp_u32(L, "attention.sliding_window", false, INT32_MAX, &hp->n_swa);
 }
 
@@ -357,6 +410,44 @@ static void count(es_model *m, const es__tensor *t) {
     m->weight_bytes += t->nbytes;
 }
 
+/* A per-pair divisor tensor (n_rot / 2 f32 values, positive and finite), or NULL when absent. */
+static es_status get_divisors(loader *L, bool *used, const char *name, const float **out) {
+    const es__tensor *t = NULL;
+    const int32_t half = L->m->hp.n_rot / 2;
+    ES_TRY(get_tensor(L, used, name, ROLE_NORM, (want){"n_rot / 2", half, 0}, false, &t));
+    *out = t ? t->data : NULL;
+    for (int32_t i = 0; t && t->data && i < half; i++) {
+        float v; /* memcpy: a file with general.alignment below 4 may leave the data unaligned */
+        memcpy(&v, (const uint8_t *)t->data + 4 * (size_t)i, sizeof v);
+        ES_RETURN_IF(!(v > 0.0f) || !isfinite(v), L->err, ES_ERR_MODEL,
+                     "tensor '%s' (file offset %" PRIu64 ") element %d is %g: expected a positive finite divisor",
+                     name, t->file_offset, i, (double)v);
+    }
+    return ES_OK;
+}
+
+/* RoPE's per-pair frequency divisors: llama 3.1/3.2's rope_freqs (the converter writes them for
+ * rope type llama3), or phi3 LongRoPE's short and long factors, which come as a pair. */
+static es_status bind_rope_divisors(loader *L, bool *used) {
+    es__hparams *hp = &L->m->hp;
+    ES_TRY(get_divisors(L, used, "rope_freqs.weight", &hp->rope_freqs));
+    ES_TRY(get_divisors(L, used, "rope_factors_long.weight", &hp->rope_long));
+    ES_TRY(get_divisors(L, used, "rope_factors_short.weight", &hp->rope_short));
+    const bool has_long = es__gguf_find_tensor(L->g, "rope_factors_long.weight") != NULL,
+               has_short = es__gguf_find_tensor(L->g, "rope_factors_short.weight") != NULL;
+    ES_RETURN_IF(has_long != has_short, L->err, ES_ERR_MODEL,
+                 "tensor '%s' without '%s': LongRoPE needs the long and the short factors",
+                 has_long ? "rope_factors_long.weight" : "rope_factors_short.weight",
+                 has_long ? "rope_factors_short.weight" : "rope_factors_long.weight");
+    ES_RETURN_IF(hp->rope_scaling == ES__ROPE_SCALING_LONGROPE && !has_long, L->err, ES_ERR_MODEL,
+                 "metadata key '%s.rope.scaling.type' is 'longrope' but the file has no rope_factors_long/short.weight",
+                 L->m->arch);
+    ES_RETURN_IF(has_long && es__gguf_find_tensor(L->g, "rope_freqs.weight") != NULL, L->err, ES_ERR_MODEL,
+                 "tensor 'rope_freqs.weight' together with LongRoPE's 'rope_factors_long.weight': two sets of "
+                 "per-pair divisors");
+    return ES_OK;
+}
+
 static es_status bind_tensors(loader *L) {
     es_model *m = L->m;
     const es__hparams *hp = &m->hp;
@@ -371,11 +462,7 @@ static es_status bind_tensors(loader *L) {
         s = get_tensor(L, used, "output_norm.weight", ROLE_NORM, (want){"n_embd", d, 0}, true, &m->output_norm);
     if (s == ES_OK)
         s = get_tensor(L, used, "output.weight", ROLE_MATRIX, (want){"n_embd, n_vocab", d, nv}, false, &m->output);
-    /* llama 3.1/3.2's per-pair frequency divisors (the converter writes them for rope type llama3) */
-    const es__tensor *freqs = NULL;
-    if (s == ES_OK)
-        s = get_tensor(L, used, "rope_freqs.weight", ROLE_NORM, (want){"n_rot / 2", hp->n_rot / 2, 0}, false, &freqs);
-    if (freqs) m->hp.rope_freqs = freqs->data;
+    if (s == ES_OK) s = bind_rope_divisors(L, used);
     for (int32_t il = 0; s == ES_OK && il < hp->n_layer; il++) s = bind_layer(L, used, il, &m->layers[il]);
     if (s == ES_OK) {
         m->tied_output = m->output == NULL;
@@ -383,14 +470,15 @@ static es_status bind_tensors(loader *L) {
         for (int32_t i = 0; s == ES_OK && i < m->n_tensors; i++) {
             const es__tensor *t = &m->tensors[i];
             long blk = -1;
-            if (strncmp(t->name, "rope_factors", 12) == 0)
-                /* phi3's LongRoPE (128k-context files): the frequencies would be wrong without it */
-                s = es__fail(L->err, ES_ERR_UNSUPPORTED,
-                             "tensor '%s' (file offset %" PRIu64 "): per-frequency RoPE factors (LongRoPE) are not "
-                             "supported",
-                             t->name, t->file_offset);
-            else if (used[i])
+            if (used[i])
                 count(m, t);
+            else if (strncmp(t->name, "rope_factors", 12) == 0)
+                /* per-pair factors other than LongRoPE's long and short: the angles would be wrong
+                 * without them */
+                s = es__fail(L->err, ES_ERR_UNSUPPORTED,
+                             "tensor '%s' (file offset %" PRIu64 "): RoPE factors other than "
+                             "rope_factors_long/short.weight are not supported",
+                             t->name, t->file_offset);
             else if (sscanf(t->name, "blk.%ld.", &blk) == 1 && blk >= hp->n_layer)
                 /* a layer the hyperparameters do not count: a block_count that lies would run a
                  * model with its top layers silently cut off */

@@ -23,6 +23,13 @@ typedef struct es__tensor {
     uint64_t file_offset;  /* absolute offset of the data in the file     */
 } es__tensor;
 
+typedef enum es__rope_scaling {
+    ES__ROPE_SCALING_NONE = 0,
+    ES__ROPE_SCALING_LINEAR = 1, /* positions times rope_freq_scale                         */
+    ES__ROPE_SCALING_YARN = 2,   /* YaRN: interpolate the slow pairs only, scale magnitudes  */
+    ES__ROPE_SCALING_LONGROPE = 3, /* the per-pair divisors rope_long/rope_short             */
+} es__rope_scaling;
+
 typedef struct es__hparams {
     int32_t n_vocab;
     int32_t n_ctx_train;
@@ -44,6 +51,12 @@ typedef struct es__hparams {
     float final_softcap;   /* logits become c tanh(l / c) (0 = none)            */
     const float *rope_freqs; /* [n_rot / 2] divisors of each pair's frequency (llama 3's
                               rope_freqs.weight, f32 in the mapping) or NULL            */
+    const float *rope_long, *rope_short; /* phi3 LongRoPE's [n_rot / 2] divisors (rope_factors_
+                              long/short.weight) for contexts beyond / within rope_n_ctx_orig, or NULL */
+    es__rope_scaling rope_scaling;
+    int32_t rope_n_ctx_orig; /* rope.scaling.original_context_length (n_ctx_train when absent) */
+    float rope_attn_factor;  /* rope.scaling.attn_factor: cos and sin times it (0 or 1: none)  */
+    float yarn_ext_factor, yarn_beta_fast, yarn_beta_slow; /* YaRN's ramp (rope.c)            */
     int32_t n_swa;         /* sliding window: a query at position p sees keys at
                               positions > p - n_swa in sliding layers (0 = none) */
 } es__hparams;

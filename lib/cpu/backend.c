@@ -344,7 +344,8 @@ static es_status cpu_kv_shift(es_context *ctx, int32_t n_keep, int32_t d) {
     float *cs = es__malloc(ctx->alloc, sizeof(float) * (size_t)ES__MAX(hp->n_rot, 2)); /* n_rot / 2 pairs */
     ES_RETURN_IF(!cs, &ctx->backend->err, ES_ERR_OUT_OF_MEMORY, "cpu backend: out of memory");
     const int32_t minus_d = -d;
-    es__cpu_rope_table(&minus_d, 1, hp->n_rot, hp->rope_freq_base, hp->rope_freq_scale, hp->rope_freqs, cs);
+    const es__rope rope = es__rope_for(hp, ctx->n_ctx);
+    es__cpu_rope_table(&rope, &minus_d, 1, true, cs);
     for (size_t g = 0; g < heads; g++) {
         float *kb = c->k + g * n_ctx * hd, *vb = c->v + g * n_ctx * hd;
         for (int32_t s = n_keep + d; s < ctx->n_past; s++) {

@@ -320,6 +320,7 @@ static void fwd_thread(void *arg, int ith, int nth) {
     thr t = {J, ith, nth, 0, 0, 0.0};
     es__work w;
 
+    const es__rope rope = es__rope_for(hp, J->n_ctx);
     phase_begin(&t, &w, OP_EMBED, n, 1);
     for (int64_t lo, hi; es__work_next(&w, &lo, &hi);) {
         const es__cpu_mat *E = &J->w->tok_embd;
@@ -329,8 +330,7 @@ static void fwd_thread(void *arg, int ith, int nth) {
             if (hp->embd_scale != 1.0f)
                 for (int32_t j = 0; j < d; j++) xi[j] *= hp->embd_scale;
         }
-        es__cpu_rope_table(f->pos + lo, hi - lo, hp->n_rot, hp->rope_freq_base, hp->rope_freq_scale, hp->rope_freqs,
-                           c->rope + lo * (hp->n_rot / 2) * 2);
+        es__cpu_rope_table(&rope, f->pos + lo, hi - lo, false, c->rope + lo * (hp->n_rot / 2) * 2);
     }
     phase_end(&t, &w);
 

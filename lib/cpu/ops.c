@@ -14,21 +14,9 @@ void es__cpu_rmsnorm_row(const es__kern *k, const float *x, const float *w, int6
     for (int64_t i = 0; i < n; i++) y[i] = (x[i] * scale) * w[i];
 }
 
-static void rope_cs(int32_t pos, int64_t i0, int64_t i1, int64_t n_rot, float freq_base, float freq_scale,
-                    const float *freq_div, float *cs) {
-    for (int64_t i = i0; i < i1; i++) {
-        const double theta = (double)pos * (double)freq_scale *
-                             pow((double)freq_base, -2.0 * (double)i / (double)n_rot) /
-                             (freq_div ? (double)freq_div[i] : 1.0);
-        cs[(i - i0) * 2 + 0] = (float)cos(theta);
-        cs[(i - i0) * 2 + 1] = (float)sin(theta);
-    }
-}
-
-void es__cpu_rope_table(const int32_t *pos, int64_t n_tok, int64_t n_rot, float freq_base, float freq_scale,
-                        const float *freq_div, float *cs) {
-    const int64_t half = n_rot / 2;
-    for (int64_t t = 0; t < n_tok; t++) rope_cs(pos[t], 0, half, n_rot, freq_base, freq_scale, freq_div, cs + t * half * 2);
+void es__cpu_rope_table(const es__rope *r, const int32_t *pos, int64_t n_tok, bool unit, float *cs) {
+    const int64_t half = r->n_rot / 2;
+    for (int64_t t = 0; t < n_tok; t++) es__rope_cs(r, pos[t], 0, half, unit, cs + t * half * 2);
 }
 
 /* Rotates pairs [i0, i1) of every head; cs holds their cos/sin from pair i0 on. */
@@ -190,11 +178,12 @@ void es__cpu_rope(float *x, int64_t n_tok, int64_t n_head, int64_t head_dim, int
                   float freq_base, float freq_scale, es_rope_type type) {
     enum { CHUNK = 256 };
     float cs[2 * CHUNK];
+    const es__rope r = es__rope_plain((int32_t)n_rot, freq_base, freq_scale);
     for (int64_t t = 0; t < n_tok; t++) {
         /* a chunk of pairs at a time keeps this free of allocation; same values as the table */
         for (int64_t i0 = 0; i0 < n_rot / 2; i0 += CHUNK) {
             const int64_t i1 = ES__MIN(n_rot / 2, i0 + CHUNK);
-            rope_cs(pos[t], i0, i1, n_rot, freq_base, freq_scale, NULL, cs);
+            es__rope_cs(&r, pos[t], i0, i1, false, cs);
             rope_pairs(x + t * n_head * head_dim, n_head, head_dim, n_rot, i0, i1, cs, type);
         }
     }

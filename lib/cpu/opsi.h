@@ -7,14 +7,14 @@
 
 #include "kern.h"
 #include "ops.h"
+#include "rope.h"
 
 /* One RMSNorm row. */
 void es__cpu_rmsnorm_row(const es__kern *k, const float *x, const float *w, int64_t n, float eps, float *y);
 
-/* cos/sin of every rotated pair for n_tok tokens: cs [n_tok][n_rot / 2][2]. freq_div (NULL = none):
- * pair i's angle is divided by freq_div[i] (llama 3's rope_freqs.weight). */
-void es__cpu_rope_table(const int32_t *pos, int64_t n_tok, int64_t n_rot, float freq_base, float freq_scale,
-                        const float *freq_div, float *cs);
+/* cos/sin of every rotated pair for n_tok tokens: cs [n_tok][n_rot / 2][2] (rope.h; unit: magnitude
+ * 1, for turning cached keys). */
+void es__cpu_rope_table(const es__rope *r, const int32_t *pos, int64_t n_tok, bool unit, float *cs);
 /* Rotates one token's n_head heads (x: [n_head][head_dim]) with its row of the table. */
 void es__cpu_rope_token(float *x, int64_t n_head, int64_t head_dim, int64_t n_rot, const float *cs,
                         es_rope_type type);

@@ -186,6 +186,7 @@ static es_status upload_biases(es_context *ctx, vk_ctx *c, es__vk_stager *st) {
 static es_status upload_rope(es_context *ctx, vk_ctx *c) {
     const es__hparams *hp = &ctx->model->hp;
     const uint32_t half = (uint32_t)hp->n_rot / 2;
+    const es__rope rope = es__rope_for(hp, ctx->n_ctx);
     const VkDeviceSize bytes = (VkDeviceSize)c->n_ctx * half * 2 * sizeof(float);
     if (bytes == 0) return ES_OK;
     es__vk_stager st;
@@ -198,8 +199,7 @@ static es_status upload_rope(es_context *ctx, vk_ctx *c) {
         s = es__vk_stage_ptr(c->d, &st, es__vk_region_buf(&c->arena, &c->r_rope),
                              c->r_rope.off + (VkDeviceSize)p0 * half * 2 * sizeof(float),
                              (VkDeviceSize)np * half * 2 * sizeof(float), &ptr);
-        if (s == ES_OK) es__vk_rope_table(ptr, (int32_t)p0, np, (uint32_t)hp->n_rot, hp->rope_freq_base, hp->rope_freq_scale,
-                                            hp->rope_freqs);
+        if (s == ES_OK) es__vk_rope_table(&rope, ptr, (int32_t)p0, np, false);
     }
     if (s == ES_OK) s = upload_biases(ctx, c, &st);
     if (s == ES_OK) s = es__vk_stager_flush(c->d, &st);
@@ -860,8 +860,8 @@ es_status es__vk_kv_shift(es_context *ctx, int32_t n_keep, int32_t n_discard) {
     vk_ctx *c = ctx->impl;
     es__vk_dev *d = c->d;
     const es__hparams *hp = &ctx->model->hp;
-    es__vk_rope_table(c->shift_cs.map, -n_discard, 1, (uint32_t)hp->n_rot, hp->rope_freq_base, hp->rope_freq_scale,
-                      hp->rope_freqs);
+    const es__rope rope = es__rope_for(hp, ctx->n_ctx);
+    es__vk_rope_table(&rope, c->shift_cs.map, -n_discard, 1, true);
     ES_TRY(es__vk_buf_flush(d, &c->shift_cs));
     es__pc_kv_shift pc = {(uint32_t)n_keep, (uint32_t)n_discard, (uint32_t)ctx->n_past, (uint32_t)hp->head_dim,
                           c->n_ctx, (uint32_t)hp->n_rot, hp->rope_type == ES_ROPE_NEOX ? 1u : 0u};

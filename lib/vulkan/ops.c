@@ -149,15 +149,7 @@ void es__vk_step_write(int32_t *s, uint32_t stride, int32_t n_past, int32_t n, c
     s[ES_STEP_CHAIN] = chain ? 1 : 0;
 }
 
-void es__vk_rope_table(float *dst, int32_t p0, uint32_t np, uint32_t n_rot, float freq_base, float freq_scale,
-                       const float *freq_div) {
-    const uint32_t half = n_rot / 2;
-    for (uint32_t p = 0; p < np; p++)
-        for (uint32_t i = 0; i < half; i++) {
-            const double theta = (double)((int64_t)p0 + p) * (double)freq_scale *
-                                 pow((double)freq_base, -2.0 * (double)i / (double)n_rot) /
-                                 (freq_div ? (double)freq_div[i] : 1.0);
-            dst[(p * half + i) * 2] = (float)cos(theta);
-            dst[(p * half + i) * 2 + 1] = (float)sin(theta);
-        }
+void es__vk_rope_table(const es__rope *r, float *dst, int32_t p0, uint32_t np, bool unit) {
+    const uint32_t half = (uint32_t)r->n_rot / 2;
+    for (uint32_t p = 0; p < np; p++) es__rope_cs(r, (int64_t)p0 + p, 0, half, unit, dst + (size_t)p * half * 2);
 }

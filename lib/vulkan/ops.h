@@ -6,6 +6,7 @@
 #define ES_VULKAN_OPS_H
 
 #include "kernels.h"
+#include "rope.h"
 #include "weights.h"
 
 /* Attention geometry. Batch invariance needs the split fixed: splits are aligned to absolute
@@ -21,12 +22,10 @@ void es__vk_step_write(int32_t *s, uint32_t stride, int32_t n_past, int32_t n, c
                        const int32_t *pos, const int32_t *dfs_end, const int32_t *out_rows, int32_t n_out,
                        int32_t *depth_count);
 
-/* (cos, sin) of pos * freq_scale * freq_base^(-2i / n_rot) for positions [p0, p0 + np) and pairs
- * i < n_rot / 2, evaluated in double and rounded once (as the CPU backend does); a negative p0
- * gives the rotation back by -p0 positions (a context shift's). freq_div (NULL = none) divides
- * pair i's angle (llama 3's rope_freqs.weight). */
-void es__vk_rope_table(float *dst, int32_t p0, uint32_t np, uint32_t n_rot, float freq_base, float freq_scale,
-                       const float *freq_div);
+/* (cos, sin) of RoPE r (rope.h) for positions [p0, p0 + np) and pairs i < n_rot / 2, the CPU
+ * backend's values; a negative p0 with unit gives the rotation back by -p0 positions (a context
+ * shift's, magnitude 1). */
+void es__vk_rope_table(const es__rope *r, float *dst, int32_t p0, uint32_t np, bool unit);
 
 /* mul_mat epilogues (spec constant EPI). */
 enum { ES__EPI_STORE = 0, ES__EPI_ADD = 1, ES__EPI_SWIGLU = 2, ES__EPI_ROPE_KV = 3, ES__EPI_GEGLU = 4 };

@@ -292,7 +292,8 @@ static es_status run_rope_table(run *r, const es__vk_op_rope *rope, const es__vk
     const size_t floats = rope_floats + (bias ? n_bias : 0);
     float *table = es__calloc(r->d->alloc, floats, sizeof *table);
     ES_RETURN_IF(!table, r->d->err, ES_ERR_OUT_OF_MEMORY, "vulkan op: out of memory");
-    es__vk_rope_table(table, 0, (uint32_t)max_pos + 1, rope->n_rot, rope->freq_base, rope->freq_scale, NULL);
+    const es__rope plain = es__rope_plain((int32_t)rope->n_rot, rope->freq_base, rope->freq_scale);
+    es__vk_rope_table(&plain, table, 0, (uint32_t)max_pos + 1, false);
     if (bias) memcpy(table + rope_floats, bias, sizeof *bias * n_bias);
     *bias_off = bias ? (uint32_t)rope_floats : 0u;
     es__vk_buf *T = NULL;

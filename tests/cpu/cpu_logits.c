@@ -5,10 +5,11 @@
  *   int32 n_rows, int32 n_vocab, int32 tokens[n_rows], float32 logits[n_rows][n_vocab].
  * usage: cpu_logits MODEL_OUT LOGITS_OUT P D THREADS TYPE N_VOCAB N_EMBD N_LAYER N_HEAD N_HEAD_KV N_FF
  *                   TIED ROPE N_ROT ROPE_SCALE SEED FREQ_BASE EPS [ARCH SLIDING_WINDOW ATTN_CAP FINAL_CAP
- *                   [HEAD_DIM [ROPE_FREQS]]]
+ *                   [HEAD_DIM [ROPE_FREQS [ROPE_SCALING]]]]
  *   (ROPE: norm|neox; N_ROT 0 = head_dim; ARCH as general.architecture, default llama; 0 = key not
  *   written for the next three; HEAD_DIM 0 = n_embd / n_head; ROPE_FREQS 1 = llama 3's
- *   rope_freqs.weight) */
+ *   rope_freqs.weight; ROPE_SCALING: "-" none, else edgespec-mkmodel's --rope-scaling: "yarn,FACTOR,ORIG"
+ *   or "longrope,ORIG", phi3 LongRoPE's factor tensors and attention factor) */
 #include "edgespec.h"
 #include "mkmodel.h"
 
@@ -24,7 +25,7 @@ static int die(const char *what, const char *msg) {
 }
 
 int main(int argc, char **argv) {
-    if (argc != 20 && (argc < 24 || argc > 26)) return die("usage", "see the comment at the top of cpu_logits.c");
+    if (argc != 20 && (argc < 24 || argc > 27)) return die("usage", "see the comment at the top of cpu_logits.c");
     const char *model_path = argv[1], *out_path = argv[2];
     const int P = atoi(argv[3]), D = atoi(argv[4]), threads = atoi(argv[5]);
     es_mk_params mp = es_mk_default_params();
@@ -49,7 +50,9 @@ int main(int argc, char **argv) {
         mp.attn_softcap = (float)atof(argv[22]);
         mp.final_softcap = (float)atof(argv[23]);
         if (argc >= 25) mp.head_dim = atoi(argv[24]);
-        if (argc == 26) mp.rope_freqs = atoi(argv[25]) != 0;
+        if (argc >= 26) mp.rope_freqs = atoi(argv[25]) != 0;
+        if (argc == 27 && strcmp(argv[26], "-") && !es_mk_parse_rope_scaling(argv[26], &mp))
+            return die("usage", "ROPE_SCALING: -, linear,F, yarn,F,ORIG or longrope,ORIG");
     }
     char key[96];
     const char *arch = mp.arch ? mp.arch : "llama";

@@ -4,7 +4,10 @@
 phi3's fused attn_qkv and gate-up, gemma's embedding scale and GeGLU, gemma2's post-branch norms,
 soft-capping and alternating sliding window, and a mistral-style window on llama and qwen2; two
 files whose head_dim is not n_embd / n_head (attention.key_length, as in Gemma 2 2B); llama 3's
-rope_freqs.weight (per-pair frequency divisors); and every weight type on every architecture. Each
+rope_freqs.weight (per-pair frequency divisors); phi3's LongRoPE (short factors in a context within the
+original one, long factors beyond it, the attention factor); YaRN on llama and qwen2 (with partial
+rotation); Gemma 2 27B's query scale (46 layers, n_embd / n_head != head_dim); and every weight type
+on every architecture. Each
 model runs a prefill chain (every row's logits) and single-token decode steps past the window, so
 both the in-batch and the committed sides of the window are exercised.
 
@@ -54,6 +57,21 @@ CASES += [
     ("qwen2-hd", "qwen2", 0, 0, 0, "f32", 270, 64, 2, 4, 2, 64, 0, "neox", 0, 1.0, 6, 3, 2, 10000.0, 1e-6),
 ]
 
+# RoPE scaling (cpu_logits' ROPE_SCALING): the context is prefill + decode = 12 or 10 positions, so
+# LongRoPE with original context 8 takes the long factors, with 64 the short ones; YaRN's original
+# context 4096 puts its ramp inside the 8 pairs (pairs 2..6 for head_dim 16)
+ROPE_SCALING = {"phi3-longrope-long": "longrope,8", "phi3-longrope-short": "longrope,64",
+                "llama-yarn": "yarn,4,4096", "qwen2-yarn-partial": "yarn,8,4096"}
+HEAD_DIM["gemma2-27b-qscale"] = 8
+CASES += [
+    ("phi3-longrope-long", "phi3", 0, 0, 0, "f32", 270, 64, 2, 4, 2, 96, 0, "neox", 0, 1.0, 8, 4, 2, 10000.0, 1e-5),
+    ("phi3-longrope-short", "phi3", 0, 0, 0, "q8_0", 270, 64, 2, 4, 4, 96, 0, "neox", 0, 1.0, 7, 3, 2, 10000.0, 1e-5),
+    ("llama-yarn", "llama", 0, 0, 0, "f32", 280, 64, 2, 4, 2, 96, 0, "norm", 0, 1.0, 8, 4, 2, 10000.0, 1e-5),
+    ("qwen2-yarn-partial", "qwen2", 0, 0, 0, "f32", 270, 64, 2, 4, 2, 64, 1, "neox", 8, 1.0, 7, 3, 2, 10000.0, 1e-6),
+    # 46 layers: Gemma 2 27B's depth, whose queries scale by (n_embd / n_head)^-1/2 = 12^-1/2, not 8^-1/2
+    ("gemma2-27b-qscale", "gemma2", 4, 2.0, 3.0, "f32", 265, 48, 46, 4, 2, 32, 1, "neox", 0, 1.0, 6, 2, 2,
+     10000.0, 1e-6),
+]
 
 # every weight type on every architecture (small files, short runs; the cases above go deeper)
 TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0")
@@ -71,7 +89,7 @@ def main(argv):
         name, arch, window, acap, fcap = case[:5]
         ref_case = (name,) + case[5:]
         extra = [arch, str(window), repr(float(acap)), repr(float(fcap)), str(HEAD_DIM.get(name, 0)),
-                 str(int(name in ROPE_FREQS))]
+                 str(int(name in ROPE_FREQS)), ROPE_SCALING.get(name, "-")]
         model, tokens, got = base.run_cpu(exe, workdir, ref_case, ref_case[1], extra)
         m = llama_ref.Model(model)
         ok = m.arch == arch and m.n_vocab == got.shape[1]

@@ -3,7 +3,9 @@
  *     and values depend on a token and its position only, the next token's logits after a shift
  *     equal those of a fresh prefill of the shifted sequence, within 2e-5 of the row's largest
  *     logit (the keys are rotated twice instead of once), at several keep / drop splits; also
- *     with llama 3's per-pair frequency divisors (rope_freqs.weight).
+ *     with llama 3's per-pair frequency divisors (rope_freqs.weight), with YaRN and with phi3's
+ *     LongRoPE, whose magnitudes the cached keys carry already (the shift turns them by a unit
+ *     rotation).
  *     (With more layers no such reference exists: the kept tokens' deeper keys and values still
  *     carry what they attended to before the shift, by design.)
  *   - es_generate with shift_context runs on past n_ctx with the tokens of the same loop written
@@ -38,11 +40,33 @@ static void fresh_logits(const es_model *m, const int32_t *toks, int32_t n, floa
     es_context_free(c);
 }
 
-/* freqs (NULL = none): llama 3's per-pair frequency divisors, which the shift's rotation must
- * apply as the forward's does */
-static void check_one_layer(const mem_model_cfg *mc, const float *freqs, const char *name) {
+/* The RoPE variant of a check (rope.h): plain, or with per-pair divisors the shift's rotation
+ * must apply as the forward's does, YaRN, or LongRoPE. */
+typedef enum { PLAIN, LLAMA3, YARN, LONGROPE } rope_variant;
+
+static void set_rope(es__hparams *hp, rope_variant v, const float *freqs) {
+    if (v == LLAMA3) hp->rope_freqs = freqs;
+    if (v == YARN) {
+        hp->rope_scaling = ES__ROPE_SCALING_YARN;
+        hp->rope_freq_scale = 0.25f;
+        hp->rope_n_ctx_orig = 4096;
+        hp->yarn_ext_factor = 1.0f;
+        hp->yarn_beta_fast = 32.0f;
+        hp->yarn_beta_slow = 1.0f;
+    }
+    if (v == LONGROPE) {
+        /* contexts of 64 are beyond the original 16: the long factors (freqs); short ones unused */
+        static const float shorts[8] = {1.0f, 1.0f, 1.1f, 1.1f, 1.2f, 1.2f, 1.3f, 1.3f};
+        hp->rope_long = freqs;
+        hp->rope_short = shorts;
+        hp->rope_n_ctx_orig = 16;
+        hp->rope_attn_factor = 1.3f;
+    }
+}
+
+static void check_one_layer(const mem_model_cfg *mc, rope_variant v, const float *freqs, const char *name) {
     es_model *m = mem_model_create(mc);
-    m->hp.rope_freqs = freqs;
+    set_rope(&m->hp, v, freqs);
     const int32_t V = m->hp.n_vocab, N = 40;
     test_rng rng = {mc->seed * 7 + 3};
     int32_t toks[64];
@@ -164,10 +188,12 @@ int main(int argc, char **argv) {
     const mem_model_cfg neox = {67, 48, 1, 4, 4, 12, 64, 8, ES_ROPE_NEOX, 10000.0f, 0.5f, true, ES__DTYPE_F32, 42};
     const mem_model_cfg mqa = {67, 64, 1, 4, 1, 16, 64, 16, ES_ROPE_NEOX, 500000.0f, 1.0f, false, ES__DTYPE_F16, 43};
     static const float freqs[6] = {1.0f, 1.2f, 1.9f, 3.0f, 5.1f, 8.0f};
-    check_one_layer(&norm, NULL, "norm gqa");
-    check_one_layer(&norm, freqs, "norm gqa, llama 3 frequency divisors");
-    check_one_layer(&neox, NULL, "neox partial rotation, scaled");
-    check_one_layer(&mqa, NULL, "neox mqa f16");
+    check_one_layer(&norm, PLAIN, NULL, "norm gqa");
+    check_one_layer(&norm, LLAMA3, freqs, "norm gqa, llama 3 frequency divisors");
+    check_one_layer(&neox, PLAIN, NULL, "neox partial rotation, scaled");
+    check_one_layer(&mqa, PLAIN, NULL, "neox mqa f16");
+    check_one_layer(&norm, YARN, NULL, "norm gqa, yarn");
+    check_one_layer(&neox, LONGROPE, freqs, "neox partial rotation, longrope");
     check_errors();
     check_generate();
     test_backend_end(backend);

@@ -7,12 +7,14 @@
  * activations O(1). */
 #include "mkmodel.h"
 #include "model.h"
+#include "rope.h"
 
 #include "../common/test_alloc.h"
 #include "../common/test_file.h"
 #include "../test.h"
 
 #include <inttypes.h>
+#include <math.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -218,6 +220,7 @@ SET_STR(arch_gpt2, "general.architecture", "gpt2")
 SET_STR(arch_nul, "general.architecture", "llama\x01x") /* the \x01 becomes a NUL in the file */
 SET_STR(tok_none, "tokenizer.ggml.model", "none")
 SET_STR(yarn, "llama.rope.scaling.type", "yarn")
+SET_STR(dynamic, "llama.rope.scaling.type", "dynamic")
 SET_STR(neox, "edgespec.rope.ordering", "neox")
 SET_STR(bogus_order, "edgespec.rope.ordering", "sideways")
 SET_STR(layers_str, "llama.block_count", "two")
@@ -318,7 +321,10 @@ static void test_bad(void) {
                 "tensor 'blk.1.attn_norm.weight' (file offset");
     expect_load("block_count below the tensors message", (edit){NULL, NULL, layers1}, ES_ERR_MODEL,
                 "is for block 1, but llama.block_count is 1");
-    expect_load("yarn", (edit){NULL, NULL, yarn}, ES_ERR_UNSUPPORTED, "RoPE scaling 'yarn' is not supported");
+    expect_load("yarn without factor", (edit){NULL, NULL, yarn}, ES_ERR_MODEL,
+                "missing required metadata key 'llama.rope.scaling.factor'");
+    expect_load("dynamic", (edit){NULL, NULL, dynamic}, ES_ERR_UNSUPPORTED,
+                "RoPE scaling 'dynamic' is not supported (none, linear, yarn, longrope)");
     expect_load("linear without factor", (edit){NULL, NULL, linear_nofactor}, ES_ERR_MODEL,
                 "missing required metadata key 'llama.rope.scaling.factor'");
     expect_load("ordering", (edit){NULL, NULL, bogus_order}, ES_ERR_UNSUPPORTED,
@@ -540,6 +546,16 @@ static void test_presets(void) {
     }
     es_mk_params p = es_mk_default_params();
     CHECK(!es_mk_preset("7b", &p));
+    /* --rope-scaling specs */
+    CHECK(es_mk_parse_rope_scaling("yarn,4,4096", &p) && !strcmp(p.rope_scaling, "yarn") && p.rope_factor == 4.0f &&
+          p.rope_orig_ctx == 4096);
+    CHECK(es_mk_parse_rope_scaling("linear,2.5", &p) && !strcmp(p.rope_scaling, "linear") && p.rope_factor == 2.5f);
+    CHECK(es_mk_parse_rope_scaling("longrope,64", &p) && p.longrope && p.rope_orig_ctx == 64);
+    const char *bad_specs[] = {"yarn,4", "yarn,0,64", "linear,-1", "linear,2,3", "longrope,0", "longrope,", "ntk,2"};
+    for (size_t k = 0; k < sizeof bad_specs / sizeof *bad_specs; k++) {
+        es_mk_params q = es_mk_default_params();
+        CHECKF(!es_mk_parse_rope_scaling(bad_specs[k], &q), "rope scaling spec '%s' accepted", bad_specs[k]);
+    }
     CHECK(es_mk_max_vocab() >= 32000);
 }
 
@@ -549,7 +565,6 @@ static void qbias_short(es__gguf_writer *w) { add_f(w, "blk.0.attn_q.bias", ES__
 static void qbias_f16(es__gguf_writer *w) { add_f(w, "blk.1.attn_v.bias", ES__DTYPE_F16, 64, 1); }
 static void gateup_half(es__gguf_writer *w) { add_f(w, "blk.1.ffn_up.weight", ES__DTYPE_F32, 64, 128); }
 static void qkv_short(es__gguf_writer *w) { add_f(w, "blk.0.attn_qkv.weight", ES__DTYPE_F32, 64, 128); }
-static void rope_factors(es__gguf_writer *w) { add_f(w, "rope_factors_long.weight", ES__DTYPE_F32, 8, 1); }
 static void post_norm_short(es__gguf_writer *w) { add_f(w, "blk.1.post_ffw_norm.weight", ES__DTYPE_F32, 32, 1); }
 SET_F32(cap_negative, "gemma2.attn_logit_softcapping", -1.0f)
 static void swa_zero(es__gguf_writer *w) { CHECK_OK(es__gguf_set_u32(w, "qwen2.attention.sliding_window", 0)); }
@@ -581,9 +596,9 @@ static void test_archs(void) {
                 "tensor 'blk.0.attn_q.bias' has shape [32], expected [64] (n_head * head_dim)");
     expect_load("qwen2 f16 bias", (edit){NULL, "blk.1.attn_v.bias", qbias_f16}, ES_ERR_UNSUPPORTED,
                 "'blk.1.attn_v.bias' (file offset");
-    expect_load("qwen2 window 0", (edit){NULL, NULL, swa_zero}, ES_ERR_MODEL,
-                "metadata key 'qwen2.attention.sliding_window'");
-    /* phi3: fused Q/K/V and gate-up; LongRoPE factors refused */
+    /* 0 is no window (the phi3 converter writes it so for Phi-4-mini) */
+    expect_load("qwen2 window 0", (edit){NULL, NULL, swa_zero}, ES_OK, "");
+    /* phi3: fused Q/K/V and gate-up (LongRoPE: test_rope_scaling) */
     arch_base("phi3", 0, 0);
     i = load_info((edit){NULL, NULL, NULL});
     /* the fused matrices hold exactly llama's parameters */
@@ -597,8 +612,6 @@ static void test_archs(void) {
     expect_load("phi3 half gate-up", (edit){NULL, "blk.1.ffn_up.weight", gateup_half}, ES_ERR_MODEL,
                 "tensor 'blk.1.ffn_up.weight' has shape [64, 128], expected [64, 256] (n_embd, 2 n_ff: gate rows, "
                 "then up rows)");
-    expect_load("phi3 longrope", (edit){NULL, NULL, rope_factors}, ES_ERR_UNSUPPORTED,
-                "tensor 'rope_factors_long.weight' (file offset");
     /* gemma2: post-branch norms, soft-capping keys */
     arch_base("gemma2", 4, 2.0f);
     i = load_info((edit){NULL, NULL, NULL});
@@ -619,6 +632,128 @@ static void test_archs(void) {
                 "general.architecture is 'mamba': edgespec runs llama, qwen2, phi3, gemma, gemma2 models");
 }
 
+/* ---- RoPE scaling (lib/core/rope.h): YaRN's keys, LongRoPE's factor tensors */
+
+/* n f32 values from lo rising by step (a divisor tensor). */
+static void add_vals(es__gguf_writer *w, const char *name, int64_t n, float lo, float step) {
+    float v[64];
+    for (int64_t i = 0; i < n && i < 64; i++) v[i] = lo + step * (float)i;
+    CHECK_OK(es__gguf_add_tensor(w, name, ES__DTYPE_F32, 1, &n, v));
+}
+static void lr_long(es__gguf_writer *w) { add_vals(w, "rope_factors_long.weight", 8, 1.0f, 2.0f); }
+static void lr_both(es__gguf_writer *w) {
+    lr_long(w);
+    add_vals(w, "rope_factors_short.weight", 8, 1.0f, 0.1f);
+    CHECK_OK(es__gguf_set_u32(w, "phi3.rope.scaling.original_context_length", 64));
+    CHECK_OK(es__gguf_set_f32(w, "phi3.rope.scaling.attn_factor", 1.25f));
+}
+static void lr_short_16(es__gguf_writer *w) {
+    lr_long(w);
+    add_vals(w, "rope_factors_short.weight", 16, 1.0f, 0.1f);
+}
+static void lr_short_zero(es__gguf_writer *w) {
+    lr_long(w);
+    add_vals(w, "rope_factors_short.weight", 8, 0.0f, 0.1f);
+}
+static void lr_short_f16(es__gguf_writer *w) {
+    lr_long(w);
+    add_f(w, "rope_factors_short.weight", ES__DTYPE_F16, 8, 1);
+}
+static void lr_and_freqs(es__gguf_writer *w) {
+    lr_both(w);
+    add_vals(w, "rope_freqs.weight", 8, 1.0f, 1.0f);
+}
+SET_STR(lr_type_only, "phi3.rope.scaling.type", "longrope")
+static void lr_other(es__gguf_writer *w) { add_vals(w, "rope_factors_mid.weight", 8, 1.0f, 1.0f); }
+static void freqs_nan(es__gguf_writer *w) { add_vals(w, "rope_freqs.weight", 8, NAN, 1.0f); }
+static void yarn4(es__gguf_writer *w) {
+    CHECK_OK(es__gguf_set_str(w, "llama.rope.scaling.type", "yarn"));
+    CHECK_OK(es__gguf_set_f32(w, "llama.rope.scaling.factor", 4.0f));
+    CHECK_OK(es__gguf_set_u32(w, "llama.rope.scaling.original_context_length", 4096));
+}
+static void yarn_ext2(es__gguf_writer *w) {
+    yarn4(w);
+    CHECK_OK(es__gguf_set_f32(w, "llama.rope.scaling.yarn_ext_factor", 2.0f));
+}
+static void yarn_logmul(es__gguf_writer *w) {
+    yarn4(w);
+    CHECK_OK(es__gguf_set_f32(w, "llama.rope.scaling.yarn_log_multiplier", 0.1f));
+}
+
+/* The model of the current base with edit e; NULL (and a failed check) if it does not load. */
+static es_model *load_edit(edit e) {
+    const char *path = tmp("edit.gguf");
+    rebuild(base_path, path, e);
+    es_model *m = NULL;
+    CHECK_OK(es_model_load(path, NULL, &m));
+    return m;
+}
+
+static void test_rope_scaling(void) {
+    arch_base("llama", 0, 0);
+    es_model *m = load_edit((edit){NULL, NULL, yarn4});
+    if (m) {
+        const es__rope r = es__rope_for(&m->hp, 512);
+        /* ramp between the pairs turning 32 and 1 times in 4096 positions: 2.6 -> 2, 5.6 -> 6 */
+        CHECKF(m->hp.rope_scaling == ES__ROPE_SCALING_YARN && r.freq_scale == 0.25 && r.ext_factor == 1.0 &&
+                   r.corr_lo == 2.0 && r.corr_hi == 6.0 && fabs(r.mscale - (1.0 + 0.1 * log(4.0))) < 1e-12,
+               "yarn: scale %g ext %g ramp %g..%g mscale %g", r.freq_scale, r.ext_factor, r.corr_lo, r.corr_hi,
+               r.mscale);
+        es_model_free(m);
+    }
+    expect_load("yarn ext factor 2", (edit){NULL, NULL, yarn_ext2}, ES_ERR_MODEL,
+                "metadata key 'llama.rope.scaling.yarn_ext_factor' (offset");
+    expect_load("yarn log multiplier", (edit){NULL, NULL, yarn_logmul}, ES_ERR_UNSUPPORTED,
+                "'llama.rope.scaling.yarn_log_multiplier': YaRN with a log multiplier");
+    expect_load("rope_freqs nan", (edit){NULL, NULL, freqs_nan}, ES_ERR_MODEL,
+                "tensor 'rope_freqs.weight' (file offset");
+    /* phi3 LongRoPE: n_rot / 2 = 8 positive f32 factors each, long and short together */
+    arch_base("phi3", 0, 0);
+    m = load_edit((edit){NULL, NULL, lr_both});
+    if (m) {
+        const es__rope lo = es__rope_for(&m->hp, 64), hi = es__rope_for(&m->hp, 65);
+        CHECKF(lo.freq_div == m->hp.rope_short && hi.freq_div == m->hp.rope_long && hi.freq_div[1] == 3.0f &&
+                   lo.freq_div[1] == 1.1f && lo.mscale == 1.25 && hi.mscale == 1.25 && lo.freq_scale == 1.0,
+               "longrope: short/long by context 64/65, attn factor %g", hi.mscale);
+        es_model_free(m);
+    }
+    expect_load("longrope long only", (edit){NULL, NULL, lr_long}, ES_ERR_MODEL,
+                "tensor 'rope_factors_long.weight' without 'rope_factors_short.weight'");
+    expect_load("longrope short length", (edit){NULL, NULL, lr_short_16}, ES_ERR_MODEL,
+                "tensor 'rope_factors_short.weight' has shape [16], expected [8] (n_rot / 2)");
+    expect_load("longrope short zero", (edit){NULL, NULL, lr_short_zero}, ES_ERR_MODEL,
+                "tensor 'rope_factors_short.weight' (file offset");
+    expect_load("longrope short zero element", (edit){NULL, NULL, lr_short_zero}, ES_ERR_MODEL,
+                "element 0 is 0: expected a positive finite divisor");
+    expect_load("longrope short f16", (edit){NULL, NULL, lr_short_f16}, ES_ERR_UNSUPPORTED,
+                "tensor 'rope_factors_short.weight' (file offset");
+    expect_load("longrope and rope_freqs", (edit){NULL, NULL, lr_and_freqs}, ES_ERR_MODEL,
+                "two sets of per-pair divisors");
+    expect_load("longrope type without factors", (edit){NULL, NULL, lr_type_only}, ES_ERR_MODEL,
+                "'phi3.rope.scaling.type' is 'longrope' but the file has no rope_factors_long/short.weight");
+    expect_load("other rope factors", (edit){NULL, NULL, lr_other}, ES_ERR_UNSUPPORTED,
+                "tensor 'rope_factors_mid.weight' (file offset");
+    /* Gemma 2: queries scale by head_dim^-1/2, but by (n_embd / n_head)^-1/2 in 27B's 46 layers */
+    for (int32_t layers = 45; layers <= 46; layers++) {
+        es_mk_params p = es_mk_default_params();
+        p.arch = "gemma2";
+        p.rope = ES_ROPE_NEOX;
+        p.n_layer = layers;
+        p.n_embd = 48;
+        p.head_dim = 8;
+        p.n_ff = 32;
+        static char keep[512];
+        snprintf(keep, sizeof keep, "%s", tmp("gemma2.gguf"));
+        base_path = keep;
+        make(&p, base_path);
+        m = load_edit((edit){NULL, NULL, NULL});
+        const float want = 1.0f / sqrtf(layers == 46 ? 12.0f : 8.0f);
+        CHECKF(m && m->hp.attn_scale == want, "gemma2 with %d layers: query scale %g, expected %g", layers,
+               m ? (double)m->hp.attn_scale : 0.0, (double)want);
+        es_model_free(m);
+    }
+}
+
 int main(void) {
     snprintf(dir, sizeof dir, "model-load-%ld", (long)getpid());
     char cmd[300];
@@ -631,6 +766,7 @@ int main(void) {
     test_good(ES__DTYPE_Q4_0, true, 4, ES_ROPE_NEOX, false);
     test_bad();
     test_archs();
+    test_rope_scaling();
     test_files();
     test_progress();
     test_alloc_failures();

@@ -1,6 +1,7 @@
 /* test_vk_arch: every architecture besides llama (lib/core/arch.h: qwen2's biases, phi3's fused
  * matrices, gemma's embedding scale and GeGLU, gemma2's post-branch norms, soft-capping and
- * alternating sliding window, a mistral-style window on llama, llama 3's rope_freqs.weight) on the
+ * alternating sliding window, a mistral-style window on llama, llama 3's rope_freqs.weight, phi3's
+ * LongRoPE with its long and its short factors, YaRN, Gemma 2 27B's query scale) on the
  * Vulkan backend against the
  * CPU backend, on random-weight GGUF files written by mkmodel (the CPU is checked against the
  * numpy reference on the same kinds of files by tests/cpu/test_arch_reference.py):
@@ -35,21 +36,30 @@ typedef struct acase {
     int32_t n_prompt;
     int32_t head_dim; /* 0 = n_embd / n_head */
     bool rope_freqs;  /* llama 3's rope_freqs.weight */
+    const char *rope_scaling; /* mkmodel's --rope-scaling (NULL: none) */
 } acase;
 
 static const acase cases[] = {
-    {"qwen2 gqa tied", "qwen2", ES__DTYPE_F32, 64, 2, 4, 2, 96, true, 0, 0, 0, 20, 0, false},
-    {"qwen2 q8_0 window", "qwen2", ES__DTYPE_Q8_0, 64, 2, 4, 1, 96, false, 5, 0, 0, 20, 0, false},
-    {"phi3 q4_0", "phi3", ES__DTYPE_Q4_0, 64, 2, 4, 2, 96, false, 0, 0, 0, 20, 0, false},
-    {"phi3 f16 mha", "phi3", ES__DTYPE_F16, 64, 2, 2, 2, 64, false, 0, 0, 0, 20, 0, false},
-    {"gemma tied bf16", "gemma", ES__DTYPE_BF16, 64, 2, 4, 1, 128, true, 0, 0, 0, 20, 0, false},
-    {"gemma2 window caps long", "gemma2", ES__DTYPE_F32, 32, 3, 2, 1, 64, true, 7, 2.0f, 3.0f, 270, 0, false},
-    {"gemma2 q8_0", "gemma2", ES__DTYPE_Q8_0, 64, 2, 4, 2, 64, false, 4, 2.0f, 3.0f, 20, 0, false},
-    {"llama mistral window", "llama", ES__DTYPE_F32, 64, 2, 4, 2, 96, false, 6, 0, 0, 20, 0, false},
+    {"qwen2 gqa tied", "qwen2", ES__DTYPE_F32, 64, 2, 4, 2, 96, true, 0, 0, 0, 20, 0, false, NULL},
+    {"qwen2 q8_0 window", "qwen2", ES__DTYPE_Q8_0, 64, 2, 4, 1, 96, false, 5, 0, 0, 20, 0, false, NULL},
+    {"phi3 q4_0", "phi3", ES__DTYPE_Q4_0, 64, 2, 4, 2, 96, false, 0, 0, 0, 20, 0, false, NULL},
+    {"phi3 f16 mha", "phi3", ES__DTYPE_F16, 64, 2, 2, 2, 64, false, 0, 0, 0, 20, 0, false, NULL},
+    {"gemma tied bf16", "gemma", ES__DTYPE_BF16, 64, 2, 4, 1, 128, true, 0, 0, 0, 20, 0, false, NULL},
+    {"gemma2 window caps long", "gemma2", ES__DTYPE_F32, 32, 3, 2, 1, 64, true, 7, 2.0f, 3.0f, 270, 0, false, NULL},
+    {"gemma2 q8_0", "gemma2", ES__DTYPE_Q8_0, 64, 2, 4, 2, 64, false, 4, 2.0f, 3.0f, 20, 0, false, NULL},
+    {"llama mistral window", "llama", ES__DTYPE_F32, 64, 2, 4, 2, 96, false, 6, 0, 0, 20, 0, false, NULL},
     /* head_dim not n_embd / n_head, as Gemma 2 2B's (8 heads of 256 on n_embd 2304) */
-    {"gemma2 head_dim 24", "gemma2", ES__DTYPE_F32, 48, 2, 4, 2, 64, true, 5, 2.0f, 3.0f, 20, 24, false},
+    {"gemma2 head_dim 24", "gemma2", ES__DTYPE_F32, 48, 2, 4, 2, 64, true, 5, 2.0f, 3.0f, 20, 24, false, NULL},
     /* llama 3.1/3.2's per-pair RoPE frequency divisors */
-    {"llama3 rope_freqs", "llama", ES__DTYPE_Q8_0, 64, 2, 4, 2, 96, false, 0, 0, 0, 20, 0, true},
+    {"llama3 rope_freqs", "llama", ES__DTYPE_Q8_0, 64, 2, 4, 2, 96, false, 0, 0, 0, 20, 0, true, NULL},
+    /* phi3 LongRoPE: the context (N_CTX) is beyond the original 64, so the long factors and the
+     * attention factor; then within it (original N_CTX), the short factors */
+    {"phi3 longrope long", "phi3", ES__DTYPE_F32, 64, 2, 4, 2, 96, false, 0, 0, 0, 20, 0, false, "longrope,64"},
+    {"phi3 longrope short", "phi3", ES__DTYPE_Q8_0, 64, 2, 4, 4, 64, false, 0, 0, 0, 20, 0, false, "longrope,320"},
+    /* YaRN (its ramp over pairs 2..6 of head_dim 16) */
+    {"llama yarn", "llama", ES__DTYPE_F32, 64, 2, 4, 2, 96, false, 0, 0, 0, 20, 0, false, "yarn,4,4096"},
+    /* 46 layers: Gemma 2 27B, queries scaled by (n_embd / n_head)^-1/2 = 12^-1/2, not head_dim's 8^-1/2 */
+    {"gemma2 27b query scale", "gemma2", ES__DTYPE_F32, 48, 46, 4, 2, 32, true, 4, 2.0f, 3.0f, 12, 8, false, NULL},
 };
 
 static int32_t argmax(const float *x, int32_t n) {
@@ -225,6 +235,7 @@ static bool write_model(const acase *ac, const char *path) {
     p.final_softcap = ac->final_cap;
     p.head_dim = ac->head_dim;
     p.rope_freqs = ac->rope_freqs;
+    CHECK(!ac->rope_scaling || es_mk_parse_rope_scaling(ac->rope_scaling, &p));
     p.seed = (uint64_t)ac->n_ff * 7 + (uint64_t)ac->n_layer;
     es__err err = {0};
     CHECKF(es_mk_write(&p, path, &err) == ES_OK, "mkmodel %s: %s", ac->name, err.msg);

@@ -111,7 +111,8 @@ static void test_ss_rope(es_backend *b, test_rng *r, const char *cfg) {
         for (uint32_t t = 0; bias && t < n_rows; t++)
             for (uint32_t k = 0; k < width; k++) ref[(size_t)t * stride + k] += bias[k];
         CHECK_OK(es__vk_run_ss_rope(b, g, &batch, qkv, n_rows, stride, bias));
-        es__cpu_rope_table(&pos, 1, g->n_rot, g->freq_base, g->freq_scale, NULL, cs);
+        const es__rope rope = es__rope_plain((int32_t)g->n_rot, g->freq_base, g->freq_scale);
+        es__cpu_rope_table(&rope, &pos, 1, false, cs);
         double d = 0;
         bool rest_same = true;
         for (uint32_t t = 0; t < n_rows; t++) {
@@ -398,7 +399,8 @@ static void rope_expect(const lora_case *c, const float *deq, const float *x, co
     float *cpu = malloc(sizeof *cpu * c->rows), *cs = malloc(sizeof *cs * g->n_rot);
     for (uint32_t t = 0; t < c->n; t++) {
         const bool stream = t >= c->t0;
-        es__cpu_rope_table(&pos[stream ? (t - c->t0) / c->g : t], 1, g->n_rot, g->freq_base, g->freq_scale, NULL, cs);
+        const es__rope rope = es__rope_plain((int32_t)g->n_rot, g->freq_base, g->freq_scale);
+        es__cpu_rope_table(&rope, &pos[stream ? (t - c->t0) / c->g : t], 1, false, cs);
         for (uint32_t row = 0; row < c->rows; row++) ref[row] = proj_ref(c, deq, x, lb, lr, t, row, &sc[row]);
         memcpy(cpu, full + (size_t)t * c->rows, sizeof *cpu * c->rows);
         rope_ref(ref, sc, g->n_head + g->n_head_kv, g, cs); /* K heads follow Q's */

@@ -30,6 +30,9 @@ static void usage(FILE *f) {
             "  --softcap A,F      gemma2's attention and final logit soft-capping (default: not written)\n"
             "  --head-dim N       head size when not n-embd / n-head (written as attention.key_length)\n"
             "  --rope-freqs       llama 3's rope_freqs.weight (per-pair frequency divisors, 1 to 8)\n"
+            "  --rope-scaling S   linear,FACTOR or yarn,FACTOR,ORIG (<arch>.rope.scaling.* keys; ORIG the original\n"
+            "                     context), or longrope,ORIG: phi3 LongRoPE's rope_factors_short/long.weight\n"
+            "                     and the attention factor the converter derives from --n-ctx / ORIG\n"
             "  --rope R           norm or neox (default: the architecture's; written as edgespec.rope.ordering\n"
             "                     when it differs)\n"
             "  --freq-base F      llama.rope.freq_base (default 10000)\n"
@@ -117,6 +120,8 @@ int main(int argc, char **argv) {
             ok = *end == ',' && p.attn_softcap > 0;
             if (ok) p.final_softcap = strtof(end + 1, &end);
             ok = ok && *end == '\0' && p.final_softcap > 0;
+        } else if (!strcmp(a, "--rope-scaling")) {
+            ok = es_mk_parse_rope_scaling(v, &p);
         } else if (!strcmp(a, "--rope")) {
             rope_set = true;
             ok = !strcmp(v, "norm") || !strcmp(v, "neox");

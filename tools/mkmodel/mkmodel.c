@@ -332,6 +332,48 @@ static es_status add_rope_freqs(builder *b, int64_t half) {
     return ES_OK;
 }
 
+/* phi3 LongRoPE's divisors: short ones near 1 (1 to 1.5), long ones rising from 1 (the fastest
+ * pair) to 16 (the slowest), shaped like Phi-3.5-mini's. */
+static es_status add_longrope(builder *b, int64_t half) {
+    float *f = malloc(sizeof(float) * (size_t)half * 2);
+    if (!f) return es__fail(b->err, ES_ERR_OUT_OF_MEMORY, "mkmodel: out of memory");
+    for (int64_t i = 0; i < half; i++) {
+        const float t = half > 1 ? (float)i / (float)(half - 1) : 0.0f;
+        f[i] = 1.0f + 0.5f * t;                  /* short */
+        f[half + i] = 1.0f + 15.0f * t * t * t;  /* long  */
+    }
+    const int64_t ne[1] = {half};
+    es_status s = es__gguf_add_tensor(b->w, "rope_factors_long.weight", ES__DTYPE_F32, 1, ne, f + half);
+    if (s == ES_OK) s = es__gguf_add_tensor(b->w, "rope_factors_short.weight", ES__DTYPE_F32, 1, ne, f);
+    free(f);
+    if (s != ES_OK) return es__fail(b->err, s, "mkmodel: %s", es_last_error());
+    return ES_OK;
+}
+
+/* A count in 1..2^30 that ends the string. */
+static bool parse_count(const char *s, int32_t *out) {
+    char *end = NULL;
+    const long v = strtol(s, &end, 10);
+    if (end == s || *end != '\0' || v < 1 || v > 1L << 30) return false;
+    *out = (int32_t)v;
+    return true;
+}
+
+bool es_mk_parse_rope_scaling(const char *spec, es_mk_params *p) {
+    if (!strncmp(spec, "longrope,", 9)) {
+        p->longrope = true;
+        return parse_count(spec + 9, &p->rope_orig_ctx);
+    }
+    const bool yarn = !strncmp(spec, "yarn,", 5);
+    if (!yarn && strncmp(spec, "linear,", 7)) return false;
+    p->rope_scaling = yarn ? "yarn" : "linear";
+    char *end = NULL;
+    p->rope_factor = strtof(spec + (yarn ? 5 : 7), &end);
+    if (!(p->rope_factor > 0.0f)) return false;
+    if (!yarn) return *end == '\0';
+    return *end == ',' && parse_count(end + 1, &p->rope_orig_ctx);
+}
+
 static es_status check_params(const es_mk_params *p, es__err *err) {
     const int32_t kv = p->n_head_kv ? p->n_head_kv : p->n_head;
     if (p->n_embd < 1 || p->n_layer < 1 || p->n_head < 1 || p->n_ff < 1 || p->n_ctx < 1 || kv < 1)
@@ -341,6 +383,12 @@ static es_status check_params(const es_mk_params *p, es__err *err) {
         return es__fail(err, ES_ERR_INVALID_ARGUMENT,
                         "mkmodel: n_embd %d must split into n_head %d heads of even size, and n_head into n_head_kv %d "
                         "groups", p->n_embd, p->n_head, kv);
+    if (p->rope_scaling && ((strcmp(p->rope_scaling, "linear") && strcmp(p->rope_scaling, "yarn")) ||
+                            !(p->rope_factor > 0.0f)))
+        return es__fail(err, ES_ERR_INVALID_ARGUMENT, "mkmodel: RoPE scaling must be linear or yarn with a positive factor");
+    if (p->longrope && (p->rope_orig_ctx < 2 || p->rope_freqs))
+        return es__fail(err, ES_ERR_INVALID_ARGUMENT,
+                        "mkmodel: LongRoPE needs an original context length of at least 2 and no rope_freqs");
     es__dtype_traits tr;
     if (!es__dtype_info(p->type, &tr))
         return es__fail(err, ES_ERR_INVALID_ARGUMENT, "mkmodel: unsupported weight type %d", (int)p->type);
@@ -394,6 +442,19 @@ static es_status add_keys(const es_mk_params *p, es__gguf_writer *w, int32_t n_v
     if (p->sliding_window > 0) ES_TRY(es__gguf_set_u32(w, AKEY("attention.sliding_window"), (uint32_t)p->sliding_window));
     if (p->attn_softcap > 0) ES_TRY(es__gguf_set_f32(w, AKEY("attn_logit_softcapping"), p->attn_softcap));
     if (p->final_softcap > 0) ES_TRY(es__gguf_set_f32(w, AKEY("final_logit_softcapping"), p->final_softcap));
+    if (p->rope_scaling) {
+        ES_TRY(es__gguf_set_str(w, AKEY("rope.scaling.type"), p->rope_scaling));
+        ES_TRY(es__gguf_set_f32(w, AKEY("rope.scaling.factor"), p->rope_factor));
+    }
+    if (p->rope_orig_ctx > 0)
+        ES_TRY(es__gguf_set_u32(w, AKEY("rope.scaling.original_context_length"), (uint32_t)p->rope_orig_ctx));
+    if (p->longrope) {
+        /* the converter's attention factor for LongRoPE: sqrt(1 + ln(s) / ln(original)) for a
+         * context extended s times, else 1 */
+        const double ext = (double)p->n_ctx / p->rope_orig_ctx;
+        ES_TRY(es__gguf_set_f32(w, AKEY("rope.scaling.attn_factor"),
+                                ext > 1.0 ? (float)sqrt(1.0 + log(ext) / log((double)p->rope_orig_ctx)) : 1.0f));
+    }
 #undef AKEY
     /* the pairing key only where it differs from the architecture's own */
     const es__arch *d = es__arch_find(a);
@@ -470,6 +531,7 @@ es_status es_mk_build(const es_mk_params *p, es__gguf_writer *w, es__err *err) {
     }
     ES_TRY(add_weight(&b, "output_norm.weight", f32, d, 1, 1.0f, 0.1f / 1.7320508f));
     if (p->rope_freqs) ES_TRY(add_rope_freqs(&b, hd / 2));
+    if (p->longrope) ES_TRY(add_longrope(&b, hd / 2));
     if (!p->tied) ES_TRY(add_weight(&b, "output.weight", t, d, n_vocab, 0.0f, s_d));
     return ES_OK;
 }

@@ -38,6 +38,14 @@ typedef struct es_mk_params {
                                from 1 (fastest pair) to 8 (slowest) as their rope type's do       */
     int32_t head_dim;       /* 0 = n_embd / n_head; else written as <arch>.attention.key_length and
                                value_length (Gemma 2 2B: 8 heads of 256 on n_embd 2304)          */
+    /* RoPE scaling (docs/formats.md, "RoPE scaling"): rope_scaling "linear" or "yarn" writes
+     * <arch>.rope.scaling.type and .factor = rope_factor (NULL: not written); rope_orig_ctx > 0
+     * writes .original_context_length; longrope writes phi3 LongRoPE's rope_factors_short/long
+     * .weight and the attn_factor the converter derives from context_length / rope_orig_ctx */
+    const char *rope_scaling;
+    float rope_factor;
+    int32_t rope_orig_ctx;
+    bool longrope;
 } es_mk_params;
 
 /* Defaults: a tiny model (vocab 512, n_embd 64, 2 layers, 4 heads, n_ff 128, ctx 256, f32,
@@ -47,6 +55,10 @@ es_mk_params es_mk_default_params(void);
 /* Fills p from a named benchmark shape ("24m", "134m", "853m"); false if unknown. Only the shape
  * fields change. */
 bool es_mk_preset(const char *name, es_mk_params *p);
+
+/* Sets p's RoPE scaling from "linear,FACTOR", "yarn,FACTOR,ORIGINAL_CONTEXT" or
+ * "longrope,ORIGINAL_CONTEXT" (the --rope-scaling flag); false when spec is none of them. */
+bool es_mk_parse_rope_scaling(const char *spec, es_mk_params *p);
 
 /* Adds every key and tensor of the model to w. */
 es_status es_mk_build(const es_mk_params *p, es__gguf_writer *w, es__err *err);

@@ -3,7 +3,8 @@
 Reads a GGUF file with tools/pygguf (parsing only: the raw bytes of each tensor), dequantises
 F32/F16/BF16/Q8_0/Q4_0 here and the K-quants in kquants.py, in numpy (independently of pygguf's and the C library's dequantisers),
 and computes logits in float64 (or float32) with plain array code: token embedding, per layer
-RMSNorm, Q/K/V, RoPE (NORM and NEOX pairings, partial rotation, frequency base and linear scale),
+RMSNorm, Q/K/V, RoPE (NORM and NEOX pairings, partial rotation, frequency base, linear and YaRN
+scaling, llama 3's and LongRoPE's per-pair divisors),
 causal grouped-query attention, output projection and residual, RMSNorm, SwiGLU FFN and residual;
 final RMSNorm and the output head (tied to the embedding when output.weight is absent).
 
@@ -15,7 +16,7 @@ phi3 (Q, K, V in one attn_qkv matrix, gate and up rows in one ffn_up matrix, gat
 gemma (embedding times sqrt(n_embd), GeGLU with gelu's tanh form, tied head, NEOX; its GGUF norm
 weights already hold the 1 + w); gemma2 (gemma plus RMSNorm of each branch's output before the
 residual add, attention scores and final logits soft-capped c tanh(x / c), a sliding window on
-even layers). <arch>.attention.sliding_window gives any architecture a window (every layer but
+even layers, and 27B's query scale (n_embd / n_head)^-1/2). <arch>.attention.sliding_window gives any architecture a window (every layer but
 gemma2's odd ones): a query at position p sees keys at positions > p - window.
 
 Deliberately simple and slow; not here: KV caches, batching, trees (a tree node's logits are those
@@ -106,16 +107,28 @@ class Model:
         self.n_rot = int(key("rope.dimension_count", self.head_dim))
         self.freq_base = float(key("rope.freq_base", 10000.0))
         scale = 1.0
-        if r.get(arch + ".rope.scaling.type") == "linear":
+        self.scaling = r.get(arch + ".rope.scaling.type", "none")
+        if self.scaling in ("linear", "yarn"):
             scale = float(r.get(arch + ".rope.scaling.factor", 1.0))
         elif r.get(arch + ".rope.scale_linear") is not None:
             scale = float(r.get(arch + ".rope.scale_linear"))
         self.freq_scale = 1.0 / scale if scale else 1.0
+        self.rope_factor = scale
+        self.n_ctx_orig = int(key("rope.scaling.original_context_length", key("context_length", 0)))
+        self.rope_attn_factor = float(key("rope.scaling.attn_factor", 1.0))
+        self.yarn_ext = float(key("rope.scaling.yarn_ext_factor", 1.0))
+        self.yarn_beta_fast = float(key("rope.scaling.yarn_beta_fast", 32.0))
+        self.yarn_beta_slow = float(key("rope.scaling.yarn_beta_slow", 1.0))
         self.eps = float(key("attention.layer_norm_rms_epsilon", 1e-5))
         self.neox = rope_is_neox(r, arch)
         gemma = arch in ("gemma", "gemma2")
         self.embd_scale = np.sqrt(self.n_embd) if gemma else 1.0
         self.gelu = gemma
+        # Gemma 2 scales queries by query_pre_attn_scalar^-1/2: 256 = head_dim for 2B and 9B,
+        # n_embd / n_head = 144 for 27B (its config); GGUF files do not say, llama.cpp knows 27B
+        # by its 46 layers
+        q_scalar = self.n_embd // self.n_head if arch == "gemma2" and self.n_layer == 46 else self.head_dim
+        self.q_scale = 1.0 / np.sqrt(q_scalar)
         self.attn_cap = float(key("attn_logit_softcapping", 50.0)) if arch == "gemma2" else 0.0
         self.final_cap = float(key("final_logit_softcapping", 30.0)) if arch == "gemma2" else 0.0
         window = int(key("attention.sliding_window", 0))
@@ -129,6 +142,11 @@ class Model:
         self.tok_embd = w("token_embd.weight")  # (n_vocab, n_embd)
         # llama 3's per-pair frequency divisors (rope type llama3): pair i turns by theta_i / f_i
         self.rope_freqs = w("rope_freqs.weight").astype(np.float64) if "rope_freqs.weight" in r.tensors else None
+        # phi3 LongRoPE (Phi-3/3.5-mini-128k): per-pair divisors, short or long by the context size
+        self.rope_long = self.rope_short = None
+        if "rope_factors_long.weight" in r.tensors:
+            self.rope_long = w("rope_factors_long.weight").astype(np.float64)
+            self.rope_short = w("rope_factors_short.weight").astype(np.float64)
         self.output = w("output.weight") if "output.weight" in r.tensors else self.tok_embd
         self.output_norm = w("output_norm.weight")
         self.layers = []
@@ -167,15 +185,46 @@ def rmsnorm(x, w, eps):
     return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * w
 
 
-def rope(x, pos, m):
-    """x: (n, heads, head_dim); rotates the first n_rot dims of each head by position."""
+def inv_freqs(m, n_ctx):
+    """(inverse frequency of each rotated pair, magnitude of cos and sin) in a context of n_ctx,
+    written from Hugging Face's rope definitions: linear scaling divides every frequency by the
+    factor; YaRN interpolates only the slow pairs, blending over the pairs whose wavelength fits
+    between beta_fast and beta_slow turns of the original context, with magnitude
+    1 + 0.1 ln(factor); LongRoPE (and llama 3's rope_freqs) divide pair i's frequency by its
+    factor, LongRoPE's long factors for contexts beyond the original one. The file's
+    rope.scaling.attn_factor multiplies the magnitude."""
     half = m.n_rot // 2
-    i = np.arange(half, dtype=np.float64)
-    theta = np.asarray(pos, dtype=np.float64)[:, None] * m.freq_scale * m.freq_base ** (-2.0 * i / m.n_rot)
-    if getattr(m, "rope_freqs", None) is not None:
-        theta = theta / m.rope_freqs[None, :half]
-    c = np.cos(theta)[:, None, :].astype(x.dtype)
-    s = np.sin(theta)[:, None, :].astype(x.dtype)
+    extrap = m.freq_base ** (-2.0 * np.arange(half, dtype=np.float64) / m.n_rot)
+    div = getattr(m, "rope_freqs", None)
+    if getattr(m, "rope_long", None) is not None:
+        div = m.rope_long if n_ctx > m.n_ctx_orig else m.rope_short
+    if div is not None:
+        extrap = extrap / div[:half]
+    interp = extrap * m.freq_scale
+    mag = getattr(m, "rope_attn_factor", 1.0)
+    if getattr(m, "scaling", "none") != "yarn":
+        return interp, mag
+
+    def corr_dim(turns):
+        return m.n_rot * np.log(m.n_ctx_orig / (turns * 2.0 * np.pi)) / (2.0 * np.log(m.freq_base))
+    low = max(np.floor(corr_dim(m.yarn_beta_fast)), 0.0)
+    high = min(np.ceil(corr_dim(m.yarn_beta_slow)), m.n_rot - 1.0)
+    if high == low:
+        high += 0.001
+    ramp = np.clip((np.arange(half, dtype=np.float64) - low) / (high - low), 0.0, 1.0)
+    keep = (1.0 - ramp) * m.yarn_ext  # weight of the unscaled (extrapolated) frequency
+    if m.yarn_ext != 0.0 and m.rope_factor > 1.0:
+        mag = mag * (1.0 + 0.1 * np.log(m.rope_factor))
+    return interp * (1.0 - keep) + extrap * keep, mag
+
+
+def rope(x, pos, m, n_ctx):
+    """x: (n, heads, head_dim); rotates the first n_rot dims of each head by position."""
+    freqs, mag = inv_freqs(m, n_ctx)
+    theta = np.asarray(pos, dtype=np.float64)[:, None] * freqs[None, :]
+    c = (mag * np.cos(theta))[:, None, :].astype(x.dtype)
+    s = (mag * np.sin(theta))[:, None, :].astype(x.dtype)
+    half = m.n_rot // 2
     y = x.copy()
     if m.neox:
         a, b = x[..., :half], x[..., half:m.n_rot]
@@ -198,9 +247,11 @@ def branch(x, y, L, post, eps):
     return x + (rmsnorm(y, L[post], eps) if post in L else y)
 
 
-def forward(m, tokens):
-    """Logits (len(tokens), n_vocab) of a chain starting at position 0."""
+def forward(m, tokens, n_ctx=None):
+    """Logits (len(tokens), n_vocab) of a chain starting at position 0, in a context of n_ctx
+    positions (default: the chain's length; LongRoPE's choice of factors depends on it)."""
     n = len(tokens)
+    n_ctx = n if n_ctx is None else n_ctx
     pos = np.arange(n)
     x = m.tok_embd[np.asarray(tokens)] * m.embd_scale
     group = m.n_head // m.n_head_kv
@@ -210,13 +261,13 @@ def forward(m, tokens):
         if m.windows[il] > 0:  # keys at positions <= p - window are out of the window
             mask[pos[:, None] - pos[None, :] >= m.windows[il]] = -np.inf
         h = rmsnorm(x, L["attn_norm"], m.eps)
-        q = rope(proj(h, L, "attn_q").reshape(n, m.n_head, m.head_dim), pos, m)
-        k = rope(proj(h, L, "attn_k").reshape(n, m.n_head_kv, m.head_dim), pos, m)
+        q = rope(proj(h, L, "attn_q").reshape(n, m.n_head, m.head_dim), pos, m, n_ctx)
+        k = rope(proj(h, L, "attn_k").reshape(n, m.n_head_kv, m.head_dim), pos, m, n_ctx)
         v = proj(h, L, "attn_v").reshape(n, m.n_head_kv, m.head_dim)
         att = np.empty((n, m.n_head, m.head_dim), dtype=x.dtype)
         for hq in range(m.n_head):
             g = hq // group
-            s = q[:, hq, :] @ k[:, g, :].T / np.sqrt(m.head_dim)
+            s = q[:, hq, :] @ k[:, g, :].T * m.q_scale
             if m.attn_cap > 0:
                 s = m.attn_cap * np.tanh(s / m.attn_cap)
             s = np.exp(s + mask - (s + mask).max(axis=1, keepdims=True))
