@@ -10,12 +10,31 @@
  * discarded slot is overwritten before any attention reads it (only a layer's sender attends
  * in a token, and it wrote that slot itself).
  * The gating is decided here, on the host, from the device's sums: one round trip per layer and
- * the activations through host memory. The receiver's part is issued before the check and the
- * sender's miss path, which on two devices may run concurrently; here one thread issues them in
- * that order, so nothing overlaps. */
+ * the activations through host memory. The receiver's part runs on a worker thread of its own
+ * (one per pair, each context driven by one thread at a time), so on a miss the sender's exact
+ * path runs while the receiver works; the sender's speculation and exact output come out of one
+ * fused kernel together, so on a hit nothing else overlaps the receiver yet. */
 #include "alspec_pair.h"
 
+#include <pthread.h>
+#include <stdio.h>
 #include <string.h>
+
+/* The receiver's side: one ENTER part at a time, posted by the sender's thread. */
+typedef struct receiver {
+    pthread_t thread;
+    bool started;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    bool posted, done, quit;
+    es_context *ctx;                 /* the job: enter(ctx, b, layer, x, att, x_out) */
+    es_batch b;
+    int32_t layer;
+    const float *x, *att;
+    float *x_out;
+    es_status status;                /* the result, and its message (es_last_error is per thread) */
+    char why[ES__ERRMSG_SIZE];
+} receiver;
 
 struct es__alspec_pair {
     es_context *ctx[2];
@@ -25,15 +44,74 @@ struct es__alspec_pair {
     float *spec, *att;  /* [qd] the sender's speculation and exact output            */
     float *kv;          /* one layer's slot: [K, V][n_head_kv][head_dim]             */
     int8_t *owner;      /* [n_layer] which context was the layer's sender this token */
+    float *x_s;         /* [n_embd] the sender's next residual on a miss              */
+    receiver rx;
 };
 
 es_context *es__alspec_pair_second(const es__alspec_pair *p) {
     return p->ctx[1];
 }
 
+static es_status enter(es_context *ctx, const es_batch *b, int32_t layer, const float *x, const float *att, float *x_out) {
+    const es__alspec_part part = {ES__AL_ENTER, layer, 0, x, att, x_out, NULL, NULL, NULL};
+    return es__forward_alspec_part(ctx, b, &part);
+}
+
+static void *receiver_main(void *arg) {
+    receiver *r = arg;
+    pthread_mutex_lock(&r->mu);
+    for (;;) {
+        while (!r->posted && !r->quit) pthread_cond_wait(&r->cv, &r->mu);
+        if (r->quit) break;
+        r->posted = false;
+        pthread_mutex_unlock(&r->mu);
+        const es_status s = enter(r->ctx, &r->b, r->layer, r->x, r->att, r->x_out);
+        pthread_mutex_lock(&r->mu);
+        r->status = s;
+        if (s != ES_OK) snprintf(r->why, sizeof r->why, "%s", es_last_error());
+        r->done = true;
+        pthread_cond_broadcast(&r->cv);
+    }
+    pthread_mutex_unlock(&r->mu);
+    return NULL;
+}
+
+static void receiver_post(receiver *r, es_context *ctx, const es_batch *b, int32_t layer, const float *x,
+                          const float *att, float *x_out) {
+    pthread_mutex_lock(&r->mu);
+    r->ctx = ctx;
+    r->b = *b;
+    r->layer = layer;
+    r->x = x;
+    r->att = att;
+    r->x_out = x_out;
+    r->done = false;
+    r->posted = true;
+    pthread_cond_broadcast(&r->cv);
+    pthread_mutex_unlock(&r->mu);
+}
+
+static es_status receiver_wait(receiver *r) {
+    pthread_mutex_lock(&r->mu);
+    while (!r->done) pthread_cond_wait(&r->cv, &r->mu);
+    const es_status s = r->status;
+    pthread_mutex_unlock(&r->mu);
+    return s == ES_OK ? ES_OK : es__fail(NULL, s, "%s", r->why);
+}
+
 void es__alspec_pair_free(es__alspec_pair *p) {
     if (!p) return;
+    if (p->rx.started) {
+        pthread_mutex_lock(&p->rx.mu);
+        p->rx.quit = true;
+        pthread_cond_broadcast(&p->rx.cv);
+        pthread_mutex_unlock(&p->rx.mu);
+        pthread_join(p->rx.thread, NULL);
+        pthread_cond_destroy(&p->rx.cv);
+        pthread_mutex_destroy(&p->rx.mu);
+    }
     const es_allocator *al = p->alloc;
+    es__free(al, p->x_s);
     es__free(al, p->x);
     es__free(al, p->x_r);
     es__free(al, p->spec);
@@ -66,18 +144,34 @@ es_status es__alspec_pair_create(es_context *ctx, es_context *ctx2, int32_t chun
     const es_allocator *al = c1.alloc;
     es__alspec_pair *p = es__calloc(al, 1, sizeof *p);
     if (p) {
-        *p = (es__alspec_pair){{ctx, ctx2}, al, c1.n_layer, n_embd, n_head * head_dim, c1.n_vocab, chunk,
-                               NULL, NULL, NULL, NULL, NULL, NULL};
+        p->ctx[0] = ctx;
+        p->ctx[1] = ctx2;
+        p->alloc = al;
+        p->n_layer = c1.n_layer;
+        p->n_embd = n_embd;
+        p->qd = n_head * head_dim;
+        p->n_vocab = c1.n_vocab;
+        p->chunk = chunk;
         p->x = es__malloc(al, sizeof(float) * (size_t)n_embd);
         p->x_r = es__malloc(al, sizeof(float) * (size_t)n_embd);
         p->spec = es__malloc(al, sizeof(float) * (size_t)p->qd);
         p->att = es__malloc(al, sizeof(float) * (size_t)p->qd);
         p->kv = es__malloc(al, sizeof(float) * 2 * (size_t)n_head_kv * (size_t)head_dim);
         p->owner = es__calloc(al, (size_t)c1.n_layer, 1);
+        p->x_s = es__malloc(al, sizeof(float) * (size_t)n_embd);
     }
-    if (!p || !p->x || !p->x_r || !p->spec || !p->att || !p->kv || !p->owner) {
+    if (!p || !p->x || !p->x_r || !p->spec || !p->att || !p->kv || !p->owner || !p->x_s) {
         es__alspec_pair_free(p);
         return es__fail(NULL, ES_ERR_OUT_OF_MEMORY, "es_alspec_create_pair: out of memory");
+    }
+    pthread_mutex_init(&p->rx.mu, NULL);
+    pthread_cond_init(&p->rx.cv, NULL);
+    p->rx.started = pthread_create(&p->rx.thread, NULL, receiver_main, &p->rx) == 0;
+    if (!p->rx.started) {
+        pthread_cond_destroy(&p->rx.cv);
+        pthread_mutex_destroy(&p->rx.mu);
+        es__alspec_pair_free(p);
+        return es__fail(NULL, ES_ERR_OUT_OF_MEMORY, "es_alspec_create_pair: cannot start the receiver's thread");
     }
     *out = p;
     return ES_OK;
@@ -90,11 +184,6 @@ static es_status both_exact(es__alspec_pair *p, const es_batch *b, float *logits
     ES_TRY(es_logits(p->ctx[0], 0, &l));
     memcpy(logits, l, sizeof(float) * (size_t)p->n_vocab);
     return ES_OK;
-}
-
-static es_status enter(es_context *ctx, const es_batch *b, int32_t layer, const float *x, const float *att, float *x_out) {
-    const es__alspec_part part = {ES__AL_ENTER, layer, 0, x, att, x_out, NULL, NULL, NULL};
-    return es__forward_alspec_part(ctx, b, &part);
 }
 
 /* Algorithm 2's loop over the layers; leaves the final sender's index. */
@@ -110,18 +199,26 @@ static es_status layers(es__alspec_pair *p, const es_batch *b, const es__alspec_
         const int r = 1 - s;
         ES_RETURN_IF(!v.valid, NULL, ES_ERR_BACKEND, "alspec pair: layer %d has no speculation at %d keys", l,
                      es_context_n_past(p->ctx[s]) + 1);
-        /* the receiver goes ahead on the speculation and the sender's residual */
+        /* the receiver goes ahead on the speculation and the sender's residual (both read-only
+         * until it is done); the sender checks, and on a miss goes on with the exact output */
         prio[r] = 1;
-        ES_TRY(enter(p->ctx[r], b, l, p->x, p->spec, p->x_r));
+        receiver_post(&p->rx, p->ctx[r], b, l, p->x, p->spec, p->x_r);
         const bool hit = es__spec_accept(v.err2, v.norm2, call->lambda) && !(call->force_miss && call->force_miss[l]);
         call->verdicts[l] = (es__spec_verdict){true, hit, v.err2, v.norm2};
         prio[s] = hit ? 0 : 2;
-        if (!hit) ES_TRY(enter(p->ctx[s], b, l, p->x, p->att, p->x)); /* the receiver's work is discarded */
-        if (prio[r] > prio[s]) { /* the receiver holds the correct activations now */
-            float *t = p->x;
+        const es_status st = hit ? ES_OK : enter(p->ctx[s], b, l, p->x, p->att, p->x_s);
+        const es_status sr = receiver_wait(&p->rx);
+        ES_TRY(st);
+        ES_TRY(sr);
+        /* the next residual is the one of the context with the highest priority */
+        float *t = p->x;
+        if (prio[r] > prio[s]) {
             p->x = p->x_r;
             p->x_r = t;
             s = r;
+        } else { /* the receiver's work is discarded */
+            p->x = p->x_s;
+            p->x_s = t;
         }
     }
     *sender = s;
