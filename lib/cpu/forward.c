@@ -294,7 +294,7 @@ static bool layer(thr *t, int32_t il) {
     const es__fwd *f = J->f;
     const es__hparams *hp = J->hp;
     es__cpu_ctx *c = J->c;
-    const int32_t n = f->n, d = hp->n_embd, qd = hp->n_head * hp->head_dim;
+    const int32_t n = f->n, d = hp->n_embd, hd = hp->head_dim, qd = hp->n_head * hd;
     const bool last = il == hp->n_layer - 1;
     const size_t cache_off = cache_offset(J, il);
     es__work w;
@@ -320,7 +320,7 @@ static bool layer(thr *t, int32_t il) {
         alspec_attention(t, il, cache_off);
     } else {
         const es__attn a = {c->q,          qd,          c->k + cache_off,        c->v + cache_off, J->n_ctx,
-                            hp->n_head,    hp->n_head_kv, hp->head_dim,             f->n_past,        n,
+                            hp->n_head,    hp->n_head_kv, hd,                    f->n_past,        n,
                             nr,            rows,        f->dfs_start,            f->dfs_end,
                             hp->attn_scale,             c->att,                  qd,
                             f->pos,        es__layer_window(hp, il),             hp->attn_softcap};

@@ -6,7 +6,9 @@
  * below the prune layer with the early exit of the tokens that have children, then, after the
  * host's decision (prune.h), the survivors' rows and KV moved together on the device and the
  * remaining layers and the output head on them alone. KV compaction after verification runs on
- * the device.
+ * the device. ALSpec's Algorithm 2 cuts a decode token at each layer's attention
+ * (es__alspec_part): each part is recorded into the device's one-off command buffer, its inputs
+ * staged in and its outputs read back.
  * It deliberately does not validate batches (lib/core/batch.c did) or pick kernels (ops.c). */
 #include "adapter.h"
 #include "backend_vk.h"
