@@ -340,6 +340,8 @@ es_status es__kv_slot(es_context *ctx, int32_t layer, int32_t pos, float *kv, bo
     ES_RETURN_IF(layer < 0 || layer >= ctx->model->hp.n_layer || pos < 0 || pos > ctx->n_past || pos >= ctx->n_ctx,
                  &ctx->err, ES_ERR_INVALID_ARGUMENT, "es__kv_slot: layer %d slot %d outside %d layers, %d committed slots",
                  layer, pos, ctx->model->hp.n_layer, ctx->n_past);
+    ES_RETURN_IF(!ctx->backend->vt->kv_slot, &ctx->err, ES_ERR_UNSUPPORTED,
+                 "es__kv_slot: the %s backend cannot read or write single KV slots", ctx->backend->vt->name);
     es_backend *b = ctx->backend;
     pthread_mutex_lock(&b->lock);
     es__err_clear(&b->err);
