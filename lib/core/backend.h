@@ -48,6 +48,9 @@ typedef struct es__fwd {
      * speculation is valid, within lambda and not forced to miss goes on with the speculation,
      * every other layer with the exact A, the plain attention bit for bit. */
     const struct es__alspec_call *alspec;
+    /* ALSpec over two contexts (forward_api.h's es__alspec_part): one part of a decode token
+     * instead of the whole forward; NULL otherwise. alspec is NULL with it. */
+    const struct es__alspec_part *part;
 } es__fwd;
 
 typedef struct es__backend_vtbl {
@@ -79,6 +82,8 @@ typedef struct es__backend_vtbl {
     /* ALSpec (es__fwd.alspec_chunk): chunks must be multiples of this many positions, the tile of
      * the backend's plain attention; 0 = the backend has no speculative attention. */
     int32_t alspec_tile;
+    /* Slot pos of layer's cache to or from buf: [K, V][n_head_kv][head_dim] floats (es__kv_slot). */
+    es_status (*kv_slot)(es_context *ctx, int32_t layer, int32_t pos, float *buf, bool write);
 } es__backend_vtbl;
 
 typedef struct es__upload {
@@ -140,6 +145,7 @@ struct es_context {
      * at its checks (between layers, before submissions) and fails the call with
      * ES_ERR_CANCELLED, leaving its committed KV untouched. */
     atomic_int abort_req;
+    int32_t part_q_layer;       /* ALSpec parts: the layer whose query the last part left, or -1 */
     void *impl;
 };
 

@@ -122,6 +122,7 @@ es_status es_context_create(const es_model *model, const es_context_params *para
     }
     ctx->model = model;
     atomic_init(&ctx->abort_req, 0);
+    ctx->part_q_layer = -1;
     es_status s = context_setup(ctx, &p);
     if (s != ES_OK) {
         char msg[ES__ERRMSG_SIZE];
@@ -216,6 +217,28 @@ static es_status check_alspec(es_context *ctx, const es__alspec_call *al, const 
     return ES_OK;
 }
 
+/* Checks one part of a decode token over two contexts (es__alspec_part). */
+static es_status check_part(es_context *ctx, const es__alspec_part *p, const es_batch *batch) {
+    const int32_t L = ctx->model->hp.n_layer;
+    if (p->op == ES__AL_ATTN) {
+        const es__alspec_call al = {p->chunk, 0.0f, NULL, p->verdict};
+        ES_TRY(check_alspec(ctx, &al, batch));
+        ES_RETURN_IF(!p->spec_out || !p->exact_out, &ctx->err, ES_ERR_INVALID_ARGUMENT,
+                     "forward: ALSpec attention part of layer %d without its outputs", p->layer);
+        ES_RETURN_IF(p->layer < 0 || p->layer >= L || ctx->part_q_layer != p->layer, &ctx->err, ES_ERR_INVALID_ARGUMENT,
+                     "forward: ALSpec attention part of layer %d, but the context's last part left layer %d's query",
+                     p->layer, ctx->part_q_layer);
+        return ES_OK;
+    }
+    ES_RETURN_IF(p->op != ES__AL_ENTER || p->layer < -1 || p->layer >= L, &ctx->err, ES_ERR_INVALID_ARGUMENT,
+                 "forward: ALSpec part %d at layer %d (the model has %d layers)", p->op, p->layer, L);
+    ES_RETURN_IF(p->layer >= 0 && (!p->x_in || !p->att_in), &ctx->err, ES_ERR_INVALID_ARGUMENT,
+                 "forward: ALSpec part entering after layer %d without its residual or attention output", p->layer);
+    ES_RETURN_IF(!batch || batch->n_tokens != 1 || ctx->backend->vt->alspec_tile == 0, &ctx->err, ES_ERR_INVALID_ARGUMENT,
+                 "forward: ALSpec parts decode one token on a backend with speculative attention");
+    return ES_OK;
+}
+
 static es_status check_call(es_context *ctx, const es__call *call) {
     if (call->n_streams == 0 && call->prune_threshold == 0.0f) return ES_OK;
     const es__ss_adapter *ss = ctx->model->ss;
@@ -253,12 +276,16 @@ static void keep_call(es_context *ctx, const es__fwd *f) {
     ctx->prov_streams = f->n_streams;
 }
 
-static es_status forward(es_context *ctx, const es_batch *batch, const es__call *call, const es__alspec_call *al) {
+static es_status forward(es_context *ctx, const es_batch *batch, const es__call *call, const es__alspec_call *al,
+                         const es__alspec_part *part) {
     if (!ctx) return es__fail(NULL, ES_ERR_INVALID_ARGUMENT, "es_forward: ctx is NULL");
     const es__call plain = {0, 0.0f};
     if (!call) call = &plain;
     ES_TRY(check_call(ctx, call));
     if (al) ES_TRY(check_alspec(ctx, al, batch));
+    if (part) ES_TRY(check_part(ctx, part, batch));
+    const int32_t q_layer = ctx->part_q_layer;
+    ctx->part_q_layer = -1;
     es__batch_scratch *s = &ctx->scratch;
     int32_t n_out = 0;
     ES_TRY(es__batch_validate(batch, ctx->n_past, ctx->n_ctx, ctx->n_batch, ctx->model->hp.n_vocab, s, &n_out,
@@ -266,7 +293,7 @@ static es_status forward(es_context *ctx, const es_batch *batch, const es__call 
     ES_TRY(reserve_logits(ctx, n_out));
     memset(ctx->prov_pruned, 0, (size_t)batch->n_tokens);
     es__fwd f = {batch->n_tokens, ctx->n_past, batch->tokens, s->pos, s->dfs_start, s->dfs_end, s->parent,
-                 n_out, s->out_rows, ctx->logits, call->n_streams, call->prune_threshold, ctx->prov_pruned, al};
+                 n_out, s->out_rows, ctx->logits, call->n_streams, call->prune_threshold, ctx->prov_pruned, al, part};
     /* es_context_abort before the call began: nothing computed, the provisional batch goes */
     if (atomic_exchange(&ctx->abort_req, 0)) {
         ctx->n_provisional = 0;
@@ -289,16 +316,39 @@ static es_status forward(es_context *ctx, const es_batch *batch, const es__call 
         return st;
     }
     keep_call(ctx, &f);
+    /* the query an attention part reads: left by an entering part, kept by an attention part */
+    if (part) ctx->part_q_layer = part->op == ES__AL_ATTN ? q_layer : part->layer + 1 < ctx->model->hp.n_layer ? part->layer + 1 : -1;
     return ES_OK;
 }
 
 es_status es__forward(es_context *ctx, const es_batch *batch, const es__call *call) {
-    return forward(ctx, batch, call, NULL);
+    return forward(ctx, batch, call, NULL, NULL);
 }
 
 es_status es__forward_alspec(es_context *ctx, const es_batch *batch, const es__alspec_call *al) {
     if (!al) return es__fail(ctx ? &ctx->err : NULL, ES_ERR_INVALID_ARGUMENT, "es__forward_alspec: no ALSpec call");
-    return forward(ctx, batch, NULL, al);
+    return forward(ctx, batch, NULL, al, NULL);
+}
+
+es_status es__forward_alspec_part(es_context *ctx, const es_batch *batch, const es__alspec_part *part) {
+    if (!part) return es__fail(ctx ? &ctx->err : NULL, ES_ERR_INVALID_ARGUMENT, "es__forward_alspec_part: no part");
+    return forward(ctx, batch, NULL, NULL, part);
+}
+
+es_status es__kv_slot(es_context *ctx, int32_t layer, int32_t pos, float *kv, bool write) {
+    ES_RETURN_IF(!ctx || !kv, ctx ? &ctx->err : NULL, ES_ERR_INVALID_ARGUMENT, "es__kv_slot: NULL argument");
+    ES_RETURN_IF(layer < 0 || layer >= ctx->model->hp.n_layer || pos < 0 || pos > ctx->n_past || pos >= ctx->n_ctx,
+                 &ctx->err, ES_ERR_INVALID_ARGUMENT, "es__kv_slot: layer %d slot %d outside %d layers, %d committed slots",
+                 layer, pos, ctx->model->hp.n_layer, ctx->n_past);
+    ES_RETURN_IF(!ctx->backend->vt->kv_slot, &ctx->err, ES_ERR_UNSUPPORTED,
+                 "es__kv_slot: the %s backend cannot read or write single KV slots", ctx->backend->vt->name);
+    es_backend *b = ctx->backend;
+    pthread_mutex_lock(&b->lock);
+    es__err_clear(&b->err);
+    const es_status st = b->vt->kv_slot(ctx, layer, pos, kv, write);
+    if (st != ES_OK) es__fail(&ctx->err, st, "es__kv_slot: %s", b->err.msg);
+    pthread_mutex_unlock(&b->lock);
+    return st;
 }
 
 es_status es_forward(es_context *ctx, const es_batch *batch) {
@@ -392,6 +442,7 @@ es_status es_commit(es_context *ctx, const int32_t *keep, int32_t n_keep) {
     }
     ctx->n_past += n_keep;
     ctx->n_provisional = 0;
+    ctx->part_q_layer = -1;
     return ES_OK;
 }
 
@@ -424,5 +475,6 @@ es_status es_truncate(es_context *ctx, int32_t new_n_past) {
                  "es_truncate: new n_past %d outside [0, %d]", new_n_past, ctx->n_past);
     ctx->n_past = new_n_past;
     ctx->n_provisional = 0;
+    ctx->part_q_layer = -1;
     return ES_OK;
 }

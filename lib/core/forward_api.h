@@ -47,6 +47,40 @@ typedef struct es__alspec_call {
  * ES_ERR_UNSUPPORTED when the backend has no speculative attention (es__caps.alspec_tile 0). */
 es_status es__forward_alspec(es_context *ctx, const es_batch *batch, const es__alspec_call *al);
 
+/* ALSpec over two contexts (Algorithm 2, lib/multi/alspec_pair.c): a decode token's forward cut
+ * at every layer's attention, so that two contexts (two devices) can each run part of it. The
+ * context keeps the token's provisional state between its parts like one forward call's (es_commit
+ * commits it; the logits are valid after the part that reached the output head). */
+enum {
+    ES__AL_ENTER, /* layer -1: the token's embedding, then layer 0's pre-attention ops (norm, Q/K/V,
+                     RoPE, its KV written). layer l >= 0: from x_in and att_in, layer l's
+                     post-attention ops (output projection and residual, FFN), then layer l + 1's
+                     pre-attention ops, or after the last layer the output head (the logits)   */
+    ES__AL_ATTN   /* layer l's speculative flash decode on the query of the context's last part,
+                     which must have been ENTER(l - 1): the speculation, the exact output and the
+                     check's sums; nothing is gated (verdict->hit stays false)                 */
+};
+typedef struct es__alspec_part {
+    int32_t op;                /* ES__AL_ENTER or ES__AL_ATTN                                    */
+    int32_t layer;             /* as above                                                       */
+    int32_t chunk;             /* ATTN: S, a multiple of es__caps.alspec_tile                    */
+    const float *x_in;         /* ENTER, layer >= 0: [n_embd] the residual before layer's attention
+                                  branch was added                                              */
+    const float *att_in;       /* ENTER, layer >= 0: [n_head * head_dim] layer's attention output */
+    float *x_out;              /* ENTER: [n_embd] the residual entering the next layer (NULL = not
+                                  wanted; not written after the last layer)                      */
+    float *spec_out;           /* ATTN: [n_head * head_dim] the speculation (when valid)          */
+    float *exact_out;          /* ATTN: [n_head * head_dim] the exact output, the plain attention's */
+    es__spec_verdict *verdict; /* ATTN out: valid, err2, norm2                                  */
+} es__alspec_part;
+
+/* One part of the decode token batch (one token after the committed ones). */
+es_status es__forward_alspec_part(es_context *ctx, const es_batch *batch, const es__alspec_part *part);
+
+/* One KV slot of one layer to or from kv: [K, V][n_head_kv][head_dim] floats; pos a committed
+ * slot or the provisional one of the last forward call (pos <= n_past). */
+es_status es__kv_slot(es_context *ctx, int32_t layer, int32_t pos, float *kv, bool write);
+
 /* es_forward with a call descriptor (NULL = a plain forward). Fails with a clear message when
  * the context's model has no adapter for streams or pruning, or its backend no multi-stream
  * attention (es__context_caps says beforehand). On failure the context is as before the call. */

@@ -374,8 +374,22 @@ static es_status cpu_kv_io(es_context *ctx, int32_t n, float *buf, bool write) {
     return ES_OK;
 }
 
+static es_status cpu_kv_slot(es_context *ctx, int32_t layer, int32_t pos, float *buf, bool write) {
+    const es__hparams *hp = &ctx->model->hp;
+    es__cpu_ctx *c = ctx->impl;
+    const size_t hd = (size_t)hp->head_dim, n_ctx = (size_t)ctx->n_ctx;
+    for (int kv = 0; kv < 2; kv++)
+        for (int32_t g = 0; g < hp->n_head_kv; g++) {
+            float *slot = (kv ? c->v : c->k) + (((size_t)layer * (size_t)hp->n_head_kv + (size_t)g) * n_ctx + (size_t)pos) * hd;
+            if (write) memcpy(slot, buf, hd * sizeof(float));
+            else memcpy(buf, slot, hd * sizeof(float));
+            buf += hd;
+        }
+    return ES_OK;
+}
+
 const es__backend_vtbl es__cpu_backend = {
     "cpu", cpu_init, cpu_destroy, cpu_model_upload, cpu_model_release,
     cpu_ctx_init, cpu_ctx_destroy, cpu_forward, cpu_kv_compact,
-    es__msa_stream_logits, cpu_kv_shift, cpu_kv_io, ES__ATTN_TILE,
+    es__msa_stream_logits, cpu_kv_shift, cpu_kv_io, ES__ATTN_TILE, cpu_kv_slot,
 };

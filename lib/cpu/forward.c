@@ -167,7 +167,6 @@ static void gather_rows(float *a, int64_t width, const int32_t *rows, int32_t n_
         if (rows[r] != r) memcpy(a + (int64_t)r * width, a + (int64_t)rows[r] * width, sizeof(float) * (size_t)width);
 }
 
-/* One layer; false when the call was cancelled before it. */
 /* ALSpec's attention of the one decode token (Algorithm 1, with Algorithm 3's kernel): each head's
  * speculation and exact attention, then the check over all heads in head order; the layer goes on
  * with the speculation when it hits, else with the exact output (already in c->att). */
@@ -221,19 +220,24 @@ static void alspec_attention(thr *t, int32_t il, size_t cache_off) {
     phase_end(t, &w);
 }
 
-static bool layer(thr *t, int32_t il) {
+static size_t cache_offset(const fwd_job *J, int32_t il) {
+    return (size_t)il * (size_t)J->hp->n_head_kv * (size_t)J->n_ctx * (size_t)J->hp->head_dim;
+}
+
+/* A layer's pre-attention ops: RMSNorm, Q/K/V, RoPE and the batch's keys/values into their
+ * provisional slots. check_layer as norm_phase's; false when the call was cancelled. */
+static bool layer_pre(thr *t, int32_t il, int32_t check_layer) {
     const fwd_job *J = t->J;
     const es__fwd *f = J->f;
     const es__hparams *hp = J->hp;
     const es__cpu_layer *L = &J->w->layers[il];
     es__cpu_ctx *c = J->c;
-    const int32_t n = f->n, d = hp->n_embd, hd = hp->head_dim;
+    const int32_t n = f->n, hd = hp->head_dim;
     const int32_t qd = hp->n_head * hd, kvd = hp->n_head_kv * hd;
-    const bool last = il == hp->n_layer - 1;
-    const size_t cache_off = (size_t)il * (size_t)hp->n_head_kv * (size_t)J->n_ctx * (size_t)hd;
+    const size_t cache_off = cache_offset(J, il);
     es__work w;
 
-    if (!norm_phase(t, c->x, L->attn_norm, c->xn, n, il)) return false;
+    if (!norm_phase(t, c->x, L->attn_norm, c->xn, n, check_layer)) return false;
     const mm_seg qkv[3] = {{&L->wq, c->q}, {&L->wk, c->kn}, {&L->wv, c->vn}};
     mm_phase(t, OP_QKV, qkv, 3, c->xn, n);
 
@@ -251,6 +255,51 @@ static bool layer(thr *t, int32_t il) {
                              1, c->kn + i * kvd, c->vn + i * kvd);
         }
     phase_end(t, &w);
+    return true;
+}
+
+/* A layer's post-attention ops on nr rows: output projection and residual, RMSNorm, the gated
+ * FFN and its residual. */
+static void layer_post(thr *t, int32_t il, int32_t nr) {
+    const fwd_job *J = t->J;
+    const es__hparams *hp = J->hp;
+    const es__cpu_layer *L = &J->w->layers[il];
+    es__cpu_ctx *c = J->c;
+    es__work w;
+    branch_phase(t, OP_WO, &L->wo, L->post_attn_norm, c->att, nr, c->tmp, c->x);
+    norm_phase(t, c->x, L->ffn_norm, c->xn, nr, -1);
+
+    /* gate and up for the same rows, then SwiGLU on them */
+    const mm_seg g = {&L->gate, c->gate}, u = {&L->up, c->up};
+    phase_begin(t, &w, OP_FFN, hp->n_ff, ROW_ALIGN);
+    for (int64_t lo, hi; es__work_next(&w, &lo, &hi);) {
+        mm_rows(t, &g, 1, c->xn, nr, lo, hi);
+        mm_rows(t, &u, 1, c->xn, nr, lo, hi);
+        for (int32_t i = 0; i < nr; i++) {
+            const int64_t off = (int64_t)i * hp->n_ff;
+            if (hp->arch->act == ES__ACT_GELU)
+                es__cpu_geglu_range(c->gate + off, c->up + off, lo, hi, c->gate + off);
+            else
+                es__cpu_swiglu_range(J->k, c->gate + off, c->up + off, lo, hi, c->gate + off);
+        }
+    }
+    phase_end(t, &w);
+
+    branch_phase(t, OP_DOWN, &L->down, L->post_ffn_norm, c->gate, nr, c->tmp, c->x);
+}
+
+/* One layer; false when the call was cancelled before it. */
+static bool layer(thr *t, int32_t il) {
+    const fwd_job *J = t->J;
+    const es__fwd *f = J->f;
+    const es__hparams *hp = J->hp;
+    es__cpu_ctx *c = J->c;
+    const int32_t n = f->n, d = hp->n_embd, hd = hp->head_dim, qd = hp->n_head * hd;
+    const bool last = il == hp->n_layer - 1;
+    const size_t cache_off = cache_offset(J, il);
+    es__work w;
+
+    if (!layer_pre(t, il, il)) return false;
 
     /* In the last layer only the rows that want logits go on. */
     int32_t nr = n;
@@ -281,27 +330,7 @@ static bool layer(thr *t, int32_t il) {
                                     c->visible + (size_t)t->ith * ES__CPU_ATTN_ROWS * (size_t)n);
         phase_end(t, &w);
     }
-
-    branch_phase(t, OP_WO, &L->wo, L->post_attn_norm, c->att, nr, c->tmp, c->x);
-    norm_phase(t, c->x, L->ffn_norm, c->xn, nr, -1);
-
-    /* gate and up for the same rows, then SwiGLU on them */
-    const mm_seg g = {&L->gate, c->gate}, u = {&L->up, c->up};
-    phase_begin(t, &w, OP_FFN, hp->n_ff, ROW_ALIGN);
-    for (int64_t lo, hi; es__work_next(&w, &lo, &hi);) {
-        mm_rows(t, &g, 1, c->xn, nr, lo, hi);
-        mm_rows(t, &u, 1, c->xn, nr, lo, hi);
-        for (int32_t i = 0; i < nr; i++) {
-            const int64_t off = (int64_t)i * hp->n_ff;
-            if (hp->arch->act == ES__ACT_GELU)
-                es__cpu_geglu_range(c->gate + off, c->up + off, lo, hi, c->gate + off);
-            else
-                es__cpu_swiglu_range(J->k, c->gate + off, c->up + off, lo, hi, c->gate + off);
-        }
-    }
-    phase_end(t, &w);
-
-    branch_phase(t, OP_DOWN, &L->down, L->post_ffn_norm, c->gate, nr, c->tmp, c->x);
+    layer_post(t, il, nr);
     return true;
 }
 
@@ -311,17 +340,16 @@ int32_t es__cpu_fwd_phases(int32_t n_layer) {
     return 12 * n_layer + 3;
 }
 
-static void fwd_thread(void *arg, int ith, int nth) {
-    const fwd_job *J = arg;
+/* The batch's embeddings into x and its RoPE table. */
+static void embed(thr *t) {
+    const fwd_job *J = t->J;
     const es__fwd *f = J->f;
     const es__hparams *hp = J->hp;
     es__cpu_ctx *c = J->c;
-    const int32_t n = f->n, d = hp->n_embd;
-    thr t = {J, ith, nth, 0, 0, 0.0};
+    const int32_t d = hp->n_embd;
     es__work w;
-
     const es__rope rope = es__rope_for(hp, J->n_ctx);
-    phase_begin(&t, &w, OP_EMBED, n, 1);
+    phase_begin(t, &w, OP_EMBED, f->n, 1);
     for (int64_t lo, hi; es__work_next(&w, &lo, &hi);) {
         const es__cpu_mat *E = &J->w->tok_embd;
         for (int64_t i = lo; i < hi; i++) {
@@ -332,29 +360,61 @@ static void fwd_thread(void *arg, int ith, int nth) {
         }
         es__cpu_rope_table(&rope, f->pos + lo, hi - lo, false, c->rope + lo * (hp->n_rot / 2) * 2);
     }
-    phase_end(&t, &w);
+    phase_end(t, &w);
+}
 
-    for (int32_t il = 0; il < hp->n_layer; il++) {
-        if (J->msa) es__msa_before_layer(J->msa, il, ith, nth);
-        if (!layer(&t, il)) return;
-    }
-    if (f->n_out == 0) return;
-
-    /* rows 0..n_out-1 of x now hold the wanted tokens (gathered in the last layer) */
-    norm_phase(&t, c->x, J->w->output_norm, c->xn, f->n_out, -1);
+/* The final norm and the output head over rows 0..n_out-1 of x (gathered in the last layer). */
+static void head(thr *t) {
+    const fwd_job *J = t->J;
+    const es__fwd *f = J->f;
+    const es__hparams *hp = J->hp;
+    es__cpu_ctx *c = J->c;
+    es__work w;
+    norm_phase(t, c->x, J->w->output_norm, c->xn, f->n_out, -1);
     const mm_seg head = {&J->w->output, f->logits};
     if (hp->final_softcap <= 0.0f) {
-        mm_phase(&t, OP_HEAD, &head, 1, c->xn, f->n_out);
+        mm_phase(t, OP_HEAD, &head, 1, c->xn, f->n_out);
         return;
     }
     /* soft-capped logits (gemma2): each thread caps the rows of the vocabulary it computed */
     const int64_t V = J->w->output.n_out;
-    phase_begin(&t, &w, OP_HEAD, V, ROW_ALIGN);
+    phase_begin(t, &w, OP_HEAD, V, ROW_ALIGN);
     for (int64_t lo, hi; es__work_next(&w, &lo, &hi);) {
-        mm_rows(&t, &head, 1, c->xn, f->n_out, lo, hi);
+        mm_rows(t, &head, 1, c->xn, f->n_out, lo, hi);
         for (int32_t i = 0; i < f->n_out; i++) es__cpu_softcap(f->logits + i * V + lo, hi - lo, hp->final_softcap);
     }
-    phase_end(&t, &w);
+    phase_end(t, &w);
+}
+
+static void fwd_thread(void *arg, int ith, int nth) {
+    const fwd_job *J = arg;
+    thr t = {J, ith, nth, 0, 0, 0.0};
+    embed(&t);
+    for (int32_t il = 0; il < J->hp->n_layer; il++) {
+        if (J->msa) es__msa_before_layer(J->msa, il, ith, nth);
+        if (!layer(&t, il)) return;
+    }
+    if (J->f->n_out > 0) head(&t);
+}
+
+/* One part of a decode token over two contexts (es__alspec_part): the caller put the part's
+ * inputs into x and att, and the token's RoPE table. */
+static void part_thread(void *arg, int ith, int nth) {
+    const fwd_job *J = arg;
+    const es__alspec_part *p = J->f->part;
+    thr t = {J, ith, nth, 0, 0, 0.0};
+    if (p->op == ES__AL_ATTN) {
+        alspec_attention(&t, p->layer, cache_offset(J, p->layer));
+        return;
+    }
+    if (p->layer < 0)
+        embed(&t);
+    else
+        layer_post(&t, p->layer, 1);
+    if (p->layer + 1 < J->hp->n_layer)
+        layer_pre(&t, p->layer + 1, -1);
+    else
+        head(&t);
 }
 
 /* Adds one forward call's phase times to the backend's profile, ops in first-seen order. */
@@ -389,6 +449,48 @@ static es_status alspec_scratch(es_context *ctx, const es__fwd *f, fwd_job *J) {
     return es__fail(&ctx->backend->err, ES_ERR_OUT_OF_MEMORY, "cpu forward: out of memory for ALSpec's scratch");
 }
 
+/* One part of a decode token (es__alspec_part): its inputs in, the phases, its outputs out. The
+ * attention part runs alspec_attention ungated (lambda 0): the caller decides. */
+static es_status cpu_part(es_context *ctx, const es__fwd *f, fwd_job *J) {
+    const es__alspec_part *p = f->part;
+    const es__hparams *hp = &ctx->model->hp;
+    es__cpu_ctx *c = ctx->impl;
+    const size_t qd = (size_t)hp->n_head * (size_t)hp->head_dim, d = (size_t)hp->n_embd;
+    es__cpu_state *B = ctx->backend->impl;
+    es__spec_verdict *v = es__calloc(NULL, (size_t)hp->n_layer, sizeof *v);
+    ES_RETURN_IF(!v, &ctx->backend->err, ES_ERR_OUT_OF_MEMORY, "cpu forward: out of memory for an ALSpec part");
+    es__fwd fp = *f;
+    const es__alspec_call al = {p->chunk, 0.0f, NULL, v};
+    es_status s = ES_OK;
+    if (p->op == ES__AL_ATTN) {
+        fp.alspec = &al;
+        J->f = &fp;
+        s = alspec_scratch(ctx, &fp, J);
+    } else if (p->layer >= 0) {
+        memcpy(c->x, p->x_in, sizeof(float) * d);
+        memcpy(c->att, p->att_in, sizeof(float) * qd);
+        const es__rope rope = es__rope_for(hp, J->n_ctx);
+        es__cpu_rope_table(&rope, f->pos, 1, false, c->rope);
+    }
+    if (s == ES_OK) {
+        es__sched_reset(c->sched, es__pool_size(B->pool), c->n_phases);
+        es__pool_run(B->pool, part_thread, J);
+        ctx->backend->stats.n_forward++;
+    }
+    if (s == ES_OK && p->op == ES__AL_ATTN) {
+        *p->verdict = v[p->layer];
+        memcpy(p->exact_out, c->att, sizeof(float) * qd);
+        if (v[p->layer].valid) memcpy(p->spec_out, J->al_spec, sizeof(float) * qd);
+    } else if (s == ES_OK && p->x_out && p->layer + 1 < hp->n_layer) {
+        memcpy(p->x_out, c->x, sizeof(float) * d);
+    }
+    es__free(NULL, J->al_part);
+    es__free(NULL, J->al_spec);
+    es__free(NULL, J->al_e2);
+    es__free(NULL, v);
+    return s;
+}
+
 es_status es__cpu_forward(es_context *ctx, const es__fwd *f) {
     es__cpu_state *B = ctx->backend->impl;
     es_backend *b = ctx->backend;
@@ -398,6 +500,7 @@ es_status es__cpu_forward(es_context *ctx, const es__fwd *f) {
     atomic_init(&stop_at, -1);
     fwd_job J = {f,    &ctx->model->hp, ctx->weights, ctx->impl, B->kern, B->pool, ctx->n_ctx, NULL, b->profile ? prof : NULL,
                  &ctx->abort_req, &stop_at, NULL, 0, NULL, NULL};
+    if (f->part) return cpu_part(ctx, f, &J);
     if (f->alspec) ES_TRY(alspec_scratch(ctx, f, &J));
     /* Speculative Streaming works on a copy of the call: pruning narrows it to the survivors */
     es__fwd ss_f;

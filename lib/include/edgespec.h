@@ -933,8 +933,11 @@ ES_API es_status es_spec_generate(es_spec *spec, const int32_t *prompt, size_t n
  * lambda ||A||_2 over all heads (Algorithm 1's commit), else with the exact attention. With
  * lambda > 0 this is an approximation by design (the paper's): report its text as agreement
  * with the exact run, never as lossless. lambda = 0 is exact: the tokens es_generate emits.
- * This object computes Algorithm 1 on one context; running the speculated path on a second
- * device ahead of the exact one (Algorithm 2) is not here yet. One thread at a time. */
+ * es_alspec_create computes Algorithm 1 on one context; es_alspec_create_pair runs Algorithm 2
+ * (SGDC with priority gating) over two contexts of one model on two devices: the context holding
+ * the correct activations ships each layer's speculation to the other, which runs the
+ * post-attention ops ahead; a hit keeps its work, a miss discards it (its KV slots included).
+ * The gating is decided on the host, one round trip per layer. One thread at a time. */
 typedef struct es_alspec es_alspec;
 
 #define ES_ALSPEC_MAX_LAYERS 256 /* layers the statistics keep one entry for */
@@ -968,6 +971,13 @@ typedef struct es_alspec_stats {
  * while it lives. ES_ERR_UNSUPPORTED when ctx's backend has no speculative attention, and
  * ES_ERR_INVALID_ARGUMENT for a chunk that is not a multiple of its tile or lambda < 0. */
 ES_API es_status es_alspec_create(es_context *ctx, const es_alspec_params *params, es_alspec **out);
+/* es_alspec_create over two contexts holding the same es_model, typically on two backends from
+ * es_backends_create ("0,1", "0,0", "0,host"): weights and KV replicated, ctx the first sender.
+ * Both sequences start anew; ctx2 needs speculative attention, at least ctx's slots and a tile
+ * dividing the chunk; neither context may be driven by anything else while the object lives.
+ * The statistics are es_alspec_create's: a layer's hit is a kept receiver's work. */
+ES_API es_status es_alspec_create_pair(es_context *ctx, es_context *ctx2, const es_alspec_params *params,
+                                       es_alspec **out);
 ES_API void es_alspec_free(es_alspec *a);
 ES_API const char *es_alspec_errmsg(const es_alspec *a);
 /* Appends n_tokens >= 1 tokens to the sequence (exact forward calls, in chunks of n_batch). */

@@ -2,10 +2,12 @@
  * context. Prompts go through exact forward calls; each decoded token goes through
  * es__forward_alspec, in which every layer's attention is the speculative flash decode and the
  * layer goes on with the speculation when the check of section 3.2 accepts it. Here: the sequence,
- * sampling, and the per-layer and per-token hit statistics. Not here: the kernels (the backends;
- * lib/core/spec_attn.h says what they compute) and Algorithm 2's second device, which would run
- * the post-attention ops on the speculation while the first finishes the exact attention. */
-#include "forward_api.h"
+ * sampling, and the per-layer and per-token hit statistics. With a second context
+ * (es_alspec_create_pair) each decoded token goes through Algorithm 2 instead (alspec_pair.c):
+ * the receiver runs the post-attention ops on the speculation while the sender finishes the
+ * exact attention. Not here: the kernels (the backends; lib/core/spec_attn.h says what they
+ * compute). */
+#include "alspec_pair.h"
 
 #include <math.h>
 #include <string.h>
@@ -21,6 +23,7 @@ struct es_alspec {
     bool pending;     /* the last emitted token is not in the cache yet                    */
     float *logits;    /* [n_vocab] the last forwarded token's, kept past the commit        */
     es__spec_verdict *verdicts; /* [n_layer] */
+    es__alspec_pair *pair;      /* Algorithm 2's second context, or NULL                   */
     es_alspec_stats st;
     es__err err;
 };
@@ -77,10 +80,27 @@ es_status es_alspec_create(es_context *ctx, const es_alspec_params *params, es_a
     return ES_OK;
 }
 
+es_status es_alspec_create_pair(es_context *ctx, es_context *ctx2, const es_alspec_params *params, es_alspec **out) {
+    ES_RETURN_IF(!out, NULL, ES_ERR_INVALID_ARGUMENT, "es_alspec_create_pair: out is NULL");
+    *out = NULL;
+    ES_RETURN_IF(!ctx2, NULL, ES_ERR_INVALID_ARGUMENT, "es_alspec_create_pair: ctx2 is NULL");
+    es_alspec *a = NULL;
+    ES_TRY(es_alspec_create(ctx, params, &a));
+    es_status s = es__alspec_pair_create(ctx, ctx2, a->p.chunk, &a->pair);
+    if (s == ES_OK) s = es_truncate(ctx2, 0);
+    if (s != ES_OK) {
+        es_alspec_free(a);
+        return es__fail(NULL, s, "%s", es_last_error());
+    }
+    *out = a;
+    return ES_OK;
+}
+
 void es_alspec_free(es_alspec *a) {
     if (!a) return;
     const es_allocator *al = a->caps.alloc;
     es_sampler_free(a->sampler);
+    es__alspec_pair_free(a->pair);
     es__free(al, a->hist);
     es__free(al, a->verdicts);
     es__free(al, a->logits);
@@ -91,20 +111,30 @@ const char *es_alspec_errmsg(const es_alspec *a) {
     return a ? a->err.msg : "es_alspec_errmsg: NULL";
 }
 
-/* Exact forward calls of tokens[0..n), committed, in chunks of n_batch. */
-static es_status prefill(es_alspec *a, const int32_t *tokens, size_t n) {
+/* Exact forward calls of tokens[0..n) on ctx, committed, in chunks of n_batch; the logits of
+ * the last into logits when not NULL. */
+static es_status prefill_ctx(es_alspec *a, es_context *ctx, const int32_t *tokens, size_t n, float *logits) {
+    es__caps caps;
+    es__context_caps(ctx, &caps);
+    const size_t nb = (size_t)caps.n_batch;
     for (size_t off = 0; off < n;) {
-        const int32_t m = (int32_t)(n - off < (size_t)a->caps.n_batch ? n - off : (size_t)a->caps.n_batch);
+        const int32_t m = (int32_t)(n - off < nb ? n - off : nb);
         const es_batch b = {m, tokens + off, NULL, NULL, NULL, NULL};
         const float *l = NULL;
-        es_status s = es_forward(a->ctx, &b);
-        if (s == ES_OK) s = es_logits(a->ctx, m - 1, &l);
-        if (s == ES_OK) memcpy(a->logits, l, sizeof(float) * (size_t)a->caps.n_vocab);
-        if (s == ES_OK) s = es_commit(a->ctx, NULL, m);
-        if (s != ES_OK) return es__fail(&a->err, s, "alspec: %s", es_context_errmsg(a->ctx));
+        es_status s = es_forward(ctx, &b);
+        if (s == ES_OK && logits) s = es_logits(ctx, m - 1, &l);
+        if (s == ES_OK && logits) memcpy(logits, l, sizeof(float) * (size_t)a->caps.n_vocab);
+        if (s == ES_OK) s = es_commit(ctx, NULL, m);
+        if (s != ES_OK) return es__fail(&a->err, s, "alspec: %s", es_context_errmsg(ctx));
         off += (size_t)m;
     }
     return ES_OK;
+}
+
+/* The same on every context: Algorithm 2 replicates the KV cache. */
+static es_status prefill(es_alspec *a, const int32_t *tokens, size_t n) {
+    ES_TRY(prefill_ctx(a, a->ctx, tokens, n, a->logits));
+    return a->pair ? prefill_ctx(a, es__alspec_pair_second(a->pair), tokens, n, NULL) : ES_OK;
 }
 
 es_status es_alspec_feed(es_alspec *a, const int32_t *tokens, size_t n_tokens) {
@@ -149,12 +179,16 @@ es_status es_alspec_step(es_alspec *a, int32_t *token) {
                      "es_alspec_step: the context's %d slots are full", a->caps.n_ctx);
         const es_batch b = {1, &a->hist[a->n_hist - 1], NULL, NULL, NULL, NULL};
         const es__alspec_call call = {a->p.chunk, a->p.lambda, NULL, a->verdicts};
-        const float *l = NULL;
-        es_status s = es__forward_alspec(a->ctx, &b, &call);
-        if (s == ES_OK) s = es_logits(a->ctx, 0, &l);
-        if (s == ES_OK) memcpy(a->logits, l, sizeof(float) * (size_t)a->caps.n_vocab);
-        if (s == ES_OK) s = es_commit(a->ctx, NULL, 1);
-        if (s != ES_OK) return es__fail(&a->err, s, "es_alspec_step: %s", es_context_errmsg(a->ctx));
+        if (a->pair) {
+            ES_TRY(es__alspec_pair_decode(a->pair, b.tokens[0], &call, a->logits, &a->err));
+        } else {
+            const float *l = NULL;
+            es_status s = es__forward_alspec(a->ctx, &b, &call);
+            if (s == ES_OK) s = es_logits(a->ctx, 0, &l);
+            if (s == ES_OK) memcpy(a->logits, l, sizeof(float) * (size_t)a->caps.n_vocab);
+            if (s == ES_OK) s = es_commit(a->ctx, NULL, 1);
+            if (s != ES_OK) return es__fail(&a->err, s, "es_alspec_step: %s", es_context_errmsg(a->ctx));
+        }
         count(a);
         a->pending = false;
         a->fresh = true;

@@ -53,6 +53,7 @@ static const es__backend_vtbl vk_vtbl = {
     .kv_shift = es__vk_kv_shift,
     .kv_io = es__vk_kv_io,
     .alspec_tile = ES__ATTN_SPLIT, /* ALSpec's chunks are whole splits of attn.comp */
+    .kv_slot = es__vk_kv_slot,
 };
 
 const es__backend_vtbl *const es__vulkan_backend_ptr = &vk_vtbl;

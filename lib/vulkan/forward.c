@@ -6,7 +6,9 @@
  * below the prune layer with the early exit of the tokens that have children, then, after the
  * host's decision (prune.h), the survivors' rows and KV moved together on the device and the
  * remaining layers and the output head on them alone. KV compaction after verification runs on
- * the device.
+ * the device. ALSpec's Algorithm 2 cuts a decode token at each layer's attention
+ * (es__alspec_part): each part is recorded into the device's one-off command buffer, its inputs
+ * staged in and its outputs read back.
  * It deliberately does not validate batches (lib/core/batch.c did) or pick kernels (ops.c). */
 #include "adapter.h"
 #include "backend_vk.h"
@@ -412,7 +414,7 @@ static es_status warm_forward(es_context *ctx, int32_t n, int32_t n_streams, flo
     int32_t tokens[8] = {0}, pos[8], dfs_start[8], dfs_end[8], parent[8], out[8];
     uint8_t pruned[8] = {0};
     for (int32_t i = 0; i < n; i++) pos[i] = dfs_start[i] = out[i] = i, dfs_end[i] = n - 1, parent[i] = i - 1;
-    const es__fwd f = {n, 0, tokens, pos, dfs_start, dfs_end, parent, n, out, logits, n_streams, prune, pruned, NULL};
+    const es__fwd f = {n, 0, tokens, pos, dfs_start, dfs_end, parent, n, out, logits, n_streams, prune, pruned, NULL, NULL};
     return es__vk_forward(ctx, &f);
 }
 
@@ -568,28 +570,27 @@ static void rec_embed(vk_ctx *c, es__vk_rec *r, uint32_t n) {
     }
 }
 
-/* Layer l over n token rows: seven dispatches (eight when attention needs its merge):
- *   RMSNorm; QKV projection with RoPE and the KV write fused; tree attention; [merge];
- *   output projection + residual; RMSNorm; gate/up projection with SwiGLU fused;
- *   down projection + residual.
- * With fused streams the MSA layers carry each token's stream rows after the n token rows
- * through the same dispatches, plus their own attention (and their LoRA's A products). */
-static es_status rec_layer(vk_ctx *c, es__vk_rec *r, uint32_t l, uint32_t n, uint32_t ss, uint32_t spec_chunk) {
+/* Layer l's pre-attention ops over nl rows: RMSNorm; QKV projection with RoPE and the KV write
+ * fused (n token rows, the fused stream rows after them through msa_vk.c). */
+static es_status rec_pre(vk_ctx *c, es__vk_rec *r, uint32_t l, uint32_t n, uint32_t nl, uint32_t g) {
     const es__hparams *hp = &c->w->model->hp;
     const es__vk_layer *vl = &c->w->layers[l];
-    const vk_lsets *s = &c->ls[l];
-    const uint32_t g = ES__VK_SS_FUSED_G(ss), hd = (uint32_t)hp->head_dim;
-    if (ss) ES_TRY(es__vk_msa_rec_layer(c->msa, r, (int32_t)l, n, ss));
-    const uint32_t nl = n + es__vk_msa_fused_rows(c->msa, (int32_t)l, n, ss); /* rows here */
     rec_norm(c, r, nl, vl->attn_norm, false, hp->rms_eps);
     es__pc_mul_mat pc = mat_call(c, nl, c->E32, c->QKV32);
     pc.bias_off = bias_off(c, l);
-    ES_TRY(rec_proj(c, r, "mul_mat_qkv", l, ES__VK_SS_QKV, &vl->qkv, s->qkv, ES__EPI_ROPE_KV, &pc, n, g));
+    return rec_proj(c, r, "mul_mat_qkv", l, ES__VK_SS_QKV, &vl->qkv, c->ls[l].qkv, ES__EPI_ROPE_KV, &pc, n, g);
+}
+
+/* Layer l's tree attention over n token rows, [merge]; with spec_chunk (ALSpec, one decode
+ * token) the speculative flash decode's reducer instead of the merge. */
+static void rec_attn(vk_ctx *c, es__vk_rec *r, uint32_t l, uint32_t n, uint32_t spec_chunk) {
+    const es__hparams *hp = &c->w->model->hp;
+    const uint32_t hd = (uint32_t)hp->head_dim;
     for (uint32_t t0 = 0, k = 0; t0 < n; t0 += ES__ATTN_CHUNK, k++) {
         es__pc_attn pa = {t0, ES__MIN(ES__ATTN_CHUNK, n - t0), (uint32_t)hp->n_head, (uint32_t)hp->n_head_kv, hd,
                           c->QKV32, c->n_ctx, ES__ATTN_SPLIT, c->max_splits, c->Q32, hp->attn_scale,
                           (uint32_t)es__layer_window(hp, (int32_t)l), hp->attn_softcap};
-        es__vk_rec_dispatch_indirect(r, "attn", c->p_attn, s->attn, &pa, c->step.buf,
+        es__vk_rec_dispatch_indirect(r, "attn", c->p_attn, c->ls[l].attn, &pa, c->step.buf,
                                      ((VkDeviceSize)c->step_ind + 8 * k) * 4);
         if (spec_chunk) { /* ALSpec: one decode token; the reducer gates on its own verdict */
             es__pc_attn_spec ps = {0, (uint32_t)hp->n_head, hd, ES__ATTN_SPLIT, c->max_splits, c->Q32, spec_chunk, l};
@@ -600,8 +601,15 @@ static es_status rec_layer(vk_ctx *c, es__vk_rec *r, uint32_t l, uint32_t n, uin
                                          ((VkDeviceSize)c->step_ind + 8 * k + 4) * 4);
         }
     }
-    if (nl > n) es__vk_msa_rec_attn(c->msa, r, (int32_t)l, n, g);
-    pc = mat_call(c, nl, c->Q32, c->E32);
+}
+
+/* Layer l's post-attention ops over nl rows: output projection + residual; RMSNorm; gate/up
+ * projection with SwiGLU fused; down projection + residual (gemma2: the post-branch norms). */
+static es_status rec_post(vk_ctx *c, es__vk_rec *r, uint32_t l, uint32_t n, uint32_t nl, uint32_t g) {
+    const es__hparams *hp = &c->w->model->hp;
+    const es__vk_layer *vl = &c->w->layers[l];
+    const vk_lsets *s = &c->ls[l];
+    es__pc_mul_mat pc = mat_call(c, nl, c->Q32, c->E32);
     ES_TRY(rec_proj(c, r, "mul_mat_wo", l, ES__VK_SS_WO, &vl->wo, s->wo, branch_epi(c), &pc, n, g));
     if (post_norms(c)) rec_post_norm(c, r, nl, vl->post_attn_norm, hp->rms_eps);
     rec_norm(c, r, nl, vl->ffn_norm, false, hp->rms_eps);
@@ -611,6 +619,19 @@ static es_status rec_layer(vk_ctx *c, es__vk_rec *r, uint32_t l, uint32_t n, uin
     ES_TRY(rec_proj(c, r, "mul_mat_down", l, ES__VK_SS_DOWN, &vl->down, s->down, branch_epi(c), &pc, n, g));
     if (post_norms(c)) rec_post_norm(c, r, nl, vl->post_ffn_norm, hp->rms_eps);
     return ES_OK;
+}
+
+/* Layer l over n token rows: seven dispatches (eight when attention needs its merge). With fused
+ * streams the MSA layers carry each token's stream rows after the n token rows through the same
+ * dispatches, plus their own attention (and their LoRA's A products). */
+static es_status rec_layer(vk_ctx *c, es__vk_rec *r, uint32_t l, uint32_t n, uint32_t ss, uint32_t spec_chunk) {
+    const uint32_t g = ES__VK_SS_FUSED_G(ss);
+    if (ss) ES_TRY(es__vk_msa_rec_layer(c->msa, r, (int32_t)l, n, ss));
+    const uint32_t nl = n + es__vk_msa_fused_rows(c->msa, (int32_t)l, n, ss); /* rows here */
+    ES_TRY(rec_pre(c, r, l, n, nl, g));
+    rec_attn(c, r, l, n, spec_chunk);
+    if (nl > n) es__vk_msa_rec_attn(c->msa, r, (int32_t)l, n, g);
+    return rec_post(c, r, l, n, nl, g);
 }
 
 /* The output head over the wanted rows, then (fused streams) the stream rows. */
@@ -823,9 +844,66 @@ static es_status forward_pruned(es_context *ctx, vk_ctx *c, const es__fwd *f, in
     return run_to_head(ctx, c, &above, PART_ABOVE, true, P);
 }
 
+/* One part of a decode token over two contexts (es__alspec_part), recorded into the device's
+ * one-off command buffer: its inputs staged into x and attn, the dispatches, its outputs read
+ * back. The attention part's reducer runs ungated with lambda 0: the caller decides. */
+static es_status forward_part(es_context *ctx, vk_ctx *c, const es__fwd *f) {
+    es__vk_dev *d = c->d;
+    const es__alspec_part *p = f->part;
+    const es__hparams *hp = &ctx->model->hp;
+    const uint32_t L = (uint32_t)hp->n_layer, qd = (uint32_t)(hp->n_head * hp->head_dim);
+    const VkDeviceSize fl = sizeof(float);
+    write_step(ctx, c, f, 0);
+    ES_TRY(es__vk_buf_flush(d, &c->step));
+    if (p->op == ES__AL_ENTER && p->layer >= 0) {
+        es__vk_stager st;
+        ES_TRY(es__vk_stager_init(d, &st, (c->E32 + c->Q32) * fl));
+        es_status s = es__vk_stage(d, &st, es__vk_region_buf(&c->arena, &c->r_x), c->r_x.off, p->x_in, hp->n_embd * fl);
+        if (s == ES_OK) s = es__vk_stage(d, &st, es__vk_region_buf(&c->arena, &c->r_attn), c->r_attn.off, p->att_in, qd * fl);
+        if (s == ES_OK) s = es__vk_stager_flush(d, &st);
+        es__vk_stager_free(d, &st);
+        ES_TRY(s);
+    }
+    if (p->op == ES__AL_ATTN) {
+        memset(c->verd.map, 0, (size_t)L * 8 * sizeof(float)); /* lambda 0, no flags: ungated */
+        ES_TRY(es__vk_buf_flush(d, &c->verd));
+    }
+    es__vk_rec r;
+    ES_VK_TRY(d, vkResetCommandBuffer(d->once, 0));
+    es__vk_rec_begin(&r, d, d->once, VK_NULL_HANDLE, 0, NULL);
+    const uint32_t l = (uint32_t)p->layer;
+    if (p->op == ES__AL_ATTN) {
+        rec_attn(c, &r, l, 1, (uint32_t)p->chunk);
+    } else {
+        if (p->layer < 0) rec_embed(c, &r, 1);
+        else ES_TRY(rec_post(c, &r, l, 1, 1, 0));
+        if (p->layer + 1 < (int32_t)L) ES_TRY(rec_pre(c, &r, (uint32_t)(p->layer + 1), 1, 1, 0));
+        else ES_TRY(rec_head(c, &r, 1, 1, 0));
+    }
+    ES_TRY(es__vk_rec_end(&r));
+    ES_TRY(es__vk_submit_wait(d, d->once));
+    d->stats->n_forward_submits++;
+    d->stats->n_dispatches += r.n_dispatch;
+    if (p->op == ES__AL_ATTN) {
+        ES_TRY(es__vk_buf_invalidate(d, &c->verd));
+        const float *v = (const float *)c->verd.map + 8 * l;
+        *p->verdict = (es__spec_verdict){v[4] != 0.0f, false, v[6], v[7]};
+        ES_TRY(es__vk_read(d, es__vk_region_buf(&c->arena, &c->r_attn), c->r_attn.off, p->exact_out, qd * fl));
+        if (p->verdict->valid)
+            ES_TRY(es__vk_read(d, es__vk_region_buf(&c->arena, &c->r_spec), c->r_spec.off, p->spec_out, qd * fl));
+    } else if (p->layer + 1 < (int32_t)L) {
+        if (p->x_out) ES_TRY(es__vk_read(d, es__vk_region_buf(&c->arena, &c->r_x), c->r_x.off, p->x_out, hp->n_embd * fl));
+    } else {
+        ES_TRY(es__vk_buf_invalidate(d, &c->logits));
+        memcpy(f->logits, c->logits.map, sizeof(float) * (size_t)hp->n_vocab);
+    }
+    return ES_OK;
+}
+
 es_status es__vk_forward(es_context *ctx, const es__fwd *f) {
     vk_ctx *c = ctx->impl;
     c->d->stats->n_forward++;
+    if (f->part) return forward_part(ctx, c, f);
     const int32_t n_parents = f->prune_threshold > 0.0f ? es__prune_parents(f, c->parents) : 0;
     if (n_parents > 0) return forward_pruned(ctx, c, f, n_parents);
     return run_to_head(ctx, c, f, PART_ALL, false, 0);
@@ -892,6 +970,30 @@ es_status es__vk_kv_io(es_context *ctx, int32_t n, float *buf, bool write) {
                 buf += (size_t)n * (size_t)hd;
             }
         }
+    if (write) {
+        if (s == ES_OK) s = es__vk_stager_flush(d, &st);
+        es__vk_stager_free(d, &st);
+    }
+    return s;
+}
+
+es_status es__vk_kv_slot(es_context *ctx, int32_t layer, int32_t pos, float *buf, bool write) {
+    vk_ctx *c = ctx->impl;
+    es__vk_dev *d = c->d;
+    const es__hparams *hp = &ctx->model->hp;
+    const VkDeviceSize hd = (VkDeviceSize)hp->head_dim, run = hd * sizeof(float);
+    es__vk_stager st;
+    if (write) ES_TRY(es__vk_stager_init(d, &st, run * 2 * (VkDeviceSize)hp->n_head_kv));
+    es_status s = ES_OK;
+    for (int kv = 0; s == ES_OK && kv < 2; kv++) {
+        const es__vk_region *r = kv ? &c->ls[layer].v : &c->ls[layer].k;
+        const es__vk_buf *b = es__vk_region_buf(&c->arena, r);
+        for (int32_t g = 0; s == ES_OK && g < hp->n_head_kv; g++) {
+            const VkDeviceSize off = r->off + ((VkDeviceSize)g * c->n_ctx + (VkDeviceSize)pos) * run;
+            s = write ? es__vk_stage(d, &st, b, off, buf, run) : es__vk_read(d, b, off, buf, run);
+            buf += hd;
+        }
+    }
     if (write) {
         if (s == ES_OK) s = es__vk_stager_flush(d, &st);
         es__vk_stager_free(d, &st);

@@ -36,6 +36,7 @@ void es__vk_ctx_destroy(es_context *ctx);
 es_status es__vk_forward(es_context *ctx, const es__fwd *f);
 es_status es__vk_kv_shift(es_context *ctx, int32_t n_keep, int32_t n_discard);
 es_status es__vk_kv_io(es_context *ctx, int32_t n, float *buf, bool write);
+es_status es__vk_kv_slot(es_context *ctx, int32_t layer, int32_t pos, float *buf, bool write);
 es_status es__vk_kv_compact(es_context *ctx, const int32_t *keep, int32_t n_keep);
 /* Speculative Streaming: the streams' logits of batch token i of the last forward (msa_vk.c). */
 es_status es__vk_stream_logits(es_context *ctx, int32_t i, int32_t g, float *out);

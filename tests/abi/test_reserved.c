@@ -66,6 +66,8 @@ int main(int argc, char **argv) {
     es_alspec *al = NULL;
     CHECK_FAILS(es_alspec_create(ctx, &ap, &al), ES_ERR_INVALID_ARGUMENT, "es_alspec_params.reserved[3]");
     CHECK(al == NULL);
+    CHECK_FAILS(es_alspec_create_pair(ctx, ctx, &ap, &al), ES_ERR_INVALID_ARGUMENT, "es_alspec_params.reserved[3]");
+    CHECK(al == NULL);
     es_quantize_params qp = es_quantize_default_params();
     qp.reserved[5] = 1;
     CHECK_FAILS(es_quantize(argv[1], "reserved-never-written.gguf", "q8_0", &qp), ES_ERR_INVALID_ARGUMENT,

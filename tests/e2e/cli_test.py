@@ -422,6 +422,23 @@ def case_alspec(a):
     check(loose.returncode == 0 and "(100.0%)" in loose.stderr, "a huge lambda takes every speculation", loose)
     bad = run(base + ["--spec", "alspec", "--chunk", "100"])
     check(bad.returncode != 0 and "chunk 100" in bad.stderr, "a chunk of 100 fails naming it", bad)
+    # Algorithm 2 over two devices: two CPU backends; with Vulkan two logical devices ("0,0")
+    pair = run(base + ["--spec", "alspec", "--lambda", "0", "--chunk", "64", "--device", "host,host"])
+    check(pair.returncode == 0 and pair.stdout == plain.stdout and "Algorithm 2 with the second device" in pair.stderr
+          and "layer hits 0 of" in pair.stderr, "alspec on host,host with lambda 0 prints the plain run's text", pair)
+    pair = run(base + ["--spec", "alspec", "--lambda", "1e6", "--chunk", "64", "--device", "host,host"])
+    check(pair.returncode == 0 and "(100.0%)" in pair.stderr, "host,host: a huge lambda takes every speculation", pair)
+    three = run(base + ["--spec", "alspec", "--device", "host,host,host"])
+    check(three.returncode != 0 and "one or two devices" in three.stderr, "three devices fail naming the limit", three)
+    if a.vulkan:
+        # Vulkan chunks are 256 keys: a prompt past 512 tokens speculates
+        vk = [cli, "run", "-m", m, "-p", prompt * 4, "-n", "8", "-c", "1024", "--ignore-eos", "--temp", "0",
+              "--backend", "vulkan"]
+        ref = run(vk)
+        pair = run(vk + ["--spec", "alspec", "--lambda", "0", "--chunk", "256", "--device", "0,0"])
+        check(ref.returncode == 0 and pair.returncode == 0 and pair.stdout == ref.stdout and ref.stdout
+              and re.search(r"layer hits 0 of [1-9]", pair.stderr) is not None,
+              "alspec on Vulkan 0,0 with lambda 0 prints the plain Vulkan run's text", pair)
 
 
 def main():

@@ -62,15 +62,15 @@ static int generate(const run_args *a, es_backend *backend, es_context *ctx, con
     else
         snprintf(where, sizeof where, "%s (%s)", kind, es_backend_name(backend));
     if (a->spec.spec == 4) {
-        const int rc = cli_alspec_run(&a->spec, &a->sp, es_context_model(ctx), ctx, prompt, n_prompt, a->n_predict,
-                                      a->ignore_eos, where);
+        const int rc = cli_alspec_run(&a->spec, &a->sp, es_context_model(ctx), ctx, more, prompt, n_prompt,
+                                      a->n_predict, a->ignore_eos, where);
         if (rc == CLI_EXIT_OK && a->be.profile) cli_print_profile("run", backend);
         return rc;
     }
     cli_spec spec = {NULL, NULL, NULL, NULL, NULL};
     if (more->n > 0 && a->spec.spec != 3)
-        return cli_fail("run", "--device '%s' lists %d devices; only --spec dsi runs on more than one (its target "
-                        "servers on the others)", a->be.device, (int)more->n + 1);
+        return cli_fail("run", "--device '%s' lists %d devices; only --spec dsi (its target servers on the others) "
+                        "and --spec alspec (two) run on more than one", a->be.device, (int)more->n + 1);
     if (a->spec.spec != 0 &&
         cli_spec_open(&a->spec, &a->be, backend, ctx, more, &a->sp, a->ignore_eos, &spec) != CLI_EXIT_OK)
         return CLI_EXIT_FAIL;

@@ -66,8 +66,10 @@ void cli_spec_report(const cli_spec_args *a, const cli_spec *c, const char *back
 void cli_spec_close(cli_spec *c);
 
 /* --spec alspec (alspec_run.c): decodes up to n_predict tokens (0 = until the context is full)
- * after the prompt with es_alspec, text on stdout, hit rates on stderr. */
+ * after the prompt with es_alspec, text on stdout, hit rates on stderr. A --device list of two
+ * (more holds the second) runs Algorithm 2 over both (es_alspec_create_pair). */
 int cli_alspec_run(const cli_spec_args *a, const es_sampler_params *sp, const es_model *model, es_context *ctx,
-                   const int32_t *prompt, size_t n_prompt, int32_t n_predict, bool ignore_eos, const char *where);
+                   const cli_devices *more, const int32_t *prompt, size_t n_prompt, int32_t n_predict, bool ignore_eos,
+                   const char *where);
 
 #endif /* EDGESPEC_CLI_SPEC_OPTS_H */
