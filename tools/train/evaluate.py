@@ -29,6 +29,15 @@ def _ce(logits, targets):
                            reduction="sum").item()
 
 
+def position_buckets(length):
+    """Edges 0, 64, 256, 1024, ... (x4) up to length: where in a window a loss was scored."""
+    edges, e = [0], 64
+    while e < length:
+        edges.append(e)
+        e *= 4
+    return edges + [length]
+
+
 @torch.no_grad()
 def evaluate(model, split, length, topk=(1, 2, 4, 8), max_windows=None):
     """Metrics of model on split with windows of `length` tokens (gamma extra tokens of context
@@ -40,6 +49,8 @@ def evaluate(model, split, length, topk=(1, 2, 4, 8), max_windows=None):
     s_n = [0] * G
     s_hits = [[0] * len(topk) for _ in range(G)]
     p_nll, p_top1 = 0.0, 0
+    edges = position_buckets(length)
+    b_nll, b_n = [0.0] * (len(edges) - 1), [0] * (len(edges) - 1)
     for wi, (w, ns) in enumerate(split.eval_windows(length)):
         if max_windows is not None and wi >= max_windows:
             break
@@ -47,8 +58,13 @@ def evaluate(model, split, length, topk=(1, 2, 4, 8), max_windows=None):
         out = model(x)
         tgt = torch.as_tensor(w[1:ns + 1])
         lg = out["logits"][0, :ns]
-        main_nll += _ce(lg, tgt)
+        nll = F.cross_entropy(lg, tgt, reduction="none")
+        main_nll += nll.sum().item()
         main_n += ns
+        for b in range(len(edges) - 1):
+            part = nll[edges[b]:min(edges[b + 1], ns)]
+            b_nll[b] += part.sum().item()
+            b_n[b] += part.numel()
         main_top1 += (lg.argmax(-1) == tgt).sum().item()
         if "prune_logits" in out:
             pl = out["prune_logits"][0, :ns]
@@ -70,6 +86,9 @@ def evaluate(model, split, length, topk=(1, 2, 4, 8), max_windows=None):
                     s_hits[j][ki] += (top[:, :k] == tj[:, None]).any(-1).sum().item()
     res = {"tokens": main_n, "main_loss": main_nll / main_n,
            "main_ppl": math.exp(main_nll / main_n), "main_top1": main_top1 / main_n}
+    # Whether the model uses a long context shows in the loss falling with the position.
+    res["main_loss_by_position"] = [{"from": edges[b], "to": edges[b + 1], "tokens": b_n[b],
+                                     "loss": b_nll[b] / b_n[b]} for b in range(len(b_n)) if b_n[b]]
     if p_nll:
         res["prune_loss"] = p_nll / main_n
         res["prune_top1"] = p_top1 / main_n

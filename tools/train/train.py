@@ -51,8 +51,9 @@ def parse_args(argv=None):
     ap.add_argument("--mode", choices=("scratch", "ss"), default="scratch",
                     help="scratch: train everything jointly; ss: freeze --base, train the SS adapter")
     ap.add_argument("--base", help="base GGUF for --mode ss (its tokenizer is used)")
-    ap.add_argument("--ss-init", help="--mode ss: start from this adapter GGUF (its gamma, Ns, "
-                    "pruning and LoRA shape replace the flags) instead of a fresh adapter")
+    ap.add_argument("--ss-init", help="start from this adapter GGUF (its gamma, Ns, pruning and LoRA "
+                    "shape replace the flags): with --mode ss instead of a fresh adapter; with --init "
+                    "(a GGUF base) to fine-tune base and adapter jointly")
     ap.add_argument("--init", help="--mode scratch: start from this model (GGUF or checkpoint; its "
                     "shape and tokenizer replace the flags) instead of random weights, e.g. to "
                     "fine-tune a drafter on --corpus-file text")
@@ -69,7 +70,9 @@ def parse_args(argv=None):
     ap.add_argument("--n-head", type=int, default=4)
     ap.add_argument("--n-head-kv", type=int, default=4)
     ap.add_argument("--n-ff", type=int, default=704)
-    ap.add_argument("--n-ctx", type=int, default=512, help="context length written to the GGUF")
+    ap.add_argument("--n-ctx", type=int, default=512, help="context length written to the GGUF; "
+                    "with --init, a larger value extends the model's context (rotary positions, "
+                    "nothing learned per position)")
     ap.add_argument("--rms-eps", type=float, default=1e-5)
     ap.add_argument("--rope-base", type=float, default=10000.0)
     ap.add_argument("--untied", action="store_true", help="separate output head")
@@ -219,7 +222,9 @@ def main(argv=None):
     elif args.distill:
         sys.exit("--distill needs --mode ss (the teacher is the frozen base)")
     elif args.init:
-        init, vocab = load_model_file(args.init)
+        init, vocab = load_model_file(args.init, args.ss_init)
+    elif args.ss_init:
+        sys.exit("--ss-init needs --mode ss or --init")
     elif args.tokenizer:
         vocab = bpe.Vocab.load(args.tokenizer)
     train_verses, valid_verses = load_splits(args)
@@ -256,6 +261,9 @@ def main(argv=None):
             p.requires_grad_(False)
     elif args.init:
         model, cfg = init, init.cfg
+        if "--n-ctx" in (argv if argv is not None else sys.argv) and args.n_ctx > cfg.n_ctx:
+            print("context extended from %d to %d" % (cfg.n_ctx, args.n_ctx), flush=True)
+            cfg.n_ctx = args.n_ctx
     else:
         cfg = make_config(args, len(vocab))
         model = M.Model(cfg)
