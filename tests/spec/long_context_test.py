@@ -4,9 +4,9 @@ default model knows, and every strategy stays token for token equal to plain gre
 
 A held-out book (Ruth, which tools/train never trained on) is the prompt, cut to --prompt-chars, so
 the generated tokens sit at positions well past 1024. Plain decoding is the reference; Speculative
-Streaming (the adaptive default and a fixed tree with pruning), the draft model and ALSpec with
-lambda 0 must print the same text. The CLI's prompt-token count is checked, so a silently shortened
-prompt (a truncated context) cannot pass.
+Streaming (the adaptive default and a fixed tree with pruning), the draft model, DSI and ALSpec
+with lambda 0 (on one context, and on the CPU over two) must print the same text. The CLI's
+prompt-token count is checked, so a silently shortened prompt (a truncated context) cannot pass.
 """
 import argparse
 import os
@@ -73,7 +73,9 @@ def main():
                  ["--spec", "draft", "-md", a.draft, "--lookahead", "4"],
                  ["--spec", "dsi", "-md", a.draft, "--lookahead", "3", "--targets", "2"],
                  ["--spec", "alspec", "--lambda", "0", "--chunk", "256"]]
-        if a.backend != "cpu":  # lavapipe: the same checks, fewer runs (DSI's servers are CPU threads there too)
+        if a.backend == "cpu":  # ALSpec's Algorithm 2 over two CPU contexts
+            specs.append(["--spec", "alspec", "--lambda", "0", "--chunk", "256", "--device", "host,host"])
+        else:  # lavapipe: the same checks, fewer runs (DSI's servers are CPU threads there too)
             specs = specs[:3] + specs[4:]
         if a.smoke:
             specs = [specs[0], specs[-1]]
