@@ -35,6 +35,7 @@ import torch
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
 import testlib  # noqa: E402
 from testlib import check  # noqa: E402
+import train_c_output  # noqa: E402
 
 testlib.tools("train", "pygguf", "reference")
 import dump    # noqa: E402
@@ -71,16 +72,7 @@ def run_c(base, ss, ids, streams, prune=0.0, fuse=None):
     p = subprocess.run(testlib.wrap(cmd + [str(i) for i in ids]), capture_output=True, text=True)
     if p.returncode != 0:
         raise SystemExit("train_c failed: %s" % p.stderr)
-    res = {"main": {}, "stream": {}, "pruned": {}}
-    for line in p.stdout.splitlines():
-        f = line.split()
-        if f[0] == "main":
-            res["main"][int(f[1])] = np.array(f[2:], dtype=np.float64)
-        elif f[0] == "stream":
-            res["stream"][(int(f[1]), int(f[2]))] = np.array(f[3:], dtype=np.float64)
-        elif f[0] == "pruned":
-            res["pruned"][int(f[1])] = f[2] == "1"
-    return res
+    return train_c_output.parse(p.stdout)
 
 
 def row_err(c, ref):

@@ -26,6 +26,7 @@ import torch
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
 import testlib  # noqa: E402
 from testlib import check  # noqa: E402
+import train_c_output  # noqa: E402
 
 testlib.tools("train", "pygguf")
 import bpe     # noqa: E402
@@ -89,16 +90,7 @@ def run_c(path, ss, ids, streams=0, prune=0.0):
     p = subprocess.run(testlib.wrap(cmd + [str(i) for i in ids]), capture_output=True, text=True)
     if p.returncode != 0:
         raise SystemExit("train_c failed: %s" % p.stderr)
-    res = {"main": {}, "stream": {}, "pruned": {}}
-    for line in p.stdout.splitlines():
-        f = line.split()
-        if f[0] == "main":
-            res["main"][int(f[1])] = np.array(f[2:], dtype=np.float64)
-        elif f[0] == "stream":
-            res["stream"][(int(f[1]), int(f[2]))] = np.array(f[3:], dtype=np.float64)
-        elif f[0] == "pruned":
-            res["pruned"][int(f[1])] = f[2] == "1"
-    return res
+    return train_c_output.parse(p.stdout)
 
 
 def row_err(c, ref):
