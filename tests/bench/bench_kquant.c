@@ -3,12 +3,25 @@
  * fits the L3 cache (the kernel's arithmetic rate) and once with one four times the L3 (what
  * decode sees). JSON lines on stdout: median and minimum wall time over repetitions, the median
  * process CPU time (less disturbed on a shared machine), weight GB/s and Gweights/s.
- * Usage: bench_kquant [reps] */
+ * Usage: bench_kquant [reps [TYPE,TYPE,...]]   (the types by GGUF name; default all) */
 #include "../common/bench_time.h"
 #include "cpu/kern.h"
 
 #include <stdio.h>
 #include <string.h>
+
+/* Whether the comma-separated list names name. */
+static bool bench_list_has(const char *list, const char *name) {
+    const size_t n = strlen(name);
+    for (const char *p = list; *p;) {
+        const char *e = strchr(p, ',');
+        const size_t len = e ? (size_t)(e - p) : strlen(p);
+        if (len == n && strncmp(p, name, n) == 0) return true;
+        if (!e) break;
+        p = e + 1;
+    }
+    return false;
+}
 
 int main(int argc, char **argv) {
     const int reps = argc > 1 ? atoi(argv[1]) : 15;
@@ -22,6 +35,9 @@ int main(int argc, char **argv) {
     for (int64_t i = 0; i < n_in; i++) x[i] = (float)((double)(bench_xorshift(&rng) >> 11) / 9007199254740992.0 - 0.5);
     double *wall = malloc(sizeof(double) * (size_t)reps), *cpu = malloc(sizeof(double) * (size_t)reps);
     for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+        es__dtype_traits tr;
+        es__dtype_info(types[ti], &tr);
+        if (argc > 2 && !bench_list_has(argv[2], tr.name)) continue;
         const size_t rb = es__kern_row_bytes(types[ti], n_in);
         uint8_t *w = malloc(rb * (size_t)rows_dram);
         for (int64_t r = 0; r < 64; r++) { /* 64 distinct rows, repeated */
@@ -30,8 +46,6 @@ int main(int argc, char **argv) {
             es__quantize_row(types[ti], src, w + rb * (size_t)r, n_in);
         }
         for (int64_t r = 64; r < rows_dram; r++) memcpy(w + rb * (size_t)r, w + rb * (size_t)(r % 64), rb);
-        es__dtype_traits tr;
-        es__dtype_info(types[ti], &tr);
         for (int li = 0; li < 3; li++) {
             const es__kern *k = levels[li];
             if (!k) continue;
