@@ -30,10 +30,17 @@ void main() {
 #if HAS_S2
         const float d2 = scale_of(srow + scale_row_texels(pc.K / 32u, pc.team), u, pc.team);
 #endif
+#if HAS_HALF_MIN
+        const float m1 = scale_of(srow + 2u * scale_row_texels(pc.K / 32u, pc.team), u, pc.team);
+        const float m2 = scale_of(srow + 3u * scale_row_texels(pc.K / 32u, pc.team), u, pc.team);
+#endif
         for (uint i = 0u; i < UV; i++)
             for (uint k = 0u; k < 4u; k++) {
                 const uint e = u * EPU + i * 4u + k;
-#if HAS_MIN
+#if HAS_HALF_MIN
+                // Q2_K: one rounding of two exact products per element, as the CPU's
+                if (e < pc.E) X[t * pc.x_stride + e] = (i < UV / 2u ? fma(d, w[i][k], m1) : fma(d2, w[i][k], m2)) * pc.scale;
+#elif HAS_MIN
                 // one rounding of two exact products, as the CPU's fused multiply-add
                 if (e < pc.E) X[t * pc.x_stride + e] = fma(d, w[i][k], d2) * pc.scale;
 #elif HAS_HALVES

@@ -131,6 +131,9 @@ void main() {
     vec4 sv2[ROWS];
     const uint s2 = scale_row_texels(pc.K / 32u, team); // the second set, after a row's scales
 #endif
+#if HAS_HALF_MIN
+    vec4 sv3[ROWS], sv4[ROWS]; // Q2_K: the halves' mins, sets three and four
+#endif
     for (uint r = 0u; r < ROWS; r++) {
         const uint row = min(row0 + r, pc.M - 1u); // clamped rows compute, but never store
         wrow[r] = pc.w_off + row * upr * TPU;
@@ -146,6 +149,17 @@ void main() {
         vec4 x[TOK][UV];
         for (uint t = 0u; t < TOK; t++)
             for (uint i = 0u; i < UV; i++) x[t][i] = FETCH_F4(X, xrow[t] + u * UV + i);
+#if HAS_HALF_MIN
+        float xs[TOK], xsh[TOK]; // the sums of the unit's two halves of activations, for their mins
+        for (uint t = 0u; t < TOK; t++) {
+            xs[t] = dot4(x[t][0], vec4(1.0));
+            xsh[t] = dot4(x[t][UV / 2u], vec4(1.0));
+            for (uint i = 1u; i < UV / 2u; i++) {
+                xs[t] += dot4(x[t][i], vec4(1.0));
+                xsh[t] += dot4(x[t][UV / 2u + i], vec4(1.0));
+            }
+        }
+#endif
 #if HAS_MIN
         float xs[TOK]; // the unit's sum of activations, for the block's min term
         for (uint t = 0u; t < TOK; t++) {
@@ -164,6 +178,13 @@ void main() {
             if ((it & 3u) == 0u) sv2[r] = scales4(srow[r] + s2, it >> 2, lane, team);
             const float d2 = sv2[r][it & 3u];
 #endif
+#if HAS_HALF_MIN
+            if ((it & 3u) == 0u) {
+                sv3[r] = scales4(srow[r] + 2u * s2, it >> 2, lane, team);
+                sv4[r] = scales4(srow[r] + 3u * s2, it >> 2, lane, team);
+            }
+            const float m1 = sv3[r][it & 3u], m2 = sv4[r][it & 3u];
+#endif
             for (uint t = 0u; t < TOK; t++) {
 #if HAS_HALVES
                 // Q6_K: each half of the block has its own scale
@@ -172,7 +193,11 @@ void main() {
                     s += dot4(w[i], x[t][i]);
                     sh += dot4(w[UV / 2u + i], x[t][UV / 2u + i]);
                 }
+#if HAS_HALF_MIN
+                acc[r * TOK + t] = fma(m2, xsh[t], fma(m1, xs[t], fma(d2, sh, fma(d, s, acc[r * TOK + t]))));
+#else
                 acc[r * TOK + t] = fma(d2, sh, fma(d, s, acc[r * TOK + t]));
+#endif
 #else
                 float s = dot4(w[0], x[t][0]);
                 for (uint i = 1u; i < UV; i++) s += dot4(w[i], x[t][i]);

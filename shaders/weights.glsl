@@ -11,6 +11,9 @@
 //   Q4_K  W: as Q4_0, one 32-element sub-block per texel (repacked to Q4_0's nibble order), no offset
 //   Q5_K  W: as Q8_0, the sub-block's 5-bit quants one per byte
 //   Q6_K  W: as Q8_0, the sub-block's quants minus 32, one per byte
+//   Q3_K  W: as Q4_0, the sub-block's 3-bit quants plus 4, offset 4 (two 16-element scales: S2)
+//   Q2_K  W: as Q4_K, the sub-block's 2-bit quants in nibbles (two scales and two mins: S2-S4)
+//   IQ4_NL W: as Q4_0 (the file's own nibbles), each nibble an index into the IQ4_NL grid
 //   Q8_0, Q4_0, K-quants  S: f32 block scales as RGBA32F, four per texel, lane-interleaved: the lane that
 //         handles blocks l, l + T, l + 2T, l + 3T of a row (T = lanes per team) finds their four
 //         scales in one texel, so scales cost one fetch per four blocks (on lavapipe a texel
@@ -19,9 +22,11 @@
 //   K-quants  S holds a second set of per-block floats after each row's scales (same layout,
 //         scale_row_texels further): Q4_K/Q5_K the block's -dmin m (x = d sc q - dmin m, so a
 //         unit adds d sc (q . x) + (-dmin m) (sum of x)), Q6_K the scale of the block's last 16
-//         elements (the first set scales its first 16).
+//         elements (the first set scales its first 16); Q3_K as Q6_K. Q2_K keeps four sets: the
+//         scales of the block's two halves, then their -dmin m (x = d sc q - dmin m per 16).
 // The repacking happens once at upload (lib/vulkan/weights.c). Select the type with one of
-// TYPE_F32, TYPE_F16, TYPE_BF16, TYPE_Q8_0, TYPE_Q4_0, TYPE_Q4_K, TYPE_Q5_K, TYPE_Q6_K. With ES_TEXEL=0 and ES_NATIVE=1, F16 and
+// TYPE_F32, TYPE_F16, TYPE_BF16, TYPE_Q8_0, TYPE_Q4_0, TYPE_Q4_K, TYPE_Q5_K, TYPE_Q6_K, TYPE_Q2_K,
+// TYPE_Q3_K, TYPE_IQ4_NL. With ES_TEXEL=0 and ES_NATIVE=1, F16 and
 // Q8_0 are loaded with 16-/8-bit storage types instead of being unpacked from 32-bit words.
 // Decoding here is exact (integer quants and f16/bf16 widen exactly to f32); the caller scales.
 #ifndef ES_NATIVE
@@ -50,6 +55,15 @@
 #endif
 #ifndef TYPE_Q6_K
 #define TYPE_Q6_K 0
+#endif
+#ifndef TYPE_Q2_K
+#define TYPE_Q2_K 0
+#endif
+#ifndef TYPE_Q3_K
+#define TYPE_Q3_K 0
+#endif
+#ifndef TYPE_IQ4_NL
+#define TYPE_IQ4_NL 0
 #endif
 
 #if ES_NATIVE && TYPE_F16
@@ -92,6 +106,21 @@
 #define TPU 2
 #define HAS_SCALE 1
 #define HAS_HALVES 1
+#elif TYPE_Q3_K
+#define EPU 32
+#define TPU 1
+#define HAS_SCALE 1
+#define HAS_HALVES 1
+#elif TYPE_Q2_K
+#define EPU 32
+#define TPU 1
+#define HAS_SCALE 1
+#define HAS_HALVES 1
+#define HAS_HALF_MIN 1
+#elif TYPE_IQ4_NL
+#define EPU 32
+#define TPU 1
+#define HAS_SCALE 1
 #else
 #error "weights.glsl: no TYPE_* defined"
 #endif
@@ -101,6 +130,9 @@
 #endif
 #ifndef HAS_HALVES
 #define HAS_HALVES 0
+#endif
+#ifndef HAS_HALF_MIN
+#define HAS_HALF_MIN 0 // a min per 16-element half too (Q2_K): S holds four sets
 #endif
 #if HAS_MIN || HAS_HALVES
 #define HAS_S2 1 // a second set of per-block floats in S
@@ -140,6 +172,28 @@ void q4_texel(uvec4 u, float off, out vec4 w[UV]) {
     }
 }
 
+#if TYPE_IQ4_NL
+// ggml's IQ4_NL grid (lib/core/quant_iq4.c) as 16 signed bytes in four words. A constant array
+// indexed by the nibble ran 6x slower than Q4_0 on lavapipe (it lowers to per-invocation memory);
+// selecting the word and shifting the byte out stays in registers.
+const uint IQ4NL_W0 = 0xbfad9881u, IQ4NL_W1 = 0xf6eaddcfu, IQ4NL_W2 = 0x26190d01u, IQ4NL_W3 = 0x71594535u;
+vec4 iq4nl_values(uvec4 n) {
+    const uvec4 hi = n >> 2u;
+    const uvec4 lo = mix(uvec4(IQ4NL_W0), uvec4(IQ4NL_W1), equal(hi, uvec4(1u)));
+    const uvec4 up = mix(uvec4(IQ4NL_W2), uvec4(IQ4NL_W3), equal(hi, uvec4(3u)));
+    const uvec4 w = mix(lo, up, greaterThanEqual(hi, uvec4(2u)));
+    return vec4(ivec4(w << (24u - 8u * (n & 3u))) >> 24);
+}
+void iq4nl_texel(uvec4 u, out vec4 w[UV]) {
+    const uvec4 sh = uvec4(0u, 8u, 16u, 24u);
+    for (uint k = 0u; k < 4u; k++) {
+        const uvec4 v = uvec4(u[k]) >> sh;
+        w[k] = iq4nl_values(v & 15u);
+        w[k + 4u] = iq4nl_values((v >> 4u) & 15u);
+    }
+}
+#endif
+
 // Decodes unit u of the row whose first texel is `row` into w[UV].
 void decode_unit(uint row, uint u, out vec4 w[UV]) {
     const uint t = row + u * TPU;
@@ -170,8 +224,12 @@ void decode_unit(uint row, uint u, out vec4 w[UV]) {
     w[7] = q8_word(b.w);
 #elif TYPE_Q4_0
     q4_texel(FETCH_U4(W, t), 8.0, w);
-#elif TYPE_Q4_K
+#elif TYPE_Q4_K || TYPE_Q2_K
     q4_texel(FETCH_U4(W, t), 0.0, w);
+#elif TYPE_Q3_K
+    q4_texel(FETCH_U4(W, t), 4.0, w);
+#elif TYPE_IQ4_NL
+    iq4nl_texel(FETCH_U4(W, t), w);
 #endif
 }
 
@@ -189,9 +247,11 @@ float scale_of(uint srow, uint b, uint team) {
     const uint i = b / team;
     return FETCH_F4(S, srow + (i >> 2) * team + b % team)[i & 3u];
 }
-// Texels of S per row: the scales, and for the K-quants the second set after them.
+// Texels of S per row: the scales, and for the K-quants the second set (Q2_K: three more) after them.
 uint scale_row_stride(uint blocks, uint team) {
-#if HAS_S2
+#if HAS_HALF_MIN
+    return scale_row_texels(blocks, team) * 4u;
+#elif HAS_S2
     return scale_row_texels(blocks, team) * 2u;
 #else
     return scale_row_texels(blocks, team);

@@ -39,9 +39,12 @@ typedef enum es__dtype {
     ES__DTYPE_F16 = 1,
     ES__DTYPE_Q4_0 = 2,
     ES__DTYPE_Q8_0 = 8,
-    ES__DTYPE_Q4_K = 12, /* 256-element super-blocks (quant_k.c) */
+    ES__DTYPE_Q2_K = 10, /* 256-element super-blocks (quant_k.c) */
+    ES__DTYPE_Q3_K = 11,
+    ES__DTYPE_Q4_K = 12,
     ES__DTYPE_Q5_K = 13,
     ES__DTYPE_Q6_K = 14,
+    ES__DTYPE_IQ4_NL = 20, /* 32-element blocks on a fixed non-uniform grid (quant_iq4.c) */
     ES__DTYPE_BF16 = 30,
 } es__dtype;
 
@@ -139,6 +142,15 @@ void es__dequantize_k(uint32_t type, const uint8_t *x, float *y, int64_t nb);
  * sub-block j of 32: Q4_K/Q5_K x = a[j] q + b[j] (b = -dmin m), Q6_K x = a[j] q for its first 16
  * elements and b[j] q for the last 16 (each product and a + b as the dequantiser rounds them). */
 void es__k_unpack(uint32_t type, const uint8_t *x, int8_t *q, float *a, float *b);
+/* The same for the 16-element sub-blocks of Q2_K and Q3_K: q[256] (Q2_K 0..3, Q3_K -4..3) and,
+ * per sub-block i of 16, x = a[i] q + b[i] (Q2_K b = -dmin m; Q3_K b = 0). */
+void es__k_unpack16(uint32_t type, const uint8_t *x, int8_t *q, float *a, float *b);
+
+/* IQ4_NL (quant_iq4.c): nb blocks of 32 elements, x = d * es__iq4nl_values[nibble]. */
+#define ES__QK_IQ4 32
+extern const int8_t es__iq4nl_values[16];
+void es__quantize_iq4_nl(const float *x, uint8_t *y, int64_t nb);
+void es__dequantize_iq4_nl(const uint8_t *x, float *y, int64_t nb);
 
 /* ---- Writer. */
 typedef struct es__gguf_writer es__gguf_writer;

@@ -30,9 +30,12 @@ static const es__dtype_traits dtype_table[] = {
     [ES__DTYPE_F16] = {"f16", 1, 2},
     [ES__DTYPE_Q4_0] = {"q4_0", 32, 18},
     [ES__DTYPE_Q8_0] = {"q8_0", 32, 34},
+    [ES__DTYPE_Q2_K] = {"q2_K", 256, 84},
+    [ES__DTYPE_Q3_K] = {"q3_K", 256, 110},
     [ES__DTYPE_Q4_K] = {"q4_K", 256, 144},
     [ES__DTYPE_Q5_K] = {"q5_K", 256, 176},
     [ES__DTYPE_Q6_K] = {"q6_K", 256, 210},
+    [ES__DTYPE_IQ4_NL] = {"iq4_nl", 32, 18},
     [ES__DTYPE_BF16] = {"bf16", 1, 2},
 };
 

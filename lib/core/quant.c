@@ -153,11 +153,17 @@ bool es__quantize_row(uint32_t type, const float *src, void *dst, int64_t n) {
         if (n % QK) return false;
         quantize_q4_0(src, dst, n / QK);
         return true;
+    case ES__DTYPE_Q2_K:
+    case ES__DTYPE_Q3_K:
     case ES__DTYPE_Q4_K:
     case ES__DTYPE_Q5_K:
     case ES__DTYPE_Q6_K:
         if (n % ES__QK_K) return false;
         es__quantize_k(type, src, dst, n / ES__QK_K);
+        return true;
+    case ES__DTYPE_IQ4_NL:
+        if (n % ES__QK_IQ4) return false;
+        es__quantize_iq4_nl(src, dst, n / ES__QK_IQ4);
         return true;
     }
     return false;
@@ -195,11 +201,17 @@ bool es__dequantize_row(uint32_t type, const void *src, float *dst, int64_t n) {
             }
         }
         return true;
+    case ES__DTYPE_Q2_K:
+    case ES__DTYPE_Q3_K:
     case ES__DTYPE_Q4_K:
     case ES__DTYPE_Q5_K:
     case ES__DTYPE_Q6_K:
         if (n % ES__QK_K) return false;
         es__dequantize_k(type, x, dst, n / ES__QK_K);
+        return true;
+    case ES__DTYPE_IQ4_NL:
+        if (n % ES__QK_IQ4) return false;
+        es__dequantize_iq4_nl(x, dst, n / ES__QK_IQ4);
         return true;
     }
     return false;

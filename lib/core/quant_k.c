@@ -1,6 +1,7 @@
-/* quant_k.c: ggml's K-quants (Q4_K, Q5_K, Q6_K): 256-element super-blocks, scalar reference
- * dequantisation and the importance-free quantisers of ggml's reference (make_qkx2 for the
- * scale+min types, make_qx for Q6_K), written from the format's public description.
+/* quant_k.c: ggml's K-quants (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K): 256-element super-blocks, scalar
+ * reference dequantisation and the importance-free quantisers of ggml's reference (make_qkx2 for
+ * the scale+min types, make_qx for Q6_K, make_q3 for Q3_K), written from the format's public
+ * description.
  * Deliberately not here: the fast kernels (lib/cpu/kern_impl.c), importance-matrix quantisation.
  *
  * Layouts (little-endian, ggml's block structs):
@@ -14,6 +15,14 @@
  *     for half h (128 elements) and l < 32: quant g (elements 128h + 32g + l, g < 4) takes its
  *     low 4 bits from ql[64h + l + 32 (g & 1)] (low nibble for g < 2, high for g >= 2) and its
  *     top 2 bits from bits 2g..2g+1 of qh[32h + l]; x = d scales[e / 16] (q - 32).
+ *   Q2_K (84 bytes) = { u8 scales[16]; u8 qs[64]; f16 d; f16 dmin; }
+ *     sixteen sub-blocks of 16, scales[i] = sc_i | m_i << 4; element 128h + 32g + l (g < 4,
+ *     l < 32) is bits 2g..2g+1 of qs[32h + l]; x = (d sc_i) q - (dmin m_i), i = e / 16.
+ *   Q3_K (110 bytes) = { u8 hmask[32]; u8 qs[64]; u8 scales[12]; f16 d; }
+ *     element e = 128h + 32g + l takes its low 2 bits as Q2_K does and its third bit from bit
+ *     e / 32 of hmask[l]; q = low | third << 2, x = d (s_i - 32) (q - 4) with the 6-bit s_i of
+ *     sub-block i = e / 16: low nibble of scales[i] (i < 8) or high nibble of scales[i - 8],
+ *     top two bits from bits 2 (i / 4).. of scales[8 + i % 4].
  * Every dequantised value is a product exact in f32 (at most 11 + 6 + 6 significant bits) or, for
  * the min types, that exact product minus another exact product, rounded once: so any evaluation
  * order (with or without a fused multiply-add) gives the same float, which the kernels rely on. */
@@ -33,7 +42,8 @@
 #define GROUP_EPS 1e-15f /* below this a group's largest magnitude counts as all zero */
 
 bool es__is_k_quant(uint32_t type) {
-    return type == ES__DTYPE_Q4_K || type == ES__DTYPE_Q5_K || type == ES__DTYPE_Q6_K;
+    return type == ES__DTYPE_Q2_K || type == ES__DTYPE_Q3_K || type == ES__DTYPE_Q4_K || type == ES__DTYPE_Q5_K ||
+           type == ES__DTYPE_Q6_K;
 }
 
 static float ld_f16(const uint8_t *p) {
@@ -83,9 +93,10 @@ static void put_sm(uint8_t *s, int j, int sc, int m) {
 
 /* Scale and min for n values with levels 0..nmax under weights w: start from the min/max grid,
  * then try nstep + 1 rescaled grids and keep the weighted least-squares fit with the smallest
- * weighted squared error. L receives the levels; returns the scale, *neg_min = -min >= 0. */
+ * weighted squared error (absolute error with mad, as Q2_K's reference judges). L receives the
+ * levels; returns the scale, *neg_min = -min >= 0. */
 static float fit_scale_min(int n, int nmax, const float *x, const float *w, uint8_t *L, float *neg_min, float rmin,
-                           float rdelta, int nstep) {
+                           float rdelta, int nstep, bool mad) {
     float mn = x[0], mx = x[0], sum_w = w[0], sum_x = sum_w * x[0];
     for (int i = 1; i < n; i++) {
         if (x[i] < mn) mn = x[i];
@@ -104,7 +115,7 @@ static float fit_scale_min(int n, int nmax, const float *x, const float *w, uint
         int l = nearest(iscale * (x[i] - mn));
         L[i] = (uint8_t)(l < 0 ? 0 : l > nmax ? nmax : l);
         float diff = scale * L[i] + mn - x[i];
-        best += w[i] * (diff * diff);
+        best += w[i] * (mad ? fabsf(diff) : diff * diff);
     }
     uint8_t aux[32];
     for (int is = 0; is <= nstep; is++) {
@@ -128,7 +139,7 @@ static float fit_scale_min(int n, int nmax, const float *x, const float *w, uint
         float err = 0;
         for (int i = 0; i < n; i++) {
             float diff = s * aux[i] + m - x[i];
-            err += w[i] * (diff * diff);
+            err += w[i] * (mad ? fabsf(diff) : diff * diff);
         }
         if (err < best) {
             memcpy(L, aux, (size_t)n);
@@ -201,7 +212,7 @@ static void scale_min_block(const float *x, int nmax, float rmin, float rdelta, 
         for (int l = 0; l < 32; l++) sum_x2 += xs[l] * xs[l];
         const float av = sqrtf(sum_x2 / 32);
         for (int l = 0; l < 32; l++) w[l] = av + fabsf(xs[l]);
-        sc[j] = fit_scale_min(32, nmax, xs, w, L + 32 * j, &mn[j], rmin, rdelta, nstep);
+        sc[j] = fit_scale_min(32, nmax, xs, w, L + 32 * j, &mn[j], rmin, rdelta, nstep, false);
         if (sc[j] > max_sc) max_sc = sc[j];
         if (mn[j] > max_mn) max_mn = mn[j];
     }
@@ -294,8 +305,156 @@ static void quantize_q6_k(const float *x, uint8_t *y, int64_t nb) {
     }
 }
 
+/* ---- Q2_K and Q3_K: sixteen sub-blocks of 16 */
+
+/* Levels L[256] in 0..3 into qs[64]: element 128h + 32g + l in bits 2g of qs[32h + l]. */
+static void pack2(const uint8_t *L, uint8_t *qs) {
+    for (int h = 0; h < 2; h++)
+        for (int l = 0; l < 32; l++) {
+            const uint8_t *Lh = L + 128 * h + l;
+            qs[32 * h + l] = (uint8_t)(Lh[0] | Lh[32] << 2 | Lh[64] << 4 | Lh[96] << 6);
+        }
+}
+
+static void quantize_q2_k(const float *x, uint8_t *y, int64_t nb) {
+    for (int64_t b = 0; b < nb; b++, x += QKK, y += 84) {
+        uint8_t L[QKK];
+        float sc[16], mn[16], w[16], max_sc = 0, max_mn = 0;
+        for (int j = 0; j < 16; j++) {
+            for (int l = 0; l < 16; l++) w[l] = fabsf(x[16 * j + l]);
+            sc[j] = fit_scale_min(16, 3, x + 16 * j, w, L + 16 * j, &mn[j], -0.5f, 0.1f, 15, true);
+            if (sc[j] > max_sc) max_sc = sc[j];
+            if (mn[j] > max_mn) max_mn = mn[j];
+        }
+        uint8_t *scales = y;
+        const float isc = max_sc > 0 ? 15.f / max_sc : 0.f, imn = max_mn > 0 ? 15.f / max_mn : 0.f;
+        for (int j = 0; j < 16; j++) {
+            /* the reference stores these unclamped; a fit's scale cannot exceed the largest, but a
+             * negative one (never seen) must not spill into the min's nibble */
+            const int ls = nearest(isc * sc[j]), lm = nearest(imn * mn[j]);
+            scales[j] = (uint8_t)((ls < 0 ? 0 : ls > 15 ? 15 : ls) | (lm < 0 ? 0 : lm > 15 ? 15 : lm) << 4);
+        }
+        st_f16(y + 80, max_sc / 15.f);
+        st_f16(y + 82, max_mn / 15.f);
+        const float d = ld_f16(y + 80), dmin = ld_f16(y + 82);
+        for (int j = 0; j < 16; j++) {
+            const float ds = d * (scales[j] & 15);
+            if (ds == 0) continue; /* keeps the levels of the search */
+            const float dm = dmin * (scales[j] >> 4);
+            for (int i = 0; i < 16; i++) {
+                const int l = nearest((x[16 * j + i] + dm) / ds);
+                L[16 * j + i] = (uint8_t)(l < 0 ? 0 : l > 3 ? 3 : l);
+            }
+        }
+        pack2(L, y + 16);
+    }
+}
+
+/* Symmetric levels -nmax..nmax-1 for n values (stored + nmax in L), weights x^2: the amax grid,
+ * then up to five passes that move single levels while that raises the fit (sum w x l)^2 /
+ * sum w l^2; returns the least-squares scale (ggml's make_q3_quants with rmse). */
+static float fit_scale_q3(int n, int nmax, const float *x, uint8_t *L) {
+    float amax = 0, mx = 0;
+    for (int i = 0; i < n; i++) {
+        const float ax = fabsf(x[i]);
+        if (ax > amax) {
+            amax = ax;
+            mx = x[i];
+        }
+    }
+    if (amax < GROUP_EPS) {
+        memset(L, 0, (size_t)n);
+        return 0.0f;
+    }
+    const float iscale = -nmax / mx;
+    int lv[32];
+    float sumlx = 0, suml2 = 0;
+    for (int i = 0; i < n; i++) {
+        int l = nearest(iscale * x[i]);
+        lv[i] = l < -nmax ? -nmax : l > nmax - 1 ? nmax - 1 : l;
+        const float w = x[i] * x[i];
+        sumlx += w * x[i] * lv[i];
+        suml2 += w * lv[i] * lv[i];
+    }
+    for (int pass = 0; pass < 5; pass++) {
+        int changed = 0;
+        for (int i = 0; i < n; i++) {
+            const float w = x[i] * x[i];
+            float slx = sumlx - w * x[i] * lv[i];
+            if (!(slx > 0)) continue;
+            float sl2 = suml2 - w * lv[i] * lv[i];
+            int l = nearest(x[i] * sl2 / slx);
+            l = l < -nmax ? -nmax : l > nmax - 1 ? nmax - 1 : l;
+            if (l == lv[i]) continue;
+            slx += w * x[i] * l;
+            sl2 += w * l * l;
+            if (sl2 > 0 && slx * slx * suml2 > sumlx * sumlx * sl2) {
+                lv[i] = l;
+                sumlx = slx;
+                suml2 = sl2;
+                changed++;
+            }
+        }
+        if (!changed) break;
+    }
+    for (int i = 0; i < n; i++) L[i] = (uint8_t)(lv[i] + nmax);
+    return sumlx / suml2;
+}
+
+/* Sub-block i's 6-bit Q3_K scale (0..63, stored + 32) from the 12 packed bytes. */
+static int q3_scale(const uint8_t *s, int i) {
+    const int lo = i < 8 ? s[i] & 15 : s[i - 8] >> 4;
+    return lo | ((s[8 + i % 4] >> (2 * (i / 4))) & 3) << 4;
+}
+
+static void quantize_q3_k(const float *x, uint8_t *y, int64_t nb) {
+    for (int64_t b = 0; b < nb; b++, x += QKK, y += 110) {
+        uint8_t L[QKK];
+        float sc[16], amax = 0, max_sc = 0;
+        for (int j = 0; j < 16; j++) {
+            sc[j] = fit_scale_q3(16, 4, x + 16 * j, L + 16 * j);
+            if (fabsf(sc[j]) > amax) {
+                amax = fabsf(sc[j]);
+                max_sc = sc[j];
+            }
+        }
+        uint8_t *hmask = y, *qs = y + 32, *scales = y + 96;
+        memset(scales, 0, 12);
+        if (max_sc != 0) {
+            const float iscale = -32.f / max_sc;
+            for (int j = 0; j < 16; j++) {
+                int l = nearest(iscale * sc[j]);
+                l = (l < -32 ? -32 : l > 31 ? 31 : l) + 32;
+                scales[j < 8 ? j : j - 8] |= (uint8_t)((l & 15) << (j < 8 ? 0 : 4));
+                scales[8 + j % 4] |= (uint8_t)((l >> 4) << (2 * (j / 4)));
+            }
+            st_f16(y + 108, 1 / iscale);
+        } else {
+            st_f16(y + 108, 0.0f);
+        }
+        const float d = ld_f16(y + 108);
+        for (int j = 0; j < 16; j++) {
+            const float ds = d * (q3_scale(scales, j) - 32);
+            if (ds == 0) continue;
+            for (int i = 0; i < 16; i++) {
+                const int l = nearest(x[16 * j + i] / ds);
+                L[16 * j + i] = (uint8_t)((l < -4 ? -4 : l > 3 ? 3 : l) + 4);
+            }
+        }
+        memset(hmask, 0, 32);
+        for (int e = 0; e < QKK; e++)
+            if (L[e] > 3) {
+                hmask[e % 32] |= (uint8_t)(1u << (e / 32));
+                L[e] -= 4;
+            }
+        pack2(L, qs);
+    }
+}
+
 void es__quantize_k(uint32_t type, const float *x, uint8_t *y, int64_t nb) {
     switch (type) {
+    case ES__DTYPE_Q2_K: quantize_q2_k(x, y, nb); break;
+    case ES__DTYPE_Q3_K: quantize_q3_k(x, y, nb); break;
     case ES__DTYPE_Q4_K: quantize_q4_k(x, y, nb); break;
     case ES__DTYPE_Q5_K: quantize_q5_k(x, y, nb); break;
     case ES__DTYPE_Q6_K: quantize_q6_k(x, y, nb); break;
@@ -336,9 +495,48 @@ static void dequant_q6(const uint8_t *x, float *y) {
     }
 }
 
+/* Q2_K / Q3_K: element e's integer quant and its sub-block's (a, b), x = a q + b. */
+static void unpack16(uint32_t type, const uint8_t *x, int8_t *q, float *a, float *b) {
+    if (type == ES__DTYPE_Q2_K) {
+        const float d = ld_f16(x + 80), dmin = ld_f16(x + 82);
+        for (int i = 0; i < 16; i++) {
+            a[i] = d * (x[i] & 15);
+            b[i] = -(dmin * (x[i] >> 4));
+        }
+        for (int e = 0; e < QKK; e++) q[e] = (int8_t)((x[16 + 32 * (e / 128) + e % 32] >> (2 * ((e % 128) / 32))) & 3);
+        return;
+    }
+    const float d = ld_f16(x + 108);
+    for (int i = 0; i < 16; i++) {
+        a[i] = d * (q3_scale(x + 96, i) - 32);
+        b[i] = 0.0f;
+    }
+    for (int e = 0; e < QKK; e++) {
+        const int lo = (x[32 + 32 * (e / 128) + e % 32] >> (2 * ((e % 128) / 32))) & 3;
+        q[e] = (int8_t)(lo + 4 * ((x[e % 32] >> (e / 32)) & 1) - 4);
+    }
+}
+
+void es__k_unpack16(uint32_t type, const uint8_t *x, int8_t *q, float *a, float *b) {
+    unpack16(type, x, q, a, b);
+}
+
 void es__dequantize_k(uint32_t type, const uint8_t *x, float *y, int64_t nb) {
     for (int64_t b = 0; b < nb; b++, y += QKK) {
         switch (type) {
+        case ES__DTYPE_Q2_K:
+        case ES__DTYPE_Q3_K: {
+            int8_t q[QKK];
+            float a[16], m[16];
+            unpack16(type, x + (type == ES__DTYPE_Q2_K ? 84 : 110) * b, q, a, m);
+            /* Q2_K: one rounding of (d sc) q - dmin m, both exact; Q3_K: the exact product alone
+             * (adding its zero b would turn a -0 into +0) */
+            if (type == ES__DTYPE_Q2_K)
+                for (int e = 0; e < QKK; e++) y[e] = a[e / 16] * q[e] + m[e / 16];
+            else
+                for (int e = 0; e < QKK; e++) y[e] = a[e / 16] * q[e];
+            break;
+        }
         case ES__DTYPE_Q4_K: dequant_q4_q5(x + 144 * b, y, false); break;
         case ES__DTYPE_Q5_K: dequant_q4_q5(x + 176 * b, y, true); break;
         case ES__DTYPE_Q6_K: dequant_q6(x + 210 * b, y); break;

@@ -19,9 +19,12 @@ static uint32_t file_type_of(es__dtype t) { /* llama.cpp's general.file_type for
     case ES__DTYPE_F16: return 1;
     case ES__DTYPE_Q4_0: return 2;
     case ES__DTYPE_Q8_0: return 7;
+    case ES__DTYPE_Q2_K: return 10;
+    case ES__DTYPE_Q3_K: return 11; /* Q3_K_S */
     case ES__DTYPE_Q4_K: return 14;
     case ES__DTYPE_Q5_K: return 16;
     case ES__DTYPE_Q6_K: return 18;
+    case ES__DTYPE_IQ4_NL: return 25;
     case ES__DTYPE_BF16: return 32;
     }
     return 0;
@@ -154,7 +157,7 @@ es_status es_quantize(const char *in_path, const char *out_path, const char *typ
         if (es__dtype_info(t, &tr) && strcmp(tr.name, type) == 0) target = (es__dtype)t, found = true;
     }
     ES_RETURN_IF(!found, &err, ES_ERR_INVALID_ARGUMENT,
-                 "unknown type '%s' (known: f32, f16, bf16, q8_0, q4_0, q4_K, q5_K, q6_K)", type);
+                 "unknown type '%s' (known: f32, f16, bf16, q8_0, q4_0, q2_K, q3_K, q4_K, q5_K, q6_K, iq4_nl)", type);
     es__file_map map;
     const int e = es__file_map_open(in_path, true, &map);
     ES_RETURN_IF(e != 0, &err, ES_ERR_IO, "'%s': %s", in_path, es__file_strerror(e));

@@ -80,6 +80,9 @@ size_t es__kern_row_bytes(es__dtype type, int64_t n) {
     case ES__DTYPE_Q4_K: return n % 256 ? 0 : (size_t)(n / 256) * 144;
     case ES__DTYPE_Q5_K: return n % 256 ? 0 : (size_t)(n / 256) * 176;
     case ES__DTYPE_Q6_K: return n % 256 ? 0 : (size_t)(n / 256) * 210;
+    case ES__DTYPE_Q2_K: return n % 256 ? 0 : (size_t)(n / 256) * 84;
+    case ES__DTYPE_Q3_K: return n % 256 ? 0 : (size_t)(n / 256) * 110;
+    case ES__DTYPE_IQ4_NL: return n % 32 ? 0 : (size_t)(n / 32) * 18;
     }
     return 0;
 }

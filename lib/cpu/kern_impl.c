@@ -410,6 +410,8 @@ INLINE void kq_block(es__dtype type, const uint8_t *x, float *out) {
         for (int v = 0; v < 32 / VL; v++) storeu(out + 32 * j + v * VL, kq_weights(type, x, ds, ndm, j, v));
 }
 
+#include "kern_lq.h" /* Q2_K, Q3_K, IQ4_NL */
+
 /* ---- one token (decode): acc = fma(w, x, acc) over VL-wide chunks in k order; a block's weights
  * are d * q, which is exact in f32 (11-bit by 8-bit significands), so this equals the panel path. */
 
@@ -418,7 +420,9 @@ INLINE void rows_dot(es__dtype type, const uint8_t *const *row, const int NR, co
                      float *out) {
     vf acc[2];
     for (int r = 0; r < NR; r++) acc[r] = vzero();
-    if (IS_KQ(type)) {
+    if (IS_LQ(type) || type == ES__DTYPE_IQ4_NL) {
+        lq_rows_dot(type, row, NR, x, n_in, acc);
+    } else if (IS_KQ(type)) {
         /* the rows' weights interleaved vector by vector: two independent accumulation chains */
         const size_t bb = KQ_BYTES(type);
         for (int64_t b = 0; b < n_in / ES__QK_K; b++) {
@@ -490,6 +494,9 @@ DEF_ROWS(rows_q4_0, ES__DTYPE_Q4_0)
 DEF_ROWS(rows_q4_k, ES__DTYPE_Q4_K)
 DEF_ROWS(rows_q5_k, ES__DTYPE_Q5_K)
 DEF_ROWS(rows_q6_k, ES__DTYPE_Q6_K)
+DEF_ROWS(rows_q2_k, ES__DTYPE_Q2_K)
+DEF_ROWS(rows_q3_k, ES__DTYPE_Q3_K)
+DEF_ROWS(rows_iq4_nl, ES__DTYPE_IQ4_NL)
 
 /* ---- tiles (several tokens): R_TILE rows of f32 weights x T tokens, out[r * T_TILE + t]. Same
  * per-element arithmetic as rows_dot. */
@@ -557,6 +564,9 @@ static void k_matmul(es__dtype type, const void *w, size_t row_bytes, int64_t n_
         case ES__DTYPE_Q4_K: rows_q4_k(base, row_bytes, n_in, r0, r1, x, y); break;
         case ES__DTYPE_Q5_K: rows_q5_k(base, row_bytes, n_in, r0, r1, x, y); break;
         case ES__DTYPE_Q6_K: rows_q6_k(base, row_bytes, n_in, r0, r1, x, y); break;
+        case ES__DTYPE_Q2_K: rows_q2_k(base, row_bytes, n_in, r0, r1, x, y); break;
+        case ES__DTYPE_Q3_K: rows_q3_k(base, row_bytes, n_in, r0, r1, x, y); break;
+        case ES__DTYPE_IQ4_NL: rows_iq4_nl(base, row_bytes, n_in, r0, r1, x, y); break;
         }
         return;
     }
@@ -853,6 +863,10 @@ static void k_axpy(float *y, float a, const float *x, int64_t n) {
 
 static void k_to_f32(es__dtype type, const void *row, float *out, int64_t n) {
     const uint8_t *p = row;
+    if (IS_LQ(type) || type == ES__DTYPE_IQ4_NL) {
+        lq_to_f32(type, p, out, n);
+        return;
+    }
     if (IS_KQ(type)) {
         for (int64_t b = 0; b < n / ES__QK_K; b++) kq_block(type, p + (size_t)b * KQ_BYTES(type), out + b * ES__QK_K);
         return;

@@ -18,6 +18,9 @@ static const char *type_tag(es__dtype t) {
     case ES__DTYPE_Q4_K: return "q4_K";
     case ES__DTYPE_Q5_K: return "q5_K";
     case ES__DTYPE_Q6_K: return "q6_K";
+    case ES__DTYPE_Q2_K: return "q2_K";
+    case ES__DTYPE_Q3_K: return "q3_K";
+    case ES__DTYPE_IQ4_NL: return "iq4_nl";
     }
     return "?";
 }
@@ -48,14 +51,15 @@ static es_status pipe_for(es__vk_dev *d, const char *family, const char *tag, bo
  * fit in registers). ROWS stays even for the SwiGLU pairs. */
 static uint32_t mm_rows(es__dtype type, uint32_t tok) {
     if (tok == 1) return 8;
-    return type == ES__DTYPE_Q8_0 || type == ES__DTYPE_Q4_0 || es__is_k_quant(type) ? 8 : 4;
+    return type == ES__DTYPE_Q8_0 || type == ES__DTYPE_Q4_0 || type == ES__DTYPE_IQ4_NL || es__is_k_quant(type) ? 8 : 4;
 }
 
 /* Tokens per workgroup. A tile computes all its TOK tokens (the missing ones clamped to the
  * last), so small batches, the trees of speculative decoding, get small tiles: on lavapipe a
  * 2-token call with 8-token tiles costs twice a 2-token tile (576x192 f32: 0.29 vs 0.16 ms). */
 uint32_t es__vk_mul_mat_tok(es__dtype type, uint32_t n) {
-    const uint32_t full = type == ES__DTYPE_Q8_0 || type == ES__DTYPE_Q4_0 || es__is_k_quant(type) ? 4 : 8;
+    const uint32_t full =
+        type == ES__DTYPE_Q8_0 || type == ES__DTYPE_Q4_0 || type == ES__DTYPE_IQ4_NL || es__is_k_quant(type) ? 4 : 8;
     if (n <= 2) return n == 0 ? 1 : n; /* n = 0: an empty grid, recorded all the same */
     return n <= 4 ? ES__MIN(4u, full) : full;
 }

@@ -52,7 +52,7 @@ typedef struct es__vk_pipeline {
     VkDescriptorType types[ES__SHADER_MAX_BINDINGS];
 } es__vk_pipeline;
 
-#define ES__VK_MAX_PIPELINES 128
+#define ES__VK_MAX_PIPELINES 256 /* one backend serving models of several weight types (mixed files, tests) */
 #define ES__VK_MAX_PROF 32
 
 /* Where a test may inject a Vulkan failure (es__vk_dev.fault). */

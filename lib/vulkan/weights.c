@@ -11,15 +11,20 @@
 #define ES__STAGING_SIZE ((VkDeviceSize)32 << 20)
 
 static bool is_block_type(es__dtype t) {
-    return t == ES__DTYPE_Q8_0 || t == ES__DTYPE_Q4_0 || es__is_k_quant(t);
+    return t == ES__DTYPE_Q8_0 || t == ES__DTYPE_Q4_0 || t == ES__DTYPE_IQ4_NL || es__is_k_quant(t);
+}
+
+/* Sets of per-block floats in the scale plane (weights.glsl): the scales; the K-quants' second
+ * set (mins, or the second 16 elements' scales); Q2_K's mins of both halves as sets three and four. */
+static uint64_t scale_sets(es__dtype t) {
+    return t == ES__DTYPE_Q2_K ? 4 : es__is_k_quant(t) ? 2 : 1;
 }
 
 uint64_t es__vk_mat_row_bytes(es__dtype type, uint32_t K, uint32_t team, bool scale_plane) {
     if (scale_plane) {
         if (!is_block_type(type)) return 0;
         const uint64_t blocks = K / 32, group = 4ull * team; /* weights.glsl: 4 scales per texel per lane */
-        /* the K-quants keep a second set (mins, or Q6_K's second-half scales) after the scales */
-        return (blocks + group - 1) / group * group * 4 * (es__is_k_quant(type) ? 2 : 1);
+        return (blocks + group - 1) / group * group * 4 * scale_sets(type);
     }
     switch (type) {
     case ES__DTYPE_F32: return (uint64_t)K * 4;
@@ -27,7 +32,10 @@ uint64_t es__vk_mat_row_bytes(es__dtype type, uint32_t K, uint32_t team, bool sc
     case ES__DTYPE_BF16: return (uint64_t)K * 2;
     case ES__DTYPE_Q8_0: return K;
     case ES__DTYPE_Q4_0:
-    case ES__DTYPE_Q4_K: return K / 2;
+    case ES__DTYPE_Q4_K:
+    case ES__DTYPE_Q2_K:
+    case ES__DTYPE_Q3_K:
+    case ES__DTYPE_IQ4_NL: return K / 2; /* a nibble per quant (weights.glsl) */
     case ES__DTYPE_Q5_K:
     case ES__DTYPE_Q6_K: return K; /* one byte per quant (weights.glsl) */
     default: break;
@@ -136,6 +144,33 @@ static void repack_k(es__dtype type, const uint8_t *src, uint32_t nb, uint32_t t
     }
 }
 
+/* One row of Q2_K/Q3_K super-blocks into weights.glsl's layout: each 32-element block's quants
+ * as nibbles in Q4_0's order (Q3_K's plus 4), the scales of its two 16-element halves as the
+ * first and second set, and Q2_K's -dmin m of each half as the third and fourth. */
+static void repack_lq(es__dtype type, const uint8_t *src, uint32_t nb, uint32_t team, uint64_t srb, uint8_t *dw,
+                      float *ds) {
+    const size_t set = (size_t)(srb / 4 / scale_sets(type)); /* floats per set */
+    const size_t bb = type == ES__DTYPE_Q2_K ? 84 : 110;
+    const int off = type == ES__DTYPE_Q3_K ? 4 : 0;
+    for (uint32_t sb = 0; sb < nb / 8; sb++) {
+        int8_t q[256];
+        float a[16], b[16];
+        es__k_unpack16(type, src + bb * sb, q, a, b);
+        for (uint32_t j = 0; j < 8; j++) {
+            const uint32_t blk = sb * 8 + j;
+            const int8_t *qj = q + 32 * j;
+            const size_t slot = scale_slot(blk, team);
+            ds[slot] = a[2 * j];
+            ds[set + slot] = a[2 * j + 1];
+            if (type == ES__DTYPE_Q2_K) {
+                ds[2 * set + slot] = b[2 * j];
+                ds[3 * set + slot] = b[2 * j + 1];
+            }
+            for (int l = 0; l < 16; l++) dw[(size_t)16 * blk + l] = (uint8_t)((qj[l] + off) | (qj[l + 16] + off) << 4);
+        }
+    }
+}
+
 /* Repacks rows [r0, r0 + n) of m into the W plane at w and the S plane at s. */
 static void repack(const es__vk_mat *m, uint32_t team, uint32_t r0, uint32_t n, uint8_t *w, uint8_t *s) {
     const uint64_t wrb = es__vk_mat_row_bytes(m->type, m->K, team, false);
@@ -156,8 +191,9 @@ static void repack(const es__vk_mat *m, uint32_t team, uint32_t r0, uint32_t n, 
             break;
         }
         case ES__DTYPE_Q8_0: /* ggml block: f16 d, int8 qs[32] */
-        case ES__DTYPE_Q4_0: /* ggml block: f16 d, uint8 qs[16] */ {
-            const uint32_t bs = m->type == ES__DTYPE_Q8_0 ? 34 : 18, qb = bs - 2;
+        case ES__DTYPE_Q4_0: /* ggml block: f16 d, uint8 qs[16] */
+        case ES__DTYPE_IQ4_NL: /* as Q4_0, the nibbles grid indices */ {
+            const uint32_t bs = m->type == ES__DTYPE_Q8_0 ? 34 : 18, qb = bs - 2; /* Q4_0, IQ4_NL: 18 */
             for (uint32_t b = 0; b < nb; b++) {
                 const uint8_t *blk = src + (size_t)bs * b;
                 uint16_t dh;
@@ -170,6 +206,8 @@ static void repack(const es__vk_mat *m, uint32_t team, uint32_t r0, uint32_t n, 
         case ES__DTYPE_Q4_K:
         case ES__DTYPE_Q5_K:
         case ES__DTYPE_Q6_K: repack_k(m->type, src, nb, team, srb, dw, ds); break;
+        case ES__DTYPE_Q2_K:
+        case ES__DTYPE_Q3_K: repack_lq(m->type, src, nb, team, srb, dw, ds); break;
         default: break;
         }
     }

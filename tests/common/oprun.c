@@ -23,6 +23,9 @@ static uint64_t ggml_row_bytes(es__dtype type, uint32_t K) {
     case ES__DTYPE_Q4_K: return K % 256 ? 0 : (uint64_t)K / 256 * 144;
     case ES__DTYPE_Q5_K: return K % 256 ? 0 : (uint64_t)K / 256 * 176;
     case ES__DTYPE_Q6_K: return K % 256 ? 0 : (uint64_t)K / 256 * 210;
+    case ES__DTYPE_Q2_K: return K % 256 ? 0 : (uint64_t)K / 256 * 84;
+    case ES__DTYPE_Q3_K: return K % 256 ? 0 : (uint64_t)K / 256 * 110;
+    case ES__DTYPE_IQ4_NL: return K % 32 ? 0 : (uint64_t)K / 32 * 18;
     }
     return 0;
 }

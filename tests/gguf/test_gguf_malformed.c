@@ -221,10 +221,14 @@ static void tensor_cases(void) {
            t_off(T_B));
     /* types */
     b = fresh();
-    p32(b, t_type_off(T_B), 11);
-    expect("q3_K", base_size, ES_ERR_UNSUPPORTED, info, "tensor type 11 (q3_K)", t_type_off(T_B));
+    p32(b, t_type_off(T_B), 23);
+    expect("iq4_xs", base_size, ES_ERR_UNSUPPORTED, info, "tensor type 23 (iq4_xs)", t_type_off(T_B));
     p32(b, t_type_off(T_B), 12); /* supported, but the row is not whole super-blocks */
     expect("q4_K row", base_size, ES_ERR_FORMAT, info, "is not a multiple of the q4_K block size 256", t_off(T_B));
+    p32(b, t_type_off(T_B), 10);
+    expect("q2_K row", base_size, ES_ERR_FORMAT, info, "is not a multiple of the q2_K block size 256", t_off(T_B));
+    p32(b, t_type_off(T_B), 11);
+    expect("q3_K row", base_size, ES_ERR_FORMAT, info, "is not a multiple of the q3_K block size 256", t_off(T_B));
     p32(b, t_type_off(T_B), 99);
     expect("unknown type", base_size, ES_ERR_UNSUPPORTED, info, "tensor type 99 (unknown)", t_type_off(T_B));
     /* offsets: misaligned, out of the file, wrapping around, overlapping */

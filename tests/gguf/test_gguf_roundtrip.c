@@ -273,7 +273,11 @@ static void test_writer_errors(void) {
     CHECK_FAILS(es__gguf_add_tensor(w, "z", ES__DTYPE_F32, 1, ne, data), ES_ERR_INVALID_ARGUMENT, "ne[0] = 0");
     ne[0] = 4;
     CHECK_FAILS(es__gguf_add_tensor(w, "d", ES__DTYPE_F32, 5, ne, data), ES_ERR_INVALID_ARGUMENT, "n_dims 5");
-    CHECK_FAILS(es__gguf_add_tensor(w, "t", (es__dtype)11, 1, ne, data), ES_ERR_UNSUPPORTED, "unsupported type 11");
+    CHECK_FAILS(es__gguf_add_tensor(w, "t", (es__dtype)23, 1, ne, data), ES_ERR_UNSUPPORTED, "unsupported type 23");
+    CHECK_FAILS(es__gguf_add_tensor(w, "q3", ES__DTYPE_Q3_K, 1, ne, data), ES_ERR_INVALID_ARGUMENT,
+                "not a multiple of the q3_K block size 256");
+    CHECK_FAILS(es__gguf_add_tensor(w, "iq", ES__DTYPE_IQ4_NL, 1, ne, data), ES_ERR_INVALID_ARGUMENT,
+                "not a multiple of the iq4_nl block size 32");
     CHECK_FAILS(es__gguf_add_tensor(w, "k", ES__DTYPE_Q4_K, 1, ne, data), ES_ERR_INVALID_ARGUMENT,
                 "not a multiple of the q4_K block size 256");
     CHECK_OK(es__gguf_add_tensor(w, "x", ES__DTYPE_F32, 1, ne, data));

@@ -1,5 +1,5 @@
-"""test_kquant.py: the C library's K-quants (Q4_K, Q5_K, Q6_K) against the independent numpy
-decoder (tools/reference/kquants.py).
+"""test_kquant.py: the C library's K-quants (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K) and IQ4_NL against the
+independent numpy decoder (tools/reference/kquants.py).
 
 1. Dequantisation, bit for bit: random super-blocks written by tools/pygguf with ordinary scales,
    scales of any bit pattern (subnormal, zero, huge, infinite, NaN) and all-zero scales; xcheck
@@ -9,7 +9,8 @@ decoder (tools/reference/kquants.py).
    error must stay within per-type bounds (RMS relative to the input's RMS, and the worst element
    relative to its super-block's largest magnitude); zero super-blocks stay exactly zero, and the
    scale structure is the reference quantiser's: in Q4_K/Q5_K the largest 6-bit scale of a
-   non-zero super-block is 63, in Q6_K some sub-block's int8 scale is -128.
+   non-zero super-block is 63, in Q6_K some sub-block's int8 scale is -128, in Q2_K the largest
+   4-bit scale is 15, in Q3_K some 6-bit scale is 0 (that is -32, the largest magnitude's).
 
 usage: test_kquant.py XCHECK_EXE   (run by meson in the build directory)
 """
@@ -33,15 +34,17 @@ XCHECK = os.path.abspath(sys.argv[1])
 rng = np.random.default_rng(20261126)
 
 # bounds (observed values are printed): RMS error / RMS of x, worst |error| / super-block amax
-RMS_BOUND = {"q4_K": 0.11, "q5_K": 0.065, "q6_K": 0.038}
-MAX_BOUND = {"q4_K": 0.12, "q5_K": 0.12, "q6_K": 0.09}
+RMS_BOUND = {"q4_K": 0.11, "q5_K": 0.065, "q6_K": 0.038, "q2_K": 0.5, "q3_K": 0.28, "iq4_nl": 0.15}
+MAX_BOUND = {"q4_K": 0.12, "q5_K": 0.12, "q6_K": 0.09, "q2_K": 0.55, "q3_K": 0.35, "iq4_nl": 0.18}
+# the f16 scales' byte offsets in a type's 256 elements
+SCALE_OFFS = {"q4_K": [0, 2], "q5_K": [0, 2], "q6_K": [208], "q2_K": [80, 82], "q3_K": [108],
+              "iq4_nl": list(range(0, 144, 18))}
 
 
 def random_blocks(type_name, nb, scales):
     bb = kquants.TYPES[type_name][1]
     raw = rng.integers(0, 256, size=(nb, bb), dtype=np.uint8)
-    offs = [208] if type_name == "q6_K" else [0, 2]
-    for o in offs:
+    for o in SCALE_OFFS[type_name]:
         h = rng.integers(0, 65536, size=nb, dtype=np.uint32)
         if scales == "ordinary":
             h = (h & 0x83FF) | (rng.integers(5, 13, size=nb, dtype=np.uint32) << 10)
@@ -123,7 +126,16 @@ def quantisation(workdir):
             zero = amax == 0
             check(np.all(y.reshape(-1, 256)[zero] == 0), "%s %s: a zero super-block is not zero" % (t, k))
             blk = np.asarray(tensor.raw, dtype=np.uint8).reshape(-1, bb)
-            if t == "q6_K":
+            if t == "q2_K":
+                check(np.all((blk[~zero, 0:16] & 15).max(axis=1) == 15), "%s %s: largest 4-bit scale is not 15" % (t, k))
+            elif t == "q3_K":
+                s = blk[:, 96:108].astype(np.int64)
+                i = np.arange(16)
+                s6 = np.where(i < 8, s[:, i % 8] & 15, s[:, i % 8] >> 4) | (((s[:, 8 + i % 4] >> (2 * (i // 4))) & 3) << 4)
+                check(np.all(s6[~zero].min(axis=1) == 0), "%s %s: no 6-bit scale of -32" % (t, k))
+            elif t == "iq4_nl":
+                pass  # one f16 scale per 32 elements: no scale structure to check
+            elif t == "q6_K":
                 sc = blk[:, 192:208].view(np.int8)
                 check(np.all(sc[~zero].min(axis=1) == -128), "%s %s: no sub-block scale of -128" % (t, k))
                 check(np.all(blk[zero] == 0), "%s %s: a zero super-block has nonzero bytes" % (t, k))

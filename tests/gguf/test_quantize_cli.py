@@ -24,7 +24,7 @@ import pygguf  # noqa: E402
 
 CLI, MK = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2])
 SHAPE = ["--n-embd", "256", "--n-ff", "512", "--n-layer", "2", "--n-vocab", "300", "--seed", "7", "--quiet"]
-FILE_TYPE = {"q4_K": 14, "q5_K": 16, "q6_K": 18, "q8_0": 7, "q4_0": 2}
+FILE_TYPE = {"q4_K": 14, "q5_K": 16, "q6_K": 18, "q8_0": 7, "q4_0": 2, "q2_K": 10, "q3_K": 11, "iq4_nl": 25}
 
 
 def run(*args, expect=0):
@@ -74,8 +74,8 @@ def errors():
     mk("qz-q.gguf", *SHAPE, "--type", "q8_0")
     p = run("qz-q.gguf", "qz-bad.gguf", "q4_K", expect=1)
     check("tensor 'token_embd.weight' is already q8_0" in p.stderr, "quantised input: %r" % p.stderr)
-    p = run("qz-f32.gguf", "qz-bad.gguf", "q3_K", expect=2)
-    check("unknown type 'q3_K'" in p.stderr and "q4_K" in p.stderr, "unknown type: %r" % p.stderr)
+    p = run("qz-f32.gguf", "qz-bad.gguf", "iq2_xs", expect=2)
+    check("unknown type 'iq2_xs'" in p.stderr and "q4_K" in p.stderr, "unknown type: %r" % p.stderr)
     p = run("qz-missing.gguf", "qz-bad.gguf", "q4_K", expect=1)
     check("qz-missing.gguf" in p.stderr, "missing input: %r" % p.stderr)
     run("qz-f32.gguf", "qz-bad.gguf", expect=2)

@@ -193,7 +193,8 @@ static void check_quant(const char *path) {
 }
 
 static void kquant(const char *in, const char *out) {
-    static const es__dtype kt[3] = {ES__DTYPE_Q4_K, ES__DTYPE_Q5_K, ES__DTYPE_Q6_K};
+    static const es__dtype kt[] = {ES__DTYPE_Q4_K, ES__DTYPE_Q5_K, ES__DTYPE_Q6_K,
+                                   ES__DTYPE_Q2_K, ES__DTYPE_Q3_K, ES__DTYPE_IQ4_NL};
     size_t n = 0;
     uint8_t *file = test_read_file(in, 0, &n);
     CHECKF(file != NULL, "cannot read %s", in);
@@ -206,7 +207,7 @@ static void kquant(const char *in, const char *out) {
         const es__gguf_tensor *t = &g->tensors[i];
         const int64_t ne = t->ne[0] * t->ne[1] * t->ne[2] * t->ne[3];
         char name[96];
-        if (es__is_k_quant(t->type)) {
+        if (es__is_k_quant(t->type) || t->type == ES__DTYPE_IQ4_NL) {
             float *y = malloc((size_t)ne * sizeof(float));
             CHECK(es__dequantize_row(t->type, t->data, y, ne));
             snprintf(name, sizeof name, "deq.%.*s", (int)t->name.len, t->name.ptr);
@@ -214,7 +215,7 @@ static void kquant(const char *in, const char *out) {
             free(y);
         } else if (t->type == ES__DTYPE_F32 && t->name.len > 4 && memcmp(t->name.ptr, "src.", 4) == 0) {
             uint8_t *q = malloc((size_t)ne);
-            for (int k = 0; k < 3; k++) {
+            for (size_t k = 0; k < sizeof kt / sizeof kt[0]; k++) {
                 es__dtype_traits tr;
                 es__dtype_info(kt[k], &tr);
                 CHECK(es__quantize_row(kt[k], (const float *)(const void *)t->data, q, ne));

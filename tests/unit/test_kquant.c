@@ -1,4 +1,4 @@
-/* test_kquant.c: the K-quants (Q4_K, Q5_K, Q6_K) in C: the library's dequantiser against an
+/* test_kquant.c: the K-quants (Q4_K, Q5_K, Q6_K, Q2_K, Q3_K) and IQ4_NL in C: the library's dequantiser against an
  * element-by-element decoder written here from the format description, on random super-blocks
  * with ordinary, subnormal, zero, huge, infinite and NaN scales; quantise -> dequantise error
  * bounds and the quantiser's invariants (levels in range, scales that reproduce the input's
@@ -12,9 +12,13 @@
 
 static test_rng rng = {20261126};
 
-static const es__dtype ktypes[3] = {ES__DTYPE_Q4_K, ES__DTYPE_Q5_K, ES__DTYPE_Q6_K};
-static const char *const knames[3] = {"q4_K", "q5_K", "q6_K"};
-static const size_t kbytes[3] = {144, 176, 210};
+/* IQ4_NL (32-element blocks) is handled 256 elements, eight blocks, at a time like the others */
+#define NT 6
+static const es__dtype ktypes[NT] = {ES__DTYPE_Q4_K, ES__DTYPE_Q5_K, ES__DTYPE_Q6_K,
+                                     ES__DTYPE_Q2_K, ES__DTYPE_Q3_K, ES__DTYPE_IQ4_NL};
+static const char *const knames[NT] = {"q4_K", "q5_K", "q6_K", "q2_K", "q3_K", "iq4_nl"};
+static const size_t kbytes[NT] = {144, 176, 210, 84, 110, 144}; /* per 256 elements */
+static const int iq4_grid[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
 
 static float f16f(uint16_t h) {
     int s = h >> 15, e = (h >> 10) & 31, m = h & 1023;
@@ -22,8 +26,26 @@ static float f16f(uint16_t h) {
     return (float)(s ? -v : v);
 }
 
-/* Element e of one super-block, straight from the layout. */
+/* Element e of one super-block (IQ4_NL: of eight blocks), straight from the layout. */
 static float ref_elem(int ti, const uint8_t *b, int e) {
+    if (ti == 5) {
+        const uint8_t *blk = b + 18 * (e / 32);
+        const int l = e % 32, nib = l < 16 ? blk[2 + l] % 16 : blk[2 + l - 16] / 16;
+        return f16f((uint16_t)(blk[0] | blk[1] << 8)) * (float)iq4_grid[nib];
+    }
+    if (ti == 3 || ti == 4) {
+        const int i = e / 16, h = e / 128, g = (e % 128) / 32, l = e % 32;
+        const int lo = (b[(ti == 3 ? 16 : 32) + 32 * h + l] >> (2 * g)) & 3;
+        if (ti == 3) {
+            const float d = f16f((uint16_t)(b[80] | b[81] << 8)), dmin = f16f((uint16_t)(b[82] | b[83] << 8));
+            const float ds = d * (float)(b[i] % 16), dm = dmin * (float)(b[i] / 16);
+            return ds * (float)lo - dm;
+        }
+        const int s = (i < 8 ? b[96 + i] % 16 : b[96 + i - 8] / 16) + 16 * ((b[104 + i % 4] >> (2 * (i / 4))) & 3);
+        const int q = lo + ((b[l] >> (e / 32)) & 1 ? 0 : -4);
+        const float ds = f16f((uint16_t)(b[108] | b[109] << 8)) * (float)(s - 32);
+        return ds * (float)q;
+    }
     if (ti == 2) {
         const int h = e / 128, g = (e % 128) / 32, l = e % 32;
         const int lo = (b[64 * h + l + 32 * (g % 2)] >> (4 * (g / 2))) & 15, hi = (b[128 + 32 * h + l] >> (2 * g)) & 3;
@@ -56,12 +78,14 @@ static void rand_blocks(int ti, uint8_t *w, int nb, int cls) {
     for (size_t i = 0; i < kbytes[ti] * (size_t)nb; i++) w[i] = (uint8_t)test_rng_u64(&rng);
     for (int b = 0; b < nb; b++) {
         uint8_t *blk = w + kbytes[ti] * (size_t)b;
-        uint8_t *dp = ti == 2 ? blk + 208 : blk;
-        for (int k = 0; k < (ti == 2 ? 1 : 2); k++) {
+        /* the f16 scales' offsets and count: Q6_K d; Q2_K d, dmin; Q3_K d; IQ4_NL one per 18 bytes */
+        static const int first[NT] = {0, 0, 208, 80, 108, 0}, count[NT] = {2, 2, 1, 2, 1, 8}, step[NT] = {2, 2, 2, 2, 2, 18};
+        for (int k = 0; k < count[ti]; k++) {
+            uint8_t *dp = blk + first[ti] + step[ti] * k;
             uint16_t h = (uint16_t)test_rng_u64(&rng);
             if (cls == 0) h = (uint16_t)((h & 0x83ff) | (uint16_t)(5 + test_rng_u64(&rng) % 8) << 10);
             if (cls == 2) h = 0;
-            dp[2 * k] = (uint8_t)h, dp[2 * k + 1] = (uint8_t)(h >> 8);
+            dp[0] = (uint8_t)h, dp[1] = (uint8_t)(h >> 8);
         }
     }
 }
@@ -70,7 +94,7 @@ static void test_dequant(void) {
     enum { NB = 64 };
     static uint8_t w[210 * NB];
     static float y[256 * NB];
-    for (int ti = 0; ti < 3; ti++)
+    for (int ti = 0; ti < NT; ti++)
         for (int cls = 0; cls < 3; cls++) {
             rand_blocks(ti, w, NB, cls);
             CHECK(es__dequantize_row(ktypes[ti], w, y, 256 * NB));
@@ -87,15 +111,18 @@ static void test_dequant(void) {
     /* sizes and refusals */
     float x[256] = {0};
     uint8_t buf[256];
-    for (int ti = 0; ti < 3; ti++) {
+    for (int ti = 0; ti < NT; ti++) {
         es__dtype_traits tr;
         uint64_t nb;
-        CHECK(es__dtype_info(ktypes[ti], &tr) && tr.block_elems == 256 && tr.block_bytes == kbytes[ti]);
+        const bool iq4 = ktypes[ti] == ES__DTYPE_IQ4_NL;
+        CHECK(es__dtype_info(ktypes[ti], &tr) && tr.block_elems == (iq4 ? 32u : 256u) &&
+              tr.block_bytes == (iq4 ? 18u : kbytes[ti]));
         CHECK(strcmp(tr.name, knames[ti]) == 0);
         CHECK(es__dtype_row_bytes(ktypes[ti], 512, &nb) && nb == 2 * kbytes[ti]);
-        CHECK(!es__dtype_row_bytes(ktypes[ti], 288, &nb));
-        CHECK(!es__quantize_row(ktypes[ti], x, buf, 128));
-        CHECK(!es__dequantize_row(ktypes[ti], buf, x, 32));
+        CHECK(!es__dtype_row_bytes(ktypes[ti], iq4 ? 48 : 288, &nb));
+        CHECK(!es__quantize_row(ktypes[ti], x, buf, iq4 ? 40 : 128));
+        CHECK(!es__dequantize_row(ktypes[ti], buf, x, iq4 ? 16 : 32));
+        CHECK(es__kern_row_bytes(ktypes[ti], iq4 ? 48 : 288) == 0);
     }
 }
 
@@ -107,8 +134,8 @@ static void test_quantize(void) {
      * level of the widest sub-block plus the rounding of its scale; heavy tails are clipped a
      * little by the least-squares fits), and the RMS error relative to the RMS of x (observed
      * values printed; the bounds leave ~1.5x) */
-    const double bound_max[3] = {0.12, 0.12, 0.09}, bound_rms[3] = {0.11, 0.065, 0.038};
-    for (int ti = 0; ti < 3; ti++) {
+    const double bound_max[NT] = {0.12, 0.12, 0.09, 0.5, 0.35, 0.17}, bound_rms[NT] = {0.11, 0.065, 0.038, 0.5, 0.2, 0.11};
+    for (int ti = 0; ti < NT; ti++) {
         for (int dist = 0; dist < 4; dist++) {
             for (int i = 0; i < N; i++) {
                 float u = test_rng_uniform(&rng);
@@ -156,7 +183,7 @@ static void test_quantize(void) {
     for (int i = 0; i < 256; i++) x[i] = test_rng_uniform(&rng);
     x[7] = NAN;
     x[100] = INFINITY;
-    for (int ti = 0; ti < 3; ti++) CHECK(es__quantize_row(ktypes[ti], x, q, 256));
+    for (int ti = 0; ti < NT; ti++) CHECK(es__quantize_row(ktypes[ti], x, q, 256));
 }
 
 /* ---- kernels */
@@ -164,7 +191,7 @@ static void test_quantize(void) {
 static void test_kernels(const es__kern *k) {
     printf("kernel level %s\n", k->name);
     const int64_t shapes[][3] = {{256, 5, 1}, {256, 9, 7}, {512, 13, 3}, {768, 6, 2}, {256, 11, 70}};
-    for (int ti = 0; ti < 3; ti++)
+    for (int ti = 0; ti < NT; ti++)
         for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
             const int64_t n_in = shapes[si][0], n_out = shapes[si][1], n_tok = shapes[si][2];
             const size_t rb = kbytes[ti] * (size_t)(n_in / 256);
@@ -217,8 +244,8 @@ static void test_kernels(const es__kern *k) {
 int main(void) {
     test_dequant();
     test_quantize();
-    const es__kern *levels[3] = {es__kern_generic(), es__kern_x86_v3(), es__kern_x86_v4()};
-    for (int i = 0; i < 3; i++)
+    const es__kern *levels[4] = {es__kern_generic(), es__kern_x86_v3(), es__kern_x86_v4(), es__kern_neon()};
+    for (int i = 0; i < 4; i++)
         if (levels[i]) test_kernels(levels[i]);
     TEST_MAIN_END();
 }

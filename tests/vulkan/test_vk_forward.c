@@ -29,6 +29,9 @@ static const fcase cases[] = {
     /* K-quants: rows of 256-element super-blocks; tied, the embedding lookup reads Q6_K too */
     {"q4_K gqa norm", {90, 256, 1, 4, 2, 64, 512, 64, ES_ROPE_NORM, 10000.0f, 1.0f, false, ES__DTYPE_Q4_K, 6}},
     {"q6_K mqa neox tied", {83, 256, 1, 4, 1, 64, 256, 32, ES_ROPE_NEOX, 10000.0f, 1.0f, true, ES__DTYPE_Q6_K, 7}},
+    {"q3_K gqa neox tied", {86, 256, 1, 4, 2, 64, 256, 32, ES_ROPE_NEOX, 10000.0f, 1.0f, true, ES__DTYPE_Q3_K, 8}},
+    {"q2_K mha norm tied", {81, 256, 1, 2, 2, 128, 256, 32, ES_ROPE_NORM, 10000.0f, 1.0f, true, ES__DTYPE_Q2_K, 9}},
+    {"iq4_nl gqa norm tied", {95, 64, 2, 4, 2, 16, 96, 16, ES_ROPE_NORM, 10000.0f, 1.0f, true, ES__DTYPE_IQ4_NL, 10}},
 };
 
 #define N_CTX 320          /* > 256: positions past the first attention split */

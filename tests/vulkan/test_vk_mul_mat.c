@@ -8,7 +8,8 @@
  * Bound: |y - ref| <= 2e-6 * sum_k |w_k x_k| (f32 accumulation of exactly decoded weights) against
  * the double reference, and twice that against the CPU backend. For the K-quants with a min
  * (Q4_K, Q5_K) the kernel sums d sc (q . x) and -dmin m (sum of x) per block, so the scale of the
- * bound uses |d sc q| + |dmin m| in place of |w| (es__k_unpack gives the terms). */
+ * bound uses |d sc q| + |dmin m| in place of |w| (es__k_unpack gives the terms; Q2_K likewise per
+ * 16-element half, es__k_unpack16). */
 #include "cpu/opsi.h"
 #include "oprun.h"
 #include "vk_test.h"
@@ -31,6 +32,15 @@ static float *weight_mags(int type, const void *w, const float *deq, uint32_t ro
                 float a[8], bm[8];
                 es__k_unpack((uint32_t)type, (const uint8_t *)w + row_bytes(type, k) * rr + kq_bytes(type) * sb, q, a, bm);
                 for (int e = 0; e < 256; e++) mag[(size_t)rr * k + sb * 256 + e] = fabsf(a[e / 32] * q[e]) + fabsf(bm[e / 32]);
+            }
+    if (type == T_Q2_K) /* the same per 16-element half */
+        for (uint32_t rr = 0; rr < rows; rr++)
+            for (uint32_t sb = 0; sb < k / 256; sb++) {
+                int8_t q[256];
+                float a[16], bm[16];
+                es__k_unpack16((uint32_t)type, (const uint8_t *)w + row_bytes(type, k) * rr + kq_bytes(type) * sb, q, a,
+                               bm);
+                for (int e = 0; e < 256; e++) mag[(size_t)rr * k + sb * 256 + e] = fabsf(a[e / 16] * q[e]) + fabsf(bm[e / 16]);
             }
     return mag;
 }
@@ -175,6 +185,18 @@ int main(void) {
             check_case(b, &r, t, 33, 512, 5, ES__EPI_ADD, cfg);
             check_case(b, &r, t, 2 * 37, 256, 6, ES__EPI_SWIGLU, cfg);
             check_case(b, &r, t, 2 * 37, 2048, 1, ES__EPI_SWIGLU, cfg);
+        }
+        /* the low-bit types (Q2_K's four scale sets, Q3_K's offset nibbles, IQ4_NL's grid): a
+         * team-walked tile in every configuration; solo rows and the epilogues in the default */
+        static const int ltypes[] = {T_Q2_K, T_Q3_K, T_IQ4_NL};
+        for (size_t ti = 0; ti < sizeof ltypes / sizeof ltypes[0]; ti++) {
+            const int t = ltypes[ti];
+            check_case(b, &r, t, 66, 1024, 5, ES__EPI_STORE, cfg);
+            if (c > 0) continue;
+            check_case(b, &r, t, 67, 256, 1, ES__EPI_STORE, cfg);
+            check_case(b, &r, t, 33, 512, 3, ES__EPI_ADD, cfg);
+            check_case(b, &r, t, 2 * 21, 512, 1, ES__EPI_SWIGLU, cfg);
+            check_case(b, &r, t, 2 * 19, 256, 4, ES__EPI_GEGLU, cfg);
         }
         es_backend_free(b);
     }

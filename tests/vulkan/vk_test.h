@@ -66,12 +66,24 @@ static inline es_backend *vk_backend(uint32_t flags) {
     } while (0)
 
 /* ---- weight types (values as in the GGUF files) */
-enum { T_F32 = 0, T_F16 = 1, T_Q4_0 = 2, T_Q8_0 = 8, T_Q4_K = 12, T_Q5_K = 13, T_Q6_K = 14, T_BF16 = 30 };
+enum {
+    T_F32 = 0,
+    T_F16 = 1,
+    T_Q4_0 = 2,
+    T_Q8_0 = 8,
+    T_Q2_K = 10,
+    T_Q3_K = 11,
+    T_Q4_K = 12,
+    T_Q5_K = 13,
+    T_Q6_K = 14,
+    T_IQ4_NL = 20,
+    T_BF16 = 30
+};
 static inline bool is_kq(int t) {
-    return t == T_Q4_K || t == T_Q5_K || t == T_Q6_K;
+    return t == T_Q2_K || t == T_Q3_K || t == T_Q4_K || t == T_Q5_K || t == T_Q6_K;
 }
 static inline size_t kq_bytes(int t) {
-    return t == T_Q4_K ? 144 : t == T_Q5_K ? 176 : 210;
+    return t == T_Q2_K ? 84 : t == T_Q3_K ? 110 : t == T_Q4_K ? 144 : t == T_Q5_K ? 176 : 210;
 }
 
 static inline float h2f(uint16_t h) {
@@ -105,7 +117,10 @@ static inline size_t row_bytes(int type, int64_t k) {
     case T_F16:
     case T_BF16: return (size_t)k * 2;
     case T_Q8_0: return (size_t)k / 32 * 34;
-    case T_Q4_0: return (size_t)k / 32 * 18;
+    case T_Q4_0:
+    case T_IQ4_NL: return (size_t)k / 32 * 18;
+    case T_Q2_K:
+    case T_Q3_K:
     case T_Q4_K:
     case T_Q5_K:
     case T_Q6_K: return (size_t)k / 256 * kq_bytes(type);
@@ -146,12 +161,25 @@ static inline void *make_weights(test_rng *r, int type, int64_t rows, int64_t k,
                 for (size_t j = 0; j < kq_bytes(type); j++) blk[j] = (uint8_t)test_rng_u64(r);
                 const uint16_t dh = f2h(0.0005f + 0.001f * (float)(test_rng_u64(r) % 1000) / 1000.0f);
                 const uint16_t mh = f2h(0.0005f + 0.002f * (float)(test_rng_u64(r) % 1000) / 1000.0f);
-                if (type == T_Q6_K) {
-                    memcpy(blk + 208, &dh, 2);
+                if (type == T_Q6_K || type == T_Q3_K) {
+                    memcpy(blk + (type == T_Q6_K ? 208 : 108), &dh, 2);
+                } else if (type == T_Q2_K) {
+                    memcpy(blk + 80, &dh, 2);
+                    memcpy(blk + 82, &mh, 2);
                 } else {
                     memcpy(blk, &dh, 2);
                     memcpy(blk + 2, &mh, 2);
                 }
+            }
+            es__dequantize_row((uint32_t)type, row, d, k);
+        } else if (type == T_IQ4_NL) {
+            /* random grid indices, scales as Q4_0's; values from the library's dequantiser
+             * (test_kquant checks it against an independent decoder and numpy) */
+            for (int64_t b = 0; b < k / 32; b++) {
+                uint8_t *blk = row + (size_t)b * 18;
+                const uint16_t dh = f2h(0.0002f + 0.002f * (float)(test_rng_u64(r) % 1000) / 1000.0f);
+                memcpy(blk, &dh, 2);
+                for (int j = 0; j < 16; j++) blk[2 + j] = (uint8_t)test_rng_u64(r);
             }
             es__dequantize_row((uint32_t)type, row, d, k);
         } else {

@@ -49,7 +49,8 @@ static bool parse_type(const char *s, es__dtype *t) {
         es__dtype t;
     } types[] = {{"f32", ES__DTYPE_F32}, {"f16", ES__DTYPE_F16}, {"bf16", ES__DTYPE_BF16},
                  {"q8_0", ES__DTYPE_Q8_0}, {"q4_0", ES__DTYPE_Q4_0}, {"q4_K", ES__DTYPE_Q4_K},
-                 {"q5_K", ES__DTYPE_Q5_K}, {"q6_K", ES__DTYPE_Q6_K}};
+                 {"q5_K", ES__DTYPE_Q5_K}, {"q6_K", ES__DTYPE_Q6_K},
+                 {"q2_K", ES__DTYPE_Q2_K}, {"q3_K", ES__DTYPE_Q3_K}, {"iq4_nl", ES__DTYPE_IQ4_NL}};
     for (size_t i = 0; i < sizeof types / sizeof *types; i++)
         if (!strcmp(s, types[i].name)) {
             *t = types[i].t;

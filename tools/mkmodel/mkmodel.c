@@ -408,6 +408,9 @@ static uint32_t file_type(es__dtype t) { /* llama.cpp's general.file_type for "m
     case ES__DTYPE_Q4_K: return 14; /* llama.cpp's Q4_K_S, Q5_K_S, Q6_K: every matrix that type */
     case ES__DTYPE_Q5_K: return 16;
     case ES__DTYPE_Q6_K: return 18;
+    case ES__DTYPE_Q2_K: return 10;
+    case ES__DTYPE_Q3_K: return 11;
+    case ES__DTYPE_IQ4_NL: return 25;
     }
     return 0;
 }

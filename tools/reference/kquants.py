@@ -1,5 +1,6 @@
-"""kquants.py: ggml's K-quant super-blocks (Q4_K, Q5_K, Q6_K) decoded in numpy, written from the
-format description independently of the C library (lib/core/quant_k.c).
+"""kquants.py: ggml's K-quant super-blocks (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K) and IQ4_NL's blocks
+decoded in numpy, written from the format description independently of the C library
+(lib/core/quant_k.c, lib/core/quant_iq4.c).
 
 Arithmetic is float32 as ggml's reference does it: the scale products d*sc and dmin*m, then
 (d*sc)*q and its difference with dmin*m, so the result equals the C dequantiser bit for bit (every
@@ -13,11 +14,22 @@ Layouts per 256 elements (e = element index in the super-block):
   q6_K 210 bytes: ql[128], qh[64], scales[16] (int8), d f16
     x = (d * scales[e // 16]) * (q - 32), q: low nibble of ql[64h + l + 32 (g % 2)] (shifted by 4 when
     g >= 2) and 2 high bits (2g) of qh[32h + l], for h = e // 128, g = (e % 128) // 32, l = e % 32.
+  q2_K 84 bytes: scales[16] (scale nibble low, min nibble high), qs[64], d f16, dmin f16
+    i = e // 16; q = bits 2g..2g+1 of qs[32h + l]; x = (d * sc_i) * q - dmin * m_i
+  q3_K 110 bytes: hmask[32], qs[64], scales[12], d f16
+    q = (bits 2g..2g+1 of qs[32h + l]) + 4 * (bit e // 32 of hmask[l]) - 4, in -4..3;
+    6-bit s_i: nibble of scales[i % 8] (low for i < 8), 2 top bits at 2 (i // 4) of scales[8 + i % 4];
+    x = (d * (s_i - 32)) * q
+Per 32 elements:
+  iq4_nl 18 bytes: d f16, qs[16]; element l < 16 low nibble of qs[l], l + 16 its high nibble;
+    x = d * GRID[nibble]
 """
 
 import numpy as np
 
-TYPES = {"q4_K": (12, 144), "q5_K": (13, 176), "q6_K": (14, 210)}  # name: (ggml id, bytes per 256)
+TYPES = {"q2_K": (10, 84), "q3_K": (11, 110), "q4_K": (12, 144), "q5_K": (13, 176), "q6_K": (14, 210),
+         "iq4_nl": (20, 144)}  # name: (ggml id, bytes per 256 elements)
+GRID = np.array([-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113], np.float32)
 QK_K = 256
 
 
@@ -79,14 +91,67 @@ def _q6(blk):
     return y.reshape(nb * QK_K)
 
 
+def _low2(qs):
+    """The 2-bit field of each element e: bits 2g..2g+1 of qs[32h + l]."""
+    e = np.arange(QK_K)
+    h, g, l = e // 128, (e % 128) // 32, e % 32
+    return (qs[:, 32 * h + l].astype(np.int64) >> (2 * g)) & 3
+
+
+def _q2(blk):
+    nb = blk.shape[0]
+    sc = (blk[:, 0:16] & 15).astype(np.float32)
+    m = (blk[:, 0:16] >> 4).astype(np.float32)
+    d = f16_to_f32(blk[:, 80], blk[:, 81])
+    dmin = f16_to_f32(blk[:, 82], blk[:, 83])
+    i = np.arange(QK_K) // 16
+    q = _low2(blk[:, 16:80]).astype(np.float32)
+    with np.errstate(invalid="ignore", over="ignore"):
+        y = (d[:, None] * sc)[:, i] * q - (dmin[:, None] * m)[:, i]
+    return y.reshape(nb * QK_K)
+
+
+def _q3(blk):
+    nb = blk.shape[0]
+    s = blk[:, 96:108].astype(np.int64)
+    idx = np.arange(16)
+    low = np.where(idx < 8, s[:, idx % 8] & 15, s[:, idx % 8] >> 4)
+    top = (s[:, 8 + idx % 4] >> (2 * (idx // 4))) & 3
+    scale = (low | (top << 4)) - 32  # (nb, 16)
+    d = f16_to_f32(blk[:, 108], blk[:, 109])
+    e = np.arange(QK_K)
+    hbit = (blk[:, e % 32].astype(np.int64) >> (e // 32)) & 1
+    q = (_low2(blk[:, 32:96]) + 4 * hbit - 4).astype(np.float32)
+    with np.errstate(invalid="ignore", over="ignore"):
+        y = (d[:, None] * scale.astype(np.float32))[:, e // 16] * q
+    return y.reshape(nb * QK_K)
+
+
+def _iq4_nl(raw, n):
+    if n % 32:
+        raise ValueError("iq4_nl needs a multiple of 32 elements, got %d" % n)
+    blk = np.asarray(raw, dtype=np.uint8)[: n // 32 * 18].reshape(-1, 18)
+    d = f16_to_f32(blk[:, 0], blk[:, 1])
+    nib = np.concatenate([blk[:, 2:18] & 15, blk[:, 2:18] >> 4], axis=1)  # elements 0..15, 16..31
+    with np.errstate(invalid="ignore", over="ignore"):
+        y = d[:, None] * GRID[nib]
+    return y.reshape(-1)
+
+
 def dequantize(raw, type_name, n):
     """Raw bytes of n elements (n a multiple of 256) -> float32 array of n values."""
     if type_name not in TYPES:
         raise ValueError("not a K-quant: %r" % type_name)
+    if type_name == "iq4_nl":
+        return _iq4_nl(raw, n)
     if n % QK_K:
         raise ValueError("%s needs a multiple of 256 elements, got %d" % (type_name, n))
     bb = TYPES[type_name][1]
     blk = np.asarray(raw, dtype=np.uint8)[: n // QK_K * bb].reshape(-1, bb)
     if type_name == "q6_K":
         return _q6(blk)
+    if type_name == "q2_K":
+        return _q2(blk)
+    if type_name == "q3_K":
+        return _q3(blk)
     return _q4_q5(blk, type_name == "q5_K")

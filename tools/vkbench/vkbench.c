@@ -44,10 +44,18 @@ static void *make_weights(es__dtype t, uint32_t rows, uint32_t K, size_t *bytes)
         const size_t bb = sz / (n / 256);
         for (size_t i = 0; i < sz; i++) w[i] = (uint8_t)(rand() & 0xff);
         const uint16_t d = es__f32_to_f16(0.001f);
+        /* d (and dmin) where the type keeps them: Q6_K and Q3_K at the end, Q2_K d, dmin at 80 */
+        const size_t d_at = t == ES__DTYPE_Q6_K ? 208 : t == ES__DTYPE_Q3_K ? 108 : t == ES__DTYPE_Q2_K ? 80 : 0;
+        const bool has_min = t != ES__DTYPE_Q6_K && t != ES__DTYPE_Q3_K;
         for (size_t b = 0; b < n / 256; b++) {
-            memcpy(w + bb * b + (t == ES__DTYPE_Q6_K ? 208 : 0), &d, 2);
-            if (t != ES__DTYPE_Q6_K) memcpy(w + bb * b + 2, &d, 2);
+            memcpy(w + bb * b + d_at, &d, 2);
+            if (has_min) memcpy(w + bb * b + d_at + 2, &d, 2);
         }
+    }
+    if (t == ES__DTYPE_IQ4_NL) { /* random grid indices, block scales of 0.001 */
+        const uint16_t d = es__f32_to_f16(0.001f);
+        for (size_t i = 0; i < sz; i++) w[i] = (uint8_t)(rand() & 0xff);
+        for (size_t b = 0; b < n / 32; b++) memcpy(w + 18 * b, &d, 2);
     }
     for (size_t i = 0; t == ES__DTYPE_F32 && i < n; i++) ((float *)w)[i] = frand();
     for (size_t i = 0; t == ES__DTYPE_F16 && i < n; i++) ((uint16_t *)w)[i] = es__f32_to_f16(frand());
