@@ -9,18 +9,23 @@
 
 #define FORGET 0.97  /* weight of past calls per new one: about the last 30 calls count */
 #define PRIOR 2.0f   /* pseudo-counts of the raw draft probability in the calibration  */
-#define EXPLORE 32   /* every EXPLORE-th call drafts from every stream, so that what they are
-                        worth and cost stays measured while drafting does not pay ... */
-#define EXPLORE_MAX 512 /* ... backing off to this interval while each exploration confirms it:
-                           an exploration costs a stream pass and a larger tree, about 1.5 calls
-                           where drafting does not pay (lavapipe, docs/perf.md) */
+#define EXPLORE 32   /* calls between explorations (a call that drafts from every stream, or a
+                        draft-model step that drafts, whatever the costs say, so that what
+                        drafting is worth and costs stays measured) until the costs are known */
+#define EXPLORE_SHARE 0.03 /* then as many calls apart as keep an exploration's measured extra
+                              cost near this share of the time of plain decoding ...           */
+#define EXPLORE_MIN 8      /* ... but at least this many calls apart ...                       */
+#define EXPLORE_BACKOFF 16 /* ... and, while explorations confirm that drafting does not pay, up
+                              to this many times further apart (doubling each time)            */
 #define SPIKE 2.0    /* a timing counts at most SPIKE times what the fit predicts */
+#define SEED 2.0     /* calls a calibration's timing counts for in the fit */
 
 void es__tuner_init(es__tuner *t, bool adaptive) {
     memset(t, 0, sizeof *t);
     t->adaptive = adaptive;
     t->explore_at = EXPLORE;
     t->explore_every = EXPLORE;
+    t->explore_base = EXPLORE;
 }
 
 static int32_t bin_of(float logp) {
@@ -84,13 +89,81 @@ static double stream_cost(const es__tuner *t, int32_t g) {
 }
 
 void es__tuner_observe_streams(es__tuner *t, int32_t g, double ms) {
-    if (!(ms >= 0.0) || g < 1 || first_timing(&t->seen_g, g)) return;
+    if (!(ms >= 0.0) || g < 1) return;
+    t->max_g = ES__MAX(t->max_g, g);
+    if (first_timing(&t->seen_g, g)) return;
     if (t->gs > 0.0) ms = ES__MIN(ms, SPIKE * stream_cost(t, g));
     t->gw = FORGET * t->gw + 1.0;
     t->gs = FORGET * t->gs + g;
     t->gss = FORGET * t->gss + (double)g * g;
     t->gt = FORGET * t->gt + ms;
     t->gst = FORGET * t->gst + (double)g * ms;
+}
+
+void es__tuner_observe_plain(es__tuner *t, double ms) {
+    if (!(ms >= 0.0)) return;
+    t->plain_ms = t->plain_ms > 0.0 ? 0.9 * t->plain_ms + 0.1 * ms : ms;
+}
+
+/* A plain one-token call: measured, else the fit's one-node call. */
+static double plain_cost(const es__tuner *t, double a, double b) {
+    return t->plain_ms > 0.0 ? t->plain_ms : a + b;
+}
+
+/* What an exploration costs beyond a plain call, in plain calls: the largest tree timed, the
+ * widest stream pass and the drafter's calls for its chain. */
+static double explore_overhead(const es__tuner *t, double a, double b) {
+    const double n = (double)ES__MAX(t->max_n, 2);
+    const double pass = t->gs > 0.0 ? stream_cost(t, ES__MAX(t->max_g, 1)) : 0.0;
+    const double unit = plain_cost(t, a, b), step = a + b * n + pass + t->draft_ms * (n - 1.0);
+    return ES__MAX(step - unit, 0.0) / unit;
+}
+
+/* The base interval between explorations from their measured cost (EXPLORE while unknown). */
+static int32_t explore_base(const es__tuner *t) {
+    double a, b;
+    if (!es__tuner_cost(t, &a, &b)) return EXPLORE;
+    const double calls = ceil(explore_overhead(t, a, b) / EXPLORE_SHARE);
+    return (int32_t)ES__MIN(ES__MAX(calls, (double)EXPLORE_MIN), 4096.0);
+}
+
+void es__tuner_seed(es__tuner *t, const es__tuner_costs *c) {
+    if (!t->adaptive || !(c->plain_ms > 0.0) || !(c->one_ms > 0.0) || c->n_hi < 2 || c->n_hi > 64 || !(c->hi_ms > 0.0))
+        return;
+    const double pts[2][2] = {{1.0, c->one_ms}, {(double)c->n_hi, c->hi_ms}};
+    for (int i = 0; i < 2; i++) {
+        const double n = pts[i][0], ms = pts[i][1];
+        t->w += SEED, t->sn += SEED * n, t->st += SEED * ms, t->snn += SEED * n * n, t->snt += SEED * n * ms;
+        t->seen_n |= (uint64_t)1 << ((int32_t)n - 1);
+    }
+    t->calls += 4; /* what the fit needs to be believed: SEED calls at each of two sizes */
+    t->max_n = ES__MAX(t->max_n, c->n_hi);
+    t->plain_ms = c->plain_ms;
+    if (c->g_hi > 1 && c->g_hi <= 64 && c->pass1_ms > 0.0 && c->pass_hi_ms > 0.0) {
+        const double pg[2][2] = {{1.0, c->pass1_ms}, {(double)c->g_hi, c->pass_hi_ms}};
+        for (int i = 0; i < 2; i++) {
+            const double g = pg[i][0], ms = pg[i][1];
+            t->gw += SEED, t->gs += SEED * g, t->gss += SEED * g * g, t->gt += SEED * ms, t->gst += SEED * g * ms;
+            t->seen_g |= (uint64_t)1 << ((int32_t)g - 1);
+        }
+        t->max_g = ES__MAX(t->max_g, c->g_hi);
+    }
+    if (c->draft_ms > 0.0) t->draft_ms = c->draft_ms;
+    /* the first step explores (what drafting is worth is not known yet); later ones as far
+     * apart as their measured cost says */
+    t->explore_base = t->explore_every = explore_base(t);
+    t->explore_at = t->steps;
+}
+
+bool es__tuner_units(const es__tuner *t, double *node, double *pass1, double *pass_max, double *draft) {
+    double a, b;
+    if (!es__tuner_cost(t, &a, &b)) return false;
+    const double unit = plain_cost(t, a, b);
+    *node = b / unit;
+    *pass1 = t->gs > 0.0 ? stream_cost(t, 1) / unit : 0.0;
+    *pass_max = t->gs > 0.0 ? stream_cost(t, ES__MAX(t->max_g, 1)) / unit : 0.0;
+    *draft = t->draft_ms / unit;
+    return true;
 }
 
 int32_t es__tuner_room(const es__tuner *t) {
@@ -106,7 +179,7 @@ int32_t es__tuner_streams(const es__tuner *t, int32_t gamma, int32_t k, int32_t 
     if (!es__tuner_cost(t, &a, &b) || !(t->gs > 0.0)) return ES__MIN(gamma, 1);
     /* expected tokens per call: 1 + the chances of reaching each depth, the conditional
      * acceptance per depth smoothed towards 0.3 with one pseudo-count */
-    double best = 1.0 / (a + b), reach = 1.0, expect = 1.0;
+    double best = 1.0 / plain_cost(t, a, b), reach = 1.0, expect = 1.0;
     int32_t best_g = 0;
     for (int32_t g = 1; g <= gamma && g <= ES_SPEC_MAX_DEPTH; g++) {
         reach *= (t->hit[g - 1] + 0.3) / (t->tested[g - 1] + 1.0);
@@ -118,8 +191,16 @@ int32_t es__tuner_streams(const es__tuner *t, int32_t gamma, int32_t k, int32_t 
     return best_g;
 }
 
+bool es__tuner_draft_pays(const es__tuner *t) {
+    double a, b;
+    if (!t->adaptive || t->steps >= t->explore_at || !es__tuner_cost(t, &a, &b) || !(t->draft_ms > 0.0)) return true;
+    const double p = (t->hit[0] + 0.3) / (t->tested[0] + 1.0);
+    return (1.0 + p) / (a + 2.0 * b + t->draft_ms) > 1.0 / plain_cost(t, a, b);
+}
+
 void es__tuner_chose(es__tuner *t, int32_t g) {
     if (!t->adaptive) return;
+    t->explore_base = explore_base(t);
     if (t->steps >= t->explore_at) { /* an exploration: the next choice says whether it paid */
         t->explored = true;
         t->explore_at = INT64_MAX;
@@ -127,13 +208,13 @@ void es__tuner_chose(es__tuner *t, int32_t g) {
     }
     if (g > 0) { /* drafting pays: explorations at the base interval again */
         t->explored = false;
-        t->explore_every = EXPLORE;
-        t->explore_at = ES__MIN(t->explore_at, t->steps + EXPLORE);
+        t->explore_every = t->explore_base;
+        t->explore_at = ES__MIN(t->explore_at, t->steps + t->explore_base);
         return;
     }
     if (!t->explored) return;
     t->explored = false;
-    t->explore_every = ES__MIN(2 * t->explore_every, EXPLORE_MAX);
+    t->explore_every = ES__MIN(2 * ES__MAX(t->explore_every, t->explore_base), EXPLORE_BACKOFF * t->explore_base);
     t->explore_at = t->steps + t->explore_every;
 }
 

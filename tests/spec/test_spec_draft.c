@@ -132,8 +132,9 @@ int main(int argc, char **argv) {
         memcpy(seq + 9, got, sizeof(int32_t) * (size_t)n);
         CHECK(es_context_n_past(c) == 9 + n - 1);
         check_kv(c, target, seq);
-        /* the drafter may lag one token (an accepted last draft it has not read yet) */
-        CHECK(es_context_n_past(d) == 9 + n - 1 || es_context_n_past(d) == 9 + n - 2);
+        /* the drafter may lag: one token (an accepted last draft it has not read yet), or the
+         * tokens of plain steps, taken where drafts did not pay (it reads them when one does) */
+        CHECK(es_context_n_past(d) <= 9 + n - 1 && es_context_n_past(d) >= 9);
         check_kv(d, near, seq);
         /* a later turn: feed more tokens and go on, still equal to plain decoding of it all */
         CHECK_OK(es_spec_feed(s, prompt + 20, 6));
