@@ -1,10 +1,12 @@
 /* spec_calib.c: the short calibration behind adaptive draft trees (spec_tune.h). When an
  * adaptive speculation object is made, the target (and a drafter) run a handful of calls on the
  * empty cache, nothing committed: a plain one-token call and a one-node call as the strategy
- * makes it (with its streams; each twice, the first may carry one-time costs), stream passes of
- * one and of every stream, a four-node call, a drafter call (twice). About nine one-token calls,
- * so that the first steps are sized from this device's costs instead of from guesses; the fit then
- * follows every later call. Only timing depends on it: no token, cache entry or sampler state. */
+ * makes it (with its streams; each twice, the first may carry one-time costs: a new context's
+ * first call touches its caches and pages, 5-25 ms on the CPU backend here, which the prompt
+ * would pay otherwise), stream passes of every stream (twice) and of one, a four-node call, a
+ * plain call again, a drafter call (twice). About eleven one-token calls, so that the first
+ * steps are sized from this device's costs instead of from guesses; the fit then follows every
+ * later call. Only timing depends on it: no token, cache entry or sampler state. */
 #include "spec.h"
 
 #include <string.h>
@@ -42,15 +44,21 @@ static es_status stream_pass(es_spec *s, int32_t g, double *ms) {
 
 static es_status measure(es_spec *s, int32_t streams, es_context *drafter, es__tuner_costs *c) {
     const es__call call = {streams, s->p.prune_threshold}, *cp = streams > 0 ? &call : NULL;
-    ES_TRY(one_call(s, s->ctx, NULL, &c->plain_ms));
+    double first, last;
+    ES_TRY(one_call(s, s->ctx, NULL, &first)); /* the context's first call: caches, pages */
     ES_TRY(one_call(s, s->ctx, cp, &c->one_ms));
-    if (streams > 1) {
+    if (streams > 1) { /* the widest pass twice: the first may size the backend's stream scratch */
+        double t1, t2;
         c->g_hi = streams;
+        ES_TRY(stream_pass(s, streams, &t1));
         ES_TRY(stream_pass(s, 1, &c->pass1_ms));
-        ES_TRY(stream_pass(s, streams, &c->pass_hi_ms));
+        ES_TRY(stream_pass(s, streams, &t2));
+        c->pass_hi_ms = ES__MIN(t1, t2);
     }
     c->n_hi = ES__MIN(HI, es__spec_tree_room(s));
     if (c->n_hi >= 2) ES_TRY(timed(s, s->ctx, c->n_hi, cp, &c->hi_ms));
+    ES_TRY(timed(s, s->ctx, 1, NULL, &last)); /* a plain call again, now as warm as the others */
+    c->plain_ms = ES__MIN(first, last);
     if (drafter) ES_TRY(one_call(s, drafter, NULL, &c->draft_ms));
     return ES_OK;
 }
