@@ -1,10 +1,10 @@
 /* spec_calib.c: the short calibration behind adaptive draft trees (spec_tune.h). When an
  * adaptive speculation object is made, the target (and a drafter) run a handful of calls on the
- * empty cache, nothing committed: a plain one-token call and a one-node call as the strategy
- * makes it (with its streams; each twice, the first may carry one-time costs: a new context's
- * first call touches its caches and pages, 5-25 ms on the CPU backend here, which the prompt
- * would pay otherwise), stream passes of every stream (twice) and of one, a four-node call, a
- * plain call again, a drafter call (twice). About eleven one-token calls, so that the first
+ * empty cache, nothing committed: a plain one-token call (twice: a new context's first call
+ * touches its caches and pages, 5-25 ms on the CPU backend here, which the prompt would pay
+ * otherwise), three one-node calls as the strategy makes them (with its streams) each followed
+ * by a stream pass (of every stream, of one, of every stream), a four-node call (twice), a drafter
+ * call (twice). The best of the repeated timings counts. About thirteen one-token calls, so that the first
  * steps are sized from this device's costs instead of from guesses; the fit then follows every
  * later call. Only timing depends on it: no token, cache entry or sampler state. */
 #include "spec.h"
@@ -42,21 +42,39 @@ static es_status stream_pass(es_spec *s, int32_t g, double *ms) {
     return st == ES_OK ? ES_OK : es__spec_fail_ctx(s, s->ctx, st, "calibration");
 }
 
+/* A one-node call with the strategy's streams, then a pass of g of its streams (the pass may keep
+ * what it computed for the node: each pass follows a call of its own). */
+static es_status call_and_pass(es_spec *s, const es__call *call, int32_t g, double *call_ms, double *pass_ms) {
+    double t;
+    ES_TRY(timed(s, s->ctx, 1, call, &t));
+    *call_ms = ES__MIN(*call_ms, t);
+    if (g > 0) {
+        ES_TRY(stream_pass(s, g, &t));
+        *pass_ms = ES__MIN(*pass_ms, t);
+    }
+    return ES_OK;
+}
+
 static es_status measure(es_spec *s, int32_t streams, es_context *drafter, es__tuner_costs *c) {
     const es__call call = {streams, s->p.prune_threshold}, *cp = streams > 0 ? &call : NULL;
     double first, last;
-    ES_TRY(one_call(s, s->ctx, NULL, &first)); /* the context's first call: caches, pages */
-    ES_TRY(one_call(s, s->ctx, cp, &c->one_ms));
-    if (streams > 1) { /* the widest pass twice: the first may size the backend's stream scratch */
-        double t1, t2;
-        c->g_hi = streams;
-        ES_TRY(stream_pass(s, streams, &t1));
-        ES_TRY(stream_pass(s, 1, &c->pass1_ms));
-        ES_TRY(stream_pass(s, streams, &t2));
-        c->pass_hi_ms = ES__MIN(t1, t2);
-    }
+    ES_TRY(timed(s, s->ctx, 1, NULL, &first)); /* the context's first call: caches, pages */
+    /* one-node calls, each followed by a pass of every stream, of one, of every stream: the
+     * first pass may size the backend's stream scratch */
+    const int32_t G = streams;
+    double one = 1e300, p1 = 1e300, pg = 1e300;
+    ES_TRY(call_and_pass(s, cp, G, &one, &pg));
+    ES_TRY(call_and_pass(s, cp, G ? 1 : 0, &one, &p1));
+    ES_TRY(call_and_pass(s, cp, G, &one, &pg));
+    c->one_ms = one;
+    if (G) c->g_hi = G, c->pass1_ms = p1, c->pass_hi_ms = pg;
     c->n_hi = ES__MIN(HI, es__spec_tree_room(s));
-    if (c->n_hi >= 2) ES_TRY(timed(s, s->ctx, c->n_hi, cp, &c->hi_ms));
+    if (c->n_hi >= 2) { /* twice: a device may compile this tile size at its first dispatch */
+        double t1, t2;
+        ES_TRY(timed(s, s->ctx, c->n_hi, cp, &t1));
+        ES_TRY(timed(s, s->ctx, c->n_hi, cp, &t2));
+        c->hi_ms = ES__MIN(t1, t2);
+    }
     ES_TRY(timed(s, s->ctx, 1, NULL, &last)); /* a plain call again, now as warm as the others */
     c->plain_ms = ES__MIN(first, last);
     if (drafter) ES_TRY(one_call(s, drafter, NULL, &c->draft_ms));

@@ -139,9 +139,9 @@ void es__tuner_seed(es__tuner *t, const es__tuner_costs *c) {
     t->calls += 4; /* what the fit needs to be believed: SEED calls at each of two sizes */
     t->max_n = ES__MAX(t->max_n, c->n_hi);
     t->plain_ms = c->plain_ms;
-    if (c->g_hi > 1 && c->g_hi <= 64 && c->pass1_ms > 0.0 && c->pass_hi_ms > 0.0) {
+    if (c->g_hi >= 1 && c->g_hi <= 64 && c->pass1_ms > 0.0 && c->pass_hi_ms > 0.0) {
         const double pg[2][2] = {{1.0, c->pass1_ms}, {(double)c->g_hi, c->pass_hi_ms}};
-        for (int i = 0; i < 2; i++) {
+        for (int i = 0; i < (c->g_hi > 1 ? 2 : 1); i++) {
             const double g = pg[i][0], ms = pg[i][1];
             t->gw += SEED, t->gs += SEED * g, t->gss += SEED * g * g, t->gt += SEED * ms, t->gst += SEED * g * ms;
             t->seen_g |= (uint64_t)1 << ((int32_t)g - 1);

@@ -48,7 +48,7 @@ typedef struct es__tuner_costs {
     double one_ms;      /* a one-node call as the strategy makes it (with its streams)        */
     int32_t n_hi;       /* a larger tree, > 1 nodes ...                                       */
     double hi_ms;       /* ... and its call                                                   */
-    int32_t g_hi;       /* stream passes of 1 and of g_hi > 1 streams (0: no streams) ...      */
+    int32_t g_hi;       /* stream passes of 1 and of g_hi >= 1 streams (0: no streams) ...     */
     double pass1_ms, pass_hi_ms;
     double draft_ms;    /* a draft-model call (0: no drafter)                                 */
 } es__tuner_costs;

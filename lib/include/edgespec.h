@@ -368,7 +368,8 @@ ES_API es_status es_vk_flags_parse(const char *names, uint32_t *flags);
 typedef struct es_vk_tuning {
     int32_t fused_stream_rows; /* Speculative Streaming: the most rows, tree tokens x (1 + streams),
                                   whose streams ride in the forward's own dispatches instead of a
-                                  stream pass after it; 0 = the profile's, -1 = never           */
+                                  stream pass after it; 0 = measured by each context (which is
+                                  faster on this device, for trees of up to 8 tokens), -1 = never */
     int32_t solo_row_elements; /* weight rows shorter than this many elements are walked by one
                                   invocation instead of a subgroup; 0 = the profile's, -1 = never */
     uint64_t reserved[8];     /* zero; room for later fields (ABI, at the top)               */
