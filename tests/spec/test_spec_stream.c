@@ -95,6 +95,19 @@ int main(int argc, char **argv) {
         p.prune_threshold = 0.02f;
         es_spec *s = NULL;
         CHECK_OK(es_spec_create(c, &p, &s));
+        /* the adaptive trees' calibration ran on the empty cache and left it empty; what it
+         * measured is there to see (the KV check below shows it changed no state) */
+        es_spec_costs kc;
+        es_spec_params rp;
+        CHECK_OK(es_spec_get_costs(s, &kc));
+        CHECK_OK(es_spec_get_params(s, &rp));
+        CHECK(es_context_n_past(c) == 0 && kc.adaptive && kc.fitted);
+        CHECKF(kc.calibrate_ms > 0 && kc.calib_plain_ms > 0 && kc.calib_one_ms > 0 && kc.calib_hi_ms > 0 &&
+                   kc.calib_n_hi == 4 && kc.calib_g_hi == rp.n_streams && kc.calib_pass1_ms > 0 &&
+                   kc.calib_pass_hi_ms > 0 && kc.calib_draft_ms == 0 && kc.explore_every >= 8,
+               "calibration %g ms: plain %g, 1 node %g, %d nodes %g, passes %d: %g / %g, explore every %d",
+               kc.calibrate_ms, kc.calib_plain_ms, kc.calib_one_ms, kc.calib_n_hi, kc.calib_hi_ms, kc.calib_g_hi,
+               kc.calib_pass1_ms, kc.calib_pass_hi_ms, kc.explore_every);
         CHECK_OK(es_spec_feed(s, prompt, 7));
         int32_t seq[7 + N_GEN + 8];
         memcpy(seq, prompt, sizeof(int32_t) * 7);
@@ -199,6 +212,18 @@ int main(int argc, char **argv) {
             CHECK_OK(es_spec_get_params(s, &r));
             CHECK(r.strategy == ES_SPEC_STREAM && r.n_streams == 4 && r.top_k == 2 && r.max_nodes == 32 &&
                   r.lookahead == 4 && r.sampling.temperature == 0.0f && !r.fixed_tree);
+            es_spec_free(s);
+        }
+        /* fixed trees measure nothing */
+        {
+            es_spec_params fp = es_spec_default_params();
+            fp.fixed_tree = true;
+            es_spec_costs kc;
+            memset(&kc, 0xff, sizeof kc);
+            CHECK_OK(es_spec_create(c, &fp, &s));
+            CHECK_OK(es_spec_get_costs(s, &kc));
+            CHECK(!kc.adaptive && !kc.fitted && kc.calibrate_ms == 0 && kc.calib_plain_ms == 0 && kc.explore_every == 0);
+            CHECK_FAILS(es_spec_get_costs(NULL, &kc), ES_ERR_INVALID_ARGUMENT, "NULL argument");
             es_spec_free(s);
         }
         es_context_free(c);
