@@ -91,9 +91,9 @@ static es_status setup(es_spec *s, es_context *ctx, const es_spec_params *params
     /* a new sequence: the contexts start empty */
     es_truncate(ctx, 0);
     if (s->strategy->rewind) s->strategy->rewind(s, s->state, 0);
-    /* DSI measures its own latencies; the other strategies size their drafts from these */
-    if (s->strategy == &es__strategy_stream) return es__spec_calibrate_costs(s, s->depth, NULL);
-    if (s->strategy == &es__strategy_draft) return es__spec_calibrate_costs(s, 0, s->p.draft_ctx);
+    /* DSI measures its own latencies; the other strategies size their drafts from costs that
+     * their first step measures (spec_calib.c) */
+    s->calib_pending = !s->p.fixed_tree && (s->strategy == &es__strategy_stream || s->strategy == &es__strategy_draft);
     return ES_OK;
 }
 
@@ -206,7 +206,13 @@ es_status es_spec_step(es_spec *s, int32_t *tokens, size_t cap, size_t *n_tokens
     ES_RETURN_IF(n_past >= s->caps.n_ctx, &s->err, ES_ERR_CONTEXT_FULL, "es_spec_step: the context is full (%d of %d tokens)",
                  n_past, s->caps.n_ctx);
     const double t0 = es__time_now();
-    es_status st = s->strategy->step(s, s->state, tokens, cap, n_tokens);
+    es_status st = ES_OK;
+    if (s->calib_pending) {
+        const bool stream = s->strategy == &es__strategy_stream;
+        st = es__spec_calibrate_costs(s, stream ? s->depth : 0, stream ? NULL : s->p.draft_ctx);
+        s->calib_pending = st != ES_OK;
+    }
+    if (st == ES_OK) st = s->strategy->step(s, s->state, tokens, cap, n_tokens);
     if (st != ES_OK) {
         *n_tokens = 0;
         return st;

@@ -105,9 +105,11 @@ void es__tuner_observe_plain(es__tuner *t, double ms) {
     t->plain_ms = t->plain_ms > 0.0 ? 0.9 * t->plain_ms + 0.1 * ms : ms;
 }
 
-/* A plain one-token call: measured, else the fit's one-node call. */
+/* A plain one-token call: measured, but never above the fit's one-node call, which does more
+ * (its streams): only plain steps time a plain call, so a spike in that timing would otherwise
+ * stand, making every draft look cheap, as long as drafting went on. */
 static double plain_cost(const es__tuner *t, double a, double b) {
-    return t->plain_ms > 0.0 ? t->plain_ms : a + b;
+    return t->plain_ms > 0.0 ? ES__MIN(t->plain_ms, a + b) : a + b;
 }
 
 /* What an exploration costs beyond a plain call, in plain calls: the largest tree timed, the
@@ -130,7 +132,10 @@ static int32_t explore_base(const es__tuner *t) {
 void es__tuner_seed(es__tuner *t, const es__tuner_costs *c) {
     if (!t->adaptive || !(c->plain_ms > 0.0) || !(c->one_ms > 0.0) || c->n_hi < 2 || c->n_hi > 64 || !(c->hi_ms > 0.0))
         return;
-    const double pts[2][2] = {{1.0, c->one_ms}, {(double)c->n_hi, c->hi_ms}};
+    /* a larger call or pass never costs less than a smaller one: a timing that says so is noise
+     * in the smaller one, which takes the larger one's time */
+    const double one = ES__MIN(c->one_ms, c->hi_ms), pass1 = ES__MIN(c->pass1_ms, c->pass_hi_ms);
+    const double pts[2][2] = {{1.0, one}, {(double)c->n_hi, c->hi_ms}};
     for (int i = 0; i < 2; i++) {
         const double n = pts[i][0], ms = pts[i][1];
         t->w += SEED, t->sn += SEED * n, t->st += SEED * ms, t->snn += SEED * n * n, t->snt += SEED * n * ms;
@@ -138,9 +143,9 @@ void es__tuner_seed(es__tuner *t, const es__tuner_costs *c) {
     }
     t->calls += 4; /* what the fit needs to be believed: SEED calls at each of two sizes */
     t->max_n = ES__MAX(t->max_n, c->n_hi);
-    t->plain_ms = c->plain_ms;
+    t->plain_ms = ES__MIN(c->plain_ms, one);
     if (c->g_hi >= 1 && c->g_hi <= 64 && c->pass1_ms > 0.0 && c->pass_hi_ms > 0.0) {
-        const double pg[2][2] = {{1.0, c->pass1_ms}, {(double)c->g_hi, c->pass_hi_ms}};
+        const double pg[2][2] = {{1.0, pass1}, {(double)c->g_hi, c->pass_hi_ms}};
         for (int i = 0; i < (c->g_hi > 1 ? 2 : 1); i++) {
             const double g = pg[i][0], ms = pg[i][1];
             t->gw += SEED, t->gs += SEED * g, t->gss += SEED * g * g, t->gt += SEED * ms, t->gst += SEED * g * ms;

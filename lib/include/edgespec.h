@@ -865,13 +865,14 @@ typedef struct es_spec_stats {
 } es_spec_stats;
 
 /* What adaptive trees (es_spec_params.fixed_tree false, ES_SPEC_STREAM and ES_SPEC_DRAFT) measured
- * on this device and decide from (es_spec_get_costs): a short calibration when es_spec_create made
- * the object (a few target calls on the empty cache, and a drafter's), then a fit over the calls
- * since. Timings only: they never change which tokens are emitted. */
+ * on this device and decide from (es_spec_get_costs): a short calibration in the first
+ * es_spec_step (a few target calls after the prompt, nothing committed, and a drafter call;
+ * counted in that step's time), then a fit over the calls since. Timings only: they never change
+ * which tokens are emitted. */
 typedef struct es_spec_costs {
     bool adaptive;              /* false: fixed trees (or DSI): nothing below is measured          */
     bool fitted;                /* the unit costs below are known                                   */
-    /* the calibration at es_spec_create, in ms (0: not run: fixed trees, DSI, no room) */
+    /* the calibration in the first step, in ms (0: not run: no step yet, fixed trees, DSI, no room) */
     double calibrate_ms;        /* its wall time                                                   */
     double calib_plain_ms;      /* a plain one-token call of the target (the faster of two)        */
     double calib_one_ms;        /* a one-node call as the strategy makes it (with its streams)     */

@@ -213,6 +213,19 @@ static void test_seeded_costs(void) {
     run_streams(&t, &tr, 50, &explored);
     CHECK(es__tuner_streams(&t, 4, 2, 32) == 4);
     CHECK(es__tuner_streams(&t, 4, 2, 3) >= 1); /* a 3-node cap: still worth drafting */
+    /* a spike in the calibration's plain call (47 ms against 1 for a one-node call that does
+     * more) or its one-stream pass does not make drafts look cheap: both are capped by what
+     * does more work */
+    es__tuner_init(&t, true);
+    const es__tuner_costs spiky = {47.0, 1.0, 4, 2.5, 4, 26.0, 1.5, 0.0};
+    es__tuner_seed(&t, &spiky);
+    CHECK(es__tuner_units(&t, &node, &p1, &pmax, &dr));
+    CHECKF(fabs(node - 0.5) < 1e-6 && p1 <= 1.5 + 1e-4 && pmax <= 1.5 + 1e-4, "units after spikes: node %g pass %g / %g",
+           node, p1, pmax);
+    CHECK(es__tuner_streams(&t, 4, 2, 32) == 4); /* the first step explores */
+    es__tuner_chose(&t, 4);
+    es__tuner_observe_call(&t, 4, 2.5);
+    CHECK(es__tuner_streams(&t, 4, 2, 32) == 0);
     /* not seeded (bad costs are ignored): the old start, 2 or 3 nodes and one stream */
     es__tuner u;
     es__tuner_init(&u, true);
