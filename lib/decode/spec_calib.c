@@ -1,13 +1,13 @@
 /* spec_calib.c: the short calibration behind adaptive draft trees (spec_tune.h). At the first
  * step of an adaptive speculation object (after the prompt, which has warmed the contexts' caches
  * and pages), the target and a drafter run a few calls after the committed tokens, nothing
- * committed: two plain one-token calls; two one-node calls as the strategy makes them (with its
- * streams), the first followed by a pass of every stream (which may also size the backend's
- * stream scratch), the second by a pass of one; a four-node call followed by a pass of every
- * stream; a drafter call. The best of repeated timings counts. About nine one-token calls of
- * the target, counted in the step's time, so that the first steps are sized from this device's
- * costs instead of from guesses; the fit then follows every later call. Only timing depends on
- * it: no token, committed cache entry or sampler state. */
+ * committed: a plain one-token call; a one-node call as the strategy makes it (with its streams)
+ * and a pass of every stream; a four-node call and a pass of one stream; a drafter call. About
+ * six one-token calls of the target, counted in the step's time (5% of a 128-token run where
+ * drafting does not pay: each is timed once, and the tuner guards against their noise,
+ * spec_tune.c), so that the first steps are sized from this device's costs instead of from
+ * guesses; the fit then follows every later call. Only timing depends on it: no token,
+ * committed cache entry or sampler state. */
 #include "spec.h"
 
 #include <string.h>
@@ -45,21 +45,12 @@ static es_status stream_pass(es_spec *s, int32_t g, double *ms) {
 
 static es_status measure(es_spec *s, int32_t G, es_context *drafter, es__tuner_costs *c) {
     const es__call call = {G, s->p.prune_threshold}, *cp = G > 0 ? &call : NULL;
-    double one2, pg2, plain2;
     ES_TRY(timed(s, s->ctx, 1, NULL, &c->plain_ms));
-    ES_TRY(timed(s, s->ctx, 1, NULL, &plain2));
-    c->plain_ms = ES__MIN(c->plain_ms, plain2);
     ES_TRY(timed(s, s->ctx, 1, cp, &c->one_ms));
     if (G) ES_TRY(stream_pass(s, G, &c->pass_hi_ms));
-    ES_TRY(timed(s, s->ctx, 1, cp, &one2));
-    if (G) ES_TRY(stream_pass(s, 1, &c->pass1_ms));
-    c->one_ms = ES__MIN(c->one_ms, one2);
     c->n_hi = ES__MIN(HI, es__spec_tree_room(s));
     if (c->n_hi >= 2) ES_TRY(timed(s, s->ctx, c->n_hi, cp, &c->hi_ms));
-    if (c->n_hi >= 2 && G) {
-        ES_TRY(stream_pass(s, G, &pg2));
-        c->pass_hi_ms = ES__MIN(c->pass_hi_ms, pg2);
-    }
+    if (c->n_hi >= 2 && G) ES_TRY(stream_pass(s, 1, &c->pass1_ms));
     c->g_hi = G;
     if (drafter) ES_TRY(timed(s, drafter, 1, NULL, &c->draft_ms));
     return ES_OK;

@@ -440,7 +440,7 @@ static es_status warm_up(es_context *ctx, vk_ctx *c) {
         s = warm_forward(ctx, 1, g, 0.0f, logits);
         if (s == ES_OK) s = es__vk_msa_stream_logits(c->msa, 0, g, logits);
     }
-    for (int32_t n = 2; s == ES_OK && G > 0 && n <= 8 && n <= (int32_t)c->nb; n *= 4) {
+    for (int32_t n = 2; s == ES_OK && G > 0 && n <= 8 && n <= (int32_t)c->nb; n *= 2) {
         s = warm_forward(ctx, n, G, prune ? 1e-9f : 0.0f, logits);
         if (s == ES_OK) s = warm_forward(ctx, n, 1, 0.0f, logits);
     }
