@@ -100,9 +100,16 @@ void es__tuner_observe_streams(es__tuner *t, int32_t g, double ms) {
     t->gst = FORGET * t->gst + (double)g * ms;
 }
 
-void es__tuner_observe_plain(es__tuner *t, double ms) {
+/* A decayed mean of a call's time that follows a faster call more quickly than a slower one:
+ * noise on a loaded machine only adds time, and a cost that looks too high stops the calls that
+ * would time it again (plain calls while drafting pays, drafter calls while it does not). */
+static void mean_cost(double *mean, double ms) {
     if (!(ms >= 0.0)) return;
-    t->plain_ms = t->plain_ms > 0.0 ? 0.9 * t->plain_ms + 0.1 * ms : ms;
+    *mean = !(*mean > 0.0) ? ms : ms < *mean ? 0.5 * *mean + 0.5 * ms : 0.9 * *mean + 0.1 * ms;
+}
+
+void es__tuner_observe_plain(es__tuner *t, double ms) {
+    mean_cost(&t->plain_ms, ms);
 }
 
 /* A plain one-token call: measured, but never above the fit's one-node call, which does more
@@ -228,8 +235,7 @@ bool es__tuner_explores_next(const es__tuner *t) {
 }
 
 void es__tuner_observe_draft_call(es__tuner *t, double ms) {
-    if (!(ms >= 0.0)) return;
-    t->draft_ms = t->draft_ms > 0.0 ? 0.9 * t->draft_ms + 0.1 * ms : ms;
+    mean_cost(&t->draft_ms, ms);
 }
 
 void es__tuner_observe_tree(es__tuner *t, const es__tree *tree, const int32_t *path, int32_t n_path,

@@ -257,6 +257,13 @@ static void test_seeded_draft(void) {
         }
         CHECKF(cheap ? drafts == 300 : drafts <= 4, "%s nodes: %d of 300 steps drafted", cheap ? "cheap" : "dear", drafts);
     }
+    /* a spike in the drafter's timing (30 ms for a 0.3 ms call) fades within a few drafter
+     * calls (an exploration's), faster than a slow timing would move it up */
+    es__tuner u = seeded(1.0, 1.15, 0.0, 0.0, 30.0);
+    for (int i = 0; i < 4; i++) es__tuner_observe_draft_call(&u, 0.3);
+    CHECKF(u.draft_ms < 2.5, "drafter cost %g ms after 4 calls of 0.3", u.draft_ms);
+    es__tuner_observe_draft_call(&u, 30.0);
+    CHECKF(u.draft_ms < 6.0, "drafter cost %g ms after a spike", u.draft_ms);
     /* costs unknown, or fixed trees: always draft */
     es__tuner t;
     es__tuner_init(&t, true);
