@@ -46,8 +46,9 @@ bool es__tuner_cost(const es__tuner *t, double *a, double *b) {
     const double den = t->w * t->snn - t->sn * t->sn;
     if (!(den > 1e-9 * t->w * t->w)) return false; /* all recent calls had about the same size */
     const double slope = (t->w * t->snt - t->sn * t->st) / den, base = (t->st - slope * t->sn) / t->w;
-    /* a node never costs nothing; timing noise may say so */
-    *b = slope > 1e-6 ? slope : 1e-6;
+    /* a node never costs nothing, nor less than half what the calibration measured (costs grow
+     * with the context); timing noise may say so, and trees would then look free */
+    *b = ES__MAX(slope > 1e-6 ? slope : 1e-6, t->floor_b);
     *a = base > 0.0 ? base : 0.0;
     return true;
 }
@@ -83,9 +84,9 @@ static double stream_cost(const es__tuner *t, int32_t g) {
     const double den = t->gw * t->gss - t->gs * t->gs;
     if (den > 1e-9 * t->gw * t->gw) {
         const double c1 = (t->gw * t->gst - t->gs * t->gt) / den, c0 = (t->gt - c1 * t->gs) / t->gw;
-        return ES__MAX(c0, 0.0) + ES__MAX(c1, 1e-6) * g;
+        return ES__MAX(ES__MAX(c0, 0.0) + ES__MAX(c1, 1e-6) * g, t->floor_g0 + t->floor_g1 * g);
     }
-    return t->gt / t->gs * g;
+    return ES__MAX(t->gt / t->gs * g, t->floor_g0 + t->floor_g1 * g);
 }
 
 void es__tuner_observe_streams(es__tuner *t, int32_t g, double ms) {
@@ -161,6 +162,13 @@ void es__tuner_seed(es__tuner *t, const es__tuner_costs *c) {
         t->max_g = ES__MAX(t->max_g, c->g_hi);
     }
     if (c->draft_ms > 0.0) t->draft_ms = c->draft_ms;
+    /* floors: half the calibration's node and pass costs (see es__tuner_cost) */
+    t->floor_b = 0.5 * ES__MAX(c->hi_ms - one, 0.0) / (double)(c->n_hi - 1);
+    if (t->gs > 0.0) {
+        const double g1 = c->g_hi > 1 ? ES__MAX(c->pass_hi_ms - pass1, 0.0) / (double)(c->g_hi - 1) : 0.0;
+        t->floor_g1 = 0.5 * g1;
+        t->floor_g0 = 0.5 * ES__MAX(pass1 - g1, 0.0);
+    }
     /* the first step explores (what drafting is worth is not known yet); later ones as far
      * apart as their measured cost says */
     t->explore_base = t->explore_every = explore_base(t);

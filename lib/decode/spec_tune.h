@@ -39,6 +39,8 @@ typedef struct es__tuner {
     bool explored;                                /* the last choice was an exploration          */
     double plain_ms;                              /* decayed mean of a plain one-token call      */
     int32_t max_g;                                /* widest stream pass timed                    */
+    double floor_b, floor_g0, floor_g1;           /* half the calibration's node and pass costs:
+                                                     no fit goes below them                      */
 } es__tuner;
 
 /* What a calibration measured (or a test gives), in ms: the costs every decision starts from. */

@@ -226,6 +226,15 @@ static void test_seeded_costs(void) {
     es__tuner_chose(&t, 4);
     es__tuner_observe_call(&t, 4, 2.5);
     CHECK(es__tuner_streams(&t, 4, 2, 32) == 0);
+    /* later timings that say nodes and passes are free (noise: n = 1 and 4 at the same time)
+     * go no lower than half what the calibration measured */
+    t = seeded(1.0, 2.5, 0.9, 1.5, 0.0);
+    for (int i = 0; i < 200; i++) {
+        es__tuner_observe_call(&t, 1 + 3 * (i % 2), 2.0);
+        es__tuner_observe_streams(&t, 1 + 3 * (i % 2), 0.01);
+    }
+    CHECK(es__tuner_units(&t, &node, &p1, &pmax, &dr));
+    CHECKF(node >= 0.25 - 1e-9 && pmax >= 0.75 - 1e-9, "units after noise: node %g, pass %g / %g", node, p1, pmax);
     /* not seeded (bad costs are ignored): the old start, 2 or 3 nodes and one stream */
     es__tuner u;
     es__tuner_init(&u, true);
