@@ -9,8 +9,9 @@
  * recording, and on lavapipe the compilation of every kernel at its first dispatch, 20-30 ms),
  * a later timing counts at most twice the fit's prediction, and a tree grows to at most twice the
  * largest size seen, so no decision rests on a cost extrapolated far beyond what was measured.
- * A short calibration in the first step (spec_calib.c) seeds the fit with this device's own costs, so the first steps are sized from measurements rather than from guesses,
- * and how often drafting is re-tried while it does not pay follows from what a try costs here.
+ * A short calibration in the first step (spec_calib.c) seeds the fit with this device's own
+ * costs, so the first steps are sized from measurements rather than from guesses, and how often
+ * drafting is re-tried while it does not pay follows from what a try costs here.
  * Losslessness does not depend on any of this. */
 #ifndef ES_DECODE_SPEC_TUNE_H
 #define ES_DECODE_SPEC_TUNE_H
