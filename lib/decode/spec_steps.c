@@ -96,8 +96,9 @@ void es__spec_calibrate(es_spec *s, int32_t buf, es__levels *lv) {
             s->cand_cal[at + (size_t)r] = es__tuner_accept(&s->tune, g + 1, s->cand_lp[at + (size_t)r]);
         lv->logp[g] = s->cand_cal + at;
     }
+    /* an exploration's tree is not cut to the costs: its drafts are what it measures */
     double a, b;
-    if (es__tuner_cost(&s->tune, &a, &b)) {
+    if (!s->tune.explored && es__tuner_cost(&s->tune, &a, &b)) {
         lv->cost_a = a;
         lv->cost_b = b;
     }

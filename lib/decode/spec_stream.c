@@ -99,6 +99,7 @@ static es_status stream_step(es_spec *s, void *state, int32_t *tokens, size_t ca
     /* 4. keep the accepted path's KV */
     if (st == ES_OK) {
         es__tuner_observe_call(&s->tune, t->n, fwd_ms);
+        if (!streams) es__tuner_observe_plain(&s->tune, fwd_ms);
         st = es_commit(s->ctx, path, n_path);
         if (st != ES_OK) es__spec_fail_ctx(s, s->ctx, st, NULL);
     }

@@ -9,18 +9,23 @@
 
 #define FORGET 0.97  /* weight of past calls per new one: about the last 30 calls count */
 #define PRIOR 2.0f   /* pseudo-counts of the raw draft probability in the calibration  */
-#define EXPLORE 32   /* every EXPLORE-th call drafts from every stream, so that what they are
-                        worth and cost stays measured while drafting does not pay ... */
-#define EXPLORE_MAX 512 /* ... backing off to this interval while each exploration confirms it:
-                           an exploration costs a stream pass and a larger tree, about 1.5 calls
-                           where drafting does not pay (lavapipe, docs/perf.md) */
+#define EXPLORE 32   /* calls between explorations (a call that drafts from every stream, or a
+                        draft-model step that drafts, whatever the costs say, so that what
+                        drafting is worth and costs stays measured) until the costs are known */
+#define EXPLORE_SHARE 0.03 /* then as many calls apart as keep an exploration's measured extra
+                              cost near this share of the time of plain decoding ...           */
+#define EXPLORE_MIN 8      /* ... but at least this many calls apart ...                       */
+#define EXPLORE_BACKOFF 16 /* ... and, while explorations confirm that drafting does not pay, up
+                              to this many times further apart (doubling each time)            */
 #define SPIKE 2.0    /* a timing counts at most SPIKE times what the fit predicts */
+#define SEED 2.0     /* calls a calibration's timing counts for in the fit */
 
 void es__tuner_init(es__tuner *t, bool adaptive) {
     memset(t, 0, sizeof *t);
     t->adaptive = adaptive;
     t->explore_at = EXPLORE;
     t->explore_every = EXPLORE;
+    t->explore_base = EXPLORE;
 }
 
 static int32_t bin_of(float logp) {
@@ -41,8 +46,9 @@ bool es__tuner_cost(const es__tuner *t, double *a, double *b) {
     const double den = t->w * t->snn - t->sn * t->sn;
     if (!(den > 1e-9 * t->w * t->w)) return false; /* all recent calls had about the same size */
     const double slope = (t->w * t->snt - t->sn * t->st) / den, base = (t->st - slope * t->sn) / t->w;
-    /* a node never costs nothing; timing noise may say so */
-    *b = slope > 1e-6 ? slope : 1e-6;
+    /* a node never costs nothing, nor less than half what the calibration measured (costs grow
+     * with the context); timing noise may say so, and trees would then look free */
+    *b = ES__MAX(slope > 1e-6 ? slope : 1e-6, t->floor_b);
     *a = base > 0.0 ? base : 0.0;
     return true;
 }
@@ -78,19 +84,106 @@ static double stream_cost(const es__tuner *t, int32_t g) {
     const double den = t->gw * t->gss - t->gs * t->gs;
     if (den > 1e-9 * t->gw * t->gw) {
         const double c1 = (t->gw * t->gst - t->gs * t->gt) / den, c0 = (t->gt - c1 * t->gs) / t->gw;
-        return ES__MAX(c0, 0.0) + ES__MAX(c1, 1e-6) * g;
+        return ES__MAX(ES__MAX(c0, 0.0) + ES__MAX(c1, 1e-6) * g, t->floor_g0 + t->floor_g1 * g);
     }
-    return t->gt / t->gs * g;
+    return ES__MAX(t->gt / t->gs * g, t->floor_g0 + t->floor_g1 * g);
 }
 
 void es__tuner_observe_streams(es__tuner *t, int32_t g, double ms) {
-    if (!(ms >= 0.0) || g < 1 || first_timing(&t->seen_g, g)) return;
+    if (!(ms >= 0.0) || g < 1) return;
+    t->max_g = ES__MAX(t->max_g, g);
+    if (first_timing(&t->seen_g, g)) return;
     if (t->gs > 0.0) ms = ES__MIN(ms, SPIKE * stream_cost(t, g));
     t->gw = FORGET * t->gw + 1.0;
     t->gs = FORGET * t->gs + g;
     t->gss = FORGET * t->gss + (double)g * g;
     t->gt = FORGET * t->gt + ms;
     t->gst = FORGET * t->gst + (double)g * ms;
+}
+
+/* A decayed mean of a call's time that follows a faster call more quickly than a slower one:
+ * noise on a loaded machine only adds time, and a cost that looks too high stops the calls that
+ * would time it again (plain calls while drafting pays, drafter calls while it does not). */
+static void mean_cost(double *mean, double ms) {
+    if (!(ms >= 0.0)) return;
+    *mean = !(*mean > 0.0) ? ms : ms < *mean ? 0.5 * *mean + 0.5 * ms : 0.9 * *mean + 0.1 * ms;
+}
+
+void es__tuner_observe_plain(es__tuner *t, double ms) {
+    mean_cost(&t->plain_ms, ms);
+}
+
+/* A plain one-token call: measured, but never above the fit's one-node call, which does more
+ * (its streams): only plain steps time a plain call, so a spike in that timing would otherwise
+ * stand, making every draft look cheap, as long as drafting went on. */
+static double plain_cost(const es__tuner *t, double a, double b) {
+    return t->plain_ms > 0.0 ? ES__MIN(t->plain_ms, a + b) : a + b;
+}
+
+/* What an exploration costs beyond a plain call, in plain calls: the largest tree timed, the
+ * widest stream pass and the drafter's calls for its chain. */
+static double explore_overhead(const es__tuner *t, double a, double b) {
+    const double n = (double)ES__MAX(t->max_n, 2);
+    const double pass = t->gs > 0.0 ? stream_cost(t, ES__MAX(t->max_g, 1)) : 0.0;
+    const double unit = plain_cost(t, a, b), step = a + b * n + pass + t->draft_ms * (n - 1.0);
+    return ES__MAX(step - unit, 0.0) / unit;
+}
+
+/* The base interval between explorations from their measured cost (EXPLORE while unknown). */
+static int32_t explore_base(const es__tuner *t) {
+    double a, b;
+    if (!es__tuner_cost(t, &a, &b)) return EXPLORE;
+    const double calls = ceil(explore_overhead(t, a, b) / EXPLORE_SHARE);
+    return (int32_t)ES__MIN(ES__MAX(calls, (double)EXPLORE_MIN), 4096.0);
+}
+
+void es__tuner_seed(es__tuner *t, const es__tuner_costs *c) {
+    if (!t->adaptive || !(c->plain_ms > 0.0) || !(c->one_ms > 0.0) || c->n_hi < 2 || c->n_hi > 64 || !(c->hi_ms > 0.0))
+        return;
+    /* a larger call or pass never costs less than a smaller one: a timing that says so is noise
+     * in the smaller one, which takes the larger one's time */
+    const double one = ES__MIN(c->one_ms, c->hi_ms), pass1 = ES__MIN(c->pass1_ms, c->pass_hi_ms);
+    const double pts[2][2] = {{1.0, one}, {(double)c->n_hi, c->hi_ms}};
+    for (int i = 0; i < 2; i++) {
+        const double n = pts[i][0], ms = pts[i][1];
+        t->w += SEED, t->sn += SEED * n, t->st += SEED * ms, t->snn += SEED * n * n, t->snt += SEED * n * ms;
+        t->seen_n |= (uint64_t)1 << ((int32_t)n - 1);
+    }
+    t->calls += 4; /* what the fit needs to be believed: SEED calls at each of two sizes */
+    t->max_n = ES__MAX(t->max_n, c->n_hi);
+    t->plain_ms = ES__MIN(c->plain_ms, one);
+    if (c->g_hi >= 1 && c->g_hi <= 64 && c->pass1_ms > 0.0 && c->pass_hi_ms > 0.0) {
+        const double pg[2][2] = {{1.0, pass1}, {(double)c->g_hi, c->pass_hi_ms}};
+        for (int i = 0; i < (c->g_hi > 1 ? 2 : 1); i++) {
+            const double g = pg[i][0], ms = pg[i][1];
+            t->gw += SEED, t->gs += SEED * g, t->gss += SEED * g * g, t->gt += SEED * ms, t->gst += SEED * g * ms;
+            t->seen_g |= (uint64_t)1 << ((int32_t)g - 1);
+        }
+        t->max_g = ES__MAX(t->max_g, c->g_hi);
+    }
+    if (c->draft_ms > 0.0) t->draft_ms = c->draft_ms;
+    /* floors: half the calibration's node and pass costs (see es__tuner_cost) */
+    t->floor_b = 0.5 * ES__MAX(c->hi_ms - one, 0.0) / (double)(c->n_hi - 1);
+    if (t->gs > 0.0) {
+        const double g1 = c->g_hi > 1 ? ES__MAX(c->pass_hi_ms - pass1, 0.0) / (double)(c->g_hi - 1) : 0.0;
+        t->floor_g1 = 0.5 * g1;
+        t->floor_g0 = 0.5 * ES__MAX(pass1 - g1, 0.0);
+    }
+    /* the first step explores (what drafting is worth is not known yet); later ones as far
+     * apart as their measured cost says */
+    t->explore_base = t->explore_every = explore_base(t);
+    t->explore_at = t->steps;
+}
+
+bool es__tuner_units(const es__tuner *t, double *node, double *pass1, double *pass_max, double *draft) {
+    double a, b;
+    if (!es__tuner_cost(t, &a, &b)) return false;
+    const double unit = plain_cost(t, a, b);
+    *node = b / unit;
+    *pass1 = t->gs > 0.0 ? stream_cost(t, 1) / unit : 0.0;
+    *pass_max = t->gs > 0.0 ? stream_cost(t, ES__MAX(t->max_g, 1)) / unit : 0.0;
+    *draft = t->draft_ms / unit;
+    return true;
 }
 
 int32_t es__tuner_room(const es__tuner *t) {
@@ -106,7 +199,7 @@ int32_t es__tuner_streams(const es__tuner *t, int32_t gamma, int32_t k, int32_t 
     if (!es__tuner_cost(t, &a, &b) || !(t->gs > 0.0)) return ES__MIN(gamma, 1);
     /* expected tokens per call: 1 + the chances of reaching each depth, the conditional
      * acceptance per depth smoothed towards 0.3 with one pseudo-count */
-    double best = 1.0 / (a + b), reach = 1.0, expect = 1.0;
+    double best = 1.0 / plain_cost(t, a, b), reach = 1.0, expect = 1.0;
     int32_t best_g = 0;
     for (int32_t g = 1; g <= gamma && g <= ES_SPEC_MAX_DEPTH; g++) {
         reach *= (t->hit[g - 1] + 0.3) / (t->tested[g - 1] + 1.0);
@@ -118,8 +211,16 @@ int32_t es__tuner_streams(const es__tuner *t, int32_t gamma, int32_t k, int32_t 
     return best_g;
 }
 
+bool es__tuner_draft_pays(const es__tuner *t) {
+    double a, b;
+    if (!t->adaptive || t->steps >= t->explore_at || !es__tuner_cost(t, &a, &b) || !(t->draft_ms > 0.0)) return true;
+    const double p = (t->hit[0] + 0.3) / (t->tested[0] + 1.0);
+    return (1.0 + p) / (a + 2.0 * b + t->draft_ms) > 1.0 / plain_cost(t, a, b);
+}
+
 void es__tuner_chose(es__tuner *t, int32_t g) {
     if (!t->adaptive) return;
+    t->explore_base = explore_base(t);
     if (t->steps >= t->explore_at) { /* an exploration: the next choice says whether it paid */
         t->explored = true;
         t->explore_at = INT64_MAX;
@@ -127,13 +228,13 @@ void es__tuner_chose(es__tuner *t, int32_t g) {
     }
     if (g > 0) { /* drafting pays: explorations at the base interval again */
         t->explored = false;
-        t->explore_every = EXPLORE;
-        t->explore_at = ES__MIN(t->explore_at, t->steps + EXPLORE);
+        t->explore_every = t->explore_base;
+        t->explore_at = ES__MIN(t->explore_at, t->steps + t->explore_base);
         return;
     }
     if (!t->explored) return;
     t->explored = false;
-    t->explore_every = ES__MIN(2 * t->explore_every, EXPLORE_MAX);
+    t->explore_every = ES__MIN(2 * ES__MAX(t->explore_every, t->explore_base), EXPLORE_BACKOFF * t->explore_base);
     t->explore_at = t->steps + t->explore_every;
 }
 
@@ -142,8 +243,7 @@ bool es__tuner_explores_next(const es__tuner *t) {
 }
 
 void es__tuner_observe_draft_call(es__tuner *t, double ms) {
-    if (!(ms >= 0.0)) return;
-    t->draft_ms = t->draft_ms > 0.0 ? 0.9 * t->draft_ms + 0.1 * ms : ms;
+    mean_cost(&t->draft_ms, ms);
 }
 
 void es__tuner_observe_tree(es__tuner *t, const es__tree *tree, const int32_t *path, int32_t n_path,

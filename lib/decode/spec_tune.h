@@ -9,6 +9,9 @@
  * recording, and on lavapipe the compilation of every kernel at its first dispatch, 20-30 ms),
  * a later timing counts at most twice the fit's prediction, and a tree grows to at most twice the
  * largest size seen, so no decision rests on a cost extrapolated far beyond what was measured.
+ * A short calibration in the first step (spec_calib.c) seeds the fit with this device's own
+ * costs, so the first steps are sized from measurements rather than from guesses, and how often
+ * drafting is re-tried while it does not pay follows from what a try costs here.
  * Losslessness does not depend on any of this. */
 #ifndef ES_DECODE_SPEC_TUNE_H
 #define ES_DECODE_SPEC_TUNE_H
@@ -33,8 +36,32 @@ typedef struct es__tuner {
     int64_t steps;                                /* every call timed, fitted or not             */
     int64_t explore_at;                           /* the call that drafts from every stream next */
     int32_t explore_every;                        /* calls between explorations (backs off)      */
+    int32_t explore_base;                         /* ... from the measured cost of exploring     */
     bool explored;                                /* the last choice was an exploration          */
+    double plain_ms;                              /* decayed mean of a plain one-token call      */
+    int32_t max_g;                                /* widest stream pass timed                    */
+    double floor_b, floor_g0, floor_g1;           /* half the calibration's node and pass costs:
+                                                     no fit goes below them                      */
 } es__tuner;
+
+/* What a calibration measured (or a test gives), in ms: the costs every decision starts from. */
+typedef struct es__tuner_costs {
+    double plain_ms;    /* a plain one-token call (no streams): the unit of cost              */
+    double one_ms;      /* a one-node call as the strategy makes it (with its streams)        */
+    int32_t n_hi;       /* a larger tree, > 1 nodes ...                                       */
+    double hi_ms;       /* ... and its call                                                   */
+    int32_t g_hi;       /* stream passes of 1 and of g_hi >= 1 streams (0: no streams) ...     */
+    double pass1_ms, pass_hi_ms;
+    double draft_ms;    /* a draft-model call (0: no drafter)                                 */
+} es__tuner_costs;
+
+/* Seeds the fit with c's costs, counted as SEED calls each, and schedules the first exploration
+ * from what one costs. The sizes c names count as timed (their first call is fitted). */
+void es__tuner_seed(es__tuner *t, const es__tuner_costs *c);
+
+/* The fitted costs in units of a plain one-token call: a node beyond the first (*node), a
+ * stream pass of one and of max_g streams, a drafter call; false before any fit. */
+bool es__tuner_units(const es__tuner *t, double *node, double *pass1, double *pass_max, double *draft);
 
 void es__tuner_init(es__tuner *t, bool adaptive);
 
@@ -47,6 +74,8 @@ float es__tuner_accept(const es__tuner *t, int32_t d, float logp);
 bool es__tuner_cost(const es__tuner *t, double *a, double *b);
 
 void es__tuner_observe_call(es__tuner *t, int32_t n_nodes, double ms);
+/* A plain one-token call (no streams) took ms: the unit of cost. */
+void es__tuner_observe_plain(es__tuner *t, double ms);
 /* The most tree nodes the next call may carry: 2 or 3 in turn while the costs are unknown, then
  * twice the largest tree timed; unlimited when not adaptive. */
 int32_t es__tuner_room(const es__tuner *t);
@@ -58,9 +87,15 @@ void es__tuner_observe_streams(es__tuner *t, int32_t g, double ms);
  * most cap tree nodes; gamma when not adaptive or on an exploration call; 1 while the costs are
  * unknown (the cheapest draft that measures a node and a stream pass). */
 int32_t es__tuner_streams(const es__tuner *t, int32_t gamma, int32_t k, int32_t cap);
-/* The strategy drafts from g streams (what es__tuner_streams said). Schedules the next
- * exploration: within EXPLORE calls while drafting pays, twice as far apart each time an
- * exploration is followed by a choice not to draft, up to EXPLORE_MAX calls. */
+/* Whether a draft-model step should draft at all (else a plain step): one draft at the depth-1
+ * acceptance seen so far, per its cost (a drafter call and a node), against a plain call. True
+ * while the costs are unknown, when not adaptive and on an exploration call. */
+bool es__tuner_draft_pays(const es__tuner *t);
+/* The strategy drafts from g streams or g drafts (what es__tuner_streams or _draft_pays said).
+ * Schedules the next exploration: while drafting pays, within the base interval (as many calls
+ * as keep what an exploration costs, measured, near EXPLORE_SHARE of the decoding time);
+ * twice as far apart each time an exploration is followed by a choice not to draft, up to
+ * EXPLORE_BACKOFF times the base. */
 void es__tuner_chose(es__tuner *t, int32_t g);
 
 /* Whether the next call is one that drafts from every stream whatever the costs (exploration). */

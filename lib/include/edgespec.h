@@ -369,7 +369,8 @@ ES_API es_status es_vk_flags_parse(const char *names, uint32_t *flags);
 typedef struct es_vk_tuning {
     int32_t fused_stream_rows; /* Speculative Streaming: the most rows, tree tokens x (1 + streams),
                                   whose streams ride in the forward's own dispatches instead of a
-                                  stream pass after it; 0 = the profile's, -1 = never           */
+                                  stream pass after it; 0 = measured by each context (which is
+                                  faster on this device, for trees of up to 8 tokens), -1 = never */
     int32_t solo_row_elements; /* weight rows shorter than this many elements are walked by one
                                   invocation instead of a subgroup; 0 = the profile's, -1 = never */
     uint64_t reserved[8];     /* zero; room for later fields (ABI, at the top)               */
@@ -864,6 +865,36 @@ typedef struct es_spec_stats {
     uint64_t reserved[8];     /* written as zero; room for later fields (ABI, at the top)    */
 } es_spec_stats;
 
+/* What adaptive trees (es_spec_params.fixed_tree false, ES_SPEC_STREAM and ES_SPEC_DRAFT) measured
+ * on this device and decide from (es_spec_get_costs): a short calibration in the first
+ * es_spec_step (a few target calls after the prompt, nothing committed, and a drafter call;
+ * counted in that step's time), then a fit over the calls since. Timings only: they never change
+ * which tokens are emitted. */
+typedef struct es_spec_costs {
+    bool adaptive;              /* false: fixed trees (or DSI): nothing below is measured          */
+    bool fitted;                /* the unit costs below are known                                   */
+    /* the calibration in the first step, in ms (0: not run: no step yet, fixed trees, DSI, no room) */
+    double calibrate_ms;        /* its wall time                                                   */
+    double calib_plain_ms;      /* a plain one-token call of the target (the faster of two)        */
+    double calib_one_ms;        /* a one-node call as the strategy makes it (with its streams)     */
+    int32_t calib_n_hi;         /* a call of this many nodes ...                                   */
+    double calib_hi_ms;         /* ... took this                                                   */
+    int32_t calib_g_hi;         /* stream passes of 1 and of this many streams (0: none) ...       */
+    double calib_pass1_ms;
+    double calib_pass_hi_ms;
+    double calib_draft_ms;      /* a draft-model call (0: no drafter)                              */
+    /* as of the last step: the fit, in units of a plain one-token call of the target */
+    double call_ms;             /* that call, in ms                                                */
+    double node;                /* what one more tree node adds to a call                          */
+    double stream_pass_1;       /* a stream pass of one stream (0: no streams)                     */
+    double stream_pass_max;     /* a stream pass of max_streams streams                            */
+    int32_t max_streams;        /* the widest stream pass timed                                    */
+    double draft_call;          /* a draft-model call (0: no drafter)                              */
+    int32_t explore_every;      /* calls between explorations (drafting whatever the costs say, to
+                                   keep its worth measured), from their measured cost              */
+    uint64_t reserved[8];       /* written as zero; room for later fields (ABI, at the top)       */
+} es_spec_costs;
+
 /* The zeroed struct (all defaults: Speculative Streaming with the adapter's γ, greedy, adaptive
  * trees); kept for source compatibility. es_spec_get_params says what the defaults resolved to. */
 ES_API es_spec_params es_spec_default_params(void);
@@ -887,6 +918,9 @@ ES_API es_status es_spec_step(es_spec *spec, int32_t *tokens, size_t cap, size_t
 
 /* Statistics since es_spec_create (a function named es_spec_stats would clash with the type). */
 ES_API es_status es_spec_get_stats(const es_spec *spec, es_spec_stats *out);
+
+/* What adaptive trees measured and decide from (es_spec_costs), as of the last step. */
+ES_API es_status es_spec_get_costs(const es_spec *spec, es_spec_costs *out);
 
 /* The parameters the object runs with: those given, every 0 that means a default replaced by
  * the value it stands for (n_streams the adapter's γ, top_k 2, max_nodes 32, lookahead 4; DSI:

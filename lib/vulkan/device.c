@@ -465,12 +465,14 @@ es_status es__vk_dev_create(es__vk_dev *d, const es_backend_params *p, es_backen
     ES_TRY(choose_features(d));
     ES_TRY(device_create(d));
     d->policy = es__vk_policy_choose(d->phys.props.deviceType, &p->vk_tuning);
+    char fused[32] = "measured per context";
+    if (!d->policy.measure_fused) snprintf(fused, sizeof fused, "%u", d->policy.fused_stream_rows);
     es__logf(log, ES_LOG_INFO,
              "vulkan: device %u '%s' (%s); texel=%d subgroup=%d(%u) storage16=%d storage8=%d fp16=%d int_dot=%d; "
-             "tuning %s: fused stream rows %u, solo rows < %u elements",
+             "tuning %s: fused stream rows %s, solo rows < %u elements",
              d->index, d->phys.props.deviceName, type_name(d->phys.props.deviceType), d->use.texel, d->use.subgroup,
              d->subgroup_size, d->use.storage16, d->use.storage8, d->use.fp16, d->use.int_dot, d->policy.profile,
-             d->policy.fused_stream_rows, d->policy.solo_row_elements);
+             fused, d->policy.solo_row_elements);
     if (p->pipeline_cache_path && *p->pipeline_cache_path) ES_TRY(es__vk_pcache_load(d, p->pipeline_cache_path));
     return ES_OK;
 }

@@ -20,6 +20,8 @@
 #include <math.h>
 #include <string.h>
 
+#define FUSE_TOKENS 8u /* the largest tree whose fused streams a context measures (measure_fused) */
+
 #define ES__CB_CACHE 16
 #define ES__MAX_QUERIES 1024
 
@@ -440,7 +442,7 @@ static es_status warm_up(es_context *ctx, vk_ctx *c) {
         s = warm_forward(ctx, 1, g, 0.0f, logits);
         if (s == ES_OK) s = es__vk_msa_stream_logits(c->msa, 0, g, logits);
     }
-    for (int32_t n = 2; s == ES_OK && G > 0 && n <= 8 && n <= (int32_t)c->nb; n *= 4) {
+    for (int32_t n = 2; s == ES_OK && G > 0 && n <= 8 && n <= (int32_t)c->nb; n *= 2) {
         s = warm_forward(ctx, n, G, prune ? 1e-9f : 0.0f, logits);
         if (s == ES_OK) s = warm_forward(ctx, n, 1, 0.0f, logits);
     }
@@ -453,6 +455,55 @@ static es_status warm_up(es_context *ctx, vk_ctx *c) {
     return s;
 }
 
+/* ms of what a step needs from a forward of a chain of n tokens with G streams each: the forward
+ * and the streams of its first token (fused: in its rows; else: the stream pass), best of two. */
+static es_status time_streams(es_context *ctx, vk_ctx *c, int32_t n, int32_t G, float *logits, double *ms) {
+    *ms = INFINITY;
+    for (int rep = 0; rep < 2; rep++) {
+        const double t0 = es__time_now();
+        ES_TRY(warm_forward(ctx, n, G, 0.0f, logits));
+        ES_TRY(es__vk_msa_stream_logits(c->msa, 0, G, logits));
+        *ms = ES__MIN(*ms, (es__time_now() - t0) * 1e3);
+    }
+    return ES_OK;
+}
+
+/* How many rows fuse (policy.h: measure_fused): for trees of 1, 2, 4, ... tokens with every stream
+ * (what a Speculative Streaming step asks), the forward with its streams fused against the forward
+ * and a stream pass; the cap grows while fusing is faster. The first timing of a variant may
+ * carry its compilation (llvmpipe), so each counts its best of two. Both paths give the same bits
+ * (test_msa): this decides time only. About 4 one-token calls per size tried. */
+static es_status measure_fused(es_context *ctx, vk_ctx *c) {
+    const int32_t G = ctx->model->ss->n_streams;
+    const uint32_t ceiling = c->fused_rows;
+    const es_backend_stats counted = *c->d->stats; /* the caller's counters are about its own calls */
+    const bool profile = c->d->profile;
+    c->d->profile = false;
+    float *logits = es__calloc(c->d->alloc, (size_t)(FUSE_TOKENS + G) * (size_t)ctx->model->hp.n_vocab, sizeof(float));
+    es_status s = logits ? ES_OK : es__fail(c->d->err, ES_ERR_OUT_OF_MEMORY, "vulkan: out of memory");
+    uint32_t cap = 0;
+    double fused = 0.0, pass = 0.0;
+    for (uint32_t n = 1; s == ES_OK && n <= FUSE_TOKENS && n * (1 + (uint32_t)G) <= ceiling; n *= 2) {
+        es__vk_msa_set_fused_cap(c->msa, n * (1 + (uint32_t)G));
+        s = time_streams(ctx, c, (int32_t)n, G, logits, &fused);
+        es__vk_msa_set_fused_cap(c->msa, 0);
+        if (s == ES_OK) s = time_streams(ctx, c, (int32_t)n, G, logits, &pass);
+        if (s != ES_OK || !(fused < pass)) break;
+        cap = n * (1 + (uint32_t)G);
+    }
+    es__free(c->d->alloc, logits);
+    c->fused_rows = cap;
+    es__vk_msa_set_fused_cap(c->msa, cap);
+    if (s == ES_OK)
+        es__logf(c->d->log, ES_LOG_INFO,
+                 "vulkan: streams fused into the forward up to %u rows (measured; last size tried: fused %.3f ms, "
+                 "forward and stream pass %.3f ms)",
+                 cap, fused, pass);
+    c->d->profile = profile;
+    *c->d->stats = counted;
+    return s;
+}
+
 es_status es__vk_ctx_init(es_context *ctx) {
     es__vk_dev *d = ctx_dev(ctx);
     const es__hparams *hp = &ctx->model->hp;
@@ -461,8 +512,10 @@ es_status es__vk_ctx_init(es_context *ctx) {
     c->d = d;
     c->w = ctx->weights;
     c->nb = (uint32_t)ctx->n_batch;
-    /* fused streams add at most n g <= min(policy rows, n_batch γ) rows after the batch's */
-    c->fused_rows = ctx->model->ss ? d->policy.fused_stream_rows : 0u;
+    /* fused streams add at most n g <= min(cap, n_batch γ) rows after the batch's; the cap is the
+     * override's, or, measured (measure_fused), at most FUSE_TOKENS tree tokens' rows */
+    const uint32_t G = ctx->model->ss ? (uint32_t)ctx->model->ss->n_streams : 0u;
+    c->fused_rows = !G ? 0u : d->policy.measure_fused ? ES__MIN(c->nb, FUSE_TOKENS) * (1 + G) : d->policy.fused_stream_rows;
     c->fused_extra = ctx->model->ss ? (uint32_t)ES__MIN((uint64_t)c->fused_rows, (uint64_t)c->nb * (uint64_t)ctx->model->ss->n_streams) : 0u;
     c->rows = c->nb + c->fused_extra;
     c->n_ctx = (uint32_t)ctx->n_ctx;
@@ -495,6 +548,7 @@ es_status es__vk_ctx_init(es_context *ctx) {
     if (s == ES_OK) s = make_sets(ctx, c);
     if (s == ES_OK && ctx->model->ss) s = ss_setup(ctx, c);
     if (s == ES_OK) ctx->impl = c; /* the warm-up runs forwards on it */
+    if (s == ES_OK && G && d->policy.measure_fused) s = measure_fused(ctx, c);
     if (s == ES_OK && d->policy.warm_up) s = warm_up(ctx, c);
     if (s != ES_OK) {
         ctx->impl = NULL;

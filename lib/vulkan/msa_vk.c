@@ -93,6 +93,7 @@ struct es__vk_msa {
     /* the last forward: its survivors (backend.h) */
     bool valid;
     int32_t n, n_streams, cur_node;   /* cur_node: whose stream logits out_streams holds     */
+    uint32_t fused_ceiling;           /* the fused-rows cap the buffers were sized for       */
     int32_t cur_g;                    /* and how many of them                               */
     bool fused;                       /* the streams rode in the forward: logits rows after */
     int32_t n_out;                    /* its n_out rows                                     */
@@ -492,6 +493,7 @@ es_status es__vk_msa_create(es_context *ctx, const es__vk_ss_res *res, struct es
     m->ctx = ctx;
     m->ss = ss;
     m->res = *res;
+    m->fused_ceiling = res->fused_rows;
     m->G = (uint32_t)ss->n_streams;
     m->R32 = up32((uint32_t)ES__MAX(3 * ss->lora_rank, ES__MAX(ss->prune_rank, 1)));
     m->cur_node = -1;
@@ -581,6 +583,10 @@ uint32_t es__vk_msa_flags(const struct es__vk_msa *m, uint32_t n, uint32_t g, ui
     if (hi == (uint32_t)m->ctx->model->hp.n_layer && (uint64_t)n * (1 + g) <= m->res.fused_rows)
         return ES__VK_SS_FUSED | (g << 8);
     return ES__VK_SS_KEEP_X;
+}
+
+void es__vk_msa_set_fused_cap(struct es__vk_msa *m, uint32_t rows) {
+    if (m) m->res.fused_rows = ES__MIN(rows, m->fused_ceiling);
 }
 
 uint32_t es__vk_msa_fused_rows(const struct es__vk_msa *m, int32_t l, uint32_t n_main, uint32_t flags) {

@@ -60,6 +60,8 @@ es_status es__vk_msa_decide(struct es__vk_msa *m, const es__fwd *f, const int32_
 /* Fused streams (flags with ES__VK_SS_FUSED): the stream rows layer l adds after the n_main
  * tokens' rows (0 below the MSA layers). */
 uint32_t es__vk_msa_fused_rows(const struct es__vk_msa *m, int32_t l, uint32_t n_main, uint32_t flags);
+/* Sets the fused-rows cap (res.fused_rows) to rows, at most the cap the context was made with. */
+void es__vk_msa_set_fused_cap(struct es__vk_msa *m, uint32_t rows);
 /* Fused streams at MSA layer l, before projection proj of all n_main + n_main g rows: sets the
  * stream-row fields of pc and, when the projection has a stream LoRA, records R = A X of the
  * stream rows and returns in *sets the projection's descriptor sets with the LoRA (to record with

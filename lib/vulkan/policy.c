@@ -4,22 +4,24 @@
 
 #include <stddef.h>
 
-/* By device type. A CPU implementation of Vulkan (Mesa's lavapipe here) is compute-bound: a row
- * costs arithmetic, a matrix tile holds 4 rows, and fused streams beat the stream pass only while
- * the MSA layers' rows fit one tile (n (1 + g) <= 4; docs/perf.md "Fused streams"); rows of fewer
- * than 320 elements ran 1.5-2x faster solo for 8 tokens (docs/perf.md "short rows"). On a GPU a
- * row is nearly free next to a dispatch, so the paper's one pass per step (every node's streams
- * in the forward) should win for any tree the default 32-node cap allows with γ <= 3; that is a
- * tabled expectation, not a measurement (no GPU was lent to measure it), and the solo threshold
- * is lavapipe's until one is. llvmpipe compiles each kernel at its first dispatch (20-50 ms for
- * a speculative step's new variants; docs/perf.md), so contexts there warm up when made. */
+/* By device type. Whether streams fuse into the forward is measured by each context (forward.c:
+ * a fused forward against a forward and a stream pass, for trees of 1 to 8 tokens): on lavapipe
+ * rows cost arithmetic and a matrix tile holds 4 rows, so fusing wins only for the smallest trees
+ * (docs/perf.md "Fused streams"), on a GPU rows are nearly free next to a dispatch, but neither is
+ * assumed. Rows of fewer than 320 elements ran 1.5-2x faster solo for 8 tokens on lavapipe
+ * (docs/perf.md "short rows"); on a GPU that threshold is lavapipe's until one is measured.
+ * llvmpipe compiles each kernel at its first dispatch (20-50 ms for a speculative step's new
+ * variants; docs/perf.md), so contexts there warm up when made. */
 static const struct {
     VkPhysicalDeviceType type;
     es__vk_policy policy;
 } profiles[] = {
-    {VK_PHYSICAL_DEVICE_TYPE_CPU, {"cpu (measured on lavapipe)", 4, 320, true}},
-    {VK_PHYSICAL_DEVICE_TYPE_DISCRETE_GPU, {"gpu (tabled, unmeasured)", 128, 320, false}},
-    {VK_PHYSICAL_DEVICE_TYPE_INTEGRATED_GPU, {"gpu (tabled, unmeasured)", 128, 320, false}},
+    {VK_PHYSICAL_DEVICE_TYPE_CPU,
+     {.profile = "cpu (measured on lavapipe)", .solo_row_elements = 320, .warm_up = true, .measure_fused = true}},
+    {VK_PHYSICAL_DEVICE_TYPE_DISCRETE_GPU,
+     {.profile = "gpu (tabled, unmeasured)", .solo_row_elements = 320, .measure_fused = true}},
+    {VK_PHYSICAL_DEVICE_TYPE_INTEGRATED_GPU,
+     {.profile = "gpu (tabled, unmeasured)", .solo_row_elements = 320, .measure_fused = true}},
 };
 
 static uint32_t pick(int32_t override, uint32_t profile_value) {
@@ -27,11 +29,12 @@ static uint32_t pick(int32_t override, uint32_t profile_value) {
 }
 
 es__vk_policy es__vk_policy_choose(VkPhysicalDeviceType type, const es_vk_tuning *override) {
-    es__vk_policy p = {"other (the gpu table)", 128, 320, false};
+    es__vk_policy p = {.profile = "other (the gpu table)", .solo_row_elements = 320, .measure_fused = true};
     for (size_t i = 0; i < sizeof profiles / sizeof profiles[0]; i++)
         if (profiles[i].type == type) p = profiles[i].policy;
     if (override) {
         p.fused_stream_rows = pick(override->fused_stream_rows, p.fused_stream_rows);
+        p.measure_fused = override->fused_stream_rows == 0;
         p.solo_row_elements = pick(override->solo_row_elements, p.solo_row_elements);
     }
     return p;

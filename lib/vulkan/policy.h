@@ -1,8 +1,9 @@
 /* policy.h: per-device choices that are measurements rather than facts about the device: how
  * many rows a forward may carry with Speculative Streaming's streams fused into its own
- * dispatches, and below which row length a weight row is walked by one invocation instead of a
- * team. Chosen once per device from a table of profiles (policy.c) when the backend is created,
- * each value overridable through es_backend_params.vk_tuning. Deliberately data: no kernel or
+ * dispatches (measured by each context, forward.c, unless overridden), and below which row
+ * length a weight row is walked by one invocation instead of a team. Chosen once per device from
+ * a table of profiles (policy.c) when the backend is created, each value overridable through
+ * es_backend_params.vk_tuning. Deliberately data: no kernel or
  * forward pass decides these by itself, and nothing here reads the environment. */
 #ifndef ES_VULKAN_POLICY_H
 #define ES_VULKAN_POLICY_H
@@ -15,6 +16,8 @@ typedef struct es__vk_policy {
     const char *profile;         /* the table entry the values came from (static text)          */
     uint32_t fused_stream_rows;  /* most rows n (1 + g) of a forward of n tokens with g streams
                                     each whose streams ride in its dispatches; 0 = never       */
+    bool measure_fused;          /* no override: each context with an adapter measures that cap
+                                    instead (forward.c), fused against a stream pass          */
     uint32_t solo_row_elements;  /* weight rows shorter than this many elements are walked by
                                     one invocation (their team's reduction would cost as much
                                     as the row's arithmetic); 0 = never                        */

@@ -30,6 +30,7 @@ int main(void) {
     GROWS(es_spec_params);
     GROWS(es_dsi_stats);
     GROWS(es_spec_stats);
+    GROWS(es_spec_costs);
     GROWS(es_quantize_params);
     GROWS(es_alspec_params);
     GROWS(es_alspec_stats);

@@ -101,12 +101,15 @@ int main(int argc, char **argv) {
     es_spec_stats ss;
     memset(&ss, 0xff, sizeof ss);
     CHECK_OK(es_spec_get_stats(spec, &ss));
+    es_spec_costs sc;
+    memset(&sc, 0xff, sizeof sc);
+    CHECK_OK(es_spec_get_costs(spec, &sc));
     es_backend_stats bs;
     memset(&bs, 0xff, sizeof bs);
     CHECK_OK(es_backend_get_stats(b, &bs));
     for (int i = 0; i < 8; i++) {
         CHECK(mi.reserved[i] == 0 && ti.reserved[i] == 0 && bs.reserved[i] == 0);
-        CHECK(ss.reserved[i] == 0 && ss.dsi.reserved[i] == 0);
+        CHECK(ss.reserved[i] == 0 && ss.dsi.reserved[i] == 0 && sc.reserved[i] == 0);
     }
 
     es_spec_free(spec);

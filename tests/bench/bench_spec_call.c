@@ -15,6 +15,13 @@
 #include <string.h>
 #include <time.h>
 
+/* The backend's info messages (the device's tuning, what a context measured) go to stderr. */
+static void log_cb(es_log_level level, const char *msg, void *user) {
+    (void)level;
+    (void)user;
+    fprintf(stderr, "bench_spec_call: %s\n", msg);
+}
+
 static double now_ms(void) {
     return 1e3 * bench_now(CLOCK_MONOTONIC);
 }
@@ -36,6 +43,8 @@ int main(int argc, char **argv) {
     es_backend_params bp = es_backend_default_params();
     bp.type = vk ? ES_BACKEND_VULKAN : ES_BACKEND_CPU;
     bp.n_threads = threads;
+    bp.log_fn = log_cb;
+    bp.log_level = ES_LOG_INFO;
     es_backend *be = NULL;
     es_context *ctx = NULL;
     es_context_params cp = es_context_default_params();

@@ -11,9 +11,14 @@ speed-up over the plain runs measured alongside (median of per-repetition ratios
 per depth, mean tree size. Writes a markdown table to stdout, the rows as JSON (--json) and a
 plot of speed-up against k per gamma (--png).
 
+With --defaults-only, runs just `--spec stream` and `--spec draft` with no tuning flags (the
+adaptive defaults) against plain decoding, and reports the speed-up also with the adaptive
+trees' calibration at creation counted as decoding time (speedup_with_calibration).
+
 Usage: spec_sweep.py --cli EDGESPEC --model M.gguf [--adapter M.ss.gguf] [--draft D.gguf]
                      [--backend cpu|vulkan] [--threads N] [--n TOKENS] [--reps R]
                      [--ks 1,2,3,4] [--gammas 1,2,3,4] [--prune T] [--lookaheads 2,4,6]
+                     [--defaults-only]
 """
 import argparse
 import json
@@ -33,6 +38,7 @@ DECODE = re.compile(r"decode (\d+) tokens in ([0-9.]+) ms")
 CALLS = re.compile(r"target calls (\d+), tokens per call ([0-9.]+).*draft calls (\d+), mean tree ([0-9.]+) nodes "
                    r"\((\d+) pruned\)")
 ACCEPT = re.compile(r"acceptance per depth:((?: \d+:[0-9.]+)*)")
+CALIB = re.compile(r"calibration ([0-9.]+) ms")
 
 
 def run(cmd):
@@ -59,11 +65,17 @@ def main():
     ap.add_argument("--lookaheads", default="2,4,6")
     ap.add_argument("--json")
     ap.add_argument("--png")
+    ap.add_argument("--defaults-only", action="store_true")
     a = ap.parse_args()
     base = [a.cli, "run", "-m", a.model, "-n", a.n, "--temp", "0", "--ignore-eos", "-t", a.threads,
             "--backend", a.backend]
     configs = []
-    if a.adapter:
+    if a.defaults_only:
+        if a.adapter:
+            configs.append(("stream", dict(gamma=0, k=2, prune=0.0, fixed=False), ["--spec", "stream", "--ss", a.adapter]))
+        if a.draft:
+            configs.append(("draft", dict(lookahead=4, fixed=False), ["--spec", "draft", "-md", a.draft]))
+    elif a.adapter:
         gammas = [int(g) for g in a.gammas.split(",")] if a.gammas else [0]
         for g in gammas:
             for k in [int(x) for x in a.ks.split(",")]:
@@ -73,14 +85,14 @@ def main():
                                      "--prune", prune, "--max-nodes", a.max_nodes, "--fixed-tree"]))
         configs.append(("stream", dict(gamma=0, k=3, prune=0.0, fixed=False),
                         ["--spec", "stream", "--ss", a.adapter, "--topk", "3", "--max-nodes", a.max_nodes]))
-    if a.draft:
+    if a.draft and not a.defaults_only:
         for la in [int(x) for x in a.lookaheads.split(",")]:
             configs.append(("draft", dict(lookahead=la, fixed=True),
                             ["--spec", "draft", "-md", a.draft, "--lookahead", str(la), "--fixed-tree"]))
         configs.append(("draft", dict(lookahead=6, fixed=False), ["--spec", "draft", "-md", a.draft, "--lookahead", "6"]))
     rows = []
     for kind, params, extra in configs:
-        ratios, tps, calls, toks, trees, pruned, draft_calls, accept = [], [], 0, 0, [], 0, 0, []
+        ratios, ratios_c, calib, tps, calls, toks, trees, pruned, draft_calls, accept = [], [], [], [], 0, 0, [], 0, 0, []
         for rep in range(a.reps):
             for prompt in PROMPTS:
                 out_p, err_p = run(base + ["-p", prompt])
@@ -91,6 +103,9 @@ def main():
                 c = CALLS.search(err_s)
                 n_tok, ms_p, ms_s = int(ds.group(1)), float(dp.group(2)), float(ds.group(2))
                 ratios.append(ms_p / ms_s)
+                cm = CALIB.search(err_s)
+                calib.append(float(cm.group(1)) if cm else 0.0)
+                ratios_c.append(ms_p / (ms_s + calib[-1]))
                 tps.append(n_tok * 1e3 / ms_s)
                 calls += int(c.group(1))
                 toks += n_tok
@@ -100,6 +115,8 @@ def main():
                 acc = ACCEPT.search(err_s)
                 accept.append(acc.group(1).strip() if acc else "")
         row = dict(kind=kind, **params, tokens_per_call=toks / calls, speedup=statistics.median(ratios),
+                   speedup_with_calibration=statistics.median(ratios_c), calibration_ms=statistics.median(calib),
+                   ratio_range=[min(ratios), max(ratios)],
                    tokens_per_s=statistics.median(tps), mean_tree=statistics.mean(trees), pruned=pruned,
                    draft_calls_per_call=draft_calls / calls, acceptance=accept[0])
         rows.append(row)

@@ -95,6 +95,9 @@ int main(int argc, char **argv) {
         p.prune_threshold = 0.02f;
         es_spec *s = NULL;
         CHECK_OK(es_spec_create(c, &p, &s));
+        es_spec_costs k0;
+        CHECK_OK(es_spec_get_costs(s, &k0));
+        CHECK(k0.adaptive && !k0.fitted && k0.calibrate_ms == 0); /* measured in the first step */
         CHECK_OK(es_spec_feed(s, prompt, 7));
         int32_t seq[7 + N_GEN + 8];
         memcpy(seq, prompt, sizeof(int32_t) * 7);
@@ -105,6 +108,19 @@ int main(int argc, char **argv) {
             if (k == 0) break;
             n += (int32_t)k;
         }
+        /* the adaptive trees' calibration ran in the first step (the KV check below shows that it
+         * left no state); what it measured is there to see */
+        es_spec_costs kc;
+        es_spec_params rp;
+        CHECK_OK(es_spec_get_costs(s, &kc));
+        CHECK_OK(es_spec_get_params(s, &rp));
+        CHECK(kc.adaptive && kc.fitted);
+        CHECKF(kc.calibrate_ms > 0 && kc.calib_plain_ms > 0 && kc.calib_one_ms > 0 && kc.calib_hi_ms > 0 &&
+                   kc.calib_n_hi == 4 && kc.calib_g_hi == rp.n_streams && kc.calib_pass1_ms > 0 &&
+                   kc.calib_pass_hi_ms > 0 && kc.calib_draft_ms == 0 && kc.explore_every >= 8,
+               "calibration %g ms: plain %g, 1 node %g, %d nodes %g, passes %d: %g / %g, explore every %d",
+               kc.calibrate_ms, kc.calib_plain_ms, kc.calib_one_ms, kc.calib_n_hi, kc.calib_hi_ms, kc.calib_g_hi,
+               kc.calib_pass1_ms, kc.calib_pass_hi_ms, kc.explore_every);
         CHECK(es_context_n_past(c) == 7 + n - 1);
         es_batch b = {1, seq + 7 + n - 1, NULL, NULL, NULL, NULL};
         const float *l1 = NULL, *l2 = NULL;
@@ -199,6 +215,18 @@ int main(int argc, char **argv) {
             CHECK_OK(es_spec_get_params(s, &r));
             CHECK(r.strategy == ES_SPEC_STREAM && r.n_streams == 4 && r.top_k == 2 && r.max_nodes == 32 &&
                   r.lookahead == 4 && r.sampling.temperature == 0.0f && !r.fixed_tree);
+            es_spec_free(s);
+        }
+        /* fixed trees measure nothing */
+        {
+            es_spec_params fp = es_spec_default_params();
+            fp.fixed_tree = true;
+            es_spec_costs kc;
+            memset(&kc, 0xff, sizeof kc);
+            CHECK_OK(es_spec_create(c, &fp, &s));
+            CHECK_OK(es_spec_get_costs(s, &kc));
+            CHECK(!kc.adaptive && !kc.fitted && kc.calibrate_ms == 0 && kc.calib_plain_ms == 0 && kc.explore_every == 0);
+            CHECK_FAILS(es_spec_get_costs(NULL, &kc), ES_ERR_INVALID_ARGUMENT, "NULL argument");
             es_spec_free(s);
         }
         es_context_free(c);

@@ -71,6 +71,23 @@ static void print_dsi(const char *cmd, const es_dsi_stats *d) {
     fputc('\n', stderr);
 }
 
+/* What adaptive trees measured: the calibration at creation and the costs they decide from. */
+static void print_costs(const char *cmd, const es_spec *spec) {
+    es_spec_costs k;
+    if (es_spec_get_costs(spec, &k) != ES_OK || !k.adaptive) return;
+    if (k.calibrate_ms > 0)
+        fprintf(stderr,
+                "edgespec %s: calibration %.2f ms: plain call %.3f ms, 1 node %.3f ms, %d nodes %.3f ms, stream pass 1 / %d "
+                "streams %.3f / %.3f ms, drafter call %.3f ms\n",
+                cmd, k.calibrate_ms, k.calib_plain_ms, k.calib_one_ms, k.calib_n_hi, k.calib_hi_ms, k.calib_g_hi,
+                k.calib_pass1_ms, k.calib_pass_hi_ms, k.calib_draft_ms);
+    if (k.fitted)
+        fprintf(stderr,
+                "edgespec %s: costs in plain calls (%.3f ms): node %.3f, stream pass 1 / %d streams %.3f / %.3f, drafter "
+                "call %.3f; explorations every %d calls\n",
+                cmd, k.call_ms, k.node, k.max_streams, k.stream_pass_1, k.stream_pass_max, k.draft_call, k.explore_every);
+}
+
 static void print_stats(const cli_spec_args *a, const cli_spec *c, const char *backend_name) {
     es_spec_params p;
     es_spec_stats st;
@@ -107,6 +124,7 @@ static void print_stats(const cli_spec_args *a, const cli_spec *c, const char *b
         fprintf(stderr, " %d:%.2f", d + 1, (double)st.accepted[d] / (double)st.drafted[d]);
     fputc('\n', stderr);
     if (p.strategy == ES_SPEC_DSI) print_dsi(a->cmd, &st.dsi);
+    print_costs(a->cmd, c->spec);
 }
 
 void cli_spec_close(cli_spec *c) {
