@@ -260,7 +260,7 @@ def case_errors(a):
     expect_fail([cli, "run", "-m", m, "-p", "x", "--device", "host,,host"], 1,
                 ["device list 'host,,host': entry 2 (at offset 5) is empty"], "--device with an empty entry")
     expect_fail([cli, "run", "-m", m, "-p", "x", "--device", "host,host"], 1,
-                ["lists 2 devices; only --spec dsi runs on more than one"], "--device list without a multi-device strategy")
+                ["lists 2 devices; only --spec dsi", "--spec alspec (two) run on more than one"], "--device list without a multi-device strategy")
     expect_fail([cli, "chat", "-m", m, "--device", "host,host"], 1, ["lists 2 devices; chat runs on one"],
                 "chat with a --device list")
     expect_fail([cli, "run", "-m", m, "-p", "x", "--device", "host,0"], 1, ["entry 2 '0' names a Vulkan device"],

@@ -199,10 +199,13 @@ def _get(r, key, default=None, required=True):
     return v.value if hasattr(v, "value") else v
 
 
-def load_vocab(r, path):
+def load_vocab(r, path=None):
     """bpe.Vocab for a SentencePiece (llama) vocabulary, else the file's tokenizer run by the C
-    library (gguf_vocab.py)."""
+    library (gguf_vocab.py), which needs the file's path."""
     if _get(r, "tokenizer.ggml.model") != "llama":
+        if path is None:
+            raise ValueError("a %r vocabulary is read by the C library: load_vocab needs the file's path"
+                             % _get(r, "tokenizer.ggml.model"))
         return gguf_vocab.GgufVocab(path)
     toks = list(_get(r, "tokenizer.ggml.tokens"))
     toks = [t.decode("utf-8") if isinstance(t, bytes) else t for t in toks]
