@@ -14,10 +14,12 @@
  * is lavapipe's until one is. A GPU's matrix workgroup serves up to 32 rows of a call in passes
  * over its weight rows, which its L1 keeps after the first (a team's 8 rows x 4096 Q8_0 are
  * 32 KiB), so a tree of up to 32 nodes reads its weights from memory once and decodes them in
- * the SMs' spare arithmetic; tabled, not measured. On lavapipe the passes were slower than one
- * workgroup per pass, whose weights its 32 MiB L3 holds anyway (docs/perf.md "Small batches read
- * each weight once"), so CPU devices keep one pass per workgroup. llvmpipe compiles each kernel at its first dispatch (20-50 ms for
- * a speculative step's new variants; docs/perf.md), so contexts there warm up when made. */
+ * the SMs' spare arithmetic; tabled, not measured. On lavapipe the passes gained nothing (a row
+ * costs arithmetic, and main's columns find the weights in the 32 MiB L3 anyway) while the pass
+ * wrapper slowed small calls (docs/perf.md "Small batches read each weight once"), so CPU
+ * devices keep one pass per workgroup. llvmpipe compiles each kernel at its first dispatch
+ * (20-50 ms for a speculative step's new variants; docs/perf.md), so contexts there warm up when
+ * made. */
 static const struct {
     VkPhysicalDeviceType type;
     es__vk_policy policy;

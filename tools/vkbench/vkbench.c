@@ -169,7 +169,8 @@ static int kernel_bench(const char *mode, const vkbench_opts *o) {
         printf("{\"op\": \"%s\", \"device\": \"%s\", \"type\": \"%s\", \"rows\": %u, \"cols\": %u, \"n\": %u, "
                "\"tile\": %u, \"reps\": %d, \"runs\": %d, \"flags\": \"%s\", \"ms_median\": %.4f, \"ms_min\": %.4f, "
                "\"weight_gb_s\": %.2f, \"gflop_s\": %.2f}\n",
-               mode, es_backend_name(b), disp ? "f32" : o->type, rows, K, n, es__vk_dev_of(b)->policy.mm_tile_tokens, o->reps, o->runs, o->flags ? o->flags : "",
+               mode, es_backend_name(b), disp ? "f32" : o->type, rows, K, n, es__vk_dev_of(b)->policy.mm_tile_tokens,
+               o->reps, o->runs, o->flags ? o->flags : "",
                med, t[0], dev_bytes / (med * 1e-3) / 1e9, 2.0 * rows * K * n / (med * 1e-3) / 1e9);
     }
     free(w);
