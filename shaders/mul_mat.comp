@@ -220,7 +220,9 @@ void main() {
             for (uint l = 1u; l < LANES; l++) s += red[lead + l * nv + i];
             acc[i] = s;
         }
+#if TILED
         barrier(); // the next pass writes red again
+#endif
 #endif
     }
 

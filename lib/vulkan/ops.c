@@ -42,14 +42,14 @@ static es_status pipe_for(es__vk_dev *d, const char *family, const char *tag, bo
     return es__vk_pipeline_get(d, id, spec, n_spec, out);
 }
 
-/* Tile shapes, measured on lavapipe (tools/vkbench mul_mat, docs/perf.md): eight rows per team
- * amortise each activation fetch best for matrix-vector; for matrix-matrix the block types
- * prefer more rows, the float types more tokens (their units hold fewer elements, so more tokens
- * fit in registers). ROWS stays even for the SwiGLU pairs. */
 static bool is_block(es__dtype type) {
     return type == ES__DTYPE_Q8_0 || type == ES__DTYPE_Q4_0 || es__is_k_quant(type);
 }
 
+/* Tile shapes, measured on lavapipe (tools/vkbench mul_mat, docs/perf.md): eight rows per team
+ * amortise each activation fetch best for matrix-vector; for matrix-matrix the block types
+ * prefer more rows, the float types more tokens (their units hold fewer elements, so more tokens
+ * fit in registers). ROWS stays even for the SwiGLU pairs. */
 static uint32_t mm_rows(es__dtype type, uint32_t tok) {
     return tok == 1 || is_block(type) ? 8 : 4;
 }

@@ -51,8 +51,8 @@ static void check_type(es_backend *b, test_rng *r, int type, uint32_t rows, uint
                     scale += fabs((double)deq[(size_t)c * k + j] * x[(size_t)t * k + j]);
                 worst = fmax(worst, norm_err(y[(size_t)t * cols + c], cpu[(size_t)t * rows + c], scale));
             }
-        CHECKF(worst <= 2 * BOUND, "[%s] type %d rows %u k %u n %u: normalised difference from the CPU %.3g > %.1g", cfg,
-               type, rows, k, n, worst, 2 * BOUND);
+        CHECKF(worst <= 2 * BOUND, "[%s] type %d rows %u k %u n %u: normalised difference from the CPU %.3g > %.1g",
+               cfg, type, rows, k, n, worst, 2 * BOUND);
     }
     free(deq), free(x), free(w), free(alone), free(y), free(cpu);
 }
@@ -83,14 +83,14 @@ int main(void) {
         es_backend_free(b);
     }
     /* other devices' tiles (policy.h: mm_tile_tokens): a GPU's, one workgroup column for up to
-     * 32 rows in passes, and tiles of 8, several columns each in passes (pipelines are made per
-     * shape, so setting the policy of a fresh backend is enough) */
+     * 32 rows in passes, and tiles of 8, several columns each in passes, with the shared-memory
+     * reduction (pipelines are made per shape, so setting the policy of a fresh backend is enough) */
     static const struct {
-        uint32_t tile;
+        uint32_t tile, flags;
         const char *name;
-    } tiles[] = {{ES__VK_TILE_TOK, "tile-32"}, {8, "tile-8"}};
+    } tiles[] = {{ES__VK_TILE_TOK, 0, "tile-32"}, {8, ES_VK_NO_SUBGROUP | ES_VK_TEXEL_BUFFERS, "tile-8-no-subgroup"}};
     for (size_t i = 0; i < sizeof tiles / sizeof tiles[0]; i++) {
-        es_backend *b = vk_backend(0);
+        es_backend *b = vk_backend(tiles[i].flags);
         if (!b) continue;
         es__vk_dev_of(b)->policy.mm_tile_tokens = tiles[i].tile;
         check_backend(b, &r, i == 0, tiles[i].name);
