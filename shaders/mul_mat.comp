@@ -9,6 +9,13 @@
 // token separately, and the team reduces its lanes in one fixed way. So a token's output is
 // bit-identical whatever TOK, ROWS or the batch (batch invariance, DESIGN.md). Rows with few
 // units are walked by one invocation each (LK = 1), with no reduction at all.
+// With TILED=1 a workgroup serves a tile of up to 32 tokens (TILE, es__vk_mul_mat_tok) in passes
+// of TOK, so a call of n <= 32 rows is one column of workgroups: its weights come from memory
+// once, and the passes after the first find the workgroup's rows in the cache (a team's ROWS rows
+// of K elements: 8 x 4096 Q8_0 is 32 KiB). Each pass holds TOK tokens' activations and sums in
+// registers as the plain variant does; passes beyond n are skipped. The plain variant (one pass
+// per workgroup) stays for devices whose policy says so: on llvmpipe the pass wrapper alone made
+// a 2-token call 35% slower (docs/perf.md).
 // Lanes of a team read consecutive texels: on lavapipe scattered texel fetches (one row per
 // lane) are several times slower, and a fetch costs about as much as decoding a unit, so each
 // activation fetch is reused for ROWS rows and each scale fetch for four blocks.
@@ -28,10 +35,16 @@
 #include "weights.glsl"
 
 layout(constant_id = 2) const uint ROWS = 4; // rows per team
-layout(constant_id = 3) const uint TOK = 1;  // tokens per workgroup
+layout(constant_id = 3) const uint TOK = 1;  // tokens per pass
 layout(constant_id = 4) const uint EPI = 0;  // 0: Y = WX; 1: Y += WX; 2: Y[r/2] = silu(g) * u; 3: RoPE + KV;
                                              // 4: Y[r/2] = gelu(g) * u
 layout(constant_id = 5) const uint LK = 8;   // lanes per row: 1, or the team size
+#ifndef TILED
+#define TILED 0
+#endif
+#if TILED
+layout(constant_id = 6) const uint TILE = 1; // tokens per workgroup, in passes of TOK
+#endif
 
 RO_F4(2, X)
 layout(binding = 3, std430) buffer Y_blk { float Y[]; };
@@ -112,13 +125,18 @@ void rope_pair(uint row, uint t, float a, float b) {
     }
 }
 
+#if TILED
+// One pass: the team's ROWS rows for the TOK tokens from t0.
+void tile_pass(const uint t0) {
+#else
 void main() {
+    const uint t0 = gl_WorkGroupID.y * TOK;
+#endif
     const uint upr = pc.K / EPU; // units per row
     const bool solo = LK == 1u;
     const uint team = solo ? 1u : TEAM_SIZE, lane = solo ? 0u : TEAM_LANE;
     const uint row0 = (gl_WorkGroupID.x * (solo ? gl_WorkGroupSize.x : N_TEAMS) +
                        (solo ? gl_LocalInvocationID.x : TEAM_ID)) * ROWS;
-    const uint t0 = gl_WorkGroupID.y * TOK;
 
     float acc[ROWS * TOK];
     uint wrow[ROWS], xrow[TOK];
@@ -227,6 +245,9 @@ void main() {
             for (uint l = 1u; l < LANES; l++) s += red[lead + l * nv + i];
             acc[i] = s;
         }
+#if TILED
+        barrier(); // the next pass writes red again
+#endif
 #endif
     }
 
@@ -282,3 +303,12 @@ void main() {
         }
     }
 }
+
+#if TILED
+void main() {
+    const uint tile0 = gl_WorkGroupID.y * TILE;
+    tile_pass(tile0);
+    for (uint c = TOK; c < TILE; c += TOK)
+        if (tile0 + c < pc.n) tile_pass(tile0 + c); // uniform
+}
+#endif

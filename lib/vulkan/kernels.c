@@ -29,6 +29,8 @@ static const es__kernel_family families[] = {
     {"mul_mat", "rrrwrrww", sizeof(es__pc_mul_mat)},     /* W, S (scales), X, Y, RoPE table,
                                                             step, K cache, V cache      */
     {"mul_mat_lora", "rrrwrrwwrr", sizeof(es__pc_mul_mat)}, /* the same, LoRA's R = A X, B   */
+    {"mul_mat_tiled", "rrrwrrww", sizeof(es__pc_mul_mat)},   /* mul_mat in passes of a tile  */
+    {"mul_mat_lora_tiled", "rrrwrrwwrr", sizeof(es__pc_mul_mat)},
     {"get_rows", "rrrw", sizeof(es__pc_get_rows)},       /* W, S, step, X                */
     {"rmsnorm", "rrrw", sizeof(es__pc_rmsnorm)},         /* X, G, step, Y                */
     {"attn", "rrrrww", sizeof(es__pc_attn)},             /* QKV, K, V, step, out, parts  */

@@ -350,10 +350,10 @@ static es_status make_fused_sets(struct es__vk_msa *m) {
             ES_TRY(mm_sets_kv(m, &L->fused[k], mats[k], &r->w->ws, in[k], out[k], kv ? write_bind(r->k[l]) : out[k],
                               kv ? write_bind(r->v[l]) : out[k], lo));
             /* every kernel this may record, so forward calls never compile */
-            for (uint32_t n = 1; n <= 8; n *= 2) {
+            for (uint32_t n = 1; n <= ES__VK_TILE_TOK; n *= 2) {
                 es__vk_pipeline *p;
-                ES_TRY(es__vk_mul_mat_lora_pipe(m->d, mats[k], es__vk_mul_mat_tok(mats[k]->type, n), epi[k], &p));
-                ES_TRY(es__vk_mul_mat_pipe(m->d, &lo->a, es__vk_mul_mat_tok(lo->a.type, n), ES__EPI_STORE, &p));
+                ES_TRY(es__vk_mul_mat_lora_pipe(m->d, mats[k], es__vk_mul_mat_tok(m->d, mats[k]->type, n), epi[k], &p));
+                ES_TRY(es__vk_mul_mat_pipe(m->d, &lo->a, es__vk_mul_mat_tok(m->d, lo->a.type, n), ES__EPI_STORE, &p));
             }
         }
         es__vk_bind b[5] = {r->qkv, r->k[l], r->v[l], r->step, write_bind(r->attn)};
@@ -529,7 +529,7 @@ es_status es__vk_msa_create(es_context *ctx, const es__vk_ss_res *res, struct es
 /* mm of n rows of X from row x_row0 (strides in floats) into Y's first n rows. */
 static es_status rec_mm_from(struct es__vk_msa *m, es__vk_rec *r, const char *op, const ss_mm *mm, uint32_t n,
                              uint32_t epi, uint32_t x_stride, uint32_t y_stride, uint32_t x_row0) {
-    const uint32_t tok = es__vk_mul_mat_tok(mm->m->type, n);
+    const uint32_t tok = es__vk_mul_mat_tok(m->d, mm->m->type, n);
     es__vk_pipeline *p;
     if (mm->lora)
         ES_TRY(es__vk_mul_mat_lora_pipe(m->d, mm->m, tok, epi, &p));

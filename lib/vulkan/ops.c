@@ -45,33 +45,47 @@ static es_status pipe_for(es__vk_dev *d, const char *family, const char *tag, bo
     return es__vk_pipeline_get(d, id, spec, n_spec, out);
 }
 
+static bool is_block(es__dtype type) {
+    return type == ES__DTYPE_Q8_0 || type == ES__DTYPE_Q4_0 || type == ES__DTYPE_IQ4_NL || es__is_k_quant(type);
+}
+
 /* Tile shapes, measured on lavapipe (tools/vkbench mul_mat, docs/perf.md): eight rows per team
  * amortise each activation fetch best for matrix-vector; for matrix-matrix the block types
  * prefer more rows, the float types more tokens (their units hold fewer elements, so more tokens
  * fit in registers). ROWS stays even for the SwiGLU pairs. */
 static uint32_t mm_rows(es__dtype type, uint32_t tok) {
-    if (tok == 1) return 8;
-    return type == ES__DTYPE_Q8_0 || type == ES__DTYPE_Q4_0 || type == ES__DTYPE_IQ4_NL || es__is_k_quant(type) ? 8 : 4;
+    return tok == 1 || is_block(type) ? 8 : 4;
 }
 
-/* Tokens per workgroup. A tile computes all its TOK tokens (the missing ones clamped to the
- * last), so small batches, the trees of speculative decoding, get small tiles: on lavapipe a
- * 2-token call with 8-token tiles costs twice a 2-token tile (576x192 f32: 0.29 vs 0.16 ms). */
-uint32_t es__vk_mul_mat_tok(es__dtype type, uint32_t n) {
-    const uint32_t full =
-        type == ES__DTYPE_Q8_0 || type == ES__DTYPE_Q4_0 || type == ES__DTYPE_IQ4_NL || es__is_k_quant(type) ? 4 : 8;
+/* Tokens per pass of a workgroup over its rows: the tile shapes above. A pass computes all its
+ * tokens (the missing ones clamped to the last), so small batches get small passes: on lavapipe
+ * a 2-token call with 8-token passes costs twice a 2-token pass. */
+static uint32_t mm_pass(es__dtype type, uint32_t n) {
     if (n <= 2) return n == 0 ? 1 : n; /* n = 0: an empty grid, recorded all the same */
-    return n <= 4 ? ES__MIN(4u, full) : full;
+    return n <= 4 ? 4u : is_block(type) ? 4u : 8u;
 }
 
-static es_status mul_mat_pipe(es__vk_dev *d, const es__vk_mat *m, uint32_t tok, uint32_t epi, const char *family,
+/* Tokens per workgroup (the tile), in passes of mm_pass: a call of n <= the device's tile
+ * (policy.h) is one column of workgroups, so it reads each weight from memory once; a power of
+ * two, so a device compiles six shapes, not 32. A device without one gets one pass per
+ * workgroup (its tiles are its passes). */
+uint32_t es__vk_mul_mat_tok(const es__vk_dev *d, es__dtype type, uint32_t n) {
+    const uint32_t pass = mm_pass(type, n), cap = d->policy.mm_tile_tokens;
+    uint32_t tile = pass;
+    while (tile < n && tile < cap) tile *= 2;
+    return ES__MIN(tile, ES__MAX(cap, pass));
+}
+
+static es_status mul_mat_pipe(es__vk_dev *d, const es__vk_mat *m, uint32_t tile, uint32_t epi, const char *family,
                               es__vk_pipeline **out) {
     const es__dtype type = m->type;
-    const uint32_t rows = mm_rows(type, tok);
+    const uint32_t tok = ES__MIN(mm_pass(type, tile), tile);
     const bool native = !d->use.texel && d->use.subgroup &&
                         ((type == ES__DTYPE_F16 && d->use.storage16) || (type == ES__DTYPE_Q8_0 && d->use.storage8));
-    const uint32_t spec[6] = {wg_size(d), d->subgroup_size, rows, tok, epi, m->team};
-    return pipe_for(d, family, type_tag(type), true, true, native, spec, 6, out);
+    const uint32_t spec[7] = {wg_size(d), d->subgroup_size, mm_rows(type, tok), tok, epi, m->team, tile};
+    char tiled[32];
+    snprintf(tiled, sizeof tiled, "%s_tiled", family);
+    return pipe_for(d, tile > tok ? tiled : family, type_tag(type), true, true, native, spec, 7, out);
 }
 
 es_status es__vk_mul_mat_pipe(es__vk_dev *d, const es__vk_mat *m, uint32_t tok, uint32_t epi,
@@ -101,7 +115,7 @@ es_status es__vk_get_rows_pipe(es__vk_dev *d, es__dtype type, es__vk_pipeline **
 
 void es__vk_rec_mul_mat(es__vk_rec *r, const char *op, const es__vk_pipeline *p, const es__vk_mat *m,
                         const VkDescriptorSet *sets, const es__pc_mul_mat *call) {
-    const uint32_t wg = p->spec[0], rows = p->spec[2], tok = p->spec[3], epi = p->spec[4], team = p->spec[5];
+    const uint32_t wg = p->spec[0], rows = p->spec[2], tile = p->spec[6], epi = p->spec[4], team = p->spec[5];
     const uint32_t rows_per_wg = wg / team * rows;
     for (uint32_t i = 0; i < m->n_parts; i++) {
         const es__vk_part *pt = &m->parts[i];
@@ -120,7 +134,7 @@ void es__vk_rec_mul_mat(es__vk_rec *r, const char *op, const es__vk_pipeline *p,
             pc.n_rot = m->rope_nrot;
         }
         es__vk_rec_dispatch(r, op, p, sets[i], &pc, (pt->rows + rows_per_wg - 1) / rows_per_wg,
-                            (call->n + tok - 1) / tok, 1);
+                            (call->n + tile - 1) / tile, 1);
     }
 }
 

@@ -30,10 +30,11 @@ void es__vk_rope_table(const es__rope *r, float *dst, int32_t p0, uint32_t np, b
 /* mul_mat epilogues (spec constant EPI). */
 enum { ES__EPI_STORE = 0, ES__EPI_ADD = 1, ES__EPI_SWIGLU = 2, ES__EPI_ROPE_KV = 3, ES__EPI_GEGLU = 4 };
 
-/* Kernel shape for mul_mat: tokens per workgroup for a batch of n. Batch invariance does not
- * depend on it. */
-uint32_t es__vk_mul_mat_tok(es__dtype type, uint32_t n);
-es_status es__vk_mul_mat_pipe(es__vk_dev *d, const es__vk_mat *m, uint32_t tok, uint32_t epi,
+/* Kernel shape for mul_mat: tokens per workgroup (the tile) for a batch of n of a matrix of
+ * this type, at most ES__VK_TILE_TOK. Batch invariance does not depend on it. */
+#define ES__VK_TILE_TOK 32u
+uint32_t es__vk_mul_mat_tok(const es__vk_dev *d, es__dtype type, uint32_t n);
+es_status es__vk_mul_mat_pipe(es__vk_dev *d, const es__vk_mat *m, uint32_t tile, uint32_t epi,
                               es__vk_pipeline **out);
 /* The same plus a low-rank term, Y = W X + B R (Speculative Streaming's stream-only LoRA, R = A X
  * from a plain mul_mat before): its descriptor sets add R (f32 rows) and B's plane as bindings 8

@@ -1,9 +1,9 @@
 /* policy.h: per-device choices that are measurements rather than facts about the device: how
  * many rows a forward may carry with Speculative Streaming's streams fused into its own
- * dispatches (measured by each context, forward.c, unless overridden), and below which row
- * length a weight row is walked by one invocation instead of a team. Chosen once per device from
- * a table of profiles (policy.c) when the backend is created, each value overridable through
- * es_backend_params.vk_tuning. Deliberately data: no kernel or
+ * dispatches (measured by each context, forward.c, unless overridden), how many rows a matrix
+ * workgroup serves, and below which row length a weight row is walked by one invocation instead
+ * of a team. Chosen once per device from a table of profiles (policy.c) when the backend is
+ * created, each value overridable through es_backend_params.vk_tuning. Deliberately data: no kernel or
  * forward pass decides these by itself, and nothing here reads the environment. */
 #ifndef ES_VULKAN_POLICY_H
 #define ES_VULKAN_POLICY_H
@@ -21,6 +21,10 @@ typedef struct es__vk_policy {
     uint32_t solo_row_elements;  /* weight rows shorter than this many elements are walked by
                                     one invocation (their team's reduction would cost as much
                                     as the row's arithmetic); 0 = never                        */
+    uint32_t mm_tile_tokens;     /* the most rows of a call one column of matrix workgroups serves
+                                    (in passes; ops.c, at most ES__VK_TILE_TOK): a call of up to
+                                    this many rows reads each weight from memory once; 0 = one
+                                    pass per workgroup                                          */
     bool warm_up;                /* the driver compiles a kernel at its first dispatch, not at
                                     pipeline creation (llvmpipe): a context runs each forward
                                     variant once when it is made, not in its first steps       */

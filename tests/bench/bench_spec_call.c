@@ -5,7 +5,8 @@
  * ones' as a pass after it), with the early exit too, and the stream pass of one node after a
  * 9-token batch (too many stream rows to ride in the call on Vulkan). Medians of repetitions,
  * JSON lines on stdout. Usage:
- *   bench_spec_call MODEL.gguf [ADAPTER.ss.gguf] [cpu|vulkan] [threads] [reps] [n_past] */
+ *   bench_spec_call MODEL.gguf [ADAPTER.ss.gguf] [cpu|vulkan] [threads] [reps] [n_past]
+ * EDGESPEC_VKBENCH_CPU_TIME=1 times process CPU time instead of wall time (now_ms). */
 #include "../common/bench_time.h"
 #include "edgespec.h"
 #include "forward_api.h"
@@ -22,8 +23,13 @@ static void log_cb(es_log_level level, const char *msg, void *user) {
     fprintf(stderr, "bench_spec_call: %s\n", msg);
 }
 
+/* Wall time, or with EDGESPEC_VKBENCH_CPU_TIME set the process's CPU time (as the op runner's
+ * switch): on a loaded machine, with LP_NUM_THREADS=0 (lavapipe running every dispatch on the
+ * calling thread) or one CPU thread, that is the call's own work. */
 static double now_ms(void) {
-    return 1e3 * bench_now(CLOCK_MONOTONIC);
+    static int cpu = -1;
+    if (cpu < 0) cpu = getenv("EDGESPEC_VKBENCH_CPU_TIME") != NULL;
+    return 1e3 * bench_now(cpu ? CLOCK_PROCESS_CPUTIME_ID : CLOCK_MONOTONIC);
 }
 
 int main(int argc, char **argv) {

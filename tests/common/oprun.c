@@ -409,7 +409,7 @@ static es_status run_proj(es_backend *b, es__dtype type, const void *w, uint32_t
     if (s == ES_OK) s = rope_kv ? run_rope_binds(&r, ss, &KC, &VC, &bias_off, &tail[2]) : run_extras(&r, &tail[2]);
     if (s == ES_OK && lora) s = run_lora_binds(&r, ss, rows, n, r32, &tail[6]);
     es__vk_pipeline *p = NULL;
-    const uint32_t tok = es__vk_mul_mat_tok(type, n);
+    const uint32_t tok = es__vk_mul_mat_tok(r.d, type, n);
     if (s == ES_OK) s = lora ? es__vk_mul_mat_lora_pipe(r.d, m, tok, epi, &p) : es__vk_mul_mat_pipe(r.d, m, tok, epi, &p);
     VkDescriptorSet sets[16];
     if (s == ES_OK) s = run_part_sets(&r, m, p, tail, sets);

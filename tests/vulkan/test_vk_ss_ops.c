@@ -19,6 +19,7 @@
  *     SwiGLU and RoPE propagated as there), against the CPU backend's ops (es__cpu_matmul, the
  *     kernels' dot for B R as lib/cpu/msa.c adds it, es__cpu_swiglu, es__cpu_add,
  *     es__cpu_rope_token) within twice that; the main rows bit-identical to the plain kernel's. */
+#include "backend_vk.h"
 #include "cpu/kern.h"
 #include "cpu/ops.h"
 #include "cpu/opsi.h"
@@ -514,6 +515,14 @@ int main(void) {
         test_ss_rope(b, &r, cfg);
         test_ss_attn(b, &r, cfg);
         test_lora(b, &r, cfg, c == 0);
+        es_backend_free(b);
+    }
+    /* a GPU's matrix tiles (policy.h: mm_tile_tokens 32): the tiled kernels' RoPE/KV, LoRA, add
+     * and SwiGLU epilogues, in passes (9 tokens: passes of 8 or 4 in a tile of 16) */
+    es_backend *b = vk_backend(0);
+    if (b) {
+        es__vk_dev_of(b)->policy.mm_tile_tokens = ES__VK_TILE_TOK;
+        test_lora(b, &r, "tile-32", true);
         es_backend_free(b);
     }
     VK_TEST_END();

@@ -1,7 +1,8 @@
 /* vkbench: benchmarks of the Vulkan backend. One JSON object per measurement on stdout:
  *   edgespec-vkbench mul_mat [--type f32|f16|bf16|q8_0|q4_0|q4_K|q5_K|q6_K] [--rows M] [--cols K] [--n N]
- *                            [--reps R] [--runs S] [--device SEL] [--flags FLAGS]
- *       one matrix kernel: R dispatches in one submission, median of S submissions; weight
+ *                            [--reps R] [--runs S] [--device SEL] [--flags FLAGS] [--tile T]
+ *       one matrix kernel: R dispatches in one submission, median of S submissions (--tile: the
+ *       device policy's tile in place of its profile's, lib/vulkan/policy.h); weight
  *       bandwidth = bytes of the device layout per dispatch / time per dispatch; with
  *       EDGESPEC_VKBENCH_CPU_TIME set, the time is the process's CPU time (the op runner's switch,
  *       tests/common/oprun.c), which a busy machine disturbs less than wall time
@@ -13,6 +14,7 @@
  *   edgespec-vkbench model -m FILE [--backend vulkan|cpu] [--threads N] [--pp 64,512] [--tg 128]
  *                          [--tree 32] [--reps R] [--profile]      (bench_model.c)
  * It deliberately checks nothing: tests/vulkan does. */
+#include "backend_vk.h"
 #include "gguf.h"
 #include "oprun.h"
 #include "test_dtype.h"
@@ -151,6 +153,7 @@ static int kernel_bench(const char *mode, const vkbench_opts *o) {
         fprintf(stderr, "vkbench: %s\n", es_last_error());
         return 1;
     }
+    if (o->tile >= 0) es__vk_dev_of(b)->policy.mm_tile_tokens = (uint32_t)o->tile;
     const bool disp = !strcmp(mode, "dispatch");
     const es__dtype type = disp ? ES__DTYPE_F32 : test_dtype_parse(o->type);
     const uint32_t rows = disp ? 8 : o->rows, K = disp ? 32 : o->cols, n = o->n;
@@ -172,9 +175,10 @@ static int kernel_bench(const char *mode, const vkbench_opts *o) {
         const uint32_t Kp = (K + 31) & ~31u;
         const double dev_bytes = (double)(es__vk_mat_row_bytes(type, Kp, 8, false) + es__vk_mat_row_bytes(type, Kp, 8, true)) * rows;
         printf("{\"op\": \"%s\", \"device\": \"%s\", \"type\": \"%s\", \"rows\": %u, \"cols\": %u, \"n\": %u, "
-               "\"reps\": %d, \"runs\": %d, \"flags\": \"%s\", \"ms_median\": %.4f, \"ms_min\": %.4f, "
+               "\"tile\": %u, \"reps\": %d, \"runs\": %d, \"flags\": \"%s\", \"ms_median\": %.4f, \"ms_min\": %.4f, "
                "\"weight_gb_s\": %.2f, \"gflop_s\": %.2f}\n",
-               mode, es_backend_name(b), disp ? "f32" : o->type, rows, K, n, o->reps, o->runs, o->flags ? o->flags : "",
+               mode, es_backend_name(b), disp ? "f32" : o->type, rows, K, n, es__vk_dev_of(b)->policy.mm_tile_tokens,
+               o->reps, o->runs, o->flags ? o->flags : "",
                med, t[0], dev_bytes / (med * 1e-3) / 1e9, 2.0 * rows * K * n / (med * 1e-3) / 1e9);
     }
     free(w);
@@ -196,6 +200,7 @@ int main(int argc, char **argv) {
     o.runs = 7;
     o.rows = o.cols = 4096;
     o.n = 1;
+    o.tile = -1;
     o.tg = 128;
     o.tree = 32;
     o.pp[0] = 64;
@@ -219,6 +224,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--n")) o.n = (uint32_t)atoi(v);
         else if (!strcmp(a, "--reps")) o.reps = atoi(v), reps_set = true;
         else if (!strcmp(a, "--runs")) o.runs = atoi(v);
+        else if (!strcmp(a, "--tile")) o.tile = atoi(v);
         else if (!strcmp(a, "--device")) o.device = v;
         else if (!strcmp(a, "--flags")) o.flags = v;
         else if (!strcmp(a, "-m") || !strcmp(a, "--model")) o.model = v;

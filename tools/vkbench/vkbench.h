@@ -16,6 +16,7 @@ typedef struct vkbench_opts {
     int n_pp;
     int32_t tg, tree;
     uint32_t rows, cols, n;
+    int32_t tile; /* mul_mat: the device policy's matrix tile (policy.h), -1 = the profile's */
 } vkbench_opts;
 
 int vkbench_model(const vkbench_opts *o);
