@@ -11,6 +11,7 @@
  * Deliberately not here: any comparison (the Python side has the reference). */
 #include "edgespec.h"
 #include "forward_api.h"
+#include "../common/vk_pin.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -65,6 +66,7 @@ int main(int argc, char **argv) {
     if (fuse) bp.vk_tuning.fused_stream_rows = strcmp(fuse, "all") == 0 ? 1 << 20 : -1;
     bp.n_threads = n_threads;
     es_backend *be = NULL;
+    if (vulkan) test_pin_vulkan();
     if (es_backend_create(&bp, &be) != ES_OK) return fail("backend", es_last_error());
     es_context_params cp = es_context_default_params();
     cp.backend = be;
