@@ -124,7 +124,8 @@ static es_status read_yarn(loader *L, es__hparams *hp) {
     ES_TRY(hp_f32_in(L, "rope.scaling.yarn_ext_factor", 0.0f, 1.0f, &hp->yarn_ext_factor));
     ES_TRY(hp_f32(L, "rope.scaling.yarn_beta_fast", false, &hp->yarn_beta_fast));
     ES_TRY(hp_f32(L, "rope.scaling.yarn_beta_slow", false, &hp->yarn_beta_slow));
-    /* DeepSeek's mscale / mscale_all_dim variant: another magnitude rule, not implemented */
+    /* DeepSeek's YaRN (a log multiplier: mscale / mscale_all_dim) scales the magnitude by another
+     * rule; refused rather than run with the wrong one */
     float log_mul = 0.0f;
     ES_TRY(hp_f32_in(L, "rope.scaling.yarn_log_multiplier", -INFINITY, INFINITY, &log_mul));
     ES_RETURN_IF(log_mul != 0.0f, L->err, ES_ERR_UNSUPPORTED,

@@ -152,17 +152,26 @@ static float fit_scale_min(int n, int nmax, const float *x, const float *w, uint
     return scale;
 }
 
-/* Symmetric scale for n values with levels -nmax..nmax-1 (stored + nmax in L), weights x^2: the
- * least-squares scale on the amax grid and on 18 nearby grids, keeping the best fit. */
-static float fit_scale_sym(int n, int nmax, const float *x, uint8_t *L) {
-    float amax = 0, mx = 0;
+/* The value of largest magnitude among n (the first of equals), and that magnitude in *amax: the
+ * symmetric fits scale from its sign as well as its size. */
+static float largest_magnitude(int n, const float *x, float *amax) {
+    float mx = 0;
+    *amax = 0;
     for (int i = 0; i < n; i++) {
         const float ax = fabsf(x[i]);
-        if (ax > amax) {
-            amax = ax;
+        if (ax > *amax) {
+            *amax = ax;
             mx = x[i];
         }
     }
+    return mx;
+}
+
+/* Symmetric scale for n values with levels -nmax..nmax-1 (stored + nmax in L), weights x^2: the
+ * least-squares scale on the amax grid and on 18 nearby grids, keeping the best fit. */
+static float fit_scale_sym(int n, int nmax, const float *x, uint8_t *L) {
+    float amax;
+    const float mx = largest_magnitude(n, x, &amax);
     if (amax < GROUP_EPS) {
         memset(L, 0, (size_t)n);
         return 0.0f;
@@ -354,14 +363,8 @@ static void quantize_q2_k(const float *x, uint8_t *y, int64_t nb) {
  * then up to five passes that move single levels while that raises the fit (sum w x l)^2 /
  * sum w l^2; returns the least-squares scale (ggml's make_q3_quants with rmse). */
 static float fit_scale_q3(int n, int nmax, const float *x, uint8_t *L) {
-    float amax = 0, mx = 0;
-    for (int i = 0; i < n; i++) {
-        const float ax = fabsf(x[i]);
-        if (ax > amax) {
-            amax = ax;
-            mx = x[i];
-        }
-    }
+    float amax;
+    const float mx = largest_magnitude(n, x, &amax);
     if (amax < GROUP_EPS) {
         memset(L, 0, (size_t)n);
         return 0.0f;
