@@ -6,7 +6,9 @@
  * 9-token batch (too many stream rows to ride in the call on Vulkan). Medians of repetitions,
  * JSON lines on stdout. Usage:
  *   bench_spec_call MODEL.gguf [ADAPTER.ss.gguf] [cpu|vulkan] [threads] [reps] [n_past]
- * EDGESPEC_VKBENCH_CPU_TIME=1 times process CPU time instead of wall time (now_ms). */
+ * EDGESPEC_VKBENCH_CPU_TIME=1 times process CPU time instead of wall time (now_ms);
+ * EDGESPEC_BENCH_MM_TILE=N sets the Vulkan device's matrix tile (policy.h mm_tile_tokens; 0 = one
+ * pass per workgroup) to compare the small-batch passes with the one-pass kernel on one device. */
 #include "../common/bench_time.h"
 #include "edgespec.h"
 #include "forward_api.h"
@@ -15,6 +17,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#ifdef ES_BENCH_VULKAN
+#include "backend_vk.h"
+#endif
 
 /* The backend's info messages (the device's tuning, what a context measured) go to stderr. */
 static void log_cb(es_log_level level, const char *msg, void *user) {
@@ -56,6 +61,12 @@ int main(int argc, char **argv) {
     es_context_params cp = es_context_default_params();
     cp.n_ctx = n_past + 600;
     if (es_backend_create(&bp, &be) != ES_OK) return 1;
+#ifdef ES_BENCH_VULKAN
+    if (vk && getenv("EDGESPEC_BENCH_MM_TILE")) {
+        es__vk_dev_of(be)->policy.mm_tile_tokens = (uint32_t)atoi(getenv("EDGESPEC_BENCH_MM_TILE"));
+        fprintf(stderr, "bench_spec_call: matrix tile %u rows\n", es__vk_dev_of(be)->policy.mm_tile_tokens);
+    }
+#endif
     cp.backend = be;
     if (es_context_create(m, &cp, &ctx) != ES_OK) {
         fprintf(stderr, "bench_spec_call: %s\n", es_last_error());
