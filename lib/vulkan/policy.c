@@ -7,17 +7,17 @@
 /* By device type. Whether streams fuse into the forward is measured by each context (forward.c:
  * a fused forward against a forward and a stream pass, for trees of 1 to 8 tokens): on lavapipe
  * rows cost arithmetic and a matrix tile holds 4 rows, so fusing wins only for the smallest trees
- * (docs/perf.md "Fused streams"), on a GPU rows are nearly free next to a dispatch, but neither is
- * assumed. Rows of fewer than 320 elements ran 1.5-2x faster solo for 8 tokens on lavapipe
- * (docs/perf.md "short rows"); on a GPU that threshold is lavapipe's until one is measured.
- * A GPU's matrix workgroup serves up to 32 rows of a call in passes over its weight rows, which
- * its L1 keeps after the first (a team's 8 rows x 4096 Q8_0 are 32 KiB), so a tree of up to 32
- * nodes reads its weights from memory once and decodes them in the SMs' spare arithmetic;
- * tabled, not measured. On lavapipe the passes gained nothing (a row costs arithmetic, and the
- * columns of one-pass workgroups find the weights in the 32 MiB L3 anyway) while the pass wrapper
- * slowed small calls (docs/perf.md "Small batches read each weight once"), so CPU devices keep
- * one pass per workgroup. llvmpipe compiles each kernel at its first dispatch (20-50 ms for a
- * speculative step's new variants; docs/perf.md), so contexts there warm up when made. */
+ * (docs/perf.md "Fused streams"); on an H100 each context measured its own cap (5 rows with the
+ * passes below, 20-40 without). Rows of fewer than 320 elements ran 1.5-2x faster solo for 8
+ * tokens on lavapipe (docs/perf.md "short rows"); on a GPU that threshold is lavapipe's until one
+ * is measured. Matrix workgroups that serve up to 32 rows of a call in passes over their weight
+ * rows (ops.c) were meant to read a tree's weights from memory once on a GPU; on an H100 they were
+ * slower than one pass per workgroup at every size from 2 to 64 rows (853m Q8_0: 32 rows 17.3 ms
+ * against 11.8; docs/perf.md "Real GPU"), and on lavapipe they gained nothing while slowing small
+ * calls (docs/perf.md "Small batches read each weight once"): every profile keeps one pass per
+ * workgroup, the passes stay reachable through the policy for a device that measures them
+ * faster. llvmpipe compiles each kernel at its first dispatch (20-50 ms for a speculative step's
+ * new variants; docs/perf.md), so contexts there warm up when made. */
 static const struct {
     VkPhysicalDeviceType type;
     es__vk_policy policy;
@@ -25,9 +25,9 @@ static const struct {
     {VK_PHYSICAL_DEVICE_TYPE_CPU,
      {.profile = "cpu (measured on lavapipe)", .solo_row_elements = 320, .warm_up = true, .measure_fused = true}},
     {VK_PHYSICAL_DEVICE_TYPE_DISCRETE_GPU,
-     {.profile = "gpu (tabled, unmeasured)", .solo_row_elements = 320, .mm_tile_tokens = 32, .measure_fused = true}},
+     {.profile = "discrete gpu (measured on an H100)", .solo_row_elements = 320, .measure_fused = true}},
     {VK_PHYSICAL_DEVICE_TYPE_INTEGRATED_GPU,
-     {.profile = "gpu (tabled, unmeasured)", .solo_row_elements = 320, .mm_tile_tokens = 32, .measure_fused = true}},
+     {.profile = "integrated gpu (the H100's, unmeasured)", .solo_row_elements = 320, .measure_fused = true}},
 };
 
 static uint32_t pick(int32_t override, uint32_t profile_value) {
@@ -35,8 +35,7 @@ static uint32_t pick(int32_t override, uint32_t profile_value) {
 }
 
 es__vk_policy es__vk_policy_choose(VkPhysicalDeviceType type, const es_vk_tuning *override) {
-    es__vk_policy p = {.profile = "other (the gpu table)", .solo_row_elements = 320, .mm_tile_tokens = 32,
-                       .measure_fused = true};
+    es__vk_policy p = {.profile = "other (the gpu table)", .solo_row_elements = 320, .measure_fused = true};
     for (size_t i = 0; i < sizeof profiles / sizeof profiles[0]; i++)
         if (profiles[i].type == type) p = profiles[i].policy;
     if (override) {
