@@ -1,0 +1,58 @@
+#!/bin/bash
+# run.sh: the GPU checklist (../shared/notes/gpu-checklist.md) in one device call, after
+# tools/device/prepare.sh here: the Vulkan tests, edgespec-bench on the shipped models and the
+# 134m/853m shapes (made there by mkmodel), bench_spec_call with both matrix tiles, and the
+# speculation sweeps against plain decoding. Everything lands in $OUT (at most 8 files come back).
+# Each phase has its own time limit so that the call ends inside the device budget.
+cd "$(dirname "$0")/../.."; R=$PWD; T0=$(date +%s)
+for f in .gl/*.deb; do dpkg -x "$f" /; done; ldconfig
+# the build's absolute paths (meson's test commands) and ../shared
+[ -e /work/main ] || { mkdir -p /work; ln -s "$R" /work/main; }
+[ -e /work/shared ] || ln -s "$R/gpu/shared" /work/shared
+cd /work/main && tar xJf gpu/build.tar.xz
+ICD=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
+[ -f $ICD ] && export VK_DRIVER_FILES=$ICD
+export B=build-gpu M=/tmp/m PY=python3 OUT
+export CLI=$B/tools/edgespec/edgespec
+mkdir -p $M
+el() { echo "== $(( $(date +%s) - T0 )) s: $*"; }
+{ el devices; nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.max.mem --format=csv
+  $CLI devices; } > $OUT/devices.txt 2>&1
+if ! $CLI devices > /dev/null 2>&1; then VK_LOADER_DEBUG=error,warn,driver $CLI devices 2>&1 | tail -40; exit 1; fi
+# the tests' generated models first, the benchmark shapes in the background while the tests run
+{ $CLI quantize models/long.gguf $B/tests/spec/long.f32.gguf f32
+  $PY tools/train/grow.py models/default.gguf $B/tests/spec/default.x3.gguf --ss models/default.ss.gguf \
+    $B/tests/spec/default.x3.ss.gguf --factor 3 --name edgespec-kjv-default-x3; } > $OUT/models.txt 2>&1
+( for s in 134m 853m; do for t in q8_0 f16; do
+    $B/tools/mkmodel/edgespec-mkmodel --quiet --preset $s --type $t -o $M/$s-$t.gguf; done; done
+  el benchmark models made ) >> $OUT/models.txt 2>&1 &
+MODELS=$!
+el tests >> $OUT/devices.txt
+$PY tools/device/run_tests.py gpu/tests.json 8 ${TEST_BUDGET:-170} > $OUT/tests.txt 2>&1
+wait $MODELS
+el tests done >> $OUT/devices.txt
+timeout ${BENCH_BUDGET:-80} bash -c '
+  BE="$B/tools/bench/edgespec-bench --no-membw -b vulkan"
+  $BE -m models/default.gguf -r 5 -p 64,512 -n 128
+  $BE -m $B/tests/spec/long.f32.gguf -r 5 -p 64,512 -n 128
+  for f in 134m-q8_0 134m-f16 853m-q8_0 853m-f16; do $BE -m $M/$f.gguf -r 3 -p 512 -n 128; done
+  $BE -m $M/134m-q8_0.gguf -r 3 -p 0 -n 128 --profile
+  $BE -m $M/853m-q8_0.gguf -r 3 -p 0 -n 128 --profile
+' > $OUT/bench.jsonl 2> $OUT/bench.err
+timeout ${CALL_BUDGET:-60} bash -c '
+  SC=$B/tests/bench/bench_spec_call
+  for tile in 0 32; do
+    EDGESPEC_BENCH_MM_TILE=$tile $SC models/default.gguf models/default.ss.gguf vulkan 4 21 64
+    EDGESPEC_BENCH_MM_TILE=$tile $SC $M/853m-q8_0.gguf - vulkan 4 11 64
+  done
+  $SC $B/tests/spec/long.f32.gguf models/long.ss.gguf vulkan 4 21 1024
+' > $OUT/spec_call.txt 2>&1
+timeout ${SWEEP_BUDGET:-110} bash -c '
+  SW="$PY tests/bench/spec_sweep.py --cli $CLI --backend vulkan --threads 4 --n 128"
+  $SW --model models/default.gguf --adapter models/default.ss.gguf --draft models/draft.gguf --reps 2 --defaults-only
+  $SW --model $B/tests/spec/long.f32.gguf --adapter models/long.ss.gguf --draft models/long.draft.gguf --reps 2 \
+    --defaults-only
+  $SW --model $B/tests/spec/long.f32.gguf --adapter models/long.ss.gguf --draft models/long.draft.gguf --reps 1 \
+    --ks 1,2,4 --gammas 1,4 --prune 0.02 --max-nodes 32 --lookaheads 4 --json $OUT/sweep_long.json
+' > $OUT/sweep.txt 2>&1
+el all done
