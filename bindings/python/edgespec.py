@@ -48,7 +48,8 @@ class ModelInfo(ctypes.Structure):
                 ("has_weights", ctypes.c_bool), ("tokenizer", ctypes.c_int), ("tokenizer_pre", ctypes.c_char_p),
                 ("bos_id", ctypes.c_int32), ("eos_id", ctypes.c_int32), ("n_params", ctypes.c_uint64),
                 ("weight_bytes", ctypes.c_uint64), ("n_tensors", ctypes.c_int32), ("has_ss_adapter", ctypes.c_bool),
-                RESERVED]
+                ("rope_scaling", ctypes.c_char_p), ("rope_n_ctx_orig", ctypes.c_int32),
+                ("rope_attn_factor", ctypes.c_float), ("reserved", ctypes.c_uint64 * 6)]
 
 
 class VkTuning(ctypes.Structure):

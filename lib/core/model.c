@@ -662,6 +662,13 @@ es_status es_model_get_info(const es_model *m, es_model_info *out) {
     i.weight_bytes = m->weight_bytes;
     i.n_tensors = m->n_tensors;
     i.has_ss_adapter = m->ss != NULL;
+    static const char *const scalings[] = {"none", "linear", "yarn", "longrope"};
+    /* the per-pair divisor tensors act whatever rope.scaling.type says (rope.c) */
+    i.rope_scaling = hp->rope_long && hp->rope_short ? "longrope"
+                     : hp->rope_freqs && hp->rope_scaling == ES__ROPE_SCALING_NONE ? "freqs"
+                                                                                   : scalings[hp->rope_scaling];
+    i.rope_n_ctx_orig = hp->rope_n_ctx_orig;
+    i.rope_attn_factor = hp->rope_attn_factor > 0.0f ? hp->rope_attn_factor : 1.0f;
     *out = i;
     return ES_OK;
 }

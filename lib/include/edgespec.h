@@ -236,7 +236,13 @@ typedef struct es_model_info {
     uint64_t weight_bytes;      /* bytes of weight tensor data                            */
     int32_t n_tensors;
     bool has_ss_adapter;        /* a Speculative Streaming adapter is attached             */
-    uint64_t reserved[8];     /* written as zero; room for later fields (ABI, at the top)    */
+    const char *rope_scaling;   /* how positions past the training context are reached: "none",
+                                   "linear", "yarn", "longrope" (phi3's rope_factors_*) or
+                                   "freqs" (llama 3's rope_freqs.weight); static text     */
+    int32_t rope_n_ctx_orig;    /* the context the scaling extends (n_ctx_train if none)  */
+    float rope_attn_factor;     /* the file's rope.scaling.attn_factor (1 = none): cos and sin
+                                   times it, on top of YaRN's own magnitude scale          */
+    uint64_t reserved[6];     /* written as zero; room for later fields (ABI, at the top)    */
 } es_model_info;
 
 ES_API es_status es_model_get_info(const es_model *model, es_model_info *out);

@@ -232,6 +232,7 @@ static void linear4(es__gguf_writer *w) {
     CHECK_OK(es__gguf_set_f32(w, "llama.rope.scaling.factor", 4.0f));
 }
 static void linear_nofactor(es__gguf_writer *w) { CHECK_OK(es__gguf_set_str(w, "llama.rope.scaling.type", "linear")); }
+static void yarn4(es__gguf_writer *w); /* below, with the other scalings of test_rope_scaling */
 static void k_narrow(es__gguf_writer *w) { add_f(w, "blk.0.attn_k.weight", ES__DTYPE_F32, 64, 32); }
 static void k_wide(es__gguf_writer *w) { add_f(w, "blk.0.attn_k.weight", ES__DTYPE_F32, 32, 64); }
 static void norm_short(es__gguf_writer *w) { add_f(w, "blk.1.ffn_norm.weight", ES__DTYPE_F32, 32, 1); }
@@ -334,9 +335,13 @@ static void test_bad(void) {
     expect_load("freq base", (edit){NULL, NULL, base_nan}, ES_ERR_MODEL, "expected a positive finite number");
     /* accepted variations */
     i = load_info((edit){NULL, NULL, linear4});
-    CHECK(i.rope_freq_scale == 0.25f);
+    CHECK(i.rope_freq_scale == 0.25f && !strcmp(i.rope_scaling, "linear") && i.rope_attn_factor == 1.0f);
     i = load_info((edit){NULL, NULL, scale_linear});
     CHECK(i.rope_freq_scale == 0.5f);
+    i = load_info((edit){NULL, NULL, yarn4});
+    CHECK(!strcmp(i.rope_scaling, "yarn") && i.rope_n_ctx_orig == 4096);
+    i = load_info((edit){NULL, NULL, NULL});
+    CHECK(!strcmp(i.rope_scaling, "none") && i.rope_n_ctx_orig == i.n_ctx_train);
     i = load_info((edit){NULL, NULL, neox});
     CHECK(i.rope_type == ES_ROPE_NEOX);
     i = load_info((edit){NULL, NULL, rot8});
@@ -715,6 +720,10 @@ static void test_rope_scaling(void) {
         CHECKF(lo.freq_div == m->hp.rope_short && hi.freq_div == m->hp.rope_long && hi.freq_div[1] == 3.0f &&
                    lo.freq_div[1] == 1.1f && lo.mscale == 1.25 && hi.mscale == 1.25 && lo.freq_scale == 1.0,
                "longrope: short/long by context 64/65, attn factor %g", hi.mscale);
+        es_model_info mi;
+        CHECK_OK(es_model_get_info(m, &mi));
+        CHECKF(!strcmp(mi.rope_scaling, "longrope") && mi.rope_attn_factor == 1.25f, "info: %s, factor %g",
+               mi.rope_scaling, (double)mi.rope_attn_factor);
         es_model_free(m);
     }
     expect_load("longrope long only", (edit){NULL, NULL, lr_long}, ES_ERR_MODEL,

@@ -55,6 +55,9 @@ static void print_hparams(const es_model_info *in) {
     printf("  %-14s %d\n", "n_rot", in->n_rot);
     printf("  %-14s %s, freq_base %g, freq_scale %g\n", "rope", in->rope_type == ES_ROPE_NEOX ? "neox" : "norm",
            (double)in->rope_freq_base, (double)in->rope_freq_scale);
+    if (strcmp(in->rope_scaling, "none") != 0)
+        printf("  %-14s %s from a context of %d\n", "rope scaling", in->rope_scaling, in->rope_n_ctx_orig);
+    if (in->rope_attn_factor != 1.0f) printf("  %-14s %g\n", "rope attn fact", (double)in->rope_attn_factor);
     printf("  %-14s %g\n", "rms_norm_eps", (double)in->rms_norm_eps);
     printf("  %-14s %s\n", "output", in->tied_output ? "tied to token_embd" : "separate");
 }
