@@ -41,12 +41,17 @@ static bool is_matrix(const es__gguf_tensor *t) {
 }
 
 /* The type a matrix with rows of ne0 elements gets: the target, or when its rows are not whole
- * blocks of it, q8_0 (rows of 32) or f16, as llama.cpp falls back. */
+ * blocks of it the nearest type with blocks of 32 (as llama.cpp falls back): IQ4_NL's 4.5 bits a
+ * weight for the K-quants of 4 bits or fewer (llama.cpp's own choice for Q2_K and Q3_K; it takes
+ * Q5_0, which edgespec does not have, for Q4_K), Q8_0 for the others, and f16 for rows that are
+ * not whole blocks of 32 either. */
 static es__dtype type_for(es__dtype target, int64_t ne0) {
     es__dtype_traits tr;
     es__dtype_info(target, &tr);
     if (ne0 % tr.block_elems == 0) return target;
-    return ne0 % 32 == 0 ? ES__DTYPE_Q8_0 : ES__DTYPE_F16;
+    if (ne0 % 32 != 0) return ES__DTYPE_F16;
+    const bool four_bits_or_fewer = target == ES__DTYPE_Q2_K || target == ES__DTYPE_Q3_K || target == ES__DTYPE_Q4_K;
+    return four_bits_or_fewer ? ES__DTYPE_IQ4_NL : ES__DTYPE_Q8_0;
 }
 
 /* Converts t to type into a new buffer (*out, freed by the caller). */

@@ -63,11 +63,14 @@ def f16_and_fallback():
     r = pygguf.read("qz-out.gguf")
     check(r.tensors["blk.1.ffn_down.weight"].type == "q6_K", "f16 input to q6_K")
     mk("qz-odd.gguf", "--n-embd", "96", "--n-ff", "160", "--n-layer", "1", "--n-vocab", "300", "--quiet")
-    p = run("qz-odd.gguf", "qz-out.gguf", "q4_K")
-    r = pygguf.read("qz-out.gguf")
-    check(r.tensors["blk.0.ffn_down.weight"].type == "q8_0", "rows of 160 fall back to q8_0")
-    check("'blk.0.ffn_down.weight': rows of 160 are not whole q4_K blocks: stored as q8_0" in p.stderr,
-          "fallback warning: %r" % p.stderr[-300:])
+    for target, fallback in (("q4_K", "iq4_nl"), ("q2_K", "iq4_nl"), ("q6_K", "q8_0")):
+        p = run("qz-odd.gguf", "qz-out.gguf", target)
+        r = pygguf.read("qz-out.gguf")
+        check(r.tensors["blk.0.ffn_down.weight"].type == fallback, "%s: rows of 160 fall back to %s" % (target, fallback))
+        check("'blk.0.ffn_down.weight': rows of 160 are not whole %s blocks: stored as %s" % (target, fallback)
+              in p.stderr, "fallback warning: %r" % p.stderr[-300:])
+        info = subprocess.run(testlib.wrap([CLI, "info", "-m", "qz-out.gguf"]), capture_output=True, text=True)
+        check(info.returncode == 0, "%s with %s fallbacks loads" % (target, fallback), info)
 
 
 def errors():
