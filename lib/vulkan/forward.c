@@ -57,7 +57,7 @@ typedef struct vk_ctx {
     uint32_t rows;                      /* row buffers: nb, plus the fused stream rows        */
     uint32_t fused_rows, fused_extra;   /* the device's fused-rows policy; the rows it adds   */
     uint32_t E32, QKV32, Q32, F32, V32; /* row strides (floats), multiples of 32 */
-    uint32_t max_splits, step_stride, step_ind;
+    uint32_t split, max_splits, step_stride, step_ind; /* split: the device's attn_split */
     es__vk_arena arena;
     es__vk_region r_x, r_xn, r_qkv, r_attn, r_h, r_part, r_rope, r_spec;
     VkBufferView v_x, v_xn, v_qkv, v_attn, v_h, v_part, v_rope, v_step;
@@ -525,7 +525,8 @@ es_status es__vk_ctx_init(es_context *ctx) {
     c->F32 = up32((uint32_t)hp->n_ff);
     c->bias_floats = ctx->model->layers[0].bq ? (uint32_t)((hp->n_head + 2 * hp->n_head_kv) * hp->head_dim) : 0u;
     c->V32 = up32((uint32_t)hp->n_vocab);
-    c->max_splits = (c->n_ctx + ES__ATTN_SPLIT - 1) / ES__ATTN_SPLIT;
+    c->split = d->policy.attn_split;
+    c->max_splits = (c->n_ctx + c->split - 1) / c->split;
     c->step_stride = c->rows + 1; /* OUT_ROWS lists the fused stream rows too */
     c->step_ind = ES_STEP_HDR + ES_STEP_ARRAYS * c->step_stride;
     c->ls = es__calloc(d->alloc, (size_t)hp->n_layer, sizeof *c->ls);
@@ -642,15 +643,15 @@ static void rec_attn(vk_ctx *c, es__vk_rec *r, uint32_t l, uint32_t n, uint32_t 
     const uint32_t hd = (uint32_t)hp->head_dim;
     for (uint32_t t0 = 0, k = 0; t0 < n; t0 += ES__ATTN_CHUNK, k++) {
         es__pc_attn pa = {t0, ES__MIN(ES__ATTN_CHUNK, n - t0), (uint32_t)hp->n_head, (uint32_t)hp->n_head_kv, hd,
-                          c->QKV32, c->n_ctx, ES__ATTN_SPLIT, c->max_splits, c->Q32, hp->attn_scale,
+                          c->QKV32, c->n_ctx, c->split, c->max_splits, c->Q32, hp->attn_scale,
                           (uint32_t)es__layer_window(hp, (int32_t)l), hp->attn_softcap};
         es__vk_rec_dispatch_indirect(r, "attn", c->p_attn, c->ls[l].attn, &pa, c->step.buf,
                                      ((VkDeviceSize)c->step_ind + 8 * k) * 4);
         if (spec_chunk) { /* ALSpec: one decode token; the reducer gates on its own verdict */
-            es__pc_attn_spec ps = {0, (uint32_t)hp->n_head, hd, ES__ATTN_SPLIT, c->max_splits, c->Q32, spec_chunk, l};
+            es__pc_attn_spec ps = {0, (uint32_t)hp->n_head, hd, c->split, c->max_splits, c->Q32, spec_chunk, l};
             es__vk_rec_dispatch(r, "attn_spec", c->p_spec, c->s_spec, &ps, 1, 1, 1);
         } else if (c->max_splits > 1) { /* its grid is empty when no token of the chunk needs two splits */
-            es__pc_attn_merge pm = {t0, (uint32_t)hp->n_head, hd, ES__ATTN_SPLIT, c->max_splits, c->Q32};
+            es__pc_attn_merge pm = {t0, (uint32_t)hp->n_head, hd, c->split, c->max_splits, c->Q32};
             es__vk_rec_dispatch_indirect(r, "attn_merge", c->p_merge, c->s_merge, &pm, c->step.buf,
                                          ((VkDeviceSize)c->step_ind + 8 * k + 4) * 4);
         }
@@ -800,7 +801,7 @@ static void write_step(const es_context *ctx, vk_ctx *c, const es__fwd *f, uint3
         const uint32_t t1 = ES__MIN(n, t0 + ES__ATTN_CHUNK);
         int32_t maxp = 0;
         for (uint32_t t = t0; t < t1; t++) maxp = ES__MAX(maxp, f->pos[t]);
-        const uint32_t splits = (uint32_t)maxp / ES__ATTN_SPLIT + 1;
+        const uint32_t splits = (uint32_t)maxp / c->split + 1;
         const uint32_t grids[8] = {((t1 - t0) * heads + ES__ATTN_WG - 1) / ES__ATTN_WG, splits, 1, 0,
                                    splits > 1 ? heads : 0, t1 - t0, 1, 0};
         memcpy(ind + 8 * k, grids, sizeof grids);

@@ -10,8 +10,8 @@
 #include "weights.h"
 
 /* Attention geometry. Batch invariance needs the split fixed: splits are aligned to absolute
- * positions, whatever the batch. */
-#define ES__ATTN_SPLIT 256u /* key positions per split                                     */
+ * positions, whatever the batch. A device's split (policy.h attn_split) divides this one. */
+#define ES__ATTN_SPLIT 256u /* key positions per split, the most a device takes             */
 #define ES__ATTN_CHUNK 64u  /* tokens per attention dispatch (bounds the partials buffer)  */
 #define ES__ATTN_WG 64u     /* (token, head) pairs per attention workgroup                  */
 

@@ -2,6 +2,8 @@
  * come from are in docs/perf.md; a profile without a measurement says so. */
 #include "policy.h"
 
+#include "ops.h"
+
 #include <stddef.h>
 
 /* By device type. Whether streams fuse into the forward is measured by each context (forward.c:
@@ -38,6 +40,10 @@ es__vk_policy es__vk_policy_choose(VkPhysicalDeviceType type, const es_vk_tuning
     es__vk_policy p = {.profile = "other (the gpu table)", .solo_row_elements = 320, .measure_fused = true};
     for (size_t i = 0; i < sizeof profiles / sizeof profiles[0]; i++)
         if (profiles[i].type == type) p = profiles[i].policy;
+    /* every profile: on an H100 attention was 46% of a decode token's GPU time with one
+     * invocation per (token, head, split) (docs/perf.md "Real GPU"); smaller splits there are
+     * the experiment bench_spec_call's EDGESPEC_BENCH_ATTN_SPLIT runs, not yet a measured choice */
+    p.attn_split = ES__ATTN_SPLIT;
     if (override) {
         p.fused_stream_rows = pick(override->fused_stream_rows, p.fused_stream_rows);
         p.measure_fused = override->fused_stream_rows == 0;

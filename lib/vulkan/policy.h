@@ -25,6 +25,10 @@ typedef struct es__vk_policy {
                                     (in passes; ops.c, at most ES__VK_TILE_TOK): a call of up to
                                     this many rows reads each weight from memory once; 0 = one
                                     pass per workgroup                                          */
+    uint32_t attn_split;         /* key positions per split of attn.comp (flash decoding: one
+                                    invocation walks a split, attn_merge.comp folds them): a
+                                    power of two dividing ES__ATTN_SPLIT, so that ALSpec's
+                                    chunks (multiples of it) stay whole splits                */
     bool warm_up;                /* the driver compiles a kernel at its first dispatch, not at
                                     pipeline creation (llvmpipe): a context runs each forward
                                     variant once when it is made, not in its first steps       */

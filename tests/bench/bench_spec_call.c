@@ -8,7 +8,8 @@
  *   bench_spec_call MODEL.gguf [ADAPTER.ss.gguf] [cpu|vulkan] [threads] [reps] [n_past]
  * EDGESPEC_VKBENCH_CPU_TIME=1 times process CPU time instead of wall time (now_ms);
  * EDGESPEC_BENCH_MM_TILE=N sets the Vulkan device's matrix tile (policy.h mm_tile_tokens; 0 = one
- * pass per workgroup) to compare the small-batch passes with the one-pass kernel on one device. */
+ * pass per workgroup) to compare the small-batch passes with the one-pass kernel on one device;
+ * EDGESPEC_BENCH_ATTN_SPLIT=N its attention split (attn_split: 16, 32, 64, 128 or 256 keys). */
 #include "../common/bench_time.h"
 #include "edgespec.h"
 #include "forward_api.h"
@@ -65,6 +66,15 @@ int main(int argc, char **argv) {
     if (vk && getenv("EDGESPEC_BENCH_MM_TILE")) {
         es__vk_dev_of(be)->policy.mm_tile_tokens = (uint32_t)atoi(getenv("EDGESPEC_BENCH_MM_TILE"));
         fprintf(stderr, "bench_spec_call: matrix tile %u rows\n", es__vk_dev_of(be)->policy.mm_tile_tokens);
+    }
+    if (vk && getenv("EDGESPEC_BENCH_ATTN_SPLIT")) {
+        const uint32_t split = (uint32_t)atoi(getenv("EDGESPEC_BENCH_ATTN_SPLIT"));
+        if (split < 16 || split > 256 || (split & (split - 1))) {
+            fprintf(stderr, "bench_spec_call: EDGESPEC_BENCH_ATTN_SPLIT must be 16, 32, 64, 128 or 256\n");
+            return 2;
+        }
+        es__vk_dev_of(be)->policy.attn_split = split;
+        fprintf(stderr, "bench_spec_call: attention split %u keys\n", split);
     }
 #endif
     cp.backend = be;

@@ -6,11 +6,13 @@
  *   - batch invariance on Vulkan: a token's logits are bit-identical decoded alone, inside a
  *     prefill chain, and as a node of a verification tree; tree commit (KV compaction on the
  *     device) then continues exactly as plain decoding;
- *   - contexts long enough that attention uses several splits (and their merge).
+ *   - contexts long enough that attention uses several splits (and their merge), also with the
+ *     smallest split a device may take (policy.h attn_split: splits of 16 keys, many merged).
  * Bound: max |vk - cpu| over a row <= 2e-5 * max |cpu| over that row (f32 accumulation in a
  * different order on each backend, amplified through the layers). */
 #include "../common/test_ctx.h"
 #include "../cpu/mem_model.h"
+#include "backend_vk.h"
 #include "vk_test.h"
 
 #define LOGIT_BOUND 2e-5
@@ -187,6 +189,14 @@ int main(void) {
                 run_case(&cases[i], cpu, vk, vk_configs[c].name, i == 0 ? N_PROMPT_LONG : N_PROMPT);
         es_backend_free(vk);
     }
+    /* a device with small attention splits: same bounds, same batch invariance */
+    es_backend *vk = vk_backend(0);
+    if (vk && cpu) {
+        es__vk_dev_of(vk)->policy.attn_split = 16;
+        run_case(&cases[0], cpu, vk, "split 16", N_PROMPT_LONG);
+        run_case(&cases[2], cpu, vk, "split 16", N_PROMPT);
+    }
+    es_backend_free(vk);
     es_backend_free(cpu);
     VK_TEST_END();
 }

@@ -3,7 +3,7 @@
 # device machine has no package registry and no compiler for our shaders. Run from the repository
 # root; it writes only ignored paths (build-gpu/, gpu/, .gl/; add /gpu/ and /.gl/ to
 # .git/info/exclude once). Then call the device tool with
-#   command: bash tools/device/run.sh     carry: [".gl", "gpu"]     timeout_s: 480
+#   command: bash tools/device/run.sh     carry: [".gl", "gpu"]     timeout_s: 560
 # The working tree travels too (about 48 MB with models/), so gpu/ must stay under ~14 MB.
 set -e
 [ -d build-gpu ] || meson setup build-gpu --buildtype=release

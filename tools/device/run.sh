@@ -39,13 +39,16 @@ timeout ${BENCH_BUDGET:-80} bash -c '
   $BE -m $M/134m-q8_0.gguf -r 3 -p 0 -n 128 --profile
   $BE -m $M/853m-q8_0.gguf -r 3 -p 0 -n 128 --profile
 ' > $OUT/bench.jsonl 2> $OUT/bench.err
-timeout ${CALL_BUDGET:-60} bash -c '
+timeout ${CALL_BUDGET:-100} bash -c '
   SC=$B/tests/bench/bench_spec_call
   for tile in 0 32; do
     EDGESPEC_BENCH_MM_TILE=$tile $SC models/default.gguf models/default.ss.gguf vulkan 4 21 64
     EDGESPEC_BENCH_MM_TILE=$tile $SC $M/853m-q8_0.gguf - vulkan 4 11 64
   done
   $SC $B/tests/spec/long.f32.gguf models/long.ss.gguf vulkan 4 21 1024
+  for split in 256 64 16; do   # the attention split (policy.h attn_split), at short and long contexts
+    for past in 64 1400; do EDGESPEC_BENCH_ATTN_SPLIT=$split $SC $M/853m-q8_0.gguf - vulkan 4 11 $past; done
+  done
 ' > $OUT/spec_call.txt 2>&1
 timeout ${SWEEP_BUDGET:-110} bash -c '
   SW="$PY tests/bench/spec_sweep.py --cli $CLI --backend vulkan --threads 4 --n 128"
