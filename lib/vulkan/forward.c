@@ -58,6 +58,7 @@ typedef struct vk_ctx {
     uint32_t fused_rows, fused_extra;   /* the device's fused-rows policy; the rows it adds   */
     uint32_t E32, QKV32, Q32, F32, V32; /* row strides (floats), multiples of 32 */
     uint32_t split, max_splits, step_stride, step_ind; /* split: the device's attn_split */
+    uint32_t attn_per_wg;               /* (token, head) pairs per attention workgroup (ops.h)  */
     es__vk_arena arena;
     es__vk_region r_x, r_xn, r_qkv, r_attn, r_h, r_part, r_rope, r_spec;
     VkBufferView v_x, v_xn, v_qkv, v_attn, v_h, v_part, v_rope, v_step;
@@ -228,7 +229,7 @@ static uint32_t branch_epi(const vk_ctx *c) {
 static es_status get_pipelines(es_context *ctx, vk_ctx *c) {
     es__vk_dev *d = c->d;
     ES_TRY(es__vk_simple_pipe(d, "rmsnorm", true, true, &c->p_norm));
-    ES_TRY(es__vk_attn_pipe(d, "attn", (uint32_t)ctx->model->hp.head_dim, &c->p_attn));
+    ES_TRY(es__vk_attn_kernel(d, (uint32_t)ctx->model->hp.head_dim, &c->p_attn, &c->attn_per_wg));
     ES_TRY(es__vk_simple_pipe(d, "attn_merge", true, false, &c->p_merge));
     ES_TRY(es__vk_simple_pipe(d, "attn_spec", true, false, &c->p_spec));
     ES_TRY(es__vk_simple_pipe(d, "kv_move", true, false, &c->p_kv_move));
@@ -802,7 +803,7 @@ static void write_step(const es_context *ctx, vk_ctx *c, const es__fwd *f, uint3
         int32_t maxp = 0;
         for (uint32_t t = t0; t < t1; t++) maxp = ES__MAX(maxp, f->pos[t]);
         const uint32_t splits = (uint32_t)maxp / c->split + 1;
-        const uint32_t grids[8] = {((t1 - t0) * heads + ES__ATTN_WG - 1) / ES__ATTN_WG, splits, 1, 0,
+        const uint32_t grids[8] = {((t1 - t0) * heads + c->attn_per_wg - 1) / c->attn_per_wg, splits, 1, 0,
                                    splits > 1 ? heads : 0, t1 - t0, 1, 0};
         memcpy(ind + 8 * k, grids, sizeof grids);
     }

@@ -34,6 +34,7 @@ static const es__kernel_family families[] = {
     {"get_rows", "rrrw", sizeof(es__pc_get_rows)},       /* W, S, step, X                */
     {"rmsnorm", "rrrw", sizeof(es__pc_rmsnorm)},         /* X, G, step, Y                */
     {"attn", "rrrrww", sizeof(es__pc_attn)},             /* QKV, K, V, step, out, parts  */
+    {"attn_team", "rrrrww", sizeof(es__pc_attn)},        /* the same, a subgroup a split */
     {"attn_merge", "rrw", sizeof(es__pc_attn_merge)},    /* parts, step, out             */
     {"attn_spec", "rrwww", sizeof(es__pc_attn_spec)},    /* parts, step, out, spec, verdict */
     {"kv_move", "rww", sizeof(es__pc_kv_move)},          /* step, K, V                   */

@@ -108,6 +108,20 @@ es_status es__vk_attn_pipe(es__vk_dev *d, const char *family, uint32_t hd, es__v
     return pipe_for(d, family, NULL, true, false, false, spec, 3, out);
 }
 
+/* The grid assumes the reported subgroup size: a device whose compute subgroups come out smaller
+ * (Intel's varying sizes) runs more teams per workgroup than the grid counts, and the extra ones
+ * find no (token, head) and return; none reports a default smaller than what compute gets. */
+bool es__vk_attn_team(const es__vk_dev *d) {
+    return d->policy.attn_team && d->use.subgroup && d->subgroup_size <= ES__ATTN_WG;
+}
+
+es_status es__vk_attn_kernel(es__vk_dev *d, uint32_t hd, es__vk_pipeline **out, uint32_t *pairs_per_wg) {
+    const uint32_t spec[3] = {ES__ATTN_WG, d->subgroup_size, hd / 4};
+    const bool team = es__vk_attn_team(d);
+    *pairs_per_wg = team ? ES__ATTN_WG / d->subgroup_size : ES__ATTN_WG;
+    return team ? pipe_for(d, "attn_team", NULL, true, true, false, spec, 3, out) : es__vk_attn_pipe(d, "attn", hd, out);
+}
+
 es_status es__vk_get_rows_pipe(es__vk_dev *d, es__dtype type, es__vk_pipeline **out) {
     const uint32_t spec[2] = {wg_size(d), d->subgroup_size};
     return pipe_for(d, "get_rows", type_tag(type), true, false, false, spec, 2, out);

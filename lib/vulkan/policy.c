@@ -42,8 +42,10 @@ es__vk_policy es__vk_policy_choose(VkPhysicalDeviceType type, const es_vk_tuning
         if (profiles[i].type == type) p = profiles[i].policy;
     /* every profile: on an H100 attention was 46% of a decode token's GPU time with one
      * invocation per (token, head, split) (docs/perf.md "Real GPU"); smaller splits there are
-     * the experiment bench_spec_call's EDGESPEC_BENCH_ATTN_SPLIT runs, not yet a measured choice */
+     * and a subgroup per split (attn_team) are the experiment bench_spec_call's
+     * EDGESPEC_BENCH_ATTN_SPLIT and EDGESPEC_BENCH_ATTN_TEAM run, not yet a measured choice */
     p.attn_split = ES__ATTN_SPLIT;
+    p.attn_team = false;
     if (override) {
         p.fused_stream_rows = pick(override->fused_stream_rows, p.fused_stream_rows);
         p.measure_fused = override->fused_stream_rows == 0;

@@ -9,7 +9,8 @@
  * EDGESPEC_VKBENCH_CPU_TIME=1 times process CPU time instead of wall time (now_ms);
  * EDGESPEC_BENCH_MM_TILE=N sets the Vulkan device's matrix tile (policy.h mm_tile_tokens; 0 = one
  * pass per workgroup) to compare the small-batch passes with the one-pass kernel on one device;
- * EDGESPEC_BENCH_ATTN_SPLIT=N its attention split (attn_split: 16, 32, 64, 128 or 256 keys). */
+ * EDGESPEC_BENCH_ATTN_SPLIT=N its attention split (attn_split: 16, 32, 64, 128 or 256 keys) and
+ * EDGESPEC_BENCH_ATTN_TEAM=1 a subgroup per split (attn_team). */
 #include "../common/bench_time.h"
 #include "edgespec.h"
 #include "forward_api.h"
@@ -20,6 +21,7 @@
 #include <time.h>
 #ifdef ES_BENCH_VULKAN
 #include "backend_vk.h"
+#include "ops.h"
 #endif
 
 /* The backend's info messages (the device's tuning, what a context measured) go to stderr. */
@@ -75,6 +77,10 @@ int main(int argc, char **argv) {
         }
         es__vk_dev_of(be)->policy.attn_split = split;
         fprintf(stderr, "bench_spec_call: attention split %u keys\n", split);
+    }
+    if (vk && getenv("EDGESPEC_BENCH_ATTN_TEAM")) {
+        es__vk_dev_of(be)->policy.attn_team = atoi(getenv("EDGESPEC_BENCH_ATTN_TEAM")) != 0;
+        fprintf(stderr, "bench_spec_call: attention by %s\n", es__vk_attn_team(es__vk_dev_of(be)) ? "subgroups" : "invocations");
     }
 #endif
     cp.backend = be;

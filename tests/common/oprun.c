@@ -530,18 +530,18 @@ es_status es__vk_run_attention(es_backend *b, const float *q, const float *kc, c
 }
 
 /* Records every token chunk's attention (and split merge) into r->cb. */
-static void rec_attention(es__vk_rec *rec, es__vk_pipeline *pa, es__vk_pipeline *pm, VkDescriptorSet sa,
-                          VkDescriptorSet sm, const int32_t *pos, uint32_t n, uint32_t n_head, uint32_t n_head_kv,
-                          uint32_t hd, uint32_t n_ctx, float scale, uint32_t window, float softcap) {
-    const uint32_t qd = n_head * hd, max_splits = (n_ctx + ES__ATTN_SPLIT - 1) / ES__ATTN_SPLIT;
+static void rec_attention(es__vk_rec *rec, es__vk_pipeline *pa, uint32_t per_wg, es__vk_pipeline *pm,
+                          VkDescriptorSet sa, VkDescriptorSet sm, const int32_t *pos, uint32_t n, uint32_t n_head,
+                          uint32_t n_head_kv, uint32_t hd, uint32_t n_ctx, float scale, uint32_t window, float softcap) {
+    const uint32_t qd = n_head * hd, split = rec->d->policy.attn_split, max_splits = (n_ctx + split - 1) / split;
     for (uint32_t t0 = 0; t0 < n; t0 += ES__ATTN_CHUNK) {
         const uint32_t t1 = ES__MIN(n, t0 + ES__ATTN_CHUNK);
         int32_t maxp = 0;
         for (uint32_t t = t0; t < t1; t++) maxp = ES__MAX(maxp, pos[t]);
-        es__pc_attn pc = {t0, t1 - t0, n_head, n_head_kv, hd, qd, n_ctx, ES__ATTN_SPLIT, max_splits, qd, scale, window, softcap};
-        es__vk_rec_dispatch(rec, "attn", pa, sa, &pc, ((t1 - t0) * n_head + ES__ATTN_WG - 1) / ES__ATTN_WG,
-                            (uint32_t)maxp / ES__ATTN_SPLIT + 1, 1);
-        es__pc_attn_merge pm_pc = {t0, n_head, hd, ES__ATTN_SPLIT, max_splits, qd};
+        es__pc_attn pc = {t0, t1 - t0, n_head, n_head_kv, hd, qd, n_ctx, split, max_splits, qd, scale, window, softcap};
+        es__vk_rec_dispatch(rec, "attn", pa, sa, &pc, ((t1 - t0) * n_head + per_wg - 1) / per_wg,
+                            (uint32_t)maxp / split + 1, 1);
+        es__pc_attn_merge pm_pc = {t0, n_head, hd, split, max_splits, qd};
         if (max_splits > 1) es__vk_rec_dispatch(rec, "attn_merge", pm, sm, &pm_pc, n_head, t1 - t0, 1);
     }
 }
@@ -550,15 +550,16 @@ es_status es__vk_run_attention_bench(es_backend *b, const float *q, const float 
                                      uint32_t n_head, uint32_t n_head_kv, uint32_t hd, uint32_t n_past, uint32_t n,
                                      const int32_t *dfs_end, float scale, float *out, es__vk_attn_bench *bench) {
     RUN_BEGIN(b)
-    const uint32_t qd = n_head * hd, max_splits = (n_ctx + ES__ATTN_SPLIT - 1) / ES__ATTN_SPLIT;
+    const uint32_t qd = n_head * hd, split = r.d->policy.attn_split, max_splits = (n_ctx + split - 1) / split;
     const size_t cache = (size_t)n_head_kv * n_ctx * hd;
+    uint32_t per_wg = 0;
     es__vk_buf *Q = NULL, *K = NULL, *V = NULL, *S = NULL, *O = NULL, *P = NULL;
     es__vk_bind bq = {0}, bk = {0}, bv = {0}, bs = {0}, bp = {0};
     es__vk_pipeline *pa = NULL, *pm = NULL, custom;
     memset(&custom, 0, sizeof custom);
     if (s == ES_OK && (hd % 4 || hd > 512))
         s = es__fail(&b->err, ES_ERR_UNSUPPORTED, "vulkan op: head dimension %u not supported", hd);
-    if (s == ES_OK) s = es__vk_attn_pipe(r.d, "attn", hd, &pa);
+    if (s == ES_OK) s = es__vk_attn_kernel(r.d, hd, &pa, &per_wg);
     if (s == ES_OK && bench && bench->shader) {
         s = es__vk_pipeline_custom(r.d, bench->shader, pa->spec, pa->n_spec, &custom);
         pa = &custom;
@@ -583,7 +584,7 @@ es_status es__vk_run_attention_bench(es_backend *b, const float *q, const float 
         es__vk_rec rec;
         es__vk_rec_begin(&rec, r.d, r.cb, VK_NULL_HANDLE, 0, NULL);
         for (uint32_t i = 0; i < reps; i++)
-            rec_attention(&rec, pa, pm, sa, sm, step_positions(S), n, n_head, n_head_kv, hd, n_ctx, scale,
+            rec_attention(&rec, pa, per_wg, pm, sa, sm, step_positions(S), n, n_head, n_head_kv, hd, n_ctx, scale,
                           bench ? bench->window : 0, bench ? bench->softcap : 0.0f);
         s = run_submit(&r, &rec, reps, bench ? &bench->ms : NULL);
     }
@@ -597,15 +598,16 @@ es_status es__vk_run_attention_spec(es_backend *b, const float *q, const float *
                                     float lambda, float scale, float *out, float *spec, es__spec_verdict *v,
                                     uint32_t reps, double *ms) {
     RUN_BEGIN(b)
-    const uint32_t qd = n_head * hd, max_splits = (n_ctx + ES__ATTN_SPLIT - 1) / ES__ATTN_SPLIT;
+    const uint32_t qd = n_head * hd, split = r.d->policy.attn_split, max_splits = (n_ctx + split - 1) / split;
     const size_t cache = (size_t)n_head_kv * n_ctx * hd;
+    uint32_t per_wg = 0;
     es__vk_buf *Q = NULL, *K = NULL, *V = NULL, *S = NULL, *O = NULL, *SP = NULL, *VD = NULL, *P = NULL;
     es__vk_bind bq = {0}, bk = {0}, bv = {0}, bs = {0}, bp = {0};
     es__vk_pipeline *pa = NULL, *pm = NULL;
-    if (s == ES_OK && (hd % 4 || hd > 512 || n == 0 || n > n_ctx || chunk == 0 || chunk % ES__ATTN_SPLIT))
+    if (s == ES_OK && (hd % 4 || hd > 512 || n == 0 || n > n_ctx || chunk == 0 || chunk % split))
         s = es__fail(&b->err, ES_ERR_UNSUPPORTED, "vulkan op: speculative attention with hd %u, n %u, chunk %u", hd, n,
                      chunk);
-    if (s == ES_OK) s = es__vk_attn_pipe(r.d, "attn", hd, &pa);
+    if (s == ES_OK) s = es__vk_attn_kernel(r.d, hd, &pa, &per_wg);
     if (s == ES_OK) s = es__vk_simple_pipe(r.d, "attn_spec", true, false, &pm);
     if (s == ES_OK) s = run_ro_f4(&r, q, qd, &Q, &bq);
     if (s == ES_OK) s = run_ro_f4(&r, kc, cache, &K, &bk);
@@ -627,10 +629,9 @@ es_status es__vk_run_attention_spec(es_backend *b, const float *q, const float *
         es__vk_rec rec;
         es__vk_rec_begin(&rec, r.d, r.cb, VK_NULL_HANDLE, 0, NULL);
         for (uint32_t i = 0; i < (reps ? reps : 1); i++) {
-            es__pc_attn pc = {0, 1, n_head, n_head_kv, hd, qd, n_ctx, ES__ATTN_SPLIT, max_splits, qd, scale, 0, 0.0f};
-            es__vk_rec_dispatch(&rec, "attn", pa, sa, &pc, (n_head + ES__ATTN_WG - 1) / ES__ATTN_WG,
-                                (n - 1) / ES__ATTN_SPLIT + 1, 1);
-            es__pc_attn_spec ps = {0, n_head, hd, ES__ATTN_SPLIT, max_splits, qd, chunk, 0};
+            es__pc_attn pc = {0, 1, n_head, n_head_kv, hd, qd, n_ctx, split, max_splits, qd, scale, 0, 0.0f};
+            es__vk_rec_dispatch(&rec, "attn", pa, sa, &pc, (n_head + per_wg - 1) / per_wg, (n - 1) / split + 1, 1);
+            es__pc_attn_spec ps = {0, n_head, hd, split, max_splits, qd, chunk, 0};
             es__vk_rec_dispatch(&rec, "attn_spec", pm, sm, &ps, 1, 1, 1);
         }
         s = run_submit(&r, &rec, reps ? reps : 1, ms);

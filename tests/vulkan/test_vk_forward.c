@@ -7,12 +7,14 @@
  *     prefill chain, and as a node of a verification tree; tree commit (KV compaction on the
  *     device) then continues exactly as plain decoding;
  *   - contexts long enough that attention uses several splits (and their merge), also with the
- *     smallest split a device may take (policy.h attn_split: splits of 16 keys, many merged).
+ *     smallest split a device may take (policy.h attn_split: splits of 16 keys, many merged), and
+ *     with a subgroup per split (attn_team), where the device has subgroup arithmetic.
  * Bound: max |vk - cpu| over a row <= 2e-5 * max |cpu| over that row (f32 accumulation in a
  * different order on each backend, amplified through the layers). */
 #include "../common/test_ctx.h"
 #include "../cpu/mem_model.h"
 #include "backend_vk.h"
+#include "ops.h"
 #include "vk_test.h"
 
 #define LOGIT_BOUND 2e-5
@@ -189,14 +191,24 @@ int main(void) {
                 run_case(&cases[i], cpu, vk, vk_configs[c].name, i == 0 ? N_PROMPT_LONG : N_PROMPT);
         es_backend_free(vk);
     }
-    /* a device with small attention splits: same bounds, same batch invariance */
-    es_backend *vk = vk_backend(0);
-    if (vk && cpu) {
-        es__vk_dev_of(vk)->policy.attn_split = 16;
-        run_case(&cases[0], cpu, vk, "split 16", N_PROMPT_LONG);
-        run_case(&cases[2], cpu, vk, "split 16", N_PROMPT);
+    /* other devices' attention: small splits, a subgroup per split; same bounds, same invariance */
+    static const struct {
+        uint32_t split;
+        bool team;
+        const char *name;
+    } attn[] = {{16, false, "split 16"}, {ES__ATTN_SPLIT, true, "team"}, {16, true, "team, split 16"}};
+    for (size_t a = 0; a < sizeof attn / sizeof attn[0]; a++) {
+        es_backend *vk = vk_backend(0);
+        if (!vk || !cpu) continue;
+        es__vk_dev_of(vk)->policy.attn_split = attn[a].split;
+        es__vk_dev_of(vk)->policy.attn_team = attn[a].team;
+        if (attn[a].team && !es__vk_attn_team(es__vk_dev_of(vk))) printf("no subgroup arithmetic: %s not run\n", attn[a].name);
+        else {
+            run_case(&cases[0], cpu, vk, attn[a].name, N_PROMPT_LONG);
+            run_case(&cases[2], cpu, vk, attn[a].name, N_PROMPT);
+        }
+        es_backend_free(vk);
     }
-    es_backend_free(vk);
     es_backend_free(cpu);
     VK_TEST_END();
 }

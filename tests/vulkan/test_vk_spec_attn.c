@@ -6,9 +6,11 @@
  *   - the exact output and the speculation within 2e-5 of the CPU's (normalised by max |CPU|);
  *   - the verdict: valid exactly when n >= 2S; hit equal to the CPU's wherever the CPU's ratio
  *     ||spec - A|| / ||A|| is not within 2% of lambda; both hits and misses occur.
- * Slots past n hold NaN: reading past the token's keys fails the test. */
+ * Also on devices that split attention in 16 keys or give a split a subgroup (policy.h attn_split,
+ * attn_team), forced here. Slots past n hold NaN: reading past the token's keys fails the test. */
 #include "cpu/ops.h"
 #include "oprun.h"
+#include "backend_vk.h"
 #include "vk_test.h"
 
 enum { UNIFORM, SINK, NEEDLE };
@@ -89,6 +91,20 @@ int main(void) {
         if (!b) continue;
         for (size_t i = 0; i < sizeof CASES / sizeof CASES[0]; i++)
             test_case(b, &r, vk_configs[ci].name, &CASES[i], &hits, &misses);
+        es_backend_free(b);
+    }
+    static const struct {
+        uint32_t split;
+        bool team;
+        const char *name;
+    } attn[] = {{16, false, "split 16"}, {ES__ATTN_SPLIT, true, "team"}, {16, true, "team, split 16"}};
+    for (size_t a = 0; a < sizeof attn / sizeof attn[0]; a++) {
+        es_backend *b = vk_backend(0);
+        if (!b) continue;
+        es__vk_dev_of(b)->policy.attn_split = attn[a].split;
+        es__vk_dev_of(b)->policy.attn_team = attn[a].team;
+        if (!attn[a].team || es__vk_attn_team(es__vk_dev_of(b)))
+            for (size_t i = 0; i < sizeof CASES / sizeof CASES[0]; i++) test_case(b, &r, attn[a].name, &CASES[i], &hits, &misses);
         es_backend_free(b);
     }
     CHECKF(hits > 0 && misses > 0, "the cases gave %d hits and %d misses: both are needed", hits, misses);

@@ -46,9 +46,10 @@ timeout ${CALL_BUDGET:-100} bash -c '
     EDGESPEC_BENCH_MM_TILE=$tile $SC $M/853m-q8_0.gguf - vulkan 4 11 64
   done
   $SC $B/tests/spec/long.f32.gguf models/long.ss.gguf vulkan 4 21 1024
-  for split in 256 64 16; do   # the attention split (policy.h attn_split), at short and long contexts
-    for past in 64 1400; do EDGESPEC_BENCH_ATTN_SPLIT=$split $SC $M/853m-q8_0.gguf - vulkan 4 11 $past; done
-  done
+  # attention: an invocation or a subgroup per split (attn_team), splits of 256 or 32 keys
+  for team in 0 1; do for split in 256 32; do for past in 64 1400; do
+    EDGESPEC_BENCH_ATTN_TEAM=$team EDGESPEC_BENCH_ATTN_SPLIT=$split $SC $M/853m-q8_0.gguf - vulkan 4 11 $past
+  done; done; done
 ' > $OUT/spec_call.txt 2>&1
 timeout ${SWEEP_BUDGET:-110} bash -c '
   SW="$PY tests/bench/spec_sweep.py --cli $CLI --backend vulkan --threads 4 --n 128"
