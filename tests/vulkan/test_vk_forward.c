@@ -13,9 +13,7 @@
  * different order on each backend, amplified through the layers). */
 #include "../common/test_ctx.h"
 #include "../cpu/mem_model.h"
-#include "backend_vk.h"
-#include "ops.h"
-#include "vk_test.h"
+#include "vk_attn_variants.h"
 
 #define LOGIT_BOUND 2e-5
 
@@ -192,21 +190,11 @@ int main(void) {
         es_backend_free(vk);
     }
     /* other devices' attention: small splits, a subgroup per split; same bounds, same invariance */
-    static const struct {
-        uint32_t split;
-        bool team;
-        const char *name;
-    } attn[] = {{16, false, "split 16"}, {ES__ATTN_SPLIT, true, "team"}, {16, true, "team, split 16"}};
-    for (size_t a = 0; a < sizeof attn / sizeof attn[0]; a++) {
-        es_backend *vk = vk_backend(0);
+    for (size_t a = 0; a < VK_N_ATTN_VARIANTS; a++) {
+        es_backend *vk = vk_backend_attn(a);
         if (!vk || !cpu) continue;
-        es__vk_dev_of(vk)->policy.attn_split = attn[a].split;
-        es__vk_dev_of(vk)->policy.attn_team = attn[a].team;
-        if (attn[a].team && !es__vk_attn_team(es__vk_dev_of(vk))) printf("no subgroup arithmetic: %s not run\n", attn[a].name);
-        else {
-            run_case(&cases[0], cpu, vk, attn[a].name, N_PROMPT_LONG);
-            run_case(&cases[2], cpu, vk, attn[a].name, N_PROMPT);
-        }
+        run_case(&cases[0], cpu, vk, VK_ATTN_VARIANTS[a].name, N_PROMPT_LONG);
+        run_case(&cases[2], cpu, vk, VK_ATTN_VARIANTS[a].name, N_PROMPT);
         es_backend_free(vk);
     }
     es_backend_free(cpu);

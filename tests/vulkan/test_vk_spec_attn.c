@@ -10,8 +10,7 @@
  * attn_team), forced here. Slots past n hold NaN: reading past the token's keys fails the test. */
 #include "cpu/ops.h"
 #include "oprun.h"
-#include "backend_vk.h"
-#include "vk_test.h"
+#include "vk_attn_variants.h"
 
 enum { UNIFORM, SINK, NEEDLE };
 typedef struct spec_case {
@@ -93,18 +92,11 @@ int main(void) {
             test_case(b, &r, vk_configs[ci].name, &CASES[i], &hits, &misses);
         es_backend_free(b);
     }
-    static const struct {
-        uint32_t split;
-        bool team;
-        const char *name;
-    } attn[] = {{16, false, "split 16"}, {ES__ATTN_SPLIT, true, "team"}, {16, true, "team, split 16"}};
-    for (size_t a = 0; a < sizeof attn / sizeof attn[0]; a++) {
-        es_backend *b = vk_backend(0);
+    for (size_t a = 0; a < VK_N_ATTN_VARIANTS; a++) {
+        es_backend *b = vk_backend_attn(a);
         if (!b) continue;
-        es__vk_dev_of(b)->policy.attn_split = attn[a].split;
-        es__vk_dev_of(b)->policy.attn_team = attn[a].team;
-        if (!attn[a].team || es__vk_attn_team(es__vk_dev_of(b)))
-            for (size_t i = 0; i < sizeof CASES / sizeof CASES[0]; i++) test_case(b, &r, attn[a].name, &CASES[i], &hits, &misses);
+        for (size_t i = 0; i < sizeof CASES / sizeof CASES[0]; i++)
+            test_case(b, &r, VK_ATTN_VARIANTS[a].name, &CASES[i], &hits, &misses);
         es_backend_free(b);
     }
     CHECKF(hits > 0 && misses > 0, "the cases gave %d hits and %d misses: both are needed", hits, misses);
