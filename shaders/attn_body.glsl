@@ -1,11 +1,12 @@
 // attn_body.glsl: attention of a batch of tokens over the KV cache, tree-aware and split over
 // the key positions (flash decoding), for attn.comp (TEAM 0) and attn_team.comp (TEAM 1). With
 // TEAM 0 each invocation computes one (token t, head h) for one split s on its own: online
-// softmax over the keys at positions [s * split, (s + 1) * split) that t sees. Token t at position pos[t] = n_past + depth(t) sees every position 0..pos[t] exactly
-// once: committed slots [0, n_past) hold positions 0..n_past-1, and position n_past + d is the
-// provisional slot of t's ancestor at depth d, found through the DFS intervals (FlashSpecInfer:
-// i is visible to t iff start[i] <= start[t] && end[t] <= end[i]); no mask is stored anywhere.
-// No invocation talks to another: on lavapipe a subgroup reduction or a barrier per key costs
+// softmax over the keys at positions [s * split, (s + 1) * split) that t sees. Token t at
+// position pos[t] = n_past + depth(t) sees every position 0..pos[t] exactly once: committed
+// slots [0, n_past) hold positions 0..n_past-1, and position n_past + d is the provisional slot
+// of t's ancestor at depth d, found through the DFS intervals (FlashSpecInfer: i is visible to t
+// iff start[i] <= start[t] && end[t] <= end[i]); no mask is stored anywhere. With TEAM 0 no
+// invocation talks to another: on lavapipe a subgroup reduction or a barrier per key costs
 // more than the key's arithmetic. Invocations are ordered token-fastest, so in prefill the lanes
 // of a SIMD group read the same K and V rows (one fetch for all), and in decoding the heads of a
 // group of query heads do (grouped-query attention).

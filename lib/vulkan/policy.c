@@ -29,7 +29,7 @@ static const struct {
     {VK_PHYSICAL_DEVICE_TYPE_DISCRETE_GPU,
      {.profile = "discrete gpu (measured on an H100)", .solo_row_elements = 320, .measure_fused = true}},
     {VK_PHYSICAL_DEVICE_TYPE_INTEGRATED_GPU,
-     {.profile = "integrated gpu (the H100's, unmeasured)", .solo_row_elements = 320, .measure_fused = true}},
+     {.profile = "integrated gpu (unmeasured: the discrete profile)", .solo_row_elements = 320, .measure_fused = true}},
 };
 
 static uint32_t pick(int32_t override, uint32_t profile_value) {
@@ -41,8 +41,8 @@ es__vk_policy es__vk_policy_choose(VkPhysicalDeviceType type, const es_vk_tuning
     for (size_t i = 0; i < sizeof profiles / sizeof profiles[0]; i++)
         if (profiles[i].type == type) p = profiles[i].policy;
     /* every profile: on an H100 attention was 46% of a decode token's GPU time with one
-     * invocation per (token, head, split) (docs/perf.md "Real GPU"); smaller splits there are
-     * and a subgroup per split (attn_team) are the experiment bench_spec_call's
+     * invocation per (token, head, split) (docs/perf.md "Real GPU"); smaller splits and a
+     * subgroup per split (attn_team) are the experiment that bench_spec_call's
      * EDGESPEC_BENCH_ATTN_SPLIT and EDGESPEC_BENCH_ATTN_TEAM run, not yet a measured choice */
     p.attn_split = ES__ATTN_SPLIT;
     p.attn_team = false;
