@@ -219,13 +219,17 @@ static void test_kernels(const es__kern *k) {
                 }
             CHECKF(worst < 1e-5, "%s matmul %s %lldx%lld x %lld: rel err %g", k->name, knames[ti], (long long)n_out,
                    (long long)n_in, (long long)n_tok, worst);
-            /* a token alone through odd row ranges gives the batch's bits */
+            /* a token alone through odd row ranges, and through the whole range (where a level may
+             * walk several rows at once), gives the batch's bits */
             float *y1 = malloc(sizeof(float) * (size_t)n_out);
             bool same = true;
             for (int64_t t = 0; t < n_tok; t++) {
                 for (int64_t i = 0; i < n_out; i++) y1[i] = NAN;
                 for (int64_t r0 = 0; r0 < n_out; r0 += 3)
                     k->matmul(ktypes[ti], w, rb, n_in, r0, ES__MIN(n_out, r0 + 3), x + t * n_in, n_in, 1, y1 + r0, n_out, NULL);
+                same = same && memcmp(y1, y + t * n_out, sizeof(float) * (size_t)n_out) == 0;
+                for (int64_t i = 0; i < n_out; i++) y1[i] = NAN;
+                k->matmul(ktypes[ti], w, rb, n_in, 0, n_out, x + t * n_in, n_in, 1, y1, n_out, NULL);
                 same = same && memcmp(y1, y + t * n_out, sizeof(float) * (size_t)n_out) == 0;
             }
             CHECKF(same, "%s matmul %s: a token alone differs from the batch", k->name, knames[ti]);
