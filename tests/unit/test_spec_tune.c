@@ -345,7 +345,7 @@ static void test_probe(void) {
     es__tuner_observe_streams(&t, 4, 3.0);
     CHECK(t.probing && es__tuner_room(&t) == 3);
     es__tuner_observe_call(&t, 3, 4.2, false);
-    double a, b;
+    double a = 0.0, b = 0.0;
     CHECK(!t.probing && es__tuner_cost(&t, &a, &b));
     CHECKF(fabs(t.probe.plain_ms - 2.0) < 1e-9 && fabs(t.probe.one_ms - 2.2) < 1e-9 && t.probe.n_hi == 3 &&
                fabs(t.probe.hi_ms - 4.2) < 1e-9 && t.probe.g_hi == 4 && fabs(t.probe.pass_hi_ms - 3.0) < 1e-9,
