@@ -82,15 +82,15 @@ void es__tuner_init(es__tuner *t, bool adaptive);
  * is accepted, given that its parent is. */
 float es__tuner_accept(const es__tuner *t, int32_t d, float logp);
 
-/* The fitted cost of a call, a + b n in ms; false while the calls seen do not determine it, or
- * when not adaptive. */
+/* The fitted cost of a call, a + b n in ms; false while the calls seen do not determine it (where
+ * recent calls all had one size, the probe's b determines it), or when not adaptive. */
 bool es__tuner_cost(const es__tuner *t, double *a, double *b);
 
 /* A call of n_nodes tree nodes took ms; plain: a one-token call without streams, the unit of
  * cost. */
 void es__tuner_observe_call(es__tuner *t, int32_t n_nodes, double ms, bool plain);
-/* The most tree nodes the next call may carry: 2 or 3 in turn while the costs are unknown, then
- * twice the largest tree timed; unlimited when not adaptive. */
+/* The most tree nodes the next call may carry: 3 for the probe's tree, 2 or 3 in turn while the
+ * costs are otherwise unknown, then twice the largest tree timed; unlimited when not adaptive. */
 int32_t es__tuner_room(const es__tuner *t);
 /* A stream pass computing g streams took ms. */
 void es__tuner_observe_streams(es__tuner *t, int32_t g, double ms);
