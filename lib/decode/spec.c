@@ -92,8 +92,8 @@ static es_status setup(es_spec *s, es_context *ctx, const es_spec_params *params
     es_truncate(ctx, 0);
     if (s->strategy->rewind) s->strategy->rewind(s, s->state, 0);
     /* DSI measures its own latencies; the other strategies size their drafts from costs that
-     * their first step measures (spec_calib.c) */
-    s->calib_pending = !s->p.fixed_tree && (s->strategy == &es__strategy_stream || s->strategy == &es__strategy_draft);
+     * their first steps measure while they decode (es__tuner_probe) */
+    if (s->strategy == &es__strategy_stream || s->strategy == &es__strategy_draft) es__tuner_probe(&s->tune);
     return ES_OK;
 }
 
@@ -141,14 +141,12 @@ es_status es_spec_get_stats(const es_spec *s, es_spec_stats *out) {
 es_status es_spec_get_costs(const es_spec *s, es_spec_costs *out) {
     if (!s || !out) return es__fail(NULL, ES_ERR_INVALID_ARGUMENT, "es_spec_get_costs: NULL argument");
     memset(out, 0, sizeof *out);
-    const es__tuner_costs *c = &s->calib;
-    out->calibrate_ms = s->calib_ms;
+    const es__tuner_costs *c = &s->tune.probe;
     out->calib_plain_ms = c->plain_ms;
     out->calib_one_ms = c->one_ms;
     out->calib_n_hi = c->n_hi;
     out->calib_hi_ms = c->hi_ms;
     out->calib_g_hi = c->g_hi;
-    out->calib_pass1_ms = c->pass1_ms;
     out->calib_pass_hi_ms = c->pass_hi_ms;
     out->calib_draft_ms = c->draft_ms;
     out->adaptive = s->tune.adaptive;
@@ -206,13 +204,7 @@ es_status es_spec_step(es_spec *s, int32_t *tokens, size_t cap, size_t *n_tokens
     ES_RETURN_IF(n_past >= s->caps.n_ctx, &s->err, ES_ERR_CONTEXT_FULL, "es_spec_step: the context is full (%d of %d tokens)",
                  n_past, s->caps.n_ctx);
     const double t0 = es__time_now();
-    es_status st = ES_OK;
-    if (s->calib_pending) {
-        const bool stream = s->strategy == &es__strategy_stream;
-        st = es__spec_calibrate_costs(s, stream ? s->depth : 0, stream ? NULL : s->p.draft_ctx);
-        s->calib_pending = st != ES_OK;
-    }
-    if (st == ES_OK) st = s->strategy->step(s, s->state, tokens, cap, n_tokens);
+    const es_status st = s->strategy->step(s, s->state, tokens, cap, n_tokens);
     if (st != ES_OK) {
         *n_tokens = 0;
         return st;

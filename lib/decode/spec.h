@@ -80,9 +80,6 @@ struct es_spec {
     float *node_lp;            /* [tree cap] each node's own draft log-probability              */
     double *cand_q;            /* [2][depth][n_vocab] rejection mode: the levels' draft dists   */
     es__tuner tune;
-    bool calib_pending;        /* adaptive: the next step calibrates first (spec_calib.c)       */
-    es__tuner_costs calib;     /* what the calibration measured (zero: none yet)                */
-    double calib_ms;           /* and how long it took                                          */
     uint8_t *logit_flags;      /* [n_batch] all ones: every tree node wants logits              */
     uint8_t *zeros;            /* [n_batch] no logits (prefill)                                 */
     uint8_t *skip;             /* [tree cap] pruned nodes of the tree being verified            */
@@ -97,12 +94,6 @@ es_status es__spec_shift(es_spec *s, int32_t n_keep, int32_t n_discard);
 
 /* The strategy's quiesce, where it has one (spec.c). */
 es_status es__spec_quiesce(es_spec *s);
-
-/* Times a few target calls (with `streams` streams each, and their stream passes) and, where
- * drafter is not NULL, a drafter call, after the contexts' committed tokens, and seeds the tuner
- * with them (spec_calib.c). Nothing when not adaptive or without room; the contexts keep their
- * committed tokens and nothing else. */
-es_status es__spec_calibrate_costs(es_spec *s, int32_t streams, es_context *drafter);
 
 /* ---- the pieces of a step (spec_steps.c) */
 

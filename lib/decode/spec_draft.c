@@ -144,8 +144,7 @@ static es_status verify_chain(es_spec *s, int32_t root, int32_t n_drafted, size_
     }
     const double ms = (es__time_now() - t0) * 1e3;
     s->st.target_ms += ms;
-    if (st == ES_OK) es__tuner_observe_call(&s->tune, t->n, ms);
-    if (st == ES_OK && t->n == 1) es__tuner_observe_plain(&s->tune, ms);
+    if (st == ES_OK) es__tuner_observe_call(&s->tune, t->n, ms, t->n == 1);
     return st;
 }
 
@@ -159,8 +158,9 @@ static es_status draft_step(es_spec *s, void *state, int32_t *tokens, size_t cap
      *    emitted */
     int32_t K = ES__MIN(ES__MIN(s->depth, es__spec_tree_room(s) - 1), (int32_t)ES__MIN(cap - 1, (size_t)INT32_MAX));
     K = ES__MIN(K, es__tuner_room(&s->tune) - 1);
-    /* where a draft does not pay (measured costs, the acceptance seen) the step is a plain call
-     * and the drafter waits: it catches up in one prefill when drafting pays again */
+    /* where a draft does not pay (measured costs, the acceptance seen), or the tuner's probe times
+     * a plain call, the step is a plain call and the drafter waits: it catches up in one prefill
+     * when drafting pays again */
     if (!es__tuner_draft_pays(&s->tune)) K = 0;
     es__tuner_chose(&s->tune, K > 0 ? 1 : 0);
     int32_t n_drafted = 0;

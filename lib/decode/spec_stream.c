@@ -77,13 +77,15 @@ static es_status stream_step(es_spec *s, void *state, int32_t *tokens, size_t ca
     es__tree *t = &s->tree;
     const double t0 = es__time_now();
     /* 1. one forward call: the tree (verification) and its streams (the next draft), pruned at
-     *    the adapter's prune layer; a plain call when drafting does not pay */
-    const bool streams = !ss->plain_next || t->n > 1;
+     *    the adapter's prune layer; a plain call when drafting does not pay (or the tuner's probe
+     *    times one) */
+    const bool streams = t->n > 1 || !(ss->plain_next || es__tuner_wants_plain(&s->tune));
     const es__call call = {s->depth, s->p.prune_threshold};
     es_batch b = {t->n, t->token, t->pos, t->dfs_start, t->dfs_end, s->logit_flags};
     es_status st = es__forward(s->ctx, &b, streams ? &call : NULL);
     if (st != ES_OK) return es__spec_fail_ctx(s, s->ctx, st, NULL);
-    const double fwd_ms = (es__time_now() - t0) * 1e3;
+    /* timed before the choice below, which it may inform (the probe's first tree seeds the fit) */
+    es__tuner_observe_call(&s->tune, t->n, (es__time_now() - t0) * 1e3, !streams);
     for (int32_t i = 0; i < t->n; i++) s->skip[i] = es__pruned(s->ctx, i);
     t->skip = s->skip;
     /* 2. hard matching (A.1): the longest accepted path and the target's next token */
@@ -98,8 +100,6 @@ static es_status stream_step(es_spec *s, void *state, int32_t *tokens, size_t ca
     s->st.target_ms += (es__time_now() - t0) * 1e3;
     /* 4. keep the accepted path's KV */
     if (st == ES_OK) {
-        es__tuner_observe_call(&s->tune, t->n, fwd_ms);
-        if (!streams) es__tuner_observe_plain(&s->tune, fwd_ms);
         st = es_commit(s->ctx, path, n_path);
         if (st != ES_OK) es__spec_fail_ctx(s, s->ctx, st, NULL);
     }

@@ -18,7 +18,7 @@
 #define EXPLORE_BACKOFF 16 /* ... and, while explorations confirm that drafting does not pay, up
                               to this many times further apart (doubling each time)            */
 #define SPIKE 2.0    /* a timing counts at most SPIKE times what the fit predicts */
-#define SEED 2.0     /* calls a calibration's timing counts for in the fit */
+#define SEED 2.0     /* calls a probe's timing counts for in the fit */
 
 void es__tuner_init(es__tuner *t, bool adaptive) {
     memset(t, 0, sizeof *t);
@@ -44,9 +44,17 @@ float es__tuner_accept(const es__tuner *t, int32_t d, float logp) {
 bool es__tuner_cost(const es__tuner *t, double *a, double *b) {
     if (!t->adaptive || t->calls < 4) return false;
     const double den = t->w * t->snn - t->sn * t->sn;
-    if (!(den > 1e-9 * t->w * t->w)) return false; /* all recent calls had about the same size */
+    if (!(den > 1e-9 * t->w * t->w)) {
+        /* all recent calls had about the same size (plain calls, while drafting does not pay):
+         * the slope the probe measured, the level the calls say; unknown without a probe (else
+         * a long plain run would forget the costs and draft again, unasked) */
+        if (!(t->seed_b > 0.0)) return false;
+        *b = t->seed_b;
+        *a = ES__MAX((t->st - t->seed_b * t->sn) / t->w, 0.0);
+        return true;
+    }
     const double slope = (t->w * t->snt - t->sn * t->st) / den, base = (t->st - slope * t->sn) / t->w;
-    /* a node never costs nothing, nor less than half what the calibration measured (costs grow
+    /* a node never costs nothing, nor less than half what the probe measured (costs grow
      * with the context); timing noise may say so, and trees would then look free */
     *b = ES__MAX(slope > 1e-6 ? slope : 1e-6, t->floor_b);
     *a = base > 0.0 ? base : 0.0;
@@ -62,8 +70,7 @@ static bool first_timing(uint64_t *seen, int32_t n) {
     return first;
 }
 
-void es__tuner_observe_call(es__tuner *t, int32_t n_nodes, double ms) {
-    if (!(ms >= 0.0) || n_nodes < 1) return;
+static void fit_call(es__tuner *t, int32_t n_nodes, double ms) {
     t->steps++;
     t->max_n = ES__MAX(t->max_n, n_nodes);
     if (first_timing(&t->seen_n, n_nodes)) return;
@@ -76,6 +83,20 @@ void es__tuner_observe_call(es__tuner *t, int32_t n_nodes, double ms) {
     t->snn = FORGET * t->snn + n * n;
     t->snt = FORGET * t->snt + n * ms;
     t->calls++;
+}
+
+/* The probe keeps the first timing of each kind of call and seeds the fit once it has a plain
+ * call and a tree of two or more nodes (a strategy without streams: its one-node call is the
+ * plain one). */
+static void probe_call(es__tuner *t, int32_t n, double ms, bool plain) {
+    es__tuner_costs *c = &t->probe;
+    if (plain && !(c->plain_ms > 0.0)) c->plain_ms = ms;
+    else if (n == 1 && !plain && !(c->one_ms > 0.0)) c->one_ms = ms;
+    else if (n >= 2 && n <= 64 && !(c->hi_ms > 0.0)) c->n_hi = n, c->hi_ms = ms;
+    if (!(c->plain_ms > 0.0) || !(c->hi_ms > 0.0)) return;
+    if (!(c->one_ms > 0.0)) c->one_ms = c->plain_ms;
+    t->probing = false;
+    es__tuner_seed(t, c);
 }
 
 /* Cost of a stream pass of g streams: a line through the passes seen, or proportional to g while
@@ -91,6 +112,7 @@ static double stream_cost(const es__tuner *t, int32_t g) {
 
 void es__tuner_observe_streams(es__tuner *t, int32_t g, double ms) {
     if (!(ms >= 0.0) || g < 1) return;
+    if (t->probing && !(t->probe.pass_hi_ms > 0.0)) t->probe.g_hi = g, t->probe.pass_hi_ms = ms;
     t->max_g = ES__MAX(t->max_g, g);
     if (first_timing(&t->seen_g, g)) return;
     if (t->gs > 0.0) ms = ES__MIN(ms, SPIKE * stream_cost(t, g));
@@ -109,8 +131,11 @@ static void mean_cost(double *mean, double ms) {
     *mean = !(*mean > 0.0) ? ms : ms < *mean ? 0.5 * *mean + 0.5 * ms : 0.9 * *mean + 0.1 * ms;
 }
 
-void es__tuner_observe_plain(es__tuner *t, double ms) {
-    mean_cost(&t->plain_ms, ms);
+void es__tuner_observe_call(es__tuner *t, int32_t n_nodes, double ms, bool plain) {
+    if (!(ms >= 0.0) || n_nodes < 1) return;
+    if (plain) mean_cost(&t->plain_ms, ms);
+    fit_call(t, n_nodes, ms);
+    if (t->probing) probe_call(t, n_nodes, ms, plain);
 }
 
 /* A plain one-token call: measured, but never above the fit's one-node call, which does more
@@ -140,9 +165,9 @@ static int32_t explore_base(const es__tuner *t) {
 void es__tuner_seed(es__tuner *t, const es__tuner_costs *c) {
     if (!t->adaptive || !(c->plain_ms > 0.0) || !(c->one_ms > 0.0) || c->n_hi < 2 || c->n_hi > 64 || !(c->hi_ms > 0.0))
         return;
-    /* a larger call or pass never costs less than a smaller one: a timing that says so is noise
-     * in the smaller one, which takes the larger one's time */
-    const double one = ES__MIN(c->one_ms, c->hi_ms), pass1 = ES__MIN(c->pass1_ms, c->pass_hi_ms);
+    /* a larger call never costs less than a smaller one: a timing that says so is noise in the
+     * smaller one, which takes the larger one's time */
+    const double one = ES__MIN(c->one_ms, c->hi_ms);
     const double pts[2][2] = {{1.0, one}, {(double)c->n_hi, c->hi_ms}};
     for (int i = 0; i < 2; i++) {
         const double n = pts[i][0], ms = pts[i][1];
@@ -151,28 +176,40 @@ void es__tuner_seed(es__tuner *t, const es__tuner_costs *c) {
     }
     t->calls += 4; /* what the fit needs to be believed: SEED calls at each of two sizes */
     t->max_n = ES__MAX(t->max_n, c->n_hi);
-    t->plain_ms = ES__MIN(c->plain_ms, one);
-    if (c->g_hi >= 1 && c->g_hi <= 64 && c->pass1_ms > 0.0 && c->pass_hi_ms > 0.0) {
-        const double pg[2][2] = {{1.0, pass1}, {(double)c->g_hi, c->pass_hi_ms}};
-        for (int i = 0; i < (c->g_hi > 1 ? 2 : 1); i++) {
-            const double g = pg[i][0], ms = pg[i][1];
-            t->gw += SEED, t->gs += SEED * g, t->gss += SEED * g * g, t->gt += SEED * ms, t->gst += SEED * g * ms;
-            t->seen_g |= (uint64_t)1 << ((int32_t)g - 1);
-        }
+    t->plain_ms = t->plain_ms > 0.0 ? ES__MIN(t->plain_ms, one) : ES__MIN(c->plain_ms, one);
+    if (c->g_hi >= 1 && c->g_hi <= 64 && c->pass_hi_ms > 0.0) {
+        const double g = (double)c->g_hi;
+        t->gw += SEED;
+        t->gs += SEED * g;
+        t->gss += SEED * g * g;
+        t->gt += SEED * c->pass_hi_ms;
+        t->gst += SEED * g * c->pass_hi_ms;
+        t->seen_g |= (uint64_t)1 << (c->g_hi - 1);
         t->max_g = ES__MAX(t->max_g, c->g_hi);
+        /* one width timed: a narrower pass is taken to cost at least half of it (most of a pass
+         * is its fixed part on the devices measured, docs/perf.md), not g_hi-th of it */
+        t->floor_g0 = 0.5 * c->pass_hi_ms;
+        t->floor_g1 = 0.0;
     }
-    if (c->draft_ms > 0.0) t->draft_ms = c->draft_ms;
-    /* floors: half the calibration's node and pass costs (see es__tuner_cost) */
-    t->floor_b = 0.5 * ES__MAX(c->hi_ms - one, 0.0) / (double)(c->n_hi - 1);
-    if (t->gs > 0.0) {
-        const double g1 = c->g_hi > 1 ? ES__MAX(c->pass_hi_ms - pass1, 0.0) / (double)(c->g_hi - 1) : 0.0;
-        t->floor_g1 = 0.5 * g1;
-        t->floor_g0 = 0.5 * ES__MAX(pass1 - g1, 0.0);
-    }
-    /* the first step explores (what drafting is worth is not known yet); later ones as far
-     * apart as their measured cost says */
+    if (c->draft_ms > 0.0) t->draft_ms = t->draft_ms > 0.0 ? ES__MIN(t->draft_ms, c->draft_ms) : c->draft_ms;
+    /* a node never costs less than half what the probe measured (see es__tuner_cost) */
+    t->seed_b = ES__MAX(c->hi_ms - one, 0.0) / (double)(c->n_hi - 1);
+    t->floor_b = 0.5 * t->seed_b;
+    /* explorations as far apart as their measured cost says; one that has run waits for the
+     * choice after it (es__tuner_chose) */
     t->explore_base = t->explore_every = explore_base(t);
-    t->explore_at = t->steps;
+    if (!t->explored) t->explore_at = t->steps + t->explore_base;
+}
+
+void es__tuner_probe(es__tuner *t) {
+    if (!t->adaptive) return;
+    t->probing = true;
+    memset(&t->probe, 0, sizeof t->probe);
+    t->explore_at = t->steps + 1; /* the plain call first, then an exploration */
+}
+
+bool es__tuner_wants_plain(const es__tuner *t) {
+    return t->probing && !(t->probe.plain_ms > 0.0);
 }
 
 bool es__tuner_units(const es__tuner *t, double *node, double *pass1, double *pass_max, double *draft) {
@@ -189,13 +226,15 @@ bool es__tuner_units(const es__tuner *t, double *node, double *pass1, double *pa
 int32_t es__tuner_room(const es__tuner *t) {
     double a, b;
     if (!t->adaptive) return INT32_MAX;
-    if (!es__tuner_cost(t, &a, &b)) return 2 + (int32_t)(t->steps & 1);
+    /* the probe's tree: one size is what the seed needs */
+    if (!es__tuner_cost(t, &a, &b)) return t->probing ? 3 : 2 + (int32_t)(t->steps & 1);
     return ES__MAX(3, 2 * t->max_n);
 }
 
 int32_t es__tuner_streams(const es__tuner *t, int32_t gamma, int32_t k, int32_t cap) {
     double a, b;
     if (!t->adaptive || t->steps >= t->explore_at) return gamma;
+    if (es__tuner_wants_plain(t)) return 0;
     if (!es__tuner_cost(t, &a, &b) || !(t->gs > 0.0)) return ES__MIN(gamma, 1);
     /* expected tokens per call: 1 + the chances of reaching each depth, the conditional
      * acceptance per depth smoothed towards 0.3 with one pseudo-count */
@@ -213,7 +252,9 @@ int32_t es__tuner_streams(const es__tuner *t, int32_t gamma, int32_t k, int32_t 
 
 bool es__tuner_draft_pays(const es__tuner *t) {
     double a, b;
-    if (!t->adaptive || t->steps >= t->explore_at || !es__tuner_cost(t, &a, &b) || !(t->draft_ms > 0.0)) return true;
+    if (!t->adaptive || t->steps >= t->explore_at) return true;
+    if (es__tuner_wants_plain(t)) return false;
+    if (!es__tuner_cost(t, &a, &b) || !(t->draft_ms > 0.0)) return true;
     const double p = (t->hit[0] + 0.3) / (t->tested[0] + 1.0);
     return (1.0 + p) / (a + 2.0 * b + t->draft_ms) > 1.0 / plain_cost(t, a, b);
 }
@@ -244,6 +285,7 @@ bool es__tuner_explores_next(const es__tuner *t) {
 
 void es__tuner_observe_draft_call(es__tuner *t, double ms) {
     mean_cost(&t->draft_ms, ms);
+    if (t->probing && ms >= 0.0 && !(t->probe.draft_ms > 0.0 && t->probe.draft_ms <= ms)) t->probe.draft_ms = ms;
 }
 
 void es__tuner_observe_tree(es__tuner *t, const es__tree *tree, const int32_t *path, int32_t n_path,

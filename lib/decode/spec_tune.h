@@ -9,9 +9,11 @@
  * recording, and on lavapipe the compilation of every kernel at its first dispatch, 20-30 ms),
  * a later timing counts at most twice the fit's prediction, and a tree grows to at most twice the
  * largest size seen, so no decision rests on a cost extrapolated far beyond what was measured.
- * A short calibration in the first step (spec_calib.c) seeds the fit with this device's own
- * costs, so the first steps are sized from measurements rather than from guesses, and how often
- * drafting is re-tried while it does not pay follows from what a try costs here.
+ * The first steps probe this device's own costs while they decode (es__tuner_probe): a plain
+ * call, then an exploration (a one-node call with every stream and a small tree); what they
+ * timed seeds the fit, so later steps are sized from measurements rather than from guesses, and
+ * how often drafting is re-tried while it does not pay follows from what a try costs here. No
+ * call is made only to measure: where drafting does not pay, the probe costs one exploration.
  * Losslessness does not depend on any of this. */
 #ifndef ES_DECODE_SPEC_TUNE_H
 #define ES_DECODE_SPEC_TUNE_H
@@ -19,6 +21,17 @@
 #include "forward_api.h"
 
 #define ES__TUNE_BINS 10
+
+/* What the probe measured (or a test gives), in ms: the costs every decision starts from. */
+typedef struct es__tuner_costs {
+    double plain_ms;    /* a plain one-token call (no streams): the unit of cost              */
+    double one_ms;      /* a one-node call as the strategy makes it (with its streams)        */
+    int32_t n_hi;       /* a larger tree, > 1 nodes ...                                       */
+    double hi_ms;       /* ... and its call                                                   */
+    int32_t g_hi;       /* a stream pass of g_hi >= 1 streams (0: no streams) ...              */
+    double pass_hi_ms;
+    double draft_ms;    /* a draft-model call, the fastest of the probe's (0: no drafter)     */
+} es__tuner_costs;
 
 typedef struct es__tuner {
     bool adaptive;
@@ -40,24 +53,24 @@ typedef struct es__tuner {
     bool explored;                                /* the last choice was an exploration          */
     double plain_ms;                              /* decayed mean of a plain one-token call      */
     int32_t max_g;                                /* widest stream pass timed                    */
-    double floor_b, floor_g0, floor_g1;           /* half the calibration's node and pass costs:
-                                                     no fit goes below them                      */
+    double floor_b, floor_g0, floor_g1;           /* half the probe's node and pass costs: no
+                                                     fit goes below them                         */
+    double seed_b;                                /* the probe's node cost (its slope)           */
+    bool probing;                                 /* the probe has not seeded the fit yet        */
+    es__tuner_costs probe;                        /* what it timed so far                        */
 } es__tuner;
 
-/* What a calibration measured (or a test gives), in ms: the costs every decision starts from. */
-typedef struct es__tuner_costs {
-    double plain_ms;    /* a plain one-token call (no streams): the unit of cost              */
-    double one_ms;      /* a one-node call as the strategy makes it (with its streams)        */
-    int32_t n_hi;       /* a larger tree, > 1 nodes ...                                       */
-    double hi_ms;       /* ... and its call                                                   */
-    int32_t g_hi;       /* stream passes of 1 and of g_hi >= 1 streams (0: no streams) ...     */
-    double pass1_ms, pass_hi_ms;
-    double draft_ms;    /* a draft-model call (0: no drafter)                                 */
-} es__tuner_costs;
-
-/* Seeds the fit with c's costs, counted as SEED calls each, and schedules the first exploration
- * from what one costs. The sizes c names count as timed (their first call is fitted). */
+/* Seeds the fit with c's costs, counted as SEED calls each, and sets the interval between
+ * explorations from what one costs. The sizes c names count as timed (their first call is
+ * fitted). */
 void es__tuner_seed(es__tuner *t, const es__tuner_costs *c);
+
+/* Starts the probe (adaptive only): the next choice is a plain call (es__tuner_wants_plain), the
+ * one after it an exploration; the calls' timings are kept (t->probe) and seed the fit as soon as
+ * a plain call and a call of two or more nodes have been timed. */
+void es__tuner_probe(es__tuner *t);
+/* Whether the probe still needs its plain call: the next step should be one. */
+bool es__tuner_wants_plain(const es__tuner *t);
 
 /* The fitted costs in units of a plain one-token call: a node beyond the first (*node), a
  * stream pass of one and of max_g streams, a drafter call; false before any fit. */
@@ -69,27 +82,29 @@ void es__tuner_init(es__tuner *t, bool adaptive);
  * is accepted, given that its parent is. */
 float es__tuner_accept(const es__tuner *t, int32_t d, float logp);
 
-/* The fitted cost of a call, a + b n in ms; false while the calls seen do not determine it, or
- * when not adaptive. */
+/* The fitted cost of a call, a + b n in ms; false while the calls seen do not determine it (where
+ * recent calls all had one size, the probe's b determines it), or when not adaptive. */
 bool es__tuner_cost(const es__tuner *t, double *a, double *b);
 
-void es__tuner_observe_call(es__tuner *t, int32_t n_nodes, double ms);
-/* A plain one-token call (no streams) took ms: the unit of cost. */
-void es__tuner_observe_plain(es__tuner *t, double ms);
-/* The most tree nodes the next call may carry: 2 or 3 in turn while the costs are unknown, then
- * twice the largest tree timed; unlimited when not adaptive. */
+/* A call of n_nodes tree nodes took ms; plain: a one-token call without streams, the unit of
+ * cost. */
+void es__tuner_observe_call(es__tuner *t, int32_t n_nodes, double ms, bool plain);
+/* The most tree nodes the next call may carry: 3 for the probe's tree, 2 or 3 in turn while the
+ * costs are otherwise unknown, then twice the largest tree timed; unlimited when not adaptive. */
 int32_t es__tuner_room(const es__tuner *t);
 /* A stream pass computing g streams took ms. */
 void es__tuner_observe_streams(es__tuner *t, int32_t g, double ms);
 
 /* How many streams the next draft should come from (0 = none: a plain step), the one among
  * 0..gamma that maximises expected tokens per unit of cost, with k candidates per stream and at
- * most cap tree nodes; gamma when not adaptive or on an exploration call; 1 while the costs are
- * unknown (the cheapest draft that measures a node and a stream pass). */
+ * most cap tree nodes; gamma when not adaptive or on an exploration call; 0 while the probe
+ * needs its plain call; 1 while the costs are otherwise unknown (the cheapest draft that measures
+ * a node and a stream pass). */
 int32_t es__tuner_streams(const es__tuner *t, int32_t gamma, int32_t k, int32_t cap);
 /* Whether a draft-model step should draft at all (else a plain step): one draft at the depth-1
  * acceptance seen so far, per its cost (a drafter call and a node), against a plain call. True
- * while the costs are unknown, when not adaptive and on an exploration call. */
+ * while the costs are unknown (false while the probe needs its plain call), when not adaptive and
+ * on an exploration call. */
 bool es__tuner_draft_pays(const es__tuner *t);
 /* The strategy drafts from g streams or g drafts (what es__tuner_streams or _draft_pays said).
  * Schedules the next exploration: while drafting pays, within the base interval (as many calls

@@ -872,23 +872,25 @@ typedef struct es_spec_stats {
 } es_spec_stats;
 
 /* What adaptive trees (es_spec_params.fixed_tree false, ES_SPEC_STREAM and ES_SPEC_DRAFT) measured
- * on this device and decide from (es_spec_get_costs): a short calibration in the first
- * es_spec_step (a few target calls after the prompt, nothing committed, and a drafter call;
- * counted in that step's time), then a fit over the calls since. Timings only: they never change
- * which tokens are emitted. */
+ * on this device and decide from (es_spec_get_costs): the calibration, timings of the first
+ * es_spec_steps' own calls (a plain call, then an exploration: a one-node call with every stream
+ * and its stream pass, or drafter calls, and a small tree), then a fit over the calls since.
+ * No call is made only to measure. Timings only: they never change which tokens are emitted. */
 typedef struct es_spec_costs {
     bool adaptive;              /* false: fixed trees (or DSI): nothing below is measured          */
     bool fitted;                /* the unit costs below are known                                   */
-    /* the calibration in the first step, in ms (0: not run: no step yet, fixed trees, DSI, no room) */
-    double calibrate_ms;        /* its wall time                                                   */
-    double calib_plain_ms;      /* a plain one-token call of the target (the faster of two)        */
+    /* the calibration in the first steps, in ms (0: not yet timed: no step yet, fixed trees, DSI,
+     * no room for a tree) */
+    double calibrate_ms;        /* time spent on calls made only to measure: 0 (none are, since the
+                                   calibration times decoding calls; kept for the ABI)            */
+    double calib_plain_ms;      /* a plain one-token call of the target                           */
     double calib_one_ms;        /* a one-node call as the strategy makes it (with its streams)     */
     int32_t calib_n_hi;         /* a call of this many nodes ...                                   */
     double calib_hi_ms;         /* ... took this                                                   */
-    int32_t calib_g_hi;         /* stream passes of 1 and of this many streams (0: none) ...       */
-    double calib_pass1_ms;
+    int32_t calib_g_hi;         /* a stream pass of this many streams (0: none) ...               */
+    double calib_pass1_ms;      /* (a pass of one stream: 0, not timed)                           */
     double calib_pass_hi_ms;
-    double calib_draft_ms;      /* a draft-model call (0: no drafter)                              */
+    double calib_draft_ms;      /* a draft-model call, the fastest timed (0: no drafter)          */
     /* as of the last step: the fit, in units of a plain one-token call of the target */
     double call_ms;             /* that call, in ms                                                */
     double node;                /* what one more tree node adds to a call                          */

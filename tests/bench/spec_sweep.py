@@ -12,8 +12,8 @@ per depth, mean tree size. Writes a markdown table to stdout, the rows as JSON (
 plot of speed-up against k per gamma (--png).
 
 With --defaults-only, runs just `--spec stream` and `--spec draft` with no tuning flags (the
-adaptive defaults) against plain decoding, and reports the speed-up also with the adaptive
-trees' calibration at creation counted as decoding time (speedup_with_calibration).
+adaptive defaults) against plain decoding (their calibration times their first decoding steps'
+own calls: it is in the decode time).
 
 Usage: spec_sweep.py --cli EDGESPEC --model M.gguf [--adapter M.ss.gguf] [--draft D.gguf]
                      [--backend cpu|vulkan] [--threads N] [--n TOKENS] [--reps R]
@@ -38,7 +38,6 @@ DECODE = re.compile(r"decode (\d+) tokens in ([0-9.]+) ms")
 CALLS = re.compile(r"target calls (\d+), tokens per call ([0-9.]+).*draft calls (\d+), mean tree ([0-9.]+) nodes "
                    r"\((\d+) pruned\)")
 ACCEPT = re.compile(r"acceptance per depth:((?: \d+:[0-9.]+)*)")
-CALIB = re.compile(r"calibration ([0-9.]+) ms")
 
 
 def run(cmd):
@@ -92,7 +91,7 @@ def main():
         configs.append(("draft", dict(lookahead=6, fixed=False), ["--spec", "draft", "-md", a.draft, "--lookahead", "6"]))
     rows = []
     for kind, params, extra in configs:
-        ratios, ratios_c, calib, tps, calls, toks, trees, pruned, draft_calls, accept = [], [], [], [], 0, 0, [], 0, 0, []
+        ratios, tps, calls, toks, trees, pruned, draft_calls, accept = [], [], 0, 0, [], 0, 0, []
         for rep in range(a.reps):
             for prompt in PROMPTS:
                 out_p, err_p = run(base + ["-p", prompt])
@@ -103,9 +102,6 @@ def main():
                 c = CALLS.search(err_s)
                 n_tok, ms_p, ms_s = int(ds.group(1)), float(dp.group(2)), float(ds.group(2))
                 ratios.append(ms_p / ms_s)
-                cm = CALIB.search(err_s)
-                calib.append(float(cm.group(1)) if cm else 0.0)
-                ratios_c.append(ms_p / (ms_s + calib[-1]))
                 tps.append(n_tok * 1e3 / ms_s)
                 calls += int(c.group(1))
                 toks += n_tok
@@ -115,7 +111,6 @@ def main():
                 acc = ACCEPT.search(err_s)
                 accept.append(acc.group(1).strip() if acc else "")
         row = dict(kind=kind, **params, tokens_per_call=toks / calls, speedup=statistics.median(ratios),
-                   speedup_with_calibration=statistics.median(ratios_c), calibration_ms=statistics.median(calib),
                    ratio_range=[min(ratios), max(ratios)],
                    tokens_per_s=statistics.median(tps), mean_tree=statistics.mean(trees), pruned=pruned,
                    draft_calls_per_call=draft_calls / calls, acceptance=accept[0])

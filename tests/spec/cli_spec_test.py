@@ -93,8 +93,9 @@ def main():
                 # a short pruned run may see every draft pruned (adaptive trees are sized to the
                 # measured costs: a few small trees): then the list is empty
                 tree = TREE.search(r.stderr)
+                # (the mean tree is printed to 0.1 node: the drafted nodes are known to 0.05 per call)
                 all_pruned = tree is not None and m is not None and \
-                    round(float(tree.group(1)) * int(m.group(1))) - int(m.group(1)) == int(tree.group(2))
+                    abs((float(tree.group(1)) - 1) * int(m.group(1)) - int(tree.group(2))) <= 0.05 * int(m.group(1)) + 0.5
                 accept = ACCEPT.search(r.stderr) is not None or (("dsi" in sp or all_pruned) and
                                                                  b"acceptance per depth:" in r.stderr)
                 check(m is not None and accept, "statistics on stderr", r)

@@ -130,7 +130,7 @@ int main(int argc, char **argv) {
         int32_t seq[9 + N_GEN];
         memcpy(seq, prompt, sizeof(int32_t) * 9);
         memcpy(seq + 9, got, sizeof(int32_t) * (size_t)n);
-        /* the first step timed both models (the KV checks below show that it left no state) */
+        /* the first steps' calls timed both models */
         es_spec_costs kc;
         CHECK_OK(es_spec_get_costs(s, &kc));
         CHECKF(kc.adaptive && kc.fitted && kc.calib_plain_ms > 0 && kc.calib_draft_ms > 0 && kc.calib_g_hi == 0 &&

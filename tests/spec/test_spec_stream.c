@@ -108,15 +108,15 @@ int main(int argc, char **argv) {
             if (k == 0) break;
             n += (int32_t)k;
         }
-        /* the adaptive trees' calibration ran in the first step (the KV check below shows that it
-         * left no state); what it measured is there to see */
+        /* the adaptive trees' calibration timed the first steps' own calls (a plain call, one node
+         * with every stream and its pass, a small tree); what it measured is there to see */
         es_spec_costs kc;
         es_spec_params rp;
         CHECK_OK(es_spec_get_costs(s, &kc));
         CHECK_OK(es_spec_get_params(s, &rp));
         CHECK(kc.adaptive && kc.fitted);
-        CHECKF(kc.calibrate_ms > 0 && kc.calib_plain_ms > 0 && kc.calib_one_ms > 0 && kc.calib_hi_ms > 0 &&
-                   kc.calib_n_hi == 4 && kc.calib_g_hi == rp.n_streams && kc.calib_pass1_ms > 0 &&
+        CHECKF(kc.calibrate_ms == 0 && kc.calib_plain_ms > 0 && kc.calib_one_ms > 0 && kc.calib_hi_ms > 0 &&
+                   kc.calib_n_hi >= 2 && kc.calib_n_hi <= 3 && kc.calib_g_hi == rp.n_streams && kc.calib_pass1_ms == 0 &&
                    kc.calib_pass_hi_ms > 0 && kc.calib_draft_ms == 0 && kc.explore_every >= 8,
                "calibration %g ms: plain %g, 1 node %g, %d nodes %g, passes %d: %g / %g, explore every %d",
                kc.calibrate_ms, kc.calib_plain_ms, kc.calib_one_ms, kc.calib_n_hi, kc.calib_hi_ms, kc.calib_g_hi,

@@ -1,7 +1,9 @@
 /* test_spec_tune.c: the cost model and calibration behind adaptive draft trees, and the tree
  * builder's cost-aware stop: exact fits on exact timings, calibration that follows the observed
  * acceptance, stream counts that go to all streams when drafts are accepted and nodes are cheap
- * and to none when they are not, and a best-first tree that stops where the rule says. */
+ * and to none when they are not, the probe of the first steps, the fallback to plain calls on a
+ * simulated device where speculation does not pay, and a best-first tree that stops where the
+ * rule says. */
 #include "decode/spec_tune.h"
 
 #include "../test.h"
@@ -13,16 +15,16 @@ static void test_fit(void) {
     es__tuner_init(&t, true);
     double a, b;
     CHECK(!es__tuner_cost(&t, &a, &b));
-    for (int i = 0; i < 40; i++) es__tuner_observe_call(&t, 1 + i % 7, 2.0 + 0.5 * (1 + i % 7));
+    for (int i = 0; i < 40; i++) es__tuner_observe_call(&t, 1 + i % 7, 2.0 + 0.5 * (1 + i % 7), false);
     CHECK(es__tuner_cost(&t, &a, &b));
     CHECKF(fabs(a - 2.0) < 1e-6 && fabs(b - 0.5) < 1e-6, "fit a %g b %g", a, b);
     /* calls of one size only: the slope is unknown */
     es__tuner_init(&t, true);
-    for (int i = 0; i < 40; i++) es__tuner_observe_call(&t, 5, 3.0);
+    for (int i = 0; i < 40; i++) es__tuner_observe_call(&t, 5, 3.0, false);
     CHECK(!es__tuner_cost(&t, &a, &b));
     /* not adaptive: never a fit */
     es__tuner_init(&t, false);
-    for (int i = 0; i < 40; i++) es__tuner_observe_call(&t, 1 + i % 3, 1.0 + i % 3);
+    for (int i = 0; i < 40; i++) es__tuner_observe_call(&t, 1 + i % 3, 1.0 + i % 3, false);
     CHECK(!es__tuner_cost(&t, &a, &b));
     CHECK(es__tuner_streams(&t, 4, 2, 32) == 4);
 }
@@ -34,17 +36,17 @@ static void test_warmup_and_spikes(void) {
     es__tuner_init(&t, true);
     double a, b;
     CHECK(es__tuner_room(&t) == 2);
-    es__tuner_observe_call(&t, 3, 40.0); /* first calls of each size: compiling, say */
+    es__tuner_observe_call(&t, 3, 40.0, false); /* first calls of each size: compiling, say */
     CHECK(es__tuner_room(&t) == 3);
-    es__tuner_observe_call(&t, 2, 30.0);
-    for (int i = 0; i < 6; i++) es__tuner_observe_call(&t, 2 + i % 2, 2.0 + 0.5 * (2 + i % 2));
+    es__tuner_observe_call(&t, 2, 30.0, false);
+    for (int i = 0; i < 6; i++) es__tuner_observe_call(&t, 2 + i % 2, 2.0 + 0.5 * (2 + i % 2), false);
     CHECK(es__tuner_cost(&t, &a, &b));
     CHECKF(fabs(a - 2.0) < 1e-6 && fabs(b - 0.5) < 1e-6, "fit a %g b %g", a, b);
     CHECK(es__tuner_room(&t) == 6);
-    es__tuner_observe_call(&t, 3, 350.0); /* a spike: counts as 7 ms, twice the predicted 3.5 */
+    es__tuner_observe_call(&t, 3, 350.0, false); /* a spike: counts as 7 ms, twice the predicted 3.5 */
     CHECK(es__tuner_cost(&t, &a, &b));
     CHECKF(a + 3.0 * b < 5.0, "after one spike a %g b %g", a, b); /* unclipped: 96 */
-    es__tuner_observe_call(&t, 17, 10.5);
+    es__tuner_observe_call(&t, 17, 10.5, false);
     CHECK(es__tuner_room(&t) == 34);
     /* stream passes: the first of each width is not fitted either */
     es__tuner_observe_streams(&t, 4, 30.0);
@@ -110,7 +112,7 @@ static void test_streams(void) {
     es__tuner_init(&t, true);
     CHECK(es__tuner_streams(&t, 4, 1, 32) == 1); /* costs unknown: the cheapest draft that measures */
     for (int i = 0; i < 63; i++) {
-        es__tuner_observe_call(&t, 1 + i % 5, 10.0 + 0.1 * (1 + i % 5));
+        es__tuner_observe_call(&t, 1 + i % 5, 10.0 + 0.1 * (1 + i % 5), false);
         es__tuner_observe_streams(&t, 4, 0.4);
         es__tuner_observe_tree(&t, &tr, path, 5, -1, raw);
         es__tuner_chose(&t, es__tuner_streams(&t, 4, 1, 32));
@@ -120,7 +122,7 @@ static void test_streams(void) {
     es__tuner_init(&t, true);
     int plain = 0, explored = 0;
     for (int i = 0; i < 1000; i++) {
-        es__tuner_observe_call(&t, 1 + i % 5, 1.0 * (1 + i % 5));
+        es__tuner_observe_call(&t, 1 + i % 5, 1.0 * (1 + i % 5), false);
         es__tuner_observe_streams(&t, 4, 2.0);
         es__tuner_observe_tree(&t, &tr, path, 1, -1, raw);
         const int32_t g = es__tuner_streams(&t, 4, 2, 32);
@@ -139,7 +141,7 @@ static void test_streams(void) {
     /* once drafting pays again the explorations come at the base interval again, which is now
      * the shortest (an exploration costs 0.08 calls more than a plain one) */
     for (int i = 0; i < 200; i++) {
-        es__tuner_observe_call(&t, 1 + i % 5, 10.0 + 0.1 * (1 + i % 5));
+        es__tuner_observe_call(&t, 1 + i % 5, 10.0 + 0.1 * (1 + i % 5), false);
         es__tuner_observe_streams(&t, 4, 0.4);
         es__tuner_observe_tree(&t, &tr, path, 5, -1, raw);
         es__tuner_chose(&t, es__tuner_streams(&t, 4, 1, 32));
@@ -149,137 +151,216 @@ static void test_streams(void) {
     es__tree_free(&tr, NULL);
 }
 
-/* Decisions from injected costs (what spec_calib.c measures at es_spec_create), in ms with a plain
- * call of 1 ms: the seeded fit is exact, the first step explores, and then the choice follows the
- * costs and the acceptance seen: plain calls where nodes and stream passes are dear, every stream
- * where they are cheap, and explorations as far apart as their measured cost says. */
-static es__tuner seeded(double one_ms, double hi_ms, double pass1, double pass4, double draft_ms) {
+/* Seeding from given costs, in ms with a plain call of 1 ms: the fit is exact, a pass narrower
+ * than the one timed costs at least half of it, explorations are as far apart as their measured
+ * cost says, and spikes or later noise do not make drafts look cheap. */
+static es__tuner seeded(double one_ms, double hi_ms, double pass4, double draft_ms) {
     es__tuner t;
     es__tuner_init(&t, true);
-    const es__tuner_costs c = {1.0, one_ms, 4, hi_ms, pass4 > 0.0 ? 4 : 0, pass1, pass4, draft_ms};
+    const es__tuner_costs c = {1.0, one_ms, 4, hi_ms, pass4 > 0.0 ? 4 : 0, pass4, draft_ms};
     es__tuner_seed(&t, &c);
     return t;
 }
 
-/* n steps of the stream strategy's loop: accepted at depth 1 in 7 of 10 steps, then to the end
- * of a 5-node chain; the calls cost exactly what the seeded fit says. Returns plain choices. */
-static int run_streams(es__tuner *t, es__tree *tr, int n, int *explored) {
-    float raw[5] = {0.0f, -0.1f, -0.1f, -0.1f, -0.1f};
-    int32_t path[5] = {0, 1, 2, 3, 4};
-    double a, b;
-    CHECK(es__tuner_cost(t, &a, &b));
-    int plain = 0;
-    *explored = 0;
-    for (int i = 0; i < n; i++) {
-        const bool explore = t->steps >= t->explore_at;
-        const int32_t g = es__tuner_streams(t, 4, 2, 32);
-        es__tuner_chose(t, g);
-        plain += g == 0;
-        *explored += explore && g == 4;
-        es__tuner_observe_call(t, g > 0 ? 4 : 1, a + b * (g > 0 ? 4 : 1));
-        if (g == 0) es__tuner_observe_plain(t, 1.0);
-        if (g > 0) es__tuner_observe_tree(t, tr, path, i % 10 < 7 ? 5 : 1, -1, raw); /* plain: a root alone */
-    }
-    return plain;
-}
-
 static void test_seeded_costs(void) {
-    es__err err;
-    es__tree tr;
-    CHECK_OK(es__tree_init(&tr, 8, NULL, &err));
-    chain(&tr, 5);
-    /* dear: a node adds half a call, a stream pass 0.9 to 1.5 calls (the default model on this
-     * CPU, about): speculation does not pay, so plain calls, exploring now and then */
-    es__tuner t = seeded(1.0, 2.5, 0.9, 1.5, 0.0);
+    /* a node adds half a call, a pass of 4 streams 1.5 calls (the default model on this CPU) */
+    es__tuner t = seeded(1.0, 2.5, 1.5, 0.0);
     double a, b, node, p1, pmax, dr;
     CHECK(es__tuner_cost(&t, &a, &b));
     CHECKF(fabs(a - 0.5) < 1e-9 && fabs(b - 0.5) < 1e-9, "seeded fit a %g b %g", a, b);
     CHECK(es__tuner_units(&t, &node, &p1, &pmax, &dr));
-    CHECKF(fabs(node - 0.5) < 1e-9 && fabs(p1 - 0.9) < 1e-9 && fabs(pmax - 1.5) < 1e-9 && dr == 0.0,
+    CHECKF(fabs(node - 0.5) < 1e-9 && fabs(p1 - 0.75) < 1e-9 && fabs(pmax - 1.5) < 1e-9 && dr == 0.0,
            "units node %g pass %g / %g draft %g", node, p1, pmax, dr);
     CHECK(es__tuner_room(&t) == 8);
     /* an exploration costs a 4-node call and a 4-stream pass: 0.5 + 2 + 1.5 - 1 = 3 calls more
      * than a plain call, so one per 100 calls keeps it at 3% of plain decoding's time */
-    CHECKF(t.explore_base >= 100 && t.explore_base <= 101, "exploration interval %d", t.explore_base);
-    CHECK(es__tuner_streams(&t, 4, 2, 32) == 4); /* the first step explores: acceptance unknown */
-    int explored = 0;
-    const int plain = run_streams(&t, &tr, 400, &explored);
-    CHECKF(plain >= 396 && explored == 2, "%d plain choices, %d explorations in 400 steps", plain, explored);
-    CHECK(es__tuner_streams(&t, 4, 2, 32) == 0);
-    /* cheap: a node 0.05 of a call, a pass 0.1 to 0.16 (a memory-bound model on a GPU, say):
-     * every stream, and explorations 11 calls apart (0.95 + 0.2 + 0.16 - 1 = 0.31 calls each) */
-    t = seeded(1.0, 1.15, 0.1, 0.16, 0.0);
-    CHECKF(t.explore_base >= 10 && t.explore_base <= 11, "exploration interval %d", t.explore_base);
-    run_streams(&t, &tr, 50, &explored);
-    CHECK(es__tuner_streams(&t, 4, 2, 32) == 4);
-    CHECK(es__tuner_streams(&t, 4, 2, 3) >= 1); /* a 3-node cap: still worth drafting */
-    /* a spike in the calibration's plain call (47 ms against 1 for a one-node call that does
-     * more) or its one-stream pass does not make drafts look cheap: both are capped by what
-     * does more work */
+    CHECKF(t.explore_base >= 100 && t.explore_base <= 101 && t.explore_at == t.explore_base,
+           "exploration interval %d, next at %lld", t.explore_base, (long long)t.explore_at);
+    /* a spike in the plain call (47 ms against 1 for a one-node call that does more) does not
+     * make drafts look cheap: it is capped by what does more work */
     es__tuner_init(&t, true);
-    const es__tuner_costs spiky = {47.0, 1.0, 4, 2.5, 4, 26.0, 1.5, 0.0};
+    const es__tuner_costs spiky = {47.0, 1.0, 4, 2.5, 4, 1.5, 0.0};
     es__tuner_seed(&t, &spiky);
     CHECK(es__tuner_units(&t, &node, &p1, &pmax, &dr));
-    CHECKF(fabs(node - 0.5) < 1e-6 && p1 <= 1.5 + 1e-4 && pmax <= 1.5 + 1e-4, "units after spikes: node %g pass %g / %g",
-           node, p1, pmax);
-    CHECK(es__tuner_streams(&t, 4, 2, 32) == 4); /* the first step explores */
-    es__tuner_chose(&t, 4);
-    es__tuner_observe_call(&t, 4, 2.5);
-    CHECK(es__tuner_streams(&t, 4, 2, 32) == 0);
+    CHECKF(fabs(node - 0.5) < 1e-6 && pmax <= 1.5 + 1e-4, "units after a spike: node %g pass %g", node, pmax);
     /* later timings that say nodes and passes are free (noise: n = 1 and 4 at the same time)
-     * go no lower than half what the calibration measured */
-    t = seeded(1.0, 2.5, 0.9, 1.5, 0.0);
+     * go no lower than half what the probe measured */
+    t = seeded(1.0, 2.5, 1.5, 0.0);
     for (int i = 0; i < 200; i++) {
-        es__tuner_observe_call(&t, 1 + 3 * (i % 2), 2.0);
+        es__tuner_observe_call(&t, 1 + 3 * (i % 2), 2.0, false);
         es__tuner_observe_streams(&t, 1 + 3 * (i % 2), 0.01);
     }
     CHECK(es__tuner_units(&t, &node, &p1, &pmax, &dr));
     CHECKF(node >= 0.25 - 1e-9 && pmax >= 0.75 - 1e-9, "units after noise: node %g, pass %g / %g", node, p1, pmax);
-    /* not seeded (bad costs are ignored): the old start, 2 or 3 nodes and one stream */
+    /* bad costs are ignored: the unseeded start, 2 or 3 nodes and one stream */
     es__tuner u;
     es__tuner_init(&u, true);
-    const es__tuner_costs bad = {0.0, 1.0, 4, 2.0, 0, 0.0, 0.0, 0.0};
+    const es__tuner_costs bad = {0.0, 1.0, 4, 2.0, 0, 0.0, 0.0};
     es__tuner_seed(&u, &bad);
     CHECK(!es__tuner_cost(&u, &a, &b) && es__tuner_streams(&u, 4, 2, 32) == 1 && es__tuner_room(&u) == 2);
-    es__tree_free(&tr, NULL);
 }
 
-/* A draft-model step drafts only where one draft at the acceptance seen pays for a drafter call
- * and a node; else plain calls (the first step and the explorations aside). */
-static void test_seeded_draft(void) {
+/* A simulated device, costs in plain calls: a call of n nodes with streams costs a + b n (the
+ * plain call 1), a pass of g streams p0 + p1 g, a drafter call d. Drafts are accepted as
+ * accept(step) says: how deep the accepted path goes. */
+typedef struct device {
+    double a, b, p0, p1, d;
+    int32_t (*accept)(int step);
+} device;
+
+typedef struct outcome {
+    double time, tokens; /* simulated time, in plain calls, and tokens decided */
+    int drafting;        /* steps after the probe's that drafted (g > 0 or a drafter chain) */
+    int explorations;    /* of them, the tuner's explorations */
+    int last_drafting;   /* the last step that drafted */
+} outcome;
+
+/* What the tree reached and the tuner saw of it: the accepted path in a chain of n nodes. */
+static int32_t verify(es__tuner *t, es__tree *tr, int32_t n, int32_t deep) {
+    float raw[9] = {0.0f, -0.1f, -0.1f, -0.1f, -0.1f, -0.1f, -0.1f, -0.1f, -0.1f};
+    int32_t path[9] = {0, 1, 2, 3, 4, 5, 6, 7, 8};
+    chain(tr, n);
+    const int32_t reached = ES__MIN(deep, n - 1);
+    es__tuner_observe_tree(t, tr, path, reached + 1, -1, raw);
+    return reached;
+}
+
+/* n steps of the stream strategy's loop (spec_stream.c) with γ 4, k 2, the tree a chain of the
+ * drafts (what the tree builder keeps of a tree whose second candidates are not accepted). */
+static outcome run_stream(const device *dv, int n) {
     es__err err;
     es__tree tr;
-    CHECK_OK(es__tree_init(&tr, 8, NULL, &err));
-    chain(&tr, 2);
-    float raw[2] = {0.0f, -0.1f};
-    int32_t path[2] = {0, 1};
-    for (int cheap = 0; cheap < 2; cheap++) {
-        /* nodes at 0.5 of a call: 1.7 tokens for 1.8 calls, no; at 0.05: 1.7 for 1.35, yes */
-        es__tuner t = seeded(1.0, cheap ? 1.15 : 2.5, 0.0, 0.0, 0.3);
-        CHECK(es__tuner_draft_pays(&t)); /* the first step explores */
-        int drafts = 0;
-        for (int i = 0; i < 300; i++) {
-            const bool d = es__tuner_draft_pays(&t);
-            es__tuner_chose(&t, d ? 1 : 0);
-            drafts += d;
-            if (d) es__tuner_observe_tree(&t, &tr, path, i % 10 < 7 ? 2 : 1, -1, raw);
-        }
-        CHECKF(cheap ? drafts == 300 : drafts <= 4, "%s nodes: %d of 300 steps drafted", cheap ? "cheap" : "dear", drafts);
-    }
-    /* a spike in the drafter's timing (30 ms for a 0.3 ms call) fades within a few drafter
-     * calls (an exploration's), faster than a slow timing would move it up */
-    es__tuner u = seeded(1.0, 1.15, 0.0, 0.0, 30.0);
-    for (int i = 0; i < 4; i++) es__tuner_observe_draft_call(&u, 0.3);
-    CHECKF(u.draft_ms < 2.5, "drafter cost %g ms after 4 calls of 0.3", u.draft_ms);
-    es__tuner_observe_draft_call(&u, 30.0);
-    CHECKF(u.draft_ms < 6.0, "drafter cost %g ms after a spike", u.draft_ms);
-    /* costs unknown, or fixed trees: always draft */
+    CHECK_OK(es__tree_init(&tr, 16, NULL, &err));
     es__tuner t;
     es__tuner_init(&t, true);
-    CHECK(es__tuner_draft_pays(&t));
-    es__tuner_init(&t, false);
-    CHECK(es__tuner_draft_pays(&t));
+    es__tuner_probe(&t);
+    outcome o = {0};
+    bool plain_next = false;
+    int32_t tree_n = 1;
+    for (int i = 0; i < n; i++) {
+        const bool streams = tree_n > 1 || !(plain_next || es__tuner_wants_plain(&t));
+        const double call = streams ? dv->a + dv->b * tree_n : 1.0;
+        es__tuner_observe_call(&t, tree_n, call, !streams);
+        o.time += call;
+        o.tokens += 1 + verify(&t, &tr, tree_n, dv->accept(i));
+        const bool explore = t.steps >= t.explore_at;
+        const int32_t g = streams ? es__tuner_streams(&t, 4, 2, 16) : 0;
+        if (streams) es__tuner_chose(&t, g);
+        plain_next = g == 0 && !es__tuner_explores_next(&t);
+        tree_n = 1;
+        if (g > 0) {
+            const double pass = dv->p0 + dv->p1 * g;
+            es__tuner_observe_streams(&t, g, pass);
+            o.time += pass;
+            tree_n = ES__MIN(1 + g, es__tuner_room(&t));
+            if (i > 1) o.drafting++, o.explorations += explore, o.last_drafting = i;
+        }
+    }
     es__tree_free(&tr, NULL);
+    return o;
+}
+
+/* n steps of the draft strategy's loop (spec_draft.c), lookahead 4, every chain drafted to the
+ * end. */
+static outcome run_draft(const device *dv, int n) {
+    es__err err;
+    es__tree tr;
+    CHECK_OK(es__tree_init(&tr, 16, NULL, &err));
+    es__tuner t;
+    es__tuner_init(&t, true);
+    es__tuner_probe(&t);
+    outcome o = {0};
+    for (int i = 0; i < n; i++) {
+        const bool explore = t.steps >= t.explore_at;
+        int32_t K = ES__MIN(4, es__tuner_room(&t) - 1);
+        if (!es__tuner_draft_pays(&t)) K = 0;
+        es__tuner_chose(&t, K > 0 ? 1 : 0);
+        for (int32_t k = 0; k < K; k++) es__tuner_observe_draft_call(&t, dv->d);
+        const double call = K > 0 ? dv->a + dv->b * (K + 1) : 1.0;
+        es__tuner_observe_call(&t, K + 1, call, K == 0);
+        o.time += call + dv->d * K;
+        o.tokens += 1 + verify(&t, &tr, K + 1, dv->accept(i));
+        if (K > 0 && i > 1) o.drafting++, o.explorations += explore, o.last_drafting = i;
+    }
+    es__tree_free(&tr, NULL);
+    return o;
+}
+
+static int32_t accept_half(int step) { /* depth 1 in half the steps, depth 2 in a fifth */
+    return step % 10 < 2 ? 2 : step % 10 < 5 ? 1 : 0;
+}
+
+static int32_t accept_most(int step) { /* the whole chain in 7 of 10 steps */
+    return step % 10 < 7 ? 8 : 0;
+}
+
+/* Where trees cost more than they gain (the long model on lavapipe, about: a node 0.56 of a call,
+ * a pass 0.6 + 0.2 g, half the first drafts accepted), both strategies fall back to plain calls
+ * after the probe and stay there, exploring a bounded number of times, and lose at most a few
+ * percent to plain decoding: 2% over a 128-token run, 1% over 2,000 steps (where a run of plain
+ * calls has long outweighed the probe's tree in the fit, which must not forget what a node costs
+ * and draft again). Where they gain (a GPU, about: nodes and passes nearly free, most drafts
+ * accepted) they draft from the start. */
+static void test_fallback(void) {
+    const device dear = {0.45, 0.56, 0.6, 0.2, 0.0, accept_half};
+    for (int n = 128; n <= 2000; n += 2000 - 128) {
+        const outcome o = run_stream(&dear, n);
+        const double rel = o.time / o.tokens; /* against 1 for plain decoding */
+        CHECKF(rel <= (n == 128 ? 1.02 : 1.01), "stream, %d steps: %.4f plain calls per token", n, rel);
+        CHECKF(o.drafting == o.explorations && o.explorations <= (n == 128 ? 1 : 5),
+               "stream, %d steps: %d drafting steps, %d explorations", n, o.drafting, o.explorations);
+    }
+    /* the same with a drafter that costs 0.2 of a call: a chain of one draft (the best case here)
+     * gives 1.5 tokens for 1.57 + 0.2 calls */
+    const device dear_d = {0.45, 0.56, 0.0, 0.0, 0.2, accept_half};
+    for (int n = 128; n <= 2000; n += 2000 - 128) {
+        const outcome o = run_draft(&dear_d, n);
+        const double rel = o.time / o.tokens;
+        CHECKF(rel <= (n == 128 ? 1.02 : 1.01), "draft, %d steps: %.4f plain calls per token", n, rel);
+        CHECKF(o.drafting == o.explorations && o.explorations <= (n == 128 ? 1 : 5),
+               "draft, %d steps: %d drafting steps, %d explorations", n, o.drafting, o.explorations);
+    }
+    /* where speculation pays the probe does not stop it: drafting on (nearly) every step */
+    const device cheap = {0.97, 0.03, 0.08, 0.02, 0.0, accept_most};
+    outcome o = run_stream(&cheap, 500);
+    CHECKF(o.drafting >= 490 && o.tokens / o.time > 2.0, "stream, cheap: %d of 500 steps drafted, %.2fx", o.drafting,
+           o.tokens / o.time);
+    const device cheap_d = {0.97, 0.03, 0.0, 0.0, 0.05, accept_most};
+    o = run_draft(&cheap_d, 500);
+    CHECKF(o.drafting >= 490 && o.tokens / o.time > 2.0, "draft, cheap: %d of 500 steps drafted, %.2fx", o.drafting,
+           o.tokens / o.time);
+}
+
+/* The probe: a plain call first, then an exploration, and the fit seeded from those calls' own
+ * timings as soon as a tree of two or more nodes has been timed. */
+static void test_probe(void) {
+    es__tuner t;
+    es__tuner_init(&t, true);
+    es__tuner_probe(&t);
+    CHECK(es__tuner_wants_plain(&t) && es__tuner_streams(&t, 4, 2, 32) == 0 && !es__tuner_draft_pays(&t));
+    es__tuner_observe_call(&t, 1, 2.0, true);
+    CHECK(!es__tuner_wants_plain(&t) && es__tuner_streams(&t, 4, 2, 32) == 4); /* exploring */
+    es__tuner_chose(&t, 4);
+    es__tuner_observe_call(&t, 1, 2.2, false);
+    es__tuner_observe_streams(&t, 4, 3.0);
+    CHECK(t.probing && es__tuner_room(&t) == 3);
+    es__tuner_observe_call(&t, 3, 4.2, false);
+    double a = 0.0, b = 0.0;
+    CHECK(!t.probing && es__tuner_cost(&t, &a, &b));
+    CHECKF(fabs(t.probe.plain_ms - 2.0) < 1e-9 && fabs(t.probe.one_ms - 2.2) < 1e-9 && t.probe.n_hi == 3 &&
+               fabs(t.probe.hi_ms - 4.2) < 1e-9 && t.probe.g_hi == 4 && fabs(t.probe.pass_hi_ms - 3.0) < 1e-9,
+           "probe: plain %g, one %g, %d nodes %g, %d streams %g", t.probe.plain_ms, t.probe.one_ms, t.probe.n_hi,
+           t.probe.hi_ms, t.probe.g_hi, t.probe.pass_hi_ms);
+    CHECKF(fabs(b - 1.0) < 1e-6 && fabs(a - 1.2) < 1e-6, "fit after the probe a %g b %g", a, b);
+    /* the exploration waits for the choice after it: nothing drafted, the next one far off */
+    CHECK(t.explore_at == INT64_MAX);
+    es__tuner_chose(&t, 0);
+    CHECKF(t.explore_at >= t.steps + 2 * t.explore_base, "next exploration at %lld, now %lld, base %d",
+           (long long)t.explore_at, (long long)t.steps, t.explore_base);
+    /* fixed trees: no probe */
+    es__tuner_init(&t, false);
+    es__tuner_probe(&t);
+    CHECK(!es__tuner_wants_plain(&t) && es__tuner_streams(&t, 4, 2, 32) == 4 && es__tuner_draft_pays(&t));
 }
 
 /* The tree builder stops before the first node whose probability per unit of cost is below the
@@ -321,6 +402,7 @@ int main(void) {
     test_streams();
     test_cost_stop();
     test_seeded_costs();
-    test_seeded_draft();
+    test_probe();
+    test_fallback();
     TEST_MAIN_END();
 }

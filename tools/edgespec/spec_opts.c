@@ -71,16 +71,16 @@ static void print_dsi(const char *cmd, const es_dsi_stats *d) {
     fputc('\n', stderr);
 }
 
-/* What adaptive trees measured: the calibration at creation and the costs they decide from. */
+/* What adaptive trees measured: the calibration in the first steps and the costs they decide from. */
 static void print_costs(const char *cmd, const es_spec *spec) {
     es_spec_costs k;
     if (es_spec_get_costs(spec, &k) != ES_OK || !k.adaptive) return;
-    if (k.calibrate_ms > 0)
+    if (k.calib_plain_ms > 0)
         fprintf(stderr,
-                "edgespec %s: calibration %.2f ms: plain call %.3f ms, 1 node %.3f ms, %d nodes %.3f ms, stream pass 1 / %d "
-                "streams %.3f / %.3f ms, drafter call %.3f ms\n",
-                cmd, k.calibrate_ms, k.calib_plain_ms, k.calib_one_ms, k.calib_n_hi, k.calib_hi_ms, k.calib_g_hi,
-                k.calib_pass1_ms, k.calib_pass_hi_ms, k.calib_draft_ms);
+                "edgespec %s: calibrated on decoding calls: plain call %.3f ms, 1 node %.3f ms, %d nodes %.3f ms, stream "
+                "pass of %d streams %.3f ms, drafter call %.3f ms\n",
+                cmd, k.calib_plain_ms, k.calib_one_ms, k.calib_n_hi, k.calib_hi_ms, k.calib_g_hi, k.calib_pass_hi_ms,
+                k.calib_draft_ms);
     if (k.fitted)
         fprintf(stderr,
                 "edgespec %s: costs in plain calls (%.3f ms): node %.3f, stream pass 1 / %d streams %.3f / %.3f, drafter "
