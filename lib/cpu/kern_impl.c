@@ -75,6 +75,13 @@
  * streaming 4 and 8 tokens took 0.6-0.9x the tiles' time; 16 and 32 tokens, where the arithmetic
  * dominates, ran faster in the tiles. */
 #define STREAM_TOK 8
+/* The streaming path asks for its weights this many bytes ahead of each stream, into L2, a line
+ * at a time as it goes (bench_cpu_kern, f32 rows of 384 past the L3, one thread: 2 tokens 1.0x and
+ * 5 tokens 1.2x one token's time with it, 1.4x and 1.9x without; 8 and 16 KB ahead did alike,
+ * 2 KB too little, a burst of whole rows ahead nothing). The hardware prefetchers alone keep up
+ * with one token's arithmetic but not with several tokens', so a single token goes without (the
+ * prefetches cost the one-token K-quant and Q4_0 kernels about 5%: bench_kquant, past the L3). */
+#define PF_AHEAD 8192
 
 #define INLINE static inline __attribute__((always_inline))
 
@@ -417,6 +424,12 @@ INLINE void kq_block(es__dtype type, const uint8_t *x, float *out) {
         for (int v = 0; v < 32 / VL; v++) storeu(out + 32 * j + v * VL, kq_weights(type, x, ds, ndm, j, v));
 }
 
+/* Prefetches into L2 the n bytes at p + pf (pf 0: none), a line at a time. */
+INLINE void pf_span(const uint8_t *p, size_t n, size_t pf) {
+    if (pf)
+        for (size_t o = 0; o < n; o += 64) __builtin_prefetch(p + pf + o, 0, 1);
+}
+
 #include "kern_lq.h" /* Q2_K, Q3_K, IQ4_NL */
 
 /* ---- streaming (decode and small batches): acc = fma(w, x, acc) over VL-wide chunks in k order,
@@ -425,20 +438,23 @@ INLINE void kq_block(es__dtype type, const uint8_t *x, float *out) {
 
 /* NR rows (1 or 2) times T tokens at once: out[r * T_TILE + t]. One accumulator per element, so
  * each element's result is what it is alone; each weight vector is loaded (and converted) once
- * and used for all T tokens. */
+ * and used for all T tokens. pf: prefetch distance in bytes (pf_span), 0 for none. */
 INLINE void rows_dot(es__dtype type, const uint8_t *const *row, const int NR, const float *x, int64_t ldx, const int T,
-                     int64_t n_in, float *out) {
+                     int64_t n_in, size_t pf, float *out) {
     vf acc[2][T_TILE];
     for (int r = 0; r < NR; r++)
         for (int t = 0; t < T; t++) acc[r][t] = vzero();
     if (IS_LQ(type) || type == ES__DTYPE_IQ4_NL) {
-        lq_rows_dot(type, row, NR, x, ldx, T, n_in, acc);
+        lq_rows_dot(type, row, NR, x, ldx, T, n_in, pf, acc);
     } else if (IS_KQ(type)) {
         /* the rows' weights interleaved vector by vector: independent accumulation chains */
         const size_t bb = KQ_BYTES(type);
         for (int64_t b = 0; b < n_in / ES__QK_K; b++) {
             float ds[2][16], ndm[2][8];
-            for (int r = 0; r < NR; r++) kq_scales(type, row[r] + (size_t)b * bb, ds[r], ndm[r]);
+            for (int r = 0; r < NR; r++) {
+                pf_span(row[r] + (size_t)b * bb, bb, pf);
+                kq_scales(type, row[r] + (size_t)b * bb, ds[r], ndm[r]);
+            }
 #define KQ_ROWS_BODY                                                                               \
     for (int v = 0; v < 32 / VL; v++) {                                                            \
         vf xv[T_TILE];                                                                             \
@@ -463,6 +479,7 @@ INLINE void rows_dot(es__dtype type, const uint8_t *const *row, const int NR, co
         for (int64_t b = 0; b < n_in / QK; b++) {
             for (int r = 0; r < NR; r++) {
                 vf wq[NV];
+                pf_span(row[r] + (size_t)b * bb, 1, pf);
                 const vf dv = vsplat(load_block(type, row[r] + (size_t)b * bb, wq));
                 for (int v = 0; v < NV; v++) {
                     const vf wv = wq[v] * dv;
@@ -471,11 +488,13 @@ INLINE void rows_dot(es__dtype type, const uint8_t *const *row, const int NR, co
             }
         }
     } else {
+        const size_t esz = type == ES__DTYPE_F32 ? 4 : 2;
         int64_t k = 0;
         for (; k + VL <= n_in; k += VL) {
             vf xv[T_TILE];
             for (int t = 0; t < T; t++) xv[t] = loadu(x + t * ldx + k);
             for (int r = 0; r < NR; r++) {
+                pf_span(row[r] + (size_t)k * esz, 1, pf);
                 const vf wv = load_wf(type, row[r], k);
                 for (int t = 0; t < T; t++) acc[r][t] = vfma(wv, xv[t], acc[r][t]);
             }
@@ -496,19 +515,20 @@ INLINE void rows_dot(es__dtype type, const uint8_t *const *row, const int NR, co
 /* Two rows for every token, T_TILE tokens at a time with the rows still in L1: y[t * ldy + c[r]]
  * for row r. One specialisation per T keeps the accumulators in registers. */
 INLINE void rows_tokens(es__dtype type, const uint8_t *const *row, const float *x, int64_t ldx, int64_t n_tok,
-                        int64_t n_in, float *y, int64_t ldy, const int64_t *c) {
+                        int64_t n_in, size_t pf0, float *y, int64_t ldy, const int64_t *c) {
     for (int64_t t0 = 0; t0 < n_tok; t0 += T_TILE) {
         const int nt = (int)ES__MIN(T_TILE, n_tok - t0);
         const float *xt = x + t0 * ldx;
+        const size_t pf = t0 == 0 ? pf0 : 0; /* the first tile's pass brings the rows in */
         float out[2 * T_TILE] = {0}; /* gcc cannot tell that the cases past T_TILE never run */
         if (nt > T_TILE) __builtin_unreachable();
         switch (nt) {
-        case 1: rows_dot(type, row, 2, xt, ldx, 1, n_in, out); break;
-        case 2: rows_dot(type, row, 2, xt, ldx, 2 <= T_TILE ? 2 : 1, n_in, out); break;
-        case 3: rows_dot(type, row, 2, xt, ldx, 3 <= T_TILE ? 3 : 1, n_in, out); break;
-        case 4: rows_dot(type, row, 2, xt, ldx, 4 <= T_TILE ? 4 : 1, n_in, out); break;
-        case 5: rows_dot(type, row, 2, xt, ldx, 5 <= T_TILE ? 5 : 1, n_in, out); break;
-        default: rows_dot(type, row, 2, xt, ldx, 6 <= T_TILE ? 6 : 1, n_in, out); break;
+        case 1: rows_dot(type, row, 2, xt, ldx, 1, n_in, pf, out); break;
+        case 2: rows_dot(type, row, 2, xt, ldx, 2 <= T_TILE ? 2 : 1, n_in, pf, out); break;
+        case 3: rows_dot(type, row, 2, xt, ldx, 3 <= T_TILE ? 3 : 1, n_in, pf, out); break;
+        case 4: rows_dot(type, row, 2, xt, ldx, 4 <= T_TILE ? 4 : 1, n_in, pf, out); break;
+        case 5: rows_dot(type, row, 2, xt, ldx, 5 <= T_TILE ? 5 : 1, n_in, pf, out); break;
+        default: rows_dot(type, row, 2, xt, ldx, 6 <= T_TILE ? 6 : 1, n_in, pf, out); break;
         }
         for (int t = 0; t < nt; t++) {
             y[(t0 + t) * ldy + c[0]] = out[t];
@@ -520,22 +540,31 @@ INLINE void rows_tokens(es__dtype type, const uint8_t *const *row, const float *
 /* Rows [r0, r1) for n_tok tokens: row i together with row i + half, two sequential weight streams
  * far enough apart for the prefetchers to follow both (adjacent rows interleaved ran at half the
  * bandwidth of one stream: the register tiles below, on weights past the cache); two chains of
- * fused multiply-adds per token hide each other's latency. An odd last row goes one token at a
- * time (the same arithmetic). */
+ * fused multiply-adds per token hide each other's latency; software prefetches run PF_AHEAD
+ * ahead of both streams. An odd last row goes one token at a time (the same arithmetic). */
 #define DEF_ROWS(NAME, TYPE)                                                                           \
     static void NAME(const uint8_t *w, size_t row_bytes, int64_t n_in, int64_t r0, int64_t r1, const float *x, \
                      int64_t ldx, int64_t n_tok, float *y, int64_t ldy) {                              \
         const int64_t half = (r1 - r0) / 2;                                                            \
         for (int64_t i = 0; i < half; i++) {                                                           \
             const uint8_t *rows[2] = {w + (size_t)(r0 + i) * row_bytes, w + (size_t)(r0 + half + i) * row_bytes}; \
+            if (n_tok == 1) { /* decode: the plain loop, no token tiles */                             \
+                float out[2 * T_TILE];                                                                 \
+                rows_dot(TYPE, rows, 2, x, ldx, 1, n_in, 0, out);                                      \
+                y[i] = out[0];                                                                         \
+                y[half + i] = out[T_TILE];                                                             \
+                continue;                                                                              \
+            }                                                                                          \
             const int64_t c[2] = {i, half + i};                                                        \
-            rows_tokens(TYPE, rows, x, ldx, n_tok, n_in, y, ldy, c);                                   \
+            /* ahead within each stream only: past its end lie rows read already or not ours */        \
+            const size_t pf = (size_t)(i + 1) * row_bytes + PF_AHEAD <= (size_t)half * row_bytes ? PF_AHEAD : 0; \
+            rows_tokens(TYPE, rows, x, ldx, n_tok, n_in, pf, y, ldy, c);                               \
         }                                                                                              \
         if ((r1 - r0) % 2) {                                                                           \
             const uint8_t *rows[1] = {w + (size_t)(r1 - 1) * row_bytes};                               \
             for (int64_t t = 0; t < n_tok; t++) {                                                      \
                 float out[2 * T_TILE];                                                                 \
-                rows_dot(TYPE, rows, 1, x + t * ldx, ldx, 1, n_in, out);                               \
+                rows_dot(TYPE, rows, 1, x + t * ldx, ldx, 1, n_in, 0, out);                            \
                 y[t * ldy + (r1 - 1 - r0)] = out[0];                                                   \
             }                                                                                          \
         }                                                                                              \

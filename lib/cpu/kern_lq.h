@@ -78,13 +78,15 @@ INLINE float iq4_block(const uint8_t *blk, vf *wq) {
     return f16_scalar(d16);
 }
 
-/* rows_dot's loop for these types: acc[r][t] += the NR rows' weights times token t's x, in k order. */
+/* rows_dot's loop for these types: acc[r][t] += the NR rows' weights times token t's x, in k order
+ * (pf: rows_dot's prefetch distance). */
 INLINE void lq_rows_dot(es__dtype type, const uint8_t *const *row, const int NR, const float *x, int64_t ldx,
-                        const int T, int64_t n_in, vf (*acc)[T_TILE]) {
+                        const int T, int64_t n_in, size_t pf, vf (*acc)[T_TILE]) {
     if (type == ES__DTYPE_IQ4_NL) {
         for (int64_t b = 0; b < n_in / QK; b++)
             for (int r = 0; r < NR; r++) {
                 vf wq[NV];
+                pf_span(row[r] + (size_t)b * 18, 1, pf);
                 const vf dv = vsplat(iq4_block(row[r] + (size_t)b * 18, wq));
                 for (int v = 0; v < NV; v++) {
                     const vf wv = wq[v] * dv;
@@ -96,7 +98,10 @@ INLINE void lq_rows_dot(es__dtype type, const uint8_t *const *row, const int NR,
     const size_t bb = LQ_BYTES(type);
     for (int64_t b = 0; b < n_in / ES__QK_K; b++) {
         float ds[2][16], ndm[2][16];
-        for (int r = 0; r < NR; r++) lq_scales(type, row[r] + (size_t)b * bb, ds[r], ndm[r]);
+        for (int r = 0; r < NR; r++) {
+            pf_span(row[r] + (size_t)b * bb, bb, pf);
+            lq_scales(type, row[r] + (size_t)b * bb, ds[r], ndm[r]);
+        }
 #define LQ_ROWS_BODY                                                                               \
     for (int v = 0; v < 32 / VL; v++) {                                                            \
         vf xv[T_TILE];                                                                             \
