@@ -424,6 +424,17 @@ INLINE void kq_block(es__dtype type, const uint8_t *x, float *out) {
         for (int v = 0; v < 32 / VL; v++) storeu(out + 32 * j + v * VL, kq_weights(type, x, ds, ndm, j, v));
 }
 
+/* Keeps v in a register: without it gcc folds the loads of the activations (or of the weights)
+ * into every multiply-add that uses them, reloading each vector NR (or T) times, and the loads,
+ * not the multiply-adds, bound the loop. No instruction is emitted. */
+INLINE void keep_in_reg(vf *v) {
+#if KERN_X86
+    __asm__("" : "+v"(*v));
+#else
+    (void)v;
+#endif
+}
+
 /* Prefetches into L2 the n bytes at p + pf (pf 0: none), a line at a time. */
 INLINE void pf_span(const uint8_t *p, size_t n, size_t pf) {
     if (pf)
@@ -493,9 +504,11 @@ INLINE void rows_dot(es__dtype type, const uint8_t *const *row, const int NR, co
         for (; k + VL <= n_in; k += VL) {
             vf xv[T_TILE];
             for (int t = 0; t < T; t++) xv[t] = loadu(x + t * ldx + k);
+            for (int t = 0; t < T; t++) keep_in_reg(&xv[t]);
             for (int r = 0; r < NR; r++) {
                 pf_span(row[r] + (size_t)k * esz, 1, pf);
-                const vf wv = load_wf(type, row[r], k);
+                vf wv = load_wf(type, row[r], k);
+                keep_in_reg(&wv);
                 for (int t = 0; t < T; t++) acc[r][t] = vfma(wv, xv[t], acc[r][t]);
             }
         }
