@@ -71,10 +71,11 @@
 #define PF_TILES 1     /* row tiles ahead whose weights the tile path prefetches */
 /* Calls of up to this many tokens stream the stored rows (each weight loaded and converted once
  * per token tile of T_TILE, the rows kept in L1 across tiles); larger ones use the register tiles
- * on f32 panels. Measured (bench_cpu_kern, f32 and Q8_0 rows of 384 past the L3, x86-64-v3 and v4):
- * streaming 4 and 8 tokens took 0.6-0.9x the tiles' time; 16 and 32 tokens, where the arithmetic
- * dominates, ran faster in the tiles. */
-#define STREAM_TOK 8
+ * on f32 panels. Measured (bench_cpu_kern, one thread, rows of 384): past the L3, streaming took
+ * 0.3-0.9x the tiles' time for 2-16 f32 tokens on x86-64-v4 and v3, and alike in L2; 32 tokens ran
+ * 5% faster in the tiles. A converted type pays its conversion once per token tile, so with small
+ * tiles (x86-64-v3's 3 tokens) Q8_0 lost 1.4x at 12-16 tokens: at most three tiles stream. */
+#define STREAM_TOK ES__MIN(16, 3 * T_TILE)
 /* The streaming path asks for its weights this many bytes ahead of each stream, into L2, a line
  * at a time as it goes (bench_cpu_kern, f32 rows of 384 past the L3, one thread: 2 tokens 1.0x and
  * 5 tokens 1.2x one token's time with it, 1.4x and 1.9x without; 8 and 16 KB ahead did alike,
