@@ -72,7 +72,7 @@
 /* Calls of up to this many tokens stream the stored rows (each weight loaded and converted once
  * per token tile of T_TILE, the rows kept in L1 across tiles); larger ones use the register tiles
  * on f32 panels. Measured (bench_cpu_kern, one thread, rows of 384): past the L3, streaming took
- * 0.3-0.9x the tiles' time for 2-16 f32 tokens on x86-64-v4 and v3, and alike in L2; 32 tokens ran
+ * 0.4-0.8x the tiles' time for 2-16 f32 tokens on x86-64-v4 and v3, and alike in L2; 32 tokens ran
  * 5% faster in the tiles. A converted type pays its conversion once per token tile, so with small
  * tiles (x86-64-v3's 3 tokens) Q8_0 lost 1.4x at 12-16 tokens: at most three tiles stream. */
 #define STREAM_TOK ES__MIN(16, 3 * T_TILE)
