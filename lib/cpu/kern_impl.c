@@ -11,10 +11,11 @@
  * accumulator of VL lanes; lane l accumulates w[k] * x[k] for k = l, l + VL, l + 2 VL, ... in
  * increasing k with one fused multiply-add each (w converted to f32 exactly: a Q8_0/Q4_0 weight
  * d * q fits f32's significand, a K-quant's (d sc) q - (dmin m) is one rounding of exact products,
- * the same in every path); the lanes are then summed pairwise (hsum). A single token streams
- * the weights in place row by row; several tokens convert a few rows to f32 once (the panel) and
- * run them through register tiles: the same arithmetic per element, so tiles and panels only
- * decide which elements are computed together, never how.
+ * the same in every path); the lanes are then summed pairwise (hsum). A decode token or a small
+ * batch streams the weights in place, two rows at a time, each weight vector converted once and
+ * used for every token of its tile; larger batches convert a few rows to f32 once (the panel) and
+ * run them through register tiles: the same arithmetic per element, so streams, tiles and panels
+ * only decide which elements are computed together, never how.
  * Not here: threading, which rows a thread takes. */
 #include "kern.h"
 
@@ -68,6 +69,20 @@
 #define NV (QK / VL)   /* vectors per block              */
 #define TOK_BLOCK 64   /* tokens whose activations stay in cache while a row tile is reused */
 #define PF_TILES 1     /* row tiles ahead whose weights the tile path prefetches */
+/* Calls of up to this many tokens stream the stored rows (each weight loaded and converted once
+ * per token tile of T_TILE, the rows kept in L1 across tiles); larger ones use the register tiles
+ * on f32 panels. Measured (bench_cpu_kern, one thread, rows of 384): past the L3, streaming took
+ * 0.4-0.8x the tiles' time for 2-16 f32 tokens on x86-64-v4 and v3, and alike in L2; 32 tokens ran
+ * 5% faster in the tiles. A converted type pays its conversion once per token tile, so with small
+ * tiles (x86-64-v3's 3 tokens) Q8_0 lost 1.4x at 12-16 tokens: at most three tiles stream. */
+#define STREAM_TOK ES__MIN(16, 3 * T_TILE)
+/* The streaming path asks for its weights this many bytes ahead of each stream, into L2, a line
+ * at a time as it goes (bench_cpu_kern, f32 rows of 384 past the L3, one thread: 2 tokens 1.0x and
+ * 5 tokens 1.2x one token's time with it, 1.4x and 1.9x without; 8 and 16 KB ahead did alike,
+ * 2 KB too little, a burst of whole rows ahead nothing). The hardware prefetchers alone keep up
+ * with one token's arithmetic but not with several tokens', so a single token goes without (the
+ * prefetches cost the one-token K-quant and Q4_0 kernels about 5%: bench_kquant, past the L3). */
+#define PF_AHEAD 8192
 
 #define INLINE static inline __attribute__((always_inline))
 
@@ -410,6 +425,23 @@ INLINE void kq_block(es__dtype type, const uint8_t *x, float *out) {
         for (int v = 0; v < 32 / VL; v++) storeu(out + 32 * j + v * VL, kq_weights(type, x, ds, ndm, j, v));
 }
 
+/* Keeps v in a register: without it gcc folds the loads of the activations (or of the weights)
+ * into every multiply-add that uses them, reloading each vector NR (or T) times, and the loads,
+ * not the multiply-adds, bound the loop. No instruction is emitted. */
+INLINE void keep_in_reg(vf *v) {
+#if KERN_X86
+    __asm__("" : "+v"(*v));
+#else
+    (void)v;
+#endif
+}
+
+/* Prefetches into L2 the n bytes at p + pf (pf 0: none), a line at a time. */
+INLINE void pf_span(const uint8_t *p, size_t n, size_t pf) {
+    if (pf)
+        for (size_t o = 0; o < n; o += 64) __builtin_prefetch(p + pf + o, 0, 1);
+}
+
 #include "kern_lq.h" /* Q2_K, Q3_K, IQ4_NL */
 
 #if ES_KERN_LEVEL == 4
@@ -479,31 +511,37 @@ INLINE void q4k_rows_dot(const uint8_t *const *row, const int NR, const float *x
 }
 #endif
 
-/* ---- one token (decode): acc = fma(w, x, acc) over VL-wide chunks in k order; a block's weights
- * are d * q, which is exact in f32 (11-bit by 8-bit significands), so this equals the panel path. */
+/* ---- streaming (decode and small batches): acc = fma(w, x, acc) over VL-wide chunks in k order,
+ * straight from the stored rows; a block's weights are d * q, which is exact in f32 (11-bit by
+ * 8-bit significands), so this equals the panel path. */
 
-/* NR rows at once (one accumulator each, so each row's result is what it is alone). */
-INLINE void rows_dot(es__dtype type, const uint8_t *const *row, const int NR, const float *x, int64_t n_in,
-                     float *out) {
-    vf acc[2];
-    for (int r = 0; r < NR; r++) acc[r] = vzero();
+/* NR rows (1 or 2) times T tokens at once: out[r * T_TILE + t]. One accumulator per element, so
+ * each element's result is what it is alone; each weight vector is loaded (and converted) once
+ * and used for all T tokens. pf: prefetch distance in bytes (pf_span), 0 for none. */
+INLINE void rows_dot(es__dtype type, const uint8_t *const *row, const int NR, const float *x, int64_t ldx, const int T,
+                     int64_t n_in, size_t pf, float *out) {
+    vf acc[2][T_TILE];
+    for (int r = 0; r < NR; r++)
+        for (int t = 0; t < T; t++) acc[r][t] = vzero();
     if (IS_LQ(type) || type == ES__DTYPE_IQ4_NL) {
-        lq_rows_dot(type, row, NR, x, n_in, acc);
-#if ES_KERN_LEVEL == 4
-    } else if (type == ES__DTYPE_Q4_K) {
-        q4k_rows_dot(row, NR, x, n_in, acc);
-#endif
+        lq_rows_dot(type, row, NR, x, ldx, T, n_in, pf, acc);
     } else if (IS_KQ(type)) {
-        /* the rows' weights interleaved vector by vector: two independent accumulation chains */
+        /* the rows' weights interleaved vector by vector: independent accumulation chains */
         const size_t bb = KQ_BYTES(type);
         for (int64_t b = 0; b < n_in / ES__QK_K; b++) {
             float ds[2][16], ndm[2][8];
-            for (int r = 0; r < NR; r++) kq_scales(type, row[r] + (size_t)b * bb, ds[r], ndm[r]);
+            for (int r = 0; r < NR; r++) {
+                pf_span(row[r] + (size_t)b * bb, bb, pf);
+                kq_scales(type, row[r] + (size_t)b * bb, ds[r], ndm[r]);
+            }
 #define KQ_ROWS_BODY                                                                               \
     for (int v = 0; v < 32 / VL; v++) {                                                            \
-        const vf xv = loadu(x + b * ES__QK_K + 32 * j + v * VL);                                   \
-        for (int r = 0; r < NR; r++)                                                               \
-            acc[r] = vfma(kq_weights(type, row[r] + (size_t)b * bb, ds[r], ndm[r], j, v), xv, acc[r]); \
+        vf xv[T_TILE];                                                                             \
+        for (int t = 0; t < T; t++) xv[t] = loadu(x + t * ldx + b * ES__QK_K + 32 * j + v * VL);   \
+        for (int r = 0; r < NR; r++) {                                                             \
+            const vf wv = kq_weights(type, row[r] + (size_t)b * bb, ds[r], ndm[r], j, v);          \
+            for (int t = 0; t < T; t++) acc[r][t] = vfma(wv, xv[t], acc[r][t]);                    \
+        }                                                                                          \
     }
             /* fully unrolled, every shift is a constant; with 16 vector registers (VL 8) Q5_K's
              * and Q6_K's unrolled bodies spill, so they keep a loop over sub-blocks there */
@@ -520,41 +558,96 @@ INLINE void rows_dot(es__dtype type, const uint8_t *const *row, const int NR, co
         for (int64_t b = 0; b < n_in / QK; b++) {
             for (int r = 0; r < NR; r++) {
                 vf wq[NV];
+                pf_span(row[r] + (size_t)b * bb, 1, pf);
                 const vf dv = vsplat(load_block(type, row[r] + (size_t)b * bb, wq));
-                for (int v = 0; v < NV; v++) acc[r] = vfma(wq[v] * dv, loadu(x + b * QK + v * VL), acc[r]);
+                for (int v = 0; v < NV; v++) {
+                    const vf wv = wq[v] * dv;
+                    for (int t = 0; t < T; t++) acc[r][t] = vfma(wv, loadu(x + t * ldx + b * QK + v * VL), acc[r][t]);
+                }
             }
         }
     } else {
+        const size_t esz = type == ES__DTYPE_F32 ? 4 : 2;
         int64_t k = 0;
         for (; k + VL <= n_in; k += VL) {
-            const vf xv = loadu(x + k);
-            for (int r = 0; r < NR; r++) acc[r] = vfma(load_wf(type, row[r], k), xv, acc[r]);
+            vf xv[T_TILE];
+            for (int t = 0; t < T; t++) xv[t] = loadu(x + t * ldx + k);
+            for (int t = 0; t < T; t++) keep_in_reg(&xv[t]);
+            for (int r = 0; r < NR; r++) {
+                pf_span(row[r] + (size_t)k * esz, 1, pf);
+                vf wv = load_wf(type, row[r], k);
+                keep_in_reg(&wv);
+                for (int t = 0; t < T; t++) acc[r][t] = vfma(wv, xv[t], acc[r][t]);
+            }
         }
         if (k < n_in) {
-            const vf xv = load_x_tail(x + k, n_in - k);
-            for (int r = 0; r < NR; r++) acc[r] = vfma(load_wf_tail(type, row[r], k, n_in - k), xv, acc[r]);
+            vf xv[T_TILE];
+            for (int t = 0; t < T; t++) xv[t] = load_x_tail(x + t * ldx + k, n_in - k);
+            for (int r = 0; r < NR; r++) {
+                const vf wv = load_wf_tail(type, row[r], k, n_in - k);
+                for (int t = 0; t < T; t++) acc[r][t] = vfma(wv, xv[t], acc[r][t]);
+            }
         }
     }
-    for (int r = 0; r < NR; r++) out[r] = hsum(acc[r]);
+    for (int r = 0; r < NR; r++)
+        for (int t = 0; t < T; t++) out[r * T_TILE + t] = hsum(acc[r][t]);
 }
 
-/* Rows [r0, r1) for one token: row i together with row i + half, two sequential weight streams
+/* Two rows for every token, T_TILE tokens at a time with the rows still in L1: y[t * ldy + c[r]]
+ * for row r. One specialisation per T keeps the accumulators in registers. */
+INLINE void rows_tokens(es__dtype type, const uint8_t *const *row, const float *x, int64_t ldx, int64_t n_tok,
+                        int64_t n_in, size_t pf0, float *y, int64_t ldy, const int64_t *c) {
+    for (int64_t t0 = 0; t0 < n_tok; t0 += T_TILE) {
+        const int nt = (int)ES__MIN(T_TILE, n_tok - t0);
+        const float *xt = x + t0 * ldx;
+        const size_t pf = t0 == 0 ? pf0 : 0; /* the first tile's pass brings the rows in */
+        float out[2 * T_TILE] = {0}; /* gcc cannot tell that the cases past T_TILE never run */
+        if (nt > T_TILE) __builtin_unreachable();
+        switch (nt) {
+        case 1: rows_dot(type, row, 2, xt, ldx, 1, n_in, pf, out); break;
+        case 2: rows_dot(type, row, 2, xt, ldx, 2 <= T_TILE ? 2 : 1, n_in, pf, out); break;
+        case 3: rows_dot(type, row, 2, xt, ldx, 3 <= T_TILE ? 3 : 1, n_in, pf, out); break;
+        case 4: rows_dot(type, row, 2, xt, ldx, 4 <= T_TILE ? 4 : 1, n_in, pf, out); break;
+        case 5: rows_dot(type, row, 2, xt, ldx, 5 <= T_TILE ? 5 : 1, n_in, pf, out); break;
+        default: rows_dot(type, row, 2, xt, ldx, 6 <= T_TILE ? 6 : 1, n_in, pf, out); break;
+        }
+        for (int t = 0; t < nt; t++) {
+            y[(t0 + t) * ldy + c[0]] = out[t];
+            y[(t0 + t) * ldy + c[1]] = out[T_TILE + t];
+        }
+    }
+}
+
+/* Rows [r0, r1) for n_tok tokens: row i together with row i + half, two sequential weight streams
  * far enough apart for the prefetchers to follow both (adjacent rows interleaved ran at half the
- * bandwidth of one stream); two chains of fused multiply-adds hide each other's latency. */
+ * bandwidth of one stream: the register tiles below, on weights past the cache); two chains of
+ * fused multiply-adds per token hide each other's latency; software prefetches run PF_AHEAD
+ * ahead of both streams. An odd last row goes one token at a time (the same arithmetic). */
 #define DEF_ROWS(NAME, TYPE)                                                                           \
     static void NAME(const uint8_t *w, size_t row_bytes, int64_t n_in, int64_t r0, int64_t r1, const float *x, \
-                     float *y) {                                                                       \
+                     int64_t ldx, int64_t n_tok, float *y, int64_t ldy) {                              \
         const int64_t half = (r1 - r0) / 2;                                                            \
         for (int64_t i = 0; i < half; i++) {                                                           \
             const uint8_t *rows[2] = {w + (size_t)(r0 + i) * row_bytes, w + (size_t)(r0 + half + i) * row_bytes}; \
-            float out[2];                                                                              \
-            rows_dot(TYPE, rows, 2, x, n_in, out);                                                     \
-            y[i] = out[0];                                                                             \
-            y[half + i] = out[1];                                                                      \
+            if (n_tok == 1) { /* decode: the plain loop, no token tiles */                             \
+                float out[2 * T_TILE];                                                                 \
+                rows_dot(TYPE, rows, 2, x, ldx, 1, n_in, 0, out);                                      \
+                y[i] = out[0];                                                                         \
+                y[half + i] = out[T_TILE];                                                             \
+                continue;                                                                              \
+            }                                                                                          \
+            const int64_t c[2] = {i, half + i};                                                        \
+            /* ahead within each stream only: past its end lie rows read already or not ours */        \
+            const size_t pf = (size_t)(i + 1) * row_bytes + PF_AHEAD <= (size_t)half * row_bytes ? PF_AHEAD : 0; \
+            rows_tokens(TYPE, rows, x, ldx, n_tok, n_in, pf, y, ldy, c);                               \
         }                                                                                              \
         if ((r1 - r0) % 2) {                                                                           \
             const uint8_t *rows[1] = {w + (size_t)(r1 - 1) * row_bytes};                               \
-            rows_dot(TYPE, rows, 1, x, n_in, y + (r1 - 1 - r0));                                       \
+            for (int64_t t = 0; t < n_tok; t++) {                                                      \
+                float out[2 * T_TILE];                                                                 \
+                rows_dot(TYPE, rows, 1, x + t * ldx, ldx, 1, n_in, 0, out);                            \
+                y[t * ldy + (r1 - 1 - r0)] = out[0];                                                   \
+            }                                                                                          \
         }                                                                                              \
     }
 DEF_ROWS(rows_f32, ES__DTYPE_F32)
@@ -570,11 +663,16 @@ DEF_ROWS(rows_q3_k, ES__DTYPE_Q3_K)
 DEF_ROWS(rows_iq4_nl, ES__DTYPE_IQ4_NL)
 
 #if ES_KERN_LEVEL == 4
-/* Q4_K on AVX-512: four rows at once, a quarter of the range apart: four independent chains of
- * fused multiply-adds (each row's order unchanged) and each activation load serves four rows
- * (bench_kquant in L3: 0.54 ms against 0.57 with two rows). */
+/* Q4_K on AVX-512, one token: four rows at once, a quarter of the range apart: four independent
+ * chains of fused multiply-adds (each row's order unchanged) and each activation load serves four
+ * rows (bench_kquant in L3: 0.54 ms against 0.57 with two rows). Small batches stream as the other
+ * types do (rows_q4_k), with the same bits per element. */
 static void rows_q4_k4(const uint8_t *w, size_t row_bytes, int64_t n_in, int64_t r0, int64_t r1, const float *x,
-                       float *y) {
+                       int64_t ldx, int64_t n_tok, float *y, int64_t ldy) {
+    if (n_tok > 1) {
+        rows_q4_k(w, row_bytes, n_in, r0, r1, x, ldx, n_tok, y, ldy);
+        return;
+    }
     const int64_t q = (r1 - r0) / 4;
     for (int64_t i = 0; i < q; i++) {
         const uint8_t *rows[4];
@@ -583,7 +681,7 @@ static void rows_q4_k4(const uint8_t *w, size_t row_bytes, int64_t n_in, int64_t
         q4k_rows_dot(rows, 4, x, n_in, acc);
         for (int r = 0; r < 4; r++) y[r * q + i] = hsum(acc[r]);
     }
-    rows_q4_k(w, row_bytes, n_in, r0 + 4 * q, r1, x, y + 4 * q);
+    rows_q4_k(w, row_bytes, n_in, r0 + 4 * q, r1, x, ldx, 1, y + 4 * q, ldy);
 }
 #endif
 
@@ -637,29 +735,28 @@ static void tiles(const float *const *wr, const float *x, int64_t ldx, int64_t n
 
 static void k_to_f32(es__dtype type, const void *row, float *out, int64_t n);
 
-/* A single token streams one row at a time: one sequential stream of weights per thread is what
- * the hardware prefetchers follow best (interleaving several rows' streams halved the bandwidth).
- * Several tokens convert R_TILE rows to f32 once (the panel) and reuse them for every token. */
+/* Up to STREAM_TOK tokens stream the stored rows, two sequential streams per thread (DEF_ROWS).
+ * More tokens convert R_TILE rows to f32 once (the panel) and reuse them for every token. */
 static void k_matmul(es__dtype type, const void *w, size_t row_bytes, int64_t n_in, int64_t r0, int64_t r1,
                      const float *x, int64_t ldx, int64_t n_tok, float *y, int64_t ldy, float *panel) {
     const uint8_t *base = w;
-    if (n_tok == 1) {
+    if (n_tok <= STREAM_TOK) {
         switch (type) {
-        case ES__DTYPE_F32: rows_f32(base, row_bytes, n_in, r0, r1, x, y); break;
-        case ES__DTYPE_F16: rows_f16(base, row_bytes, n_in, r0, r1, x, y); break;
-        case ES__DTYPE_BF16: rows_bf16(base, row_bytes, n_in, r0, r1, x, y); break;
-        case ES__DTYPE_Q8_0: rows_q8_0(base, row_bytes, n_in, r0, r1, x, y); break;
-        case ES__DTYPE_Q4_0: rows_q4_0(base, row_bytes, n_in, r0, r1, x, y); break;
+        case ES__DTYPE_F32: rows_f32(base, row_bytes, n_in, r0, r1, x, ldx, n_tok, y, ldy); break;
+        case ES__DTYPE_F16: rows_f16(base, row_bytes, n_in, r0, r1, x, ldx, n_tok, y, ldy); break;
+        case ES__DTYPE_BF16: rows_bf16(base, row_bytes, n_in, r0, r1, x, ldx, n_tok, y, ldy); break;
+        case ES__DTYPE_Q8_0: rows_q8_0(base, row_bytes, n_in, r0, r1, x, ldx, n_tok, y, ldy); break;
+        case ES__DTYPE_Q4_0: rows_q4_0(base, row_bytes, n_in, r0, r1, x, ldx, n_tok, y, ldy); break;
 #if ES_KERN_LEVEL == 4
-        case ES__DTYPE_Q4_K: rows_q4_k4(base, row_bytes, n_in, r0, r1, x, y); break;
+        case ES__DTYPE_Q4_K: rows_q4_k4(base, row_bytes, n_in, r0, r1, x, ldx, n_tok, y, ldy); break;
 #else
-        case ES__DTYPE_Q4_K: rows_q4_k(base, row_bytes, n_in, r0, r1, x, y); break;
+        case ES__DTYPE_Q4_K: rows_q4_k(base, row_bytes, n_in, r0, r1, x, ldx, n_tok, y, ldy); break;
 #endif
-        case ES__DTYPE_Q5_K: rows_q5_k(base, row_bytes, n_in, r0, r1, x, y); break;
-        case ES__DTYPE_Q6_K: rows_q6_k(base, row_bytes, n_in, r0, r1, x, y); break;
-        case ES__DTYPE_Q2_K: rows_q2_k(base, row_bytes, n_in, r0, r1, x, y); break;
-        case ES__DTYPE_Q3_K: rows_q3_k(base, row_bytes, n_in, r0, r1, x, y); break;
-        case ES__DTYPE_IQ4_NL: rows_iq4_nl(base, row_bytes, n_in, r0, r1, x, y); break;
+        case ES__DTYPE_Q5_K: rows_q5_k(base, row_bytes, n_in, r0, r1, x, ldx, n_tok, y, ldy); break;
+        case ES__DTYPE_Q6_K: rows_q6_k(base, row_bytes, n_in, r0, r1, x, ldx, n_tok, y, ldy); break;
+        case ES__DTYPE_Q2_K: rows_q2_k(base, row_bytes, n_in, r0, r1, x, ldx, n_tok, y, ldy); break;
+        case ES__DTYPE_Q3_K: rows_q3_k(base, row_bytes, n_in, r0, r1, x, ldx, n_tok, y, ldy); break;
+        case ES__DTYPE_IQ4_NL: rows_iq4_nl(base, row_bytes, n_in, r0, r1, x, ldx, n_tok, y, ldy); break;
         }
         return;
     }

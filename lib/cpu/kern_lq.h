@@ -78,27 +78,38 @@ INLINE float iq4_block(const uint8_t *blk, vf *wq) {
     return f16_scalar(d16);
 }
 
-/* rows_dot's loop for these types: acc[r] += the NR rows' weights times x, in k order. */
-INLINE void lq_rows_dot(es__dtype type, const uint8_t *const *row, const int NR, const float *x, int64_t n_in,
-                        vf *acc) {
+/* rows_dot's loop for these types: acc[r][t] += the NR rows' weights times token t's x, in k order
+ * (pf: rows_dot's prefetch distance). */
+INLINE void lq_rows_dot(es__dtype type, const uint8_t *const *row, const int NR, const float *x, int64_t ldx,
+                        const int T, int64_t n_in, size_t pf, vf (*acc)[T_TILE]) {
     if (type == ES__DTYPE_IQ4_NL) {
         for (int64_t b = 0; b < n_in / QK; b++)
             for (int r = 0; r < NR; r++) {
                 vf wq[NV];
+                pf_span(row[r] + (size_t)b * 18, 1, pf);
                 const vf dv = vsplat(iq4_block(row[r] + (size_t)b * 18, wq));
-                for (int v = 0; v < NV; v++) acc[r] = vfma(wq[v] * dv, loadu(x + b * QK + v * VL), acc[r]);
+                for (int v = 0; v < NV; v++) {
+                    const vf wv = wq[v] * dv;
+                    for (int t = 0; t < T; t++) acc[r][t] = vfma(wv, loadu(x + t * ldx + b * QK + v * VL), acc[r][t]);
+                }
             }
         return;
     }
     const size_t bb = LQ_BYTES(type);
     for (int64_t b = 0; b < n_in / ES__QK_K; b++) {
         float ds[2][16], ndm[2][16];
-        for (int r = 0; r < NR; r++) lq_scales(type, row[r] + (size_t)b * bb, ds[r], ndm[r]);
+        for (int r = 0; r < NR; r++) {
+            pf_span(row[r] + (size_t)b * bb, bb, pf);
+            lq_scales(type, row[r] + (size_t)b * bb, ds[r], ndm[r]);
+        }
 #define LQ_ROWS_BODY                                                                               \
     for (int v = 0; v < 32 / VL; v++) {                                                            \
-        const vf xv = loadu(x + b * ES__QK_K + 32 * j + v * VL);                                   \
-        for (int r = 0; r < NR; r++)                                                               \
-            acc[r] = vfma(lq_weights(type, row[r] + (size_t)b * bb, ds[r], ndm[r], j, v), xv, acc[r]); \
+        vf xv[T_TILE];                                                                             \
+        for (int t = 0; t < T; t++) xv[t] = loadu(x + t * ldx + b * ES__QK_K + 32 * j + v * VL);   \
+        for (int r = 0; r < NR; r++) {                                                             \
+            const vf wv = lq_weights(type, row[r] + (size_t)b * bb, ds[r], ndm[r], j, v);          \
+            for (int t = 0; t < T; t++) acc[r][t] = vfma(wv, xv[t], acc[r][t]);                    \
+        }                                                                                          \
     }
         /* fully unrolled every shift is a constant, but the larger body can spill: measured
          * (bench_kquant, in L3) unrolling helped Q3_K on x86-64-v4 (1.23 -> 1.08 ms) and Q2_K on

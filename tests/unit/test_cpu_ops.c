@@ -120,7 +120,12 @@ static void poison(float *v, int64_t n) {
 
 static void test_kernels(const es__kern *k) {
     printf("kernel level %s\n", k->name);
-    const int64_t shapes[][3] = {{32, 5, 1}, {40, 67, 7}, {17, 3, 2}, {1, 4, 1}, {96, 9, 13}, {288, 33, 70}, {768, 6, 3}};
+    /* small batches stream the stored rows T_TILE tokens at a time, up to a level's limit (6, 9 or
+     * 16 tokens), larger ones run the register tiles (kern_impl.c): the sizes below cross every
+     * token-tile size of every level and every limit */
+    const int64_t shapes[][3] = {{32, 5, 1}, {40, 67, 7}, {17, 3, 2}, {1, 4, 1}, {96, 9, 13}, {288, 33, 70}, {768, 6, 3},
+                                 {64, 11, 4}, {40, 7, 5}, {384, 9, 6}, {96, 5, 8}, {64, 7, 9}, {40, 3, 12},
+                                 {64, 5, 16}, {40, 3, 17}};
     for (size_t ti = 0; ti < ES__ARRAY_LEN(test_dtypes); ti++) {
         es__dtype t = test_dtypes[ti];
         for (size_t si = 0; si < ES__ARRAY_LEN(shapes); si++) {

@@ -190,7 +190,11 @@ static void test_quantize(void) {
 
 static void test_kernels(const es__kern *k) {
     printf("kernel level %s\n", k->name);
-    const int64_t shapes[][3] = {{256, 5, 1}, {256, 9, 7}, {512, 13, 3}, {768, 6, 2}, {256, 11, 70}};
+    /* small batches stream the stored rows T_TILE tokens at a time up to a level's limit (6, 9 or 16
+     * tokens), more run the panels' register tiles: these sizes cross every tile size and limit */
+    const int64_t shapes[][3] = {{256, 5, 1}, {256, 9, 7}, {512, 13, 3}, {768, 6, 2}, {256, 11, 70},
+                                 {256, 7, 4}, {256, 5, 5}, {256, 3, 6}, {256, 6, 8}, {256, 5, 9},
+                                 {256, 3, 16}, {256, 3, 17}};
     for (int ti = 0; ti < NT; ti++)
         for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
             const int64_t n_in = shapes[si][0], n_out = shapes[si][1], n_tok = shapes[si][2];
