@@ -395,6 +395,19 @@ static void test_cost_stop(void) {
     es__tree_free(&tr, NULL);
 }
 
+/* Drafting must promise 5% over plain calls (GAIN): the fit does not see a step's host work. With
+ * a node at half a call (a + 2b = 1.5 calls) and 10 of 11 first drafts accepted, a drafter of
+ * 0.35 calls promises 1.91 / 1.85 = 1.03x (no), one of 0.23 calls 1.91 / 1.73 = 1.10x (yes). */
+static void test_gain(void) {
+    for (int i = 0; i < 2; i++) {
+        const double draft_ms = i == 0 ? 0.35 : 0.23;
+        es__tuner t = seeded(1.0, 2.5, 0.0, draft_ms);
+        t.tested[0] = 10.0;
+        t.hit[0] = 9.7; /* with the 0.3 pseudo-count: 10 / 11 */
+        CHECKF(es__tuner_draft_pays(&t) == (i == 1), "drafter at %.2f calls: pays %d", draft_ms, es__tuner_draft_pays(&t));
+    }
+}
+
 int main(void) {
     test_fit();
     test_warmup_and_spikes();
@@ -404,5 +417,6 @@ int main(void) {
     test_seeded_costs();
     test_probe();
     test_fallback();
+    test_gain();
     TEST_MAIN_END();
 }
