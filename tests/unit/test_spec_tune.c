@@ -225,15 +225,20 @@ static int32_t verify(es__tuner *t, es__tree *tr, int32_t n, int32_t deep) {
     return reached;
 }
 
+/* A simulation's tree (room for 16 nodes) and an adaptive tuner about to probe. */
+static void sim_begin(es__tree *tr, es__tuner *t) {
+    es__err err;
+    CHECK_OK(es__tree_init(tr, 16, NULL, &err));
+    es__tuner_init(t, true);
+    es__tuner_probe(t);
+}
+
 /* n steps of the stream strategy's loop (spec_stream.c) with γ 4, k 2, the tree a chain of the
  * drafts (what the tree builder keeps of a tree whose second candidates are not accepted). */
 static outcome run_stream(const device *dv, int n) {
-    es__err err;
     es__tree tr;
-    CHECK_OK(es__tree_init(&tr, 16, NULL, &err));
     es__tuner t;
-    es__tuner_init(&t, true);
-    es__tuner_probe(&t);
+    sim_begin(&tr, &t);
     outcome o = {0};
     bool plain_next = false;
     int32_t tree_n = 1;
@@ -263,12 +268,9 @@ static outcome run_stream(const device *dv, int n) {
 /* n steps of the draft strategy's loop (spec_draft.c), lookahead 4, every chain drafted to the
  * end. */
 static outcome run_draft(const device *dv, int n) {
-    es__err err;
     es__tree tr;
-    CHECK_OK(es__tree_init(&tr, 16, NULL, &err));
     es__tuner t;
-    es__tuner_init(&t, true);
-    es__tuner_probe(&t);
+    sim_begin(&tr, &t);
     outcome o = {0};
     for (int i = 0; i < n; i++) {
         const bool explore = t.steps >= t.explore_at;
