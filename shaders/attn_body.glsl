@@ -48,6 +48,7 @@ void main() {
     const uint p = uint(step_pos(t)), n_past = uint(step_n_past());
     const bool chain = step_at(ES_STEP_CHAIN) != 0;
     if (s > p / pc.split) return; // this token needs fewer splits
+    if (pc.part_mode != 0u && ((s >= pc.mid_lo && s < pc.mid_hi) == (pc.part_mode == 1u))) return;
     const uint kvb = (h / (pc.n_head / pc.n_head_kv)) * pc.n_ctx;
 
     vec4 qv[HD4], acc[HD4];

@@ -12,7 +12,9 @@
 //    layer's next ops read the speculation, decided on the device without a host round trip.
 // Below 2S keys there is no speculation: O only (if attn.comp did not write it), VERD invalid.
 // VERD holds two vec4 per slot (slot pc.v_slot + token): the host's (lambda, flags) in, where
-// flags = 1 (gate) + 2 (force a miss), and the verdict (valid, hit, err2, norm2) out.
+// flags = 1 (gate) + 2 (force a miss), and the verdict (valid, hit, err2, norm2) out. With
+// pc.spec_only (ALSpec's first part, before attn.comp has computed the middle splits) the
+// speculation alone: SPEC and the verdict's valid.
 #extension GL_GOOGLE_include_directive : require
 #include "common.glsl"
 
@@ -36,6 +38,15 @@ void main() {
     const vec4 vin = VERD[2u * (pc.v_slot + tl)];
     const uint flags = uint(vin.y);
     vec2 e = vec2(0.0); // this lane's share of (err2, norm2)
+    if (pc.spec_only != 0u) {
+        for (uint h = 0u; valid && h < pc.n_head; h++) {
+            const uint pb = (tl * pc.n_head + h) * pc.max_splits * (1u + hd4), ob = t * (pc.o_stride / 4u) + h * hd4;
+            const float Ms = merge_max(pb, hd4, sp), Ls = merge_sum(pb, hd4, sp, Ms);
+            for (uint c = lid; c < hd4; c += wg) SPEC[ob + c] = merge_out(pb, hd4, sp, Ms, Ls, c);
+        }
+        if (lid == 0u) VERD[2u * (pc.v_slot + tl) + 1u] = vec4(valid ? 1.0 : 0.0, 0.0, 0.0, 0.0);
+        return;
+    }
     if (ns > 1u) {
         for (uint h = 0u; h < pc.n_head; h++) {
             const uint pb = (tl * pc.n_head + h) * pc.max_splits * (1u + hd4), ob = t * (pc.o_stride / 4u) + h * hd4;

@@ -101,7 +101,12 @@
     U(o_stride) /* floats between token rows of the output                    */                   \
     F(scale)    /* 1 / sqrt(hd)                                               */                   \
     U(window)   /* keys at positions <= pos - window are not seen (0: all)   */                   \
-    F(softcap)  /* scores become softcap tanh(score / softcap) (0: not)       */
+    F(softcap)  /* scores become softcap tanh(score / softcap) (0: not)       */                   \
+    U(part_mode) /* ALSpec's two parts (es__alspec_part): 0 every split, 1 all */                  \
+                 /* but the middle [mid_lo, mid_hi) (the speculation), 2 the  */                   \
+                 /* middle alone (the exact output's rest)                    */                   \
+    U(mid_lo)                                                                                      \
+    U(mid_hi)
 
 /* attn_merge: combines the splits of each (head, token) that needed more than one. */
 #define ES_PC_ATTN_MERGE(U, F)                                                                     \
@@ -122,7 +127,9 @@
     U(max_splits)                                                                                  \
     U(o_stride)                                                                                    \
     U(chunk)    /* S: positions per chunk, a multiple of split                */                   \
-    U(v_slot)   /* the verdict slot of the dispatch's first token             */
+    U(v_slot)   /* the verdict slot of the dispatch's first token             */                   \
+    U(spec_only) /* 1: the speculation alone (ALSpec's first part, before the */                   \
+                 /* middle splits exist): SPEC and VERD.valid only            */
 
 /* kv_move: for r < n_keep, cache slot n_past + keep[r] moves to n_past + r, in ascending r. */
 #define ES_PC_KV_MOVE(U, F)                                                                        \

@@ -146,6 +146,7 @@ struct es_context {
      * ES_ERR_CANCELLED, leaving its committed KV untouched. */
     atomic_int abort_req;
     int32_t part_q_layer;       /* ALSpec parts: the layer whose query the last part left, or -1 */
+    int32_t part_spec_layer;    /* ALSpec parts: the layer whose speculation the last part was, or -1 */
     void *impl;
 };
 

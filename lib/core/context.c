@@ -123,6 +123,7 @@ es_status es_context_create(const es_model *model, const es_context_params *para
     ctx->model = model;
     atomic_init(&ctx->abort_req, 0);
     ctx->part_q_layer = -1;
+    ctx->part_spec_layer = -1;
     es_status s = context_setup(ctx, &p);
     if (s != ES_OK) {
         char msg[ES__ERRMSG_SIZE];
@@ -220,14 +221,27 @@ static es_status check_alspec(es_context *ctx, const es__alspec_call *al, const 
 /* Checks one part of a decode token over two contexts (es__alspec_part). */
 static es_status check_part(es_context *ctx, const es__alspec_part *p, const es_batch *batch) {
     const int32_t L = ctx->model->hp.n_layer;
-    if (p->op == ES__AL_ATTN) {
+    if (p->op == ES__AL_SPEC) {
         const es__alspec_call al = {p->chunk, 0.0f, NULL, p->verdict};
         ES_TRY(check_alspec(ctx, &al, batch));
-        ES_RETURN_IF(!p->spec_out || !p->exact_out, &ctx->err, ES_ERR_INVALID_ARGUMENT,
-                     "forward: ALSpec attention part of layer %d without its outputs", p->layer);
+        ES_RETURN_IF(!p->spec_out, &ctx->err, ES_ERR_INVALID_ARGUMENT,
+                     "forward: ALSpec speculation part of layer %d without its output", p->layer);
         ES_RETURN_IF(p->layer < 0 || p->layer >= L || ctx->part_q_layer != p->layer, &ctx->err, ES_ERR_INVALID_ARGUMENT,
-                     "forward: ALSpec attention part of layer %d, but the context's last part left layer %d's query",
+                     "forward: ALSpec speculation part of layer %d, but the context's last part left layer %d's query",
                      p->layer, ctx->part_q_layer);
+        int32_t s2 = 0;
+        ES_RETURN_IF(!es__spec_window(ctx->n_past + 1, p->chunk, &s2), &ctx->err, ES_ERR_INVALID_ARGUMENT,
+                     "forward: ALSpec speculation part at %d keys: a speculation needs 2S = %d", ctx->n_past + 1,
+                     2 * p->chunk);
+        return ES_OK;
+    }
+    if (p->op == ES__AL_ATTN) {
+        ES_RETURN_IF(!p->exact_out || !p->verdict, &ctx->err, ES_ERR_INVALID_ARGUMENT,
+                     "forward: ALSpec attention part of layer %d without its outputs", p->layer);
+        ES_RETURN_IF(p->layer < 0 || p->layer >= L || ctx->part_spec_layer != p->layer, &ctx->err,
+                     ES_ERR_INVALID_ARGUMENT,
+                     "forward: ALSpec attention part of layer %d, but the context's last part was not its speculation "
+                     "part", p->layer);
         return ES_OK;
     }
     ES_RETURN_IF(p->op != ES__AL_ENTER || p->layer < -1 || p->layer >= L, &ctx->err, ES_ERR_INVALID_ARGUMENT,
@@ -286,6 +300,7 @@ static es_status forward(es_context *ctx, const es_batch *batch, const es__call 
     if (part) ES_TRY(check_part(ctx, part, batch));
     const int32_t q_layer = ctx->part_q_layer;
     ctx->part_q_layer = -1;
+    ctx->part_spec_layer = -1;
     es__batch_scratch *s = &ctx->scratch;
     int32_t n_out = 0;
     ES_TRY(es__batch_validate(batch, ctx->n_past, ctx->n_ctx, ctx->n_batch, ctx->model->hp.n_vocab, s, &n_out,
@@ -316,8 +331,10 @@ static es_status forward(es_context *ctx, const es_batch *batch, const es__call 
         return st;
     }
     keep_call(ctx, &f);
-    /* the query an attention part reads: left by an entering part, kept by an attention part */
-    if (part) ctx->part_q_layer = part->op == ES__AL_ATTN ? q_layer : part->layer + 1 < ctx->model->hp.n_layer ? part->layer + 1 : -1;
+    /* the query an attention part reads: left by an entering part, kept by the attention parts */
+    if (part && part->op != ES__AL_ENTER) ctx->part_q_layer = q_layer;
+    if (part && part->op == ES__AL_ENTER) ctx->part_q_layer = part->layer + 1 < ctx->model->hp.n_layer ? part->layer + 1 : -1;
+    if (part && part->op == ES__AL_SPEC) ctx->part_spec_layer = part->layer;
     return ES_OK;
 }
 
@@ -443,6 +460,7 @@ es_status es_commit(es_context *ctx, const int32_t *keep, int32_t n_keep) {
     ctx->n_past += n_keep;
     ctx->n_provisional = 0;
     ctx->part_q_layer = -1;
+    ctx->part_spec_layer = -1;
     return ES_OK;
 }
 
@@ -476,5 +494,6 @@ es_status es_truncate(es_context *ctx, int32_t new_n_past) {
     ctx->n_past = new_n_past;
     ctx->n_provisional = 0;
     ctx->part_q_layer = -1;
+    ctx->part_spec_layer = -1;
     return ES_OK;
 }

@@ -56,22 +56,27 @@ enum {
                      RoPE, its KV written). layer l >= 0: from x_in and att_in, layer l's
                      post-attention ops (output projection and residual, FFN), then layer l + 1's
                      pre-attention ops, or after the last layer the output head (the logits)   */
-    ES__AL_ATTN   /* layer l's speculative flash decode on the query of the context's last part,
-                     which must have been ENTER(l - 1): the speculation, the exact output and the
+    ES__AL_SPEC,  /* layer l's speculation, the first half of its speculative flash decode: the
+                     first and last chunks on the query of the context's last part, which must
+                     have been ENTER(l - 1), at 2S keys or more; spec_out, verdict->valid. Their
+                     partials stay in the context for the ATTN part, so a caller can ship the
+                     speculation while the middle chunks run (Algorithm 2's overlap on a hit)  */
+    ES__AL_ATTN   /* the second half, right after SPEC(l): the middle chunks merged with the
+                     speculation's partials, the plain attention's output bit for bit, and the
                      check's sums; nothing is gated (verdict->hit stays false)                 */
 };
 typedef struct es__alspec_part {
-    int32_t op;                /* ES__AL_ENTER or ES__AL_ATTN                                    */
+    int32_t op;                /* ES__AL_ENTER, ES__AL_SPEC or ES__AL_ATTN                       */
     int32_t layer;             /* as above                                                       */
-    int32_t chunk;             /* ATTN: S, a multiple of es__caps.alspec_tile                    */
+    int32_t chunk;             /* SPEC: S, a multiple of es__caps.alspec_tile                    */
     const float *x_in;         /* ENTER, layer >= 0: [n_embd] the residual before layer's attention
                                   branch was added                                              */
     const float *att_in;       /* ENTER, layer >= 0: [n_head * head_dim] layer's attention output */
     float *x_out;              /* ENTER: [n_embd] the residual entering the next layer (NULL = not
                                   wanted; not written after the last layer)                      */
-    float *spec_out;           /* ATTN: [n_head * head_dim] the speculation (when valid)          */
+    float *spec_out;           /* SPEC: [n_head * head_dim] the speculation                      */
     float *exact_out;          /* ATTN: [n_head * head_dim] the exact output, the plain attention's */
-    es__spec_verdict *verdict; /* ATTN out: valid, err2, norm2                                  */
+    es__spec_verdict *verdict; /* SPEC out: valid; ATTN out: valid, err2, norm2                  */
 } es__alspec_part;
 
 /* One part of the decode token batch (one token after the committed ones). */

@@ -219,6 +219,9 @@ static void cpu_ctx_destroy(es_context *ctx) {
     const es_allocator *a = ctx->backend->alloc;
     void *bufs[] = {c->k, c->v, c->x, c->xn, c->q, c->kn, c->vn, c->att, c->tmp, c->gate, c->up, c->rope, c->scores, c->visible, c->panel, c->sched_mem};
     for (size_t i = 0; i < ES__ARRAY_LEN(bufs); i++) es__free(a, bufs[i]);
+    es__free(NULL, c->al_part);
+    es__free(NULL, c->al_spec);
+    es__free(NULL, c->al_e2);
     es__msa_free(c, a);
     es__free(a, c);
     ctx->impl = NULL;

@@ -60,6 +60,12 @@ typedef struct es__cpu_ctx {
     int32_t n_phases;
     int n_threads;
     struct es__msa *msa; /* Speculative Streaming state (msa.c), made on first use */
+    /* ALSpec's speculative attention, grown on first use; an ALSpec speculation part leaves its
+     * partials here for the attention part that completes the layer */
+    float *al_part;        /* [n_head][al_part_floats] tile partials                 */
+    size_t al_part_floats;
+    float *al_spec;        /* [n_head * hd] the speculation                          */
+    double *al_e2;         /* [n_head][2]: (spec - A)^2 and A^2 over the head's dims  */
 } es__cpu_ctx;
 
 es_status es__cpu_forward(es_context *ctx, const es__fwd *f);

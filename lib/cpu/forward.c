@@ -26,11 +26,6 @@ typedef struct fwd_job {
     es_profile_entry *prof; /* [OP_COUNT] phase wall times when the backend profiles, else NULL */
     atomic_int *abort_req;  /* the context's es_context_abort request                        */
     atomic_int *stop_at;    /* the layer the call stops before when it took the request, or -1 */
-    /* ALSpec (f->alspec): per-thread tile partials, the speculation, per-head sums */
-    float *al_part;         /* [nth][al_part_floats]                                  */
-    size_t al_part_floats;
-    float *al_spec;         /* [n_head * hd]                                          */
-    double *al_e2;          /* [n_head][2]: (spec - A)^2 and A^2 over the head's dims  */
 } fwd_job;
 
 /* Matrix rows are handed out in multiples of this (whole cache lines of each output row). */
@@ -170,7 +165,10 @@ static void gather_rows(float *a, int64_t width, const int32_t *rows, int32_t n_
 /* ALSpec's attention of the one decode token (Algorithm 1, with Algorithm 3's kernel): each head's
  * speculation and exact attention, then the check over all heads in head order; the layer goes on
  * with the speculation when it hits, else with the exact output (already in c->att). */
-static void alspec_attention(thr *t, int32_t il, size_t cache_off) {
+/* ALSpec's speculative attention of layer il's one token, in the passes asked (ES__SPEC_PASS_*):
+ * the speculation leaves each head's partials in the context, the exact pass reads them, checks,
+ * and (gated, f->alspec's lambda) puts the speculation in att on a hit. */
+static void alspec_attention(thr *t, int32_t il, size_t cache_off, int passes) {
     const fwd_job *J = t->J;
     const es__fwd *f = J->f;
     const es__hparams *hp = J->hp;
@@ -185,37 +183,38 @@ static void alspec_attention(thr *t, int32_t il, size_t cache_off) {
     for (int64_t lo, hi; es__work_next(&w, &lo, &hi);)
         for (int64_t h = lo; h < hi; h++) {
             const size_t kv = cache_off + (size_t)(h / group) * (size_t)J->n_ctx * (size_t)hd;
-            float *o = c->att + h * hd, *sp = J->al_spec + h * hd;
+            float *o = c->att + h * hd, *sp = c->al_spec + h * hd;
             if (!valid) {
                 const int32_t zero = 0;
                 J->k->attend(c->q + h * hd, c->k + kv, c->v + kv, hd, f->n_past, &zero, 1, hp->attn_scale, 0.0f,
                              c->scores + (size_t)t->ith * (size_t)(J->n_ctx + 1), o);
                 continue;
             }
-            J->k->attend_spec(c->q + h * hd, c->k + kv, c->v + kv, hd, n, S, s2, hp->attn_scale,
-                              J->al_part + (size_t)t->ith * J->al_part_floats, sp, o);
+            J->k->attend_spec(c->q + h * hd, c->k + kv, c->v + kv, hd, n, S, s2, hp->attn_scale, passes,
+                              c->al_part + (size_t)h * c->al_part_floats, sp, o);
+            if (!(passes & ES__SPEC_PASS_EXACT)) continue;
             double e = 0.0, a = 0.0;
             for (int32_t d = 0; d < hd; d++) {
                 const double diff = (double)sp[d] - (double)o[d];
                 e += diff * diff;
                 a += (double)o[d] * (double)o[d];
             }
-            J->al_e2[2 * h] = e;
-            J->al_e2[2 * h + 1] = a;
+            c->al_e2[2 * h] = e;
+            c->al_e2[2 * h + 1] = a;
         }
     phase_end(t, &w);
     /* section 3.2's check over all heads, in head order whatever the thread split */
     phase_begin(t, &w, OP_ATTN, 1, 1);
     for (int64_t lo, hi; es__work_next(&w, &lo, &hi);) {
         *v = (es__spec_verdict){valid, false, 0.0, 0.0};
-        if (!valid) continue;
+        if (!valid || !(passes & ES__SPEC_PASS_EXACT)) continue;
         for (int32_t h = 0; h < hp->n_head; h++) {
-            v->err2 += J->al_e2[2 * h];
-            v->norm2 += J->al_e2[2 * h + 1];
+            v->err2 += c->al_e2[2 * h];
+            v->norm2 += c->al_e2[2 * h + 1];
         }
         v->hit = es__spec_accept(v->err2, v->norm2, f->alspec->lambda) &&
                  !(f->alspec->force_miss && f->alspec->force_miss[il]);
-        if (v->hit) memcpy(c->att, J->al_spec, sizeof(float) * (size_t)qd);
+        if (v->hit) memcpy(c->att, c->al_spec, sizeof(float) * (size_t)qd);
     }
     phase_end(t, &w);
 }
@@ -317,7 +316,7 @@ static bool layer(thr *t, int32_t il) {
     if (nr == 0) return true;
 
     if (f->alspec) {
-        alspec_attention(t, il, cache_off);
+        alspec_attention(t, il, cache_off, ES__SPEC_PASS_BOTH);
     } else {
         const es__attn a = {c->q,          qd,          c->k + cache_off,        c->v + cache_off, J->n_ctx,
                             hp->n_head,    hp->n_head_kv, hd,                    f->n_past,        n,
@@ -403,8 +402,9 @@ static void part_thread(void *arg, int ith, int nth) {
     const fwd_job *J = arg;
     const es__alspec_part *p = J->f->part;
     thr t = {J, ith, nth, 0, 0, 0.0};
-    if (p->op == ES__AL_ATTN) {
-        alspec_attention(&t, p->layer, cache_offset(J, p->layer));
+    if (p->op != ES__AL_ENTER) {
+        alspec_attention(&t, p->layer, cache_offset(J, p->layer),
+                         p->op == ES__AL_SPEC ? ES__SPEC_PASS_SPEC : ES__SPEC_PASS_EXACT);
         return;
     }
     if (p->layer < 0)
@@ -432,25 +432,28 @@ static void add_profile(es_backend *b, const es_profile_entry *prof) {
     }
 }
 
-/* ALSpec's scratch for one forward (alspec_attention). */
-static es_status alspec_scratch(es_context *ctx, const es__fwd *f, fwd_job *J) {
+/* ALSpec's scratch in the context, grown to a token at n keys with chunk S (alspec_attention). */
+static es_status alspec_scratch(es_context *ctx, int32_t S, int32_t n) {
     const es__hparams *hp = &ctx->model->hp;
-    const int32_t S = f->alspec->chunk, n = f->n_past + 1, nth = es__pool_size(J->pool);
+    es__cpu_ctx *c = ctx->impl;
     int32_t s2 = n;
     es__spec_window(n, S, &s2);
-    J->al_part_floats = (size_t)((S + n - s2) / ES__ATTN_TILE + 1) * (size_t)(hp->head_dim + 2);
-    J->al_part = es__malloc(NULL, sizeof(float) * (size_t)nth * J->al_part_floats);
-    J->al_spec = es__malloc(NULL, sizeof(float) * (size_t)hp->n_head * (size_t)hp->head_dim);
-    J->al_e2 = es__malloc(NULL, sizeof(double) * 2 * (size_t)hp->n_head);
-    if (J->al_part && J->al_spec && J->al_e2) return ES_OK;
-    es__free(NULL, J->al_part);
-    es__free(NULL, J->al_spec);
-    es__free(NULL, J->al_e2);
+    const size_t pf = (size_t)((S + n - s2) / ES__ATTN_TILE + 1) * (size_t)(hp->head_dim + 2);
+    if (pf > c->al_part_floats) {
+        es__free(NULL, c->al_part);
+        c->al_part = es__malloc(NULL, sizeof(float) * (size_t)hp->n_head * pf);
+        c->al_part_floats = c->al_part ? pf : 0;
+    }
+    if (!c->al_spec) c->al_spec = es__malloc(NULL, sizeof(float) * (size_t)hp->n_head * (size_t)hp->head_dim);
+    if (!c->al_e2) c->al_e2 = es__malloc(NULL, sizeof(double) * 2 * (size_t)hp->n_head);
+    if (c->al_part && c->al_spec && c->al_e2) return ES_OK;
     return es__fail(&ctx->backend->err, ES_ERR_OUT_OF_MEMORY, "cpu forward: out of memory for ALSpec's scratch");
 }
 
 /* One part of a decode token (es__alspec_part): its inputs in, the phases, its outputs out. The
- * attention part runs alspec_attention ungated (lambda 0): the caller decides. */
+ * attention parts run alspec_attention ungated (lambda 0): the caller decides. An attention part
+ * completes the speculation part the context ran last (the core checks the order) on the
+ * partials it left. */
 static es_status cpu_part(es_context *ctx, const es__fwd *f, fwd_job *J) {
     const es__alspec_part *p = f->part;
     const es__hparams *hp = &ctx->model->hp;
@@ -462,10 +465,10 @@ static es_status cpu_part(es_context *ctx, const es__fwd *f, fwd_job *J) {
     es__fwd fp = *f;
     const es__alspec_call al = {p->chunk, 0.0f, NULL, v};
     es_status s = ES_OK;
-    if (p->op == ES__AL_ATTN) {
+    if (p->op != ES__AL_ENTER) {
         fp.alspec = &al;
         J->f = &fp;
-        s = alspec_scratch(ctx, &fp, J);
+        s = alspec_scratch(ctx, p->chunk, f->n_past + 1);
     } else if (p->layer >= 0) {
         memcpy(c->x, p->x_in, sizeof(float) * d);
         memcpy(c->att, p->att_in, sizeof(float) * qd);
@@ -477,16 +480,15 @@ static es_status cpu_part(es_context *ctx, const es__fwd *f, fwd_job *J) {
         es__pool_run(B->pool, part_thread, J);
         ctx->backend->stats.n_forward++;
     }
-    if (s == ES_OK && p->op == ES__AL_ATTN) {
+    if (s == ES_OK && p->op == ES__AL_SPEC) {
+        *p->verdict = v[p->layer];
+        memcpy(p->spec_out, c->al_spec, sizeof(float) * qd);
+    } else if (s == ES_OK && p->op == ES__AL_ATTN) {
         *p->verdict = v[p->layer];
         memcpy(p->exact_out, c->att, sizeof(float) * qd);
-        if (v[p->layer].valid) memcpy(p->spec_out, J->al_spec, sizeof(float) * qd);
     } else if (s == ES_OK && p->x_out && p->layer + 1 < hp->n_layer) {
         memcpy(p->x_out, c->x, sizeof(float) * d);
     }
-    es__free(NULL, J->al_part);
-    es__free(NULL, J->al_spec);
-    es__free(NULL, J->al_e2);
     es__free(NULL, v);
     return s;
 }
@@ -499,9 +501,9 @@ es_status es__cpu_forward(es_context *ctx, const es__fwd *f) {
     atomic_int stop_at;
     atomic_init(&stop_at, -1);
     fwd_job J = {f,    &ctx->model->hp, ctx->weights, ctx->impl, B->kern, B->pool, ctx->n_ctx, NULL, b->profile ? prof : NULL,
-                 &ctx->abort_req, &stop_at, NULL, 0, NULL, NULL};
+                 &ctx->abort_req, &stop_at};
     if (f->part) return cpu_part(ctx, f, &J);
-    if (f->alspec) ES_TRY(alspec_scratch(ctx, f, &J));
+    if (f->alspec) ES_TRY(alspec_scratch(ctx, f->alspec->chunk, f->n_past + 1));
     /* Speculative Streaming works on a copy of the call: pruning narrows it to the survivors */
     es__fwd ss_f;
     es__msa_job msa;
@@ -516,9 +518,6 @@ es_status es__cpu_forward(es_context *ctx, const es__fwd *f) {
     es__pool_run(B->pool, fwd_thread, &J);
     b->stats.n_forward++;
     if (J.prof) add_profile(b, prof);
-    es__free(NULL, J.al_part);
-    es__free(NULL, J.al_spec);
-    es__free(NULL, J.al_e2);
     const int stopped = atomic_load(&stop_at);
     if (stopped >= 0)
         return es__fail(&b->err, ES_ERR_CANCELLED, "forward cancelled by es_context_abort before layer %d of %d", stopped,

@@ -40,10 +40,14 @@ typedef struct es__kern {
     /* Speculative attention of one query over the keys in slots 0..n-1 (ALSpec, Algorithm 3): spec[hd]
      * = the attention over the keys [0, s1) and [s2, n) alone (s1 <= s2 <= n, multiples of
      * ES__ATTN_TILE), computed first; out[hd] = attend's result over all n keys, bit for bit, reusing
-     * the speculation's tile partials. part: ((s1 + n - s2) / ES__ATTN_TILE + 1) * (hd + 2) floats. */
+     * the speculation's tile partials. part: ((s1 + n - s2) / ES__ATTN_TILE + 1) * (hd + 2) floats.
+     * passes (ES__SPEC_PASS_*) runs the two halves together or apart: the exact pass alone reads the
+     * partials a speculation pass left in part, so a caller can ship spec before the middle keys. */
     void (*attend_spec)(const float *q, const float *kb, const float *vb, int64_t hd, int32_t n, int32_t s1,
-                        int32_t s2, float scale, float *part, float *spec, float *out);
+                        int32_t s2, float scale, int passes, float *part, float *spec, float *out);
 } es__kern;
+
+enum { ES__SPEC_PASS_SPEC = 1, ES__SPEC_PASS_EXACT = 2, ES__SPEC_PASS_BOTH = 3 };
 
 /* The levels built into this library, best first; each entry usable on this CPU or NULL. */
 const es__kern *es__kern_generic(void);

@@ -1005,17 +1005,20 @@ static void k_attend(const float *q, const float *kb, const float *vb, int64_t h
  * folds them, the speculation's tiles taken from part instead of being computed again.
  * part: ((s1 + n - s2) / ES__ATTN_TILE + 1) * (hd + 2) floats. */
 static void k_attend_spec(const float *q, const float *kb, const float *vb, int64_t hd, int32_t n, int32_t s1,
-                          int32_t s2, float scale, float *part, float *spec, float *out) {
+                          int32_t s2, float scale, int passes, float *part, float *spec, float *out) {
     const int64_t pw = hd + 2;
     float ml[2] = {0.0f, 0.0f}, ot[ES__MAX_HEAD_DIM], mlt[2];
     int32_t i = 0;
-    for (int32_t j0 = 0; j0 < n; j0 += ES__ATTN_TILE) {
-        if (j0 >= s1 && j0 < s2) continue;
-        float *pt = part + (int64_t)i * pw;
-        attend_tile(q, kb, vb, hd, n, NULL, j0, ES__MIN(n, j0 + ES__ATTN_TILE), scale, 0.0f, pt + 2, pt);
-        attend_merge(spec, ml, pt + 2, pt, hd, i++ == 0);
+    if (passes & ES__SPEC_PASS_SPEC) {
+        for (int32_t j0 = 0; j0 < n; j0 += ES__ATTN_TILE) {
+            if (j0 >= s1 && j0 < s2) continue;
+            float *pt = part + (int64_t)i * pw;
+            attend_tile(q, kb, vb, hd, n, NULL, j0, ES__MIN(n, j0 + ES__ATTN_TILE), scale, 0.0f, pt + 2, pt);
+            attend_merge(spec, ml, pt + 2, pt, hd, i++ == 0);
+        }
+        attend_finish(spec, spec, ml, hd);
     }
-    attend_finish(spec, spec, ml, hd);
+    if (!(passes & ES__SPEC_PASS_EXACT)) return;
     i = 0;
     for (int32_t j0 = 0; j0 < n; j0 += ES__ATTN_TILE) {
         if (j0 >= s1 && j0 < s2) {

@@ -259,7 +259,7 @@ static void spec_thread(void *arg, int ith, int nth) {
         const size_t kv = (size_t)(h / j->group) * (size_t)j->n_ctx * (size_t)j->hd;
         float *o = j->out + h * j->hd, *sp = j->spec + h * j->hd;
         j->k->attend_spec(j->q + h * j->hd, j->kc + kv, j->vc + kv, j->hd, j->n, j->s1, j->s2, j->scale,
-                          j->part + (size_t)ith * j->part_floats, sp, o);
+                          ES__SPEC_PASS_BOTH, j->part + (size_t)ith * j->part_floats, sp, o);
         double e = 0.0, a = 0.0;
         for (int32_t d = 0; d < j->hd; d++) {
             const double diff = (double)sp[d] - (double)o[d];

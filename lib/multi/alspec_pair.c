@@ -11,9 +11,11 @@
  * in a token, and it wrote that slot itself).
  * The gating is decided here, on the host, from the device's sums: one round trip per layer and
  * the activations through host memory. The receiver's part runs on a worker thread of its own
- * (one per pair, each context driven by one thread at a time), so on a miss the sender's exact
- * path runs while the receiver works; the sender's speculation and exact output come out of one
- * fused kernel together, so on a hit nothing else overlaps the receiver yet. */
+ * (one per pair, each context driven by one thread at a time). The sender's speculative flash
+ * decode runs in two parts: the speculation (first and last chunks) goes to the receiver as soon
+ * as it exists, and the middle chunks that complete the exact output run while the receiver
+ * works, so a hit overlaps the receiver with the rest of the sender's attention and a miss with
+ * the sender's exact path too. */
 #include "alspec_pair.h"
 
 #include <pthread.h>
@@ -194,15 +196,22 @@ static es_status layers(es__alspec_pair *p, const es_batch *b, const es__alspec_
     for (int32_t l = 0; l < p->n_layer; l++) {
         p->owner[l] = (int8_t)s; /* the sender ran this layer's pre-attention ops: its slot is right */
         es__spec_verdict v;
-        const es__alspec_part att = {ES__AL_ATTN, l, p->chunk, NULL, NULL, NULL, p->spec, p->att, &v};
-        ES_TRY(es__forward_alspec_part(p->ctx[s], b, &att));
+        const es__alspec_part spec = {ES__AL_SPEC, l, p->chunk, NULL, NULL, NULL, p->spec, NULL, &v};
+        ES_TRY(es__forward_alspec_part(p->ctx[s], b, &spec));
         const int r = 1 - s;
         ES_RETURN_IF(!v.valid, NULL, ES_ERR_BACKEND, "alspec pair: layer %d has no speculation at %d keys", l,
                      es_context_n_past(p->ctx[s]) + 1);
         /* the receiver goes ahead on the speculation and the sender's residual (both read-only
-         * until it is done); the sender checks, and on a miss goes on with the exact output */
+         * until it is done) while the sender's middle chunks complete the exact output; the
+         * sender checks, and on a miss goes on with the exact output */
         prio[r] = 1;
         receiver_post(&p->rx, p->ctx[r], b, l, p->x, p->spec, p->x_r);
+        const es__alspec_part exact = {ES__AL_ATTN, l, p->chunk, NULL, NULL, NULL, NULL, p->att, &v};
+        const es_status sa = es__forward_alspec_part(p->ctx[s], b, &exact);
+        if (sa != ES_OK) {
+            receiver_wait(&p->rx);
+            return sa;
+        }
         const bool hit = es__spec_accept(v.err2, v.norm2, call->lambda) && !(call->force_miss && call->force_miss[l]);
         call->verdicts[l] = (es__spec_verdict){true, hit, v.err2, v.norm2};
         prio[s] = hit ? 0 : 2;

@@ -645,11 +645,11 @@ static void rec_attn(vk_ctx *c, es__vk_rec *r, uint32_t l, uint32_t n, uint32_t 
     for (uint32_t t0 = 0, k = 0; t0 < n; t0 += ES__ATTN_CHUNK, k++) {
         es__pc_attn pa = {t0, ES__MIN(ES__ATTN_CHUNK, n - t0), (uint32_t)hp->n_head, (uint32_t)hp->n_head_kv, hd,
                           c->QKV32, c->n_ctx, c->split, c->max_splits, c->Q32, hp->attn_scale,
-                          (uint32_t)es__layer_window(hp, (int32_t)l), hp->attn_softcap};
+                          (uint32_t)es__layer_window(hp, (int32_t)l), hp->attn_softcap, 0, 0, 0};
         es__vk_rec_dispatch_indirect(r, "attn", c->p_attn, c->ls[l].attn, &pa, c->step.buf,
                                      ((VkDeviceSize)c->step_ind + 8 * k) * 4);
         if (spec_chunk) { /* ALSpec: one decode token; the reducer gates on its own verdict */
-            es__pc_attn_spec ps = {0, (uint32_t)hp->n_head, hd, c->split, c->max_splits, c->Q32, spec_chunk, l};
+            es__pc_attn_spec ps = {0, (uint32_t)hp->n_head, hd, c->split, c->max_splits, c->Q32, spec_chunk, l, 0};
             es__vk_rec_dispatch(r, "attn_spec", c->p_spec, c->s_spec, &ps, 1, 1, 1);
         } else if (c->max_splits > 1) { /* its grid is empty when no token of the chunk needs two splits */
             es__pc_attn_merge pm = {t0, (uint32_t)hp->n_head, hd, c->split, c->max_splits, c->Q32};
@@ -657,6 +657,22 @@ static void rec_attn(vk_ctx *c, es__vk_rec *r, uint32_t l, uint32_t n, uint32_t 
                                          ((VkDeviceSize)c->step_ind + 8 * k + 4) * 4);
         }
     }
+}
+
+/* ALSpec's attention of one decode token in two parts (forward_part): the speculation's splits
+ * (the first chunk and those of the last S keys) folded into SPEC alone, or the middle splits
+ * and the exact fold with the check over every split's partials, the first part's included. */
+static void rec_attn_part(vk_ctx *c, es__vk_rec *r, uint32_t l, uint32_t chunk, int32_t n_keys, bool spec) {
+    const es__hparams *hp = &c->w->model->hp;
+    const uint32_t hd = (uint32_t)hp->head_dim;
+    int32_t s2 = 0;
+    es__spec_window(n_keys, (int32_t)chunk, &s2);
+    const es__pc_attn pa = {0, 1, (uint32_t)hp->n_head, (uint32_t)hp->n_head_kv, hd, c->QKV32, c->n_ctx, c->split,
+                            c->max_splits, c->Q32, hp->attn_scale, (uint32_t)es__layer_window(hp, (int32_t)l),
+                            hp->attn_softcap, spec ? 1u : 2u, chunk / c->split, (uint32_t)s2 / c->split};
+    es__vk_rec_dispatch_indirect(r, "attn", c->p_attn, c->ls[l].attn, &pa, c->step.buf, (VkDeviceSize)c->step_ind * 4);
+    const es__pc_attn_spec ps = {0, (uint32_t)hp->n_head, hd, c->split, c->max_splits, c->Q32, chunk, l, spec};
+    es__vk_rec_dispatch(r, "attn_spec", c->p_spec, c->s_spec, &ps, 1, 1, 1);
 }
 
 /* Layer l's post-attention ops over nl rows: output projection + residual; RMSNorm; gate/up
@@ -902,7 +918,9 @@ static es_status forward_pruned(es_context *ctx, vk_ctx *c, const es__fwd *f, in
 
 /* One part of a decode token over two contexts (es__alspec_part), recorded into the device's
  * one-off command buffer: its inputs staged into x and attn, the dispatches, its outputs read
- * back. The attention part's reducer runs ungated with lambda 0: the caller decides. */
+ * back. The attention parts' reducer runs ungated with lambda 0: the caller decides; the
+ * speculation part leaves its splits' partials for the attention part that follows it (the core
+ * checks the order; nothing else runs on the context in between). */
 static es_status forward_part(es_context *ctx, vk_ctx *c, const es__fwd *f) {
     es__vk_dev *d = c->d;
     const es__alspec_part *p = f->part;
@@ -920,7 +938,7 @@ static es_status forward_part(es_context *ctx, vk_ctx *c, const es__fwd *f) {
         es__vk_stager_free(d, &st);
         ES_TRY(s);
     }
-    if (p->op == ES__AL_ATTN) {
+    if (p->op != ES__AL_ENTER) {
         memset(c->verd.map, 0, (size_t)L * 8 * sizeof(float)); /* lambda 0, no flags: ungated */
         ES_TRY(es__vk_buf_flush(d, &c->verd));
     }
@@ -928,8 +946,8 @@ static es_status forward_part(es_context *ctx, vk_ctx *c, const es__fwd *f) {
     ES_VK_TRY(d, vkResetCommandBuffer(d->once, 0));
     es__vk_rec_begin(&r, d, d->once, VK_NULL_HANDLE, 0, NULL);
     const uint32_t l = (uint32_t)p->layer;
-    if (p->op == ES__AL_ATTN) {
-        rec_attn(c, &r, l, 1, (uint32_t)p->chunk);
+    if (p->op != ES__AL_ENTER) {
+        rec_attn_part(c, &r, l, (uint32_t)p->chunk, f->n_past + 1, p->op == ES__AL_SPEC);
     } else {
         if (p->layer < 0) rec_embed(c, &r, 1);
         else ES_TRY(rec_post(c, &r, l, 1, 1, 0));
@@ -940,12 +958,13 @@ static es_status forward_part(es_context *ctx, vk_ctx *c, const es__fwd *f) {
     ES_TRY(es__vk_submit_wait(d, d->once));
     d->stats->n_forward_submits++;
     d->stats->n_dispatches += r.n_dispatch;
-    if (p->op == ES__AL_ATTN) {
+    if (p->op != ES__AL_ENTER) {
         ES_TRY(es__vk_buf_invalidate(d, &c->verd));
         const float *v = (const float *)c->verd.map + 8 * l;
         *p->verdict = (es__spec_verdict){v[4] != 0.0f, false, v[6], v[7]};
-        ES_TRY(es__vk_read(d, es__vk_region_buf(&c->arena, &c->r_attn), c->r_attn.off, p->exact_out, qd * fl));
-        if (p->verdict->valid)
+        if (p->op == ES__AL_ATTN)
+            ES_TRY(es__vk_read(d, es__vk_region_buf(&c->arena, &c->r_attn), c->r_attn.off, p->exact_out, qd * fl));
+        else
             ES_TRY(es__vk_read(d, es__vk_region_buf(&c->arena, &c->r_spec), c->r_spec.off, p->spec_out, qd * fl));
     } else if (p->layer + 1 < (int32_t)L) {
         if (p->x_out) ES_TRY(es__vk_read(d, es__vk_region_buf(&c->arena, &c->r_x), c->r_x.off, p->x_out, hp->n_embd * fl));

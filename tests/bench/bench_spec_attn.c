@@ -50,7 +50,7 @@ static double time_one(bool spec, const shape *s, es__pool *pool, es_backend *vk
         es__vk_attn_bench pb = {NULL, NULL, reps, 0.0, 0, 0.0f};
         st = spec ? es__vk_run_attention_spec(vk, q, kc, vc, (uint32_t)s->n, (uint32_t)s->nh, (uint32_t)s->nkv,
                                               (uint32_t)s->hd, (uint32_t)s->n, (uint32_t)s->chunk, 0.1f, scale, out,
-                                              sp, &v, reps, &ms)
+                                              sp, &v, false, reps, &ms)
                   : es__vk_run_attention_bench(vk, q, kc, vc, (uint32_t)s->n, (uint32_t)s->nh, (uint32_t)s->nkv,
                                                (uint32_t)s->hd, (uint32_t)s->n - 1, 1, &zero, scale, out,
                                                &pb);

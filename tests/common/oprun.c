@@ -538,7 +538,7 @@ static void rec_attention(es__vk_rec *rec, es__vk_pipeline *pa, uint32_t per_wg,
         const uint32_t t1 = ES__MIN(n, t0 + ES__ATTN_CHUNK);
         int32_t maxp = 0;
         for (uint32_t t = t0; t < t1; t++) maxp = ES__MAX(maxp, pos[t]);
-        es__pc_attn pc = {t0, t1 - t0, n_head, n_head_kv, hd, qd, n_ctx, split, max_splits, qd, scale, window, softcap};
+        es__pc_attn pc = {t0, t1 - t0, n_head, n_head_kv, hd, qd, n_ctx, split, max_splits, qd, scale, window, softcap, 0, 0, 0};
         es__vk_rec_dispatch(rec, "attn", pa, sa, &pc, ((t1 - t0) * n_head + per_wg - 1) / per_wg,
                             (uint32_t)maxp / split + 1, 1);
         es__pc_attn_merge pm_pc = {t0, n_head, hd, split, max_splits, qd};
@@ -596,7 +596,7 @@ es_status es__vk_run_attention_bench(es_backend *b, const float *q, const float 
 es_status es__vk_run_attention_spec(es_backend *b, const float *q, const float *kc, const float *vc, uint32_t n_ctx,
                                     uint32_t n_head, uint32_t n_head_kv, uint32_t hd, uint32_t n, uint32_t chunk,
                                     float lambda, float scale, float *out, float *spec, es__spec_verdict *v,
-                                    uint32_t reps, double *ms) {
+                                    bool two_parts, uint32_t reps, double *ms) {
     RUN_BEGIN(b)
     const uint32_t qd = n_head * hd, split = r.d->policy.attn_split, max_splits = (n_ctx + split - 1) / split;
     const size_t cache = (size_t)n_head_kv * n_ctx * hd;
@@ -628,12 +628,16 @@ es_status es__vk_run_attention_spec(es_backend *b, const float *q, const float *
     if (s == ES_OK) {
         es__vk_rec rec;
         es__vk_rec_begin(&rec, r.d, r.cb, VK_NULL_HANDLE, 0, NULL);
-        for (uint32_t i = 0; i < (reps ? reps : 1); i++) {
-            es__pc_attn pc = {0, 1, n_head, n_head_kv, hd, qd, n_ctx, split, max_splits, qd, scale, 0, 0.0f};
-            es__vk_rec_dispatch(&rec, "attn", pa, sa, &pc, (n_head + per_wg - 1) / per_wg, (n - 1) / split + 1, 1);
-            es__pc_attn_spec ps = {0, n_head, hd, split, max_splits, qd, chunk, 0};
-            es__vk_rec_dispatch(&rec, "attn_spec", pm, sm, &ps, 1, 1, 1);
-        }
+        int32_t s2 = 0;
+        es__spec_window((int32_t)n, (int32_t)chunk, &s2);
+        for (uint32_t i = 0; i < (reps ? reps : 1); i++)
+            for (uint32_t part = two_parts ? 1 : 0; part <= (two_parts ? 2u : 0u); part++) {
+                es__pc_attn pc = {0,  1,     n_head, n_head_kv, hd,   qd,          n_ctx, split, max_splits,
+                                  qd, scale, 0,      0.0f,      part, chunk / split, (uint32_t)s2 / split};
+                es__vk_rec_dispatch(&rec, "attn", pa, sa, &pc, (n_head + per_wg - 1) / per_wg, (n - 1) / split + 1, 1);
+                es__pc_attn_spec ps = {0, n_head, hd, split, max_splits, qd, chunk, 0, part == 1};
+                es__vk_rec_dispatch(&rec, "attn_spec", pm, sm, &ps, 1, 1, 1);
+            }
         s = run_submit(&r, &rec, reps ? reps : 1, ms);
     }
     if (s == ES_OK) s = run_read(&r, O, out, sizeof *out * qd);

@@ -56,11 +56,13 @@ es_status es__vk_run_attention_bench(es_backend *b, const float *q, const float 
                                      const int32_t *dfs_end, float scale, float *out, es__vk_attn_bench *bench);
 /* ALSpec's speculative flash decode of one token as es__cpu_attention_spec (attn.comp, then
  * attn_spec.comp): keys in slots 0..n-1, q[n_head][hd]; out, spec [n_head][hd] (spec written only
- * when v->valid); recorded reps times (0 = once) in one submission, *ms (may be NULL) per rep. */
+ * when v->valid); recorded reps times (0 = once) in one submission, *ms (may be NULL) per rep.
+ * two_parts runs it as ALSpec's pair does (es__alspec_part): the speculation's splits and their
+ * fold first, then the middle splits and the exact fold. */
 es_status es__vk_run_attention_spec(es_backend *b, const float *q, const float *kc, const float *vc, uint32_t n_ctx,
                                     uint32_t n_head, uint32_t n_head_kv, uint32_t hd, uint32_t n, uint32_t chunk,
                                     float lambda, float scale, float *out, float *spec, es__spec_verdict *v,
-                                    uint32_t reps, double *ms);
+                                    bool two_parts, uint32_t reps, double *ms);
 /* Softmax of each row of x[n][V], into y. */
 es_status es__vk_run_softmax(es_backend *b, const float *x, uint32_t V, uint32_t n, float *y);
 /* The k largest of each row of x[n][V] (descending, ties to the lower id): ids[n][k], vals[n][k]. */

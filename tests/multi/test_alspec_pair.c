@@ -172,16 +172,22 @@ static void test_errors(void) {
     CHECK_FAILS(es_alspec_create_pair(a, a, &p, &al), ES_ERR_INVALID_ARGUMENT, "two distinct contexts");
     CHECK(al == NULL);
     CHECK_FAILS(es_alspec_create_pair(a, NULL, &p, &al), ES_ERR_INVALID_ARGUMENT, "ctx2");
-    /* the parts' preconditions: an attention part needs the query an entering part left */
+    /* the parts' preconditions: a speculation part needs the query an entering part left and
+     * 2S keys, an attention part the speculation part right before it */
     const int32_t tok = 1;
     const es_batch one = {1, &tok, NULL, NULL, NULL, NULL};
     float spec[1024], exact[1024], x[1024], kv[1024];
     es__spec_verdict v;
-    const es__alspec_part att = {ES__AL_ATTN, 1, CHUNK, NULL, NULL, NULL, spec, exact, &v};
-    CHECK_FAILS(es__forward_alspec_part(a, &one, &att), ES_ERR_INVALID_ARGUMENT, "left layer -1's query");
+    const es__alspec_part sp1 = {ES__AL_SPEC, 1, CHUNK, NULL, NULL, NULL, spec, NULL, &v};
+    const es__alspec_part sp0 = {ES__AL_SPEC, 0, CHUNK, NULL, NULL, NULL, spec, NULL, &v};
+    const es__alspec_part att = {ES__AL_ATTN, 0, CHUNK, NULL, NULL, NULL, NULL, exact, &v};
+    CHECK_FAILS(es__forward_alspec_part(a, &one, &sp1), ES_ERR_INVALID_ARGUMENT, "left layer -1's query");
+    CHECK_FAILS(es__forward_alspec_part(a, &one, &att), ES_ERR_INVALID_ARGUMENT, "not its speculation part");
     const es__alspec_part enter = {ES__AL_ENTER, -1, 0, NULL, NULL, x, NULL, NULL, NULL};
     CHECK_OK(es__forward_alspec_part(a, &one, &enter));
-    CHECK_FAILS(es__forward_alspec_part(a, &one, &att), ES_ERR_INVALID_ARGUMENT, "left layer 0's query");
+    CHECK_FAILS(es__forward_alspec_part(a, &one, &sp1), ES_ERR_INVALID_ARGUMENT, "left layer 0's query");
+    CHECK_FAILS(es__forward_alspec_part(a, &one, &sp0), ES_ERR_INVALID_ARGUMENT, "a speculation needs 2S");
+    CHECK_FAILS(es__forward_alspec_part(a, &one, &att), ES_ERR_INVALID_ARGUMENT, "not its speculation part");
     const es__alspec_part resume = {ES__AL_ENTER, 0, 0, NULL, NULL, x, NULL, NULL, NULL};
     CHECK_FAILS(es__forward_alspec_part(a, &one, &resume), ES_ERR_INVALID_ARGUMENT, "without its residual");
     CHECK_FAILS(es__kv_slot(a, 0, 1, kv, false), ES_ERR_INVALID_ARGUMENT, "slot 1");

@@ -51,13 +51,22 @@ static void test_case(es_backend *b, test_rng *r, const char *cfg, const spec_ca
     float *q = malloc(sizeof(float) * qd), *kc = malloc(sizeof(float) * cache), *vc = malloc(sizeof(float) * cache);
     float *o = malloc(sizeof(float) * qd), *sp = malloc(sizeof(float) * qd), *plain = malloc(sizeof(float) * qd);
     float *co = malloc(sizeof(float) * qd), *csp = malloc(sizeof(float) * qd);
+    float *o2 = malloc(sizeof(float) * qd), *sp2 = malloc(sizeof(float) * qd);
     fill(c, n_ctx, r, q, kc, vc);
     for (uint32_t i = 0; i < qd; i++) o[i] = sp[i] = plain[i] = NAN;
     const float scale = 1.0f / sqrtf((float)c->hd);
     es__spec_verdict v, cv;
     const int32_t zero = 0;
     CHECK_OK(es__vk_run_attention_spec(b, q, kc, vc, n_ctx, c->n_head, c->n_head_kv, c->hd, c->n, c->chunk, c->lambda,
-                                       scale, o, sp, &v, 0, NULL));
+                                       scale, o, sp, &v, false, 0, NULL));
+    /* the pair's two parts (the speculation first, then the middle) give the same bits */
+    es__spec_verdict v2;
+    for (uint32_t i = 0; i < qd; i++) o2[i] = sp2[i] = NAN;
+    CHECK_OK(es__vk_run_attention_spec(b, q, kc, vc, n_ctx, c->n_head, c->n_head_kv, c->hd, c->n, c->chunk, c->lambda,
+                                       scale, o2, sp2, &v2, true, 0, NULL));
+    CHECKF(memcmp(o, o2, sizeof(float) * qd) == 0 && v.valid == v2.valid && v.hit == v2.hit && v.err2 == v2.err2 &&
+               v.norm2 == v2.norm2 && (!v.valid || memcmp(sp, sp2, sizeof(float) * qd) == 0),
+           "[%s] n %u: the two-part run differs from the one-pass run", cfg, c->n);
     CHECK_OK(es__vk_run_attention(b, q, kc, vc, n_ctx, c->n_head, c->n_head_kv, c->hd, c->n - 1, 1, &zero, scale, plain));
     CHECK_OK(es__cpu_attention_spec(NULL, q, kc, vc, (int32_t)n_ctx, (int32_t)c->n_head, (int32_t)c->n_head_kv,
                                     (int32_t)c->hd, (int32_t)c->n, (int32_t)c->chunk, c->lambda, scale, co, csp, &cv,
@@ -79,7 +88,7 @@ static void test_case(es_backend *b, test_rng *r, const char *cfg, const spec_ca
     } else {
         CHECKF(!v.hit, "[%s] n %u: a hit without a speculation", cfg, c->n);
     }
-    free(q), free(kc), free(vc), free(o), free(sp), free(plain), free(co), free(csp);
+    free(q), free(kc), free(vc), free(o), free(sp), free(plain), free(co), free(csp), free(o2), free(sp2);
 }
 
 int main(void) {
