@@ -131,6 +131,26 @@
     U(spec_only) /* 1: the speculation alone (ALSpec's first part, before the */                   \
                  /* middle splits exist): SPEC and VERD.valid only            */
 
+/* alspec_copy: ALSpec's two-device token (lib/vulkan/alspec_vk.c): rows x n floats from S to D,
+ * row r at src_off + r src_stride and dst_off + r dst_stride (floats, from each binding's start). */
+#define ES_PC_ALSPEC_COPY(U, F)                                                                    \
+    U(n)                                                                                           \
+    U(rows)                                                                                        \
+    U(src_off)                                                                                     \
+    U(src_stride)                                                                                  \
+    U(dst_off)                                                                                     \
+    U(dst_stride)
+
+/* alspec_gate: the gating flags of ALSpec's two-device token (alspec_gate.comp). */
+#define ES_ALSPEC_GATE_CHECK 0   /* after layer's check: this device's miss flag, its hit published */
+#define ES_ALSPEC_GATE_ADVANCE 1 /* after the check's exchange: is this device layer + 1's sender */
+#define ES_PC_ALSPEC_GATE(U, F)                                                                    \
+    U(mode)                                                                                        \
+    U(layer)                                                                                       \
+    U(side)     /* this device's side of the link (0 or 1)                    */                   \
+    U(n_layer)                                                                                     \
+    U(flag_off) /* the window's hit flags, [side][n_layer] words from here    */
+
 /* kv_move: for r < n_keep, cache slot n_past + keep[r] moves to n_past + r, in ascending r. */
 #define ES_PC_KV_MOVE(U, F)                                                                        \
     U(n_keep)                                                                                      \

@@ -84,6 +84,12 @@ typedef struct es__backend_vtbl {
     int32_t alspec_tile;
     /* Slot pos of layer's cache to or from buf: [K, V][n_head_kv][head_dim] floats (es__kv_slot). */
     es_status (*kv_slot)(es_context *ctx, int32_t layer, int32_t pos, float *buf, bool write);
+    /* ALSpec's two-device token with the gating on the devices (forward_api.h's es__dev_pair):
+     * a pair of contexts of two backends of this kind; NULL = none (the host gates). */
+    es_status (*pair_create)(es_context *a, es_context *b, int32_t chunk, void **out);
+    void (*pair_free)(void *pair);
+    es_status (*pair_forward)(void *pair, const es__fwd *fa, const es__fwd *fb, const struct es__alspec_call *call,
+                              float *logits);
 } es__backend_vtbl;
 
 typedef struct es__upload {

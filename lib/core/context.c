@@ -352,6 +352,85 @@ es_status es__forward_alspec_part(es_context *ctx, const es_batch *batch, const 
     return forward(ctx, batch, NULL, NULL, part);
 }
 
+struct es__dev_pair {
+    es_context *ctx[2];
+    void *impl;
+};
+
+es_status es__dev_pair_create(es_context *a, es_context *b, int32_t chunk, es__dev_pair **out) {
+    *out = NULL;
+    ES_RETURN_IF(!a || !b || a == b, NULL, ES_ERR_INVALID_ARGUMENT, "es__dev_pair_create: two distinct contexts are needed");
+    const es__backend_vtbl *vt = a->backend->vt;
+    ES_RETURN_IF(b->backend->vt != vt || !vt->pair_create || a->backend == b->backend, NULL, ES_ERR_UNSUPPORTED,
+                 "es__dev_pair_create: %s and %s backends: no device-side gating between them", vt->name,
+                 b->backend->vt->name);
+    ES_RETURN_IF(a->model != b->model, NULL, ES_ERR_INVALID_ARGUMENT, "es__dev_pair_create: the contexts hold different models");
+    es__dev_pair *p = es__calloc(a->alloc, 1, sizeof *p);
+    ES_RETURN_IF(!p, NULL, ES_ERR_OUT_OF_MEMORY, "es__dev_pair_create: out of memory");
+    p->ctx[0] = a;
+    p->ctx[1] = b;
+    const es_status s = vt->pair_create(a, b, chunk, &p->impl);
+    if (s != ES_OK) {
+        es__free(a->alloc, p);
+        return s;
+    }
+    *out = p;
+    return ES_OK;
+}
+
+void es__dev_pair_free(es__dev_pair *p) {
+    if (!p) return;
+    p->ctx[0]->backend->vt->pair_free(p->impl);
+    es__free(p->ctx[0]->alloc, p);
+}
+
+/* One context's side of a pair token: checked and laid out as a forward call of one token. */
+static es_status pair_side(es_context *ctx, const es_batch *batch, const es__alspec_call *call, es__fwd *f) {
+    ES_TRY(check_alspec(ctx, call, batch));
+    es__batch_scratch *s = &ctx->scratch;
+    int32_t n_out = 0;
+    ES_TRY(es__batch_validate(batch, ctx->n_past, ctx->n_ctx, ctx->n_batch, ctx->model->hp.n_vocab, s, &n_out,
+                              &ctx->err));
+    ES_TRY(reserve_logits(ctx, n_out));
+    memset(ctx->prov_pruned, 0, (size_t)batch->n_tokens);
+    *f = (es__fwd){batch->n_tokens, ctx->n_past, batch->tokens, s->pos, s->dfs_start, s->dfs_end, s->parent,
+                   n_out, s->out_rows, ctx->logits, 0, 0.0f, ctx->prov_pruned, call, NULL};
+    ctx->part_q_layer = -1;
+    ctx->part_spec_layer = -1;
+    return ES_OK;
+}
+
+es_status es__dev_pair_forward(es__dev_pair *p, int32_t token, const es__alspec_call *call, float *logits) {
+    es_context *a = p->ctx[0], *b = p->ctx[1];
+    ES_RETURN_IF(a->n_past != b->n_past, &a->err, ES_ERR_INVALID_ARGUMENT,
+                 "alspec pair: the contexts hold %d and %d tokens", a->n_past, b->n_past);
+    int32_t s2 = 0;
+    ES_RETURN_IF(!call || !es__spec_window(a->n_past + 1, call->chunk, &s2), &a->err, ES_ERR_INVALID_ARGUMENT,
+                 "alspec pair: a device-gated token needs 2S keys, it has %d", a->n_past + 1);
+    const es_batch batch = {1, &token, NULL, NULL, NULL, NULL};
+    es__fwd fa, fb;
+    ES_TRY(pair_side(a, &batch, call, &fa));
+    ES_TRY(pair_side(b, &batch, call, &fb));
+    /* both backends' locks, in one order whoever calls */
+    es_backend *first = (uintptr_t)a->backend < (uintptr_t)b->backend ? a->backend : b->backend;
+    es_backend *second = first == a->backend ? b->backend : a->backend;
+    pthread_mutex_lock(&first->lock);
+    pthread_mutex_lock(&second->lock);
+    es__err_clear(&a->backend->err);
+    es__err_clear(&b->backend->err);
+    const es_status st = a->backend->vt->pair_forward(p->impl, &fa, &fb, call, logits);
+    pthread_mutex_unlock(&second->lock);
+    pthread_mutex_unlock(&first->lock);
+    a->n_provisional = b->n_provisional = 0;
+    if (st != ES_OK) {
+        const char *why = a->backend->err.status != ES_OK ? a->backend->err.msg : b->backend->err.msg;
+        return es__fail(&a->err, st, "alspec pair: %s", why);
+    }
+    keep_call(a, &fa);
+    keep_call(b, &fb);
+    return ES_OK;
+}
+
 es_status es__kv_slot(es_context *ctx, int32_t layer, int32_t pos, float *kv, bool write) {
     ES_RETURN_IF(!ctx || !kv, ctx ? &ctx->err : NULL, ES_ERR_INVALID_ARGUMENT, "es__kv_slot: NULL argument");
     ES_RETURN_IF(layer < 0 || layer >= ctx->model->hp.n_layer || pos < 0 || pos > ctx->n_past || pos >= ctx->n_ctx,

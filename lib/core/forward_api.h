@@ -82,6 +82,25 @@ typedef struct es__alspec_part {
 /* One part of the decode token batch (one token after the committed ones). */
 es_status es__forward_alspec_part(es_context *ctx, const es_batch *batch, const es__alspec_part *part);
 
+/* ALSpec over two contexts with the gating on the devices (Algorithm 2 with priority gating,
+ * section 4.2): where both contexts' backends can (two Vulkan devices with conditional rendering
+ * and timeline semaphores), the host records the token's whole op sequence on both devices at
+ * once; each device reads from flags the devices write whether it is a layer's sender or receiver
+ * and whether the check missed, so no host round trip decides anything per layer. The pair in
+ * lib/multi/alspec_pair.c uses it when es__dev_pair_create succeeds and gates on the host
+ * otherwise. */
+typedef struct es__dev_pair es__dev_pair;
+
+/* ES_ERR_UNSUPPORTED when the contexts' backends cannot (a CPU backend, different kinds, a
+ * device without the extensions); the same preconditions as es__alspec_pair_create otherwise. */
+es_status es__dev_pair_create(es_context *a, es_context *b, int32_t chunk, es__dev_pair **out);
+void es__dev_pair_free(es__dev_pair *p);
+/* Decodes token (one after the committed ones, the same n_past on both, at least 2S keys) on
+ * both contexts, leaving it provisional on each (es_commit them): call->verdicts[l] as
+ * es__forward_alspec's, logits [n_vocab]. Afterwards both caches hold each layer's slot as the
+ * layer's sender wrote it. On failure neither context holds a provisional token. */
+es_status es__dev_pair_forward(es__dev_pair *p, int32_t token, const es__alspec_call *call, float *logits);
+
 /* One KV slot of one layer to or from kv: [K, V][n_head_kv][head_dim] floats; pos a committed
  * slot or the provisional one of the last forward call (pos <= n_past). */
 es_status es__kv_slot(es_context *ctx, int32_t layer, int32_t pos, float *kv, bool write);

@@ -395,4 +395,5 @@ const es__backend_vtbl es__cpu_backend = {
     "cpu", cpu_init, cpu_destroy, cpu_model_upload, cpu_model_release,
     cpu_ctx_init, cpu_ctx_destroy, cpu_forward, cpu_kv_compact,
     es__msa_stream_logits, cpu_kv_shift, cpu_kv_io, ES__ATTN_TILE, cpu_kv_slot,
+    NULL, NULL, NULL, /* no device-side ALSpec pair: the host gates (lib/multi/alspec_pair.c) */
 };

@@ -48,6 +48,7 @@ struct es__alspec_pair {
     int8_t *owner;      /* [n_layer] which context was the layer's sender this token */
     float *x_s;         /* [n_embd] the sender's next residual on a miss              */
     receiver rx;
+    es__dev_pair *dev;  /* the backends gate on the devices (NULL: the host does)     */
 };
 
 es_context *es__alspec_pair_second(const es__alspec_pair *p) {
@@ -112,6 +113,7 @@ void es__alspec_pair_free(es__alspec_pair *p) {
         pthread_cond_destroy(&p->rx.cv);
         pthread_mutex_destroy(&p->rx.mu);
     }
+    es__dev_pair_free(p->dev);
     const es_allocator *al = p->alloc;
     es__free(al, p->x_s);
     es__free(al, p->x);
@@ -174,6 +176,12 @@ es_status es__alspec_pair_create(es_context *ctx, es_context *ctx2, int32_t chun
         pthread_mutex_destroy(&p->rx.mu);
         es__alspec_pair_free(p);
         return es__fail(NULL, ES_ERR_OUT_OF_MEMORY, "es_alspec_create_pair: cannot start the receiver's thread");
+    }
+    /* where the devices can gate themselves, a token is one submission of everything per device */
+    const es_status sd = es__dev_pair_create(ctx, ctx2, chunk, &p->dev);
+    if (sd != ES_OK && sd != ES_ERR_UNSUPPORTED) {
+        es__alspec_pair_free(p);
+        return sd;
     }
     *out = p;
     return ES_OK;
@@ -253,6 +261,8 @@ static es_status decode(es__alspec_pair *p, int32_t token, const es__alspec_call
     if (!es__spec_window(n + 1, p->chunk, &s2)) {
         for (int32_t l = 0; l < p->n_layer; l++) call->verdicts[l] = (es__spec_verdict){false, false, 0.0, 0.0};
         ES_TRY(both_exact(p, &b, logits));
+    } else if (p->dev) {
+        ES_TRY(es__dev_pair_forward(p->dev, token, call, logits));
     } else {
         int s = 0;
         const float *l = NULL;

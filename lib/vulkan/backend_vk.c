@@ -1,6 +1,7 @@
 /* backend_vk.c: the Vulkan backend's vtable: device setup on backend creation; the model upload,
  * context and forward entry points live in model_vk.c and forward.c. */
 #include "backend_vk.h"
+#include "forward_vk.h"
 #include "model_vk.h"
 
 #include <stdio.h>
@@ -54,6 +55,9 @@ static const es__backend_vtbl vk_vtbl = {
     .kv_io = es__vk_kv_io,
     .alspec_tile = ES__ATTN_SPLIT, /* ALSpec's chunks are whole splits of attn.comp */
     .kv_slot = es__vk_kv_slot,
+    .pair_create = es__vk_pair_create,
+    .pair_free = es__vk_pair_free,
+    .pair_forward = es__vk_pair_forward,
 };
 
 const es__backend_vtbl *const es__vulkan_backend_ptr = &vk_vtbl;

@@ -67,6 +67,24 @@ void es__vk_rec_dispatch_indirect(es__vk_rec *r, const char *op, const es__vk_pi
     epilogue(r, op);
 }
 
+void es__vk_rec_gate_begin(es__vk_rec *r, const es__vk_buf *buf, VkDeviceSize off, bool inverted) {
+    if (r->err != VK_SUCCESS) return;
+    VkMemoryBarrier mb = {.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER};
+    mb.srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_WRITE_BIT;
+    mb.dstAccessMask = VK_ACCESS_CONDITIONAL_RENDERING_READ_BIT_EXT;
+    vkCmdPipelineBarrier(r->cb, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT,
+                         VK_PIPELINE_STAGE_CONDITIONAL_RENDERING_BIT_EXT, 0, 1, &mb, 0, NULL, 0, NULL);
+    VkConditionalRenderingBeginInfoEXT ci = {.sType = VK_STRUCTURE_TYPE_CONDITIONAL_RENDERING_BEGIN_INFO_EXT};
+    ci.buffer = buf->buf;
+    ci.offset = off;
+    ci.flags = inverted ? VK_CONDITIONAL_RENDERING_INVERTED_BIT_EXT : 0;
+    r->d->cond_begin(r->cb, &ci);
+}
+
+void es__vk_rec_gate_end(es__vk_rec *r) {
+    if (r->err == VK_SUCCESS) r->d->cond_end(r->cb);
+}
+
 es_status es__vk_rec_end(es__vk_rec *r) {
     if (r->err == VK_SUCCESS) {
         VkMemoryBarrier mb = {.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER};

@@ -159,6 +159,7 @@ static es_status phys_query(es__vk_dev *d, VkPhysicalDevice p, es__vk_phys *out)
     out->has_ext_size_control = has_ext(ext, n_ext, VK_EXT_SUBGROUP_SIZE_CONTROL_EXTENSION_NAME);
     out->has_ext_host_import = has_ext(ext, n_ext, VK_EXT_EXTERNAL_MEMORY_HOST_EXTENSION_NAME);
     const bool has_ext_timeline = has_ext(ext, n_ext, VK_KHR_TIMELINE_SEMAPHORE_EXTENSION_NAME);
+    const bool has_ext_cond = has_ext(ext, n_ext, VK_EXT_CONDITIONAL_RENDERING_EXTENSION_NAME);
     es__free(d->alloc, ext);
 
     uint32_t n_q = 0;
@@ -209,8 +210,12 @@ static es_status phys_query(es__vk_dev *d, VkPhysicalDevice p, es__vk_phys *out)
     if (out->has_ext_size_control) { *tail = &ssc; tail = &ssc.pNext; }
     VkPhysicalDeviceTimelineSemaphoreFeaturesKHR tl = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_TIMELINE_SEMAPHORE_FEATURES_KHR};
     if (has_ext_timeline) { *tail = &tl; tail = &tl.pNext; }
+    VkPhysicalDeviceConditionalRenderingFeaturesEXT cr = {
+        .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_CONDITIONAL_RENDERING_FEATURES_EXT};
+    if (has_ext_cond) { *tail = &cr; tail = &cr.pNext; }
     vkGetPhysicalDeviceFeatures2(p, &f2);
     out->has_timeline = has_ext_timeline && tl.timelineSemaphore;
+    out->has_cond = has_ext_cond && cr.conditionalRendering;
     out->have.storage16 = s16.storageBuffer16BitAccess;
     out->have.storage8 = out->has_ext_8bit && s8.storageBuffer8BitAccess;
     out->have.fp16 = out->has_ext_float16_int8 && f16.shaderFloat16;
@@ -381,6 +386,15 @@ static es_status device_create(es__vk_dev *d) {
         tail = &tl.pNext;
     }
     d->timeline = p->has_timeline;
+    /* ALSpec's two-device token gates its dispatches on flags the devices write (alspec_vk.c) */
+    VkPhysicalDeviceConditionalRenderingFeaturesEXT cr = {
+        .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_CONDITIONAL_RENDERING_FEATURES_EXT};
+    if (p->has_cond) {
+        exts[n_ext++] = VK_EXT_CONDITIONAL_RENDERING_EXTENSION_NAME;
+        cr.conditionalRendering = VK_TRUE;
+        *tail = &cr;
+        tail = &cr.pNext;
+    }
     VkPhysicalDeviceFeatures base;
     vkGetPhysicalDeviceFeatures(p->handle, &base);
     memset(&f2.features, 0, sizeof f2.features);
@@ -393,6 +407,11 @@ static es_status device_create(es__vk_dev *d) {
     ci.ppEnabledExtensionNames = exts;
     ES_VK_TRY(d, vkCreateDevice(p->handle, &ci, NULL, &d->dev));
     vkGetDeviceQueue(d->dev, p->queue_family, 0, &d->queue);
+    if (p->has_cond) {
+        d->cond_begin = (PFN_vkCmdBeginConditionalRenderingEXT)vkGetDeviceProcAddr(d->dev, "vkCmdBeginConditionalRenderingEXT");
+        d->cond_end = (PFN_vkCmdEndConditionalRenderingEXT)vkGetDeviceProcAddr(d->dev, "vkCmdEndConditionalRenderingEXT");
+        if (!d->cond_begin || !d->cond_end) d->cond_begin = NULL, d->cond_end = NULL;
+    }
 
     VkCommandPoolCreateInfo pci = {.sType = VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO};
     pci.flags = VK_COMMAND_POOL_CREATE_RESET_COMMAND_BUFFER_BIT;

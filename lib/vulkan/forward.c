@@ -15,6 +15,7 @@
 #include "model_vk.h"
 #include "msa_vk.h"
 #include "forward_api.h"
+#include "forward_vk.h"
 #include "prune.h"
 
 #include <math.h>
@@ -916,6 +917,15 @@ static es_status forward_pruned(es_context *ctx, vk_ctx *c, const es__fwd *f, in
     return run_to_head(ctx, c, &above, PART_ABOVE, true, P);
 }
 
+/* ALSpec's ENTER(layer) of one decode token (es__alspec_part): the embedding (layer -1) or
+ * layer's post-attention ops on x and attn, then the next layer's pre-attention ops or the head. */
+static es_status rec_enter(vk_ctx *c, es__vk_rec *r, int32_t layer) {
+    if (layer < 0) rec_embed(c, r, 1);
+    else ES_TRY(rec_post(c, r, (uint32_t)layer, 1, 1, 0));
+    if (layer + 1 < c->w->model->hp.n_layer) return rec_pre(c, r, (uint32_t)(layer + 1), 1, 1, 0);
+    return rec_head(c, r, 1, 1, 0);
+}
+
 /* One part of a decode token over two contexts (es__alspec_part), recorded into the device's
  * one-off command buffer: its inputs staged into x and attn, the dispatches, its outputs read
  * back. The attention parts' reducer runs ungated with lambda 0: the caller decides; the
@@ -946,14 +956,10 @@ static es_status forward_part(es_context *ctx, vk_ctx *c, const es__fwd *f) {
     ES_VK_TRY(d, vkResetCommandBuffer(d->once, 0));
     es__vk_rec_begin(&r, d, d->once, VK_NULL_HANDLE, 0, NULL);
     const uint32_t l = (uint32_t)p->layer;
-    if (p->op != ES__AL_ENTER) {
+    if (p->op != ES__AL_ENTER)
         rec_attn_part(c, &r, l, (uint32_t)p->chunk, f->n_past + 1, p->op == ES__AL_SPEC);
-    } else {
-        if (p->layer < 0) rec_embed(c, &r, 1);
-        else ES_TRY(rec_post(c, &r, l, 1, 1, 0));
-        if (p->layer + 1 < (int32_t)L) ES_TRY(rec_pre(c, &r, (uint32_t)(p->layer + 1), 1, 1, 0));
-        else ES_TRY(rec_head(c, &r, 1, 1, 0));
-    }
+    else
+        ES_TRY(rec_enter(c, &r, p->layer));
     ES_TRY(es__vk_rec_end(&r));
     ES_TRY(es__vk_submit_wait(d, d->once));
     d->stats->n_forward_submits++;
@@ -1074,4 +1080,28 @@ es_status es__vk_kv_slot(es_context *ctx, int32_t layer, int32_t pos, float *buf
         es__vk_stager_free(d, &st);
     }
     return s;
+}
+
+/* ---- for alspec_vk.c (forward_vk.h) */
+void es__vk_fwd_step(es_context *ctx, const es__fwd *f) {
+    write_step(ctx, ctx->impl, f, 0);
+}
+
+es_status es__vk_fwd_rec_enter(es_context *ctx, es__vk_rec *r, int32_t layer) {
+    return rec_enter(ctx->impl, r, layer);
+}
+
+void es__vk_fwd_rec_attn_part(es_context *ctx, es__vk_rec *r, int32_t layer, int32_t chunk, int32_t n_keys, bool spec) {
+    rec_attn_part(ctx->impl, r, (uint32_t)layer, (uint32_t)chunk, n_keys, spec);
+}
+
+es__vk_fwd_io es__vk_fwd_io_of(es_context *ctx) {
+    vk_ctx *c = ctx->impl;
+    return (es__vk_fwd_io){c->d, bind_region(c, &c->r_x, VK_NULL_HANDLE), bind_region(c, &c->r_attn, VK_NULL_HANDLE),
+                           bind_region(c, &c->r_spec, VK_NULL_HANDLE), &c->step, &c->verd, &c->logits, c->n_ctx};
+}
+
+es__vk_bind es__vk_fwd_cache(es_context *ctx, int32_t layer, int which) {
+    vk_ctx *c = ctx->impl;
+    return bind_region(c, which ? &c->ls[layer].v : &c->ls[layer].k, VK_NULL_HANDLE);
 }

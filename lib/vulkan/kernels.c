@@ -18,6 +18,8 @@ ES__CHECK_PUSH(es__pc_attn, ES_PC_ATTN);
 ES__CHECK_PUSH(es__pc_attn_merge, ES_PC_ATTN_MERGE);
 ES__CHECK_PUSH(es__pc_attn_spec, ES_PC_ATTN_SPEC);
 ES__CHECK_PUSH(es__pc_kv_move, ES_PC_KV_MOVE);
+ES__CHECK_PUSH(es__pc_alspec_copy, ES_PC_ALSPEC_COPY);
+ES__CHECK_PUSH(es__pc_alspec_gate, ES_PC_ALSPEC_GATE);
 ES__CHECK_PUSH(es__pc_kv_shift, ES_PC_KV_SHIFT);
 ES__CHECK_PUSH(es__pc_topk, ES_PC_TOPK);
 ES__CHECK_PUSH(es__pc_softmax, ES_PC_SOFTMAX);
@@ -38,6 +40,8 @@ static const es__kernel_family families[] = {
     {"attn_merge", "rrw", sizeof(es__pc_attn_merge)},    /* parts, step, out             */
     {"attn_spec", "rrwww", sizeof(es__pc_attn_spec)},    /* parts, step, out, spec, verdict */
     {"kv_move", "rww", sizeof(es__pc_kv_move)},          /* step, K, V                   */
+    {"alspec_copy", "ww", sizeof(es__pc_alspec_copy)},   /* source, destination          */
+    {"alspec_gate", "www", sizeof(es__pc_alspec_gate)},  /* verdicts, flags, link window */
     {"kv_shift", "rww", sizeof(es__pc_kv_shift)},        /* cos/sin, K, V                */
     {"topk", "rw", sizeof(es__pc_topk)},                 /* logits, results              */
     {"softmax", "w", sizeof(es__pc_softmax)},            /* rows                         */

@@ -23,6 +23,8 @@ ES__PUSH_STRUCT(es__pc_attn, ES_PC_ATTN);
 ES__PUSH_STRUCT(es__pc_attn_merge, ES_PC_ATTN_MERGE);
 ES__PUSH_STRUCT(es__pc_attn_spec, ES_PC_ATTN_SPEC);
 ES__PUSH_STRUCT(es__pc_kv_move, ES_PC_KV_MOVE);
+ES__PUSH_STRUCT(es__pc_alspec_copy, ES_PC_ALSPEC_COPY);
+ES__PUSH_STRUCT(es__pc_alspec_gate, ES_PC_ALSPEC_GATE);
 ES__PUSH_STRUCT(es__pc_kv_shift, ES_PC_KV_SHIFT);
 ES__PUSH_STRUCT(es__pc_topk, ES_PC_TOPK);
 ES__PUSH_STRUCT(es__pc_softmax, ES_PC_SOFTMAX);

@@ -275,3 +275,16 @@ es_status es__vk_link_exchange(es__vk_link *l, uint64_t value, const VkDeviceSiz
     for (int side = 0; side < 2; side++) ES_TRY(signal_ready(l, side, value));
     return ES_OK;
 }
+
+es_status es__vk_link_release(es__vk_link *l, uint64_t value) {
+    for (int side = 0; side < 2; side++) {
+        es__vk_dev *d = l->dev[side];
+        if (!d || !l->ready[side]) continue;
+        PFN_vkGetSemaphoreCounterValueKHR get =
+            (PFN_vkGetSemaphoreCounterValueKHR)vkGetDeviceProcAddr(d->dev, "vkGetSemaphoreCounterValueKHR");
+        uint64_t now = 0;
+        ES_RETURN_IF(!get, l->dev[0]->err, ES_ERR_BACKEND, "vulkan: vkGetSemaphoreCounterValueKHR is unavailable");
+        if (get(d->dev, l->ready[side], &now) == VK_SUCCESS && now < value) ES_TRY(signal_ready(l, side, value));
+    }
+    return ES_OK;
+}

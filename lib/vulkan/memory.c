@@ -38,7 +38,7 @@ static void account(es__vk_dev *d, int64_t delta) {
 static es_status make_buffer(es__vk_dev *d, VkDeviceSize size, const void *next, const char *what, es__vk_buf *out) {
     VkBufferCreateInfo bi = {.sType = VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO, .pNext = next};
     bi.size = size;
-    bi.usage = ES__BUFFER_USAGE;
+    bi.usage = ES__BUFFER_USAGE | (d->cond_begin ? VK_BUFFER_USAGE_CONDITIONAL_RENDERING_BIT_EXT : 0);
     bi.sharingMode = VK_SHARING_MODE_EXCLUSIVE;
     const VkResult r = vkCreateBuffer(d->dev, &bi, NULL, &out->buf);
     if (r == VK_SUCCESS) return ES_OK;

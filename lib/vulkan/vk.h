@@ -35,6 +35,7 @@ typedef struct es__vk_phys {
     bool has_ext_float16_int8, has_ext_8bit, has_ext_int_dot, has_ext_size_control;
     bool has_ext_host_import;          /* VK_EXT_external_memory_host (link.c)                   */
     bool has_timeline;                 /* VK_KHR_timeline_semaphore with timelineSemaphore       */
+    bool has_cond;                     /* VK_EXT_conditional_rendering with conditionalRendering */
     VkDeviceSize host_import_align;    /* its minImportedHostPointerAlignment                    */
 } es__vk_phys;
 
@@ -80,6 +81,9 @@ typedef struct es__vk_dev {
     es__vk_features use;     /* what the kernels use after ES_VK_* flags */
     bool host_import;        /* VK_EXT_external_memory_host enabled: host memory imports (link.c) */
     bool timeline;           /* timeline semaphores enabled (link.c's relay)                       */
+    /* conditional rendering enabled: dispatches gated by a flag in device memory (es__vk_rec_gate) */
+    PFN_vkCmdBeginConditionalRenderingEXT cond_begin;
+    PFN_vkCmdEndConditionalRenderingEXT cond_end;
     uint32_t flags;
     uint32_t subgroup_size;  /* lanes per reduction team in kernels */
     es__vk_policy policy;    /* per-device tuning (policy.h)     */
@@ -273,6 +277,10 @@ es_status es__vk_link_relay(es__vk_link *l, int from, uint64_t value, VkDeviceSi
 es_status es__vk_link_exchange(es__vk_link *l, uint64_t value, const VkDeviceSize off[2], const VkDeviceSize size[2],
                                uint64_t timeout_ns);
 
+/* After a failure, lets every batch still waiting on a ready value up to value run (signals both
+ * ready semaphores there from the host), so the queues drain instead of waiting forever. */
+es_status es__vk_link_release(es__vk_link *l, uint64_t value);
+
 /* ---- relay.c: a host thread running a link's relays and exchanges in the order queued, so the
  * thread that submits a token's per-layer work on both devices waits for none of them. Jobs run
  * one after another, each with the relayer's timeout; after a failure the rest are skipped and
@@ -348,6 +356,11 @@ typedef struct es__vk_rec {
 
 void es__vk_rec_begin(es__vk_rec *r, es__vk_dev *d, VkCommandBuffer cb, VkQueryPool queries,
                       uint32_t cap_queries, const char **query_ops);
+/* Dispatches between es__vk_rec_gate_begin and _end run only where the 32-bit word at off of buf
+ * (written by earlier dispatches, or the host before the submission) is nonzero (zero when
+ * inverted): a decision taken on the device, no host round trip. Needs d->cond_begin. */
+void es__vk_rec_gate_begin(es__vk_rec *r, const es__vk_buf *buf, VkDeviceSize off, bool inverted);
+void es__vk_rec_gate_end(es__vk_rec *r);
 /* Records bind + push + dispatch + a compute-to-compute barrier. */
 void es__vk_rec_dispatch(es__vk_rec *r, const char *op, const es__vk_pipeline *p, VkDescriptorSet set,
                          const void *push, uint32_t gx, uint32_t gy, uint32_t gz);

@@ -79,7 +79,8 @@ static es_status fk_compact(es_context *ctx, const int32_t *keep, int32_t n_keep
     return ES_OK;
 }
 static const es__backend_vtbl fake_vt = {"fake", fk_init, fk_destroy, fk_upload, fk_release,
-                                         fk_ctx_init, fk_ctx_destroy, fk_forward, fk_compact, NULL, NULL, NULL, 0, NULL};
+                                         fk_ctx_init, fk_ctx_destroy, fk_forward, fk_compact, NULL, NULL, NULL, 0, NULL,
+                                         NULL, NULL, NULL};
 
 static es_backend *fake_backend(void) {
     es_backend *b = calloc(1, sizeof *b);
