@@ -980,7 +980,8 @@ ES_API es_status es_spec_generate(es_spec *spec, const int32_t *prompt, size_t n
  * (SGDC with priority gating) over two contexts of one model on two devices: the context holding
  * the correct activations ships each layer's speculation to the other, which runs the
  * post-attention ops ahead; a hit keeps its work, a miss discards it (its KV slots included).
- * The gating is decided on the host, one round trip per layer. One thread at a time. */
+ * Two Vulkan devices decide the gating themselves (the token is submitted ahead on both); other
+ * pairs are gated by the host, one round trip per layer. One thread at a time. */
 typedef struct es_alspec es_alspec;
 
 #define ES_ALSPEC_MAX_LAYERS 256 /* layers the statistics keep one entry for */

@@ -86,7 +86,7 @@ es_status es_alspec_create_pair(es_context *ctx, es_context *ctx2, const es_alsp
     ES_RETURN_IF(!ctx2, NULL, ES_ERR_INVALID_ARGUMENT, "es_alspec_create_pair: ctx2 is NULL");
     es_alspec *a = NULL;
     ES_TRY(es_alspec_create(ctx, params, &a));
-    es_status s = es__alspec_pair_create(ctx, ctx2, a->p.chunk, &a->pair);
+    es_status s = es__alspec_pair_create(ctx, ctx2, a->p.chunk, false, &a->pair);
     if (s == ES_OK) s = es_truncate(ctx2, 0);
     if (s != ES_OK) {
         es_alspec_free(a);

@@ -125,7 +125,12 @@ void es__alspec_pair_free(es__alspec_pair *p) {
     es__free(al, p);
 }
 
-es_status es__alspec_pair_create(es_context *ctx, es_context *ctx2, int32_t chunk, es__alspec_pair **out) {
+bool es__alspec_pair_device_gated(const es__alspec_pair *p) {
+    return p->dev != NULL;
+}
+
+es_status es__alspec_pair_create(es_context *ctx, es_context *ctx2, int32_t chunk, bool host_gated,
+                                 es__alspec_pair **out) {
     *out = NULL;
     ES_RETURN_IF(!ctx || !ctx2 || ctx == ctx2, NULL, ES_ERR_INVALID_ARGUMENT,
                  "es_alspec_create_pair: two distinct contexts are needed");
@@ -178,7 +183,7 @@ es_status es__alspec_pair_create(es_context *ctx, es_context *ctx2, int32_t chun
         return es__fail(NULL, ES_ERR_OUT_OF_MEMORY, "es_alspec_create_pair: cannot start the receiver's thread");
     }
     /* where the devices can gate themselves, a token is one submission of everything per device */
-    const es_status sd = es__dev_pair_create(ctx, ctx2, chunk, &p->dev);
+    const es_status sd = host_gated ? ES_ERR_UNSUPPORTED : es__dev_pair_create(ctx, ctx2, chunk, &p->dev);
     if (sd != ES_OK && sd != ES_ERR_UNSUPPORTED) {
         es__alspec_pair_free(p);
         return sd;

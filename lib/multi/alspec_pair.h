@@ -4,8 +4,9 @@
  * by layer through the context that holds the correct activations (the sender, the one with the
  * highest priority), which ships the speculation and the residual to the other (the receiver)
  * to run the post-attention ops ahead; the check keeps the receiver's work (the roles swap) or
- * discards it (the sender goes on with the exact attention). Gating is decided on the host from
- * the device-computed check, one round trip per layer. */
+ * discards it (the sender goes on with the exact attention). Gating is decided on the devices
+ * where both can (forward_api.h's es__dev_pair), else on the host from the device-computed check,
+ * one round trip per layer. */
 #ifndef ES_MULTI_ALSPEC_PAIR_H
 #define ES_MULTI_ALSPEC_PAIR_H
 
@@ -14,8 +15,13 @@
 typedef struct es__alspec_pair es__alspec_pair;
 
 /* Pairs ctx (device 1, the first sender) with ctx2 (device 2): the same model, speculative
- * attention on both, chunk a multiple of both backends' tiles. */
-es_status es__alspec_pair_create(es_context *ctx, es_context *ctx2, int32_t chunk, es__alspec_pair **out);
+ * attention on both, chunk a multiple of both backends' tiles. Where both backends can gate on
+ * their devices (es__dev_pair: two Vulkan devices) a token is recorded and submitted ahead on
+ * both; host_gated asks for the host's gating all the same (tests and benchmarks compare them). */
+es_status es__alspec_pair_create(es_context *ctx, es_context *ctx2, int32_t chunk, bool host_gated,
+                                 es__alspec_pair **out);
+/* Whether the devices gate (es__dev_pair) rather than the host. */
+bool es__alspec_pair_device_gated(const es__alspec_pair *p);
 void es__alspec_pair_free(es__alspec_pair *p);
 
 /* The second context, for the exact forward calls that replicate a prompt on it. */
