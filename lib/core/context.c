@@ -290,6 +290,20 @@ static void keep_call(es_context *ctx, const es__fwd *f) {
     ctx->prov_streams = f->n_streams;
 }
 
+/* A batch checked and laid out, in the context's scratch, as the backends' forward call. */
+static es_status lay_out(es_context *ctx, const es_batch *batch, const es__call *call, const es__alspec_call *al,
+                         const es__alspec_part *part, es__fwd *f) {
+    es__batch_scratch *s = &ctx->scratch;
+    int32_t n_out = 0;
+    ES_TRY(es__batch_validate(batch, ctx->n_past, ctx->n_ctx, ctx->n_batch, ctx->model->hp.n_vocab, s, &n_out,
+                              &ctx->err));
+    ES_TRY(reserve_logits(ctx, n_out));
+    memset(ctx->prov_pruned, 0, (size_t)batch->n_tokens);
+    *f = (es__fwd){batch->n_tokens, ctx->n_past, batch->tokens, s->pos, s->dfs_start, s->dfs_end, s->parent,
+                   n_out, s->out_rows, ctx->logits, call->n_streams, call->prune_threshold, ctx->prov_pruned, al, part};
+    return ES_OK;
+}
+
 static es_status forward(es_context *ctx, const es_batch *batch, const es__call *call, const es__alspec_call *al,
                          const es__alspec_part *part) {
     if (!ctx) return es__fail(NULL, ES_ERR_INVALID_ARGUMENT, "es_forward: ctx is NULL");
@@ -301,14 +315,8 @@ static es_status forward(es_context *ctx, const es_batch *batch, const es__call 
     const int32_t q_layer = ctx->part_q_layer;
     ctx->part_q_layer = -1;
     ctx->part_spec_layer = -1;
-    es__batch_scratch *s = &ctx->scratch;
-    int32_t n_out = 0;
-    ES_TRY(es__batch_validate(batch, ctx->n_past, ctx->n_ctx, ctx->n_batch, ctx->model->hp.n_vocab, s, &n_out,
-                              &ctx->err));
-    ES_TRY(reserve_logits(ctx, n_out));
-    memset(ctx->prov_pruned, 0, (size_t)batch->n_tokens);
-    es__fwd f = {batch->n_tokens, ctx->n_past, batch->tokens, s->pos, s->dfs_start, s->dfs_end, s->parent,
-                 n_out, s->out_rows, ctx->logits, call->n_streams, call->prune_threshold, ctx->prov_pruned, al, part};
+    es__fwd f;
+    ES_TRY(lay_out(ctx, batch, call, al, part, &f));
     /* es_context_abort before the call began: nothing computed, the provisional batch goes */
     if (atomic_exchange(&ctx->abort_req, 0)) {
         ctx->n_provisional = 0;
@@ -357,6 +365,19 @@ struct es__dev_pair {
     void *impl;
 };
 
+/* Both backends' locks (each serialises the forward calls of its contexts), in one order
+ * whoever takes them. */
+static void lock_both(es_backend *a, es_backend *b, bool lock) {
+    es_backend *first = (uintptr_t)a < (uintptr_t)b ? a : b, *second = first == a ? b : a;
+    if (lock) {
+        pthread_mutex_lock(&first->lock);
+        pthread_mutex_lock(&second->lock);
+    } else {
+        pthread_mutex_unlock(&second->lock);
+        pthread_mutex_unlock(&first->lock);
+    }
+}
+
 es_status es__dev_pair_create(es_context *a, es_context *b, int32_t chunk, es__dev_pair **out) {
     *out = NULL;
     ES_RETURN_IF(!a || !b || a == b, NULL, ES_ERR_INVALID_ARGUMENT, "es__dev_pair_create: two distinct contexts are needed");
@@ -369,7 +390,9 @@ es_status es__dev_pair_create(es_context *a, es_context *b, int32_t chunk, es__d
     ES_RETURN_IF(!p, NULL, ES_ERR_OUT_OF_MEMORY, "es__dev_pair_create: out of memory");
     p->ctx[0] = a;
     p->ctx[1] = b;
+    lock_both(a->backend, b->backend, true);
     const es_status s = vt->pair_create(a, b, chunk, &p->impl);
+    lock_both(a->backend, b->backend, false);
     if (s != ES_OK) {
         es__free(a->alloc, p);
         return s;
@@ -380,21 +403,17 @@ es_status es__dev_pair_create(es_context *a, es_context *b, int32_t chunk, es__d
 
 void es__dev_pair_free(es__dev_pair *p) {
     if (!p) return;
+    lock_both(p->ctx[0]->backend, p->ctx[1]->backend, true);
     p->ctx[0]->backend->vt->pair_free(p->impl);
+    lock_both(p->ctx[0]->backend, p->ctx[1]->backend, false);
     es__free(p->ctx[0]->alloc, p);
 }
 
 /* One context's side of a pair token: checked and laid out as a forward call of one token. */
 static es_status pair_side(es_context *ctx, const es_batch *batch, const es__alspec_call *call, es__fwd *f) {
     ES_TRY(check_alspec(ctx, call, batch));
-    es__batch_scratch *s = &ctx->scratch;
-    int32_t n_out = 0;
-    ES_TRY(es__batch_validate(batch, ctx->n_past, ctx->n_ctx, ctx->n_batch, ctx->model->hp.n_vocab, s, &n_out,
-                              &ctx->err));
-    ES_TRY(reserve_logits(ctx, n_out));
-    memset(ctx->prov_pruned, 0, (size_t)batch->n_tokens);
-    *f = (es__fwd){batch->n_tokens, ctx->n_past, batch->tokens, s->pos, s->dfs_start, s->dfs_end, s->parent,
-                   n_out, s->out_rows, ctx->logits, 0, 0.0f, ctx->prov_pruned, call, NULL};
+    const es__call plain = {0, 0.0f};
+    ES_TRY(lay_out(ctx, batch, &plain, call, NULL, f));
     ctx->part_q_layer = -1;
     ctx->part_spec_layer = -1;
     return ES_OK;
@@ -411,16 +430,11 @@ es_status es__dev_pair_forward(es__dev_pair *p, int32_t token, const es__alspec_
     es__fwd fa, fb;
     ES_TRY(pair_side(a, &batch, call, &fa));
     ES_TRY(pair_side(b, &batch, call, &fb));
-    /* both backends' locks, in one order whoever calls */
-    es_backend *first = (uintptr_t)a->backend < (uintptr_t)b->backend ? a->backend : b->backend;
-    es_backend *second = first == a->backend ? b->backend : a->backend;
-    pthread_mutex_lock(&first->lock);
-    pthread_mutex_lock(&second->lock);
+    lock_both(a->backend, b->backend, true);
     es__err_clear(&a->backend->err);
     es__err_clear(&b->backend->err);
     const es_status st = a->backend->vt->pair_forward(p->impl, &fa, &fb, call, logits);
-    pthread_mutex_unlock(&second->lock);
-    pthread_mutex_unlock(&first->lock);
+    lock_both(a->backend, b->backend, false);
     a->n_provisional = b->n_provisional = 0;
     if (st != ES_OK) {
         const char *why = a->backend->err.status != ES_OK ? a->backend->err.msg : b->backend->err.msg;
