@@ -167,6 +167,10 @@ es_status es__vk_pair_create(es_context *a, es_context *b, int32_t chunk, void *
         es__vk_pair_free(p);
         return s;
     }
+    es__logf(da->log, ES_LOG_INFO,
+             "alspec pair: gating on the devices (conditional rendering), link window %s, %.1f KiB",
+             p->link.mode == ES__VK_LINK_SHARED ? "in host memory both devices import" : "copied by the relay",
+             (double)bytes / 1024.0);
     *out = p;
     return ES_OK;
 }
