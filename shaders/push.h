@@ -149,7 +149,9 @@
     U(layer)                                                                                       \
     U(side)     /* this device's side of the link (0 or 1)                    */                   \
     U(n_layer)                                                                                     \
-    U(flag_off) /* the window's hit flags, [side][n_layer] words from here    */
+    U(flag_off) /* layer l's verdict from side k: the word flag_off of record */                   \
+    U(rec_stride) /* l + 1 of side k, records of rec_stride words, n_layer + 1 */                  \
+                  /* a side                                                   */
 
 /* kv_move: for r < n_keep, cache slot n_past + keep[r] moves to n_past + r, in ascending r. */
 #define ES_PC_KV_MOVE(U, F)                                                                        \

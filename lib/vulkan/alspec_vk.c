@@ -3,19 +3,20 @@
  * priority gating). Per token the host records the same op sequence on both devices, submits
  * all of it ahead and waits once at the end. Which device is a layer's sender, whether its
  * check missed, and so which dispatches run, the devices decide: alspec_gate.comp writes the
- * flags, conditional rendering reads them. Per layer l, each device runs two batches:
- *   1. [sender] the speculation part of l's attention; the speculation and the residual into
- *      its side of the link window;
- *   2. [receiver] the sender's speculation and residual from the window, l's post-attention ops
- *      and l + 1's pre-attention ops on them; [sender] the rest of l's attention, the check
- *      (its verdict into the window); [sender, on a miss] the same ops on the exact output.
- * Between the batches the link's relay exchanges what each side published (host memory imported
- * into both devices, or one memcpy), which is all the host does per layer: it forwards
- * timeline values, it decides nothing. A hit hands the next layer to the receiver (its work is
- * kept), a miss keeps the sender. At the end each device publishes its new KV slots and takes,
- * for every layer it did not send, the sender's: a receiver's discarded slot is overwritten
- * before anything reads it. Lavapipe has no external semaphores, so the relay is a host thread;
- * with them the same sequence would need none. */
+ * flags, conditional rendering reads them. One batch a layer on each device:
+ *   [receiver] the sender's speculation and residual from the link window, the layer's
+ *              post-attention ops and the next layer's pre-attention ops on them, then (a hit
+ *              would make it the next sender) the next layer's speculation, published;
+ *   [sender]   the rest of the layer's attention and the check, its verdict published; on a
+ *              miss the same ops on the exact output, and the next layer's speculation.
+ * Between batches the link's relay exchanges what each side published (host memory imported into
+ * both devices, or one memcpy): all the host does per layer is forward timeline values, it
+ * decides nothing. So the receiver's work, its next speculation included, runs beside the
+ * sender's attention, and a hit hands the next layer to a device whose speculation is ready. At
+ * the end each device publishes its new KV slots and takes, for every layer it did not send,
+ * the sender's: a receiver's discarded slot is overwritten before anything reads it. Lavapipe has
+ * no external semaphores, so the relay is a host thread; with them the same sequence would need
+ * none. */
 #include "backend_vk.h"
 #include "forward_api.h"
 #include "forward_vk.h"
@@ -44,7 +45,7 @@ typedef struct vk_pair {
     es__vk_relayer relay;
     const es_allocator *alloc;
     uint32_t L, chunk, qd, embd, kvd, hd, n_head_kv;
-    uint32_t w_rec, w_flag, w_kv;       /* window layout, floats: records, flags, KV slots      */
+    uint32_t w_rec, w_kv;               /* window layout, floats: records, KV slots             */
     uint64_t tl;                        /* the link's timeline values used so far              */
 } vk_pair;
 
@@ -52,16 +53,25 @@ static uint32_t up4(uint32_t x) {
     return (x + 3u) & ~3u;
 }
 
-/* Window offsets (floats): side k's record of layer l (speculation, then residual), its flag,
- * its copy of layer l's K (w 0) or V (1) slot. */
-static uint32_t w_rec(const vk_pair *p, uint32_t k, uint32_t l) {
-    return (k * p->L + l) * p->w_rec;
+/* Window offsets (floats). Side k's record j (0..L): the speculation of layer j and the residual
+ * entering it, then the verdict of layer j - 1 (a word), so that what one exchange carries is
+ * one record. Side k's copy of layer l's K (w 0) or V (1) slot after the records. */
+static uint32_t w_rec(const vk_pair *p, uint32_t k, uint32_t j) {
+    return (k * (p->L + 1) + j) * p->w_rec;
 }
-static uint32_t w_flag(const vk_pair *p, uint32_t k, uint32_t l) {
-    return p->w_flag + k * p->L + l;
+static uint32_t rec_x(const vk_pair *p) {
+    return up4(p->qd);
+}
+static uint32_t rec_flag(const vk_pair *p) {
+    return up4(p->qd) + up4(p->embd);
 }
 static uint32_t w_kv(const vk_pair *p, uint32_t k, uint32_t l, uint32_t w) {
     return p->w_kv + ((k * p->L + l) * 2u + w) * p->kvd;
+}
+
+/* Batches per device and token: one before the layers, one a layer, two for the KV. */
+static uint32_t n_batches(const vk_pair *p) {
+    return p->L + 3;
 }
 
 static es__vk_bind win_bind(const vk_pair *p, int k) {
@@ -99,7 +109,7 @@ static es_status side_setup(vk_pair *p, int k) {
     ES_TRY(copy_set(sd, win, sd->io.x, &sd->s_x_in));
     sd->s_kv_out = es__calloc(p->alloc, 2 * (size_t)p->L, sizeof *sd->s_kv_out);
     sd->s_kv_in = es__calloc(p->alloc, 2 * (size_t)p->L, sizeof *sd->s_kv_in);
-    sd->cbs = es__calloc(p->alloc, 2 * (size_t)p->L + 2, sizeof *sd->cbs);
+    sd->cbs = es__calloc(p->alloc, n_batches(p), sizeof *sd->cbs);
     ES_RETURN_IF(!sd->s_kv_out || !sd->s_kv_in || !sd->cbs, d->err, ES_ERR_OUT_OF_MEMORY, "alspec pair: out of memory");
     for (uint32_t l = 0; l < p->L; l++)
         for (int w = 0; w < 2; w++) {
@@ -110,7 +120,7 @@ static es_status side_setup(vk_pair *p, int k) {
     VkCommandBufferAllocateInfo ai = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO};
     ai.commandPool = d->pool;
     ai.level = VK_COMMAND_BUFFER_LEVEL_PRIMARY;
-    ai.commandBufferCount = 2 * p->L + 2;
+    ai.commandBufferCount = n_batches(p);
     ES_VK_TRY(d, vkAllocateCommandBuffers(d->dev, &ai, sd->cbs));
     return ES_OK;
 }
@@ -124,7 +134,7 @@ void es__vk_pair_free(void *impl) {
         side *sd = &p->s[k];
         es__vk_dev *d = sd->io.d;
         if (!d) continue;
-        if (sd->cbs && sd->cbs[0]) vkFreeCommandBuffers(d->dev, d->pool, 2 * p->L + 2, sd->cbs);
+        if (sd->cbs && sd->cbs[0]) vkFreeCommandBuffers(d->dev, d->pool, n_batches(p), sd->cbs);
         if (sd->pool) vkDestroyDescriptorPool(d->dev, sd->pool, NULL);
         es__vk_buf_destroy(d, &sd->g);
         es__free(p->alloc, sd->s_kv_out);
@@ -151,9 +161,8 @@ es_status es__vk_pair_create(es_context *a, es_context *b, int32_t chunk, void *
     p->qd = (uint32_t)(hp->n_head * hp->head_dim);
     p->embd = (uint32_t)hp->n_embd;
     p->kvd = p->n_head_kv * p->hd;
-    p->w_rec = up4(p->qd) + up4(p->embd);
-    p->w_flag = 2 * p->L * p->w_rec;
-    p->w_kv = p->w_flag + up4(2 * p->L);
+    p->w_rec = up4(p->qd) + up4(p->embd) + 4;
+    p->w_kv = 2 * (p->L + 1) * p->w_rec;
     const VkDeviceSize bytes = 4 * ((VkDeviceSize)p->w_kv + 4 * (VkDeviceSize)p->L * p->kvd);
     es_status s = es__vk_link_create(da, db, bytes, true, &p->link);
     if (s == ES_OK) s = es__vk_link_sync_create(&p->link);
@@ -194,7 +203,7 @@ static void rec_copy(es__vk_rec *r, const side *sd, VkDescriptorSet set, uint32_
 }
 
 static void rec_gate(es__vk_rec *r, const vk_pair *p, const side *sd, int k, uint32_t mode, uint32_t l) {
-    const es__pc_alspec_gate pc = {mode, l, (uint32_t)k, p->L, p->w_flag};
+    const es__pc_alspec_gate pc = {mode, l, (uint32_t)k, p->L, rec_flag(p), p->w_rec};
     es__vk_rec_dispatch(r, "alspec_gate", sd->p_gate, sd->s_gate, &pc, 1, 1, 1);
 }
 
@@ -206,36 +215,38 @@ static VkDeviceSize g_miss(const vk_pair *p, uint32_t l) {
     return 4 * ((VkDeviceSize)p->L + 1 + l);
 }
 
-/* Batch 1 of layer l on side k: the speculation, published. */
-static es_status rec_spec(vk_pair *p, int k, uint32_t l, int32_t n_keys, es__vk_rec *r) {
+/* Layer l's speculation on side k, published in its record l (the gate is the caller's). */
+static void rec_spec(vk_pair *p, int k, uint32_t l, int32_t n_keys, es__vk_rec *r) {
     side *sd = &p->s[k];
-    if (l == 0) {
-        es__vk_rec_gate_begin(r, &sd->g, g_snd(0), false);
-        ES_TRY(es__vk_fwd_rec_enter(sd->ctx, r, -1));
-        es__vk_rec_gate_end(r);
-    } else {
-        from_host(r);
-        rec_gate(r, p, sd, k, ES_ALSPEC_GATE_ADVANCE, l - 1);
-    }
-    es__vk_rec_gate_begin(r, &sd->g, g_snd(l), false);
     es__vk_fwd_rec_attn_part(sd->ctx, r, (int32_t)l, (int32_t)p->chunk, n_keys, true);
-    es__vk_rec_gate_end(r);
-    /* ungated: a receiver publishes what nobody reads */
     rec_copy(r, sd, sd->s_spec_out, p->qd, 1, 0, 0, w_rec(p, (uint32_t)k, l), 0);
-    rec_copy(r, sd, sd->s_x_out, p->embd, 1, 0, 0, w_rec(p, (uint32_t)k, l) + up4(p->qd), 0);
+    rec_copy(r, sd, sd->s_x_out, p->embd, 1, 0, 0, w_rec(p, (uint32_t)k, l) + rec_x(p), 0);
+}
+
+/* Before the layers, on the first sender: the embedding, layer 0's pre-attention ops and its
+ * speculation. */
+static es_status rec_first(vk_pair *p, int k, int32_t n_keys, es__vk_rec *r) {
+    side *sd = &p->s[k];
+    es__vk_rec_gate_begin(r, &sd->g, g_snd(0), false);
+    ES_TRY(es__vk_fwd_rec_enter(sd->ctx, r, -1));
+    rec_spec(p, k, 0, n_keys, r);
+    es__vk_rec_gate_end(r);
     return ES_OK;
 }
 
-/* Batch 2 of layer l on side k: the receiver's work on the speculation, the sender's check and,
- * on a miss, its work on the exact output. */
-static es_status rec_rest(vk_pair *p, int k, uint32_t l, int32_t n_keys, es__vk_rec *r) {
+/* Layer l on side k: the receiver's work on the speculation and its next speculation; the
+ * sender's check and, on a miss, its work on the exact output and the next speculation. */
+static es_status rec_layer(vk_pair *p, int k, uint32_t l, int32_t n_keys, es__vk_rec *r) {
     side *sd = &p->s[k];
     const uint32_t other = 1u - (uint32_t)k;
+    const bool next = l + 1 < p->L;
     from_host(r);
+    if (l > 0) rec_gate(r, p, sd, k, ES_ALSPEC_GATE_ADVANCE, l - 1);
     es__vk_rec_gate_begin(r, &sd->g, g_snd(l), true);
     rec_copy(r, sd, sd->s_spec_in, p->qd, 1, w_rec(p, other, l), 0, 0, 0);
-    rec_copy(r, sd, sd->s_x_in, p->embd, 1, w_rec(p, other, l) + up4(p->qd), 0, 0, 0);
+    rec_copy(r, sd, sd->s_x_in, p->embd, 1, w_rec(p, other, l) + rec_x(p), 0, 0, 0);
     ES_TRY(es__vk_fwd_rec_enter(sd->ctx, r, (int32_t)l));
+    if (next) rec_spec(p, k, l + 1, n_keys, r);
     es__vk_rec_gate_end(r);
     es__vk_rec_gate_begin(r, &sd->g, g_snd(l), false);
     es__vk_fwd_rec_attn_part(sd->ctx, r, (int32_t)l, (int32_t)p->chunk, n_keys, false);
@@ -243,6 +254,7 @@ static es_status rec_rest(vk_pair *p, int k, uint32_t l, int32_t n_keys, es__vk_
     rec_gate(r, p, sd, k, ES_ALSPEC_GATE_CHECK, l);
     es__vk_rec_gate_begin(r, &sd->g, g_miss(p, l), false);
     ES_TRY(es__vk_fwd_rec_enter(sd->ctx, r, (int32_t)l));
+    if (next) rec_spec(p, k, l + 1, n_keys, r);
     es__vk_rec_gate_end(r);
     return ES_OK;
 }
@@ -267,17 +279,16 @@ static void rec_kv(vk_pair *p, int k, uint32_t pos, bool in, es__vk_rec *r) {
     }
 }
 
-/* Records batch i of side k (2l, 2l + 1: layer l's; 2L, 2L + 1: the KV's). */
+/* Records batch i of side k (0: before the layers; 1 + l: layer l; L + 1, L + 2: the KV's). */
 static es_status record(vk_pair *p, int k, uint32_t i, int32_t n_past) {
     side *sd = &p->s[k];
     es__vk_dev *d = sd->io.d;
     es__vk_rec r;
     ES_VK_TRY(d, vkResetCommandBuffer(sd->cbs[i], 0));
     es__vk_rec_begin(&r, d, sd->cbs[i], VK_NULL_HANDLE, 0, NULL);
-    const uint32_t l = i / 2;
-    if (i >= 2 * p->L) rec_kv(p, k, (uint32_t)n_past, i == 2 * p->L + 1, &r);
-    else if (i % 2 == 0) ES_TRY(rec_spec(p, k, l, n_past + 1, &r));
-    else ES_TRY(rec_rest(p, k, l, n_past + 1, &r));
+    if (i == 0) ES_TRY(rec_first(p, k, n_past + 1, &r));
+    else if (i <= p->L) ES_TRY(rec_layer(p, k, i - 1, n_past + 1, &r));
+    else rec_kv(p, k, (uint32_t)n_past, i == p->L + 2, &r);
     ES_TRY(es__vk_rec_end(&r));
     d->stats->n_dispatches += r.n_dispatch;
     return ES_OK;
@@ -302,10 +313,19 @@ static es_status inputs(vk_pair *p, int k, const es__fwd *f, const es__alspec_ca
     return es__vk_buf_flush(d, &sd->g);
 }
 
+/* What the exchange after batch i carries from side k: record i (the next layer's speculation
+ * and the verdict of the layer batch i checked), the KV slots, or nothing at the end. */
+static void published(const vk_pair *p, uint32_t k, uint32_t i, VkDeviceSize *off, VkDeviceSize *size) {
+    const uint32_t at = i <= p->L ? w_rec(p, k, i) : w_kv(p, k, 0, 0);
+    const uint32_t len = i <= p->L ? p->w_rec : i == p->L + 1 ? 2 * p->L * p->kvd : 0;
+    *off = 4 * (VkDeviceSize)at;
+    *size = 4 * (VkDeviceSize)len;
+}
+
 /* Submits both sides' batches and queues the relay's exchanges; the last value used. */
 static es_status submit(vk_pair *p, uint64_t *last) {
     const uint64_t v0 = p->tl;
-    const uint32_t n = 2 * p->L + 2;
+    const uint32_t n = n_batches(p);
     for (int k = 0; k < 2; k++)
         for (uint32_t i = 0; i < n; i++) {
             ES_TRY(es__vk_link_submit(&p->link, k, p->s[k].cbs[i], i ? v0 + i : 0, v0 + i + 1, VK_NULL_HANDLE));
@@ -313,14 +333,8 @@ static es_status submit(vk_pair *p, uint64_t *last) {
         }
     *last = v0 + n;
     for (uint32_t i = 0; i < n; i++) {
-        VkDeviceSize off[2] = {0, 0}, size[2] = {0, 0};
-        for (uint32_t k = 0; k < 2; k++) {
-            const uint32_t l = i / 2;
-            const uint32_t at = i >= 2 * p->L ? w_kv(p, k, 0, 0) : i % 2 ? w_flag(p, k, l) : w_rec(p, k, l);
-            const uint32_t len = i == 2 * p->L ? 2 * p->L * p->kvd : i > 2 * p->L ? 0 : i % 2 ? 1 : p->w_rec;
-            off[k] = 4 * (VkDeviceSize)at;
-            size[k] = 4 * (VkDeviceSize)len;
-        }
+        VkDeviceSize off[2], size[2];
+        for (uint32_t k = 0; k < 2; k++) published(p, k, i, &off[k], &size[k]);
         ES_TRY(es__vk_relayer_exchange(&p->relay, v0 + i + 1, off, size));
     }
     return ES_OK;
@@ -357,7 +371,7 @@ es_status es__vk_pair_forward(void *impl, const es__fwd *fa, const es__fwd *fb, 
     for (int k = 0; k < 2; k++) {
         ES_TRY(es__vk_check_lost(p->s[k].io.d));
         ES_TRY(inputs(p, k, f[k], call));
-        for (uint32_t i = 0; i < 2 * p->L + 2; i++) ES_TRY(record(p, k, i, fa->n_past));
+        for (uint32_t i = 0; i < n_batches(p); i++) ES_TRY(record(p, k, i, fa->n_past));
     }
     uint64_t last = p->tl;
     es_status s = submit(p, &last);
