@@ -13,7 +13,8 @@ mkdir -p gpu .gl
 meson introspect build-gpu --tests | /usr/bin/python3 tools/device/select_tests.py "$PWD" gpu/tests.json gpu/pack.txt
 { ls -d build-gpu/lib/libedgespec.so*; ls build-gpu/tests/spec/spec-tiny*.gguf
   printf '%s\n' build-gpu/tools/edgespec/edgespec build-gpu/tools/bench/edgespec-bench \
-    build-gpu/tools/mkmodel/edgespec-mkmodel build-gpu/tests/bench/bench_spec_call build-gpu/tests/train/train_c
+    build-gpu/tools/mkmodel/edgespec-mkmodel build-gpu/tests/bench/bench_spec_call build-gpu/tests/bench/bench_alspec_pair \
+    build-gpu/tests/train/train_c
 } | grep -v '\.p$' >> gpu/pack.txt
 sort -u -o gpu/pack.txt gpu/pack.txt
 # the test binaries link the library statically: one large dictionary shares its shaders

@@ -2,7 +2,8 @@
 # run.sh: the GPU checklist (../shared/notes/gpu-checklist.md) in one device call, after
 # tools/device/prepare.sh here: the Vulkan tests, edgespec-bench on the shipped models and the
 # 134m/853m shapes (made there by mkmodel), bench_spec_call with both matrix tiles, and the
-# speculation sweeps against plain decoding. Everything lands in $OUT (at most 8 files come back).
+# speculation sweeps against plain decoding, ALSpec's pair gated on the devices and by the host.
+# Everything lands in $OUT (at most 8 files come back).
 # Each phase has its own time limit so that the call ends inside the device budget.
 cd "$(dirname "$0")/../.."; R=$PWD; T0=$(date +%s)
 for f in .gl/*.deb; do dpkg -x "$f" /; done; ldconfig
@@ -51,6 +52,11 @@ timeout ${CALL_BUDGET:-100} bash -c '
     EDGESPEC_BENCH_ATTN_TEAM=$team EDGESPEC_BENCH_ATTN_SPLIT=$split $SC $M/853m-q8_0.gguf - vulkan 4 11 $past
   done; done; done
 ' > $OUT/spec_call.txt 2>&1
+# ALSpec over two logical devices of the GPU: gated on the devices against the host's round trip
+# per layer (the same GPU twice: the gating's cost, not a speed-up)
+timeout ${ALSPEC_BUDGET:-40} bash -c '
+  for lam in 0 0.1; do $B/tests/bench/bench_alspec_pair $B/tests/spec/long.f32.gguf 0,0 1100 24 $lam 256 3; done
+' >> $OUT/spec_call.txt 2>&1
 timeout ${SWEEP_BUDGET:-110} bash -c '
   SW="$PY tests/bench/spec_sweep.py --cli $CLI --backend vulkan --threads 4 --n 128"
   $SW --model models/default.gguf --adapter models/default.ss.gguf --draft models/draft.gguf --reps 2 --defaults-only
