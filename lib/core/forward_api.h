@@ -98,7 +98,8 @@ void es__dev_pair_free(es__dev_pair *p);
 /* Decodes token (one after the committed ones, the same n_past on both, at least 2S keys) on
  * both contexts, leaving it provisional on each (es_commit them): call->verdicts[l] as
  * es__forward_alspec's, logits [n_vocab]. Afterwards both caches hold each layer's slot as the
- * layer's sender wrote it. On failure neither context holds a provisional token. */
+ * layer's sender wrote it. On failure neither context holds a provisional token, and the pair
+ * decodes no more (its relay has stopped): free it. */
 es_status es__dev_pair_forward(es__dev_pair *p, int32_t token, const es__alspec_call *call, float *logits);
 
 /* One KV slot of one layer to or from kv: [K, V][n_head_kv][head_dim] floats; pos a committed

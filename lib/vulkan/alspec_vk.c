@@ -304,7 +304,9 @@ static es_status inputs(vk_pair *p, int k, const es__fwd *f, const es__alspec_ca
     memset(v, 0, sizeof(float) * 8 * p->L);
     for (uint32_t l = 0; l < p->L; l++) {
         v[8 * l] = call->lambda;
-        v[8 * l + 1] = call->force_miss && call->force_miss[l] ? 2.0f : 0.0f; /* ungated: the receiver uses it */
+        /* no gate flag: the exact output stays where the sender's miss path reads it; a hit's
+         * speculation reaches the receiver through the window */
+        v[8 * l + 1] = call->force_miss && call->force_miss[l] ? 2.0f : 0.0f;
     }
     ES_TRY(es__vk_buf_flush(d, sd->io.verd));
     uint32_t *g = sd->g.map;
