@@ -20,8 +20,12 @@
  * order. (x86-64-v4, bench_kquant, one thread: 0.34 ms for 2048 x 4096 in L3 where the lookup
  * kernel this replaced took 0.47; the scale unpack, in SIMD, is a tenth of it.) */
 
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wpsabi" /* 32-byte vectors in inline helpers of the generic level */
+/* 32-byte vectors pass through the inline helpers below at the generic level too, where the
+ * compilers warn that a non-inlined call would pass them differently */
+#if defined(__clang__)
+#pragma clang diagnostic ignored "-Wpsabi"
+#elif defined(__GNUC__)
+#pragma GCC diagnostic ignored "-Wpsabi"
 #endif
 
 #define Q4K_XP 264 /* prepared floats per super-block and token: 8 x 32 activations, 8 sums   */
