@@ -30,8 +30,22 @@
 
 #define Q4K_XP 264 /* prepared floats per super-block and token: 8 x 32 activations, 8 sums   */
 #define Q4K_TOK 16 /* tokens prepared at once, into the panel                                 */
-/* panel rows (of n_in floats) the prepared tokens take: 16 x 264 per 256 columns */
-#define Q4K_PANEL_ROWS ((Q4K_TOK * Q4K_XP + ES__QK_K - 1) / ES__QK_K)
+/* Tokens per streaming tile of a small batch (at most 4): two rows' partial sums and accumulators
+ * for each token in registers (bench_cpu_kern, x86-64-v4, 2048 x 512: 40 us a token with 2, 51
+ * with 4, 49 with 1). Batches of more than Q4K_STREAM tokens convert Q4K_PR rows' quants to
+ * floats once (the panel) and run tiles of Q4K_PR rows x Q4K_PT tokens over them. */
+#define Q4K_T 2
+#define Q4K_STREAM 4
+#if VL == 16
+#define Q4K_PR 4
+#define Q4K_PT 3
+#else
+#define Q4K_PR 2
+#define Q4K_PT 2
+#endif
+/* panel rows (of n_in floats): the prepared tokens, 16 x 264 per 256 columns, then up to four
+ * converted rows, 256 quants and 16 scales per 256 columns */
+#define Q4K_PANEL_ROWS ((Q4K_TOK * Q4K_XP + 4 * (ES__QK_K + 16) + ES__QK_K - 1) / ES__QK_K)
 /* one token's rows ask for their next super-blocks this far ahead (x86-64-v4, bench_kquant past
  * the L3: about 8% faster than none; 576 to 1728 alike within the noise) */
 #define PF_Q4K 1152
@@ -124,7 +138,7 @@ INLINE void q4k_scales(const uint8_t *x, float *s) {
 #endif
 }
 
-/* NR rows (at most 4) times T tokens: acc[r * T_TILE + t] += row r . token t over nb
+/* NR rows (at most 4) times T tokens: acc[r * Q4K_T + t] += row r . token t over nb
  * super-blocks, in the order above. Each quant vector is converted once for the T tokens; each
  * activation vector is loaded once for the NR rows. pf: prefetch distance in bytes, 0 for none. */
 INLINE void q4k_dot(const uint8_t *const *row, const int NR, const float *xp, size_t ldxp, const int T, int64_t nb,
@@ -152,11 +166,11 @@ INLINE void q4k_dot(const uint8_t *const *row, const int NR, const float *xp, si
             const int HS = T == 1 ? 2 : 1;
 #pragma GCC unroll 2
             for (int h0 = 0; h0 < 2; h0 += HS) {
-                f8v s[2][4][T_TILE];
+                f8v s[2][4][Q4K_T];
 #pragma GCC unroll 4
                 for (int c = 0; c < 4; c++)
                     for (int h = h0; h < h0 + HS; h++) {
-                        f8v xv[T_TILE];
+                        f8v xv[Q4K_T];
                         for (int t = 0; t < T; t++) xv[t] = load8(xb + (size_t)t * ldxp + 32 * (2 * i + h) + 8 * c);
                         for (int r = 0; r < NR; r++) {
                             const u8v m = h ? (c == 3 ? w[r] >> 28 : w[r] & (0xf0u << (8 * c))) : w[r] & (0xfu << (8 * c));
@@ -168,41 +182,39 @@ INLINE void q4k_dot(const uint8_t *const *row, const int NR, const float *xp, si
                 for (int h = h0; h < h0 + HS; h++)
                     for (int r = 0; r < NR; r++) {
                         const f8v d = splat8(sc[r][2 * i + h]);
-                        for (int t = 0; t < T; t++) acc[r * T_TILE + t] = fma8(d, s[h - h0][r][t], acc[r * T_TILE + t]);
+                        for (int t = 0; t < T; t++) acc[r * Q4K_T + t] = fma8(d, s[h - h0][r][t], acc[r * Q4K_T + t]);
                     }
             }
         }
         for (int r = 0; r < NR; r++) {
             const f8v m = load8(sc[r] + 8);
             for (int t = 0; t < T; t++)
-                acc[r * T_TILE + t] = fma8(m, load8(xb + (size_t)t * ldxp + 256), acc[r * T_TILE + t]);
+                acc[r * Q4K_T + t] = fma8(m, load8(xb + (size_t)t * ldxp + 256), acc[r * Q4K_T + t]);
         }
     }
 }
 
-/* out[r * T_TILE + t] for NR rows and T tokens. */
+/* out[r * Q4K_T + t] for NR rows and T tokens. */
 INLINE void q4k_run(const uint8_t *const *row, const int NR, const float *xp, size_t ldxp, const int T, int64_t nb,
                     size_t pf, float *out) {
-    f8v acc[4 * T_TILE];
-    for (int i = 0; i < NR * T_TILE; i++) acc[i] = splat8(0.0f);
+    f8v acc[4 * Q4K_T];
+    for (int i = 0; i < NR * Q4K_T; i++) acc[i] = splat8(0.0f);
     q4k_dot(row, NR, xp, ldxp, T, nb, pf, acc);
     for (int r = 0; r < NR; r++)
-        for (int t = 0; t < T; t++) out[r * T_TILE + t] = hsum8(acc[r * T_TILE + t]);
+        for (int t = 0; t < T; t++) out[r * Q4K_T + t] = hsum8(acc[r * Q4K_T + t]);
 }
 
-/* NR (1 or 2) rows times nt <= T_TILE tokens; one specialisation per count keeps the
+/* NR (1 or 2) rows times nt <= Q4K_T tokens; one specialisation per count keeps the
  * accumulators in registers. */
 static void q4k_tile(const uint8_t *const *row, int NR, const float *xp, size_t ldxp, int nt, int64_t nb, size_t pf,
                      float *out) {
-    if (nt > T_TILE || nt < 1) __builtin_unreachable();
+    if (nt > Q4K_T || nt < 1) __builtin_unreachable();
 #define Q4K_CASES(NRC)                                                                  \
     switch (nt) {                                                                       \
     case 1: q4k_run(row, NRC, xp, ldxp, 1, nb, pf, out); break;                         \
-    case 2: q4k_run(row, NRC, xp, ldxp, 2 <= T_TILE ? 2 : 1, nb, pf, out); break;       \
-    case 3: q4k_run(row, NRC, xp, ldxp, 3 <= T_TILE ? 3 : 1, nb, pf, out); break;       \
-    case 4: q4k_run(row, NRC, xp, ldxp, 4 <= T_TILE ? 4 : 1, nb, pf, out); break;       \
-    case 5: q4k_run(row, NRC, xp, ldxp, 5 <= T_TILE ? 5 : 1, nb, pf, out); break;       \
-    default: q4k_run(row, NRC, xp, ldxp, 6 <= T_TILE ? 6 : 1, nb, pf, out); break;      \
+    case 2: q4k_run(row, NRC, xp, ldxp, 2 <= Q4K_T ? 2 : 1, nb, pf, out); break;       \
+    case 3: q4k_run(row, NRC, xp, ldxp, 3 <= Q4K_T ? 3 : 1, nb, pf, out); break;       \
+    default: q4k_run(row, NRC, xp, ldxp, 4 <= Q4K_T ? 4 : 1, nb, pf, out); break;      \
     }
     if (NR == 2) {
         Q4K_CASES(2)
@@ -217,12 +229,12 @@ static void q4k_tile(const uint8_t *const *row, int NR, const float *xp, size_t 
 static void q4k_rows1(const uint8_t *w, size_t row_bytes, int64_t nb, int64_t r0, int64_t n, const float *xp,
                       float *y) {
     const int64_t q = n / 4;
-    float out[4 * T_TILE];
+    float out[4 * Q4K_T];
     for (int64_t i = 0; i < q; i++) {
         const uint8_t *rows[4];
         for (int r = 0; r < 4; r++) rows[r] = w + (size_t)(r0 + r * q + i) * row_bytes;
         q4k_run(rows, 4, xp, 0, 1, nb, PF_Q4K, out);
-        for (int r = 0; r < 4; r++) y[r * q + i] = out[r * T_TILE];
+        for (int r = 0; r < 4; r++) y[r * q + i] = out[r * Q4K_T];
     }
     for (int64_t i = 4 * q; i < n; i++) {
         const uint8_t *rows[1] = {w + (size_t)(r0 + i) * row_bytes};
@@ -231,10 +243,91 @@ static void q4k_rows1(const uint8_t *w, size_t row_bytes, int64_t nb, int64_t r0
     }
 }
 
+/* One row's quants as the floats q4k_dot converts them, in its order (qp: 256 per super-block),
+ * and its scales (sp: 16 per super-block, as q4k_scales). */
+static void q4k_convert(const uint8_t *row, int64_t nb, float *qp, float *sp) {
+    for (int64_t b = 0; b < nb; b++, row += 144, qp += ES__QK_K) {
+        q4k_scales(row, sp + 16 * b);
+        for (int i = 0; i < 4; i++) {
+            u8v w;
+            memcpy(&w, row + 16 + 32 * i, sizeof w);
+            for (int h = 0; h < 2; h++)
+                for (int c = 0; c < 4; c++) {
+                    const u8v m = h ? (c == 3 ? w >> 28 : w & (0xf0u << (8 * c))) : w & (0xfu << (8 * c));
+                    const f8v q = __builtin_convertvector((i8v)m, f8v);
+                    memcpy(qp + 32 * (2 * i + h) + 8 * c, &q, sizeof q);
+                }
+        }
+    }
+}
+
+/* Q4K_PR converted rows (qp + r * ldq, scales sp + r * lds) times T prepared tokens: q4k_dot's
+ * operations in its order, the quants loaded instead of converted. out[r * Q4K_PT + t]. */
+INLINE void q4k_ptile(const float *qp, size_t ldq, const float *sp, size_t lds, const float *xp, size_t ldxp,
+                      const int T, int64_t nb, float *out) {
+    f8v acc[Q4K_PR][Q4K_PT];
+    for (int r = 0; r < Q4K_PR; r++)
+        for (int t = 0; t < T; t++) acc[r][t] = splat8(0.0f);
+    for (int64_t b = 0; b < nb; b++) {
+        const float *xb = xp + b * Q4K_XP, *qb = qp + b * ES__QK_K;
+        for (int j = 0; j < 8; j++) {
+            f8v s[Q4K_PR][Q4K_PT];
+#pragma GCC unroll 4
+            for (int c = 0; c < 4; c++) {
+                f8v xv[Q4K_PT];
+                for (int t = 0; t < T; t++) xv[t] = load8(xb + (size_t)t * ldxp + 32 * j + 8 * c);
+                for (int r = 0; r < Q4K_PR; r++) {
+                    const f8v q = load8(qb + (size_t)r * ldq + 32 * j + 8 * c);
+                    for (int t = 0; t < T; t++) s[r][t] = c ? fma8(q, xv[t], s[r][t]) : q * xv[t];
+                }
+            }
+            for (int r = 0; r < Q4K_PR; r++) {
+                const f8v d = splat8(sp[(size_t)r * lds + 16 * b + j]);
+                for (int t = 0; t < T; t++) acc[r][t] = fma8(d, s[r][t], acc[r][t]);
+            }
+        }
+        for (int r = 0; r < Q4K_PR; r++) {
+            const f8v m = load8(sp + (size_t)r * lds + 16 * b + 8);
+            for (int t = 0; t < T; t++) acc[r][t] = fma8(m, load8(xb + (size_t)t * ldxp + 256), acc[r][t]);
+        }
+    }
+    for (int r = 0; r < Q4K_PR; r++)
+        for (int t = 0; t < T; t++) out[r * Q4K_PT + t] = hsum8(acc[r][t]);
+}
+
+/* Large batches: Q4K_PR rows at a time converted into the panel after the prepared tokens, then
+ * tiles of Q4K_PT tokens; rows past r1 repeat the last row, their results dropped. */
+static void q4k_rows_panel(const uint8_t *w, size_t row_bytes, int64_t nb, int64_t r0, int64_t r1, const float *xp,
+                           size_t ldxp, int64_t nt, float *y, int64_t ldy, float *qp) {
+    const size_t ldq = (size_t)nb * ES__QK_K, lds = (size_t)nb * 16;
+    float *sp = qp + Q4K_PR * ldq;
+    for (int64_t r = r0; r < r1; r += Q4K_PR) {
+        const int nr = (int)ES__MIN(Q4K_PR, r1 - r);
+        for (int i = 0; i < Q4K_PR; i++)
+            if (i < nr) q4k_convert(w + (size_t)(r + i) * row_bytes, nb, qp + i * ldq, sp + i * lds);
+            else {
+                memcpy(qp + i * ldq, qp + (nr - 1) * ldq, sizeof(float) * ldq);
+                memcpy(sp + i * lds, sp + (nr - 1) * lds, sizeof(float) * lds);
+            }
+        for (int64_t t = 0; t < nt; t += Q4K_PT) {
+            const int k = (int)ES__MIN(Q4K_PT, nt - t);
+            float out[Q4K_PR * Q4K_PT];
+            if (k > Q4K_PT || k < 1) __builtin_unreachable();
+            switch (k) {
+            case 1: q4k_ptile(qp, ldq, sp, lds, xp + (size_t)t * ldxp, ldxp, 1, nb, out); break;
+            case 2: q4k_ptile(qp, ldq, sp, lds, xp + (size_t)t * ldxp, ldxp, 2 <= Q4K_PT ? 2 : 1, nb, out); break;
+            default: q4k_ptile(qp, ldq, sp, lds, xp + (size_t)t * ldxp, ldxp, 3 <= Q4K_PT ? 3 : 1, nb, out); break;
+            }
+            for (int i = 0; i < nr; i++)
+                for (int j = 0; j < k; j++) y[(t + j) * ldy + (r - r0 + i)] = out[i * Q4K_PT + j];
+        }
+    }
+}
+
 /* Rows [r0, r1) for n_tok tokens, y[t * ldy + (r - r0)]. The tokens are prepared Q4K_TOK at a time
  * into xp (the panel); for each block, row i goes with row i + half (two sequential streams, as
- * DEF_ROWS) through token tiles of T_TILE while the two rows stay in L1, the first tile
- * prefetching PF_AHEAD ahead. */
+ * DEF_ROWS) through token tiles of Q4K_T while the two rows stay in L1, the first tile
+ * prefetching PF_AHEAD ahead; blocks of more than Q4K_STREAM tokens go through the panel. */
 static void rows_q4k(const uint8_t *w, size_t row_bytes, int64_t n_in, int64_t r0, int64_t r1, const float *x,
                      int64_t ldx, int64_t n_tok, float *y, int64_t ldy, float *xp) {
     const int64_t nb = n_in / ES__QK_K, n = r1 - r0, half = n / 2;
@@ -247,23 +340,27 @@ static void rows_q4k(const uint8_t *w, size_t row_bytes, int64_t n_in, int64_t r
             q4k_rows1(w, row_bytes, nb, r0, n, xp, yb);
             continue;
         }
-        float out[4 * T_TILE] = {0}; /* gcc cannot tell that q4k_tile fills what is read */
+        if (nt > Q4K_STREAM) {
+            q4k_rows_panel(w, row_bytes, nb, r0, r1, xp, ldxp, nt, yb, ldy, xp + Q4K_TOK * ldxp);
+            continue;
+        }
+        float out[4 * Q4K_T] = {0}; /* gcc cannot tell that q4k_tile fills what is read */
         for (int64_t i = 0; i < half; i++) {
             const uint8_t *rows[2] = {w + (size_t)(r0 + i) * row_bytes, w + (size_t)(r0 + half + i) * row_bytes};
             const size_t pf = (size_t)(i + 1) * row_bytes + PF_AHEAD <= (size_t)half * row_bytes ? PF_AHEAD : 0;
-            for (int64_t t = 0; t < nt; t += T_TILE) {
-                const int k = (int)ES__MIN(T_TILE, nt - t);
+            for (int64_t t = 0; t < nt; t += Q4K_T) {
+                const int k = (int)ES__MIN(Q4K_T, nt - t);
                 q4k_tile(rows, 2, xp + (size_t)t * ldxp, ldxp, k, nb, t == 0 ? pf : 0, out);
                 for (int j = 0; j < k; j++) {
                     yb[(t + j) * ldy + i] = out[j];
-                    yb[(t + j) * ldy + half + i] = out[T_TILE + j];
+                    yb[(t + j) * ldy + half + i] = out[Q4K_T + j];
                 }
             }
         }
         if (n % 2) {
             const uint8_t *rows[1] = {w + (size_t)(r1 - 1) * row_bytes};
-            for (int64_t t = 0; t < nt; t += T_TILE) {
-                const int k = (int)ES__MIN(T_TILE, nt - t);
+            for (int64_t t = 0; t < nt; t += Q4K_T) {
+                const int k = (int)ES__MIN(Q4K_T, nt - t);
                 q4k_tile(rows, 1, xp + (size_t)t * ldxp, ldxp, k, nb, 0, out);
                 for (int j = 0; j < k; j++) yb[(t + j) * ldy + n - 1] = out[j];
             }
