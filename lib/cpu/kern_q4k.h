@@ -17,8 +17,8 @@
  * by 28; the activations are stored times the inverse power of two (q4k_prep, once per token), so
  * the product is q x (exactly, unless the scaled x falls below the normal range). Which lane and
  * which order take an element thus follow the bytes, not k: the activations are prepared in that
- * order. (x86-64-v4, bench_kquant, one thread: 0.34 ms for 2048 x 4096 in L3 where the lookup
- * kernel this replaced took 0.47; the scale unpack, in SIMD, is a tenth of it.) */
+ * order. (x86-64-v4, bench_kquant, one thread: 0.325 ms for 2048 x 4096 in L3 where the lookup
+ * kernel this replaced took 0.465; docs/perf.md, "Q4_K by sub-block sums".) */
 
 /* 32-byte vectors pass through the inline helpers below at the generic level too, where the
  * compilers warn that a non-inlined call would pass them differently */
@@ -116,8 +116,9 @@ static void q4k_prep(const float *x, int64_t n_in, float *xp) {
 
 /* A super-block's scales as kq_scales computes them (the same bits): s[j] = d sc_j, s[8 + j] =
  * -(dmin m_j). On x86-64-v4 the six-bit fields are unpacked in a vector register and converted
- * sixteen lanes at once: gcc's own vectorisation of the scalar unpack (mask-register shifts,
- * general-to-vector moves) cost a fifth of the one-token loop's time. */
+ * sixteen lanes at once: the scalar unpack as gcc vectorised it (mask-register shifts,
+ * general-to-vector moves) cost a fifth of the one-token loop's time (bench_kquant in L3: 0.38
+ * ms, 0.30 without any unpack, 0.34 with this one). */
 INLINE void q4k_scales(const uint8_t *x, float *s) {
 #if ES_KERN_LEVEL == 4
     const __m128i hx = _mm_loadu_si128((const __m128i *)(const void *)x); /* the words h, a, b, c */
