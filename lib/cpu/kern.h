@@ -19,7 +19,7 @@ typedef struct es__kern {
     /* y[t * ldy + (r - r0)] = sum_k W[r][k] * x[t * ldx + k] for rows r in [r0, r1) and tokens
      * t in [0, n_tok). W: rows of n_in elements of type, row r at w + r * row_bytes. n_in is a
      * multiple of 32 for Q8_0/Q4_0, of 256 for the K-quants. panel: scratch of panel_rows * n_in floats, needed when
-     * n_tok > 1 and type is not F32 (else it may be NULL). */
+     * type is Q4_K (which prepares the activations there) or n_tok > 1 and type is not F32 (else it may be NULL). */
     void (*matmul)(es__dtype type, const void *w, size_t row_bytes, int64_t n_in, int64_t r0, int64_t r1,
                    const float *x, int64_t ldx, int64_t n_tok, float *y, int64_t ldy, float *panel);
     /* sum_k a[k] * b[k] in the level's fixed order. */

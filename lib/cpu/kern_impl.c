@@ -16,6 +16,8 @@
  * used for every token of its tile; larger batches convert a few rows to f32 once (the panel) and
  * run them through register tiles: the same arithmetic per element, so streams, tiles and panels
  * only decide which elements are computed together, never how.
+ * Q4_K is the exception to the per-weight order: it sums q x per 32-element sub-block and scales
+ * the sum, at every batch size alike (kern_q4k.h says how).
  * Not here: threading, which rows a thread takes. */
 #include "kern.h"
 
@@ -442,74 +444,9 @@ INLINE void pf_span(const uint8_t *p, size_t n, size_t pf) {
         for (size_t o = 0; o < n; o += 64) __builtin_prefetch(p + pf + o, 0, 1);
 }
 
-#include "kern_lq.h" /* Q2_K, Q3_K, IQ4_NL */
+#include "kern_lq.h"  /* Q2_K, Q3_K, IQ4_NL */
+#include "kern_q4k.h" /* Q4_K */
 
-#if ES_KERN_LEVEL == 4
-/* A Q4_K super-block's kq_scales in one 16-lane register, the eight d sc_j then the eight
- * -(dmin m_j) (as (-dmin) m_j: the same bits), stored to s[16]: one widening and one permute
- * where the generic unpack spends about ten shuffles. */
-INLINE void q4k_scales16(const uint8_t *x, float *s) {
-    uint32_t h, a, b, c;
-    memcpy(&h, x, 4);
-    memcpy(&a, x + 4, 4);
-    memcpy(&b, x + 8, 4);
-    memcpy(&c, x + 12, 4);
-    const uint64_t sc = (a & 0x3f3f3f3fu) | (uint64_t)((c & 0x0f0f0f0fu) | ((a >> 2) & 0x30303030u)) << 32;
-    const uint64_t mn = (b & 0x3f3f3f3fu) | (uint64_t)(((c >> 4) & 0x0f0f0f0fu) | ((b >> 2) & 0x30303030u)) << 32;
-    const __m512 q = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_set_epi64x((long long)mn, (long long)sc)));
-    const __m512 dd = _mm512_permutexvar_ps(_mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1),
-                                            _mm512_castps128_ps512(_mm_cvtph_ps(_mm_cvtsi32_si128((int)h))));
-    const __m512 sign = _mm512_castsi512_ps(_mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, (int)0x80000000, (int)0x80000000,
-                                                              (int)0x80000000, (int)0x80000000, (int)0x80000000,
-                                                              (int)0x80000000, (int)0x80000000, (int)0x80000000));
-    _mm512_storeu_ps(s, _mm512_mul_ps(_mm512_xor_ps(dd, sign), q));
-}
-
-/* Q4_K's one-token loop on AVX-512: a sub-block's sixteen possible weights fma(d sc, q, -dmin m),
- * q = 0..15, fill one register, and each widened nibble picks its weight from it (vpermps reads
- * an index's low four bits, so neither the low nor the shifted high nibble needs masking). That
- * spares the per-weight integer-to-float conversion and the fused multiply-add that scales it;
- * the table's values are kq_weights' bit for bit and are added in the same k order, so the result
- * is the panel path's. The rows' next super-blocks are prefetched PF_Q4K bytes ahead. */
-#define PF_Q4K 576
-INLINE void q4k_rows_dot(const uint8_t *const *row, const int NR, const float *x, int64_t n_in, vf *acc) {
-    const __m512 iota = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-    for (int64_t b = 0; b < n_in / ES__QK_K; b++) {
-        float s[4][16];
-        for (int r = 0; r < NR; r++) {
-            const uint8_t *pf = row[r] + (size_t)b * 144 + PF_Q4K;
-            __builtin_prefetch(pf, 0, 0);
-            __builtin_prefetch(pf + 64, 0, 0);
-            __builtin_prefetch(pf + 128, 0, 0);
-            q4k_scales16(row[r] + (size_t)b * 144, s[r]);
-        }
-        /* read the scales back from memory: broadcast from a register each costs a shuffle, the
-         * port the lookups need, while a broadcast load is free of it */
-        __asm__ volatile("" : : "r"(s) : "memory");
-        const float *xb = x + b * ES__QK_K;
-#pragma GCC unroll 4
-        for (int i = 0; i < 4; i++) { /* sub-blocks 2i (low nibbles) and 2i + 1 (high) share 32 bytes */
-            __m512 lut[4][2];
-            __m512i idx[4][2];
-            for (int r = 0; r < NR; r++) {
-                const uint8_t *qs = row[r] + (size_t)b * 144 + 16 + 32 * i;
-                lut[r][0] = _mm512_fmadd_ps(_mm512_set1_ps(s[r][2 * i]), iota, _mm512_set1_ps(s[r][8 + 2 * i]));
-                lut[r][1] = _mm512_fmadd_ps(_mm512_set1_ps(s[r][2 * i + 1]), iota, _mm512_set1_ps(s[r][9 + 2 * i]));
-                for (int v = 0; v < 2; v++) idx[r][v] = _mm512_cvtepu8_epi32(load_bytes(qs + 16 * v));
-            }
-            for (int v = 0; v < 2; v++) {
-                const vf xv = loadu(xb + 64 * i + 16 * v);
-                for (int r = 0; r < NR; r++) acc[r] = vfma((vf)_mm512_permutexvar_ps(idx[r][v], lut[r][0]), xv, acc[r]);
-            }
-            for (int v = 0; v < 2; v++) {
-                const vf xv = loadu(xb + 64 * i + 32 + 16 * v);
-                for (int r = 0; r < NR; r++)
-                    acc[r] = vfma((vf)_mm512_permutexvar_ps(_mm512_srli_epi32(idx[r][v], 4), lut[r][1]), xv, acc[r]);
-            }
-        }
-    }
-}
-#endif
 
 /* ---- streaming (decode and small batches): acc = fma(w, x, acc) over VL-wide chunks in k order,
  * straight from the stored rows; a block's weights are d * q, which is exact in f32 (11-bit by
@@ -655,35 +592,12 @@ DEF_ROWS(rows_f16, ES__DTYPE_F16)
 DEF_ROWS(rows_bf16, ES__DTYPE_BF16)
 DEF_ROWS(rows_q8_0, ES__DTYPE_Q8_0)
 DEF_ROWS(rows_q4_0, ES__DTYPE_Q4_0)
-DEF_ROWS(rows_q4_k, ES__DTYPE_Q4_K)
 DEF_ROWS(rows_q5_k, ES__DTYPE_Q5_K)
 DEF_ROWS(rows_q6_k, ES__DTYPE_Q6_K)
 DEF_ROWS(rows_q2_k, ES__DTYPE_Q2_K)
 DEF_ROWS(rows_q3_k, ES__DTYPE_Q3_K)
 DEF_ROWS(rows_iq4_nl, ES__DTYPE_IQ4_NL)
 
-#if ES_KERN_LEVEL == 4
-/* Q4_K on AVX-512, one token: four rows at once, a quarter of the range apart: four independent
- * chains of fused multiply-adds (each row's order unchanged) and each activation load serves four
- * rows (bench_kquant in L3: 0.54 ms against 0.57 with two rows). Small batches stream as the other
- * types do (rows_q4_k), with the same bits per element. */
-static void rows_q4_k4(const uint8_t *w, size_t row_bytes, int64_t n_in, int64_t r0, int64_t r1, const float *x,
-                       int64_t ldx, int64_t n_tok, float *y, int64_t ldy) {
-    if (n_tok > 1) {
-        rows_q4_k(w, row_bytes, n_in, r0, r1, x, ldx, n_tok, y, ldy);
-        return;
-    }
-    const int64_t q = (r1 - r0) / 4;
-    for (int64_t i = 0; i < q; i++) {
-        const uint8_t *rows[4];
-        for (int r = 0; r < 4; r++) rows[r] = w + (size_t)(r0 + r * q + i) * row_bytes;
-        vf acc[4] = {vzero(), vzero(), vzero(), vzero()};
-        q4k_rows_dot(rows, 4, x, n_in, acc);
-        for (int r = 0; r < 4; r++) y[r * q + i] = hsum(acc[r]);
-    }
-    rows_q4_k(w, row_bytes, n_in, r0 + 4 * q, r1, x, ldx, 1, y + 4 * q, ldy);
-}
-#endif
 
 /* ---- tiles (several tokens): R_TILE rows of f32 weights x T tokens, out[r * T_TILE + t]. Same
  * per-element arithmetic as rows_dot. */
@@ -740,6 +654,10 @@ static void k_to_f32(es__dtype type, const void *row, float *out, int64_t n);
 static void k_matmul(es__dtype type, const void *w, size_t row_bytes, int64_t n_in, int64_t r0, int64_t r1,
                      const float *x, int64_t ldx, int64_t n_tok, float *y, int64_t ldy, float *panel) {
     const uint8_t *base = w;
+    if (type == ES__DTYPE_Q4_K) { /* its own arithmetic at every batch size (kern_q4k.h) */
+        rows_q4k(base, row_bytes, n_in, r0, r1, x, ldx, n_tok, y, ldy, panel);
+        return;
+    }
     if (n_tok <= STREAM_TOK) {
         switch (type) {
         case ES__DTYPE_F32: rows_f32(base, row_bytes, n_in, r0, r1, x, ldx, n_tok, y, ldy); break;
@@ -747,11 +665,7 @@ static void k_matmul(es__dtype type, const void *w, size_t row_bytes, int64_t n_
         case ES__DTYPE_BF16: rows_bf16(base, row_bytes, n_in, r0, r1, x, ldx, n_tok, y, ldy); break;
         case ES__DTYPE_Q8_0: rows_q8_0(base, row_bytes, n_in, r0, r1, x, ldx, n_tok, y, ldy); break;
         case ES__DTYPE_Q4_0: rows_q4_0(base, row_bytes, n_in, r0, r1, x, ldx, n_tok, y, ldy); break;
-#if ES_KERN_LEVEL == 4
-        case ES__DTYPE_Q4_K: rows_q4_k4(base, row_bytes, n_in, r0, r1, x, ldx, n_tok, y, ldy); break;
-#else
-        case ES__DTYPE_Q4_K: rows_q4_k(base, row_bytes, n_in, r0, r1, x, ldx, n_tok, y, ldy); break;
-#endif
+        case ES__DTYPE_Q4_K: break; /* rows_q4k, above */
         case ES__DTYPE_Q5_K: rows_q5_k(base, row_bytes, n_in, r0, r1, x, ldx, n_tok, y, ldy); break;
         case ES__DTYPE_Q6_K: rows_q6_k(base, row_bytes, n_in, r0, r1, x, ldx, n_tok, y, ldy); break;
         case ES__DTYPE_Q2_K: rows_q2_k(base, row_bytes, n_in, r0, r1, x, ldx, n_tok, y, ldy); break;
@@ -1083,6 +997,6 @@ static void k_to_f32(es__dtype type, const void *row, float *out, int64_t n) {
 }
 
 const es__kern *KERN_FN(void) {
-    static const es__kern k = {KERN_NAME, R_TILE, k_matmul, k_dot, k_axpy, k_to_f32, k_silu_mul, k_attend, k_attend_spec};
+    static const es__kern k = {KERN_NAME, ES__MAX(R_TILE, Q4K_PANEL_ROWS), k_matmul, k_dot, k_axpy, k_to_f32, k_silu_mul, k_attend, k_attend_spec};
     return &k;
 }

@@ -32,6 +32,15 @@ static void fill_weights(es__dtype t, uint8_t *w, size_t rows, int64_t n_in, siz
                 memcpy(blk, &d, 2);
                 for (size_t i = 2; i < bb; i++) blk[i] = (uint8_t)bench_xorshift(&rng_state);
             }
+        } else if (t == ES__DTYPE_Q4_K) { /* f16 d and dmin, random scales, mins and quants */
+            for (int64_t b = 0; b < n_in / 256; b++) {
+                uint8_t *blk = row + (size_t)b * 144;
+                for (int i = 0; i < 2; i++) {
+                    const uint16_t d = (uint16_t)(10 << 10 | (bench_xorshift(&rng_state) & 1023));
+                    memcpy(blk + 2 * i, &d, 2);
+                }
+                for (size_t i = 4; i < 144; i++) blk[i] = (uint8_t)bench_xorshift(&rng_state);
+            }
         } else if (t == ES__DTYPE_F32) {
             for (int64_t k = 0; k < n_in; k++) {
                 const float f = (float)(bench_xorshift(&rng_state) >> 40) / 16777216.0f - 0.5f;
@@ -59,14 +68,18 @@ int main(int argc, char **argv) {
         return 2;
     }
     const es__kern *levels[N_LEVELS] = {es__kern_generic(), es__kern_x86_v3(), es__kern_x86_v4(), es__kern_neon()};
-    const es__dtype types[] = {ES__DTYPE_F32, ES__DTYPE_F16, ES__DTYPE_BF16, ES__DTYPE_Q8_0, ES__DTYPE_Q4_0};
-    const char *type_names[] = {"f32", "f16", "bf16", "q8_0", "q4_0"};
+    const es__dtype types[] = {ES__DTYPE_F32, ES__DTYPE_F16, ES__DTYPE_BF16, ES__DTYPE_Q8_0, ES__DTYPE_Q4_0, ES__DTYPE_Q4_K};
+    const char *type_names[] = {"f32", "f16", "bf16", "q8_0", "q4_0", "q4_K"};
     float *x = malloc(sizeof(float) * (size_t)(n_in * batch)), *y = malloc(sizeof(float) * (size_t)(n_out * batch));
-    float *panel = malloc(sizeof(float) * (size_t)(16 * n_in));
+    int panel_rows = 0;
+    for (int l = 0; l < N_LEVELS; l++)
+        if (levels[l]) panel_rows = ES__MAX(panel_rows, levels[l]->panel_rows);
+    float *panel = malloc(sizeof(float) * (size_t)(panel_rows * n_in));
     double *t = malloc(sizeof(double) * (size_t)reps);
     for (int64_t i = 0; i < n_in * batch; i++) x[i] = (float)(bench_xorshift(&rng_state) >> 40) / 16777216.0f - 0.5f;
     for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
         if (only_type && strcmp(only_type, type_names[ti]) != 0) continue;
+        if (types[ti] == ES__DTYPE_Q4_K && n_in % 256) continue; /* super-blocks of 256 */
         const size_t rb = es__kern_row_bytes(types[ti], n_in);
         uint8_t *w = malloc(rb * (size_t)n_out);
         fill_weights(types[ti], w, (size_t)n_out, n_in, rb);

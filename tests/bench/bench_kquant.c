@@ -32,6 +32,10 @@ int main(int argc, char **argv) {
     uint64_t rng = 0x9E3779B97F4A7C15ull;
     float *x = malloc(sizeof(float) * (size_t)n_in), *src = malloc(sizeof(float) * (size_t)n_in);
     float *y = malloc(sizeof(float) * (size_t)rows_dram);
+    int panel_rows = 0; /* Q4_K prepares the activations in the panel */
+    for (int li = 0; li < 3; li++)
+        if (levels[li]) panel_rows = ES__MAX(panel_rows, levels[li]->panel_rows);
+    float *panel = malloc(sizeof(float) * (size_t)(panel_rows * n_in));
     for (int64_t i = 0; i < n_in; i++) x[i] = (float)((double)(bench_xorshift(&rng) >> 11) / 9007199254740992.0 - 0.5);
     double *wall = malloc(sizeof(double) * (size_t)reps), *cpu = malloc(sizeof(double) * (size_t)reps);
     for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
@@ -51,10 +55,10 @@ int main(int argc, char **argv) {
             if (!k) continue;
             for (int big = 0; big < 2; big++) {
                 const int64_t rows = big ? rows_dram : rows_l3;
-                k->matmul(types[ti], w, rb, n_in, 0, rows, x, n_in, 1, y, rows, NULL); /* warm */
+                k->matmul(types[ti], w, rb, n_in, 0, rows, x, n_in, 1, y, rows, panel); /* warm */
                 for (int i = 0; i < reps; i++) {
                     const double t0 = bench_now(CLOCK_MONOTONIC), c0 = bench_now(CLOCK_PROCESS_CPUTIME_ID);
-                    k->matmul(types[ti], w, rb, n_in, 0, rows, x, n_in, 1, y, rows, NULL);
+                    k->matmul(types[ti], w, rb, n_in, 0, rows, x, n_in, 1, y, rows, panel);
                     cpu[i] = bench_now(CLOCK_PROCESS_CPUTIME_ID) - c0;
                     wall[i] = bench_now(CLOCK_MONOTONIC) - t0;
                 }
@@ -70,6 +74,6 @@ int main(int argc, char **argv) {
         }
         free(w);
     }
-    free(x), free(src), free(y), free(wall), free(cpu);
+    free(x), free(src), free(y), free(panel), free(wall), free(cpu);
     return 0;
 }

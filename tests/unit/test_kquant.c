@@ -230,10 +230,10 @@ static void test_kernels(const es__kern *k) {
             for (int64_t t = 0; t < n_tok; t++) {
                 for (int64_t i = 0; i < n_out; i++) y1[i] = NAN;
                 for (int64_t r0 = 0; r0 < n_out; r0 += 3)
-                    k->matmul(ktypes[ti], w, rb, n_in, r0, ES__MIN(n_out, r0 + 3), x + t * n_in, n_in, 1, y1 + r0, n_out, NULL);
+                    k->matmul(ktypes[ti], w, rb, n_in, r0, ES__MIN(n_out, r0 + 3), x + t * n_in, n_in, 1, y1 + r0, n_out, panel);
                 same = same && memcmp(y1, y + t * n_out, sizeof(float) * (size_t)n_out) == 0;
                 for (int64_t i = 0; i < n_out; i++) y1[i] = NAN;
-                k->matmul(ktypes[ti], w, rb, n_in, 0, n_out, x + t * n_in, n_in, 1, y1, n_out, NULL);
+                k->matmul(ktypes[ti], w, rb, n_in, 0, n_out, x + t * n_in, n_in, 1, y1, n_out, panel);
                 same = same && memcmp(y1, y + t * n_out, sizeof(float) * (size_t)n_out) == 0;
             }
             CHECKF(same, "%s matmul %s: a token alone differs from the batch", k->name, knames[ti]);
