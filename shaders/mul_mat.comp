@@ -29,7 +29,6 @@
 // in here rounds differently from the CPU backend's (x * scale) * w, and closer numerics between
 // the backends are worth a dispatch.
 #extension GL_GOOGLE_include_directive : require
-#extension GL_EXT_control_flow_attributes : require
 #include "common.glsl"
 
 #define WBIND 0
@@ -168,17 +167,18 @@ void main() {
 
 #if LANE_RUNS
     // Runs of four units per group of 4 team units, the last group's of tail_c (weights.glsl).
-    // The group loop is uniform and the run's loop unrolled, so that the scale texel is fetched
-    // unconditionally and each unit's scale is a constant component of it: on lavapipe a
-    // condition that varies per lane runs masked every step, and a variable component index
-    // cost about what the saved fetch did (docs/perf.md).
+    // The group loop and the run's loop count the same for every lane, and the run's scale
+    // texel is fetched unconditionally before it: fetched under a per-lane condition, as the
+    // other types' are, it ran as slowly as the two fetches this layout saves (docs/perf.md).
+    // Unrolling the run's loop (constant component indices) was faster still on full groups
+    // but ran a masked fourth unit on runs of three (K = 768).
     const uint tail0 = upr / (4u * team) * (4u * team), tail_c = (upr - tail0 + team - 1u) / team;
     for (uint g0 = 0u; g0 < upr; g0 += 4u * team) {
         const uint c = g0 < tail0 ? 4u : tail_c, first = g0 + c * lane;
         for (uint r = 0u; r < ROWS; r++) k4_scales(FETCH_U4(S, srow[r] + g0 / 4u + lane), sv[r], sv2[r]);
-        [[unroll]] for (uint k = 0u; k < 4u; k++) {
+        for (uint k = 0u; k < c; k++) {
         const uint u = first + k;
-        if (k >= c || u >= upr) continue;
+        if (u >= upr) continue;
 #else
     uint it = 0u;
     for (uint u = lane; u < upr; u += team, it++) {
