@@ -24,7 +24,7 @@
 //         unit adds d sc (q . x) + (-dmin m) (sum of x)), Q6_K the scale of the block's last 16
 //         elements (the first set scales its first 16); Q3_K as Q6_K. Q2_K keeps four sets: the
 //         scales of the block's two halves, then their -dmin m (x = d sc q - dmin m per 16).
-//   Q4_K  S: RGBA32UI, scales and mins packed (LANE_RUNS): a lane walks runs of consecutive
+//   Q4_K  S instead: RGBA32UI, scales and mins packed (LANE_RUNS): a lane walks runs of consecutive
 //         blocks instead of every T-th block: in each group of 4 T blocks lane l takes blocks
 //         4 l .. 4 l + 3, in the last group, of n < 4 T blocks, c = ceil(n / T) from c l
 //         (mul_mat.comp). A run of at most four lies in at most two super-blocks, so one texel

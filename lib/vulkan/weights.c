@@ -151,7 +151,7 @@ static uint32_t q4k_dm(const uint8_t *blk) {
 
 /* One row of Q4_K super-blocks into weights.glsl's layout: each 32-element block's nibbles in
  * Q4_0's order, and for group g of 4 team blocks and lane l one texel (four words) describing the
- * lane's run of consecutive blocks (weights.glsl k4_run): word 0 byte k the 6-bit scale of its
+ * lane's run of consecutive blocks (weights.glsl, Q4_K S): word 0 byte k the 6-bit scale of its
  * block k, bit 7 set where that block lies in the run's last super-block rather than its first;
  * word 1 byte k the block's 6-bit min; words 2 and 3 the f16 d and -dmin of the first and the last
  * super-block. */
