@@ -24,7 +24,10 @@ void main() {
     for (uint u = lid; u < upr; u += gl_WorkGroupSize.x) {
         vec4 w[UV];
         decode_unit(r * upr * TPU, u, w);
-#if HAS_SCALE
+#if LANE_RUNS
+        const vec2 dm = scale_min_of(srow, u, pc.team, pc.K / 32u);
+        const float d = dm.x, d2 = dm.y;
+#elif HAS_SCALE
         const float d = scale_of(srow, u, pc.team);
 #endif
 #if HAS_S2

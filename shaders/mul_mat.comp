@@ -5,8 +5,9 @@
 // cache (attention's input projection).
 // One source serves matrix-vector (decode, TOK = 1) and tiled matrix-matrix (prefill, tree
 // verification, TOK > 1). A team of lanes (a subgroup, or LANES invocations) owns ROWS rows;
-// lane l accumulates units l, l + lanes, l + 2 lanes, ... of each row (weights.glsl), for each
-// token separately, and the team reduces its lanes in one fixed way. So a token's output is
+// lane l accumulates units l, l + lanes, l + 2 lanes, ... of each row (weights.glsl; Q4_K's lanes
+// walk runs of four consecutive units instead, LANE_RUNS), for each token separately, and the
+// team reduces its lanes in one fixed way. So a token's output is
 // bit-identical whatever TOK, ROWS or the batch (batch invariance, DESIGN.md). Rows with few
 // units are walked by one invocation each (LK = 1), with no reduction at all.
 // With TILED=1 a workgroup serves a tile of up to 32 tokens (TILE, es__vk_mul_mat_tok) in passes
@@ -145,8 +146,10 @@ void main() {
     vec4 sv[ROWS];
     const uint srt = scale_row_stride(pc.K / 32u, team);
 #endif
-#if HAS_S2
+#if HAS_S2 || LANE_RUNS
     vec4 sv2[ROWS];
+#endif
+#if HAS_S2
     const uint s2 = scale_row_texels(pc.K / 32u, team); // the second set, after a row's scales
 #endif
 #if HAS_HALF_MIN
@@ -162,8 +165,24 @@ void main() {
     for (uint t = 0u; t < TOK; t++) xrow[t] = pc.x_off + min(t0 + t, pc.n - 1u) * pc.x_stride;
     for (uint i = 0u; i < ROWS * TOK; i++) acc[i] = 0.0;
 
+#if LANE_RUNS
+    // Runs of four units per group of 4 team units, the last group's of tail_c (weights.glsl).
+    // The group loop and the run's loop count the same for every lane, and the run's scale
+    // texel is fetched unconditionally before it: fetched under a per-lane condition, as the
+    // other types' are, it ran as slowly as the two fetches this layout saves (docs/perf.md).
+    // Unrolling the run's loop (constant component indices) was faster still on full groups
+    // but ran a masked fourth unit on runs of three (K = 768).
+    const uint tail0 = upr / (4u * team) * (4u * team), tail_c = (upr - tail0 + team - 1u) / team;
+    for (uint g0 = 0u; g0 < upr; g0 += 4u * team) {
+        const uint c = g0 < tail0 ? 4u : tail_c, first = g0 + c * lane;
+        for (uint r = 0u; r < ROWS; r++) k4_scales(FETCH_U4(S, srow[r] + g0 / 4u + lane), sv[r], sv2[r]);
+        for (uint k = 0u; k < c; k++) {
+        const uint u = first + k;
+        if (u >= upr) continue;
+#else
     uint it = 0u;
     for (uint u = lane; u < upr; u += team, it++) {
+#endif
         vec4 x[TOK][UV];
         for (uint t = 0u; t < TOK; t++)
             for (uint i = 0u; i < UV; i++) x[t][i] = FETCH_F4(X, xrow[t] + u * UV + i);
@@ -188,7 +207,9 @@ void main() {
         for (uint r = 0u; r < ROWS; r++) {
             vec4 w[UV];
             decode_unit(wrow[r], u, w);
-#if HAS_SCALE
+#if LANE_RUNS
+            const float d = sv[r][k], d2 = sv2[r][k];
+#elif HAS_SCALE
             if ((it & 3u) == 0u) sv[r] = scales4(srow[r], it >> 2, lane, team);
             const float d = sv[r][it & 3u];
 #endif
@@ -230,6 +251,9 @@ void main() {
             }
         }
     }
+#if LANE_RUNS
+    }
+#endif
 
     if (!solo) {
 #if ES_SUBGROUP

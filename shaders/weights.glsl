@@ -20,10 +20,20 @@
 //         fetch costs about as much as the arithmetic of a whole unit). Row r's scales start at
 //         texel s_off + r * ceil(blocks / (4 T)) * T.
 //   K-quants  S holds a second set of per-block floats after each row's scales (same layout,
-//         scale_row_texels further): Q4_K/Q5_K the block's -dmin m (x = d sc q - dmin m, so a
+//         scale_row_texels further): Q5_K the block's -dmin m (x = d sc q - dmin m, so a
 //         unit adds d sc (q . x) + (-dmin m) (sum of x)), Q6_K the scale of the block's last 16
 //         elements (the first set scales its first 16); Q3_K as Q6_K. Q2_K keeps four sets: the
 //         scales of the block's two halves, then their -dmin m (x = d sc q - dmin m per 16).
+//   Q4_K  S instead: RGBA32UI, scales and mins packed (LANE_RUNS): a lane walks runs of consecutive
+//         blocks instead of every T-th block: in each group of 4 T blocks lane l takes blocks
+//         4 l .. 4 l + 3, in the last group, of n < 4 T blocks, c = ceil(n / T) from c l
+//         (mul_mat.comp). A run of at most four lies in at most two super-blocks, so one texel
+//         per lane and group holds all it needs, 44 bits per block where two f32 took 64: byte k
+//         of .x and .y the 6-bit sc and m of the run's block k (bit 7 of .x: the block lies in the
+//         run's second super-block), .z and .w packHalf2x16(d, -dmin) of its first and second
+//         super-block. d sc and -dmin m are formed in the shader, exactly (an 11-bit f16
+//         significand times 6 bits), as the CPU's f32 products. Texels lie where Q4_0's scales
+//         do: one scale fetch per run of four blocks, where two f32 per block took two.
 // The repacking happens once at upload (lib/vulkan/weights.c). Select the type with one of
 // TYPE_F32, TYPE_F16, TYPE_BF16, TYPE_Q8_0, TYPE_Q4_0, TYPE_Q4_K, TYPE_Q5_K, TYPE_Q6_K, TYPE_Q2_K,
 // TYPE_Q3_K, TYPE_IQ4_NL. With ES_TEXEL=0 and ES_NATIVE=1, F16 and
@@ -96,6 +106,7 @@
 #define TPU 1
 #define HAS_SCALE 1
 #define HAS_MIN 1
+#define LANE_RUNS 1
 #elif TYPE_Q5_K
 #define EPU 32
 #define TPU 2
@@ -134,7 +145,10 @@
 #ifndef HAS_HALF_MIN
 #define HAS_HALF_MIN 0 // a min per 16-element half too (Q2_K): S holds four sets
 #endif
-#if HAS_MIN || HAS_HALVES
+#ifndef LANE_RUNS
+#define LANE_RUNS 0
+#endif
+#if (HAS_MIN && !LANE_RUNS) || HAS_HALVES
 #define HAS_S2 1 // a second set of per-block floats in S
 #else
 #define HAS_S2 0
@@ -149,7 +163,9 @@ RO_F4(WBIND, W)
 #else
 RO_U4(WBIND, W)
 #endif
-#if HAS_SCALE
+#if LANE_RUNS
+RO_U4(SBIND, S)
+#elif HAS_SCALE
 RO_F4(SBIND, S)
 #endif
 
@@ -238,6 +254,23 @@ void decode_unit(uint row, uint u, out vec4 w[UV]) {
 uint scale_row_texels(uint blocks, uint team) {
     return (blocks + 4u * team - 1u) / (4u * team) * team;
 }
+#if LANE_RUNS
+// The scales d sc and mins -dmin m of a run's four blocks from its texel.
+void k4_scales(uvec4 t, out vec4 d, out vec4 m) {
+    const uvec4 sh = uvec4(0u, 8u, 16u, 24u), sc = uvec4(t.x) >> sh;
+    const vec2 a = unpackHalf2x16(t.z), b = unpackHalf2x16(t.w);
+    const bvec4 second = notEqual(sc & 128u, uvec4(0u));
+    d = mix(vec4(a.x), vec4(b.x), second) * vec4(ivec4(sc & 63u));
+    m = mix(vec4(a.y), vec4(b.y), second) * vec4(ivec4((uvec4(t.y) >> sh) & 63u));
+}
+// The scale and min of block b alone, in a row of `blocks` blocks.
+vec2 scale_min_of(uint srow, uint b, uint team, uint blocks) {
+    const uint g = b / (4u * team), g0 = g * 4u * team, c = (min(4u * team, blocks - g0) + team - 1u) / team;
+    vec4 d, m;
+    k4_scales(FETCH_U4(S, srow + g * team + (b - g0) / c), d, m);
+    return vec2(d[(b - g0) % c], m[(b - g0) % c]);
+}
+#else
 // The four scales of blocks lane + team * (4 g + 0..3) of a row whose scales start at srow.
 vec4 scales4(uint srow, uint g, uint lane, uint team) {
     return FETCH_F4(S, srow + g * team + lane);
@@ -247,6 +280,7 @@ float scale_of(uint srow, uint b, uint team) {
     const uint i = b / team;
     return FETCH_F4(S, srow + (i >> 2) * team + b % team)[i & 3u];
 }
+#endif
 // Texels of S per row: the scales, and for the K-quants the second set (Q2_K: three more) after them.
 uint scale_row_stride(uint blocks, uint team) {
 #if HAS_HALF_MIN

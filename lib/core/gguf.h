@@ -142,6 +142,9 @@ void es__dequantize_k(uint32_t type, const uint8_t *x, float *y, int64_t nb);
  * sub-block j of 32: Q4_K/Q5_K x = a[j] q + b[j] (b = -dmin m), Q6_K x = a[j] q for its first 16
  * elements and b[j] q for the last 16 (each product and a + b as the dequantiser rounds them). */
 void es__k_unpack(uint32_t type, const uint8_t *x, int8_t *q, float *a, float *b);
+/* A Q4_K/Q5_K super-block's sub-block j (0..7): its 6-bit scale and min, the integers that
+ * a[j] = d sc and b[j] = -(dmin m) above are made from (d and dmin are the block's first two f16). */
+void es__k_scale_min(const uint8_t *x, int j, int *sc, int *m);
 /* The same for the 16-element sub-blocks of Q2_K and Q3_K: q[256] (Q2_K 0..3, Q3_K -4..3) and,
  * per sub-block i of 16, x = a[i] q + b[i] (Q2_K b = -dmin m; Q3_K b = 0). */
 void es__k_unpack16(uint32_t type, const uint8_t *x, int8_t *q, float *a, float *b);

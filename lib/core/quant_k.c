@@ -578,3 +578,7 @@ void es__k_unpack(uint32_t type, const uint8_t *x, int8_t *q, float *a, float *b
         }
     }
 }
+
+void es__k_scale_min(const uint8_t *x, int j, int *sc, int *m) {
+    get_sm(x + 4, j, sc, m);
+}

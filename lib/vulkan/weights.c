@@ -15,9 +15,10 @@ static bool is_block_type(es__dtype t) {
 }
 
 /* Sets of per-block floats in the scale plane (weights.glsl): the scales; the K-quants' second
- * set (mins, or the second 16 elements' scales); Q2_K's mins of both halves as sets three and four. */
+ * set (mins, or the second 16 elements' scales); Q2_K's mins of both halves as sets three and four.
+ * Q4_K packs its scales and mins into one texel per lane and four blocks (repack_q4k). */
 static uint64_t scale_sets(es__dtype t) {
-    return t == ES__DTYPE_Q2_K ? 4 : es__is_k_quant(t) ? 2 : 1;
+    return t == ES__DTYPE_Q2_K ? 4 : es__is_k_quant(t) && t != ES__DTYPE_Q4_K ? 2 : 1;
 }
 
 uint64_t es__vk_mat_row_bytes(es__dtype type, uint32_t K, uint32_t team, bool scale_plane) {
@@ -119,13 +120,13 @@ static size_t scale_slot(uint32_t b, uint32_t team) {
     return ((size_t)(i / 4) * team + l) * 4 + i % 4;
 }
 
-/* One row of K-quant super-blocks (nb 32-element blocks) into weights.glsl's layout: quants per
- * 32-element block (Q4_K as Q4_0's nibbles, Q5_K/Q6_K a byte each), the blocks' scales, and the
- * second set (mins or second-half scales) srb / 8 floats further. */
+/* One row of Q5_K/Q6_K super-blocks (nb 32-element blocks) into weights.glsl's layout: quants
+ * per 32-element block, a byte each, the blocks' scales, and the second set (mins or second-half
+ * scales) srb / 8 floats further. */
 static void repack_k(es__dtype type, const uint8_t *src, uint32_t nb, uint32_t team, uint64_t srb, uint8_t *dw,
                      float *ds) {
     const size_t set2 = (size_t)(srb / 8); /* floats: half the row's scale plane */
-    const size_t bb = type == ES__DTYPE_Q4_K ? 144 : type == ES__DTYPE_Q5_K ? 176 : 210;
+    const size_t bb = type == ES__DTYPE_Q5_K ? 176 : 210;
     for (uint32_t sb = 0; sb < nb / 8; sb++) {
         int8_t q[256];
         float a[8], b[8];
@@ -135,11 +136,50 @@ static void repack_k(es__dtype type, const uint8_t *src, uint32_t nb, uint32_t t
             const int8_t *qj = q + 32 * j;
             ds[scale_slot(blk, team)] = a[j];
             ds[set2 + scale_slot(blk, team)] = b[j];
-            if (type == ES__DTYPE_Q4_K) {
-                for (int l = 0; l < 16; l++) dw[(size_t)16 * blk + l] = (uint8_t)(qj[l] | (qj[l + 16] << 4));
-            } else {
-                memcpy(dw + (size_t)32 * blk, qj, 32);
+            memcpy(dw + (size_t)32 * blk, qj, 32);
+        }
+    }
+}
+
+/* A Q4_K super-block's f16 d and -dmin as one word (low half d). */
+static uint32_t q4k_dm(const uint8_t *blk) {
+    uint16_t d, dmin;
+    memcpy(&d, blk, 2);
+    memcpy(&dmin, blk + 2, 2);
+    return d | (uint32_t)(dmin ^ 0x8000u) << 16;
+}
+
+/* One row of Q4_K super-blocks into weights.glsl's layout: each 32-element block's nibbles in
+ * Q4_0's order, and for group g of 4 team blocks and lane l one texel (four words) describing the
+ * lane's run of consecutive blocks (weights.glsl, Q4_K S): word 0 byte k the 6-bit scale of its
+ * block k, bit 7 set where that block lies in the run's last super-block rather than its first;
+ * word 1 byte k the block's 6-bit min; words 2 and 3 the f16 d and -dmin of the first and the last
+ * super-block. */
+static void repack_q4k(const uint8_t *src, uint32_t nb, uint32_t team, uint8_t *dw, uint32_t *ds) {
+    for (uint32_t sb = 0; sb < nb / 8; sb++) {
+        int8_t q[256];
+        float a[8], b[8];
+        es__k_unpack(ES__DTYPE_Q4_K, src + 144 * sb, q, a, b);
+        for (uint32_t blk = sb * 8; blk < sb * 8 + 8; blk++) {
+            const int8_t *qj = q + 32 * (blk - sb * 8);
+            for (int l = 0; l < 16; l++) dw[(size_t)16 * blk + l] = (uint8_t)(qj[l] | (qj[l + 16] << 4));
+        }
+    }
+    for (uint32_t g = 0, g0 = 0; g0 < nb; g++, g0 += 4 * team) {
+        const uint32_t n = ES__MIN(4 * team, nb - g0), c = (n + team - 1) / team; /* blocks, run length */
+        for (uint32_t l = 0; l < team && c * l < n; l++) {
+            uint32_t *t = ds + 4 * ((size_t)g * team + l);
+            const uint32_t b0 = g0 + c * l, len = ES__MIN(c, n - c * l);
+            const uint32_t sb0 = b0 / 8, sb1 = (b0 + len - 1) / 8; /* a run of at most 4 spans two */
+            for (uint32_t k = 0; k < len; k++) {
+                const uint32_t blk = b0 + k;
+                int sc, m;
+                es__k_scale_min(src + 144 * (blk / 8), (int)(blk % 8), &sc, &m);
+                t[0] |= ((uint32_t)sc | (blk / 8 != sb0 ? 128u : 0u)) << 8 * k;
+                t[1] |= (uint32_t)m << 8 * k;
             }
+            t[2] = q4k_dm(src + 144 * sb0);
+            t[3] = q4k_dm(src + 144 * sb1);
         }
     }
 }
@@ -203,7 +243,7 @@ static void repack(const es__vk_mat *m, uint32_t team, uint32_t r0, uint32_t n, 
             }
             break;
         }
-        case ES__DTYPE_Q4_K:
+        case ES__DTYPE_Q4_K: repack_q4k(src, nb, team, dw, (uint32_t *)ds); break;
         case ES__DTYPE_Q5_K:
         case ES__DTYPE_Q6_K: repack_k(m->type, src, nb, team, srb, dw, ds); break;
         case ES__DTYPE_Q2_K:
@@ -294,12 +334,13 @@ static es_status make_views(es__vk_wset *ws, es__vk_mat *const *mats, uint32_t n
     for (uint32_t i = 0; i < n_mats; i++) {
         es__vk_mat *m = mats[i];
         const VkFormat wf = m->type == ES__DTYPE_F32 ? VK_FORMAT_R32G32B32A32_SFLOAT : VK_FORMAT_R32G32B32A32_UINT;
+        /* Q4_K's scale texels are packed integers (a float view may flush or quieten them) */
+        const VkFormat sf = m->type == ES__DTYPE_Q4_K ? VK_FORMAT_R32G32B32A32_UINT : VK_FORMAT_R32G32B32A32_SFLOAT;
         for (uint32_t p = 0; p < m->n_parts; p++) {
             es__vk_part *pt = &m->parts[p];
             ES_TRY(es__vk_view_create(d, es__vk_region_buf(&ws->arena, &pt->w), wf, pt->w.off, pt->w.size, &pt->w_view));
             if (pt->has_s)
-                ES_TRY(es__vk_view_create(d, es__vk_region_buf(&ws->arena, &pt->s), VK_FORMAT_R32G32B32A32_SFLOAT, pt->s.off,
-                                          pt->s.size, &pt->s_view));
+                ES_TRY(es__vk_view_create(d, es__vk_region_buf(&ws->arena, &pt->s), sf, pt->s.off, pt->s.size, &pt->s_view));
         }
     }
     return ES_OK;

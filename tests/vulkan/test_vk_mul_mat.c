@@ -180,6 +180,11 @@ int main(void) {
         for (size_t ti = 0; ti < sizeof ktypes / sizeof ktypes[0]; ti++) {
             const int t = ktypes[ti];
             check_case(b, &r, t, 130, 1024, 7, ES__EPI_STORE, cfg);
+            if (t == T_Q4_K) { /* Q4_K's lane runs (weights.glsl): a last group of 24 blocks (runs of
+                                  three, straddling super-blocks in teams of 8), one of 8 after a full one */
+                check_case(b, &r, t, 70, 768, 3, ES__EPI_STORE, cfg);
+                check_case(b, &r, t, 36, 1280, 1, ES__EPI_ADD, cfg);
+            }
             if (c > 0) continue;
             check_case(b, &r, t, 67, 256, 1, ES__EPI_STORE, cfg);
             check_case(b, &r, t, 33, 512, 5, ES__EPI_ADD, cfg);
