@@ -21,8 +21,8 @@ static es_status stream_create(es_spec *s, void **state) {
                  "es_spec_create: n_streams %d outside [0, %d] (0 = the adapter's)", p->n_streams, s->caps.n_streams);
     ES_RETURN_IF(p->top_k < 0 || p->top_k > 64, &s->err, ES_ERR_INVALID_ARGUMENT,
                  "es_spec_create: top_k %d outside [0, 64] (0 = 2)", p->top_k);
-    ES_RETURN_IF(!(p->prune_threshold >= 0.0f && p->prune_threshold <= 1.0f), &s->err, ES_ERR_INVALID_ARGUMENT,
-                 "es_spec_create: prune_threshold %g outside [0, 1]", (double)p->prune_threshold);
+    ES_RETURN_IF(!(p->prune_threshold <= 1.0f), &s->err, ES_ERR_INVALID_ARGUMENT,
+                 "es_spec_create: prune_threshold %g above 1 (or not a number)", (double)p->prune_threshold);
     ES_RETURN_IF(p->prune_threshold > 0.0f && !s->caps.can_prune, &s->err, ES_ERR_INVALID_ARGUMENT,
                  "es_spec_create: pruning asked, but the target's adapter cannot prune (no pruning tensors, or its prune layer is the output)");
     s->depth = p->n_streams;
@@ -30,6 +30,29 @@ static es_status stream_create(es_spec *s, void **state) {
     *state = es__calloc(s->alloc, 1, sizeof(stream_state));
     ES_RETURN_IF(!*state, &s->err, ES_ERR_OUT_OF_MEMORY, "es_spec_create: out of memory");
     return ES_OK;
+}
+
+/* The threshold of the next call of the tree: the one given, or (given 0, adaptive trees) the
+ * tuner's, chosen from measured costs; none when a negative one was given. */
+static float prune_threshold(es_spec *s) {
+    if (s->p.prune_threshold != 0.0f) return s->p.prune_threshold > 0.0f ? s->p.prune_threshold : 0.0f;
+    return es__tuner_prune(&s->tune, s->tree.n);
+}
+
+/* After a call that pruned at thr, chosen by the tuner: the early exit's probabilities and the
+ * verification say what every larger threshold would have kept and accepted (spec_prune.c). */
+static void observe_prune(es_spec *s, float thr, const int32_t *tokens, size_t n_tokens, const int32_t *path,
+                          int32_t n_path) {
+    const es__tree *t = &s->tree;
+    for (int32_t i = 0; i < t->n; i++) s->exit_p[i] = es__exit_prob(s->ctx, i);
+    /* the target's own next token was a pruned child of the last accepted node: no pruning would
+     * have accepted it (and maybe more) */
+    const int32_t last = path[n_path - 1];
+    bool cut = false;
+    if ((int32_t)n_tokens == n_path)
+        for (int32_t c = last + 1; c <= t->dfs_end[last]; c = t->dfs_end[c] + 1)
+            cut = cut || (t->skip[c] && t->token[c] == tokens[n_tokens - 1]);
+    es__tuner_observe_prune(&s->tune, t, s->exit_p, thr, path, n_path, cut);
 }
 
 static void stream_free(es_spec *s, void *state) {
@@ -80,17 +103,24 @@ static es_status stream_step(es_spec *s, void *state, int32_t *tokens, size_t ca
      *    the adapter's prune layer; a plain call when drafting does not pay (or the tuner's probe
      *    times one) */
     const bool streams = t->n > 1 || !(ss->plain_next || es__tuner_wants_plain(&s->tune));
-    const es__call call = {s->depth, s->p.prune_threshold};
+    const float thr = streams ? prune_threshold(s) : 0.0f;
+    const es__call call = {s->depth, thr};
     es_batch b = {t->n, t->token, t->pos, t->dfs_start, t->dfs_end, s->logit_flags};
     es_status st = es__forward(s->ctx, &b, streams ? &call : NULL);
     if (st != ES_OK) return es__spec_fail_ctx(s, s->ctx, st, NULL);
-    /* timed before the choice below, which it may inform (the probe's first tree seeds the fit) */
-    es__tuner_observe_call(&s->tune, t->n, (es__time_now() - t0) * 1e3, !streams);
-    for (int32_t i = 0; i < t->n; i++) s->skip[i] = es__pruned(s->ctx, i);
+    const double call_ms = (es__time_now() - t0) * 1e3;
+    int32_t kept = 0;
+    for (int32_t i = 0; i < t->n; i++) kept += !(s->skip[i] = es__pruned(s->ctx, i));
     t->skip = s->skip;
+    /* timed before the choice below, which it may inform (the probe's first tree seeds the fit);
+     * the tuner's own pruning calls have a fit of their own */
+    const bool tuned_prune = thr > 0.0f && s->tune.prune_auto;
+    if (tuned_prune) es__tuner_observe_pruned_call(&s->tune, t->n, kept, call_ms);
+    else es__tuner_observe_call(&s->tune, t->n, call_ms, !streams);
     /* 2. hard matching (A.1): the longest accepted path and the target's next token */
     int32_t path[ES_SPEC_MAX_DEPTH + 1], n_path = 0;
     st = es__spec_verify(s, cap, tokens, n_tokens, path, &n_path);
+    if (st == ES_OK && tuned_prune) observe_prune(s, thr, tokens, *n_tokens, path, n_path);
     /* 3. the next draft from the streams of the last accepted node */
     es__levels lv;
     const int32_t n_lv = streams ? es__tuner_streams(&s->tune, s->depth, s->k, ES__MIN(s->p.max_nodes, t->cap)) : 0;
