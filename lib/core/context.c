@@ -91,8 +91,8 @@ static es_status context_setup(es_context *ctx, const es_context_params *params)
     int32_t *scratch = es__calloc(ctx->alloc, 5 * nb, sizeof(int32_t));
     ctx->scratch = (es__batch_scratch){scratch, scratch + nb, scratch + 2 * nb, scratch + 3 * nb, scratch + 4 * nb,
                                        ctx->n_batch};
-    ES_RETURN_IF(!ctx->prov_parent || !ctx->logits_row || !ctx->prov_row || !ctx->prov_pruned || !ctx->prov_exit || !ctx->keep_rows ||
-                     !scratch,
+    ES_RETURN_IF(!ctx->prov_parent || !ctx->logits_row || !ctx->prov_row || !ctx->prov_pruned || !ctx->prov_exit ||
+                     !ctx->keep_rows || !scratch,
                  &ctx->err, ES_ERR_OUT_OF_MEMORY, "es_context_create: out of memory");
     es_backend *b = ctx->backend;
     pthread_mutex_lock(&b->lock);

@@ -13,7 +13,8 @@ plot of speed-up against k per gamma (--png).
 
 With --defaults-only, runs just `--spec stream` and `--spec draft` with no tuning flags (the
 adaptive defaults) against plain decoding (their calibration times their first decoding steps'
-own calls: it is in the decode time).
+own calls: it is in the decode time), and `--spec stream --prune 0` (the adaptive trees without
+the pruning they choose from costs, as before that choice existed).
 
 Usage: spec_sweep.py --cli EDGESPEC --model M.gguf [--adapter M.ss.gguf] [--draft D.gguf]
                      [--backend cpu|vulkan] [--threads N] [--n TOKENS] [--reps R]
@@ -38,6 +39,8 @@ DECODE = re.compile(r"decode (\d+) tokens in ([0-9.]+) ms")
 CALLS = re.compile(r"target calls (\d+), tokens per call ([0-9.]+).*draft calls (\d+), mean tree ([0-9.]+) nodes "
                    r"\((\d+) pruned\)")
 ACCEPT = re.compile(r"acceptance per depth:((?: \d+:[0-9.]+)*)")
+PRUNING = re.compile(r"pruning: last threshold ([0-9.e+-]+); in plain calls, a pruning call adds ([0-9.]+), a pruned "
+                     r"node saves ([0-9.]+)")
 
 
 def run(cmd):
@@ -71,7 +74,9 @@ def main():
     configs = []
     if a.defaults_only:
         if a.adapter:
-            configs.append(("stream", dict(gamma=0, k=2, prune=0.0, fixed=False), ["--spec", "stream", "--ss", a.adapter]))
+            configs.append(("stream", dict(gamma=0, k=2, prune=-1.0, fixed=False), ["--spec", "stream", "--ss", a.adapter]))
+            configs.append(("stream", dict(gamma=0, k=2, prune=0.0, fixed=False),
+                            ["--spec", "stream", "--ss", a.adapter, "--prune", "0"]))
         if a.draft:
             configs.append(("draft", dict(lookahead=4, fixed=False), ["--spec", "draft", "-md", a.draft]))
     elif a.adapter:
@@ -91,7 +96,7 @@ def main():
         configs.append(("draft", dict(lookahead=6, fixed=False), ["--spec", "draft", "-md", a.draft, "--lookahead", "6"]))
     rows = []
     for kind, params, extra in configs:
-        ratios, tps, calls, toks, trees, pruned, draft_calls, accept = [], [], 0, 0, [], 0, 0, []
+        ratios, tps, calls, toks, trees, pruned, draft_calls, accept, chosen = [], [], 0, 0, [], 0, 0, [], []
         for rep in range(a.reps):
             for prompt in PROMPTS:
                 out_p, err_p = run(base + ["-p", prompt])
@@ -110,18 +115,22 @@ def main():
                 pruned += int(c.group(5))
                 acc = ACCEPT.search(err_s)
                 accept.append(acc.group(1).strip() if acc else "")
+                pr = PRUNING.search(err_s)
+                if pr:  # the tuner's pruning: the last threshold, a pruning call's overhead, a node's saving
+                    chosen.append([float(pr.group(1)), float(pr.group(2)), float(pr.group(3))])
         row = dict(kind=kind, **params, tokens_per_call=toks / calls, speedup=statistics.median(ratios),
                    ratio_range=[min(ratios), max(ratios)],
                    tokens_per_s=statistics.median(tps), mean_tree=statistics.mean(trees), pruned=pruned,
-                   draft_calls_per_call=draft_calls / calls, acceptance=accept[0])
+                   draft_calls_per_call=draft_calls / calls, acceptance=accept[0], pruning_chosen=chosen)
         rows.append(row)
         print(json.dumps(row), file=sys.stderr, flush=True)
     print("| strategy | parameters | tokens/call | speed-up | tokens/s | mean tree | acceptance per depth (first prompt) |")
     print("| --- | --- | --- | --- | --- | --- | --- |")
     for r in rows:
         if r["kind"] == "stream":
-            p = "gamma %s, k %d, prune %g, %s" % (r["gamma"] or "adapter's", r["k"], r["prune"],
-                                                  "fixed tree" if r["fixed"] else "adaptive")
+            prune = "prune from costs" if r["prune"] < 0 else "prune %g" % r["prune"]
+            p = "gamma %s, k %d, %s, %s" % (r["gamma"] or "adapter's", r["k"], prune,
+                                            "fixed tree" if r["fixed"] else "adaptive")
         else:
             p = "lookahead %d, %s" % (r["lookahead"], "fixed" if r["fixed"] else "adaptive")
         print("| %s | %s | %.2f | %.2fx | %.1f | %.1f | %s |" % (r["kind"], p, r["tokens_per_call"], r["speedup"],

@@ -186,7 +186,7 @@ int main(int argc, char **argv) {
         CHECKF(s->tune.ow > 0.0, "tuned pruning, mode %d: no measuring call", mi);
         es_spec_costs kc;
         CHECK_OK(es_spec_get_costs(s, &kc));
-        CHECK(kc.prune_threshold >= 0.0 && kc.prune_threshold <= 0.3 + 1e-6);
+        CHECK(kc.prune_threshold >= 0.0 && kc.prune_threshold <= 0.1 + 1e-6);
         es_spec_free(s);
         es_context_free(c);
     }

@@ -415,7 +415,7 @@ static void test_gain(void) {
  * A tree of two candidates per level, two levels (pre-order: root, A, A1, A2, B, B1, B2) with
  * fixed early-exit probabilities, and accepted paths that repeat every 10 steps: root-A-A1 in 6,
  * root-A in 2, root-B in 1 (B's exit probability is 0.05: thresholds 0.1 and up lose a token
- * there), nothing in 1. Threshold 0.03 prunes A2 and B2, 0.1 and 0.3 also B and B1. */
+ * there), nothing in 1. Thresholds 0.001 and 0.01 prune nothing, 0.03 A2 and B2, 0.1 also B and B1. */
 static const float sim_exit[7] = {-1.0f, 0.6f, 0.5f, 0.02f, 0.05f, 0.3f, 0.02f};
 
 static void prune_tree(es__tree *tr) {
@@ -502,7 +502,8 @@ static void test_prune_choice(void) {
            never);
     o = run_prune(&dear, n);
     CHECKF(o.calls[0] >= 440 && o.calls[2] + o.calls[3] + o.calls[4] <= 10,
-           "dear: %d, %d, %d, %d, %d calls at each threshold", o.calls[0], o.calls[1], o.calls[2], o.calls[3], o.calls[4]);
+           "dear: %d, %d, %d, %d, %d calls at each threshold", o.calls[0], o.calls[1], o.calls[2], o.calls[3],
+           o.calls[4]);
     CHECKF(o.time / o.tokens <= 1.02 * never, "dear: %.3f plain calls per token, %.3f without pruning",
            o.time / o.tokens, never);
     /* not adaptive, or not asked: never a threshold */

@@ -87,7 +87,9 @@ static void print_costs(const char *cmd, const es_spec *spec) {
                 "edgespec %s: costs in plain calls (%.3f ms): node %.3f, stream pass 1 / %d streams %.3f / %.3f, drafter "
                 "call %.3f; explorations every %d calls\n",
                 cmd, k.call_ms, k.node, k.max_streams, k.stream_pass_1, k.stream_pass_max, k.draft_call, k.explore_every);
-    if (k.prune_call > 0 || k.prune_node > 0 || k.prune_threshold > 0)
+    if (k.prune_call <= 0 && k.prune_node <= 0 && k.prune_threshold > 0)
+        fprintf(stderr, "edgespec %s: pruning: last threshold %g\n", cmd, k.prune_threshold);
+    else if (k.prune_call > 0 || k.prune_node > 0)
         fprintf(stderr,
                 "edgespec %s: pruning: last threshold %g; in plain calls, a pruning call adds %.3f, a pruned node "
                 "saves %.3f\n",
