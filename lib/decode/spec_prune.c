@@ -48,22 +48,30 @@ static double rate(const es__tuner *t, int32_t j, double a, double b, double o, 
     return ms > 0.0 ? tok / ms : 0.0;
 }
 
-/* The best candidate as measured (0 while unknown), and what an observation costs beyond it in
- * units of an unpruned call of the trees observed. */
-static int32_t choose(const es__tuner *t, double *observe_extra) {
+/* The best candidate as measured (0 while unknown), what an observation costs beyond it in units
+ * of an unpruned call of the trees observed, and whether no threshold can pay: the overhead
+ * outweighs pruning every node below the root, each saving a whole node, and losing nothing (then
+ * the first observations need not wait for OBSERVE_FIRST). */
+static int32_t choose(const es__tuner *t, double *observe_extra, bool *hopeless) {
     double a, b, o, u;
     *observe_extra = 1.0;
-    if (t->ow < OBSERVE_FIRST - 0.5 || !es__tuner_cost(t, &a, &b) || !es__tuner_prune_costs(t, &o, &u)) return 0;
+    *hopeless = false;
+    if (!(t->ow > 0.0) || !es__tuner_cost(t, &a, &b) || !es__tuner_prune_costs(t, &o, &u)) return 0;
+    const double n = t->on / t->ow, unit = a + b * n;
+    if (o >= b * (n - 1.0)) {
+        *hopeless = true;
+        *observe_extra = o / unit;
+        return 0;
+    }
+    if (t->ow < OBSERVE_FIRST - 0.5) return 0;
     int32_t best = 0;
     double best_rate = PRUNE_GAIN * rate(t, 0, a, b, o, u);
     for (int32_t j = 1; j < ES__PRUNE_CANDS; j++) {
         const double r = rate(t, j, a, b, o, u);
         if (r > best_rate) best = j, best_rate = r;
     }
-    const double n = t->on / t->ow, unit = a + b * n;
     const double cost_best = best > 0 ? unit + o - u * (n - t->okept[best] / t->ow) : unit;
     const double cost_obs = unit + o - u * (n - t->okept[1] / t->ow);
-    /* an observation also gives up the tokens the best candidate keeps and it prunes: none */
     *observe_extra = ES__MAX(cost_obs - cost_best, 0.0) / unit;
     return best;
 }
@@ -75,7 +83,8 @@ float es__tuner_prune(es__tuner *t, int32_t n_nodes) {
     if (t->probing || !es__tuner_cost(t, &a, &b)) return 0.0f;
     if (t->steps >= t->observe_at) return t->prune_last = es__prune_cands[1];
     double extra;
-    return t->prune_last = es__prune_cands[choose(t, &extra)];
+    bool hopeless;
+    return t->prune_last = es__prune_cands[choose(t, &extra, &hopeless)];
 }
 
 void es__tuner_observe_pruned_call(es__tuner *t, int32_t n_nodes, int32_t kept, double ms) {
@@ -126,10 +135,12 @@ void es__tuner_observe_prune(es__tuner *t, const es__tree *tree, const float *ex
         t->otok[j] = P_FORGET * t->otok[j] + tokens_kept(pr, path, n_path);
         t->okept[j] = P_FORGET * t->okept[j] + kept;
     }
-    /* the next observation: each tree call until OBSERVE_FIRST were seen, then as far apart as
-     * keeps their measured extra cost near PRUNE_SHARE of the time */
+    /* the next observation: each tree call until OBSERVE_FIRST were seen (unless none can pay),
+     * then as far apart as keeps their measured extra cost near PRUNE_SHARE of the time */
     double extra;
-    choose(t, &extra);
-    const double every = t->ow < OBSERVE_FIRST - 0.5 ? 1.0 : ES__MAX(ceil(extra / PRUNE_SHARE), (double)OBSERVE_MIN);
+    bool hopeless;
+    choose(t, &extra, &hopeless);
+    const double every =
+        t->ow < OBSERVE_FIRST - 0.5 && !hopeless ? 1.0 : ES__MAX(ceil(extra / PRUNE_SHARE), (double)OBSERVE_MIN);
     t->observe_at = t->steps + (int64_t)ES__MIN(every, (double)OBSERVE_MAX);
 }

@@ -4,8 +4,8 @@
 For held-out KJV verses as prompts (books the default model was not trained on), runs
 `edgespec run` plainly, with Speculative Streaming over a grid of top-k and gamma (with and
 without tree pruning; fixed trees, as in the paper's Figure 5, and the adaptive default) and with
-draft-model speculation over lookaheads, each configuration `--reps` times interleaved with the
-plain runs. Checks that every speculative run printed the plain run's text, and reports per
+draft-model speculation over lookaheads, each configuration `--reps` times per prompt, the
+configurations in turn, each run beside a plain run of its own. Checks that every speculative run printed the plain run's text, and reports per
 configuration: tokens per target call (the call-reduction ratio), decode tokens/s, the wall-time
 speed-up over the plain runs measured alongside (median of per-repetition ratios), acceptance
 per depth, mean tree size. Writes a markdown table to stdout, the rows as JSON (--json) and a
@@ -94,11 +94,13 @@ def main():
             configs.append(("draft", dict(lookahead=la, fixed=True),
                             ["--spec", "draft", "-md", a.draft, "--lookahead", str(la), "--fixed-tree"]))
         configs.append(("draft", dict(lookahead=6, fixed=False), ["--spec", "draft", "-md", a.draft, "--lookahead", "6"]))
-    rows = []
-    for kind, params, extra in configs:
-        ratios, tps, calls, toks, trees, pruned, draft_calls, accept, chosen = [], [], 0, 0, [], 0, 0, [], []
-        for rep in range(a.reps):
-            for prompt in PROMPTS:
+    # every configuration once per repetition and prompt, in turn, each beside a plain run of its
+    # own: the configurations compared see the same stretch of a loaded machine
+    acc = [dict(ratios=[], tps=[], calls=0, toks=0, trees=[], pruned=0, draft_calls=0, accept=[], chosen=[])
+           for _ in configs]
+    for rep in range(a.reps):
+        for prompt in PROMPTS:
+            for (kind, params, extra), r in zip(configs, acc):
                 out_p, err_p = run(base + ["-p", prompt])
                 out_s, err_s = run(base + ["-p", prompt] + extra)
                 if out_p != out_s:
@@ -106,22 +108,25 @@ def main():
                 dp, ds = DECODE.search(err_p), DECODE.search(err_s)
                 c = CALLS.search(err_s)
                 n_tok, ms_p, ms_s = int(ds.group(1)), float(dp.group(2)), float(ds.group(2))
-                ratios.append(ms_p / ms_s)
-                tps.append(n_tok * 1e3 / ms_s)
-                calls += int(c.group(1))
-                toks += n_tok
-                draft_calls += int(c.group(3))
-                trees.append(float(c.group(4)))
-                pruned += int(c.group(5))
-                acc = ACCEPT.search(err_s)
-                accept.append(acc.group(1).strip() if acc else "")
+                r["ratios"].append(ms_p / ms_s)
+                r["tps"].append(n_tok * 1e3 / ms_s)
+                r["calls"] += int(c.group(1))
+                r["toks"] += n_tok
+                r["draft_calls"] += int(c.group(3))
+                r["trees"].append(float(c.group(4)))
+                r["pruned"] += int(c.group(5))
+                ac = ACCEPT.search(err_s)
+                r["accept"].append(ac.group(1).strip() if ac else "")
                 pr = PRUNING.search(err_s)
                 if pr:  # the tuner's pruning: the last threshold, a pruning call's overhead, a node's saving
-                    chosen.append([float(pr.group(1)), float(pr.group(2)), float(pr.group(3))])
-        row = dict(kind=kind, **params, tokens_per_call=toks / calls, speedup=statistics.median(ratios),
-                   ratio_range=[min(ratios), max(ratios)],
-                   tokens_per_s=statistics.median(tps), mean_tree=statistics.mean(trees), pruned=pruned,
-                   draft_calls_per_call=draft_calls / calls, acceptance=accept[0], pruning_chosen=chosen)
+                    r["chosen"].append([float(pr.group(1)), float(pr.group(2)), float(pr.group(3))])
+    rows = []
+    for (kind, params, extra), r in zip(configs, acc):
+        row = dict(kind=kind, **params, tokens_per_call=r["toks"] / r["calls"], speedup=statistics.median(r["ratios"]),
+                   ratio_range=[min(r["ratios"]), max(r["ratios"])], tokens_per_s=statistics.median(r["tps"]),
+                   mean_tree=statistics.mean(r["trees"]), pruned=r["pruned"],
+                   draft_calls_per_call=r["draft_calls"] / r["calls"], acceptance=r["accept"][0],
+                   pruning_chosen=r["chosen"])
         rows.append(row)
         print(json.dumps(row), file=sys.stderr, flush=True)
     print("| strategy | parameters | tokens/call | speed-up | tokens/s | mean tree | acceptance per depth (first prompt) |")

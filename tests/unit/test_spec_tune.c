@@ -519,6 +519,41 @@ static void test_prune_choice(void) {
     CHECK(es__tuner_prune(&t, 1) == 0.0f && es__tuner_prune(&t, 7) == es__prune_cands[1]); /* observes first */
 }
 
+/* Where a pruning call's overhead alone outweighs what pruning could save (3-node chains, a node
+ * 0.2 of a call, a pruning call 0.6 more, about the compute-bound default model on this CPU), the
+ * observations back off as soon as that overhead is measured (the third: the first of a size is
+ * not fitted, the fit needs two), and cost under 2% of the time. */
+static void test_prune_hopeless(void) {
+    es__err err;
+    es__tree tr;
+    CHECK_OK(es__tree_init(&tr, 8, NULL, &err));
+    es__tuner t;
+    es__tuner_init(&t, true);
+    const es__tuner_costs c = {1.0, 1.2, 4, 1.8, 0, 0.0, 0.0};
+    es__tuner_seed(&t, &c);
+    es__tuner_prune_auto(&t);
+    const float exit_p[3] = {-1.0f, 0.5f, 0.5f};
+    const int32_t path[3] = {0, 1, 2};
+    int observed = 0, first_gap = 0;
+    double time = 0.0;
+    for (int i = 0; i < 300; i++) {
+        chain(&tr, 3);
+        const float thr = es__tuner_prune(&t, 3);
+        const double ms = 1.6 + (thr > 0.0f ? 0.6 : 0.0);
+        if (thr > 0.0f) {
+            es__tuner_observe_pruned_call(&t, 3, 3, ms);
+            es__tuner_observe_prune(&t, &tr, exit_p, thr, path, 3, false);
+            if (++observed == 3) first_gap = (int)(t.observe_at - t.steps);
+        } else {
+            es__tuner_observe_call(&t, 3, ms, false);
+        }
+        time += ms;
+    }
+    CHECKF(observed <= 12 && first_gap >= 30, "%d observations in 300 calls, the first gap %d calls", observed, first_gap);
+    CHECKF(time <= 1.02 * 1.6 * 300, "%.1f plain calls against %.1f never pruning", time, 1.6 * 300);
+    es__tree_free(&tr, NULL);
+}
+
 int main(void) {
     test_fit();
     test_warmup_and_spikes();
@@ -530,5 +565,6 @@ int main(void) {
     test_fallback();
     test_gain();
     test_prune_choice();
+    test_prune_hopeless();
     TEST_MAIN_END();
 }
