@@ -88,17 +88,21 @@ float es__tuner_prune(es__tuner *t, int32_t n_nodes) {
 }
 
 void es__tuner_observe_pruned_call(es__tuner *t, int32_t n_nodes, int32_t kept, double ms) {
-    double a, b;
-    t->steps++;
-    t->max_n = ES__MAX(t->max_n, n_nodes);
-    if (!(ms >= 0.0) || n_nodes < 2 || n_nodes > 64 || !es__tuner_cost(t, &a, &b)) return;
+    double a, b, o, u;
+    if (!(ms >= 0.0) || n_nodes < 1) return;
+    /* the unpruned fit learns from this call too, less what pruning measured to add: so trees stay
+     * priced by every call that timed one (before pruning's costs are known, as timed: dearer,
+     * which errs towards plain calls) */
+    const double x = (double)(n_nodes - kept);
+    const bool known = es__tuner_prune_costs(t, &o, &u), fitted = es__tuner_cost(t, &a, &b);
+    es__tuner_observe_call(t, n_nodes, known ? ES__MAX(ms - o + u * x, 0.0) : ms, false);
+    if (!fitted || n_nodes < 2 || n_nodes > 64) return;
     /* a size's first pruning call may carry one-time costs (lavapipe compiles at first dispatch) */
     const uint64_t bit = (uint64_t)1 << (n_nodes - 1);
     const bool first = !(t->seen_p & bit);
     t->seen_p |= bit;
     if (first) return;
-    const double unpruned = a + b * n_nodes, x = (double)(n_nodes - kept);
-    const double r = ES__MIN(ms, P_SPIKE * unpruned) - unpruned;
+    const double unpruned = a + b * n_nodes, r = ES__MIN(ms, P_SPIKE * unpruned) - unpruned;
     t->rw = P_FORGET * t->rw + 1.0;
     t->rx = P_FORGET * t->rx + x;
     t->rxx = P_FORGET * t->rxx + x * x;
