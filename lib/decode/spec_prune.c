@@ -16,7 +16,7 @@ const float es__prune_cands[ES__PRUNE_CANDS] = {0.0f, 0.001f, 0.01f, 0.03f, 0.1f
 #define P_SPIKE 2.0      /* a pruning call's timing counts at most this many unpruned calls    */
 #define PRUNE_GAIN 1.02  /* pruning must promise this much over none: the costs are fitted     */
 #define PRUNE_SHARE 0.01 /* observations as far apart as keeps their extra cost near this share */
-#define OBSERVE_FIRST 4  /* observations before any choice (each tree call until then)         */
+#define OBSERVE_FIRST 4  /* observations before any choice (every other call until then)       */
 #define OBSERVE_MIN 4    /* then calls between observations at least (the choice runs between) */
 #define OBSERVE_MAX 256  /* ... and at most                                                    */
 
@@ -90,12 +90,14 @@ float es__tuner_prune(es__tuner *t, int32_t n_nodes) {
 void es__tuner_observe_pruned_call(es__tuner *t, int32_t n_nodes, int32_t kept, double ms) {
     double a, b, o, u;
     if (!(ms >= 0.0) || n_nodes < 1) return;
-    /* the unpruned fit learns from this call too, less what pruning measured to add: so trees stay
-     * priced by every call that timed one (before pruning's costs are known, as timed: dearer,
-     * which errs towards plain calls) */
+    /* once pruning's costs are known the unpruned fit learns from this call too, less what
+     * pruning measured to add, so that trees stay priced by every call that timed one; before,
+     * not at all (on lavapipe a pruning call of a small tree costs nearly two calls, which would
+     * price every tree out) */
     const double x = (double)(n_nodes - kept);
-    const bool known = es__tuner_prune_costs(t, &o, &u), fitted = es__tuner_cost(t, &a, &b);
-    es__tuner_observe_call(t, n_nodes, known ? ES__MAX(ms - o + u * x, 0.0) : ms, false);
+    const bool fitted = es__tuner_cost(t, &a, &b);
+    if (es__tuner_prune_costs(t, &o, &u)) es__tuner_observe_call(t, n_nodes, ES__MAX(ms - o + u * x, 0.0), false);
+    else t->steps++;
     if (!fitted || n_nodes < 2 || n_nodes > 64) return;
     /* a size's first pruning call may carry one-time costs (lavapipe compiles at first dispatch) */
     const uint64_t bit = (uint64_t)1 << (n_nodes - 1);
@@ -139,12 +141,13 @@ void es__tuner_observe_prune(es__tuner *t, const es__tree *tree, const float *ex
         t->otok[j] = P_FORGET * t->otok[j] + tokens_kept(pr, path, n_path);
         t->okept[j] = P_FORGET * t->okept[j] + kept;
     }
-    /* the next observation: each tree call until OBSERVE_FIRST were seen (unless none can pay),
-     * then as far apart as keeps their measured extra cost near PRUNE_SHARE of the time */
+    /* the next observation: every other call until OBSERVE_FIRST were seen (unless none can pay;
+     * the calls between, unpruned, go on pricing trees), then as far apart as keeps their
+     * measured extra cost near PRUNE_SHARE of the time */
     double extra;
     bool hopeless;
     choose(t, &extra, &hopeless);
     const double every =
-        t->ow < OBSERVE_FIRST - 0.5 && !hopeless ? 1.0 : ES__MAX(ceil(extra / PRUNE_SHARE), (double)OBSERVE_MIN);
+        t->ow < OBSERVE_FIRST - 0.5 && !hopeless ? 2.0 : ES__MAX(ceil(extra / PRUNE_SHARE), (double)OBSERVE_MIN);
     t->observe_at = t->steps + (int64_t)ES__MIN(every, (double)OBSERVE_MAX);
 }

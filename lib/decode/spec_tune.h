@@ -147,7 +147,7 @@ void es__tuner_observe_tree(es__tuner *t, const es__tree *tree, const int32_t *p
  *     accepted path; no pruning is taken to yield what the observation accepted, one token more
  *     where it pruned the target's own next token;
  *   - what a pruning call costs: its time beyond the unpruned fit's a + b n (which learns from it
- *     too, less that), fitted as o - u x over the x nodes it pruned: o the call's overhead, u what a pruned node saves (while the
+ *     too, less that, once known), fitted as o - u x over the x nodes it pruned: o the call's overhead, u what a pruned node saves (while the
  *     calls seen do not determine u, u = b: optimistic, so a threshold that might pay is run,
  *     and its calls measure u).
  * The next tree call prunes at the candidate with the most expected tokens per unit of cost,
@@ -162,7 +162,8 @@ void es__tuner_prune_auto(es__tuner *t);
  * call; else the best candidate as measured. */
 float es__tuner_prune(es__tuner *t, int32_t n_nodes);
 /* A call of n_nodes nodes that pruned at thr > 0 kept `kept` of them and took ms (instead of
- * es__tuner_observe_call): fitted against a + b n, which learns from it less the fitted o - u x. */
+ * es__tuner_observe_call): fitted against a + b n, which learns from it less the fitted o - u x
+ * once that is known. */
 void es__tuner_observe_pruned_call(es__tuner *t, int32_t n_nodes, int32_t kept, double ms);
 /* After a pruning call's verification: tree (its skip marks what thr pruned), exit_p[i] each
  * node's early-exit probability (-1 where not computed), the accepted path (root first) and
