@@ -7,7 +7,8 @@ without tree pruning; fixed trees, as in the paper's Figure 5, and the adaptive 
 draft-model speculation over lookaheads, each configuration `--reps` times per prompt, the
 configurations in turn, each run beside a plain run of its own. Checks that every speculative run printed the plain run's text, and reports per
 configuration: tokens per target call (the call-reduction ratio), decode tokens/s, the wall-time
-speed-up over the plain runs measured alongside (median of per-repetition ratios), acceptance
+speed-up over the plain runs measured alongside (median of per-repetition ratios; the JSON rows
+also the same for whole-process CPU time, cpu_time_speedup), acceptance
 per depth, mean tree size. Writes a markdown table to stdout, the rows as JSON (--json) and a
 plot of speed-up against k per gamma (--png).
 
@@ -24,6 +25,7 @@ Usage: spec_sweep.py --cli EDGESPEC --model M.gguf [--adapter M.ss.gguf] [--draf
 import argparse
 import json
 import re
+import resource
 import statistics
 import subprocess
 import sys
@@ -44,10 +46,16 @@ PRUNING = re.compile(r"pruning: last threshold ([0-9.e+-]+); in plain calls, a p
 
 
 def run(cmd):
+    """The run's stdout, stderr and process CPU time in ms (user and system, its threads'
+    together: on a loaded machine less noisy than wall time, since waiting for a core is not in
+    it; with --threads 1 it is the run's own work)."""
+    r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     p = subprocess.run(cmd, capture_output=True, timeout=600)
+    r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
     if p.returncode != 0:
         sys.exit("failed: %s\n%s" % (" ".join(cmd), p.stderr.decode(errors="replace")))
-    return p.stdout, p.stderr.decode(errors="replace")
+    cpu_ms = 1e3 * (r1.ru_utime + r1.ru_stime - r0.ru_utime - r0.ru_stime)
+    return p.stdout, p.stderr.decode(errors="replace"), cpu_ms
 
 
 def main():
@@ -96,13 +104,14 @@ def main():
         configs.append(("draft", dict(lookahead=6, fixed=False), ["--spec", "draft", "-md", a.draft, "--lookahead", "6"]))
     # every configuration once per repetition and prompt, in turn, each beside a plain run of its
     # own: the configurations compared see the same stretch of a loaded machine
-    acc = [dict(ratios=[], tps=[], calls=0, toks=0, trees=[], pruned=0, draft_calls=0, accept=[], chosen=[])
+    acc = [dict(ratios=[], cpu_ratios=[], tps=[], calls=0, toks=0, trees=[], pruned=0, draft_calls=0, accept=[], chosen=[])
            for _ in configs]
     for rep in range(a.reps):
         for prompt in PROMPTS:
             for (kind, params, extra), r in zip(configs, acc):
-                out_p, err_p = run(base + ["-p", prompt])
-                out_s, err_s = run(base + ["-p", prompt] + extra)
+                out_p, err_p, cpu_p = run(base + ["-p", prompt])
+                out_s, err_s, cpu_s = run(base + ["-p", prompt] + extra)
+                r["cpu_ratios"].append(cpu_p / cpu_s)
                 if out_p != out_s:
                     sys.exit("LOSSLESSNESS FAILURE: %s %s on %r" % (kind, params, prompt))
                 dp, ds = DECODE.search(err_p), DECODE.search(err_s)
@@ -123,14 +132,17 @@ def main():
     rows = []
     for (kind, params, extra), r in zip(configs, acc):
         row = dict(kind=kind, **params, tokens_per_call=r["toks"] / r["calls"], speedup=statistics.median(r["ratios"]),
-                   ratio_range=[min(r["ratios"]), max(r["ratios"])], tokens_per_s=statistics.median(r["tps"]),
+                   ratio_range=[min(r["ratios"]), max(r["ratios"])],
+                   cpu_time_speedup=statistics.median(r["cpu_ratios"]),
+                   cpu_ratio_range=[min(r["cpu_ratios"]), max(r["cpu_ratios"])], tokens_per_s=statistics.median(r["tps"]),
                    mean_tree=statistics.mean(r["trees"]), pruned=r["pruned"],
                    draft_calls_per_call=r["draft_calls"] / r["calls"], acceptance=r["accept"][0],
                    pruning_chosen=r["chosen"])
         rows.append(row)
         print(json.dumps(row), file=sys.stderr, flush=True)
-    print("| strategy | parameters | tokens/call | speed-up | tokens/s | mean tree | acceptance per depth (first prompt) |")
-    print("| --- | --- | --- | --- | --- | --- | --- |")
+    print("| strategy | parameters | tokens/call | speed-up | CPU-time speed-up | tokens/s | mean tree | pruned | "
+          "acceptance per depth (first prompt) |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for r in rows:
         if r["kind"] == "stream":
             prune = "prune from costs" if r["prune"] < 0 else "prune %g" % r["prune"]
@@ -138,8 +150,9 @@ def main():
                                             "fixed tree" if r["fixed"] else "adaptive")
         else:
             p = "lookahead %d, %s" % (r["lookahead"], "fixed" if r["fixed"] else "adaptive")
-        print("| %s | %s | %.2f | %.2fx | %.1f | %.1f | %s |" % (r["kind"], p, r["tokens_per_call"], r["speedup"],
-                                                             r["tokens_per_s"], r["mean_tree"], r["acceptance"]))
+        print("| %s | %s | %.2f | %.2fx | %.2fx | %.1f | %.1f | %d | %s |" % (
+            r["kind"], p, r["tokens_per_call"], r["speedup"], r["cpu_time_speedup"], r["tokens_per_s"], r["mean_tree"],
+            r["pruned"], r["acceptance"]))
     if a.json:
         with open(a.json, "w") as f:
             json.dump(dict(backend=a.backend, model=a.model, n=a.n, reps=a.reps, rows=rows), f, indent=1)
