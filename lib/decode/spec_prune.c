@@ -4,7 +4,6 @@
 #include "spec_tune.h"
 
 #include <math.h>
-#include <string.h>
 
 /* Candidates a factor of 3 to 10 apart: the early exit's probability of a drafted token spans
  * decades. The smallest, the observation's, prunes little (the trained adapters' early exits put
@@ -26,7 +25,9 @@ void es__tuner_prune_auto(es__tuner *t) {
     t->observe_at = 0;
 }
 
-bool es__tuner_prune_costs(const es__tuner *t, double *o, double *u) {
+/* The fit of pruning calls against the unpruned one: the call's own overhead o and the saving
+ * per pruned node u, in ms. */
+static bool prune_fit(const es__tuner *t, double *o, double *u) {
     double a, b;
     if (!t->prune_auto || t->rw < 1.5 || !es__tuner_cost(t, &a, &b)) return false;
     const double den = t->rw * t->rxx - t->rx * t->rx;
@@ -37,6 +38,12 @@ bool es__tuner_prune_costs(const es__tuner *t, double *o, double *u) {
     save = ES__MIN(ES__MAX(save, 0.0), b);
     *u = save;
     *o = ES__MAX((t->rr + save * t->rx) / t->rw, 0.0);
+    return true;
+}
+
+bool es__tuner_prune_costs(const es__tuner *t, double *o, double *u) {
+    if (!prune_fit(t, o, u)) return false;
+    if (t->pw > 0.0) *o += t->pe / t->pw;
     return true;
 }
 
@@ -96,7 +103,7 @@ void es__tuner_observe_pruned_call(es__tuner *t, int32_t n_nodes, int32_t kept, 
      * price every tree out) */
     const double x = (double)(n_nodes - kept);
     const bool fitted = es__tuner_cost(t, &a, &b);
-    if (es__tuner_prune_costs(t, &o, &u)) es__tuner_observe_call(t, n_nodes, ES__MAX(ms - o + u * x, 0.0), false);
+    if (prune_fit(t, &o, &u)) es__tuner_observe_call(t, n_nodes, ES__MAX(ms - o + u * x, 0.0), false);
     else t->steps++;
     if (!fitted || n_nodes < 2 || n_nodes > 64) return;
     /* a size's first pruning call may carry one-time costs (lavapipe compiles at first dispatch) */
@@ -110,6 +117,13 @@ void es__tuner_observe_pruned_call(es__tuner *t, int32_t n_nodes, int32_t kept, 
     t->rxx = P_FORGET * t->rxx + x * x;
     t->rr = P_FORGET * t->rr + r;
     t->rxr = P_FORGET * t->rxr + x * r;
+}
+
+void es__tuner_observe_pruned_pass(es__tuner *t, int32_t g, double ms) {
+    if (!t->prune_auto || !(ms >= 0.0) || g < 1 || !(t->gs > 0.0)) return;
+    const double pass = es__tuner_stream_cost(t, g);
+    t->pw = P_FORGET * t->pw + 1.0;
+    t->pe = P_FORGET * t->pe + ES__MIN(ES__MAX(ms - pass, 0.0), P_SPIKE * pass);
 }
 
 /* Tokens a candidate would have emitted: the accepted path up to its first pruned node, whose

@@ -61,15 +61,18 @@ static void stream_free(es_spec *s, void *state) {
 
 /* Candidates for the next tree from the streams of node `last` (which sits at position pos):
  * stream g + 1 predicts the token at pos + 2 + g, a child of level g's nodes (3.2.2). They go to
- * the candidate buffer that is not s->cur. n_lv streams (0: a plain step next). */
-static es_status draft_from_streams(es_spec *s, int32_t last, int32_t n_lv, es__levels *lv) {
+ * the candidate buffer that is not s->cur. n_lv streams (0: a plain step next); tuned_prune: the
+ * call pruned at the tuner's threshold, and the pass is timed as part of it. */
+static es_status draft_from_streams(es_spec *s, int32_t last, int32_t n_lv, bool tuned_prune, es__levels *lv) {
     memset(lv, 0, sizeof *lv);
     if (n_lv == 0) return ES_OK;
     const float *sl = NULL;
     const double t0 = es__time_now();
     es_status st = es__stream_logits(s->ctx, last, n_lv, &sl);
     if (st != ES_OK) return es__spec_fail_ctx(s, s->ctx, st, NULL);
-    es__tuner_observe_streams(&s->tune, n_lv, (es__time_now() - t0) * 1e3);
+    const double pass_ms = (es__time_now() - t0) * 1e3;
+    if (tuned_prune) es__tuner_observe_pruned_pass(&s->tune, n_lv, pass_ms);
+    else es__tuner_observe_streams(&s->tune, n_lv, pass_ms);
     const int32_t nxt = 1 - s->cur, k = s->k, V = s->caps.n_vocab;
     const int64_t pos = s->tree.pos[last];
     lv->n_levels = n_lv;
@@ -126,7 +129,7 @@ static es_status stream_step(es_spec *s, void *state, int32_t *tokens, size_t ca
     const int32_t n_lv = streams ? es__tuner_streams(&s->tune, s->depth, s->k, ES__MIN(s->p.max_nodes, t->cap)) : 0;
     if (streams) es__tuner_chose(&s->tune, n_lv);
     const bool plain_next = n_lv == 0 && s->tune.adaptive && !es__tuner_explores_next(&s->tune);
-    if (st == ES_OK) st = draft_from_streams(s, path[n_path - 1], n_lv, &lv);
+    if (st == ES_OK) st = draft_from_streams(s, path[n_path - 1], n_lv, tuned_prune, &lv);
     s->st.target_ms += (es__time_now() - t0) * 1e3;
     /* 4. keep the accepted path's KV */
     if (st == ES_OK) {

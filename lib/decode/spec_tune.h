@@ -67,6 +67,8 @@ typedef struct es__tuner {
     double rw, rx, rxx, rr, rxr;                  /* pruning calls (decayed): nodes pruned against
                                                      time beyond the unpruned fit's a + b n      */
     uint64_t seen_p;                              /* tree sizes whose pruning call was timed     */
+    double pw, pe;                                /* the stream passes after pruning calls
+                                                     (decayed): their time beyond the fitted pass */
     int64_t observe_at;                           /* the next observation call                   */
     float prune_last;                             /* the threshold of the last tree call (>1 node) */
 } es__tuner;
@@ -105,6 +107,8 @@ void es__tuner_observe_call(es__tuner *t, int32_t n_nodes, double ms, bool plain
 int32_t es__tuner_room(const es__tuner *t);
 /* A stream pass computing g streams took ms. */
 void es__tuner_observe_streams(es__tuner *t, int32_t g, double ms);
+/* What a pass of g streams costs as fitted, in ms; only once a pass was fitted (t->gs > 0). */
+double es__tuner_stream_cost(const es__tuner *t, int32_t g);
 
 /* How many streams the next draft should come from (0 = none: a plain step), the one among
  * 0..gamma that maximises expected tokens per unit of cost, with k candidates per stream and at
@@ -146,8 +150,9 @@ void es__tuner_observe_tree(es__tuner *t, const es__tree *tree, const int32_t *p
  *     exactly which nodes every larger threshold would have kept and where it would have cut the
  *     accepted path; no pruning is taken to yield what the observation accepted, one token more
  *     where it pruned the target's own next token;
- *   - what a pruning call costs: its time beyond the unpruned fit's a + b n (which learns from it
- *     too, less that, once known), fitted as o - u x over the x nodes it pruned: o the call's overhead, u what a pruned node saves (while the
+ *   - what a pruning call costs: its time (and its stream pass's) beyond the unpruned fit's a + b n
+ *     and pass (which learn from it too, less that, once known), fitted as o - u x over the x
+ *     nodes it pruned: o the call's overhead, u what a pruned node saves (while the
  *     calls seen do not determine u, u = b: optimistic, so a threshold that might pay is run,
  *     and its calls measure u).
  * The next tree call prunes at the candidate with the most expected tokens per unit of cost,
@@ -165,13 +170,18 @@ float es__tuner_prune(es__tuner *t, int32_t n_nodes);
  * es__tuner_observe_call): fitted against a + b n, which learns from it less the fitted o - u x
  * once that is known. */
 void es__tuner_observe_pruned_call(es__tuner *t, int32_t n_nodes, int32_t kept, double ms);
+/* The stream pass after a pruning call of the tuner's took ms for g streams: what it took beyond
+ * the fitted pass counts as that call's (on Vulkan a pruning call's streams may not ride in it),
+ * and the pass fit does not see it. */
+void es__tuner_observe_pruned_pass(es__tuner *t, int32_t g, double ms);
 /* After a pruning call's verification: tree (its skip marks what thr pruned), exit_p[i] each
  * node's early-exit probability (-1 where not computed), the accepted path (root first) and
  * whether the target's next token was a pruned child of the path's last node. Counts for every
  * candidate only after an observation call (thr the smallest candidate). */
 void es__tuner_observe_prune(es__tuner *t, const es__tree *tree, const float *exit_p, float thr, const int32_t *path,
                              int32_t n_path, bool cut);
-/* The pruning call's measured overhead o and per-node saving u in ms; false while unknown. */
+/* The pruning call's measured overhead o (its stream pass's extra included) and per-node saving
+ * u in ms; false while unknown. */
 bool es__tuner_prune_costs(const es__tuner *t, double *o, double *u);
 
 #endif /* ES_DECODE_SPEC_TUNE_H */

@@ -41,8 +41,8 @@ DECODE = re.compile(r"decode (\d+) tokens in ([0-9.]+) ms")
 CALLS = re.compile(r"target calls (\d+), tokens per call ([0-9.]+).*draft calls (\d+), mean tree ([0-9.]+) nodes "
                    r"\((\d+) pruned\)")
 ACCEPT = re.compile(r"acceptance per depth:((?: \d+:[0-9.]+)*)")
-PRUNING = re.compile(r"pruning: last threshold ([0-9.e+-]+); in plain calls, a pruning call adds ([0-9.]+), a pruned "
-                     r"node saves ([0-9.]+)")
+PRUNING = re.compile(r"pruning: last threshold ([0-9.e+-]+)(?:; in plain calls, a pruning call adds ([0-9.]+), a pruned "
+                     r"node saves ([0-9.]+))?")
 
 
 def run(cmd):
@@ -128,7 +128,7 @@ def main():
                 r["accept"].append(ac.group(1).strip() if ac else "")
                 pr = PRUNING.search(err_s)
                 if pr:  # the tuner's pruning: the last threshold, a pruning call's overhead, a node's saving
-                    r["chosen"].append([float(pr.group(1)), float(pr.group(2)), float(pr.group(3))])
+                    r["chosen"].append([float(g) if g else None for g in pr.groups()])
     rows = []
     for (kind, params, extra), r in zip(configs, acc):
         row = dict(kind=kind, **params, tokens_per_call=r["toks"] / r["calls"], speedup=statistics.median(r["ratios"]),
