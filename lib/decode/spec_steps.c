@@ -62,13 +62,7 @@ static void record_acceptance(es_spec *s, const es__verify_out *out) {
     for (int32_t i = 1; i < t->n; i++)
         s->node_lp[i] = s->cand_lp[((size_t)s->cur * (size_t)s->depth + (size_t)(t->depth[i] - 1)) * (size_t)s->k +
                                    (size_t)t->rank[i]];
-    /* a pruned child that carries the target's next token would have been accepted: the tuner
-     * counts it so, or pruning would pass for lower acceptance and trees would shrink */
-    int32_t next_child = out->next_child;
-    const int32_t last = out->path[out->n_path - 1];
-    if (next_child < 0 && t->skip)
-        for (int32_t c = last + 1; c <= t->dfs_end[last] && next_child < 0; c = t->dfs_end[c] + 1)
-            if (t->skip[c] && t->token[c] == out->next) next_child = c;
+    const int32_t next_child = es__tuner_next_child(t, out->path[out->n_path - 1], out->next, out->next_child);
     es__tuner_observe_tree(&s->tune, t, out->path, out->n_path, next_child, s->node_lp);
     s->st.n_tree_nodes += t->n;
     s->st.n_pruned += pruned;

@@ -291,6 +291,13 @@ void es__tuner_observe_draft_call(es__tuner *t, double ms) {
     if (t->probing && ms >= 0.0 && !(t->probe.draft_ms > 0.0 && t->probe.draft_ms <= ms)) t->probe.draft_ms = ms;
 }
 
+int32_t es__tuner_next_child(const es__tree *tree, int32_t last, int32_t next, int32_t next_child) {
+    if (next_child >= 0 || !tree->skip) return next_child;
+    for (int32_t c = last + 1; c <= tree->dfs_end[last]; c = tree->dfs_end[c] + 1)
+        if (tree->skip[c] && tree->token[c] == next) return c;
+    return -1;
+}
+
 void es__tuner_observe_tree(es__tuner *t, const es__tree *tree, const int32_t *path, int32_t n_path,
                             int32_t next_child, const float *raw_logp) {
     for (int32_t d = 0; d < ES_SPEC_MAX_DEPTH; d++) t->tested[d] *= FORGET, t->hit[d] *= FORGET;

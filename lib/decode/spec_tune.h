@@ -131,6 +131,11 @@ void es__tuner_chose(es__tuner *t, int32_t g);
 /* Whether the next call is one that drafts from every stream whatever the costs (exploration). */
 bool es__tuner_explores_next(const es__tuner *t);
 void es__tuner_observe_draft_call(es__tuner *t, double ms);
+/* The child of `last` (the accepted path's last node) to count as carrying the target's next
+ * token: next_child where the walk stopped on one, else a pruned child with that token, which
+ * would have been accepted (or pruning would pass for lower acceptance, and trees would shrink);
+ * -1 for none. */
+int32_t es__tuner_next_child(const es__tree *tree, int32_t last, int32_t next, int32_t next_child);
 /* Counts, for every child of an accepted node, whether it was accepted: path[1..n_path) were,
  * and of the last path node's children next_child (or none, -1). raw_logp[i] is node i's own
  * draft log-probability (not the path's). */

@@ -97,6 +97,28 @@ static void test_calibration(void) {
     es__tuner_init(&u, true);
     es__tuner_observe_tree(&u, &tr, path, 1, 1, raw);
     CHECK(u.hit[0] == 1.0 && u.tested[0] == 1.0);
+    /* a pruned child that carries the target's next token counts as accepted, not as a rejection
+     * of the other children: root with children 1 (kept) and 2 (pruned, the target's token) */
+    es__tree_root(&tr, 1, 0);
+    for (int32_t i = 1; i < 3; i++) {
+        tr.token[i] = 10 + i;
+        tr.parent[i] = 0;
+        tr.depth[i] = 1;
+        tr.dfs_start[i] = tr.dfs_end[i] = i;
+        tr.rank[i] = i - 1;
+    }
+    tr.dfs_end[0] = 2;
+    tr.n = 3;
+    tr.max_depth = 1;
+    const uint8_t skip[3] = {0, 0, 1};
+    tr.skip = skip;
+    CHECK(es__tuner_next_child(&tr, 0, 12, -1) == 2 && es__tuner_next_child(&tr, 0, 11, -1) == -1 &&
+          es__tuner_next_child(&tr, 0, 12, 1) == 1);
+    es__tuner_init(&u, true);
+    es__tuner_observe_tree(&u, &tr, path, 1, es__tuner_next_child(&tr, 0, 12, -1), raw);
+    CHECK(u.hit[0] == 1.0 && u.tested[0] == 1.0);
+    tr.skip = NULL;
+    CHECK(es__tuner_next_child(&tr, 0, 12, -1) == -1);
     es__tree_free(&tr, NULL);
 }
 
@@ -520,7 +542,7 @@ static void test_prune_choice(void) {
 }
 
 /* Where a pruning call's overhead alone outweighs what pruning could save (3-node chains, a node
- * 0.2 of a call, a pruning call 0.6 more, about the compute-bound default model on this CPU), the
+ * 0.2 of a call, a pruning call 0.6 more, about the default model on lavapipe), the
  * observations back off as soon as that overhead is measured (the third: the first of a size is
  * not fitted, the fit needs two), and cost under 2% of the time. */
 static void test_prune_hopeless(void) {
