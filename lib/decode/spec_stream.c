@@ -47,11 +47,8 @@ static void observe_prune(es_spec *s, float thr, const int32_t *tokens, size_t n
     for (int32_t i = 0; i < t->n; i++) s->exit_p[i] = es__exit_prob(s->ctx, i);
     /* the target's own next token was a pruned child of the last accepted node: no pruning would
      * have accepted it (and maybe more) */
-    const int32_t last = path[n_path - 1];
-    bool cut = false;
-    if ((int32_t)n_tokens == n_path)
-        for (int32_t c = last + 1; c <= t->dfs_end[last]; c = t->dfs_end[c] + 1)
-            cut = cut || (t->skip[c] && t->token[c] == tokens[n_tokens - 1]);
+    const bool cut = (int32_t)n_tokens == n_path &&
+                     es__tuner_next_child(t, path[n_path - 1], tokens[n_tokens - 1], -1) >= 0;
     es__tuner_observe_prune(&s->tune, t, s->exit_p, thr, path, n_path, cut);
 }
 
