@@ -155,14 +155,15 @@ void es__tuner_observe_tree(es__tuner *t, const es__tree *tree, const int32_t *p
  *     exactly which nodes every larger threshold would have kept and where it would have cut the
  *     accepted path; no pruning is taken to yield what the observation accepted, one token more
  *     where it pruned the target's own next token;
- *   - what a pruning call costs: its time (and its stream pass's) beyond the unpruned fit's a + b n
- *     and pass (which learn from it too, less that, once known), fitted as o - u x over the x
- *     nodes it pruned: o the call's overhead, u what a pruned node saves (while the
- *     calls seen do not determine u, u = b: optimistic, so a threshold that might pay is run,
- *     and its calls measure u).
+ *   - what a pruning call costs: its time beyond the unpruned fit's a + b n (which learns from
+ *     the call too, less that, once known), fitted as o - u x over the x nodes it pruned: o the
+ *     call's overhead, u what a pruned node saves (while the calls seen do not determine u,
+ *     u = b: optimistic, so a threshold that might pay is run, and its calls measure u); plus
+ *     what its stream pass takes beyond the fitted pass (which does not learn from it).
  * The next tree call prunes at the candidate with the most expected tokens per unit of cost,
- * and only where that beats no pruning by PRUNE_GAIN; observations come as far apart as keeps
- * their measured extra cost near PRUNE_SHARE of the decoding time. */
+ * and only where that beats no pruning by PRUNE_GAIN; observations come every other tree call
+ * until a few were seen, then as far apart as keeps their measured extra cost near PRUNE_SHARE
+ * of the decoding time, and back off at once where the overhead alone rules pruning out. */
 extern const float es__prune_cands[ES__PRUNE_CANDS];
 
 /* Lets the tuner choose the threshold (adaptive trees, the adapter can prune, none given). */
