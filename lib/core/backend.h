@@ -141,6 +141,7 @@ struct es_context {
     float *logits;              /* [logits_cap, n_vocab] */
     int32_t logits_cap;
     uint8_t *prov_pruned;       /* [n_batch] tokens of the last batch removed by tree pruning */
+    float *prov_exit;           /* [n_batch] their early-exit probabilities (es__exit_prob)     */
     int32_t prov_streams;       /* stream rows per token in the last forward call             */
     float *stream_logits;       /* [stream_cap, n_vocab] es__stream_logits' result            */
     int32_t stream_cap;

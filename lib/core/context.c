@@ -3,6 +3,7 @@
 #include "adapter.h"
 #include "backend.h"
 #include "forward_api.h"
+#include "prune.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -41,6 +42,7 @@ static void context_release(es_context *ctx) {
     es__free(ctx->alloc, ctx->keep_rows);
     es__free(ctx->alloc, ctx->logits);
     es__free(ctx->alloc, ctx->prov_pruned);
+    es__free(ctx->alloc, ctx->prov_exit);
     es__free(ctx->alloc, ctx->stream_logits);
     if (ctx->owns_backend) es_backend_free(ctx->backend);
 }
@@ -84,12 +86,13 @@ static es_status context_setup(es_context *ctx, const es_context_params *params)
     ctx->logits_row = es__calloc(ctx->alloc, nb, sizeof(int32_t));
     ctx->prov_row = es__calloc(ctx->alloc, nb, sizeof(int32_t));
     ctx->prov_pruned = es__calloc(ctx->alloc, nb, 1);
+    ctx->prov_exit = es__calloc(ctx->alloc, nb, sizeof(float));
     ctx->keep_rows = es__calloc(ctx->alloc, nb, sizeof(int32_t));
     int32_t *scratch = es__calloc(ctx->alloc, 5 * nb, sizeof(int32_t));
     ctx->scratch = (es__batch_scratch){scratch, scratch + nb, scratch + 2 * nb, scratch + 3 * nb, scratch + 4 * nb,
                                        ctx->n_batch};
-    ES_RETURN_IF(!ctx->prov_parent || !ctx->logits_row || !ctx->prov_row || !ctx->prov_pruned || !ctx->keep_rows ||
-                     !scratch,
+    ES_RETURN_IF(!ctx->prov_parent || !ctx->logits_row || !ctx->prov_row || !ctx->prov_pruned || !ctx->prov_exit ||
+                     !ctx->keep_rows || !scratch,
                  &ctx->err, ES_ERR_OUT_OF_MEMORY, "es_context_create: out of memory");
     es_backend *b = ctx->backend;
     pthread_mutex_lock(&b->lock);
@@ -329,7 +332,10 @@ static es_status forward(es_context *ctx, const es_batch *batch, const es__call 
      * must not pass for that (the new message would be lost) */
     const es_status prev = ctx->err.status;
     ctx->err.status = ES_OK;
+    for (int32_t i = 0; i < batch->n_tokens; i++) ctx->prov_exit[i] = -1.0f;
+    es__prune_record(f.prune_threshold > 0.0f ? ctx->prov_exit : NULL);
     es_status st = b->vt->forward(ctx, &f);
+    es__prune_record(NULL);
     if (st != ES_OK && ctx->err.status != st) es__fail(&ctx->err, st, "%s", b->err.msg);
     if (st == ES_OK) ctx->err.status = prev;
     pthread_mutex_unlock(&b->lock);
@@ -467,6 +473,10 @@ es_status es_forward(es_context *ctx, const es_batch *batch) {
 
 bool es__pruned(const es_context *ctx, int32_t i) {
     return i >= 0 && i < ctx->n_provisional && ctx->prov_pruned[i];
+}
+
+float es__exit_prob(const es_context *ctx, int32_t i) {
+    return i >= 0 && i < ctx->n_provisional ? ctx->prov_exit[i] : -1.0f;
 }
 
 es_status es__stream_logits(es_context *ctx, int32_t i, int32_t g, const float **logits) {

@@ -115,6 +115,11 @@ es_status es__forward(es_context *ctx, const es_batch *batch, const es__call *ca
  * commit or for an index outside the batch). */
 bool es__pruned(const es_context *ctx, int32_t i);
 
+/* The probability of batch token i's token under its parent's early exit in the last forward
+ * call, which pruned (prune_threshold > 0): what pruning compared with the threshold; -1 where
+ * it was not computed (no pruning, a root, a token below a pruned one, an index outside). */
+float es__exit_prob(const es_context *ctx, int32_t i);
+
 /* The logits [g][n_vocab] of the first g streams of batch token i of the last forward call,
  * which had n_streams > 0: stream j (row j - 1) predicts the token j + 1 positions after token
  * i. g = 0 means all of the call's streams; fewer streams cost less and give the same values.

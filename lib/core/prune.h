@@ -23,6 +23,14 @@ int32_t es__prune_parents(const es__fwd *f, int32_t *parents);
 void es__prune_decide(const es__fwd *f, const int32_t *parents, int32_t n_parents, const float *logits,
                       size_t row_stride, int32_t n_vocab);
 
+/* Where es__prune_decide on this thread also writes each child's early-exit probability, [n] by
+ * batch index (NULL: nowhere). The forward call sets it around its backend's call: every backend
+ * decides on the thread that called it (the CPU pool's thread 0 is the caller; Vulkan decides
+ * after its submission), and es__fwd has no room for it without changing a backend's
+ * positional initializer. A strategy reads the probabilities (es__exit_prob) to learn what other
+ * thresholds would have pruned (lib/decode/spec_tune.c). */
+void es__prune_record(float *exit_p);
+
 /* The batch that goes on after pruning: the surviving tokens in batch order, renumbered
  * 0..n'-1. Arrays of the caller, each [f->n]: */
 typedef struct es__pruned_batch {

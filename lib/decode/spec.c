@@ -44,7 +44,7 @@ void es_spec_free(es_spec *s) {
     es__verifier_free(&s->ver);
     es__tree_free(&s->tree, a);
     void *bufs[] = {s->hist, s->cand_tok, s->cand_lp, s->cand_cal, s->node_lp, s->cand_q, s->logit_flags, s->skip,
-                    s->zeros};
+                    s->exit_p, s->zeros};
     for (size_t i = 0; i < ES__ARRAY_LEN(bufs); i++) es__free(a, bufs[i]);
     es__free(a, s);
 }
@@ -66,9 +66,10 @@ static es_status make_buffers(es_spec *s) {
     s->cand_q = rejection ? es__calloc(s->alloc, 2 * (size_t)s->depth * V, sizeof(double)) : NULL;
     s->logit_flags = es__malloc(s->alloc, (size_t)nb);
     s->skip = es__calloc(s->alloc, (size_t)tree_cap, 1);
+    s->exit_p = es__calloc(s->alloc, (size_t)tree_cap, sizeof(float));
     s->zeros = es__calloc(s->alloc, (size_t)nb, 1);
     ES_RETURN_IF(!s->hist || !s->cand_tok || !s->cand_lp || !s->cand_cal || !s->node_lp || !s->logit_flags ||
-                     !s->skip || !s->zeros || (rejection && !s->cand_q),
+                     !s->skip || !s->exit_p || !s->zeros || (rejection && !s->cand_q),
                  &s->err, ES_ERR_OUT_OF_MEMORY, "es_spec_create: out of memory");
     memset(s->logit_flags, 1, (size_t)nb);
     return ES_OK;
@@ -94,6 +95,9 @@ static es_status setup(es_spec *s, es_context *ctx, const es_spec_params *params
     /* DSI measures its own latencies; the other strategies size their drafts from costs that
      * their first steps measure while they decode (es__tuner_probe) */
     if (s->strategy == &es__strategy_stream || s->strategy == &es__strategy_draft) es__tuner_probe(&s->tune);
+    /* no threshold given: adaptive trees choose one from measured costs, where the adapter prunes */
+    if (s->strategy == &es__strategy_stream && s->p.prune_threshold == 0.0f && s->caps.can_prune)
+        es__tuner_prune_auto(&s->tune);
     return ES_OK;
 }
 
@@ -154,6 +158,15 @@ es_status es_spec_get_costs(const es_spec *s, es_spec_costs *out) {
     out->fitted = es__tuner_units(&s->tune, &out->node, &out->stream_pass_1, &out->stream_pass_max, &out->draft_call);
     out->max_streams = s->tune.max_g;
     out->explore_every = s->tune.adaptive ? s->tune.explore_every : 0;
+    out->prune_threshold = s->tune.prune_auto ? s->tune.prune_last
+                           : s->strategy == &es__strategy_stream && s->p.prune_threshold > 0.0f ? s->p.prune_threshold
+                                                                                                : 0.0f;
+    double o, u, a, b;
+    if (es__tuner_prune_costs(&s->tune, &o, &u) && es__tuner_cost(&s->tune, &a, &b) && s->tune.plain_ms > 0.0) {
+        const double unit = ES__MIN(s->tune.plain_ms, a + b);
+        out->prune_call = o / unit;
+        out->prune_node = u / unit;
+    }
     return ES_OK;
 }
 

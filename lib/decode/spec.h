@@ -83,6 +83,7 @@ struct es_spec {
     uint8_t *logit_flags;      /* [n_batch] all ones: every tree node wants logits              */
     uint8_t *zeros;            /* [n_batch] no logits (prefill)                                 */
     uint8_t *skip;             /* [tree cap] pruned nodes of the tree being verified            */
+    float *exit_p;             /* [tree cap] their early-exit probabilities (tuned pruning)      */
 };
 
 /* Cuts the sequence back to its first n_keep (>= 1) tokens, the last of them the pending root

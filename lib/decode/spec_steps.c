@@ -62,7 +62,8 @@ static void record_acceptance(es_spec *s, const es__verify_out *out) {
     for (int32_t i = 1; i < t->n; i++)
         s->node_lp[i] = s->cand_lp[((size_t)s->cur * (size_t)s->depth + (size_t)(t->depth[i] - 1)) * (size_t)s->k +
                                    (size_t)t->rank[i]];
-    es__tuner_observe_tree(&s->tune, t, out->path, out->n_path, out->next_child, s->node_lp);
+    const int32_t next_child = es__tuner_next_child(t, out->path[out->n_path - 1], out->next, out->next_child);
+    es__tuner_observe_tree(&s->tune, t, out->path, out->n_path, next_child, s->node_lp);
     s->st.n_tree_nodes += t->n;
     s->st.n_pruned += pruned;
 }

@@ -21,8 +21,8 @@ static es_status stream_create(es_spec *s, void **state) {
                  "es_spec_create: n_streams %d outside [0, %d] (0 = the adapter's)", p->n_streams, s->caps.n_streams);
     ES_RETURN_IF(p->top_k < 0 || p->top_k > 64, &s->err, ES_ERR_INVALID_ARGUMENT,
                  "es_spec_create: top_k %d outside [0, 64] (0 = 2)", p->top_k);
-    ES_RETURN_IF(!(p->prune_threshold >= 0.0f && p->prune_threshold <= 1.0f), &s->err, ES_ERR_INVALID_ARGUMENT,
-                 "es_spec_create: prune_threshold %g outside [0, 1]", (double)p->prune_threshold);
+    ES_RETURN_IF(!(p->prune_threshold <= 1.0f), &s->err, ES_ERR_INVALID_ARGUMENT,
+                 "es_spec_create: prune_threshold %g above 1 (or not a number)", (double)p->prune_threshold);
     ES_RETURN_IF(p->prune_threshold > 0.0f && !s->caps.can_prune, &s->err, ES_ERR_INVALID_ARGUMENT,
                  "es_spec_create: pruning asked, but the target's adapter cannot prune (no pruning tensors, or its prune layer is the output)");
     s->depth = p->n_streams;
@@ -32,21 +32,44 @@ static es_status stream_create(es_spec *s, void **state) {
     return ES_OK;
 }
 
+/* The threshold of the next call of the tree: the one given, or (given 0, adaptive trees) the
+ * tuner's, chosen from measured costs; none when a negative one was given. */
+static float prune_threshold(es_spec *s) {
+    if (s->p.prune_threshold != 0.0f) return s->p.prune_threshold > 0.0f ? s->p.prune_threshold : 0.0f;
+    return es__tuner_prune(&s->tune, s->tree.n);
+}
+
+/* After a call that pruned at thr, chosen by the tuner: the early exit's probabilities and the
+ * verification say what every larger threshold would have kept and accepted (spec_prune.c). */
+static void observe_prune(es_spec *s, float thr, const int32_t *tokens, size_t n_tokens, const int32_t *path,
+                          int32_t n_path) {
+    const es__tree *t = &s->tree;
+    for (int32_t i = 0; i < t->n; i++) s->exit_p[i] = es__exit_prob(s->ctx, i);
+    /* the target's own next token was a pruned child of the last accepted node: no pruning would
+     * have accepted it (and maybe more) */
+    const bool cut = (int32_t)n_tokens == n_path &&
+                     es__tuner_next_child(t, path[n_path - 1], tokens[n_tokens - 1], -1) >= 0;
+    es__tuner_observe_prune(&s->tune, t, s->exit_p, thr, path, n_path, cut);
+}
+
 static void stream_free(es_spec *s, void *state) {
     es__free(s->alloc, state);
 }
 
 /* Candidates for the next tree from the streams of node `last` (which sits at position pos):
  * stream g + 1 predicts the token at pos + 2 + g, a child of level g's nodes (3.2.2). They go to
- * the candidate buffer that is not s->cur. n_lv streams (0: a plain step next). */
-static es_status draft_from_streams(es_spec *s, int32_t last, int32_t n_lv, es__levels *lv) {
+ * the candidate buffer that is not s->cur. n_lv streams (0: a plain step next); tuned_prune: the
+ * call pruned at the tuner's threshold, and the pass is timed as part of it. */
+static es_status draft_from_streams(es_spec *s, int32_t last, int32_t n_lv, bool tuned_prune, es__levels *lv) {
     memset(lv, 0, sizeof *lv);
     if (n_lv == 0) return ES_OK;
     const float *sl = NULL;
     const double t0 = es__time_now();
     es_status st = es__stream_logits(s->ctx, last, n_lv, &sl);
     if (st != ES_OK) return es__spec_fail_ctx(s, s->ctx, st, NULL);
-    es__tuner_observe_streams(&s->tune, n_lv, (es__time_now() - t0) * 1e3);
+    const double pass_ms = (es__time_now() - t0) * 1e3;
+    if (tuned_prune) es__tuner_observe_pruned_pass(&s->tune, n_lv, pass_ms);
+    else es__tuner_observe_streams(&s->tune, n_lv, pass_ms);
     const int32_t nxt = 1 - s->cur, k = s->k, V = s->caps.n_vocab;
     const int64_t pos = s->tree.pos[last];
     lv->n_levels = n_lv;
@@ -80,23 +103,30 @@ static es_status stream_step(es_spec *s, void *state, int32_t *tokens, size_t ca
      *    the adapter's prune layer; a plain call when drafting does not pay (or the tuner's probe
      *    times one) */
     const bool streams = t->n > 1 || !(ss->plain_next || es__tuner_wants_plain(&s->tune));
-    const es__call call = {s->depth, s->p.prune_threshold};
+    const float thr = streams ? prune_threshold(s) : 0.0f;
+    const es__call call = {s->depth, thr};
     es_batch b = {t->n, t->token, t->pos, t->dfs_start, t->dfs_end, s->logit_flags};
     es_status st = es__forward(s->ctx, &b, streams ? &call : NULL);
     if (st != ES_OK) return es__spec_fail_ctx(s, s->ctx, st, NULL);
-    /* timed before the choice below, which it may inform (the probe's first tree seeds the fit) */
-    es__tuner_observe_call(&s->tune, t->n, (es__time_now() - t0) * 1e3, !streams);
-    for (int32_t i = 0; i < t->n; i++) s->skip[i] = es__pruned(s->ctx, i);
+    const double call_ms = (es__time_now() - t0) * 1e3;
+    int32_t kept = 0;
+    for (int32_t i = 0; i < t->n; i++) kept += !(s->skip[i] = es__pruned(s->ctx, i));
     t->skip = s->skip;
+    /* timed before the choice below, which it may inform (the probe's first tree seeds the fit);
+     * the tuner's own pruning calls have a fit of their own */
+    const bool tuned_prune = thr > 0.0f && s->tune.prune_auto;
+    if (tuned_prune) es__tuner_observe_pruned_call(&s->tune, t->n, kept, call_ms);
+    else es__tuner_observe_call(&s->tune, t->n, call_ms, !streams);
     /* 2. hard matching (A.1): the longest accepted path and the target's next token */
     int32_t path[ES_SPEC_MAX_DEPTH + 1], n_path = 0;
     st = es__spec_verify(s, cap, tokens, n_tokens, path, &n_path);
+    if (st == ES_OK && tuned_prune) observe_prune(s, thr, tokens, *n_tokens, path, n_path);
     /* 3. the next draft from the streams of the last accepted node */
     es__levels lv;
     const int32_t n_lv = streams ? es__tuner_streams(&s->tune, s->depth, s->k, ES__MIN(s->p.max_nodes, t->cap)) : 0;
     if (streams) es__tuner_chose(&s->tune, n_lv);
     const bool plain_next = n_lv == 0 && s->tune.adaptive && !es__tuner_explores_next(&s->tune);
-    if (st == ES_OK) st = draft_from_streams(s, path[n_path - 1], n_lv, &lv);
+    if (st == ES_OK) st = draft_from_streams(s, path[n_path - 1], n_lv, tuned_prune, &lv);
     s->st.target_ms += (es__time_now() - t0) * 1e3;
     /* 4. keep the accepted path's KV */
     if (st == ES_OK) {

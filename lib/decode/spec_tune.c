@@ -104,7 +104,7 @@ static void probe_call(es__tuner *t, int32_t n, double ms, bool plain) {
 
 /* Cost of a stream pass of g streams: a line through the passes seen, or proportional to g while
  * they all had the same g. */
-static double stream_cost(const es__tuner *t, int32_t g) {
+double es__tuner_stream_cost(const es__tuner *t, int32_t g) {
     const double den = t->gw * t->gss - t->gs * t->gs;
     if (den > 1e-9 * t->gw * t->gw) {
         const double c1 = (t->gw * t->gst - t->gs * t->gt) / den, c0 = (t->gt - c1 * t->gs) / t->gw;
@@ -118,7 +118,7 @@ void es__tuner_observe_streams(es__tuner *t, int32_t g, double ms) {
     if (t->probing && !(t->probe.pass_hi_ms > 0.0)) t->probe.g_hi = g, t->probe.pass_hi_ms = ms;
     t->max_g = ES__MAX(t->max_g, g);
     if (first_timing(&t->seen_g, g)) return;
-    if (t->gs > 0.0) ms = ES__MIN(ms, SPIKE * stream_cost(t, g));
+    if (t->gs > 0.0) ms = ES__MIN(ms, SPIKE * es__tuner_stream_cost(t, g));
     t->gw = FORGET * t->gw + 1.0;
     t->gs = FORGET * t->gs + g;
     t->gss = FORGET * t->gss + (double)g * g;
@@ -152,7 +152,7 @@ static double plain_cost(const es__tuner *t, double a, double b) {
  * widest stream pass and the drafter's calls for its chain. */
 static double explore_overhead(const es__tuner *t, double a, double b) {
     const double n = (double)ES__MAX(t->max_n, 2);
-    const double pass = t->gs > 0.0 ? stream_cost(t, ES__MAX(t->max_g, 1)) : 0.0;
+    const double pass = t->gs > 0.0 ? es__tuner_stream_cost(t, ES__MAX(t->max_g, 1)) : 0.0;
     const double unit = plain_cost(t, a, b), step = a + b * n + pass + t->draft_ms * (n - 1.0);
     return ES__MAX(step - unit, 0.0) / unit;
 }
@@ -220,8 +220,8 @@ bool es__tuner_units(const es__tuner *t, double *node, double *pass1, double *pa
     if (!es__tuner_cost(t, &a, &b)) return false;
     const double unit = plain_cost(t, a, b);
     *node = b / unit;
-    *pass1 = t->gs > 0.0 ? stream_cost(t, 1) / unit : 0.0;
-    *pass_max = t->gs > 0.0 ? stream_cost(t, ES__MAX(t->max_g, 1)) / unit : 0.0;
+    *pass1 = t->gs > 0.0 ? es__tuner_stream_cost(t, 1) / unit : 0.0;
+    *pass_max = t->gs > 0.0 ? es__tuner_stream_cost(t, ES__MAX(t->max_g, 1)) / unit : 0.0;
     *draft = t->draft_ms / unit;
     return true;
 }
@@ -247,7 +247,7 @@ int32_t es__tuner_streams(const es__tuner *t, int32_t gamma, int32_t k, int32_t 
         reach *= (t->hit[g - 1] + 0.3) / (t->tested[g - 1] + 1.0);
         expect += reach;
         const int32_t n = ES__MIN(cap, 1 + g * k);
-        const double rate = expect / (a + b * n + stream_cost(t, g));
+        const double rate = expect / (a + b * n + es__tuner_stream_cost(t, g));
         if (rate > GAIN * best) best = rate / GAIN, best_g = g;
     }
     return best_g;
@@ -289,6 +289,13 @@ bool es__tuner_explores_next(const es__tuner *t) {
 void es__tuner_observe_draft_call(es__tuner *t, double ms) {
     mean_cost(&t->draft_ms, ms);
     if (t->probing && ms >= 0.0 && !(t->probe.draft_ms > 0.0 && t->probe.draft_ms <= ms)) t->probe.draft_ms = ms;
+}
+
+int32_t es__tuner_next_child(const es__tree *tree, int32_t last, int32_t next, int32_t next_child) {
+    if (next_child >= 0 || !tree->skip) return next_child;
+    for (int32_t c = last + 1; c <= tree->dfs_end[last]; c = tree->dfs_end[c] + 1)
+        if (tree->skip[c] && tree->token[c] == next) return c;
+    return -1;
 }
 
 void es__tuner_observe_tree(es__tuner *t, const es__tree *tree, const int32_t *path, int32_t n_path,

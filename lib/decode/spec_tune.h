@@ -21,6 +21,7 @@
 #include "forward_api.h"
 
 #define ES__TUNE_BINS 10
+#define ES__PRUNE_CANDS 5 /* pruning thresholds the tuner chooses among, 0 (none) first */
 
 /* What the probe measured (or a test gives), in ms: the costs every decision starts from. */
 typedef struct es__tuner_costs {
@@ -58,6 +59,18 @@ typedef struct es__tuner {
     double seed_b;                                /* the probe's node cost (its slope)           */
     bool probing;                                 /* the probe has not seeded the fit yet        */
     es__tuner_costs probe;                        /* what it timed so far                        */
+    /* tree pruning chosen from measured costs (spec_prune.c) */
+    bool prune_auto;                              /* the threshold is chosen here                */
+    double ow, on, otok[ES__PRUNE_CANDS], okept[ES__PRUNE_CANDS]; /* observation calls (decayed):
+                                                     their nodes, and the tokens and survivors
+                                                     each candidate would have given            */
+    double rw, rx, rxx, rr, rxr;                  /* pruning calls (decayed): nodes pruned against
+                                                     time beyond the unpruned fit's a + b n      */
+    uint64_t seen_p;                              /* tree sizes whose pruning call was timed     */
+    double pw, pe;                                /* the stream passes after pruning calls
+                                                     (decayed): their time beyond the fitted pass */
+    int64_t observe_at;                           /* the next observation call                   */
+    float prune_last;                             /* the threshold of the last tree call (>1 node) */
 } es__tuner;
 
 /* Seeds the fit with c's costs, counted as SEED calls each, and sets the interval between
@@ -94,6 +107,8 @@ void es__tuner_observe_call(es__tuner *t, int32_t n_nodes, double ms, bool plain
 int32_t es__tuner_room(const es__tuner *t);
 /* A stream pass computing g streams took ms. */
 void es__tuner_observe_streams(es__tuner *t, int32_t g, double ms);
+/* What a pass of g streams costs as fitted, in ms; only once a pass was fitted (t->gs > 0). */
+double es__tuner_stream_cost(const es__tuner *t, int32_t g);
 
 /* How many streams the next draft should come from (0 = none: a plain step), the one among
  * 0..gamma that maximises expected tokens per unit of cost, with k candidates per stream and at
@@ -116,10 +131,63 @@ void es__tuner_chose(es__tuner *t, int32_t g);
 /* Whether the next call is one that drafts from every stream whatever the costs (exploration). */
 bool es__tuner_explores_next(const es__tuner *t);
 void es__tuner_observe_draft_call(es__tuner *t, double ms);
+/* The child of `last` (the accepted path's last node) to count as carrying the target's next
+ * token: next_child where the walk stopped on one, else a pruned child with that token, which
+ * would have been accepted (or pruning would pass for lower acceptance, and trees would shrink);
+ * -1 for none. */
+int32_t es__tuner_next_child(const es__tree *tree, int32_t last, int32_t next, int32_t next_child);
 /* Counts, for every child of an accepted node, whether it was accepted: path[1..n_path) were,
  * and of the last path node's children next_child (or none, -1). raw_logp[i] is node i's own
  * draft log-probability (not the path's). */
 void es__tuner_observe_tree(es__tuner *t, const es__tree *tree, const int32_t *path, int32_t n_path,
                             int32_t next_child, const float *raw_logp);
+
+/* ---- tree pruning chosen from measured costs (spec_prune.c)
+ *
+ * Pruning (papers/speculative-streaming.txt 3.2.3) saves a pruned node the layers above the prune
+ * layer, costs every pruning call its early exit (and on Vulkan a second submission), and loses
+ * the tokens below a pruned node that would have been accepted. Which of the candidate
+ * thresholds (es__prune_cands: none, then from small to large) pays is measured on decoding
+ * calls, never by a call made only to measure:
+ *   - what each threshold would have pruned and accepted: an observation call prunes at the
+ *     smallest candidate, and since pruning changes nothing for the nodes it keeps (lossless,
+ *     batch-invariant), its early-exit probabilities (es__exit_prob) and its verification say
+ *     exactly which nodes every larger threshold would have kept and where it would have cut the
+ *     accepted path; no pruning is taken to yield what the observation accepted, one token more
+ *     where it pruned the target's own next token;
+ *   - what a pruning call costs: its time beyond the unpruned fit's a + b n (which learns from
+ *     the call too, less that, once known), fitted as o - u x over the x nodes it pruned: o the
+ *     call's overhead, u what a pruned node saves (while the calls seen do not determine u,
+ *     u = b: optimistic, so a threshold that might pay is run, and its calls measure u); plus
+ *     what its stream pass takes beyond the fitted pass (which does not learn from it).
+ * The next tree call prunes at the candidate with the most expected tokens per unit of cost,
+ * and only where that beats no pruning by PRUNE_GAIN; observations come every other tree call
+ * until a few were seen, then as far apart as keeps their measured extra cost near PRUNE_SHARE
+ * of the decoding time, and back off at once where the overhead alone rules pruning out. */
+extern const float es__prune_cands[ES__PRUNE_CANDS];
+
+/* Lets the tuner choose the threshold (adaptive trees, the adapter can prune, none given). */
+void es__tuner_prune_auto(es__tuner *t);
+/* The threshold for the next call of n_nodes tree nodes: 0 (no pruning) for one node, while
+ * probing or before the fit, or when not choosing; the smallest candidate on an observation
+ * call; else the best candidate as measured. */
+float es__tuner_prune(es__tuner *t, int32_t n_nodes);
+/* A call of n_nodes nodes that pruned at thr > 0 kept `kept` of them and took ms (instead of
+ * es__tuner_observe_call): fitted against a + b n, which learns from it less the fitted o - u x
+ * once that is known. */
+void es__tuner_observe_pruned_call(es__tuner *t, int32_t n_nodes, int32_t kept, double ms);
+/* The stream pass after a pruning call of the tuner's took ms for g streams: what it took beyond
+ * the fitted pass counts as that call's (on Vulkan a pruning call's streams may not ride in it),
+ * and the pass fit does not see it. */
+void es__tuner_observe_pruned_pass(es__tuner *t, int32_t g, double ms);
+/* After a pruning call's verification: tree (its skip marks what thr pruned), exit_p[i] each
+ * node's early-exit probability (-1 where not computed), the accepted path (root first) and
+ * whether the target's next token was a pruned child of the path's last node. Counts for every
+ * candidate only after an observation call (thr the smallest candidate). */
+void es__tuner_observe_prune(es__tuner *t, const es__tree *tree, const float *exit_p, float thr, const int32_t *path,
+                             int32_t n_path, bool cut);
+/* The pruning call's measured overhead o (its stream pass's extra included) and per-node saving
+ * u in ms; false while unknown. */
+bool es__tuner_prune_costs(const es__tuner *t, double *o, double *u);
 
 #endif /* ES_DECODE_SPEC_TUNE_H */

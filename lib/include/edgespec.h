@@ -804,7 +804,9 @@ typedef struct es_spec_params {
     int32_t max_nodes;          /* most tree nodes per target call, root included; the most probable
                                    paths are kept; 0 = 32; always capped by the context's n_batch  */
     float prune_threshold;      /* stream: drop subtrees whose early-exit parent-to-child probability
-                                   (paper 3.2.3) is below this; 0 = no pruning                      */
+                                   (paper 3.2.3) is below this; 0 = chosen from measured costs with
+                                   adaptive trees where the adapter can prune (es_spec_costs says
+                                   what), none with fixed trees; < 0 = no pruning                   */
     es_context *draft_ctx;      /* draft, dsi: a context of the draft model (same vocabulary, any
                                    backend); not owned; must outlive the object. dsi: NULL = the
                                    target's streams draft (needs es_model_load_adapter); their
@@ -900,7 +902,14 @@ typedef struct es_spec_costs {
     double draft_call;          /* a draft-model call (0: no drafter)                              */
     int32_t explore_every;      /* calls between explorations (drafting whatever the costs say, to
                                    keep its worth measured), from their measured cost              */
-    uint64_t reserved[8];       /* written as zero; room for later fields (ABI, at the top)       */
+    /* tree pruning (Speculative Streaming): the threshold the last call of a tree ran with (chosen
+     * from measured costs when es_spec_params.prune_threshold is 0 on adaptive trees, the smallest
+     * candidate on the calls that measure), and what its choice rests on, in plain calls (0:
+     * not measured yet) */
+    double prune_threshold;
+    double prune_call;          /* what a pruning call adds (the early exit, a second submission) */
+    double prune_node;          /* what a pruned node saves                                        */
+    uint64_t reserved[5];       /* written as zero; room for later fields (ABI, at the top)       */
 } es_spec_costs;
 
 /* The zeroed struct (all defaults: Speculative Streaming with the adapter's γ, greedy, adaptive

@@ -2,8 +2,9 @@
  * backend: a one-token decode call, verification calls of bushy trees of N nodes, plain and
  * with every node's γ streams asked (the adapter's γ; lazily, as the strategy asks: the CPU runs
  * the last node's after the call, Vulkan runs small batches' streams inside the call and larger
- * ones' as a pass after it), with the early exit too, and the stream pass of one node after a
- * 9-token batch (too many stream rows to ride in the call on Vulkan). Medians of repetitions,
+ * ones' as a pass after it), with the early exit too (pruning nothing, and pruning every node
+ * below the root), and the stream pass of one node after a 9-token batch (too many stream rows to
+ * ride in the call on Vulkan). Medians of repetitions,
  * JSON lines on stdout. Usage:
  *   bench_spec_call MODEL.gguf [ADAPTER.ss.gguf] [cpu|vulkan] [threads] [reps] [n_past]
  * EDGESPEC_VKBENCH_CPU_TIME=1 times process CPU time instead of wall time (now_ms);
@@ -111,13 +112,15 @@ int main(int argc, char **argv) {
         for (int32_t i = 0; i < n; i++) parent[i] = i == 0 ? -1 : (i - 1) / 3;
         es_tree_flatten(parent, n, n_past, order, pos, st, en);
         for (int32_t i = 0; i < n; i++) toks[i] = 1 + (order[i] * 11) % (info.n_vocab - 1);
-        for (int mode = 0; mode < (adapter ? 3 : 1); mode++) {
-            /* mode 0: plain forward; 1: with γ streams; 2: streams + pruning (threshold 1e-9) */
+        for (int mode = 0; mode < (adapter ? 4 : 1); mode++) {
+            /* mode 0: plain forward; 1: with γ streams; 2: streams + pruning (threshold 1e-9: the
+             * early exit, nothing pruned); 3: streams + pruning of every node below the root
+             * (threshold 1): together, what a pruning call adds and what a pruned node saves */
             es_batch b = {n, toks, pos, st, en, all};
             for (int r = 0; r < reps + 2; r++) {
                 double t0 = now_ms();
                 es_status s = mode == 0 ? es_forward(ctx, &b)
-                                        : es__forward(ctx, &b, &(es__call){G, mode == 2 ? 1e-9f : 0.0f});
+                                        : es__forward(ctx, &b, &(es__call){G, mode == 3 ? 1.0f : mode == 2 ? 1e-9f : 0.0f});
                 if (s != ES_OK) {
                     fprintf(stderr, "bench_spec_call: %s\n", es_context_errmsg(ctx));
                     return 1;
@@ -125,7 +128,9 @@ int main(int argc, char **argv) {
                 if (r >= 2) t[r - 2] = now_ms() - t0;
             }
             printf("{\"backend\": \"%s\", \"n_past\": %d, \"call\": \"%s\", \"tree_nodes\": %d, \"median_ms\": %.3f}\n",
-                   es_backend_name(be), n_past, mode == 0 ? "forward" : mode == 1 ? "forward+streams" : "forward+streams+early_exit",
+                   es_backend_name(be), n_past,
+                   mode == 0 ? "forward" : mode == 1 ? "forward+streams" : mode == 2 ? "forward+streams+early_exit"
+                                                                                     : "forward+streams+all_pruned",
                    n, bench_median(t, reps));
             fflush(stdout);
         }

@@ -4,16 +4,18 @@
 For held-out KJV verses as prompts (books the default model was not trained on), runs
 `edgespec run` plainly, with Speculative Streaming over a grid of top-k and gamma (with and
 without tree pruning; fixed trees, as in the paper's Figure 5, and the adaptive default) and with
-draft-model speculation over lookaheads, each configuration `--reps` times interleaved with the
-plain runs. Checks that every speculative run printed the plain run's text, and reports per
+draft-model speculation over lookaheads, each configuration `--reps` times per prompt, the
+configurations in turn, each run beside a plain run of its own. Checks that every speculative run printed the plain run's text, and reports per
 configuration: tokens per target call (the call-reduction ratio), decode tokens/s, the wall-time
-speed-up over the plain runs measured alongside (median of per-repetition ratios), acceptance
+speed-up over the plain runs measured alongside (median of per-repetition ratios; the JSON rows
+also the same for whole-process CPU time, cpu_time_speedup), acceptance
 per depth, mean tree size. Writes a markdown table to stdout, the rows as JSON (--json) and a
 plot of speed-up against k per gamma (--png).
 
 With --defaults-only, runs just `--spec stream` and `--spec draft` with no tuning flags (the
 adaptive defaults) against plain decoding (their calibration times their first decoding steps'
-own calls: it is in the decode time).
+own calls: it is in the decode time), and `--spec stream --prune 0` (the adaptive trees without
+the pruning they choose from costs, as before that choice existed).
 
 Usage: spec_sweep.py --cli EDGESPEC --model M.gguf [--adapter M.ss.gguf] [--draft D.gguf]
                      [--backend cpu|vulkan] [--threads N] [--n TOKENS] [--reps R]
@@ -23,6 +25,7 @@ Usage: spec_sweep.py --cli EDGESPEC --model M.gguf [--adapter M.ss.gguf] [--draf
 import argparse
 import json
 import re
+import resource
 import statistics
 import subprocess
 import sys
@@ -38,13 +41,21 @@ DECODE = re.compile(r"decode (\d+) tokens in ([0-9.]+) ms")
 CALLS = re.compile(r"target calls (\d+), tokens per call ([0-9.]+).*draft calls (\d+), mean tree ([0-9.]+) nodes "
                    r"\((\d+) pruned\)")
 ACCEPT = re.compile(r"acceptance per depth:((?: \d+:[0-9.]+)*)")
+PRUNING = re.compile(r"pruning: last threshold ([0-9.e+-]+)(?:; in plain calls, a pruning call adds ([0-9.]+), a pruned "
+                     r"node saves ([0-9.]+))?")
 
 
 def run(cmd):
+    """The run's stdout, stderr and process CPU time in ms (user and system, its threads'
+    together: on a loaded machine less noisy than wall time, since waiting for a core is not in
+    it; with --threads 1 it is the run's own work)."""
+    r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     p = subprocess.run(cmd, capture_output=True, timeout=600)
+    r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
     if p.returncode != 0:
         sys.exit("failed: %s\n%s" % (" ".join(cmd), p.stderr.decode(errors="replace")))
-    return p.stdout, p.stderr.decode(errors="replace")
+    cpu_ms = 1e3 * (r1.ru_utime + r1.ru_stime - r0.ru_utime - r0.ru_stime)
+    return p.stdout, p.stderr.decode(errors="replace"), cpu_ms
 
 
 def main():
@@ -71,7 +82,9 @@ def main():
     configs = []
     if a.defaults_only:
         if a.adapter:
-            configs.append(("stream", dict(gamma=0, k=2, prune=0.0, fixed=False), ["--spec", "stream", "--ss", a.adapter]))
+            configs.append(("stream", dict(gamma=0, k=2, prune=-1.0, fixed=False), ["--spec", "stream", "--ss", a.adapter]))
+            configs.append(("stream", dict(gamma=0, k=2, prune=0.0, fixed=False),
+                            ["--spec", "stream", "--ss", a.adapter, "--prune", "0"]))
         if a.draft:
             configs.append(("draft", dict(lookahead=4, fixed=False), ["--spec", "draft", "-md", a.draft]))
     elif a.adapter:
@@ -89,43 +102,57 @@ def main():
             configs.append(("draft", dict(lookahead=la, fixed=True),
                             ["--spec", "draft", "-md", a.draft, "--lookahead", str(la), "--fixed-tree"]))
         configs.append(("draft", dict(lookahead=6, fixed=False), ["--spec", "draft", "-md", a.draft, "--lookahead", "6"]))
-    rows = []
-    for kind, params, extra in configs:
-        ratios, tps, calls, toks, trees, pruned, draft_calls, accept = [], [], 0, 0, [], 0, 0, []
-        for rep in range(a.reps):
-            for prompt in PROMPTS:
-                out_p, err_p = run(base + ["-p", prompt])
-                out_s, err_s = run(base + ["-p", prompt] + extra)
+    # every configuration once per repetition and prompt, in turn, each beside a plain run of its
+    # own: the configurations compared see the same stretch of a loaded machine
+    acc = [dict(ratios=[], cpu_ratios=[], tps=[], calls=0, toks=0, trees=[], pruned=0, draft_calls=0, accept=[], chosen=[])
+           for _ in configs]
+    for rep in range(a.reps):
+        for prompt in PROMPTS:
+            for (kind, params, extra), r in zip(configs, acc):
+                out_p, err_p, cpu_p = run(base + ["-p", prompt])
+                out_s, err_s, cpu_s = run(base + ["-p", prompt] + extra)
+                r["cpu_ratios"].append(cpu_p / cpu_s)
                 if out_p != out_s:
                     sys.exit("LOSSLESSNESS FAILURE: %s %s on %r" % (kind, params, prompt))
                 dp, ds = DECODE.search(err_p), DECODE.search(err_s)
                 c = CALLS.search(err_s)
                 n_tok, ms_p, ms_s = int(ds.group(1)), float(dp.group(2)), float(ds.group(2))
-                ratios.append(ms_p / ms_s)
-                tps.append(n_tok * 1e3 / ms_s)
-                calls += int(c.group(1))
-                toks += n_tok
-                draft_calls += int(c.group(3))
-                trees.append(float(c.group(4)))
-                pruned += int(c.group(5))
-                acc = ACCEPT.search(err_s)
-                accept.append(acc.group(1).strip() if acc else "")
-        row = dict(kind=kind, **params, tokens_per_call=toks / calls, speedup=statistics.median(ratios),
-                   ratio_range=[min(ratios), max(ratios)],
-                   tokens_per_s=statistics.median(tps), mean_tree=statistics.mean(trees), pruned=pruned,
-                   draft_calls_per_call=draft_calls / calls, acceptance=accept[0])
+                r["ratios"].append(ms_p / ms_s)
+                r["tps"].append(n_tok * 1e3 / ms_s)
+                r["calls"] += int(c.group(1))
+                r["toks"] += n_tok
+                r["draft_calls"] += int(c.group(3))
+                r["trees"].append(float(c.group(4)))
+                r["pruned"] += int(c.group(5))
+                ac = ACCEPT.search(err_s)
+                r["accept"].append(ac.group(1).strip() if ac else "")
+                pr = PRUNING.search(err_s)
+                if pr:  # the tuner's pruning: the last threshold, a pruning call's overhead, a node's saving
+                    r["chosen"].append([float(g) if g else None for g in pr.groups()])
+    rows = []
+    for (kind, params, extra), r in zip(configs, acc):
+        row = dict(kind=kind, **params, tokens_per_call=r["toks"] / r["calls"], speedup=statistics.median(r["ratios"]),
+                   ratio_range=[min(r["ratios"]), max(r["ratios"])],
+                   cpu_time_speedup=statistics.median(r["cpu_ratios"]),
+                   cpu_ratio_range=[min(r["cpu_ratios"]), max(r["cpu_ratios"])], tokens_per_s=statistics.median(r["tps"]),
+                   mean_tree=statistics.mean(r["trees"]), pruned=r["pruned"],
+                   draft_calls_per_call=r["draft_calls"] / r["calls"], acceptance=r["accept"][0],
+                   pruning_chosen=r["chosen"])
         rows.append(row)
         print(json.dumps(row), file=sys.stderr, flush=True)
-    print("| strategy | parameters | tokens/call | speed-up | tokens/s | mean tree | acceptance per depth (first prompt) |")
-    print("| --- | --- | --- | --- | --- | --- | --- |")
+    print("| strategy | parameters | tokens/call | speed-up | CPU-time speed-up | tokens/s | mean tree | pruned | "
+          "acceptance per depth (first prompt) |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for r in rows:
         if r["kind"] == "stream":
-            p = "gamma %s, k %d, prune %g, %s" % (r["gamma"] or "adapter's", r["k"], r["prune"],
-                                                  "fixed tree" if r["fixed"] else "adaptive")
+            prune = "prune from costs" if r["prune"] < 0 else "prune %g" % r["prune"]
+            p = "gamma %s, k %d, %s, %s" % (r["gamma"] or "adapter's", r["k"], prune,
+                                            "fixed tree" if r["fixed"] else "adaptive")
         else:
             p = "lookahead %d, %s" % (r["lookahead"], "fixed" if r["fixed"] else "adaptive")
-        print("| %s | %s | %.2f | %.2fx | %.1f | %.1f | %s |" % (r["kind"], p, r["tokens_per_call"], r["speedup"],
-                                                             r["tokens_per_s"], r["mean_tree"], r["acceptance"]))
+        print("| %s | %s | %.2f | %.2fx | %.2fx | %.1f | %.1f | %d | %s |" % (
+            r["kind"], p, r["tokens_per_call"], r["speedup"], r["cpu_time_speedup"], r["tokens_per_s"], r["mean_tree"],
+            r["pruned"], r["acceptance"]))
     if a.json:
         with open(a.json, "w") as f:
             json.dump(dict(backend=a.backend, model=a.model, n=a.n, reps=a.reps, rows=rows), f, indent=1)

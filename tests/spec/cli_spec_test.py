@@ -105,6 +105,16 @@ def main():
                 check(b"edgespec run:" not in r.stdout, "no statistics on stdout", r)
     if a.smoke:
         return testlib.finish()
+    # pruning: chosen from measured costs by default, off with --prune 0 (and then nothing pruned)
+    base = [a.cli, "run", "-m", a.model, "-p", "In the beginning", "-n", "24", "-t", "1", "--temp", "0"] + be
+    plain = run(base)
+    for extra, says in [([], b"prune from costs"), (["--prune", "0"], b"prune off"), (["--prune", "0.05"], b"prune 0.05")]:
+        r = run(base + ["--spec", "stream", "--ss", a.adapter] + extra)
+        check(r.returncode == 0 and r.stdout == plain.stdout and says in r.stderr,
+              f"--prune {' '.join(extra) or '(not given)'}: the plain run's text, and the statistics say {says!r}", r)
+        if extra == ["--prune", "0"]:
+            tree = TREE.search(r.stderr)
+            check(tree is not None and tree.group(2) == b"0", "--prune 0 prunes nothing", r)
     # rejection sampling runs and is reproducible for a seed
     base = [a.cli, "run", "-m", a.model, "-p", "In the beginning", "-n", "30", "-t", "1"] + be + ["--temp", "0.9",
             "--seed", "5", "--spec", "stream", "--ss", a.adapter, "--rejection", "--fixed-tree"]

@@ -389,9 +389,13 @@ static void run(const mem_model_cfg *mc, const mem_adapter_cfg *ac) {
             CHECK_OK(es_forward(c2, &pre));
             CHECK_OK(es_commit(c2, NULL, 0));
             CHECK_OK(es__forward(c2, &tree, &(es__call){G, thr}));
-            int32_t n_pruned = 0, mismatch = 0, differ = 0;
+            int32_t n_pruned = 0, mismatch = 0, differ = 0, exit_bad = 0;
             for (int32_t i = 0; i < N; i++) {
                 bool pr = es__pruned(c2, i);
+                /* what the decision compared, for the tuner: computed below every kept parent */
+                const float q = es__exit_prob(c2, i);
+                if (i == 0 || want_pruned[ptree[i]]) exit_bad += q != -1.0f;
+                else exit_bad += !(fabs(q - pexit_node[i]) <= 1e-3 * pexit_node[i] + 1e-6);
                 n_pruned += pr;
                 mismatch += pr != want_pruned[i];
                 const float *la = NULL, *lb = NULL, *sl = NULL;
@@ -409,6 +413,8 @@ static void run(const mem_model_cfg *mc, const mem_adapter_cfg *ac) {
             CHECKF(mismatch == 0 && n_pruned >= a + 1,
                    "threshold %g: pruned %d, %d disagree with the reference", (double)thr, n_pruned, mismatch);
             CHECKF(differ == 0, "threshold %g: %d surviving rows changed bits under pruning", (double)thr, differ);
+            CHECKF(exit_bad == 0, "threshold %g: %d early-exit probabilities differ from the reference's", (double)thr,
+                   exit_bad);
             max_pruned = n_pruned > max_pruned ? n_pruned : max_pruned;
             n_shifted += check_commit_shifted(c2, c3, &pre, toks, ptree, pos, N, V);
             n_thr++;

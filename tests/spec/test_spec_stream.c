@@ -4,6 +4,7 @@
  * thresholds, prompt lengths and emission caps, greedy and seeded sampling emit exactly what
  * es_generate emits; the KV left behind equals a fresh read of the sequence; rejection sampling is
  * reproducible; bad parameters fail cleanly. */
+#include "decode/spec.h"
 #include "mem_adapter.h"
 #include "spec_run.h"
 
@@ -154,6 +155,42 @@ int main(int argc, char **argv) {
         es_context_free(c);
     }
 
+    /* pruning chosen by the tuner (prune_threshold 0 on adaptive trees): its measuring calls
+     * prune and record the early exit's probabilities, and the output stays plain decoding's. The
+     * tuner starts from costs that make drafting pay (seeded as after its probe), so that trees
+     * are drafted whatever this machine's timings say. */
+    for (int mi = 0; mi < 2; mi++) {
+        int32_t want[N_GEN], got[N_GEN];
+        const int32_t n_want = plain(m, prompt, 6, modes[mi], N_GEN, 256, 24, want);
+        es_context *c = new_ctx(m, 256, 24);
+        es_spec_params p = es_spec_default_params();
+        p.sampling = *modes[mi];
+        p.top_k = 3;
+        p.ignore_eog = true;
+        es_spec *s = NULL;
+        CHECK_OK(es_spec_create(c, &p, &s));
+        CHECK(s->tune.prune_auto);
+        CHECK_OK(es_spec_feed(s, prompt, 6));
+        const es__tuner_costs cheap = {1.0, 1.0, 4, 1.1, 4, 0.1, 0.0};
+        s->tune.probing = false;
+        es__tuner_seed(&s->tune, &cheap);
+        int32_t n_got = 0;
+        while (n_got < N_GEN) {
+            size_t k = 0;
+            CHECK_OK(es_spec_step(s, got + n_got, (size_t)(N_GEN - n_got), &k));
+            if (k == 0) break;
+            n_got += (int32_t)k;
+        }
+        CHECKF(n_got == n_want && memcmp(got, want, sizeof(int32_t) * (size_t)n_want) == 0,
+               "tuned pruning, mode %d: %d tokens vs %d, or they differ", mi, n_got, n_want);
+        CHECKF(s->tune.ow > 0.0, "tuned pruning, mode %d: no measuring call", mi);
+        es_spec_costs kc;
+        CHECK_OK(es_spec_get_costs(s, &kc));
+        CHECK(kc.prune_threshold >= 0.0 && kc.prune_threshold <= 0.1 + 1e-6);
+        es_spec_free(s);
+        es_context_free(c);
+    }
+
     /* the context's end matches es_generate's */
     for (int mi = 0; mi < 2; mi++) {
         int32_t want[64], got[64];
@@ -198,6 +235,12 @@ int main(int argc, char **argv) {
         p.top_k = 0;
         p.prune_threshold = 1.5f;
         CHECK_FAILS(es_spec_create(c, &p, &s), ES_ERR_INVALID_ARGUMENT, "prune_threshold 1.5");
+        p.prune_threshold = 0.0f;
+        /* a negative threshold: never prune, the tuner does not choose */
+        p.prune_threshold = -1.0f;
+        CHECK_OK(es_spec_create(c, &p, &s));
+        CHECK(!s->tune.prune_auto);
+        es_spec_free(s);
         p.prune_threshold = 0.0f;
         p.max_nodes = -1;
         CHECK_FAILS(es_spec_create(c, &p, &s), ES_ERR_INVALID_ARGUMENT, "max_nodes -1");

@@ -97,6 +97,28 @@ static void test_calibration(void) {
     es__tuner_init(&u, true);
     es__tuner_observe_tree(&u, &tr, path, 1, 1, raw);
     CHECK(u.hit[0] == 1.0 && u.tested[0] == 1.0);
+    /* a pruned child that carries the target's next token counts as accepted, not as a rejection
+     * of the other children: root with children 1 (kept) and 2 (pruned, the target's token) */
+    es__tree_root(&tr, 1, 0);
+    for (int32_t i = 1; i < 3; i++) {
+        tr.token[i] = 10 + i;
+        tr.parent[i] = 0;
+        tr.depth[i] = 1;
+        tr.dfs_start[i] = tr.dfs_end[i] = i;
+        tr.rank[i] = i - 1;
+    }
+    tr.dfs_end[0] = 2;
+    tr.n = 3;
+    tr.max_depth = 1;
+    const uint8_t skip[3] = {0, 0, 1};
+    tr.skip = skip;
+    CHECK(es__tuner_next_child(&tr, 0, 12, -1) == 2 && es__tuner_next_child(&tr, 0, 11, -1) == -1 &&
+          es__tuner_next_child(&tr, 0, 12, 1) == 1);
+    es__tuner_init(&u, true);
+    es__tuner_observe_tree(&u, &tr, path, 1, es__tuner_next_child(&tr, 0, 12, -1), raw);
+    CHECK(u.hit[0] == 1.0 && u.tested[0] == 1.0);
+    tr.skip = NULL;
+    CHECK(es__tuner_next_child(&tr, 0, 12, -1) == -1);
     es__tree_free(&tr, NULL);
 }
 
@@ -410,6 +432,163 @@ static void test_gain(void) {
     }
 }
 
+/* ---- pruning chosen from measured costs (spec_prune.c)
+ *
+ * A tree of two candidates per level, two levels (pre-order: root, A, A1, A2, B, B1, B2) with
+ * fixed early-exit probabilities, and accepted paths that repeat every 10 steps: root-A-A1 in 6,
+ * root-A in 2, root-B in 1 (B's exit probability is 0.05: thresholds 0.1 and up lose a token
+ * there), nothing in 1. Thresholds 0.001 and 0.01 prune nothing, 0.03 A2 and B2, 0.1 also B and B1. */
+static const float sim_exit[7] = {-1.0f, 0.6f, 0.5f, 0.02f, 0.05f, 0.3f, 0.02f};
+
+static void prune_tree(es__tree *tr) {
+    static const int32_t parent[7] = {-1, 0, 1, 1, 0, 4, 4}, end[7] = {6, 3, 2, 3, 6, 5, 6};
+    es__tree_root(tr, 1, 0);
+    for (int32_t i = 0; i < 7; i++) {
+        tr->token[i] = 1 + i;
+        tr->parent[i] = parent[i];
+        tr->depth[i] = i == 0 ? 0 : parent[i] == 0 ? 1 : 2;
+        tr->dfs_start[i] = i;
+        tr->dfs_end[i] = end[i];
+        tr->rank[i] = i == 4 || i == 3 || i == 6;
+    }
+    tr->n = 7;
+    tr->max_depth = 2;
+}
+
+/* A device's cost of a call of n nodes of which kept survive pruning, in plain calls: a, b_lo per
+ * node below the prune layer (every node), b_hi above it (survivors), o per pruning call. */
+typedef struct prune_device {
+    double a, b_lo, b_hi, o;
+} prune_device;
+
+typedef struct prune_outcome {
+    double time, tokens;
+    int calls[ES__PRUNE_CANDS]; /* tree calls per threshold */
+} prune_outcome;
+
+/* n steps of spec_stream.c's loop around the tuner's pruning: the tuner seeded (as after the
+ * probe) from the device's unpruned calls of 1 and 4 nodes. */
+static prune_outcome run_prune(const prune_device *dv, int n) {
+    es__err err;
+    es__tree tr;
+    CHECK_OK(es__tree_init(&tr, 16, NULL, &err));
+    es__tuner t;
+    es__tuner_init(&t, true);
+    const double b = dv->b_lo + dv->b_hi;
+    const es__tuner_costs c = {1.0, dv->a + b, 4, dv->a + 4.0 * b, 0, 0.0, 0.0};
+    es__tuner_seed(&t, &c);
+    es__tuner_prune_auto(&t);
+    prune_outcome out = {0};
+    uint8_t skip[7];
+    for (int i = 0; i < n; i++) {
+        prune_tree(&tr);
+        const float thr = es__tuner_prune(&t, tr.n);
+        int32_t kept = 0;
+        for (int32_t k = 0; k < 7; k++) {
+            skip[k] = k > 0 && (skip[tr.parent[k]] || sim_exit[k] < thr);
+            kept += !skip[k];
+        }
+        tr.skip = thr > 0.0f ? skip : NULL;
+        const double ms = dv->a + dv->b_lo * 7 + dv->b_hi * kept + (thr > 0.0f ? dv->o : 0.0);
+        if (thr > 0.0f) es__tuner_observe_pruned_call(&t, 7, kept, ms);
+        else es__tuner_observe_call(&t, 7, ms, false);
+        const int r = i % 10;
+        const int32_t want[3] = {0, r < 8 ? 1 : 4, 2};
+        const int32_t n_want = r < 6 ? 3 : r < 9 ? 2 : 1;
+        int32_t path[3] = {0}, n_path = 1;
+        while (n_path < n_want && !(thr > 0.0f && skip[want[n_path]])) path[n_path] = want[n_path], n_path++;
+        const bool cut = n_path < n_want; /* the target's own token was the pruned node's */
+        if (thr > 0.0f) es__tuner_observe_prune(&t, &tr, sim_exit, thr, path, n_path, cut);
+        out.time += ms;
+        out.tokens += n_path;
+        for (int32_t j = 0; j < ES__PRUNE_CANDS; j++) out.calls[j] += thr == es__prune_cands[j];
+    }
+    es__tree_free(&tr, NULL);
+    return out;
+}
+
+/* The same trees and acceptance on two devices. Where a node's cost is mostly above the prune
+ * layer and a pruning call adds little (a 0.25 of 0.3 above, 0.02 per call), pruning at 0.1 (3
+ * of 7 nodes kept, 2.4 tokens a call instead of 2.5) pays: 2.4 / 2.12 = 1.13 tokens per plain
+ * call against 2.5 / 3.1 = 0.81 without. Where it is mostly below and a pruning call adds half a
+ * call (a second submission, as on lavapipe), no threshold pays (0.1: 2.4 / 3.4 = 0.71): the
+ * calls run unpruned but for the measuring ones, and lose at most 2% to never pruning. */
+static void test_prune_choice(void) {
+    const int n = 500;
+    const prune_device pays = {1.0, 0.05, 0.25, 0.02}, dear = {1.0, 0.25, 0.05, 0.5};
+    prune_outcome o = run_prune(&pays, n);
+    const double never = 3.1 / 2.5; /* plain calls per token without pruning */
+    CHECKF(o.calls[3] + o.calls[4] >= 400, "pays: %d, %d, %d, %d, %d calls at each threshold", o.calls[0], o.calls[1],
+           o.calls[2], o.calls[3], o.calls[4]);
+    CHECKF(o.time / o.tokens < 0.8 * never, "pays: %.3f plain calls per token, %.3f without pruning", o.time / o.tokens,
+           never);
+    o = run_prune(&dear, n);
+    CHECKF(o.calls[0] >= 440 && o.calls[2] + o.calls[3] + o.calls[4] <= 10,
+           "dear: %d, %d, %d, %d, %d calls at each threshold", o.calls[0], o.calls[1], o.calls[2], o.calls[3],
+           o.calls[4]);
+    CHECKF(o.time / o.tokens <= 1.02 * never, "dear: %.3f plain calls per token, %.3f without pruning",
+           o.time / o.tokens, never);
+    /* not adaptive, or not asked: never a threshold */
+    es__tuner t;
+    es__tuner_init(&t, false);
+    es__tuner_prune_auto(&t);
+    CHECK(!t.prune_auto && es__tuner_prune(&t, 7) == 0.0f);
+    es__tuner_init(&t, true);
+    const es__tuner_costs c = {1.0, 1.3, 4, 2.2, 0, 0.0, 0.0};
+    es__tuner_seed(&t, &c);
+    CHECK(es__tuner_prune(&t, 7) == 0.0f);
+    es__tuner_prune_auto(&t);
+    CHECK(es__tuner_prune(&t, 1) == 0.0f && es__tuner_prune(&t, 7) == es__prune_cands[1]); /* observes first */
+}
+
+/* Where a pruning call's overhead alone outweighs what pruning could save (3-node chains, a node
+ * 0.2 of a call, a pruning call 0.6 more, about the default model on lavapipe), the
+ * observations back off as soon as that overhead is measured (the third: the first of a size is
+ * not fitted, the fit needs two), and cost under 2% of the time. */
+static void test_prune_hopeless(void) {
+    es__err err;
+    es__tree tr;
+    CHECK_OK(es__tree_init(&tr, 8, NULL, &err));
+    es__tuner t;
+    es__tuner_init(&t, true);
+    const es__tuner_costs c = {1.0, 1.2, 4, 1.8, 0, 0.0, 0.0};
+    es__tuner_seed(&t, &c);
+    es__tuner_prune_auto(&t);
+    const float exit_p[3] = {-1.0f, 0.5f, 0.5f};
+    const int32_t path[3] = {0, 1, 2};
+    int observed = 0, first_gap = 0;
+    double time = 0.0;
+    for (int i = 0; i < 300; i++) {
+        chain(&tr, 3);
+        const float thr = es__tuner_prune(&t, 3);
+        const double ms = 1.6 + (thr > 0.0f ? 0.6 : 0.0);
+        if (thr > 0.0f) {
+            es__tuner_observe_pruned_call(&t, 3, 3, ms);
+            es__tuner_observe_prune(&t, &tr, exit_p, thr, path, 3, false);
+            if (++observed == 3) first_gap = (int)(t.observe_at - t.steps);
+        } else {
+            es__tuner_observe_call(&t, 3, ms, false);
+        }
+        time += ms;
+    }
+    CHECKF(observed <= 12 && first_gap >= 30, "%d observations in 300 calls, the first gap %d calls", observed, first_gap);
+    CHECKF(time <= 1.02 * 1.6 * 300, "%.1f plain calls against %.1f never pruning", time, 1.6 * 300);
+    es__tree_free(&tr, NULL);
+    /* the stream pass after a pruning call, beyond the fitted pass, is that call's overhead (on
+     * Vulkan its streams may not ride in it), not the pass fit's: 3 nodes at 2.0 + 0.1, a pass of
+     * 4 streams at 1.5 + 0.4 */
+    t = seeded(1.0, 2.5, 1.5, 0.0);
+    es__tuner_prune_auto(&t);
+    const double gs = t.gs;
+    double o = 0.0, u = 0.0;
+    for (int i = 0; i < 4; i++) {
+        es__tuner_observe_pruned_call(&t, 3, 3, 2.1);
+        es__tuner_observe_pruned_pass(&t, 4, 1.9);
+    }
+    CHECK(es__tuner_prune_costs(&t, &o, &u));
+    CHECKF(fabs(o - 0.5) < 1e-9 && t.gs == gs, "pruning overhead %g ms (pass fit %g)", o, t.gs);
+}
+
 int main(void) {
     test_fit();
     test_warmup_and_spikes();
@@ -420,5 +599,7 @@ int main(void) {
     test_probe();
     test_fallback();
     test_gain();
+    test_prune_choice();
+    test_prune_hopeless();
     TEST_MAIN_END();
 }

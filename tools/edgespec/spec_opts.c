@@ -15,6 +15,7 @@ cli_spec_args cli_spec_defaults(const char *cmd) {
     cli_spec_args a;
     memset(&a, 0, sizeof a); /* 0: the library's default for each (es_spec_get_params says which) */
     a.cmd = cmd;
+    a.prune = -1.0f; /* the library's default; 0 is the user's "off" */
     return a;
 }
 
@@ -86,6 +87,13 @@ static void print_costs(const char *cmd, const es_spec *spec) {
                 "edgespec %s: costs in plain calls (%.3f ms): node %.3f, stream pass 1 / %d streams %.3f / %.3f, drafter "
                 "call %.3f; explorations every %d calls\n",
                 cmd, k.call_ms, k.node, k.max_streams, k.stream_pass_1, k.stream_pass_max, k.draft_call, k.explore_every);
+    if (k.prune_call <= 0 && k.prune_node <= 0 && k.prune_threshold > 0)
+        fprintf(stderr, "edgespec %s: pruning: last threshold %g\n", cmd, k.prune_threshold);
+    else if (k.prune_call > 0 || k.prune_node > 0)
+        fprintf(stderr,
+                "edgespec %s: pruning: last threshold %g; in plain calls, a pruning call adds %.3f, a pruned node "
+                "saves %.3f\n",
+                cmd, k.prune_threshold, k.prune_call, k.prune_node);
 }
 
 static void print_stats(const cli_spec_args *a, const cli_spec *c, const char *backend_name) {
@@ -94,10 +102,13 @@ static void print_stats(const cli_spec_args *a, const cli_spec *c, const char *b
     if (es_spec_get_params(c->spec, &p) != ES_OK || es_spec_get_stats(c->spec, &st) != ES_OK) return;
     const double tps = st.decode_ms > 0 ? (double)st.n_generated * 1e3 / st.decode_ms : 0.0;
     const bool rejection = p.rejection_sampling && p.sampling.temperature > 0;
+    char prune[32] = "off";
+    if (p.prune_threshold > 0.0f) snprintf(prune, sizeof prune, "%g", (double)p.prune_threshold);
+    else if (p.prune_threshold == 0.0f && !p.fixed_tree) snprintf(prune, sizeof prune, "from costs");
     if (p.strategy == ES_SPEC_STREAM)
-        fprintf(stderr, "edgespec %s: speculative streaming, gamma %s%d, top-k %d, max nodes %d%s, prune %g%s\n", a->cmd,
-                a->gamma ? "" : "(adapter's) ", p.n_streams, p.top_k, p.max_nodes, p.fixed_tree ? " (fixed)" : "",
-                (double)p.prune_threshold, rejection ? ", rejection sampling" : "");
+        fprintf(stderr, "edgespec %s: speculative streaming, gamma %s%d, top-k %d, max nodes %d%s, prune %s%s\n", a->cmd,
+                a->gamma ? "" : "(adapter's) ", p.n_streams, p.top_k, p.max_nodes, p.fixed_tree ? " (fixed)" : "", prune,
+                rejection ? ", rejection sampling" : "");
     else if (p.strategy == ES_SPEC_DSI) {
         char drafter[600];
         if (a->draft_model) snprintf(drafter, sizeof drafter, "draft %s", a->draft_model);
@@ -191,7 +202,7 @@ int cli_spec_open(const cli_spec_args *a, const cli_backend_args *be, es_backend
     p.n_streams = a->gamma;
     p.top_k = a->topk;
     p.max_nodes = a->max_nodes;
-    p.prune_threshold = a->prune;
+    p.prune_threshold = a->prune < 0.0f ? 0.0f : a->prune == 0.0f ? -1.0f : a->prune;
     p.draft_ctx = out->dctx;
     p.lookahead = a->lookahead;
     p.ignore_eog = ignore_eos;

@@ -12,7 +12,7 @@ typedef struct cli_spec_args {
     int32_t gamma;           /* streams that draft; 0 = the adapter's              */
     int32_t topk;            /* tokens drafted per stream; 0 = the library's        */
     int32_t max_nodes;       /* tree nodes per target call; 0 = the library's       */
-    float prune;             /* tree-pruning threshold, 0 = off                    */
+    float prune;             /* tree-pruning threshold, 0 = off, -1 = from costs    */
     const char *ss;          /* adapter path; NULL = X.ss.gguf beside X.gguf        */
     const char *draft_model; /* -md                                                */
     int32_t lookahead;       /* 0 = the library's                                  */
@@ -32,7 +32,7 @@ cli_spec_args cli_spec_defaults(const char *cmd);
     {"--gamma", NULL, CLI_INT, &(a).gamma, "G", "stream, dsi without -md: speculative streams that draft, 0 = the adapter's", 0, ES_SPEC_MAX_DEPTH, NULL}, \
     {"--topk", NULL, CLI_INT, &(a).topk, "K", "stream: tokens drafted per stream, 0 = the library's default", 0, 64, NULL}, \
     {"--max-nodes", NULL, CLI_INT, &(a).max_nodes, "N", "most draft-tree nodes per target call, 0 = the library's default", 0, 4096, NULL}, \
-    {"--prune", NULL, CLI_FLOAT, &(a).prune, "T", "stream: tree-pruning threshold, 0 = off", 0, 1, NULL},            \
+    {"--prune", NULL, CLI_FLOAT, &(a).prune, "T", "stream: tree-pruning threshold, 0 = off, -1 = chosen from the costs measured while decoding (adaptive trees; off with --fixed-tree)", -1, 1, NULL},            \
     {"--ss", NULL, CLI_STR, &(a).ss, "PATH", "stream, dsi without -md: adapter GGUF (default: MODEL's X.gguf -> X.ss.gguf)", 0, 0, NULL}, \
     {"--draft-model", "-md", CLI_STR, &(a).draft_model, "PATH", "draft, dsi: the draft model (same vocabulary)", 0, 0, NULL}, \
     {"--lookahead", NULL, CLI_INT, &(a).lookahead, "K", "draft: tokens drafted per step; dsi: drafts per verification block; 0 = the library's default", 0, ES_SPEC_MAX_DEPTH, NULL}, \
