@@ -51,6 +51,10 @@ typedef struct es__fwd {
     /* ALSpec over two contexts (forward_api.h's es__alspec_part): one part of a decode token
      * instead of the whole forward; NULL otherwise. alspec is NULL with it. */
     const struct es__alspec_part *part;
+    /* Pruning: [n] out, each decided child's parent-to-child probability at the prune layer (what
+     * other thresholds would have pruned: es__exit_prob, lib/decode/spec_prune.c); NULL = not
+     * wanted. */
+    float *exit_p;
 } es__fwd;
 
 typedef struct es__backend_vtbl {

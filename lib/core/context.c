@@ -303,7 +303,8 @@ static es_status lay_out(es_context *ctx, const es_batch *batch, const es__call 
     ES_TRY(reserve_logits(ctx, n_out));
     memset(ctx->prov_pruned, 0, (size_t)batch->n_tokens);
     *f = (es__fwd){batch->n_tokens, ctx->n_past, batch->tokens, s->pos, s->dfs_start, s->dfs_end, s->parent,
-                   n_out, s->out_rows, ctx->logits, call->n_streams, call->prune_threshold, ctx->prov_pruned, al, part};
+                   n_out, s->out_rows, ctx->logits, call->n_streams, call->prune_threshold, ctx->prov_pruned, al, part,
+                   NULL};
     return ES_OK;
 }
 
@@ -333,9 +334,8 @@ static es_status forward(es_context *ctx, const es_batch *batch, const es__call 
     const es_status prev = ctx->err.status;
     ctx->err.status = ES_OK;
     for (int32_t i = 0; i < batch->n_tokens; i++) ctx->prov_exit[i] = -1.0f;
-    es__prune_record(f.prune_threshold > 0.0f ? ctx->prov_exit : NULL);
+    f.exit_p = f.prune_threshold > 0.0f ? ctx->prov_exit : NULL;
     es_status st = b->vt->forward(ctx, &f);
-    es__prune_record(NULL);
     if (st != ES_OK && ctx->err.status != st) es__fail(&ctx->err, st, "%s", b->err.msg);
     if (st == ES_OK) ctx->err.status = prev;
     pthread_mutex_unlock(&b->lock);

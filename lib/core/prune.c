@@ -3,12 +3,6 @@
 
 #include <math.h>
 
-static _Thread_local float *record;
-
-void es__prune_record(float *exit_p) {
-    record = exit_p;
-}
-
 int32_t es__prune_parents(const es__fwd *f, int32_t *parents) {
     int32_t n = 0;
     for (int32_t i = 0; i < f->n; i++)
@@ -35,7 +29,7 @@ void es__prune_decide(const es__fwd *f, const int32_t *parents, int32_t n_parent
         /* 3.2.3: the parent-to-child probability of each child's token */
         for (int32_t c = p + 1; c <= f->dfs_end[p]; c = f->dfs_end[c] + 1) {
             const double q = exp((double)l[f->tokens[c]] - lse);
-            if (record) record[c] = (float)q;
+            if (f->exit_p) f->exit_p[c] = (float)q;
             if (!(q >= (double)f->prune_threshold))
                 for (int32_t i = c; i <= f->dfs_end[c]; i++) f->pruned[i] = 1;
         }

@@ -19,17 +19,11 @@ int32_t es__prune_parents(const es__fwd *f, int32_t *parents);
  * its subtree, when the probability of its token under the parent's early-exit distribution
  * (softmax of the n_vocab logits of row t, t the parent's index in parents, rows row_stride
  * floats apart)
- * is below f->prune_threshold (NaN counts as below). Marks f->pruned. */
+ * is below f->prune_threshold (NaN counts as below). Marks f->pruned, and writes each child's
+ * probability to f->exit_p where the caller asked for them. */
 void es__prune_decide(const es__fwd *f, const int32_t *parents, int32_t n_parents, const float *logits,
                       size_t row_stride, int32_t n_vocab);
 
-/* Where es__prune_decide on this thread also writes each child's early-exit probability, [n] by
- * batch index (NULL: nowhere). The forward call sets it around its backend's call: every backend
- * decides on the thread that called it (the CPU pool's thread 0 is the caller; Vulkan decides
- * after its submission), and es__fwd has no room for it without changing a backend's
- * positional initializer. A strategy reads the probabilities (es__exit_prob) to learn what other
- * thresholds would have pruned (lib/decode/spec_tune.c). */
-void es__prune_record(float *exit_p);
 
 /* The batch that goes on after pruning: the surviving tokens in batch order, renumbered
  * 0..n'-1. Arrays of the caller, each [f->n]: */

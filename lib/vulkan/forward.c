@@ -418,7 +418,8 @@ static es_status warm_forward(es_context *ctx, int32_t n, int32_t n_streams, flo
     int32_t tokens[8] = {0}, pos[8], dfs_start[8], dfs_end[8], parent[8], out[8];
     uint8_t pruned[8] = {0};
     for (int32_t i = 0; i < n; i++) pos[i] = dfs_start[i] = out[i] = i, dfs_end[i] = n - 1, parent[i] = i - 1;
-    const es__fwd f = {n, 0, tokens, pos, dfs_start, dfs_end, parent, n, out, logits, n_streams, prune, pruned, NULL, NULL};
+    const es__fwd f = {n,      0,         tokens, pos,    dfs_start, dfs_end, parent, n,
+                       out,    logits,    n_streams, prune, pruned, NULL,    NULL,   NULL};
     return es__vk_forward(ctx, &f);
 }
 
