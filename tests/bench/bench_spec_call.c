@@ -93,8 +93,14 @@ int main(int argc, char **argv) {
     es_model_get_info(m, &info);
     int32_t *prompt = malloc(sizeof(int32_t) * (size_t)n_past);
     for (int i = 0; i < n_past; i++) prompt[i] = 1 + (i * 37) % (info.n_vocab - 1);
-    es_batch pre = {n_past, prompt, NULL, NULL, NULL, NULL};
-    if (es_forward(ctx, &pre) != ES_OK || es_commit(ctx, NULL, 0) != ES_OK) return 1;
+    /* in chunks of the context's default n_batch (512): a longer batch is refused */
+    for (int i = 0; i < n_past; i += 512) {
+        es_batch pre = {n_past - i < 512 ? n_past - i : 512, prompt + i, NULL, NULL, NULL, NULL};
+        if (es_forward(ctx, &pre) != ES_OK || es_commit(ctx, NULL, 0) != ES_OK) {
+            fprintf(stderr, "bench_spec_call: prompt: %s\n", es_context_errmsg(ctx));
+            return 1;
+        }
+    }
     const int32_t sizes[] = {1, 2, 4, 5, 8, 16, 32, 64};
     int32_t G = 0; /* the adapter's streams: the most a forward accepts */
     for (G = adapter ? 16 : 0; G > 0; G--) {
