@@ -25,11 +25,12 @@ static const struct {
     es__vk_policy policy;
 } profiles[] = {
     {VK_PHYSICAL_DEVICE_TYPE_CPU,
-     {.profile = "cpu (measured on lavapipe)", .solo_row_elements = 320, .warm_up = true, .measure_fused = true}},
+     {.profile = "cpu (measured on lavapipe)", .solo_row_elements = 320, .team_lane_units = 2, .warm_up = true, .measure_fused = true}},
     {VK_PHYSICAL_DEVICE_TYPE_DISCRETE_GPU,
-     {.profile = "discrete gpu (measured on an H100)", .solo_row_elements = 320, .measure_fused = true}},
+     {.profile = "discrete gpu (measured on an H100)", .solo_row_elements = 320, .team_lane_units = 2, .measure_fused = true}},
     {VK_PHYSICAL_DEVICE_TYPE_INTEGRATED_GPU,
-     {.profile = "integrated gpu (unmeasured: the discrete profile)", .solo_row_elements = 320, .measure_fused = true}},
+     {.profile = "integrated gpu (unmeasured: the discrete profile)", .solo_row_elements = 320, .team_lane_units = 2,
+      .measure_fused = true}},
 };
 
 static uint32_t pick(int32_t override, uint32_t profile_value) {
@@ -37,7 +38,7 @@ static uint32_t pick(int32_t override, uint32_t profile_value) {
 }
 
 es__vk_policy es__vk_policy_choose(VkPhysicalDeviceType type, const es_vk_tuning *override) {
-    es__vk_policy p = {.profile = "other (the gpu table)", .solo_row_elements = 320, .measure_fused = true};
+    es__vk_policy p = {.profile = "other (the gpu table)", .solo_row_elements = 320, .team_lane_units = 2, .measure_fused = true};
     for (size_t i = 0; i < sizeof profiles / sizeof profiles[0]; i++)
         if (profiles[i].type == type) p = profiles[i].policy;
     /* every profile: on an H100 attention was 46% of a decode token's GPU time with one

@@ -21,6 +21,9 @@ typedef struct es__vk_policy {
     uint32_t solo_row_elements;  /* weight rows shorter than this many elements are walked by
                                     one invocation (their team's reduction would cost as much
                                     as the row's arithmetic); 0 = never                        */
+    uint32_t team_lane_units;    /* a weight row gets a team only with at least this many units
+                                    (4 f32, 8 f16 elements or a 32-element block) per lane: below
+                                    that one invocation walks it; 0 = a team however few     */
     uint32_t mm_tile_tokens;     /* the most rows of a call one column of matrix workgroups serves
                                     (in passes; ops.c, at most ES__VK_TILE_TOK): a call of up to
                                     this many rows reads each weight from memory once; 0 = one

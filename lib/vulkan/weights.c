@@ -45,12 +45,13 @@ uint64_t es__vk_mat_row_bytes(es__dtype type, uint32_t K, uint32_t team, bool sc
 }
 
 uint32_t es__vk_row_team(const es__vk_dev *d, es__dtype type, uint32_t K) {
-    /* A team leaves lanes idle when a row has few units (weights.glsl): below two units per
-     * lane one invocation walks the whole row instead (measured on lavapipe, docs/perf.md). Short
-     * rows go solo too, below the device's policy (policy.h): there the team's reduction of
-     * ROWS x TOK sums can cost as much as the row's arithmetic. */
+    /* A team leaves lanes idle when a row has few units (weights.glsl): below the device's units
+     * per lane one invocation walks the whole row instead (policy.h; lavapipe: two). Short rows go
+     * solo too, below the device's policy: there the team's reduction of ROWS x TOK sums can cost
+     * as much as the row's arithmetic. */
     const uint32_t epu = type == ES__DTYPE_F32 ? 4 : type == ES__DTYPE_F16 || type == ES__DTYPE_BF16 ? 8 : 32;
-    return K / epu < 2 * d->subgroup_size || K < d->policy.solo_row_elements ? 1 : d->subgroup_size;
+    const bool few_units = K / epu < d->policy.team_lane_units * d->subgroup_size;
+    return few_units || K < d->policy.solo_row_elements ? 1 : d->subgroup_size;
 }
 
 es_status es__vk_mat_init(es__vk_dev *d, es__vk_mat *m, const es__tensor *const *src, uint32_t n_src,

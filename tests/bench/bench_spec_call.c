@@ -11,7 +11,8 @@
  * EDGESPEC_BENCH_MM_TILE=N sets the Vulkan device's matrix tile (policy.h mm_tile_tokens; 0 = one
  * pass per workgroup) to compare the small-batch passes with the one-pass kernel on one device;
  * EDGESPEC_BENCH_ATTN_SPLIT=N its attention split (attn_split: 16, 32, 64, 128 or 256 keys) and
- * EDGESPEC_BENCH_ATTN_TEAM=1 a subgroup per split (attn_team). */
+ * EDGESPEC_BENCH_ATTN_TEAM=1 a subgroup per split (attn_team); EDGESPEC_BENCH_LANE_UNITS=N gives a weight
+ * row a team only with N units per lane (team_lane_units; 0 = a team however few). */
 #include "../common/bench_time.h"
 #include "edgespec.h"
 #include "forward_api.h"
@@ -82,6 +83,10 @@ int main(int argc, char **argv) {
     if (vk && getenv("EDGESPEC_BENCH_ATTN_TEAM")) {
         es__vk_dev_of(be)->policy.attn_team = atoi(getenv("EDGESPEC_BENCH_ATTN_TEAM")) != 0;
         fprintf(stderr, "bench_spec_call: attention by %s\n", es__vk_attn_team(es__vk_dev_of(be)) ? "subgroups" : "invocations");
+    }
+    if (vk && getenv("EDGESPEC_BENCH_LANE_UNITS")) { /* before the context uploads the weights */
+        es__vk_dev_of(be)->policy.team_lane_units = (uint32_t)atoi(getenv("EDGESPEC_BENCH_LANE_UNITS"));
+        fprintf(stderr, "bench_spec_call: teams from %u units per lane\n", es__vk_dev_of(be)->policy.team_lane_units);
     }
 #endif
     cp.backend = be;

@@ -11,6 +11,8 @@
  * bound uses |d sc q| + |dmin m| in place of |w| (es__k_unpack gives the terms; Q2_K likewise per
  * 16-element half, es__k_unpack16). */
 #include "cpu/opsi.h"
+#include "backend_vk.h"
+#include "weights.h"
 #include "oprun.h"
 #include "vk_test.h"
 
@@ -219,6 +221,34 @@ int main(void) {
             const bool blk = types[ti] == T_Q8_0 || types[ti] == T_Q4_0;
             check_case(b, &r, types[ti], 130, blk ? 256 : 200, 7, ES__EPI_STORE, "no-solo");
             check_case(b, &r, types[ti], 33, 64, 5, ES__EPI_ADD, "no-solo");
+        }
+        es_backend_free(b);
+    }
+    /* a GPU's profile may give teams to rows with fewer units than lanes (policy.h
+     * team_lane_units 0): lanes without a block, and runs of one block per lane */
+    {
+        test_pin_vulkan();
+        es_backend_params p = es_backend_default_params();
+        p.type = ES_BACKEND_VULKAN;
+        p.vk_tuning.solo_row_elements = -1;
+        p.log_fn = vk_test_log;
+        es_backend *b = NULL;
+        CHECK_OK(es_backend_create(&p, &b));
+        if (b) {
+            es__vk_dev *d = es__vk_dev_of(b);
+            d->policy.team_lane_units = 0;
+            /* what the cases below run: a team of every lane on 3 blocks of 32 */
+            CHECK(d->subgroup_size > 3 && es__vk_row_team(d, ES__DTYPE_Q8_0, 96) == d->subgroup_size);
+        }
+        for (size_t ti = 0; b && ti < sizeof types / sizeof types[0]; ti++) {
+            const bool blk = types[ti] == T_Q8_0 || types[ti] == T_Q4_0;
+            check_case(b, &r, types[ti], 67, blk ? 96 : 20, 1, ES__EPI_STORE, "few-units");
+            check_case(b, &r, types[ti], 33, blk ? 160 : 45, 5, ES__EPI_ADD, "few-units");
+        }
+        static const int few_k[] = {T_Q4_K, T_Q6_K, T_Q2_K};
+        for (size_t ti = 0; b && ti < sizeof few_k / sizeof few_k[0]; ti++) {
+            check_case(b, &r, few_k[ti], 67, 256, 1, ES__EPI_STORE, "few-units");
+            check_case(b, &r, few_k[ti], 33, 768, 3, ES__EPI_STORE, "few-units");
         }
         es_backend_free(b);
     }
