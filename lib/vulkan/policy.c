@@ -6,6 +6,15 @@
 
 #include <stddef.h>
 
+/* A GPU (measured on an H100, docs/perf.md "Real GPU, second run"): rows of fewer blocks than
+ * lanes still get a team (134m Q8_0's 768-element rows: a one-token call 2.25 ms against 4.94
+ * walked by one invocation each), and attention gives each (token, head, split of 256 keys) a
+ * subgroup (853m Q8_0, one token: 2.40 ms against 7.70 at 1,400 keys, 2.10 against 3.41 at 64;
+ * splits of 32 keys gained nothing more with subgroups and lost above 8 rows). */
+#define GPU_POLICY(name)                                                                                        \
+    {.profile = name, .solo_row_elements = 320, .team_lane_units = 0, .attn_split = ES__ATTN_SPLIT,             \
+     .attn_team = true, .measure_fused = true}
+
 /* By device type. Whether streams fuse into the forward is measured by each context (forward.c:
  * a fused forward against a forward and a stream pass, for trees of 1 to 8 tokens): on lavapipe
  * rows cost arithmetic and a matrix tile holds 4 rows, so fusing wins only for the smallest trees
@@ -25,12 +34,10 @@ static const struct {
     es__vk_policy policy;
 } profiles[] = {
     {VK_PHYSICAL_DEVICE_TYPE_CPU,
-     {.profile = "cpu (measured on lavapipe)", .solo_row_elements = 320, .team_lane_units = 2, .warm_up = true, .measure_fused = true}},
-    {VK_PHYSICAL_DEVICE_TYPE_DISCRETE_GPU,
-     {.profile = "discrete gpu (measured on an H100)", .solo_row_elements = 320, .team_lane_units = 2, .measure_fused = true}},
-    {VK_PHYSICAL_DEVICE_TYPE_INTEGRATED_GPU,
-     {.profile = "integrated gpu (unmeasured: the discrete profile)", .solo_row_elements = 320, .team_lane_units = 2,
-      .measure_fused = true}},
+     {.profile = "cpu (measured on lavapipe)", .solo_row_elements = 320, .team_lane_units = 2, .attn_split = ES__ATTN_SPLIT,
+      .warm_up = true, .measure_fused = true}},
+    {VK_PHYSICAL_DEVICE_TYPE_DISCRETE_GPU, GPU_POLICY("discrete gpu (measured on an H100)")},
+    {VK_PHYSICAL_DEVICE_TYPE_INTEGRATED_GPU, GPU_POLICY("integrated gpu (unmeasured: the discrete profile)")},
 };
 
 static uint32_t pick(int32_t override, uint32_t profile_value) {
@@ -38,15 +45,9 @@ static uint32_t pick(int32_t override, uint32_t profile_value) {
 }
 
 es__vk_policy es__vk_policy_choose(VkPhysicalDeviceType type, const es_vk_tuning *override) {
-    es__vk_policy p = {.profile = "other (the gpu table)", .solo_row_elements = 320, .team_lane_units = 2, .measure_fused = true};
+    es__vk_policy p = GPU_POLICY("other (the gpu profile)");
     for (size_t i = 0; i < sizeof profiles / sizeof profiles[0]; i++)
         if (profiles[i].type == type) p = profiles[i].policy;
-    /* every profile: on an H100 attention was 46% of a decode token's GPU time with one
-     * invocation per (token, head, split) (docs/perf.md "Real GPU"); smaller splits and a
-     * subgroup per split (attn_team) are the experiment that bench_spec_call's
-     * EDGESPEC_BENCH_ATTN_SPLIT and EDGESPEC_BENCH_ATTN_TEAM run, not yet a measured choice */
-    p.attn_split = ES__ATTN_SPLIT;
-    p.attn_team = false;
     if (override) {
         p.fused_stream_rows = pick(override->fused_stream_rows, p.fused_stream_rows);
         p.measure_fused = override->fused_stream_rows == 0;
