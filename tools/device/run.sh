@@ -26,19 +26,22 @@ if ! $CLI devices > /dev/null 2>&1; then VK_LOADER_DEBUG=error,warn,driver $CLI 
     $B/tests/spec/default.x3.ss.gguf --factor 3 --name edgespec-kjv-default-x3; } > $OUT/models.txt 2>&1
 ( for s in 134m 853m; do for t in q8_0 f16; do
     $B/tools/mkmodel/edgespec-mkmodel --quiet --preset $s --type $t -o $M/$s-$t.gguf; done; done
+  # Q4_K's device layout (a run of four blocks per lane) against Q4_0's, on the GPU
+  for t in q4_0 q4_K; do $B/tools/mkmodel/edgespec-mkmodel --quiet --preset 853m --type $t -o $M/853m-$t.gguf; done
   el benchmark models made ) >> $OUT/models.txt 2>&1 &
 MODELS=$!
 el tests >> $OUT/devices.txt
-$PY tools/device/run_tests.py gpu/tests.json 8 ${TEST_BUDGET:-170} > $OUT/tests.txt 2>&1
+$PY tools/device/run_tests.py gpu/tests.json 8 ${TEST_BUDGET:-160} > $OUT/tests.txt 2>&1
 wait $MODELS
 el tests done >> $OUT/devices.txt
-timeout ${BENCH_BUDGET:-80} bash -c '
+timeout ${BENCH_BUDGET:-110} bash -c '
   BE="$B/tools/bench/edgespec-bench --no-membw -b vulkan"
   $BE -m models/default.gguf -r 5 -p 64,512 -n 128
   $BE -m $B/tests/spec/long.f32.gguf -r 5 -p 64,512 -n 128
   for f in 134m-q8_0 134m-f16 853m-q8_0 853m-f16; do $BE -m $M/$f.gguf -r 3 -p 512 -n 128; done
   $BE -m $M/134m-q8_0.gguf -r 3 -p 0 -n 128 --profile
   $BE -m $M/853m-q8_0.gguf -r 3 -p 0 -n 128 --profile
+  for f in 853m-q4_0 853m-q4_K; do $BE -m $M/$f.gguf -r 3 -p 0 -n 128 --profile; done
 ' > $OUT/bench.jsonl 2> $OUT/bench.err
 timeout ${CALL_BUDGET:-100} bash -c '
   SC=$B/tests/bench/bench_spec_call
