@@ -105,16 +105,22 @@ static void probe_call(es__tuner *t, int32_t n, double ms, bool plain) {
     if (!(c->one_ms > 0.0)) c->one_ms = c->plain_ms;
     t->probing = false;
     t->confirming = true;
+    t->confirm_one = 0.0;
     t->confirming_pass = c->g_hi >= 1;
     es__tuner_seed(t, c);
 }
 
 /* The probe's tree size timed a second time (ms): the seed rests on the faster of the two timings
- * (noise only adds time), so a faster second one replaces the first and seeds the fit anew. */
+ * (noise only adds time), so a faster second one replaces the first and seeds the fit anew. Its
+ * node cost is taken over the fastest one-node call since the probe, not over the probe's own: a
+ * reply's first calls run cold (2-10x a warm call on the CPU, docs/perf.md), and a warm tree over
+ * a cold one-node call would make nodes look free. Without such a call (drafting went on) the fit
+ * learns from the drafting calls themselves. */
 static void confirm_probe(es__tuner *t, double ms) {
     t->confirming = false;
-    if (!(ms < t->probe.hi_ms)) return;
+    if (!(ms < t->probe.hi_ms) || !(t->confirm_one > 0.0)) return;
     t->probe.hi_ms = ms;
+    t->probe.one_ms = ES__MIN(t->probe.one_ms, t->confirm_one);
     t->w = t->sn = t->st = t->snn = t->snt = 0.0;
     t->calls = 0;
     es__tuner_costs calls_only = t->probe;
@@ -172,6 +178,7 @@ void es__tuner_observe_call(es__tuner *t, int32_t n_nodes, double ms, bool plain
     if (!(ms >= 0.0) || n_nodes < 1) return;
     if (plain) mean_cost(&t->plain_ms, ms);
     fit_call(t, n_nodes, ms);
+    if (t->confirming && n_nodes == 1) t->confirm_one = t->confirm_one > 0.0 ? ES__MIN(t->confirm_one, ms) : ms;
     if (t->confirming && !plain && n_nodes == t->probe.n_hi) confirm_probe(t, ms);
     else if (t->confirming && !plain && n_nodes >= 2 && t->explored) t->confirming = false; /* a tree of
                                                                         another size explored */

@@ -63,6 +63,7 @@ typedef struct es__tuner {
                                                      or one-time costs, and the slope it seeds
                                                      rules while only plain calls follow)        */
     bool confirming_pass;                         /* the same for the probe's stream pass width */
+    double confirm_one;                           /* the fastest one-node call since the probe   */
     es__tuner_costs probe;                        /* what it timed so far                        */
     /* tree pruning chosen from measured costs (spec_prune.c) */
     bool prune_auto;                              /* the threshold is chosen here                */
