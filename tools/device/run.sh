@@ -67,5 +67,10 @@ timeout ${SWEEP_BUDGET:-110} bash -c '
     --defaults-only
   $SW --model $B/tests/spec/long.f32.gguf --adapter models/long.ss.gguf --draft models/long.draft.gguf --reps 1 \
     --ks 1,2,4 --gammas 1,4 --prune 0.02 --max-nodes 32 --lookaheads 4 --json $OUT/sweep_long.json
+  # what the adaptive tuner measured and decided (its cost lines), on two prompts of each model
+  for m in default long; do f=models/$m.gguf; [ $m = long ] && f=$B/tests/spec/long.f32.gguf
+    for p in "Now the word of the LORD came unto Jonah the son of Amittai, saying," "Vanity of vanities, saith the Preacher."; do
+      echo "--- $m"; $CLI run -m $f --ss models/$m.ss.gguf --spec stream --backend vulkan -n 256 --temp 0 --ignore-eos \
+        -p "$p" 2>&1 >/dev/null | grep -E "decode|tokens per call|calibrated|costs in|pruning"; done; done
 ' > $OUT/sweep.txt 2>&1
 el all done
