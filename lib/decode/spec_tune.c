@@ -177,6 +177,7 @@ static void mean_cost(double *mean, double ms) {
 void es__tuner_observe_call(es__tuner *t, int32_t n_nodes, double ms, bool plain) {
     if (!(ms >= 0.0) || n_nodes < 1) return;
     if (plain) mean_cost(&t->plain_ms, ms);
+    if (!t->confirming) t->confirming_pass = false; /* the pass after the confirming call is in */
     fit_call(t, n_nodes, ms);
     if (t->confirming && n_nodes == 1) t->confirm_one = t->confirm_one > 0.0 ? ES__MIN(t->confirm_one, ms) : ms;
     if (t->confirming && !plain && n_nodes == t->probe.n_hi) confirm_probe(t, ms);
