@@ -44,6 +44,7 @@ typedef struct thr {
     int ith, nth;
     int phase;       /* the next phase's number: every thread meets the phases in the same order */
     int op;          /* the current phase's OP_ */
+    int32_t il;      /* the current layer */
     double t0;       /* when thread 0 began it (profiling only) */
 } thr;
 
@@ -54,12 +55,69 @@ static void phase_begin(thr *t, es__work *w, int op, int64_t n, int64_t align) {
     if (t->J->prof && t->ith == 0) t->t0 = es__time_now();
 }
 
+static void prefetch_next(const thr *t);
+
 /* Waits for the phase to complete; thread 0 adds its wall time to the profile. */
 static void phase_end(thr *t, es__work *w) {
+    prefetch_next(t);
     es__work_end(w);
     if (t->J->prof && t->ith == 0) {
         t->J->prof[t->op].calls++;
         t->J->prof[t->op].ms += (es__time_now() - t->t0) * 1e3;
+    }
+}
+
+/* How much of each of its streams a matrix phase's first chunk asks for as the phase before ends:
+ * the kernels read a chunk as up to four sequential streams from its quarters (kern_q4k.h, two
+ * from its halves elsewhere), each of which would otherwise begin on demand misses until the
+ * hardware and the kernels' own prefetches run ahead of it; about one prefetch distance. */
+#define PF_START 1280
+
+/* Prefetches the start of each quarter of rows [lo, hi) of W. */
+static void prefetch_rows(const es__cpu_mat *W, int64_t lo, int64_t hi) {
+    if (lo >= hi) return;
+    const int64_t q = (hi - lo) / 4;
+    for (int r = 0; r < 4; r++) {
+        const uint8_t *p = (const uint8_t *)W->data + (size_t)(lo + r * q) * W->row_bytes;
+        for (size_t o = 0; o < PF_START; o += 64) __builtin_prefetch(p + o, 0, 0);
+    }
+}
+
+/* The start of this thread's first chunk of the next matrix phase (es__work_first), asked for as
+ * it leaves a matrix phase: the memory then streams on through the barrier and the small phases
+ * between, and the next phase starts on cached lines. */
+static void prefetch_next(const thr *t) {
+    const fwd_job *J = t->J;
+    const es__cpu_layer *L = &J->w->layers[t->il];
+    int64_t lo, hi;
+    switch (t->op) {
+    case OP_EMBED:
+    case OP_DOWN: {
+        if (t->op == OP_DOWN && t->il + 1 == J->hp->n_layer) {
+            es__work_first(J->w->output.n_out, ROW_ALIGN, t->ith, t->nth, &lo, &hi);
+            prefetch_rows(&J->w->output, lo, hi);
+            return;
+        }
+        const es__cpu_layer *N = t->op == OP_EMBED ? &J->w->layers[0] : L + 1;
+        const es__cpu_mat *m[3] = {&N->wq, &N->wk, &N->wv};
+        es__work_first(m[0]->n_out + m[1]->n_out + m[2]->n_out, ROW_ALIGN, t->ith, t->nth, &lo, &hi);
+        for (int64_t i = 0, off = 0; i < 3; off += m[i]->n_out, i++)
+            prefetch_rows(m[i], ES__MAX(lo - off, 0), ES__MIN(hi - off, m[i]->n_out));
+        return;
+    }
+    case OP_QKV:
+        es__work_first(L->wo.n_out, ROW_ALIGN, t->ith, t->nth, &lo, &hi);
+        prefetch_rows(&L->wo, lo, hi);
+        return;
+    case OP_WO:
+        es__work_first(L->gate.n_out, ROW_ALIGN, t->ith, t->nth, &lo, &hi);
+        prefetch_rows(&L->gate, lo, hi);
+        return;
+    case OP_FFN:
+        es__work_first(L->down.n_out, ROW_ALIGN, t->ith, t->nth, &lo, &hi);
+        prefetch_rows(&L->down, lo, hi);
+        return;
+    default: return;
     }
 }
 
@@ -236,6 +294,7 @@ static bool layer_pre(thr *t, int32_t il, int32_t check_layer) {
     const size_t cache_off = cache_offset(J, il);
     es__work w;
 
+    t->il = il;
     if (!norm_phase(t, c->x, L->attn_norm, c->xn, n, check_layer)) return false;
     const mm_seg qkv[3] = {{&L->wq, c->q}, {&L->wk, c->kn}, {&L->wv, c->vn}};
     mm_phase(t, OP_QKV, qkv, 3, c->xn, n);
@@ -265,6 +324,7 @@ static void layer_post(thr *t, int32_t il, int32_t nr) {
     const es__cpu_layer *L = &J->w->layers[il];
     es__cpu_ctx *c = J->c;
     es__work w;
+    t->il = il;
     branch_phase(t, OP_WO, &L->wo, L->post_attn_norm, c->att, nr, c->tmp, c->x);
     norm_phase(t, c->x, L->ffn_norm, c->xn, nr, -1);
 
@@ -272,6 +332,7 @@ static void layer_post(thr *t, int32_t il, int32_t nr) {
     const mm_seg g = {&L->gate, c->gate}, u = {&L->up, c->up};
     phase_begin(t, &w, OP_FFN, hp->n_ff, ROW_ALIGN);
     for (int64_t lo, hi; es__work_next(&w, &lo, &hi);) {
+        prefetch_rows(&L->up, lo, hi); /* its streams start while gate's run */
         mm_rows(t, &g, 1, c->xn, nr, lo, hi);
         mm_rows(t, &u, 1, c->xn, nr, lo, hi);
         for (int32_t i = 0; i < nr; i++) {
@@ -387,7 +448,7 @@ static void head(thr *t) {
 
 static void fwd_thread(void *arg, int ith, int nth) {
     const fwd_job *J = arg;
-    thr t = {J, ith, nth, 0, 0, 0.0};
+    thr t = {J, ith, nth, 0, 0, 0, 0.0};
     embed(&t);
     for (int32_t il = 0; il < J->hp->n_layer; il++) {
         if (J->msa) es__msa_before_layer(J->msa, il, ith, nth);
@@ -401,7 +462,7 @@ static void fwd_thread(void *arg, int ith, int nth) {
 static void part_thread(void *arg, int ith, int nth) {
     const fwd_job *J = arg;
     const es__alspec_part *p = J->f->part;
-    thr t = {J, ith, nth, 0, 0, 0.0};
+    thr t = {J, ith, nth, 0, 0, 0, 0.0};
     if (p->op != ES__AL_ENTER) {
         alspec_attention(&t, p->layer, cache_offset(J, p->layer),
                          p->op == ES__AL_SPEC ? ES__SPEC_PASS_SPEC : ES__SPEC_PASS_EXACT);
