@@ -229,9 +229,11 @@ static void range_of(const es__work *w, int v, int64_t *lo, int64_t *hi) {
     es__split_range(w->n, w->align, v, w->nth, lo, hi);
 }
 
+/* The units a thread completes are reported once, when it finds no chunk left (es__work_end): the
+ * done count is the one line every thread writes, and an atomic add per chunk would move it between
+ * the cores as often as chunks start. */
 bool es__work_next(es__work *w, int64_t *lo, int64_t *hi) {
     sched_slot *ph = phase_slots(w->s, w->phase, w->nth);
-    report_done(w, ph);
     /* own range first, then the others' in turn */
     for (int tries = 0; tries < w->nth; tries++) {
         const int v = w->victim;
@@ -242,7 +244,7 @@ bool es__work_next(es__work *w, int64_t *lo, int64_t *hi) {
             if (rlo + off < rhi) {
                 *lo = rlo + off;
                 *hi = ES__MIN(rhi, *lo + w->chunk);
-                w->pending = *hi - *lo;
+                w->pending += *hi - *lo;
                 return true;
             }
         }
