@@ -85,11 +85,11 @@ static void prefetch_rows(const es__cpu_mat *W, int64_t lo, int64_t hi) {
 }
 
 /* The cached keys and values the attention of this thread's own heads reads first (one key tile
- * each: the kernel's first), asked for as the thread leaves the Q/K/V phase: the rope phase and the
- * barriers between would otherwise leave the memory idle, and the attention then waits on each
- * head's stream in turn (134m Q4_K decode, 2 threads: about 1.05x; docs/perf.md). Small batches
- * only, where the attention's tasks are the heads (ops.c: head-major in a block of rows); ALSpec
- * reads its own windows. */
+ * each: the kernel's first), asked for as the thread leaves the Q/K/V phase: the rope phase and
+ * the barriers between would otherwise leave the memory idle, and the attention then waits on
+ * each head's stream in turn (134m Q4_K decode, 2 threads: about 1.07x under load; docs/perf.md).
+ * Small batches only, where the attention's tasks are the heads (ops.c: head-major in a block of
+ * rows); ALSpec reads its own windows. */
 static void prefetch_kv(const thr *t) {
     const fwd_job *J = t->J;
     const es__hparams *hp = J->hp;
