@@ -31,6 +31,20 @@ typedef struct fwd_job {
 /* Matrix rows are handed out in multiples of this (whole cache lines of each output row). */
 #define ROW_ALIGN 16
 
+/* The multiple of ROW_ALIGN a phase over n matrices laid end to end hands its rows out in: the
+ * largest power-of-two multiple that divides every matrix and still leaves about eight chunks a
+ * thread, so that no chunk straddles two matrices and a thread's chunks in one matrix are equal
+ * (the Q4_K kernel's prefetches run on into the next one; kern_q4k.h). */
+static int64_t rows_align(const int64_t *n_out, int n, int nth) {
+    int64_t rows = 0, a = ROW_ALIGN;
+    for (int i = 0; i < n; i++) rows += n_out[i];
+    for (bool ok = n > 1; ok;) {
+        for (int i = 0; i < n && ok; i++) ok = n_out[i] % (2 * a) == 0 && 2 * a * 8 * nth <= rows;
+        if (ok) a *= 2;
+    }
+    return a;
+}
+
 /* What a phase computes, for the profile (es_backend_profile). */
 enum { OP_EMBED, OP_NORM, OP_QKV, OP_ROPE, OP_GATHER, OP_ATTN, OP_WO, OP_FFN, OP_DOWN, OP_HEAD, OP_POST_NORM, OP_COUNT };
 static const char *const op_names[OP_COUNT] = {
@@ -126,7 +140,8 @@ static void prefetch_next(const thr *t) {
         }
         const es__cpu_layer *N = t->op == OP_EMBED ? &J->w->layers[0] : L + 1;
         const es__cpu_mat *m[3] = {&N->wq, &N->wk, &N->wv};
-        es__work_first(m[0]->n_out + m[1]->n_out + m[2]->n_out, ROW_ALIGN, t->ith, t->nth, &lo, &hi);
+        const int64_t n_out[3] = {m[0]->n_out, m[1]->n_out, m[2]->n_out};
+        es__work_first(n_out[0] + n_out[1] + n_out[2], rows_align(n_out, 3, t->nth), t->ith, t->nth, &lo, &hi);
         for (int64_t i = 0, off = 0; i < 3; off += m[i]->n_out, i++)
             prefetch_rows(m[i], ES__MAX(lo - off, 0), ES__MIN(hi - off, m[i]->n_out));
         return;
@@ -169,10 +184,11 @@ static void mm_rows(const thr *t, const mm_seg *seg, int n_seg, const float *x, 
 
 /* A phase computing y = W x for every matrix of seg. */
 static void mm_phase(thr *t, int op, const mm_seg *seg, int n_seg, const float *x, int64_t n_tok) {
-    int64_t rows = 0;
-    for (int i = 0; i < n_seg; i++) rows += seg[i].W->n_out;
+    int64_t rows = 0, n_out[3];
+    ES_ASSERT(n_seg <= 3);
+    for (int i = 0; i < n_seg; i++) rows += n_out[i] = seg[i].W->n_out;
     es__work w;
-    phase_begin(t, &w, op, rows, ROW_ALIGN);
+    phase_begin(t, &w, op, rows, rows_align(n_out, n_seg, t->nth));
     for (int64_t lo, hi; es__work_next(&w, &lo, &hi);) mm_rows(t, seg, n_seg, x, n_tok, lo, hi);
     phase_end(t, &w);
 }

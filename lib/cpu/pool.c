@@ -194,10 +194,10 @@ static sched_slot *phase_slots(es__sched *s, int phase, int nth) {
     return s->slots + (size_t)phase * (size_t)(nth + 1);
 }
 
-/* Chunks: about 8 per thread's range, in multiples of align, at most 256 aligns. */
+/* Chunks: about 8 per thread's range, in multiples of align (rounded down), at most 256 aligns. */
 static int64_t chunk_of(int64_t n, int64_t align, int nth) {
     const int64_t per = (n + nth - 1) / nth;
-    const int64_t chunk = ((per + 7) / 8 + align - 1) / align * align;
+    const int64_t chunk = (per + 7) / 8 / align * align;
     return ES__MAX(align, ES__MIN(chunk, 256 * align));
 }
 
