@@ -31,6 +31,20 @@ typedef struct fwd_job {
 /* Matrix rows are handed out in multiples of this (whole cache lines of each output row). */
 #define ROW_ALIGN 16
 
+/* The multiple of ROW_ALIGN a phase over n matrices laid end to end hands its rows out in: the
+ * largest power-of-two multiple that divides every matrix and still leaves about eight chunks a
+ * thread, so that no chunk straddles two matrices and a thread's chunks in one matrix are equal
+ * (the Q4_K kernel's prefetches run on into the next one; kern_q4k.h). */
+static int64_t rows_align(const int64_t *n_out, int n, int nth) {
+    int64_t rows = 0, a = ROW_ALIGN;
+    for (int i = 0; i < n; i++) rows += n_out[i];
+    for (bool ok = n > 1; ok;) {
+        for (int i = 0; i < n && ok; i++) ok = n_out[i] % (2 * a) == 0 && 2 * a * 8 * nth <= rows;
+        if (ok) a *= 2;
+    }
+    return a;
+}
+
 /* What a phase computes, for the profile (es_backend_profile). */
 enum { OP_EMBED, OP_NORM, OP_QKV, OP_ROPE, OP_GATHER, OP_ATTN, OP_WO, OP_FFN, OP_DOWN, OP_HEAD, OP_POST_NORM, OP_COUNT };
 static const char *const op_names[OP_COUNT] = {
@@ -44,6 +58,7 @@ typedef struct thr {
     int ith, nth;
     int phase;       /* the next phase's number: every thread meets the phases in the same order */
     int op;          /* the current phase's OP_ */
+    int32_t il;      /* the current layer */
     double t0;       /* when thread 0 began it (profiling only) */
 } thr;
 
@@ -54,12 +69,97 @@ static void phase_begin(thr *t, es__work *w, int op, int64_t n, int64_t align) {
     if (t->J->prof && t->ith == 0) t->t0 = es__time_now();
 }
 
+static void prefetch_next(const thr *t);
+static size_t cache_offset(const fwd_job *J, int32_t il);
+
 /* Waits for the phase to complete; thread 0 adds its wall time to the profile. */
 static void phase_end(thr *t, es__work *w) {
+    prefetch_next(t);
     es__work_end(w);
     if (t->J->prof && t->ith == 0) {
         t->J->prof[t->op].calls++;
         t->J->prof[t->op].ms += (es__time_now() - t->t0) * 1e3;
+    }
+}
+
+/* How much of each of its streams a matrix phase's first chunk asks for as the phase before ends:
+ * the kernels read a chunk as up to four sequential streams from its quarters (kern_q4k.h, two
+ * from its halves elsewhere), each of which would otherwise begin on demand misses until the
+ * hardware and the kernels' own prefetches run ahead of it; about one prefetch distance. */
+#define PF_START 1280
+
+/* Prefetches the start of each quarter of rows [lo, hi) of W. */
+static void prefetch_rows(const es__cpu_mat *W, int64_t lo, int64_t hi) {
+    if (lo >= hi) return;
+    const int64_t q = (hi - lo) / 4;
+    for (int r = 0; r < 4; r++) {
+        const uint8_t *p = (const uint8_t *)W->data + (size_t)(lo + r * q) * W->row_bytes;
+        for (size_t o = 0; o < PF_START; o += 64) __builtin_prefetch(p + o, 0, 0);
+    }
+}
+
+/* The cached keys and values the attention of this thread's own heads reads first (one key tile
+ * each: the kernel's first), asked for as the thread leaves the Q/K/V phase: the rope phase and
+ * the barriers between would otherwise leave the memory idle, and the attention then waits on
+ * each head's stream in turn (134m Q4_K decode, 2 threads: about 1.07x under load; docs/perf.md).
+ * Small batches only, where the attention's tasks are the heads (ops.c: head-major in a block of
+ * rows); ALSpec reads its own windows. */
+static void prefetch_kv(const thr *t) {
+    const fwd_job *J = t->J;
+    const es__hparams *hp = J->hp;
+    const int32_t n = J->f->n, hd = hp->head_dim, group = hp->n_head / hp->n_head_kv;
+    if (n > ES__CPU_ATTN_ROWS || J->f->alspec) return;
+    int64_t lo, hi;
+    es__split_range((int64_t)n * hp->n_head, 1, t->ith, t->nth, &lo, &hi);
+    if (lo >= hi) return;
+    const size_t bytes = sizeof(float) * (size_t)hd * (size_t)ES__MIN(J->f->n_past, ES__ATTN_TILE);
+    for (int64_t g = lo / n / group; g <= (hi - 1) / n / group; g++) {
+        const size_t o = cache_offset(J, t->il) + (size_t)g * (size_t)J->n_ctx * (size_t)hd;
+        const uint8_t *k = (const uint8_t *)(J->c->k + o), *v = (const uint8_t *)(J->c->v + o);
+        for (size_t b = 0; b < bytes; b += 64) {
+            __builtin_prefetch(k + b, 0, 3);
+            __builtin_prefetch(v + b, 0, 3);
+        }
+    }
+}
+
+/* The start of this thread's first chunk of the next matrix phase (es__work_first), asked for as
+ * it leaves a matrix phase: the memory then streams on through the barrier and the small phases
+ * between, and the next phase starts on cached lines. */
+static void prefetch_next(const thr *t) {
+    const fwd_job *J = t->J;
+    const es__cpu_layer *L = &J->w->layers[t->il];
+    int64_t lo, hi;
+    switch (t->op) {
+    case OP_EMBED:
+    case OP_DOWN: {
+        if (t->op == OP_DOWN && t->il + 1 == J->hp->n_layer) {
+            es__work_first(J->w->output.n_out, ROW_ALIGN, t->ith, t->nth, &lo, &hi);
+            prefetch_rows(&J->w->output, lo, hi);
+            return;
+        }
+        const es__cpu_layer *N = t->op == OP_EMBED ? &J->w->layers[0] : L + 1;
+        const es__cpu_mat *m[3] = {&N->wq, &N->wk, &N->wv};
+        const int64_t n_out[3] = {m[0]->n_out, m[1]->n_out, m[2]->n_out};
+        es__work_first(n_out[0] + n_out[1] + n_out[2], rows_align(n_out, 3, t->nth), t->ith, t->nth, &lo, &hi);
+        for (int64_t i = 0, off = 0; i < 3; off += m[i]->n_out, i++)
+            prefetch_rows(m[i], ES__MAX(lo - off, 0), ES__MIN(hi - off, m[i]->n_out));
+        return;
+    }
+    case OP_QKV:
+        prefetch_kv(t);
+        es__work_first(L->wo.n_out, ROW_ALIGN, t->ith, t->nth, &lo, &hi);
+        prefetch_rows(&L->wo, lo, hi);
+        return;
+    case OP_WO:
+        es__work_first(L->gate.n_out, ROW_ALIGN, t->ith, t->nth, &lo, &hi);
+        prefetch_rows(&L->gate, lo, hi);
+        return;
+    case OP_FFN:
+        es__work_first(L->down.n_out, ROW_ALIGN, t->ith, t->nth, &lo, &hi);
+        prefetch_rows(&L->down, lo, hi);
+        return;
+    default: return;
     }
 }
 
@@ -84,10 +184,11 @@ static void mm_rows(const thr *t, const mm_seg *seg, int n_seg, const float *x, 
 
 /* A phase computing y = W x for every matrix of seg. */
 static void mm_phase(thr *t, int op, const mm_seg *seg, int n_seg, const float *x, int64_t n_tok) {
-    int64_t rows = 0;
-    for (int i = 0; i < n_seg; i++) rows += seg[i].W->n_out;
+    int64_t rows = 0, n_out[3];
+    ES_ASSERT(n_seg <= 3);
+    for (int i = 0; i < n_seg; i++) rows += n_out[i] = seg[i].W->n_out;
     es__work w;
-    phase_begin(t, &w, op, rows, ROW_ALIGN);
+    phase_begin(t, &w, op, rows, rows_align(n_out, n_seg, t->nth));
     for (int64_t lo, hi; es__work_next(&w, &lo, &hi);) mm_rows(t, seg, n_seg, x, n_tok, lo, hi);
     phase_end(t, &w);
 }
@@ -236,6 +337,7 @@ static bool layer_pre(thr *t, int32_t il, int32_t check_layer) {
     const size_t cache_off = cache_offset(J, il);
     es__work w;
 
+    t->il = il;
     if (!norm_phase(t, c->x, L->attn_norm, c->xn, n, check_layer)) return false;
     const mm_seg qkv[3] = {{&L->wq, c->q}, {&L->wk, c->kn}, {&L->wv, c->vn}};
     mm_phase(t, OP_QKV, qkv, 3, c->xn, n);
@@ -265,6 +367,7 @@ static void layer_post(thr *t, int32_t il, int32_t nr) {
     const es__cpu_layer *L = &J->w->layers[il];
     es__cpu_ctx *c = J->c;
     es__work w;
+    t->il = il;
     branch_phase(t, OP_WO, &L->wo, L->post_attn_norm, c->att, nr, c->tmp, c->x);
     norm_phase(t, c->x, L->ffn_norm, c->xn, nr, -1);
 
@@ -272,6 +375,7 @@ static void layer_post(thr *t, int32_t il, int32_t nr) {
     const mm_seg g = {&L->gate, c->gate}, u = {&L->up, c->up};
     phase_begin(t, &w, OP_FFN, hp->n_ff, ROW_ALIGN);
     for (int64_t lo, hi; es__work_next(&w, &lo, &hi);) {
+        prefetch_rows(&L->up, lo, hi); /* its streams start while gate's run */
         mm_rows(t, &g, 1, c->xn, nr, lo, hi);
         mm_rows(t, &u, 1, c->xn, nr, lo, hi);
         for (int32_t i = 0; i < nr; i++) {
@@ -387,7 +491,7 @@ static void head(thr *t) {
 
 static void fwd_thread(void *arg, int ith, int nth) {
     const fwd_job *J = arg;
-    thr t = {J, ith, nth, 0, 0, 0.0};
+    thr t = {J, ith, nth, 0, 0, 0, 0.0};
     embed(&t);
     for (int32_t il = 0; il < J->hp->n_layer; il++) {
         if (J->msa) es__msa_before_layer(J->msa, il, ith, nth);
@@ -401,7 +505,7 @@ static void fwd_thread(void *arg, int ith, int nth) {
 static void part_thread(void *arg, int ith, int nth) {
     const fwd_job *J = arg;
     const es__alspec_part *p = J->f->part;
-    thr t = {J, ith, nth, 0, 0, 0.0};
+    thr t = {J, ith, nth, 0, 0, 0, 0.0};
     if (p->op != ES__AL_ENTER) {
         alspec_attention(&t, p->layer, cache_offset(J, p->layer),
                          p->op == ES__AL_SPEC ? ES__SPEC_PASS_SPEC : ES__SPEC_PASS_EXACT);

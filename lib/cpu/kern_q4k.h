@@ -154,15 +154,19 @@ INLINE void q4k_scales(const uint8_t *x, float *s) {
 
 /* NR rows (at most 4) times T tokens: acc[r * Q4K_T + t] += row r . token t over nb
  * super-blocks, in the order above. Each quant vector is converted once for the T tokens; each
- * activation vector is loaded once for the NR rows. pf: prefetch distance in bytes, 0 for none. */
+ * activation vector is loaded once for the NR rows. pf: prefetch distance in bytes, 0 for none;
+ * end (NULL: none): where row r's stream ends, past which its prefetches move on by jump bytes. */
 INLINE void q4k_dot(const uint8_t *const *row, const int NR, const float *xp, size_t ldxp, const int T, int64_t nb,
-                    size_t pf, f8v *acc) {
+                    size_t pf, const uint8_t *const *end, size_t jump, f8v *acc) {
     for (int64_t b = 0; b < nb; b++) {
         float sc[4][16]; /* d sc_j, then -(dmin m_j) */
         for (int r = 0; r < NR; r++) {
             const uint8_t *blk = row[r] + (size_t)b * 144;
-            if (pf)
-                for (int o = 0; o < 144; o += 64) __builtin_prefetch(blk + pf + o, 0, 0);
+            if (pf) {
+                const uint8_t *p = blk + pf;
+                if (end && p >= end[r]) p += jump;
+                for (int o = 0; o < 144; o += 64) __builtin_prefetch(p + o, 0, 0);
+            }
             q4k_scales(blk, sc[r]);
         }
 #if KERN_X86
@@ -213,7 +217,7 @@ INLINE void q4k_run(const uint8_t *const *row, const int NR, const float *xp, si
                     size_t pf, float *out) {
     f8v acc[4 * Q4K_T];
     for (int i = 0; i < NR * Q4K_T; i++) acc[i] = splat8(0.0f);
-    q4k_dot(row, NR, xp, ldxp, T, nb, pf, acc);
+    q4k_dot(row, NR, xp, ldxp, T, nb, pf, NULL, 0, acc);
     for (int r = 0; r < NR; r++)
         for (int t = 0; t < T; t++) out[r * Q4K_T + t] = hsum8(acc[r * Q4K_T + t]);
 }
@@ -239,17 +243,26 @@ static void q4k_tile(const uint8_t *const *row, int NR, const float *xp, size_t 
 }
 
 /* One token (prepared at xp): four rows at once, a quarter of the range apart (four sequential
- * streams and four independent chains; each activation load serves four rows), the rest alone. */
+ * streams and four independent chains; each activation load serves four rows), the rest alone.
+ * Near its end a stream's prefetches run on, past the range, into the same quarter of the next
+ * range of as many rows: the chunk its thread most likely computes next (pool.h: a thread's own
+ * range first, in equal chunks), whose four streams then start on cached lines instead of on
+ * demand misses (134m Q4_K decode, 2 threads: about 1.1x; docs/perf.md). A wrong guess costs a
+ * few wasted prefetches, never a result. */
 static void q4k_rows1(const uint8_t *w, size_t row_bytes, int64_t nb, int64_t r0, int64_t n, const float *xp,
                       float *y) {
     const int64_t q = n / 4;
-    float out[4 * Q4K_T];
+    const uint8_t *end[4];
+    for (int r = 0; r < 4; r++) end[r] = w + (size_t)(r0 + (r + 1) * q) * row_bytes;
     for (int64_t i = 0; i < q; i++) {
         const uint8_t *rows[4];
         for (int r = 0; r < 4; r++) rows[r] = w + (size_t)(r0 + r * q + i) * row_bytes;
-        q4k_run(rows, 4, xp, 0, 1, nb, PF_Q4K, out);
-        for (int r = 0; r < 4; r++) y[r * q + i] = out[r * Q4K_T];
+        f8v acc[4 * Q4K_T];
+        for (int k = 0; k < 4 * Q4K_T; k++) acc[k] = splat8(0.0f);
+        q4k_dot(rows, 4, xp, 0, 1, nb, PF_Q4K, end, (size_t)(3 * q) * row_bytes, acc);
+        for (int r = 0; r < 4; r++) y[r * q + i] = hsum8(acc[r * Q4K_T]);
     }
+    float out[4 * Q4K_T];
     for (int64_t i = 4 * q; i < n; i++) {
         const uint8_t *rows[1] = {w + (size_t)(r0 + i) * row_bytes};
         q4k_run(rows, 1, xp, 0, 1, nb, 0, out);

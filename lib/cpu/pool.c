@@ -194,13 +194,22 @@ static sched_slot *phase_slots(es__sched *s, int phase, int nth) {
     return s->slots + (size_t)phase * (size_t)(nth + 1);
 }
 
+/* Chunks: about 8 per thread's range, in multiples of align (rounded down), at most 256 aligns. */
+static int64_t chunk_of(int64_t n, int64_t align, int nth) {
+    const int64_t per = (n + nth - 1) / nth;
+    const int64_t chunk = (per + 7) / 8 / align * align;
+    return ES__MAX(align, ES__MIN(chunk, 256 * align));
+}
+
 void es__work_begin(es__work *w, es__pool *p, es__sched *s, int phase, int64_t n, int64_t align, int ith, int nth) {
     if (align < 1) align = 1;
-    /* chunks: about 8 per thread's range, in multiples of align, at most 256 aligns */
-    int64_t per = (n + nth - 1) / nth;
-    int64_t chunk = ((per + 7) / 8 + align - 1) / align * align;
-    chunk = ES__MAX(align, ES__MIN(chunk, 256 * align));
-    *w = (es__work){p, s, phase, ith, nth, n, chunk, align, ith, 0};
+    *w = (es__work){p, s, phase, ith, nth, n, chunk_of(n, align, nth), align, ith, 0};
+}
+
+void es__work_first(int64_t n, int64_t align, int ith, int nth, int64_t *lo, int64_t *hi) {
+    if (align < 1) align = 1;
+    es__split_range(n, align, ith, nth, lo, hi);
+    *hi = ES__MIN(*hi, *lo + chunk_of(n, align, nth));
 }
 
 /* Adds the pending units to the phase's done count; wakes sleepers when that completes it. */
@@ -220,9 +229,11 @@ static void range_of(const es__work *w, int v, int64_t *lo, int64_t *hi) {
     es__split_range(w->n, w->align, v, w->nth, lo, hi);
 }
 
+/* The units a thread completes are reported once, when it finds no chunk left (es__work_end): the
+ * done count is the one line every thread writes, and an atomic add per chunk would move it between
+ * the cores as often as chunks start. */
 bool es__work_next(es__work *w, int64_t *lo, int64_t *hi) {
     sched_slot *ph = phase_slots(w->s, w->phase, w->nth);
-    report_done(w, ph);
     /* own range first, then the others' in turn */
     for (int tries = 0; tries < w->nth; tries++) {
         const int v = w->victim;
@@ -233,7 +244,7 @@ bool es__work_next(es__work *w, int64_t *lo, int64_t *hi) {
             if (rlo + off < rhi) {
                 *lo = rlo + off;
                 *hi = ES__MIN(rhi, *lo + w->chunk);
-                w->pending = *hi - *lo;
+                w->pending += *hi - *lo;
                 return true;
             }
         }

@@ -57,9 +57,12 @@ typedef struct es__work {
 
 /* Starts this thread's part of phase `phase` over n units; chunks are multiples of align. */
 void es__work_begin(es__work *w, es__pool *p, es__sched *s, int phase, int64_t n, int64_t align, int ith, int nth);
-/* Claims the next chunk [*lo, *hi) (reporting the previous one done); false when none is left. */
+/* Claims the next chunk [*lo, *hi); false when none is left (es__work_end then reports them done). */
 bool es__work_next(es__work *w, int64_t *lo, int64_t *hi);
 /* Reports the last chunk done and returns when the whole phase is done. */
 void es__work_end(es__work *w);
+/* The first chunk [*lo, *hi) thread ith of nth claims in a phase over n units (its own range comes
+ * first), known before the phase starts: what it may prefetch while the phase before ends. */
+void es__work_first(int64_t n, int64_t align, int ith, int nth, int64_t *lo, int64_t *hi);
 
 #endif /* ES_CPU_POOL_H */

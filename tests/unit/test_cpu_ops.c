@@ -705,6 +705,33 @@ static void test_steal(void) {
     }
 }
 
+/* es__work_first names the chunk a thread claims first when nobody has taken from its range
+ * (what the forward pass prefetches as the phase before ends). */
+static void test_work_first(void) {
+    const int64_t ns[] = {1, 7, 100, 1000, 4096, 32000};
+    const int64_t aligns[] = {1, 3, 16};
+    for (int nth = 1; nth <= 4; nth++) {
+        void *mem = malloc(es__sched_bytes(nth, 1) + 64);
+        es__sched *s = (es__sched *)(void *)(((uintptr_t)mem + 63) & ~(uintptr_t)63);
+        for (size_t a = 0; a < ES__ARRAY_LEN(aligns); a++)
+            for (size_t k = 0; k < ES__ARRAY_LEN(ns); k++)
+                for (int ith = 0; ith < nth; ith++) {
+                    es__sched_reset(s, nth, 1);
+                    es__work w;
+                    es__work_begin(&w, NULL, s, 0, ns[k], aligns[a], ith, nth);
+                    int64_t lo = -1, hi = -1, flo, fhi;
+                    const bool any = es__work_next(&w, &lo, &hi);
+                    es__work_first(ns[k], aligns[a], ith, nth, &flo, &fhi);
+                    /* an empty own range names an empty chunk (the first claim is then another's) */
+                    CHECKF(flo == fhi || (any && lo == flo && hi == fhi),
+                           "n %lld align %lld thread %d of %d: first chunk [%lld, %lld), es__work_first [%lld, %lld)",
+                           (long long)ns[k], (long long)aligns[a], ith, nth, (long long)lo, (long long)hi,
+                           (long long)flo, (long long)fhi);
+                }
+        free(mem);
+    }
+}
+
 static void test_pool(void) {
     es__err err;
     for (int nth = 1; nth <= 4; nth++)
@@ -746,5 +773,6 @@ int main(void) {
     test_elementwise();
     test_pool();
     test_steal();
+    test_work_first();
     TEST_MAIN_END();
 }
