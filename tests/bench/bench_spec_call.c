@@ -11,7 +11,8 @@
  * EDGESPEC_BENCH_MM_TILE=N sets the Vulkan device's matrix tile (policy.h mm_tile_tokens; 0 = one
  * pass per workgroup) to compare the small-batch passes with the one-pass kernel on one device;
  * EDGESPEC_BENCH_ATTN_SPLIT=N its attention split (attn_split: 16, 32, 64, 128 or 256 keys) and
- * EDGESPEC_BENCH_ATTN_TEAM=1 a subgroup per split (attn_team). */
+ * EDGESPEC_BENCH_ATTN_TEAM=1 a subgroup per split (attn_team). EDGESPEC_BENCH_PROFILE=1 turns on the
+ * backend's profile and prints each plain forward's per-op time (ms per call) to stderr. */
 #include "../common/bench_time.h"
 #include "edgespec.h"
 #include "forward_api.h"
@@ -41,6 +42,20 @@ static double now_ms(void) {
     return 1e3 * bench_now(cpu ? CLOCK_PROCESS_CPUTIME_ID : CLOCK_MONOTONIC);
 }
 
+/* The plain forward's per-op time of the last reps calls, ms per call (the mean, from the sums). */
+static void print_profile(es_backend *be, int32_t nodes, int reps) {
+    es_profile_entry e[32];
+    size_t n = 0;
+    if (es_backend_profile(be, e, 32, &n) != ES_OK) return;
+    double total = 0.0;
+    fprintf(stderr, "profile %2d nodes:", nodes);
+    for (size_t i = 0; i < n; i++) {
+        fprintf(stderr, " %s %.3f", e[i].op, e[i].ms / reps);
+        total += e[i].ms / reps;
+    }
+    fprintf(stderr, " | sum %.3f ms\n", total);
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) {
         fprintf(stderr, "usage: bench_spec_call MODEL.gguf [ADAPTER.ss.gguf|-] [cpu|vulkan] [threads] [reps] [n_past]\n");
@@ -60,6 +75,8 @@ int main(int argc, char **argv) {
     bp.n_threads = threads;
     bp.log_fn = log_cb;
     bp.log_level = ES_LOG_INFO;
+    const bool prof = getenv("EDGESPEC_BENCH_PROFILE") != NULL;
+    bp.profile = prof;
     es_backend *be = NULL;
     es_context *ctx = NULL;
     es_context_params cp = es_context_default_params();
@@ -118,6 +135,7 @@ int main(int argc, char **argv) {
              * (threshold 1): together, what a pruning call adds and what a pruned node saves */
             es_batch b = {n, toks, pos, st, en, all};
             for (int r = 0; r < reps + 2; r++) {
+                if (prof && r == 2) es_backend_profile_reset(be);
                 double t0 = now_ms();
                 es_status s = mode == 0 ? es_forward(ctx, &b)
                                         : es__forward(ctx, &b, &(es__call){G, mode == 3 ? 1.0f : mode == 2 ? 1e-9f : 0.0f});
@@ -133,6 +151,7 @@ int main(int argc, char **argv) {
                                                                                      : "forward+streams+all_pruned",
                    n, bench_median(t, reps));
             fflush(stdout);
+            if (prof && mode == 0) print_profile(be, n, reps);
         }
     }
     if (adapter) {
