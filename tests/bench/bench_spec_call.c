@@ -12,7 +12,10 @@
  * pass per workgroup) to compare the small-batch passes with the one-pass kernel on one device;
  * EDGESPEC_BENCH_ATTN_SPLIT=N its attention split (attn_split: 16, 32, 64, 128 or 256 keys) and
  * EDGESPEC_BENCH_ATTN_TEAM=1 a subgroup per split (attn_team). EDGESPEC_BENCH_PROFILE=1 turns on the
- * backend's profile and prints each plain forward's per-op time (ms per call) to stderr. */
+ * backend's profile and prints each plain forward's per-op time (ms per call) to stderr.
+ * EDGESPEC_BENCH_PAIRED=1 times instead, for each tree of 2, 4, 5 and 8 nodes, a one-token call
+ * and the tree's call back to back, reps times, and prints the median of their ratios: on a
+ * shared machine both sides of each ratio see the same load. */
 #include "../common/bench_time.h"
 #include "edgespec.h"
 #include "forward_api.h"
@@ -54,6 +57,50 @@ static void print_profile(es_backend *be, int32_t nodes, int reps) {
         total += e[i].ms / reps;
     }
     fprintf(stderr, " | sum %.3f ms\n", total);
+}
+
+/* A bushy tree of n nodes (node i's parent (i - 1) / 3) at n_past, flattened in pre-order. */
+static void bushy_tree(int32_t n, int n_past, const es_model_info *info, int32_t *pos, int32_t *st, int32_t *en,
+                       int32_t *toks) {
+    int32_t parent[64], order[64];
+    for (int32_t i = 0; i < n; i++) parent[i] = i == 0 ? -1 : (i - 1) / 3;
+    es_tree_flatten(parent, n, n_past, order, pos, st, en);
+    for (int32_t i = 0; i < n; i++) toks[i] = 1 + (order[i] * 11) % (info->n_vocab - 1);
+}
+
+/* EDGESPEC_BENCH_PAIRED: each tree's call against a one-token call made just before it. */
+static bool paired(es_context *ctx, const es_model_info *info, int n_past, int reps, double *ratio) {
+    const int32_t sizes[] = {2, 4, 5, 8};
+    double *one = malloc(sizeof(double) * (size_t)reps), *tree = malloc(sizeof(double) * (size_t)reps);
+    if (!one || !tree) return false;
+    int32_t tok = 5;
+    es_batch b1 = {1, &tok, NULL, NULL, NULL, NULL};
+    for (size_t si = 0; si < sizeof sizes / sizeof *sizes; si++) {
+        const int32_t n = sizes[si];
+        int32_t pos[64], st[64], en[64], toks[64];
+        bushy_tree(n, n_past, info, pos, st, en, toks);
+        uint8_t all[64];
+        memset(all, 1, sizeof all); /* every node's logits, as verification asks */
+        es_batch b = {n, toks, pos, st, en, all};
+        for (int r = 0; r < reps + 2; r++) {
+            const double t0 = now_ms();
+            if (es_forward(ctx, &b1) != ES_OK) return false;
+            const double t1 = now_ms();
+            if (es_forward(ctx, &b) != ES_OK) return false;
+            const double t2 = now_ms();
+            if (r < 2) continue;
+            one[r - 2] = t1 - t0;
+            tree[r - 2] = t2 - t1;
+            ratio[r - 2] = (t2 - t1) / (t1 - t0);
+        }
+        printf("{\"call\": \"paired\", \"n_past\": %d, \"tree_nodes\": %d, \"median_ratio\": %.3f, "
+               "\"one_token_median_ms\": %.3f, \"tree_median_ms\": %.3f}\n",
+               n_past, n, bench_median(ratio, reps), bench_median(one, reps), bench_median(tree, reps));
+        fflush(stdout);
+    }
+    free(one);
+    free(tree);
+    return true;
 }
 
 int main(int argc, char **argv) {
@@ -122,6 +169,7 @@ int main(int argc, char **argv) {
     uint8_t all[64];
     memset(all, 1, sizeof all);
     double *t = malloc(sizeof(double) * (size_t)reps);
+    if (getenv("EDGESPEC_BENCH_PAIRED")) return paired(ctx, &info, n_past, reps, t) ? 0 : 1;
     for (size_t si = 0; si < sizeof sizes / sizeof *sizes; si++) {
         const int32_t n = sizes[si];
         /* a bushy tree: node i's parent is (i - 1) / 3, laid out in pre-order */
