@@ -85,6 +85,14 @@
  * with one token's arithmetic but not with several tokens', so a single token goes without (the
  * prefetches cost the one-token K-quant and Q4_0 kernels about 5%: bench_kquant, past the L3). */
 #define PF_AHEAD 8192
+/* The same for f32, f16 and bf16 rows, whose several tokens' arithmetic is all a weight line
+ * costs: whole calls on the long model (f32 rows of 384 and 1024, 2 threads; bench_spec_call with
+ * EDGESPEC_BENCH_PAIRED, a 5-node call over a one-token call, medians of 4 alternated runs on the
+ * loaded machine) took 1.17-1.35x with 4 KB ahead, 1.33-1.51x with 8 KB, 1.64x with 16 and 32 KB,
+ * 1.52x with 2 KB and 1.72x with none (those three prefetching to each stream's end); into L1
+ * instead of L2, 1.70x. The other types keep PF_AHEAD (not measured here). */
+#define PF_AHEAD_F 4096
+#define IS_FLOATW(t) ((t) == ES__DTYPE_F32 || (t) == ES__DTYPE_F16 || (t) == ES__DTYPE_BF16)
 
 #define INLINE static inline __attribute__((always_inline))
 
@@ -605,7 +613,8 @@ INLINE void rows_tokens(es__dtype type, const uint8_t *const *row, const float *
             }                                                                                          \
             const int64_t c[2] = {i, half + i};                                                        \
             /* ahead within each stream only: past its end lie rows read already or not ours */        \
-            const size_t pf = (size_t)(i + 1) * row_bytes + PF_AHEAD <= (size_t)half * row_bytes ? PF_AHEAD : 0; \
+            const size_t pfd = IS_FLOATW(TYPE) ? PF_AHEAD_F : PF_AHEAD;                              \
+            const size_t pf = (size_t)(i + 1) * row_bytes + pfd <= (size_t)half * row_bytes ? pfd : 0; \
             rows_tokens(TYPE, rows, x, ldx, n_tok, n_in, pf, y, ldy, c);                               \
         }                                                                                              \
         if ((r1 - r0) % 2) {                                                                           \
