@@ -72,35 +72,40 @@ static void bushy_tree(int32_t n, int n_past, const es_model_info *info, int32_t
 static bool paired(es_context *ctx, const es_model_info *info, int n_past, int reps, double *ratio) {
     const int32_t sizes[] = {2, 4, 5, 8};
     double *one = malloc(sizeof(double) * (size_t)reps), *tree = malloc(sizeof(double) * (size_t)reps);
-    if (!one || !tree) return false;
+    bool ok = one && tree;
     int32_t tok = 5;
     es_batch b1 = {1, &tok, NULL, NULL, NULL, NULL};
-    for (size_t si = 0; si < sizeof sizes / sizeof *sizes; si++) {
+    for (size_t si = 0; ok && si < sizeof sizes / sizeof *sizes; si++) {
         const int32_t n = sizes[si];
         int32_t pos[64], st[64], en[64], toks[64];
         bushy_tree(n, n_past, info, pos, st, en, toks);
         uint8_t all[64];
         memset(all, 1, sizeof all); /* every node's logits, as verification asks */
         es_batch b = {n, toks, pos, st, en, all};
-        for (int r = 0; r < reps + 2; r++) {
+        for (int r = 0; ok && r < reps + 2; r++) {
             const double t0 = now_ms();
-            if (es_forward(ctx, &b1) != ES_OK) return false;
+            ok = es_forward(ctx, &b1) == ES_OK;
             const double t1 = now_ms();
-            if (es_forward(ctx, &b) != ES_OK) return false;
+            ok = ok && es_forward(ctx, &b) == ES_OK;
             const double t2 = now_ms();
             if (r < 2) continue;
             one[r - 2] = t1 - t0;
             tree[r - 2] = t2 - t1;
             ratio[r - 2] = (t2 - t1) / (t1 - t0);
         }
+        if (!ok) {
+            fprintf(stderr, "bench_spec_call: %s\n", es_context_errmsg(ctx));
+            break;
+        }
         printf("{\"call\": \"paired\", \"n_past\": %d, \"tree_nodes\": %d, \"median_ratio\": %.3f, "
                "\"one_token_median_ms\": %.3f, \"tree_median_ms\": %.3f}\n",
                n_past, n, bench_median(ratio, reps), bench_median(one, reps), bench_median(tree, reps));
         fflush(stdout);
     }
+    if (!one || !tree) fprintf(stderr, "bench_spec_call: out of memory\n");
     free(one);
     free(tree);
-    return true;
+    return ok;
 }
 
 int main(int argc, char **argv) {
@@ -169,8 +174,9 @@ int main(int argc, char **argv) {
     uint8_t all[64];
     memset(all, 1, sizeof all);
     double *t = malloc(sizeof(double) * (size_t)reps);
-    if (getenv("EDGESPEC_BENCH_PAIRED")) return paired(ctx, &info, n_past, reps, t) ? 0 : 1;
-    for (size_t si = 0; si < sizeof sizes / sizeof *sizes; si++) {
+    const bool pair = getenv("EDGESPEC_BENCH_PAIRED") != NULL;
+    const int rc = pair && !paired(ctx, &info, n_past, reps, t) ? 1 : 0;
+    for (size_t si = 0; !pair && si < sizeof sizes / sizeof *sizes; si++) {
         const int32_t n = sizes[si];
         /* a bushy tree: node i's parent is (i - 1) / 3, laid out in pre-order */
         int32_t parent[64], order[64], pos[64], st[64], en[64], toks[64];
@@ -202,7 +208,7 @@ int main(int argc, char **argv) {
             if (prof && mode == 0) print_profile(be, n, reps);
         }
     }
-    if (adapter) {
+    if (adapter && !pair) {
         /* the stream pass of one node (its first g streams, g = 1..the adapter's) plus their logits */
         int32_t chain[9];
         for (int i = 0; i < 9; i++) chain[i] = 5 + i;
@@ -224,5 +230,5 @@ int main(int argc, char **argv) {
     es_context_free(ctx);
     es_backend_free(be);
     es_model_free(m);
-    return 0;
+    return rc;
 }
