@@ -217,7 +217,7 @@ static void cpu_ctx_destroy(es_context *ctx) {
     es__cpu_ctx *c = ctx->impl;
     if (!c) return;
     const es_allocator *a = ctx->backend->alloc;
-    void *bufs[] = {c->k, c->v, c->x, c->xn, c->q, c->kn, c->vn, c->att, c->tmp, c->gate, c->up, c->rope, c->scores, c->visible, c->panel, c->sched_mem};
+    void *bufs[] = {c->k, c->v, c->act_mem, c->scores, c->visible, c->sched_mem};
     for (size_t i = 0; i < ES__ARRAY_LEN(bufs); i++) es__free(a, bufs[i]);
     es__free(NULL, c->al_part);
     es__free(NULL, c->al_spec);
@@ -232,6 +232,29 @@ static void *alloc_arr(const es_allocator *a, size_t n, size_t m, size_t elem) {
     size_t nm;
     if (!es__mul_size(n, m, &nm)) return NULL;
     return es__calloc(a, nm ? nm : 1, elem);
+}
+
+/* The activations a forward's matrix products read, in one block, each array starting on a
+ * 64-byte boundary: an AVX-512 load of a row that straddles two cache lines costs two, and a
+ * batch's tile loads T activation vectors for every weight vector (calloc's large blocks start
+ * 16 bytes past a page; docs/perf.md, the 5-node call). Sizes in floats; false on overflow or
+ * when out of memory. */
+static bool alloc_acts(const es_allocator *a, es__cpu_ctx *c, float **const *arr, const size_t (*dims)[2], int n) {
+    size_t total = 64, off[16];
+    ES_ASSERT(n <= 16);
+    for (int i = 0; i < n; i++) {
+        size_t sz;
+        if (!es__mul_size(dims[i][0], dims[i][1], &sz) || sz > SIZE_MAX / sizeof(float) - 64) return false;
+        sz = (sz * sizeof(float) + 63) / 64 * 64;
+        off[i] = total - 64;
+        if (total > SIZE_MAX - sz) return false;
+        total += sz;
+    }
+    c->act_mem = es__calloc(a, total, 1);
+    if (!c->act_mem) return false;
+    uint8_t *base = (uint8_t *)(((uintptr_t)c->act_mem + 63) & ~(uintptr_t)63);
+    for (int i = 0; i < n; i++) *arr[i] = (float *)(void *)(base + off[i]);
+    return true;
 }
 
 /* A KV cache of n floats, never written here, so that a slot's pages become resident only when
@@ -287,19 +310,14 @@ static es_status cpu_ctx_init(es_context *ctx) {
     if (ok) {
         c->k = kv_alloc(a, cache);
         c->v = kv_alloc(a, cache);
-        c->x = alloc_arr(a, nb, d, sizeof(float));
-        c->xn = alloc_arr(a, nb, d, sizeof(float));
-        c->q = alloc_arr(a, nb, qd, sizeof(float));
-        c->kn = alloc_arr(a, nb, kvd, sizeof(float));
-        c->vn = alloc_arr(a, nb, kvd, sizeof(float));
-        c->att = alloc_arr(a, nb, qd, sizeof(float));
-        c->tmp = alloc_arr(a, nb, d, sizeof(float));
-        c->gate = alloc_arr(a, nb, (size_t)hp->n_ff, sizeof(float));
-        c->up = alloc_arr(a, nb, (size_t)hp->n_ff, sizeof(float));
-        c->rope = alloc_arr(a, nb, (size_t)(hp->n_rot / 2) * 2, sizeof(float));
+        float **const arr[] = {&c->x, &c->xn, &c->q, &c->kn, &c->vn, &c->att, &c->tmp, &c->gate, &c->up, &c->rope, &c->panel};
+        const size_t dims[][2] = {{nb, d},   {nb, d},    {nb, qd},   {nb, kvd},
+                                  {nb, kvd}, {nb, qd},   {nb, d},    {nb, (size_t)hp->n_ff},
+                                  {nb, (size_t)hp->n_ff}, {nb, (size_t)(hp->n_rot / 2) * 2},
+                                  {(size_t)c->n_threads, c->panel_floats}};
+        ok = alloc_acts(a, c, arr, dims, (int)ES__ARRAY_LEN(arr));
         c->scores = alloc_arr(a, (size_t)c->n_threads, (size_t)ctx->n_ctx + nb, sizeof(float));
         c->visible = alloc_arr(a, (size_t)c->n_threads * ES__CPU_ATTN_ROWS, nb, sizeof(int32_t));
-        c->panel = alloc_arr(a, (size_t)c->n_threads, c->panel_floats, sizeof(float));
         c->n_phases = es__cpu_fwd_phases(hp->n_layer);
         c->sched_mem = es__malloc(a, es__sched_bytes(c->n_threads, c->n_phases) + 64);
         if (c->sched_mem) c->sched = (es__sched *)(void *)(((uintptr_t)c->sched_mem + 63) & ~(uintptr_t)63);

@@ -55,6 +55,7 @@ typedef struct es__cpu_ctx {
     int32_t *visible;    /* [n_threads][ES__CPU_ATTN_ROWS * n_batch]           */
     float *panel;        /* [n_threads][panel_floats] matmul weight panels      */
     size_t panel_floats; /* kern panel_rows * the widest matrix input           */
+    void *act_mem;       /* the block holding x .. panel, each 64-byte aligned  */
     es__sched *sched;    /* phases of one forward (pool.h), 64-byte aligned      */
     void *sched_mem;     /* its allocation                                      */
     int32_t n_phases;

@@ -85,6 +85,14 @@
  * with one token's arithmetic but not with several tokens', so a single token goes without (the
  * prefetches cost the one-token K-quant and Q4_0 kernels about 5%: bench_kquant, past the L3). */
 #define PF_AHEAD 8192
+/* The same for f32, f16 and bf16 rows, whose several tokens' arithmetic is all a weight line
+ * costs: whole calls on the long model (f32 rows of 384 and 1024, 2 threads; bench_spec_call with
+ * EDGESPEC_BENCH_PAIRED, a 5-node call over a one-token call, medians of 4 alternated runs on the
+ * loaded machine) took 1.17-1.35x with 4 KB ahead, 1.33-1.51x with 8 KB, 1.64x with 16 and 32 KB,
+ * 1.52x with 2 KB and 1.72x with none (those three prefetching to each stream's end); into L1
+ * instead of L2, 1.70x. The other types keep PF_AHEAD (not measured here). */
+#define PF_AHEAD_F 4096
+#define IS_FLOATW(t) ((t) == ES__DTYPE_F32 || (t) == ES__DTYPE_F16 || (t) == ES__DTYPE_BF16)
 
 #define INLINE static inline __attribute__((always_inline))
 
@@ -190,6 +198,20 @@ INLINE vf hsum_keys(const vf *v) {
            __builtin_shufflevector(x[0], x[1], 1, 3, 5, 7, 9, 11, 13, 15);
 }
 #endif
+
+/* out[g] = hsum(v[g]) for g < n, bit for bit: VL vectors at a time through hsum_keys (a row tile's
+ * lane sums in a third of the shuffles and adds of one hsum each), the rest zero-padded. */
+INLINE void hsum_many(const vf *v, const int n, float *out) {
+#if VL >= 8
+    for (int g0 = 0; g0 < n; g0 += VL) {
+        vf b[VL];
+        for (int g = 0; g < VL; g++) b[g] = g0 + g < n ? v[g0 + g] : vzero();
+        storeu(out + g0, hsum_keys(b));
+    }
+#else
+    for (int g = 0; g < n; g++) out[g] = hsum(v[g]);
+#endif
+}
 
 /* ---- element conversions (all exact) */
 
@@ -526,18 +548,32 @@ INLINE void rows_dot(es__dtype type, const uint8_t *const *row, const int NR, co
             }
         }
     }
+    if (NR * T < 4) { /* a decode token's two sums: zero-padding them to VL cost it 4-6% in L2 */
+        for (int r = 0; r < NR; r++)
+            for (int t = 0; t < T; t++) out[r * T_TILE + t] = hsum(acc[r][t]);
+        return;
+    }
+    vf flat[2 * T_TILE];
+    float res[2 * T_TILE + VL];
     for (int r = 0; r < NR; r++)
-        for (int t = 0; t < T; t++) out[r * T_TILE + t] = hsum(acc[r][t]);
+        for (int t = 0; t < T; t++) flat[r * T + t] = acc[r][t];
+    hsum_many(flat, NR * T, res);
+    for (int r = 0; r < NR; r++)
+        for (int t = 0; t < T; t++) out[r * T_TILE + t] = res[r * T + t];
 }
 
-/* Two rows for every token, T_TILE tokens at a time with the rows still in L1: y[t * ldy + c[r]]
- * for row r. One specialisation per T keeps the accumulators in registers. */
+/* Two rows for every token, in token tiles of at most T_TILE with the rows still in L1:
+ * y[t * ldy + c[r]] for row r. The tiles are balanced (8 tokens as 4 + 4, not 6 + 2: each tile
+ * pays its rows' loads and lane sums, and a short tile has few multiply-adds to hide them).
+ * One specialisation per tile size keeps the accumulators in registers. */
 INLINE void rows_tokens(es__dtype type, const uint8_t *const *row, const float *x, int64_t ldx, int64_t n_tok,
                         int64_t n_in, size_t pf0, float *y, int64_t ldy, const int64_t *c) {
-    for (int64_t t0 = 0; t0 < n_tok; t0 += T_TILE) {
-        const int nt = (int)ES__MIN(T_TILE, n_tok - t0);
+    const int64_t n_tiles = (n_tok + T_TILE - 1) / T_TILE;
+    for (int64_t i = 0, t0 = 0; i < n_tiles; i++) {
+        /* tile i takes tokens [t0, t0 + nt): the first n_tok % n_tiles tiles one more */
+        const int nt = (int)(n_tok / n_tiles + (i < n_tok % n_tiles));
         const float *xt = x + t0 * ldx;
-        const size_t pf = t0 == 0 ? pf0 : 0; /* the first tile's pass brings the rows in */
+        const size_t pf = i == 0 ? pf0 : 0; /* the first tile's pass brings the rows in */
         float out[2 * T_TILE] = {0}; /* gcc cannot tell that the cases past T_TILE never run */
         if (nt > T_TILE) __builtin_unreachable();
         switch (nt) {
@@ -552,14 +588,16 @@ INLINE void rows_tokens(es__dtype type, const uint8_t *const *row, const float *
             y[(t0 + t) * ldy + c[0]] = out[t];
             y[(t0 + t) * ldy + c[1]] = out[T_TILE + t];
         }
+        t0 += nt;
     }
 }
 
 /* Rows [r0, r1) for n_tok tokens: row i together with row i + half, two sequential weight streams
  * far enough apart for the prefetchers to follow both (adjacent rows interleaved ran at half the
- * bandwidth of one stream: the register tiles below, on weights past the cache); two chains of
- * fused multiply-adds per token hide each other's latency; software prefetches run PF_AHEAD
- * ahead of both streams. An odd last row goes one token at a time (the same arithmetic). */
+ * bandwidth of one stream: the register tiles below, on weights past the cache; so did four
+ * streams, i + k half / 2, for 5 tokens on x86-64-v4); two chains of fused multiply-adds per token
+ * hide each other's latency; software prefetches run PF_AHEAD ahead of both streams. An odd last
+ * row goes one token at a time (the same arithmetic). */
 #define DEF_ROWS(NAME, TYPE)                                                                           \
     static void NAME(const uint8_t *w, size_t row_bytes, int64_t n_in, int64_t r0, int64_t r1, const float *x, \
                      int64_t ldx, int64_t n_tok, float *y, int64_t ldy) {                              \
@@ -575,7 +613,8 @@ INLINE void rows_tokens(es__dtype type, const uint8_t *const *row, const float *
             }                                                                                          \
             const int64_t c[2] = {i, half + i};                                                        \
             /* ahead within each stream only: past its end lie rows read already or not ours */        \
-            const size_t pf = (size_t)(i + 1) * row_bytes + PF_AHEAD <= (size_t)half * row_bytes ? PF_AHEAD : 0; \
+            const size_t pfd = IS_FLOATW(TYPE) ? PF_AHEAD_F : PF_AHEAD;                              \
+            const size_t pf = (size_t)(i + 1) * row_bytes + pfd <= (size_t)half * row_bytes ? pfd : 0; \
             rows_tokens(TYPE, rows, x, ldx, n_tok, n_in, pf, y, ldy, c);                               \
         }                                                                                              \
         if ((r1 - r0) % 2) {                                                                           \

@@ -13,6 +13,7 @@
 #include "cpu/kern.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define N_LEVELS 4
@@ -70,7 +71,13 @@ int main(int argc, char **argv) {
     const es__kern *levels[N_LEVELS] = {es__kern_generic(), es__kern_x86_v3(), es__kern_x86_v4(), es__kern_neon()};
     const es__dtype types[] = {ES__DTYPE_F32, ES__DTYPE_F16, ES__DTYPE_BF16, ES__DTYPE_Q8_0, ES__DTYPE_Q4_0, ES__DTYPE_Q4_K};
     const char *type_names[] = {"f32", "f16", "bf16", "q8_0", "q4_0", "q4_K"};
-    float *x = malloc(sizeof(float) * (size_t)(n_in * batch)), *y = malloc(sizeof(float) * (size_t)(n_out * batch));
+    /* weights and activations 64-byte aligned, as the backend's (weights in pages; the context's
+     * activations aligned for its 64-byte vectors); EDGESPEC_BENCH_X_OFFSET=N moves the activations
+     * N bytes off (a multiple of 4: how misaligned rows cost the small-batch kernels) */
+    const char *xoff_env = getenv("EDGESPEC_BENCH_X_OFFSET");
+    const size_t xoff = xoff_env ? (size_t)atoi(xoff_env) / 4 * 4 % 64 : 0;
+    void *x_mem = aligned_alloc(64, (sizeof(float) * (size_t)(n_in * batch) + xoff + 63) / 64 * 64);
+    float *x = (float *)(void *)((uint8_t *)x_mem + xoff), *y = malloc(sizeof(float) * (size_t)(n_out * batch));
     int panel_rows = 0;
     for (int l = 0; l < N_LEVELS; l++)
         if (levels[l]) panel_rows = ES__MAX(panel_rows, levels[l]->panel_rows);
@@ -81,7 +88,7 @@ int main(int argc, char **argv) {
         if (only_type && strcmp(only_type, type_names[ti]) != 0) continue;
         if (types[ti] == ES__DTYPE_Q4_K && n_in % 256) continue; /* super-blocks of 256 */
         const size_t rb = es__kern_row_bytes(types[ti], n_in);
-        uint8_t *w = malloc(rb * (size_t)n_out);
+        uint8_t *w = aligned_alloc(64, (rb * (size_t)n_out + 63) / 64 * 64);
         fill_weights(types[ti], w, (size_t)n_out, n_in, rb);
         for (int64_t n_tok = 1; n_tok <= batch; n_tok += batch - 1) {
             if (only_tok && n_tok != only_tok) continue;
@@ -111,6 +118,6 @@ int main(int argc, char **argv) {
         }
         free(w);
     }
-    free(x), free(y), free(panel), free(t);
+    free(x_mem), free(y), free(panel), free(t);
     return 0;
 }

@@ -12,7 +12,11 @@
  * pass per workgroup) to compare the small-batch passes with the one-pass kernel on one device;
  * EDGESPEC_BENCH_ATTN_SPLIT=N its attention split (attn_split: 16, 32, 64, 128 or 256 keys) and
  * EDGESPEC_BENCH_ATTN_TEAM=1 a subgroup per split (attn_team); EDGESPEC_BENCH_LANE_UNITS=N gives a weight
- * row a team only with N units per lane (team_lane_units; 0 = a team however few). */
+ * row a team only with N units per lane (team_lane_units; 0 = a team however few).
+ * EDGESPEC_BENCH_PROFILE=1 turns on the backend's profile and prints each plain forward's per-op
+ * time (ms per call) to stderr. EDGESPEC_BENCH_PAIRED=1 times instead, for each tree of 2, 4, 5 and
+ * 8 nodes, a one-token call and the tree's call back to back, reps times, and prints the median of
+ * their ratios: on a shared machine both sides of each ratio see the same load. */
 #include "../common/bench_time.h"
 #include "edgespec.h"
 #include "forward_api.h"
@@ -42,6 +46,69 @@ static double now_ms(void) {
     return 1e3 * bench_now(cpu ? CLOCK_PROCESS_CPUTIME_ID : CLOCK_MONOTONIC);
 }
 
+/* The plain forward's per-op time of the last reps calls, ms per call (the mean, from the sums). */
+static void print_profile(es_backend *be, int32_t nodes, int reps) {
+    es_profile_entry e[32];
+    size_t n = 0;
+    if (es_backend_profile(be, e, 32, &n) != ES_OK) return;
+    double total = 0.0;
+    fprintf(stderr, "profile %2d nodes:", nodes);
+    for (size_t i = 0; i < n; i++) {
+        fprintf(stderr, " %s %.3f", e[i].op, e[i].ms / reps);
+        total += e[i].ms / reps;
+    }
+    fprintf(stderr, " | sum %.3f ms\n", total);
+}
+
+/* A bushy tree of n nodes (node i's parent (i - 1) / 3) at n_past, flattened in pre-order. */
+static void bushy_tree(int32_t n, int n_past, const es_model_info *info, int32_t *pos, int32_t *st, int32_t *en,
+                       int32_t *toks) {
+    int32_t parent[64], order[64];
+    for (int32_t i = 0; i < n; i++) parent[i] = i == 0 ? -1 : (i - 1) / 3;
+    es_tree_flatten(parent, n, n_past, order, pos, st, en);
+    for (int32_t i = 0; i < n; i++) toks[i] = 1 + (order[i] * 11) % (info->n_vocab - 1);
+}
+
+/* EDGESPEC_BENCH_PAIRED: each tree's call against a one-token call made just before it. */
+static bool paired(es_context *ctx, const es_model_info *info, int n_past, int reps, double *ratio) {
+    const int32_t sizes[] = {2, 4, 5, 8};
+    double *one = malloc(sizeof(double) * (size_t)reps), *tree = malloc(sizeof(double) * (size_t)reps);
+    bool ok = one && tree;
+    int32_t tok = 5;
+    es_batch b1 = {1, &tok, NULL, NULL, NULL, NULL};
+    for (size_t si = 0; ok && si < sizeof sizes / sizeof *sizes; si++) {
+        const int32_t n = sizes[si];
+        int32_t pos[64], st[64], en[64], toks[64];
+        bushy_tree(n, n_past, info, pos, st, en, toks);
+        uint8_t all[64];
+        memset(all, 1, sizeof all); /* every node's logits, as verification asks */
+        es_batch b = {n, toks, pos, st, en, all};
+        for (int r = 0; ok && r < reps + 2; r++) {
+            const double t0 = now_ms();
+            ok = es_forward(ctx, &b1) == ES_OK;
+            const double t1 = now_ms();
+            ok = ok && es_forward(ctx, &b) == ES_OK;
+            const double t2 = now_ms();
+            if (r < 2) continue;
+            one[r - 2] = t1 - t0;
+            tree[r - 2] = t2 - t1;
+            ratio[r - 2] = (t2 - t1) / (t1 - t0);
+        }
+        if (!ok) {
+            fprintf(stderr, "bench_spec_call: %s\n", es_context_errmsg(ctx));
+            break;
+        }
+        printf("{\"call\": \"paired\", \"n_past\": %d, \"tree_nodes\": %d, \"median_ratio\": %.3f, "
+               "\"one_token_median_ms\": %.3f, \"tree_median_ms\": %.3f}\n",
+               n_past, n, bench_median(ratio, reps), bench_median(one, reps), bench_median(tree, reps));
+        fflush(stdout);
+    }
+    if (!one || !tree) fprintf(stderr, "bench_spec_call: out of memory\n");
+    free(one);
+    free(tree);
+    return ok;
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) {
         fprintf(stderr, "usage: bench_spec_call MODEL.gguf [ADAPTER.ss.gguf|-] [cpu|vulkan] [threads] [reps] [n_past]\n");
@@ -61,6 +128,8 @@ int main(int argc, char **argv) {
     bp.n_threads = threads;
     bp.log_fn = log_cb;
     bp.log_level = ES_LOG_INFO;
+    const bool prof = getenv("EDGESPEC_BENCH_PROFILE") != NULL;
+    bp.profile = prof;
     es_backend *be = NULL;
     es_context *ctx = NULL;
     es_context_params cp = es_context_default_params();
@@ -116,7 +185,9 @@ int main(int argc, char **argv) {
     uint8_t all[64];
     memset(all, 1, sizeof all);
     double *t = malloc(sizeof(double) * (size_t)reps);
-    for (size_t si = 0; si < sizeof sizes / sizeof *sizes; si++) {
+    const bool pair = getenv("EDGESPEC_BENCH_PAIRED") != NULL;
+    const int rc = pair && !paired(ctx, &info, n_past, reps, t) ? 1 : 0;
+    for (size_t si = 0; !pair && si < sizeof sizes / sizeof *sizes; si++) {
         const int32_t n = sizes[si];
         /* a bushy tree: node i's parent is (i - 1) / 3, laid out in pre-order */
         int32_t parent[64], order[64], pos[64], st[64], en[64], toks[64];
@@ -129,6 +200,7 @@ int main(int argc, char **argv) {
              * (threshold 1): together, what a pruning call adds and what a pruned node saves */
             es_batch b = {n, toks, pos, st, en, all};
             for (int r = 0; r < reps + 2; r++) {
+                if (prof && r == 2) es_backend_profile_reset(be);
                 double t0 = now_ms();
                 es_status s = mode == 0 ? es_forward(ctx, &b)
                                         : es__forward(ctx, &b, &(es__call){G, mode == 3 ? 1.0f : mode == 2 ? 1e-9f : 0.0f});
@@ -144,9 +216,10 @@ int main(int argc, char **argv) {
                                                                                      : "forward+streams+all_pruned",
                    n, bench_median(t, reps));
             fflush(stdout);
+            if (prof && mode == 0) print_profile(be, n, reps);
         }
     }
-    if (adapter) {
+    if (adapter && !pair) {
         /* the stream pass of one node (its first g streams, g = 1..the adapter's) plus their logits */
         int32_t chain[9];
         for (int i = 0; i < 9; i++) chain[i] = 5 + i;
@@ -168,5 +241,5 @@ int main(int argc, char **argv) {
     es_context_free(ctx);
     es_backend_free(be);
     es_model_free(m);
-    return 0;
+    return rc;
 }
