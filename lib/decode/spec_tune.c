@@ -15,8 +15,6 @@
 #define EXPLORE_SHARE 0.03 /* then as many calls apart as keep an exploration's measured extra
                               cost near this share of the time of plain decoding ...           */
 #define EXPLORE_MIN 8      /* ... but at least this many calls apart ...                       */
-#define EXPLORE_MAX 256    /* ... and at most this many (costs inflated by a loaded machine
-                              would otherwise keep drafting off for thousands of calls) ...     */
 #define EXPLORE_BACKOFF 16 /* ... and, while explorations confirm that drafting does not pay, up
                               to this many times further apart (doubling each time)            */
 #define SPIKE 2.0    /* a timing counts at most SPIKE times what the fit predicts */
@@ -24,9 +22,6 @@
 #define GAIN 1.05    /* drafting must promise this much over plain calls: the fit sees the forward
                         calls, not the step's own host work (tree, verification, commit), which
                         the 0.2 ms calls of a compute-bound model do not hide (docs/perf.md) */
-
-static void seed_pass(es__tuner *t, int32_t g_hi, double ms);
-static int32_t explore_base(const es__tuner *t);
 
 void es__tuner_init(es__tuner *t, bool adaptive) {
     memset(t, 0, sizeof *t);
@@ -104,38 +99,7 @@ static void probe_call(es__tuner *t, int32_t n, double ms, bool plain) {
     if (!(c->plain_ms > 0.0) || !(c->hi_ms > 0.0)) return;
     if (!(c->one_ms > 0.0)) c->one_ms = c->plain_ms;
     t->probing = false;
-    t->confirming = true;
-    t->confirm_one = 0.0;
-    t->confirming_pass = c->g_hi >= 1;
     es__tuner_seed(t, c);
-}
-
-/* The probe's tree size timed a second time (ms): the seed rests on the faster of the two timings
- * (noise only adds time), so a faster second one replaces the first and seeds the fit anew. Its
- * node cost is taken over the fastest one-node call since the probe, not over the probe's own: a
- * reply's first calls run cold (2-10x a warm call on the CPU, docs/perf.md), and a warm tree over
- * a cold one-node call would make nodes look free. Without such a call (drafting went on) the fit
- * learns from the drafting calls themselves. */
-static void confirm_probe(es__tuner *t, double ms) {
-    t->confirming = false;
-    if (!(ms < t->probe.hi_ms) || !(t->confirm_one > 0.0)) return;
-    t->probe.hi_ms = ms;
-    t->probe.one_ms = ES__MIN(t->probe.one_ms, t->confirm_one);
-    t->w = t->sn = t->st = t->snn = t->snt = 0.0;
-    t->calls = 0;
-    es__tuner_costs calls_only = t->probe;
-    calls_only.g_hi = 0; /* the pass fit keeps what it has: its own second timing follows */
-    es__tuner_seed(t, &calls_only);
-}
-
-/* The probe's stream pass width timed a second time: the same for the pass fit. */
-static void confirm_pass(es__tuner *t, double ms) {
-    t->confirming_pass = false;
-    if (!(ms < t->probe.pass_hi_ms)) return;
-    t->probe.pass_hi_ms = ms;
-    t->gw = t->gs = t->gss = t->gt = t->gst = 0.0;
-    seed_pass(t, t->probe.g_hi, ms);
-    t->explore_base = explore_base(t);
 }
 
 /* Cost of a stream pass of g streams: a line through the passes seen, or proportional to g while
@@ -153,10 +117,6 @@ void es__tuner_observe_streams(es__tuner *t, int32_t g, double ms) {
     if (!(ms >= 0.0) || g < 1) return;
     if (t->probing && !(t->probe.pass_hi_ms > 0.0)) t->probe.g_hi = g, t->probe.pass_hi_ms = ms;
     t->max_g = ES__MAX(t->max_g, g);
-    if (t->confirming_pass && !t->probing && g == t->probe.g_hi) {
-        confirm_pass(t, ms);
-        return;
-    }
     if (first_timing(&t->seen_g, g)) return;
     if (t->gs > 0.0) ms = ES__MIN(ms, SPIKE * es__tuner_stream_cost(t, g));
     t->gw = FORGET * t->gw + 1.0;
@@ -177,12 +137,7 @@ static void mean_cost(double *mean, double ms) {
 void es__tuner_observe_call(es__tuner *t, int32_t n_nodes, double ms, bool plain) {
     if (!(ms >= 0.0) || n_nodes < 1) return;
     if (plain) mean_cost(&t->plain_ms, ms);
-    if (!t->confirming) t->confirming_pass = false; /* the pass after the confirming call is in */
     fit_call(t, n_nodes, ms);
-    if (t->confirming && n_nodes == 1) t->confirm_one = t->confirm_one > 0.0 ? ES__MIN(t->confirm_one, ms) : ms;
-    if (t->confirming && !plain && n_nodes == t->probe.n_hi) confirm_probe(t, ms);
-    else if (t->confirming && !plain && n_nodes >= 2 && t->explored) t->confirming = false; /* a tree of
-                                                                        another size explored */
     if (t->probing) probe_call(t, n_nodes, ms, plain);
 }
 
@@ -207,22 +162,7 @@ static int32_t explore_base(const es__tuner *t) {
     double a, b;
     if (!es__tuner_cost(t, &a, &b)) return EXPLORE;
     const double calls = ceil(explore_overhead(t, a, b) / EXPLORE_SHARE);
-    return (int32_t)ES__MIN(ES__MAX(calls, (double)EXPLORE_MIN), (double)EXPLORE_MAX);
-}
-
-static void seed_pass(es__tuner *t, int32_t g_hi, double ms) {
-    const double g = (double)g_hi;
-    t->gw += SEED;
-    t->gs += SEED * g;
-    t->gss += SEED * g * g;
-    t->gt += SEED * ms;
-    t->gst += SEED * g * ms;
-    t->seen_g |= (uint64_t)1 << (g_hi - 1);
-    t->max_g = ES__MAX(t->max_g, g_hi);
-    /* one width timed: a narrower pass is taken to cost at least half of it (most of a pass is
-     * its fixed part on the devices measured, docs/perf.md), not g_hi-th of it */
-    t->floor_g0 = 0.5 * ms;
-    t->floor_g1 = 0.0;
+    return (int32_t)ES__MIN(ES__MAX(calls, (double)EXPLORE_MIN), 4096.0);
 }
 
 void es__tuner_seed(es__tuner *t, const es__tuner_costs *c) {
@@ -240,7 +180,20 @@ void es__tuner_seed(es__tuner *t, const es__tuner_costs *c) {
     t->calls += 4; /* what the fit needs to be believed: SEED calls at each of two sizes */
     t->max_n = ES__MAX(t->max_n, c->n_hi);
     t->plain_ms = t->plain_ms > 0.0 ? ES__MIN(t->plain_ms, one) : ES__MIN(c->plain_ms, one);
-    if (c->g_hi >= 1 && c->g_hi <= 64 && c->pass_hi_ms > 0.0) seed_pass(t, c->g_hi, c->pass_hi_ms);
+    if (c->g_hi >= 1 && c->g_hi <= 64 && c->pass_hi_ms > 0.0) {
+        const double g = (double)c->g_hi;
+        t->gw += SEED;
+        t->gs += SEED * g;
+        t->gss += SEED * g * g;
+        t->gt += SEED * c->pass_hi_ms;
+        t->gst += SEED * g * c->pass_hi_ms;
+        t->seen_g |= (uint64_t)1 << (c->g_hi - 1);
+        t->max_g = ES__MAX(t->max_g, c->g_hi);
+        /* one width timed: a narrower pass is taken to cost at least half of it (most of a pass
+         * is its fixed part on the devices measured, docs/perf.md), not g_hi-th of it */
+        t->floor_g0 = 0.5 * c->pass_hi_ms;
+        t->floor_g1 = 0.0;
+    }
     if (c->draft_ms > 0.0) t->draft_ms = t->draft_ms > 0.0 ? ES__MIN(t->draft_ms, c->draft_ms) : c->draft_ms;
     /* a node never costs less than half what the probe measured (see es__tuner_cost) */
     t->seed_b = ES__MAX(c->hi_ms - one, 0.0) / (double)(c->n_hi - 1);
@@ -278,7 +231,6 @@ int32_t es__tuner_room(const es__tuner *t) {
     if (!t->adaptive) return INT32_MAX;
     /* the probe's tree: one size is what the seed needs */
     if (!es__tuner_cost(t, &a, &b)) return t->probing ? 3 : 2 + (int32_t)(t->steps & 1);
-    if (t->confirming) return t->probe.n_hi;
     return ES__MAX(3, 2 * t->max_n);
 }
 
@@ -310,7 +262,8 @@ bool es__tuner_draft_pays(const es__tuner *t) {
     return (1.0 + p) / (a + 2.0 * b + t->draft_ms) > GAIN / plain_cost(t, a, b);
 }
 
-static void chose_schedule(es__tuner *t, int32_t g) {
+void es__tuner_chose(es__tuner *t, int32_t g) {
+    if (!t->adaptive) return;
     t->explore_base = explore_base(t);
     if (t->steps >= t->explore_at) { /* an exploration: the next choice says whether it paid */
         t->explored = true;
@@ -327,13 +280,6 @@ static void chose_schedule(es__tuner *t, int32_t g) {
     t->explored = false;
     t->explore_every = ES__MIN(2 * ES__MAX(t->explore_every, t->explore_base), EXPLORE_BACKOFF * t->explore_base);
     t->explore_at = t->steps + t->explore_every;
-}
-
-void es__tuner_chose(es__tuner *t, int32_t g) {
-    if (!t->adaptive) return;
-    chose_schedule(t, g);
-    /* the probe's tree size timed a second time soon, by an exploration if drafting stopped */
-    if (t->confirming && t->explore_at != INT64_MAX) t->explore_at = ES__MIN(t->explore_at, t->steps + EXPLORE_MIN);
 }
 
 bool es__tuner_explores_next(const es__tuner *t) {

@@ -58,12 +58,6 @@ typedef struct es__tuner {
                                                      fit goes below them                         */
     double seed_b;                                /* the probe's node cost (its slope)           */
     bool probing;                                 /* the probe has not seeded the fit yet        */
-    bool confirming;                              /* the probe's tree size has not been timed a
-                                                     second time yet (its first may carry a spike
-                                                     or one-time costs, and the slope it seeds
-                                                     rules while only plain calls follow)        */
-    bool confirming_pass;                         /* the same for the probe's stream pass width */
-    double confirm_one;                           /* the fastest one-node call since the probe   */
     es__tuner_costs probe;                        /* what it timed so far                        */
     /* tree pruning chosen from measured costs (spec_prune.c) */
     bool prune_auto;                              /* the threshold is chosen here                */
@@ -86,10 +80,7 @@ void es__tuner_seed(es__tuner *t, const es__tuner_costs *c);
 
 /* Starts the probe (adaptive only): the next choice is a plain call (es__tuner_wants_plain), the
  * one after it an exploration; the calls' timings are kept (t->probe) and seed the fit as soon as
- * a plain call and a call of two or more nodes have been timed. One timing of each is all the
- * seed has, so the probe's tree size is timed once more within EXPLORE_MIN calls (an exploration
- * of that size, if drafting stopped), and its stream pass width too; where the second timing is
- * faster it replaces the first and seeds that fit anew (noise only adds time). */
+ * a plain call and a call of two or more nodes have been timed. */
 void es__tuner_probe(es__tuner *t);
 /* Whether the probe still needs its plain call: the next step should be one. */
 bool es__tuner_wants_plain(const es__tuner *t);
