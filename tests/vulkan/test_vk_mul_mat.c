@@ -153,6 +153,18 @@ static void check_softcap(es_backend *b, test_rng *r, int type, uint32_t k, cons
     free(deq), free(w), free(x), free(y), free(ref);
 }
 
+/* A backend whose profile never walks short rows solo (NULL where Vulkan is missing). */
+static es_backend *no_solo_backend(void) {
+    test_pin_vulkan();
+    es_backend_params p = es_backend_default_params();
+    p.type = ES_BACKEND_VULKAN;
+    p.vk_tuning.solo_row_elements = -1;
+    p.log_fn = vk_test_log;
+    es_backend *b = NULL;
+    CHECK_OK(es_backend_create(&p, &b));
+    return b;
+}
+
 int main(void) {
     test_rng r = {42};
     static const int types[] = {T_F32, T_F16, T_BF16, T_Q8_0, T_Q4_0};
@@ -210,13 +222,7 @@ int main(void) {
     /* a device profile that never walks short rows solo: teams on rows of 45-200 elements too
      * (the lane rule still sends rows of under two units per lane solo) */
     {
-        test_pin_vulkan();
-        es_backend_params p = es_backend_default_params();
-        p.type = ES_BACKEND_VULKAN;
-        p.vk_tuning.solo_row_elements = -1;
-        p.log_fn = vk_test_log;
-        es_backend *b = NULL;
-        CHECK_OK(es_backend_create(&p, &b));
+        es_backend *b = no_solo_backend();
         for (size_t ti = 0; b && ti < sizeof types / sizeof types[0]; ti++) {
             const bool blk = types[ti] == T_Q8_0 || types[ti] == T_Q4_0;
             check_case(b, &r, types[ti], 130, blk ? 256 : 200, 7, ES__EPI_STORE, "no-solo");
@@ -227,13 +233,7 @@ int main(void) {
     /* a GPU's profile may give teams to rows with fewer units than lanes (policy.h
      * team_lane_units 0): lanes without a block, and runs of one block per lane */
     {
-        test_pin_vulkan();
-        es_backend_params p = es_backend_default_params();
-        p.type = ES_BACKEND_VULKAN;
-        p.vk_tuning.solo_row_elements = -1;
-        p.log_fn = vk_test_log;
-        es_backend *b = NULL;
-        CHECK_OK(es_backend_create(&p, &b));
+        es_backend *b = no_solo_backend();
         if (b) {
             es__vk_dev *d = es__vk_dev_of(b);
             d->policy.team_lane_units = 0;
