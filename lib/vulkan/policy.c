@@ -10,7 +10,8 @@
  * lanes still get a team (134m Q8_0's 768-element rows: a one-token call 2.25 ms against 4.94
  * walked by one invocation each), and attention gives each (token, head, split of 256 keys) a
  * subgroup (853m Q8_0, one token: 2.40 ms against 7.70 at 1,400 keys, 2.10 against 3.41 at 64;
- * splits of 32 keys gained nothing more with subgroups and lost above 8 rows). */
+ * splits of 32 keys gained nothing more with subgroups; above 8 rows one invocation per split of
+ * 32 was 11-15% faster, which a choice by tree size could take). */
 #define GPU_POLICY(name)                                                                                        \
     {.profile = name, .solo_row_elements = 320, .team_lane_units = 0, .attn_split = ES__ATTN_SPLIT,             \
      .attn_team = true, .measure_fused = true}
