@@ -60,16 +60,15 @@ static void stream_free(es_spec *s, void *state) {
  * stream g + 1 predicts the token at pos + 2 + g, a child of level g's nodes (3.2.2). They go to
  * the candidate buffer that is not s->cur. n_lv streams (0: a plain step next); tuned_prune: the
  * call pruned at the tuner's threshold, and the pass is timed as part of it. */
-static es_status draft_from_streams(es_spec *s, int32_t last, int32_t n_lv, bool tuned_prune, es__levels *lv) {
+static es_status draft_from_streams(es_spec *s, int32_t last, int32_t n_lv, bool tuned_prune, es__levels *lv,
+                                    double *pass_ms) {
     memset(lv, 0, sizeof *lv);
+    *pass_ms = 0.0;
     if (n_lv == 0) return ES_OK;
     const float *sl = NULL;
     const double t0 = es__time_now();
     es_status st = es__stream_logits(s->ctx, last, n_lv, &sl);
     if (st != ES_OK) return es__spec_fail_ctx(s, s->ctx, st, NULL);
-    const double pass_ms = (es__time_now() - t0) * 1e3;
-    if (tuned_prune) es__tuner_observe_pruned_pass(&s->tune, n_lv, pass_ms);
-    else es__tuner_observe_streams(&s->tune, n_lv, pass_ms);
     const int32_t nxt = 1 - s->cur, k = s->k, V = s->caps.n_vocab;
     const int64_t pos = s->tree.pos[last];
     lv->n_levels = n_lv;
@@ -83,6 +82,10 @@ static es_status draft_from_streams(es_spec *s, int32_t last, int32_t n_lv, bool
         lv->k[g] = got;
         lv->tokens[g] = s->cand_tok + at * (size_t)k;
     }
+    /* the pass's time includes the candidates it yields: both grow with the streams asked */
+    *pass_ms = (es__time_now() - t0) * 1e3;
+    if (tuned_prune) es__tuner_observe_pruned_pass(&s->tune, n_lv, *pass_ms);
+    else es__tuner_observe_streams(&s->tune, n_lv, *pass_ms);
     es__spec_calibrate(s, nxt, lv); /* best-first by calibrated acceptance, sized to the cost */
     return ES_OK;
 }
@@ -126,7 +129,8 @@ static es_status stream_step(es_spec *s, void *state, int32_t *tokens, size_t ca
     const int32_t n_lv = streams ? es__tuner_streams(&s->tune, s->depth, s->k, ES__MIN(s->p.max_nodes, t->cap)) : 0;
     if (streams) es__tuner_chose(&s->tune, n_lv);
     const bool plain_next = n_lv == 0 && s->tune.adaptive && !es__tuner_explores_next(&s->tune);
-    if (st == ES_OK) st = draft_from_streams(s, path[n_path - 1], n_lv, tuned_prune, &lv);
+    double pass_ms = 0.0;
+    if (st == ES_OK) st = draft_from_streams(s, path[n_path - 1], n_lv, tuned_prune, &lv, &pass_ms);
     s->st.target_ms += (es__time_now() - t0) * 1e3;
     /* 4. keep the accepted path's KV */
     if (st == ES_OK) {
@@ -140,7 +144,9 @@ static es_status stream_step(es_spec *s, void *state, int32_t *tokens, size_t ca
     ss->plain_next = plain_next;
     es__spec_advance(s, tokens, *n_tokens);
     s->cur = 1 - s->cur;
+    const int32_t n_verified = t->n;
     next_tree(s, &lv);
+    es__tuner_observe_host(&s->tune, n_verified, (es__time_now() - t0) * 1e3 - call_ms - pass_ms);
     return ES_OK;
 }
 

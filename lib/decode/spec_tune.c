@@ -19,9 +19,8 @@
                               to this many times further apart (doubling each time)            */
 #define SPIKE 2.0    /* a timing counts at most SPIKE times what the fit predicts */
 #define SEED 2.0     /* calls a probe's timing counts for in the fit */
-#define GAIN 1.05    /* drafting must promise this much over plain calls: the fit sees the forward
-                        calls, not the step's own host work (tree, verification, commit), which
-                        the 0.2 ms calls of a compute-bound model do not hide (docs/perf.md) */
+#define GAIN 1.05    /* drafting must promise this much over plain calls: a margin for timing
+                        noise and for the work no timing sees (the drafter's own sampling) */
 
 void es__tuner_init(es__tuner *t, bool adaptive) {
     memset(t, 0, sizeof *t);
@@ -126,6 +125,27 @@ void es__tuner_observe_streams(es__tuner *t, int32_t g, double ms) {
     t->gst = FORGET * t->gst + (double)g * ms;
 }
 
+void es__tuner_observe_host(es__tuner *t, int32_t n_nodes, double ms) {
+    if (!t->adaptive || !(ms >= 0.0) || n_nodes < 1) return;
+    const double n = (double)n_nodes;
+    if (t->hw > 0.0) ms = ES__MIN(ms, SPIKE * ES__MAX(es__tuner_host_cost(t, n_nodes), 1e-3));
+    t->hw = FORGET * t->hw + 1.0;
+    t->hn = FORGET * t->hn + n;
+    t->hnn = FORGET * t->hnn + n * n;
+    t->ht = FORGET * t->ht + ms;
+    t->hnt = FORGET * t->hnt + n * ms;
+}
+
+/* A line through the steps' host work, or their mean while they all verified one size (a step
+ * never does less work for more nodes: the slope is at least 0). */
+double es__tuner_host_cost(const es__tuner *t, int32_t n) {
+    if (!(t->hw > 0.0)) return 0.0;
+    const double den = t->hw * t->hnn - t->hn * t->hn;
+    if (!(den > 1e-9 * t->hw * t->hw)) return t->ht / t->hw;
+    const double slope = ES__MAX((t->hw * t->hnt - t->hn * t->ht) / den, 0.0);
+    return ES__MAX((t->ht - slope * t->hn) / t->hw, 0.0) + slope * (double)n;
+}
+
 /* A decayed mean of a call's time that follows a faster call more quickly than a slower one:
  * noise on a loaded machine only adds time, and a cost that looks too high stops the calls that
  * would time it again (plain calls while drafting pays, drafter calls while it does not). */
@@ -153,7 +173,8 @@ static double plain_cost(const es__tuner *t, double a, double b) {
 static double explore_overhead(const es__tuner *t, double a, double b) {
     const double n = (double)ES__MAX(t->max_n, 2);
     const double pass = t->gs > 0.0 ? es__tuner_stream_cost(t, ES__MAX(t->max_g, 1)) : 0.0;
-    const double unit = plain_cost(t, a, b), step = a + b * n + pass + t->draft_ms * (n - 1.0);
+    const double unit = plain_cost(t, a, b) + es__tuner_host_cost(t, 1);
+    const double step = a + b * n + pass + es__tuner_host_cost(t, (int32_t)n) + t->draft_ms * (n - 1.0);
     return ES__MAX(step - unit, 0.0) / unit;
 }
 
@@ -241,13 +262,13 @@ int32_t es__tuner_streams(const es__tuner *t, int32_t gamma, int32_t k, int32_t 
     if (!es__tuner_cost(t, &a, &b) || !(t->gs > 0.0)) return ES__MIN(gamma, 1);
     /* expected tokens per call: 1 + the chances of reaching each depth, the conditional
      * acceptance per depth smoothed towards 0.3 with one pseudo-count */
-    double best = 1.0 / plain_cost(t, a, b), reach = 1.0, expect = 1.0;
+    double best = 1.0 / (plain_cost(t, a, b) + es__tuner_host_cost(t, 1)), reach = 1.0, expect = 1.0;
     int32_t best_g = 0;
     for (int32_t g = 1; g <= gamma && g <= ES_SPEC_MAX_DEPTH; g++) {
         reach *= (t->hit[g - 1] + 0.3) / (t->tested[g - 1] + 1.0);
         expect += reach;
         const int32_t n = ES__MIN(cap, 1 + g * k);
-        const double rate = expect / (a + b * n + es__tuner_stream_cost(t, g));
+        const double rate = expect / (a + b * n + es__tuner_stream_cost(t, g) + es__tuner_host_cost(t, n));
         if (rate > GAIN * best) best = rate / GAIN, best_g = g;
     }
     return best_g;

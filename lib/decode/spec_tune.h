@@ -39,6 +39,8 @@ typedef struct es__tuner {
     double w, sn, st, snn, snt;                   /* decayed sums over calls of (n, ms)          */
     double draft_ms;                              /* decayed mean of one draft-model call        */
     double gw, gs, gss, gt, gst;                  /* decayed sums over stream passes of (g, ms)  */
+    double hw, hn, hnn, ht, hnt;                  /* decayed sums over steps of (n, host ms): the
+                                                     step's own work beyond its calls            */
     double tested[ES_SPEC_MAX_DEPTH];             /* steps whose accepted path reached depth d
                                                      with drafts below (decayed)                 */
     double hit[ES_SPEC_MAX_DEPTH];                /* of those, steps that accepted one of them   */
@@ -109,6 +111,12 @@ int32_t es__tuner_room(const es__tuner *t);
 void es__tuner_observe_streams(es__tuner *t, int32_t g, double ms);
 /* What a pass of g streams costs as fitted, in ms; only once a pass was fitted (t->gs > 0). */
 double es__tuner_stream_cost(const es__tuner *t, int32_t g);
+/* A step whose call verified n_nodes tree nodes spent ms on the host beyond its forward call and
+ * stream pass: verification, commit, the next tree. Where a forward call takes a tenth of a
+ * millisecond (a model in the cache), that work decides whether a tree pays. */
+void es__tuner_observe_host(es__tuner *t, int32_t n_nodes, double ms);
+/* The fitted host work of a step verifying n nodes, ms (0 before any step was timed). */
+double es__tuner_host_cost(const es__tuner *t, int32_t n);
 
 /* How many streams the next draft should come from (0 = none: a plain step), the one among
  * 0..gamma that maximises expected tokens per unit of cost, with k candidates per stream and at

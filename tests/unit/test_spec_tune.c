@@ -422,6 +422,43 @@ static void test_cost_stop(void) {
 /* Drafting must promise 5% over plain calls (GAIN): the fit does not see a step's host work. With
  * a node at half a call (a + 2b = 1.5 calls) and 10 of 11 first drafts accepted, a drafter of
  * 0.35 calls promises 1.91 / 1.85 = 1.03x (no), one of 0.23 calls 1.91 / 1.73 = 1.10x (yes). */
+/* A step's host work beyond its calls (verification, commit, the next tree) is fitted per node
+ * verified, and counts against drafting: a draft whose forward calls pay (1.5 tokens for 1.35
+ * plain calls) does not once each node verified costs half a call of host work (1.5 tokens for
+ * 2.35 calls, against 1.5 calls per plain step). */
+static void test_host_work(void) {
+    CHECKF(es__tuner_host_cost(&(es__tuner){0}, 3) == 0.0, "host work before any step");
+    es__err err;
+    es__tree tr;
+    CHECK_OK(es__tree_init(&tr, 8, NULL, &err));
+    chain(&tr, 2);
+    const float raw[2] = {0.0f, -0.7f};
+    const int32_t path[2] = {0, 1};
+    for (int pass = 0; pass < 2; pass++) {
+        es__tuner t;
+        es__tuner_init(&t, true);
+        for (int i = 0; i < 40; i++) {
+            const int32_t n = 1 + i % 5;
+            es__tuner_observe_call(&t, n, 0.8 + 0.2 * n, false);
+            es__tuner_observe_streams(&t, n, 0.1 + 0.05 * n);
+            es__tuner_observe_tree(&t, &tr, path, 1 + i % 2, -1, raw); /* depth 1 in half the steps */
+            if (pass == 1) es__tuner_observe_host(&t, n, 0.5 * n);
+        }
+        if (pass == 1)
+            CHECKF(fabs(es__tuner_host_cost(&t, 3) - 1.5) < 1e-9 && fabs(es__tuner_host_cost(&t, 1) - 0.5) < 1e-9,
+                   "host fit: %g ms at 3 nodes, %g at 1", es__tuner_host_cost(&t, 3), es__tuner_host_cost(&t, 1));
+        t.explore_at = INT64_MAX; /* a decision, not an exploration */
+        const int32_t g = es__tuner_streams(&t, 4, 1, 32);
+        CHECKF(pass == 0 ? g >= 1 : g == 0, "%s host work: %d streams", pass ? "with" : "without", g);
+    }
+    /* steps of one size: their mean, whatever n */
+    es__tuner t;
+    es__tuner_init(&t, true);
+    for (int i = 0; i < 10; i++) es__tuner_observe_host(&t, 1, 0.25);
+    CHECKF(fabs(es__tuner_host_cost(&t, 4) - 0.25) < 1e-9, "one size: %g", es__tuner_host_cost(&t, 4));
+    es__tree_free(&tr, NULL);
+}
+
 static void test_gain(void) {
     for (int i = 0; i < 2; i++) {
         const double draft_ms = i == 0 ? 0.35 : 0.23;
@@ -599,6 +636,7 @@ int main(void) {
     test_probe();
     test_fallback();
     test_gain();
+    test_host_work();
     test_prune_choice();
     test_prune_hopeless();
     TEST_MAIN_END();
