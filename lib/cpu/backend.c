@@ -329,7 +329,9 @@ static es_status cpu_ctx_init(es_context *ctx) {
                         "cpu backend: out of memory for a KV cache of %d tokens and scratch for %d", ctx->n_ctx,
                         ctx->n_batch);
     }
-    return ES_OK;
+    es_status s = ctx->model->ss ? es__msa_measure_fuse(ctx) : ES_OK;
+    if (s != ES_OK) cpu_ctx_destroy(ctx);
+    return s;
 }
 
 static es_status cpu_forward(es_context *ctx, const es__fwd *f) {

@@ -61,6 +61,7 @@ typedef struct es__cpu_ctx {
     int32_t n_phases;
     int n_threads;
     struct es__msa *msa; /* Speculative Streaming state (msa.c), made on first use */
+    int32_t fuse_rows;   /* the most stream rows that ride in a forward (msa_fused.c)   */
     /* ALSpec's speculative attention, grown on first use; an ALSpec speculation part leaves its
      * partials here for the attention part that completes the layer */
     float *al_part;        /* [n_head][al_part_floats] tile partials                 */

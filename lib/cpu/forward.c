@@ -182,6 +182,19 @@ static void mm_rows(const thr *t, const mm_seg *seg, int n_seg, const float *x, 
     }
 }
 
+/* Speculative stream rows riding in layer il's phases (msa_fused.c); 0 in most calls. */
+static int64_t fz_rows(const thr *t, int32_t il) {
+    return t->J->msa ? es__msa_fz_rows(t->J->msa, il) : 0;
+}
+
+/* The riding stream rows' share of a matrix phase's chunk, while its weights are cached. */
+static void fz_chunk(const thr *t, int op, int64_t lo, int64_t hi) {
+    if (!fz_rows(t, t->il)) return;
+    const es__fz_op fz = op == OP_QKV ? ES__FZ_QKV : op == OP_WO ? ES__FZ_WO : op == OP_FFN ? ES__FZ_FFN : ES__FZ_DOWN;
+    if (op == OP_QKV || op == OP_WO || op == OP_FFN || op == OP_DOWN)
+        es__msa_fz_chunk(t->J->msa, t->il, fz, lo, hi, t->ith);
+}
+
 /* A phase computing y = W x for every matrix of seg. */
 static void mm_phase(thr *t, int op, const mm_seg *seg, int n_seg, const float *x, int64_t n_tok) {
     int64_t rows = 0, n_out[3];
@@ -189,7 +202,10 @@ static void mm_phase(thr *t, int op, const mm_seg *seg, int n_seg, const float *
     for (int i = 0; i < n_seg; i++) rows += n_out[i] = seg[i].W->n_out;
     es__work w;
     phase_begin(t, &w, op, rows, rows_align(n_out, n_seg, t->nth));
-    for (int64_t lo, hi; es__work_next(&w, &lo, &hi);) mm_rows(t, seg, n_seg, x, n_tok, lo, hi);
+    for (int64_t lo, hi; es__work_next(&w, &lo, &hi);) {
+        mm_rows(t, seg, n_seg, x, n_tok, lo, hi);
+        fz_chunk(t, op, lo, hi);
+    }
     phase_end(t, &w);
 }
 
@@ -208,6 +224,7 @@ static void mm_residual_phase(thr *t, int op, const es__cpu_mat *W, const float 
     for (int64_t lo, hi; es__work_next(&w, &lo, &hi);) {
         mm_rows(t, &seg, 1, a, n_tok, lo, hi);
         add_rows(x, tmp, W->n_out, n_tok, lo, hi);
+        fz_chunk(t, op, lo, hi);
     }
     phase_end(t, &w);
 }
@@ -252,6 +269,31 @@ static bool norm_phase(thr *t, const float *x, const float *wt, float *y, int64_
     for (int64_t lo, hi; es__work_next(&w, &lo, &hi);) {
         if (check_layer >= 0 && lo == 0 && atomic_exchange(J->abort_req, 0)) atomic_store(J->stop_at, check_layer);
         for (int64_t i = lo; i < hi; i++) es__cpu_rmsnorm_row(J->k, x + i * d, wt, d, J->hp->rms_eps, y + i * d);
+    }
+    phase_end(t, &w);
+    return check_layer < 0 || atomic_load(J->stop_at) < 0;
+}
+
+/* What riding stream rows do in a norm phase (msa_fused.c): before layer il's attention (il =
+ * n_layer: the output norm), or before its FFN. */
+enum { FZ_ATTN_NORM, FZ_FFN_NORM };
+
+/* norm_phase with the riding stream rows of layer il as items after the main rows'. */
+static bool norm_fz_phase(thr *t, const float *x, const float *wt, float *y, int64_t n_tok, int32_t check_layer,
+                          int32_t il, int fz) {
+    const int64_t S = fz_rows(t, il);
+    if (!S) return norm_phase(t, x, wt, y, n_tok, check_layer);
+    const fwd_job *J = t->J;
+    const int64_t d = J->hp->n_embd;
+    es__work w;
+    phase_begin(t, &w, OP_NORM, n_tok + S, 1);
+    for (int64_t lo, hi; es__work_next(&w, &lo, &hi);) {
+        if (check_layer >= 0 && lo == 0 && atomic_exchange(J->abort_req, 0)) atomic_store(J->stop_at, check_layer);
+        for (int64_t i = lo; i < hi; i++) {
+            if (i < n_tok) es__cpu_rmsnorm_row(J->k, x + i * d, wt, d, J->hp->rms_eps, y + i * d);
+            else if (fz == FZ_ATTN_NORM) es__msa_fz_norm(J->msa, il, i - n_tok, t->ith);
+            else es__msa_fz_ffn_norm(J->msa, il, i - n_tok, t->ith);
+        }
     }
     phase_end(t, &w);
     return check_layer < 0 || atomic_load(J->stop_at) < 0;
@@ -338,14 +380,19 @@ static bool layer_pre(thr *t, int32_t il, int32_t check_layer) {
     es__work w;
 
     t->il = il;
-    if (!norm_phase(t, c->x, L->attn_norm, c->xn, n, check_layer)) return false;
+    if (!norm_fz_phase(t, c->x, L->attn_norm, c->xn, n, check_layer, il, FZ_ATTN_NORM)) return false;
     const mm_seg qkv[3] = {{&L->wq, c->q}, {&L->wk, c->kn}, {&L->wv, c->vn}};
     mm_phase(t, OP_QKV, qkv, 3, c->xn, n);
 
-    /* RoPE on q and k, then this batch's keys/values into its provisional slots */
-    phase_begin(t, &w, OP_ROPE, n, 1);
+    /* RoPE on q and k, then this batch's keys/values into its provisional slots (and the riding
+     * stream rows' q, k and v: they write no slots) */
+    phase_begin(t, &w, OP_ROPE, n + fz_rows(t, il), 1);
     for (int64_t lo, hi; es__work_next(&w, &lo, &hi);)
         for (int64_t i = lo; i < hi; i++) {
+            if (i >= n) {
+                es__msa_fz_rope(J->msa, il, i - n, t->ith);
+                continue;
+            }
             const float *cs = c->rope + i * (hp->n_rot / 2) * 2;
             add_bias(c->q + i * qd, L->bq, qd);
             add_bias(c->kn + i * kvd, L->bk, kvd);
@@ -369,7 +416,7 @@ static void layer_post(thr *t, int32_t il, int32_t nr) {
     es__work w;
     t->il = il;
     branch_phase(t, OP_WO, &L->wo, L->post_attn_norm, c->att, nr, c->tmp, c->x);
-    norm_phase(t, c->x, L->ffn_norm, c->xn, nr, -1);
+    norm_fz_phase(t, c->x, L->ffn_norm, c->xn, nr, -1, il, FZ_FFN_NORM);
 
     /* gate and up for the same rows, then SwiGLU on them */
     const mm_seg g = {&L->gate, c->gate}, u = {&L->up, c->up};
@@ -385,6 +432,7 @@ static void layer_post(thr *t, int32_t il, int32_t nr) {
             else
                 es__cpu_swiglu_range(J->k, c->gate + off, c->up + off, lo, hi, c->gate + off);
         }
+        fz_chunk(t, OP_FFN, lo, hi);
     }
     phase_end(t, &w);
 
@@ -427,10 +475,16 @@ static bool layer(thr *t, int32_t il) {
                             nr,            rows,        f->dfs_start,            f->dfs_end,
                             hp->attn_scale,             c->att,                  qd,
                             f->pos,        es__layer_window(hp, il),             hp->attn_softcap};
-        phase_begin(t, &w, OP_ATTN, (int64_t)nr * hp->n_head, 1);
-        for (int64_t lo, hi; es__work_next(&w, &lo, &hi);)
-            es__cpu_attention_range(J->k, &a, lo, hi, c->scores + (size_t)t->ith * (size_t)(J->n_ctx + n),
-                                    c->visible + (size_t)t->ith * ES__CPU_ATTN_ROWS * (size_t)n);
+        const int64_t main_tasks = (int64_t)nr * hp->n_head; /* then the riding stream rows' (row, head) */
+        phase_begin(t, &w, OP_ATTN, main_tasks + fz_rows(t, il) * hp->n_head, 1);
+        for (int64_t lo, hi; es__work_next(&w, &lo, &hi);) {
+            if (lo < main_tasks)
+                es__cpu_attention_range(J->k, &a, lo, ES__MIN(hi, main_tasks),
+                                        c->scores + (size_t)t->ith * (size_t)(J->n_ctx + n),
+                                        c->visible + (size_t)t->ith * ES__CPU_ATTN_ROWS * (size_t)n);
+            for (int64_t task = ES__MAX(lo, main_tasks); task < hi; task++)
+                es__msa_fz_attend(J->msa, il, task - main_tasks, t->ith);
+        }
         phase_end(t, &w);
     }
     layer_post(t, il, nr);
@@ -473,7 +527,7 @@ static void head(thr *t) {
     const es__hparams *hp = J->hp;
     es__cpu_ctx *c = J->c;
     es__work w;
-    norm_phase(t, c->x, J->w->output_norm, c->xn, f->n_out, -1);
+    norm_fz_phase(t, c->x, J->w->output_norm, c->xn, f->n_out, -1, hp->n_layer, FZ_ATTN_NORM);
     const mm_seg head = {&J->w->output, f->logits};
     if (hp->final_softcap <= 0.0f) {
         mm_phase(t, OP_HEAD, &head, 1, c->xn, f->n_out);

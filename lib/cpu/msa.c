@@ -17,54 +17,20 @@
  *     computing one token's streams on demand is never dearer than every token's in the pass.
  * The main stream's code path is untouched (its logits stay bit-identical).
  * Deliberately not here: drafting and verification (lib/decode), the adapter file (adapter.c). */
-#include "msa.h"
+#include "msa_impl.h"
 
-#include "adapter.h"
 #include "opsi.h"
-#include "prune.h"
 
 #include <math.h>
 #include <string.h>
 
 #define EE_CHUNK 32 /* early-exit rows per pass: bounds the scratch at EE_CHUNK x n_vocab */
 
-struct es__msa {
-    int32_t tok_cap, rows_cap;
-    size_t scores_stride;    /* floats of scores per thread                                     */
-    /* the last forward, as the stream pass needs it: its survivors (backend.h) */
-    int32_t n_streams;       /* stream rows per token it asked for                              */
-    int32_t fwd_n, fwd_n_past;
-    int32_t *dfs_s, *dfs_e;  /* [tok_cap] the survivors' DFS intervals                          */
-    int32_t *pos;            /* [tok_cap] their positions (sliding windows, arch.h)             */
-    float *x0;               /* [tok_cap][n_embd] main hidden state at the first MSA layer      */
-    /* the token whose streams the rows hold (-1: none), and how many of them */
-    int32_t node, node_g;
-    /* pruning: the tokens with children, and the batch after compaction (prune.h) */
-    int32_t *parents;        /* [tok_cap]                                                       */
-    es__pruned_batch kept;   /* its arrays: [8][tok_cap] in kept_mem                            */
-    int32_t *kept_mem;
-    /* stream rows, row j for stream j + 1 of the node */
-    float *s, *sn;           /* [rows_cap][n_embd] residual; normalised (final: the output)     */
-    float *q, *att;          /* [rows_cap][n_head * hd]                                         */
-    float *kk, *vv;          /* [rows_cap][n_head_kv * hd]                                      */
-    float *tmp;              /* [rows_cap][n_embd]                                              */
-    float *gate, *up;        /* [rows_cap][n_ff]                                                */
-    /* per thread */
-    float *scores;           /* [threads][n_ctx + tok_cap + n_streams]                          */
-    int32_t *visible;        /* [threads][tok_cap]                                              */
-    float *lora_tmp;         /* [threads][lora_rank]                                            */
-    /* early exit */
-    float *ee_x;             /* [EE_CHUNK][n_embd]                                              */
-    float *ee_down;          /* [threads][prune_rank]                                           */
-    float *ee_logits;        /* [EE_CHUNK][n_vocab]                                             */
-    int32_t n_parents, ee_first, ee_n;
-};
-
 void es__msa_free(es__cpu_ctx *c, const es_allocator *a) {
     struct es__msa *m = c->msa;
     if (!m) return;
     void *bufs[] = {m->dfs_s, m->dfs_e, m->pos, m->x0, m->parents, m->kept_mem, m->s, m->sn, m->q, m->att, m->kk, m->vv,
-                    m->tmp, m->gate, m->up, m->scores, m->visible, m->lora_tmp, m->ee_x, m->ee_down, m->ee_logits};
+                    m->tmp, m->gate, m->up, m->ax, m->scores, m->visible, m->lora_tmp, m->ee_x, m->ee_down, m->ee_logits};
     for (size_t i = 0; i < ES__ARRAY_LEN(bufs); i++) es__free(a, bufs[i]);
     es__free(a, m);
     c->msa = NULL;
@@ -91,19 +57,22 @@ static bool alloc_fixed(struct es__msa *m, es_context *ctx, int32_t n_threads) {
     const size_t qd = (size_t)hp->n_head * (size_t)hp->head_dim, kvd = (size_t)hp->n_head_kv * (size_t)hp->head_dim;
     const size_t ff = (size_t)hp->n_ff, none = 0;
     m->tok_cap = ctx->n_batch;
-    m->rows_cap = ss->n_streams;
+    m->rows_cap = ES__MAX(ss->n_streams, ES__MSA_FUSE_ROWS);
     m->scores_stride = (size_t)ctx->n_ctx + nb + G;
+    const size_t R = (size_t)m->rows_cap, rank = (size_t)ES__MAX(ss->lora_rank, 1);
+    m->lora_stride = rank + ES__MAX(ES__MAX(d, qd), ff);
     return grow(a, &m->dfs_s, none, nb, 1, sizeof(int32_t)) && grow(a, &m->dfs_e, none, nb, 1, sizeof(int32_t)) &&
            grow(a, &m->pos, none, nb, 1, sizeof(int32_t)) &&
            grow(a, &m->x0, none, nb, d, sizeof(float)) && grow(a, &m->parents, none, nb, 1, sizeof(int32_t)) &&
-           grow(a, &m->kept_mem, none, 8, nb, sizeof(int32_t)) && grow(a, &m->s, none, G, d, sizeof(float)) &&
-           grow(a, &m->sn, none, G, d, sizeof(float)) && grow(a, &m->q, none, G, qd, sizeof(float)) &&
-           grow(a, &m->att, none, G, qd, sizeof(float)) && grow(a, &m->kk, none, G, kvd, sizeof(float)) &&
-           grow(a, &m->vv, none, G, kvd, sizeof(float)) && grow(a, &m->tmp, none, G, d, sizeof(float)) &&
-           grow(a, &m->gate, none, G, ff, sizeof(float)) && grow(a, &m->up, none, G, ff, sizeof(float)) &&
+           grow(a, &m->kept_mem, none, 8, nb, sizeof(int32_t)) && grow(a, &m->s, none, R, d, sizeof(float)) &&
+           grow(a, &m->sn, none, R, d, sizeof(float)) && grow(a, &m->q, none, R, qd, sizeof(float)) &&
+           grow(a, &m->att, none, R, qd, sizeof(float)) && grow(a, &m->kk, none, R, kvd, sizeof(float)) &&
+           grow(a, &m->vv, none, R, kvd, sizeof(float)) && grow(a, &m->tmp, none, R, d, sizeof(float)) &&
+           grow(a, &m->gate, none, R, ff, sizeof(float)) && grow(a, &m->up, none, R, ff, sizeof(float)) &&
+           grow(a, &m->ax, none, R, 2 * rank, sizeof(float)) &&
            grow(a, &m->scores, none, th, m->scores_stride, sizeof(float)) &&
            grow(a, &m->visible, none, th, nb, sizeof(int32_t)) &&
-           grow(a, &m->lora_tmp, none, th, (size_t)ES__MAX(ss->lora_rank, 1), sizeof(float)) &&
+           grow(a, &m->lora_tmp, none, th, m->lora_stride, sizeof(float)) &&
            grow(a, &m->ee_down, none, th, (size_t)ES__MAX(ss->prune_rank, 1), sizeof(float));
 }
 
@@ -133,6 +102,7 @@ es_status es__msa_prepare(es_context *ctx, es__fwd *f, es__msa_job *job) {
     m->n_parents = f->prune_threshold > 0.0f ? es__prune_parents(f, m->parents) : 0;
     m->n_streams = f->n_streams;
     m->node = -1;
+    m->fused = false;
     m->fwd_n = f->n;
     m->fwd_n_past = f->n_past;
     memcpy(m->dfs_s, f->dfs_start, sizeof(int32_t) * (size_t)f->n);
@@ -155,19 +125,6 @@ static void mm(const es__msa_job *J, const es__cpu_mat *W, const float *x, int64
 
 static void rows_range(int64_t n, int ith, int nth, int64_t *lo, int64_t *hi) {
     es__split_range(n, 1, ith, nth, lo, hi);
-}
-
-/* y_t += B (A x_t) for this thread's rows: the stream-only LoRA of one projection. */
-static void lora_rows(const es__msa_job *J, const es__ss_lora *lo, const float *x, float *y, int64_t r0, int64_t r1,
-                      float *tmp) {
-    if (!lo->a) return;
-    const int32_t rank = J->ss->lora_rank;
-    for (int64_t t = r0; t < r1; t++) {
-        const float *xt = x + t * lo->n_in;
-        float *yt = y + t * lo->n_out;
-        for (int32_t r = 0; r < rank; r++) tmp[r] = J->k->dot(lo->a + (int64_t)r * lo->n_in, xt, lo->n_in);
-        for (int32_t o = 0; o < lo->n_out; o++) yt[o] += J->k->dot(lo->b + (int64_t)o * rank, tmp, rank);
-    }
 }
 
 /* The model's final soft-capping (gemma2, arch.h) of n rows of logits: the early exit and the
@@ -266,149 +223,49 @@ void es__msa_before_layer(es__msa_job *J, int32_t il, int ith, int nth) {
         int64_t lo, hi;
         rows_range(f->n, ith, nth, &lo, &hi);
         if (hi > lo) memcpy(J->m->x0 + lo * d, J->c->x + lo * d, sizeof(float) * (size_t)((hi - lo) * d));
+        if (ith == 0) J->m->fused = es__msa_fuses(J); /* every thread reads it after the barrier */
         es__pool_barrier(J->pool);
     }
 }
 
-/* ---- the streams (Eq. 2) */
-
-/* Stream row j of the node attends to the committed slots, the batch slots of the node's
- * ancestors and itself (layer il of the cache, written by the main stream), and to streams 0..j
- * of the node (Eq. 2), with the main stream's scale, soft-capping and the layer's sliding window
- * (keys at positions <= p - window unseen; the node's own streams sit at p). */
-static void stream_attention(const es__msa_job *J, int32_t il, int ith, int nth) {
-    const struct es__msa *m = J->m;
-    const es__fwd *f = J->f;
-    const es__hparams *hp = J->hp;
-    const int32_t G = f->n_streams, nh = hp->n_head, hd = hp->head_dim, group = hp->n_head / hp->n_head_kv;
-    const int64_t qd = (int64_t)nh * hd, kvd = (int64_t)hp->n_head_kv * hd;
-    const float scale = hp->attn_scale, cap = hp->attn_softcap;
-    float *scores = m->scores + (size_t)ith * m->scores_stride;
-    int32_t *visible = m->visible + (size_t)ith * (size_t)m->tok_cap;
-    const int32_t b = m->node, window = es__layer_window(hp, il), p = f->pos[b];
-    /* the committed slots from c0 (slot s holds position s), then the ancestors in the window */
-    const int32_t c0 = window > 0 ? ES__MIN(f->n_past, ES__MAX(0, p - window + 1)) : 0, n_com = f->n_past - c0;
-    int32_t n_vis = 0;
-    for (int32_t i = 0; i < f->n; i++)
-        if (f->dfs_start[i] <= f->dfs_start[b] && f->dfs_end[b] <= f->dfs_end[i] && (window <= 0 || f->pos[i] > p - window))
-            visible[n_vis++] = f->n_past + i;
-    int64_t lo, hi;
-    es__split_range((int64_t)G * nh, 1, ith, nth, &lo, &hi);
-    for (int64_t task = lo; task < hi; task++) {
-        const int64_t row = task / nh;
-        const int32_t h = (int32_t)(task % nh), j = (int32_t)row;
-        const int32_t g = h / group;
-        const size_t cache = ((size_t)il * (size_t)hp->n_head_kv + (size_t)g) * (size_t)J->n_ctx * (size_t)hd;
-        const float *kg = J->c->k + cache, *vg = J->c->v + cache, *q = m->q + row * qd + (int64_t)h * hd;
-        const int32_t n_main = n_com + n_vis, n_keys = n_main + j + 1;
-        float mx = -INFINITY;
-        for (int32_t s = 0; s < n_keys; s++) {
-            const float *key = s < n_main ? kg + (int64_t)(s < n_com ? c0 + s : visible[s - n_com]) * hd
-                                           : m->kk + (int64_t)(s - n_main) * kvd + (int64_t)g * hd;
-            float sc = J->k->dot(q, key, hd) * scale;
-            if (cap > 0.0f) sc = cap * tanhf(sc / cap);
-            scores[s] = sc;
-            mx = sc > mx ? sc : mx;
-        }
-        float sum = 0.0f;
-        for (int32_t s = 0; s < n_keys; s++) {
-            scores[s] = expf(scores[s] - mx);
-            sum += scores[s];
-        }
-        float *o = m->att + row * qd + (int64_t)h * hd;
-        memset(o, 0, sizeof(float) * (size_t)hd);
-        for (int32_t s = 0; s < n_keys; s++) {
-            const float *val = s < n_main ? vg + (int64_t)(s < n_com ? c0 + s : visible[s - n_com]) * hd
-                                           : m->vv + (int64_t)(s - n_main) * kvd + (int64_t)g * hd;
-            J->k->axpy(o, scores[s], val, hd);
-        }
-        const float inv = 1.0f / sum;
-        for (int32_t e = 0; e < hd; e++) o[e] *= inv;
-    }
-}
-
-static void norm_range(const es__msa_job *J, const float *x, const float *w, float *y, int64_t n_rows, int ith, int nth) {
-    const int64_t d = J->hp->n_embd;
-    int64_t lo, hi;
-    rows_range(n_rows, ith, nth, &lo, &hi);
-    for (int64_t t = lo; t < hi; t++) es__cpu_rmsnorm_row(J->k, x + t * d, w, d, J->hp->rms_eps, y + t * d);
-}
-
-static void add_bias(float *x, const float *b, int64_t n) {
-    if (b)
-        for (int64_t i = 0; i < n; i++) x[i] += b[i];
-}
-
-/* Rows [lo, hi) of a residual branch's output (tmp) into the residual, through the post-branch
- * norm when the architecture has one (gemma2), as the forward's branch_phase does. */
-static void branch_add(const es__msa_job *J, const float *post, int64_t lo, int64_t hi) {
-    struct es__msa *m = J->m;
-    const int64_t d = J->hp->n_embd;
-    for (int64_t t = lo; t < hi; t++) {
-        float *y = m->tmp + t * d;
-        if (post) es__cpu_rmsnorm_row(J->k, y, post, d, J->hp->rms_eps, y);
-        for (int64_t i = 0; i < d; i++) m->s[t * d + i] += y[i];
-    }
-}
+/* ---- the stream pass: one survivor's streams after the forward (rows 0..G-1) */
 
 /* One MSA layer for the node's stream rows. */
 static void stream_layer(const es__msa_job *J, int32_t il, int ith, int nth) {
     struct es__msa *m = J->m;
     const es__hparams *hp = J->hp;
     const es__cpu_layer *L = &J->w->layers[il];
-    const es__ss_lora *lr = J->ss->lora + (size_t)(il - J->ss->msa_start) * ES__SS_LORA_COUNT;
-    const int32_t G = J->f->n_streams;
-    const int64_t R = G, ff = hp->n_ff;
-    const int64_t qd = (int64_t)hp->n_head * hp->head_dim, kvd = (int64_t)hp->n_head_kv * hp->head_dim;
-    float *ltmp = m->lora_tmp + (size_t)ith * (size_t)ES__MAX(J->ss->lora_rank, 1);
+    const int32_t G = J->f->n_streams, b = m->node;
+    float *ltmp = es__ssr_scratch(J, ith);
     int64_t lo, hi;
-    rows_range(R, ith, nth, &lo, &hi);
+    rows_range(G, ith, nth, &lo, &hi);
 
-    norm_range(J, m->s, L->attn_norm, m->sn, R, ith, nth);
+    for (int64_t r = lo; r < hi; r++) es__ssr_norm(J, L->attn_norm, r);
     es__pool_barrier(J->pool);
-    mm(J, &L->wq, m->sn, R, m->q, ith, nth);
-    mm(J, &L->wk, m->sn, R, m->kk, ith, nth);
-    mm(J, &L->wv, m->sn, R, m->vv, ith, nth);
+    mm(J, &L->wq, m->sn, G, m->q, ith, nth);
+    mm(J, &L->wk, m->sn, G, m->kk, ith, nth);
+    mm(J, &L->wv, m->sn, G, m->vv, ith, nth);
     es__pool_barrier(J->pool);
-    lora_rows(J, &lr[ES__SS_LORA_Q], m->sn, m->q, lo, hi, ltmp);
-    lora_rows(J, &lr[ES__SS_LORA_K], m->sn, m->kk, lo, hi, ltmp);
-    lora_rows(J, &lr[ES__SS_LORA_V], m->sn, m->vv, lo, hi, ltmp);
-    for (int64_t t = lo; t < hi; t++) { /* the biases (qwen2), then RoPE at the node's position */
-        const float *cs = J->c->rope + (int64_t)m->node * (hp->n_rot / 2) * 2;
-        add_bias(m->q + t * qd, L->bq, qd);
-        add_bias(m->kk + t * kvd, L->bk, kvd);
-        add_bias(m->vv + t * kvd, L->bv, kvd);
-        es__cpu_rope_token(m->q + t * qd, hp->n_head, hp->head_dim, hp->n_rot, cs, hp->rope_type);
-        es__cpu_rope_token(m->kk + t * kvd, hp->n_head_kv, hp->head_dim, hp->n_rot, cs, hp->rope_type);
-    }
+    for (int64_t r = lo; r < hi; r++) es__ssr_qkv(J, il, b, r, ltmp);
     es__pool_barrier(J->pool);
-    stream_attention(J, il, ith, nth);
+    int64_t t0, t1;
+    es__split_range((int64_t)G * hp->n_head, 1, ith, nth, &t0, &t1);
+    for (int64_t task = t0; task < t1; task++)
+        es__ssr_attend(J, il, b, (int32_t)(task / hp->n_head), task / hp->n_head, (int32_t)(task % hp->n_head),
+                       m->scores + (size_t)ith * m->scores_stride, m->visible + (size_t)ith * (size_t)m->tok_cap);
     es__pool_barrier(J->pool);
-    mm(J, &L->wo, m->att, R, m->tmp, ith, nth);
+    mm(J, &L->wo, m->att, G, m->tmp, ith, nth);
     es__pool_barrier(J->pool);
-    lora_rows(J, &lr[ES__SS_LORA_O], m->att, m->tmp, lo, hi, ltmp);
-    branch_add(J, L->post_attn_norm, lo, hi);
+    for (int64_t r = lo; r < hi; r++) es__ssr_attn_out_ffn_in(J, il, r, ltmp);
     es__pool_barrier(J->pool);
-
-    norm_range(J, m->s, L->ffn_norm, m->sn, R, ith, nth);
+    mm(J, &L->gate, m->sn, G, m->gate, ith, nth);
+    mm(J, &L->up, m->sn, G, m->up, ith, nth);
     es__pool_barrier(J->pool);
-    mm(J, &L->gate, m->sn, R, m->gate, ith, nth);
-    mm(J, &L->up, m->sn, R, m->up, ith, nth);
+    for (int64_t r = lo; r < hi; r++) es__ssr_ffn_cols(J, il, r, 0, hp->n_ff, ltmp);
     es__pool_barrier(J->pool);
-    lora_rows(J, &lr[ES__SS_LORA_GATE], m->sn, m->gate, lo, hi, ltmp);
-    lora_rows(J, &lr[ES__SS_LORA_UP], m->sn, m->up, lo, hi, ltmp);
-    if (hp->arch && hp->arch->act == ES__ACT_GELU)
-        es__cpu_geglu_range(m->gate, m->up, lo * ff, hi * ff, m->gate);
-    else
-        for (int64_t i = lo * ff; i < hi * ff; i++) {
-            const float g = m->gate[i];
-            m->gate[i] = g / (1.0f + expf(-g)) * m->up[i];
-        }
+    mm(J, &L->down, m->gate, G, m->tmp, ith, nth);
     es__pool_barrier(J->pool);
-    mm(J, &L->down, m->gate, R, m->tmp, ith, nth);
-    es__pool_barrier(J->pool);
-    lora_rows(J, &lr[ES__SS_LORA_DOWN], m->gate, m->tmp, lo, hi, ltmp);
-    branch_add(J, L->post_ffn_norm, lo, hi);
+    for (int64_t r = lo; r < hi; r++) es__ssr_ffn_out(J, il, r, ltmp);
     es__pool_barrier(J->pool);
 }
 
@@ -416,17 +273,12 @@ static void stream_layer(const es__msa_job *J, int32_t il, int ith, int nth) {
 static void stream_pass(void *arg, int ith, int nth) {
     es__msa_job *J = arg;
     const int32_t G = J->f->n_streams;
-    struct es__msa *m = J->m;
-    const int64_t d = J->hp->n_embd;
     int64_t lo, hi;
     rows_range(G, ith, nth, &lo, &hi);
-    for (int64_t t = lo; t < hi; t++) { /* Eq. 3: S_j = M + P_j */
-        const float *x = m->x0 + (int64_t)m->node * d, *p = J->ss->stream_embd + t * d;
-        for (int64_t i = 0; i < d; i++) m->s[t * d + i] = x[i] + p[i];
-    }
+    for (int64_t r = lo; r < hi; r++) es__ssr_init(J, J->m->node, (int32_t)r, r);
     es__pool_barrier(J->pool);
     for (int32_t il = J->ss->msa_start; il < J->hp->n_layer; il++) stream_layer(J, il, ith, nth);
-    norm_range(J, m->s, J->w->output_norm, m->sn, G, ith, nth);
+    for (int64_t r = lo; r < hi; r++) es__ssr_norm(J, J->w->output_norm, r);
     es__pool_barrier(J->pool);
 }
 
@@ -479,10 +331,15 @@ es_status es__msa_stream_logits(es_context *ctx, int32_t i, int32_t g, float *ou
                  "cpu backend: no streams for survivor %d of the last forward", i);
     ES_RETURN_IF(g < 1 || g > m->n_streams, &ctx->backend->err, ES_ERR_INVALID_ARGUMENT,
                  "cpu backend: %d streams asked of %d", g, m->n_streams);
-    if (m->node != i || m->node_g < g) run_streams(ctx, i, g);
+    /* rows the forward carried (msa_fused.c) are ready; else the pass computes them */
+    const float *rows = m->sn + (size_t)i * (size_t)m->n_streams * (size_t)ctx->model->hp.n_embd;
+    if (!m->fused) {
+        if (m->node != i || m->node_g < g) run_streams(ctx, i, g);
+        rows = m->sn;
+    }
     const es__cpu_weights *w = ctx->weights;
     es__cpu_state *B = ctx->backend->impl;
-    head_job h = {B->kern, &w->output, m->sn, g, out, c->panel, c->panel_floats};
+    head_job h = {B->kern, &w->output, rows, g, out, c->panel, c->panel_floats};
     es__pool_run(B->pool, head_thread, &h);
     const es__hparams *hp = &ctx->model->hp;
     if (hp->final_softcap > 0.0f) es__cpu_softcap(out, (int64_t)g * hp->n_vocab, hp->final_softcap);

@@ -16,8 +16,10 @@
  * EDGESPEC_BENCH_PROFILE=1 turns on the backend's profile and prints each plain forward's per-op
  * time (ms per call) to stderr. EDGESPEC_BENCH_PAIRED=1 times instead, for each tree of 2, 4, 5 and
  * 8 nodes, a one-token call and the tree's call back to back, reps times, and prints the median of
- * their ratios: on a shared machine both sides of each ratio see the same load. */
+ * their ratios: on a shared machine both sides of each ratio see the same load.
+ * EDGESPEC_BENCH_RIDE=1 (CPU) times streams riding in the call against the stream pass (ride()). */
 #include "../common/bench_time.h"
+#include "cpu/msa.h"
 #include "edgespec.h"
 #include "forward_api.h"
 
@@ -109,6 +111,41 @@ static bool paired(es_context *ctx, const es_model_info *info, int n_past, int r
     return ok;
 }
 
+/* EDGESPEC_BENCH_RIDE (CPU): what a step needs from a tree of n nodes with every stream, the call
+ * and the last node's streams, with the streams riding in the call (msa_fused.c) against the
+ * stream pass after it (of one stream and of all), alternated reps times; medians in ms. */
+static bool ride(es_context *ctx, const es_model_info *info, int n_past, int reps, int32_t G) {
+    const int32_t sizes[] = {1, 2, 3, 4, 5, 8, 16};
+    double *t[3];
+    bool ok = true;
+    for (int k = 0; k < 3; k++) ok = (t[k] = malloc(sizeof(double) * (size_t)reps)) != NULL && ok;
+    for (size_t si = 0; ok && si < sizeof sizes / sizeof *sizes; si++) {
+        const int32_t n = sizes[si];
+        int32_t pos[64], st[64], en[64], toks[64];
+        bushy_tree(n, n_past, info, pos, st, en, toks);
+        uint8_t all[64];
+        memset(all, 1, sizeof all);
+        es_batch b = {n, toks, pos, st, en, all};
+        for (int r = 0; ok && r < reps + 1; r++)
+            for (int k = 0; ok && k < 3; k++) { /* riding, a pass of one stream, a pass of all */
+                es__msa_set_fuse_rows(ctx, k == 0 ? 1 << 20 : 0);
+                const float *sl = NULL;
+                const double t0 = now_ms();
+                ok = es__forward(ctx, &b, &(es__call){G, 0.0f}) == ES_OK &&
+                     es__stream_logits(ctx, n - 1, k == 1 ? 1 : G, &sl) == ES_OK;
+                if (r > 0) t[k][r - 1] = now_ms() - t0;
+            }
+        if (ok)
+            printf("{\"call\": \"ride\", \"n_past\": %d, \"tree_nodes\": %d, \"stream_rows\": %d, \"riding_ms\": %.3f, "
+                   "\"pass1_ms\": %.3f, \"pass_all_ms\": %.3f}\n",
+                   n_past, n, n * G, bench_median(t[0], reps), bench_median(t[1], reps), bench_median(t[2], reps));
+        fflush(stdout);
+    }
+    if (!ok) fprintf(stderr, "bench_spec_call: %s\n", es_context_errmsg(ctx));
+    for (int k = 0; k < 3; k++) free(t[k]);
+    return ok;
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) {
         fprintf(stderr, "usage: bench_spec_call MODEL.gguf [ADAPTER.ss.gguf|-] [cpu|vulkan] [threads] [reps] [n_past]\n");
@@ -185,6 +222,11 @@ int main(int argc, char **argv) {
     uint8_t all[64];
     memset(all, 1, sizeof all);
     double *t = malloc(sizeof(double) * (size_t)reps);
+    if (getenv("EDGESPEC_BENCH_RIDE")) {
+        const int ok = !vk && G > 0 && ride(ctx, &info, n_past, reps, G);
+        if (vk || !G) fprintf(stderr, "bench_spec_call: EDGESPEC_BENCH_RIDE is for the CPU backend with an adapter\n");
+        return ok ? 0 : 1;
+    }
     const bool pair = getenv("EDGESPEC_BENCH_PAIRED") != NULL;
     const int rc = pair && !paired(ctx, &info, n_past, reps, t) ? 1 : 0;
     for (size_t si = 0; !pair && si < sizeof sizes / sizeof *sizes; si++) {

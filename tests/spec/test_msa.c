@@ -12,6 +12,7 @@
  *     moved down leaves the next token the bits of a plain chain (streams starting above, at and
  *     below the prune layer). */
 #include "../common/test_ctx.h"
+#include "cpu/msa.h"
 #include "forward_api.h"
 #include "mem_adapter.h"
 
@@ -190,8 +191,12 @@ static void reference(const ref *r, const int32_t *seq, int32_t T, double *strea
 
 /* ---- the tests */
 
+static int32_t cpu_fuse_rows = -1; /* the CPU's stream rows riding in the forward; -1: measured */
+
 static es_context *new_ctx(const es_model *m) {
-    return test_ctx(m, backend, 128, 64, NULL);
+    es_context *c = test_ctx(m, backend, 128, 64, NULL);
+    if (c && cpu_fuse_rows >= 0) es__msa_set_fuse_rows(c, cpu_fuse_rows);
+    return c;
 }
 
 static double rel_err(const float *got, const double *want, int32_t n) {
@@ -474,12 +479,15 @@ static void test_errors(void) {
     mem_model_free(m);
 }
 
-/* argv[1]: "cpu" (default) or "vulkan"; argv[2] (Vulkan): "fallbacks" forces every fallback path,
- * "fuse-all" makes every tree's streams ride in the forward's rows (a GPU's profile, past what
- * lavapipe's allows), "never-fuse" runs every stream pass after the forward. */
+/* argv[1]: "cpu" (default) or "vulkan"; argv[2] (Vulkan): "fallbacks" forces every fallback path;
+ * (either) "fuse-all" makes every tree's streams ride in the forward's rows (a GPU's profile, past
+ * what lavapipe's allows; on the CPU up to its 64 rows), "never-fuse" runs every stream pass after
+ * the forward. Without either, each context's measured choice. */
 int main(int argc, char **argv) {
-    backend = test_backend_from_args(argc, argv, 3, NULL); /* 3 threads: an odd split of every range */
+    bool vulkan = false;
+    backend = test_backend_from_args(argc, argv, 3, &vulkan); /* 3 threads: an odd split of every range */
     if (!backend) TEST_MAIN_END();
+    if (!vulkan && argc > 2) cpu_fuse_rows = strcmp(argv[2], "fuse-all") == 0 ? 1 << 20 : strcmp(argv[2], "never-fuse") == 0 ? 0 : -1;
     /* GQA, LoRA on every projection of the top layer, pruning at the MSA start */
     mem_model_cfg m1 = {61, 48, 4, 4, 2, 12, 64, 12, ES_ROPE_NORM, 10000.0f, 1.0f, false, ES__DTYPE_F32, 21};
     mem_adapter_cfg a1 = {3, 2, 2, 4, 2, 0.2f, 8};

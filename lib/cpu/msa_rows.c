@@ -1,0 +1,177 @@
+/* msa_rows.c: one speculative stream row through an MSA layer (papers/speculative-streaming.txt
+ * 3.2, Eq. 2 and 3; the reference is tools/train/model.py), in the pieces the stream pass (msa.c)
+ * and the forward's own phases (msa_fused.c) run between their matrix products. The
+ * architecture's steps (arch.h: biases, GeGLU, post-branch norms, soft-capping, sliding windows)
+ * are the main stream's. Deliberately not here: which rows run when (the callers). */
+#include "msa_impl.h"
+
+#include "opsi.h"
+
+#include <math.h>
+#include <string.h>
+
+static const es__ss_lora *layer_lora(const es__msa_job *J, int32_t il) {
+    return J->ss->lora + (size_t)(il - J->ss->msa_start) * ES__SS_LORA_COUNT;
+}
+
+/* A x into ax: the LoRA's rank-sized inner vector. */
+static void lora_in(const es__msa_job *J, const es__ss_lora *lo, const float *x, float *ax) {
+    for (int32_t r = 0; r < J->ss->lora_rank; r++) ax[r] = J->k->dot(lo->a + (int64_t)r * lo->n_in, x, lo->n_in);
+}
+
+/* y[o] += B[o] ax for outputs [o0, o1), B's rows through the matrix kernel (one call, not one
+ * short dot product per output: those cost a stream row more than its weights did); scratch
+ * holds o1 - o0 floats. */
+static void lora_out(const es__msa_job *J, const es__ss_lora *lo, const float *ax, float *y, int64_t o0, int64_t o1,
+                     float *scratch) {
+    const int32_t rank = J->ss->lora_rank;
+    J->k->matmul(ES__DTYPE_F32, lo->b, sizeof(float) * (size_t)rank, rank, o0, o1, ax, rank, 1, scratch, o1 - o0, NULL);
+    for (int64_t o = o0; o < o1; o++) y[o] += scratch[o - o0];
+}
+
+float *es__ssr_scratch(const es__msa_job *J, int ith) {
+    return J->m->lora_tmp + (size_t)ith * J->m->lora_stride;
+}
+
+/* y += B (A x): the stream-only LoRA of one projection, for one row. */
+static void lora_row(const es__msa_job *J, const es__ss_lora *lo, const float *x, float *y, float *ltmp) {
+    if (!lo->a) return;
+    lora_in(J, lo, x, ltmp);
+    lora_out(J, lo, ltmp, y, 0, lo->n_out, ltmp + ES__MAX(J->ss->lora_rank, 1));
+}
+
+static void add_bias(float *x, const float *b, int64_t n) {
+    if (b)
+        for (int64_t i = 0; i < n; i++) x[i] += b[i];
+}
+
+/* A residual branch's output (tmp[r]) into the residual, through the post-branch norm when the
+ * architecture has one (gemma2), as the forward's branch_phase does. */
+static void branch_add(const es__msa_job *J, const float *post, int64_t r) {
+    struct es__msa *m = J->m;
+    const int64_t d = J->hp->n_embd;
+    float *y = m->tmp + r * d;
+    if (post) es__cpu_rmsnorm_row(J->k, y, post, d, J->hp->rms_eps, y);
+    for (int64_t i = 0; i < d; i++) m->s[r * d + i] += y[i];
+}
+
+void es__ssr_init(const es__msa_job *J, int32_t b, int32_t j, int64_t r) {
+    struct es__msa *m = J->m;
+    const int64_t d = J->hp->n_embd;
+    const float *x = m->x0 + (int64_t)b * d, *p = J->ss->stream_embd + (int64_t)j * d;
+    for (int64_t i = 0; i < d; i++) m->s[r * d + i] = x[i] + p[i];
+}
+
+void es__ssr_norm(const es__msa_job *J, const float *w, int64_t r) {
+    const int64_t d = J->hp->n_embd;
+    es__cpu_rmsnorm_row(J->k, J->m->s + r * d, w, d, J->hp->rms_eps, J->m->sn + r * d);
+}
+
+void es__ssr_qkv(const es__msa_job *J, int32_t il, int32_t b, int64_t r, float *ltmp) {
+    struct es__msa *m = J->m;
+    const es__hparams *hp = J->hp;
+    const es__cpu_layer *L = &J->w->layers[il];
+    const es__ss_lora *lr = layer_lora(J, il);
+    const int64_t qd = (int64_t)hp->n_head * hp->head_dim, kvd = (int64_t)hp->n_head_kv * hp->head_dim;
+    const float *x = m->sn + r * hp->n_embd;
+    float *q = m->q + r * qd, *k = m->kk + r * kvd, *v = m->vv + r * kvd;
+    lora_row(J, &lr[ES__SS_LORA_Q], x, q, ltmp);
+    lora_row(J, &lr[ES__SS_LORA_K], x, k, ltmp);
+    lora_row(J, &lr[ES__SS_LORA_V], x, v, ltmp);
+    const float *cs = J->c->rope + (int64_t)b * (hp->n_rot / 2) * 2;
+    add_bias(q, L->bq, qd);
+    add_bias(k, L->bk, kvd);
+    add_bias(v, L->bv, kvd);
+    es__cpu_rope_token(q, hp->n_head, hp->head_dim, hp->n_rot, cs, hp->rope_type);
+    es__cpu_rope_token(k, hp->n_head_kv, hp->head_dim, hp->n_rot, cs, hp->rope_type);
+}
+
+/* The committed slots from c0 (slot s holds position s), then the batch slots of b's ancestors
+ * and b in the window: what b's streams see of the main stream. */
+static int32_t visible_slots(const es__msa_job *J, int32_t b, int32_t window, int32_t *c0, int32_t *visible) {
+    const es__fwd *f = J->f;
+    const int32_t p = f->pos[b];
+    *c0 = window > 0 ? ES__MIN(f->n_past, ES__MAX(0, p - window + 1)) : 0;
+    int32_t n_vis = 0;
+    for (int32_t i = 0; i < f->n; i++)
+        if (f->dfs_start[i] <= f->dfs_start[b] && f->dfs_end[b] <= f->dfs_end[i] && (window <= 0 || f->pos[i] > p - window))
+            visible[n_vis++] = f->n_past + i;
+    return n_vis;
+}
+
+void es__ssr_attend(const es__msa_job *J, int32_t il, int32_t b, int32_t j, int64_t r, int32_t h, float *scores,
+                    int32_t *visible) {
+    const struct es__msa *m = J->m;
+    const es__hparams *hp = J->hp;
+    const int32_t hd = hp->head_dim, g = h / (hp->n_head / hp->n_head_kv);
+    const int64_t qd = (int64_t)hp->n_head * hd, kvd = (int64_t)hp->n_head_kv * hd, r0 = r - j;
+    const float scale = hp->attn_scale, cap = hp->attn_softcap;
+    int32_t c0;
+    const int32_t n_vis = visible_slots(J, b, es__layer_window(hp, il), &c0, visible);
+    const size_t cache = ((size_t)il * (size_t)hp->n_head_kv + (size_t)g) * (size_t)J->n_ctx * (size_t)hd;
+    const float *kg = J->c->k + cache, *vg = J->c->v + cache, *q = m->q + r * qd + (int64_t)h * hd;
+    const int32_t n_com = J->f->n_past - c0, n_main = n_com + n_vis, n_keys = n_main + j + 1;
+    float mx = -INFINITY;
+    for (int32_t s = 0; s < n_keys; s++) {
+        const float *key = s < n_main ? kg + (int64_t)(s < n_com ? c0 + s : visible[s - n_com]) * hd
+                                       : m->kk + (r0 + s - n_main) * kvd + (int64_t)g * hd;
+        float sc = J->k->dot(q, key, hd) * scale;
+        if (cap > 0.0f) sc = cap * tanhf(sc / cap);
+        scores[s] = sc;
+        mx = sc > mx ? sc : mx;
+    }
+    float sum = 0.0f;
+    for (int32_t s = 0; s < n_keys; s++) {
+        scores[s] = expf(scores[s] - mx);
+        sum += scores[s];
+    }
+    float *o = m->att + r * qd + (int64_t)h * hd;
+    memset(o, 0, sizeof(float) * (size_t)hd);
+    for (int32_t s = 0; s < n_keys; s++) {
+        const float *val = s < n_main ? vg + (int64_t)(s < n_com ? c0 + s : visible[s - n_com]) * hd
+                                       : m->vv + (r0 + s - n_main) * kvd + (int64_t)g * hd;
+        J->k->axpy(o, scores[s], val, hd);
+    }
+    const float inv = 1.0f / sum;
+    for (int32_t e = 0; e < hd; e++) o[e] *= inv;
+}
+
+void es__ssr_attn_out_ffn_in(const es__msa_job *J, int32_t il, int64_t r, float *ltmp) {
+    struct es__msa *m = J->m;
+    const es__hparams *hp = J->hp;
+    const es__cpu_layer *L = &J->w->layers[il];
+    const es__ss_lora *lr = layer_lora(J, il);
+    const int64_t qd = (int64_t)hp->n_head * hp->head_dim, rank = ES__MAX(J->ss->lora_rank, 1);
+    lora_row(J, &lr[ES__SS_LORA_O], m->att + r * qd, m->tmp + r * hp->n_embd, ltmp);
+    branch_add(J, L->post_attn_norm, r);
+    es__ssr_norm(J, L->ffn_norm, r);
+    const float *x = m->sn + r * hp->n_embd;
+    if (lr[ES__SS_LORA_GATE].a) lora_in(J, &lr[ES__SS_LORA_GATE], x, m->ax + r * 2 * rank);
+    if (lr[ES__SS_LORA_UP].a) lora_in(J, &lr[ES__SS_LORA_UP], x, m->ax + r * 2 * rank + rank);
+}
+
+void es__ssr_ffn_cols(const es__msa_job *J, int32_t il, int64_t r, int64_t lo, int64_t hi, float *ltmp) {
+    struct es__msa *m = J->m;
+    const es__hparams *hp = J->hp;
+    const es__ss_lora *lr = layer_lora(J, il);
+    const int64_t ff = hp->n_ff, rank = ES__MAX(J->ss->lora_rank, 1);
+    float *gate = m->gate + r * ff, *up = m->up + r * ff;
+    if (lr[ES__SS_LORA_GATE].a) lora_out(J, &lr[ES__SS_LORA_GATE], m->ax + r * 2 * rank, gate, lo, hi, ltmp + rank);
+    if (lr[ES__SS_LORA_UP].a) lora_out(J, &lr[ES__SS_LORA_UP], m->ax + r * 2 * rank + rank, up, lo, hi, ltmp + rank);
+    if (hp->arch && hp->arch->act == ES__ACT_GELU)
+        es__cpu_geglu_range(gate, up, lo, hi, gate);
+    else
+        for (int64_t i = lo; i < hi; i++) gate[i] = gate[i] / (1.0f + expf(-gate[i])) * up[i];
+}
+
+void es__ssr_ffn_out(const es__msa_job *J, int32_t il, int64_t r, float *ltmp) {
+    struct es__msa *m = J->m;
+    const es__cpu_layer *L = &J->w->layers[il];
+    lora_row(J, &layer_lora(J, il)[ES__SS_LORA_DOWN], m->gate + r * J->hp->n_ff, m->tmp + r * J->hp->n_embd, ltmp);
+    branch_add(J, L->post_ffn_norm, r);
+}
+
+void es__ssr_mm(const es__msa_job *J, const es__cpu_mat *W, const float *x, float *y, int64_t n, int64_t lo, int64_t hi,
+                float *panel) {
+    if (lo < hi && n > 0) J->k->matmul(W->type, W->data, W->row_bytes, W->n_in, lo, hi, x, W->n_in, n, y + lo, W->n_out, panel);
+}
