@@ -74,20 +74,42 @@ void es__msa_fz_chunk(const es__msa_job *J, int32_t il, es__fz_op op, int64_t lo
 
 /* ---- how many rows ride: measured per context */
 
+#define FUSE_REPS 5    /* alternated timings of each way per size */
+#define FUSE_GAIN 0.95 /* riding must take at most this share of the pass's time: a wrong choice
+                          made on a noisy machine then costs little */
+
 /* A chain of n tokens from position 0 with G streams each (nothing is committed: the slots are
- * provisional), then the last token's streams; ms, best of three. */
-static es_status time_chain(es_context *ctx, int32_t n, int32_t G, float *logits, double *ms) {
+ * provisional), then the last token's streams, riding (rows > 0) or from the pass; ms. */
+static es_status time_chain(es_context *ctx, int32_t n, int32_t G, int32_t rows, float *logits, double *ms) {
     int32_t tokens[8] = {0}, pos[8], dfs_start[8], dfs_end[8], parent[8], out[8];
     uint8_t pruned[8] = {0};
     for (int32_t i = 0; i < n; i++) pos[i] = dfs_start[i] = out[i] = i, dfs_end[i] = n - 1, parent[i] = i - 1;
     const es__fwd f = {n, 0, tokens, pos, dfs_start, dfs_end, parent, n, out, logits, G, 0.0f, pruned, NULL, NULL, NULL};
-    *ms = INFINITY;
-    for (int rep = 0; rep < 3; rep++) {
-        const double t0 = es__time_now();
-        ES_TRY(es__cpu_forward(ctx, &f));
-        ES_TRY(es__msa_stream_logits(ctx, n - 1, G, logits + (size_t)n * (size_t)ctx->model->hp.n_vocab));
-        *ms = ES__MIN(*ms, (es__time_now() - t0) * 1e3);
+    es__msa_set_fuse_rows(ctx, rows);
+    const double t0 = es__time_now();
+    ES_TRY(es__cpu_forward(ctx, &f));
+    ES_TRY(es__msa_stream_logits(ctx, n - 1, G, logits + (size_t)n * (size_t)ctx->model->hp.n_vocab));
+    *ms = (es__time_now() - t0) * 1e3;
+    return ES_OK;
+}
+
+/* The median over FUSE_REPS alternated pairs of riding's time over the pass's, for chains of n. */
+static es_status ride_ratio(es_context *ctx, int32_t n, int32_t G, float *logits, double *ratio) {
+    double r[FUSE_REPS], ride = 0.0, pass = 0.0;
+    ES_TRY(time_chain(ctx, n, G, n * G, logits, &ride)); /* first calls: page faults, cold caches */
+    ES_TRY(time_chain(ctx, n, G, 0, logits, &pass));
+    for (int i = 0; i < FUSE_REPS; i++) {
+        ES_TRY(time_chain(ctx, n, G, n * G, logits, &ride));
+        ES_TRY(time_chain(ctx, n, G, 0, logits, &pass));
+        r[i] = ride / ES__MAX(pass, 1e-9);
     }
+    for (int i = 1; i < FUSE_REPS; i++) /* insertion sort: five values */
+        for (int j = i; j > 0 && r[j] < r[j - 1]; j--) {
+            const double x = r[j];
+            r[j] = r[j - 1];
+            r[j - 1] = x;
+        }
+    *ratio = r[FUSE_REPS / 2];
     return ES_OK;
 }
 
@@ -100,23 +122,21 @@ es_status es__msa_measure_fuse(es_context *ctx) {
     b->profile = false;
     float *logits = es__calloc(b->alloc, (size_t)(8 + G) * (size_t)ctx->model->hp.n_vocab, sizeof(float));
     es_status s = logits ? ES_OK : es__fail(&b->err, ES_ERR_OUT_OF_MEMORY, "cpu backend: out of memory");
-    int32_t cap = 0;
-    double fused = 0.0, pass = 0.0;
+    int32_t cap = 0, last = 0;
+    double ratio = 0.0;
     for (int32_t n = 1; s == ES_OK && n <= 8 && n <= ctx->n_batch && n * G <= ES__MSA_FUSE_ROWS; n *= 2) {
-        es__msa_set_fuse_rows(ctx, n * G);
-        s = time_chain(ctx, n, G, logits, &fused);
-        es__msa_set_fuse_rows(ctx, 0);
-        if (s == ES_OK) s = time_chain(ctx, n, G, logits, &pass);
-        if (s != ES_OK || !(fused < pass)) break;
+        s = ride_ratio(ctx, n, G, logits, &ratio);
+        last = n;
+        if (s != ES_OK || !(ratio < FUSE_GAIN)) break;
         cap = n * G;
     }
     es__free(b->alloc, logits);
     es__msa_set_fuse_rows(ctx, cap);
     if (s == ES_OK)
         es__logf(&b->log, ES_LOG_INFO,
-                 "cpu backend: streams ride in the forward up to %d rows (measured; last size tried: %.3f ms riding, "
-                 "%.3f ms with a stream pass)",
-                 cap, fused, pass);
+                 "cpu backend: streams ride in the forward up to %d rows (measured: a chain of %d with its streams "
+                 "riding took %.2fx the time of one with a stream pass)",
+                 cap, last, ratio);
     b->profile = profile;
     b->stats = counted;
     return s;
