@@ -189,10 +189,10 @@ static int64_t fz_rows(const thr *t, int32_t il) {
 
 /* The riding stream rows' share of a matrix phase's chunk, while its weights are cached. */
 static void fz_chunk(const thr *t, int op, int64_t lo, int64_t hi) {
+    if (op != OP_QKV && op != OP_WO && op != OP_FFN && op != OP_DOWN) return; /* the head: no streams */
     if (!fz_rows(t, t->il)) return;
     const es__fz_op fz = op == OP_QKV ? ES__FZ_QKV : op == OP_WO ? ES__FZ_WO : op == OP_FFN ? ES__FZ_FFN : ES__FZ_DOWN;
-    if (op == OP_QKV || op == OP_WO || op == OP_FFN || op == OP_DOWN)
-        es__msa_fz_chunk(t->J->msa, t->il, fz, lo, hi, t->ith);
+    es__msa_fz_chunk(t->J->msa, t->il, fz, lo, hi, t->ith);
 }
 
 /* A phase computing y = W x for every matrix of seg. */
@@ -257,36 +257,21 @@ static void add_bias(float *x, const float *b, int64_t n) {
         for (int64_t i = 0; i < n; i++) x[i] += b[i];
 }
 
-/* check_layer >= 0: the layer's first phase, where cancellation (es_context_abort) is looked at:
- * the one thread that computes row 0 takes the request and records the layer before it reports
- * the row done, so every thread finds it once the phase is complete and all stop at the same
- * layer. Returns false when the call stops here. */
-static bool norm_phase(thr *t, const float *x, const float *wt, float *y, int64_t n_tok, int32_t check_layer) {
-    const fwd_job *J = t->J;
-    const int64_t d = J->hp->n_embd;
-    es__work w;
-    phase_begin(t, &w, OP_NORM, n_tok, 1);
-    for (int64_t lo, hi; es__work_next(&w, &lo, &hi);) {
-        if (check_layer >= 0 && lo == 0 && atomic_exchange(J->abort_req, 0)) atomic_store(J->stop_at, check_layer);
-        for (int64_t i = lo; i < hi; i++) es__cpu_rmsnorm_row(J->k, x + i * d, wt, d, J->hp->rms_eps, y + i * d);
-    }
-    phase_end(t, &w);
-    return check_layer < 0 || atomic_load(J->stop_at) < 0;
-}
-
 /* What riding stream rows do in a norm phase (msa_fused.c): before layer il's attention (il =
  * n_layer: the output norm), or before its FFN. */
 enum { FZ_ATTN_NORM, FZ_FFN_NORM };
 
-/* norm_phase with the riding stream rows of layer il as items after the main rows'. */
-static bool norm_fz_phase(thr *t, const float *x, const float *wt, float *y, int64_t n_tok, int32_t check_layer,
-                          int32_t il, int fz) {
-    const int64_t S = fz_rows(t, il);
-    if (!S) return norm_phase(t, x, wt, y, n_tok, check_layer);
+/* RMSNorm of n_tok rows of x into y, with the riding stream rows of layer il (fz says their
+ * step) as items after them. check_layer >= 0: the layer's first phase, where cancellation
+ * (es_context_abort) is looked at: the one thread that computes row 0 takes the request and
+ * records the layer before it reports the row done, so every thread finds it once the phase is
+ * complete and all stop at the same layer. Returns false when the call stops here. */
+static bool norm_phase(thr *t, const float *x, const float *wt, float *y, int64_t n_tok, int32_t check_layer,
+                       int32_t il, int fz) {
     const fwd_job *J = t->J;
     const int64_t d = J->hp->n_embd;
     es__work w;
-    phase_begin(t, &w, OP_NORM, n_tok + S, 1);
+    phase_begin(t, &w, OP_NORM, n_tok + fz_rows(t, il), 1);
     for (int64_t lo, hi; es__work_next(&w, &lo, &hi);) {
         if (check_layer >= 0 && lo == 0 && atomic_exchange(J->abort_req, 0)) atomic_store(J->stop_at, check_layer);
         for (int64_t i = lo; i < hi; i++) {
@@ -380,7 +365,7 @@ static bool layer_pre(thr *t, int32_t il, int32_t check_layer) {
     es__work w;
 
     t->il = il;
-    if (!norm_fz_phase(t, c->x, L->attn_norm, c->xn, n, check_layer, il, FZ_ATTN_NORM)) return false;
+    if (!norm_phase(t, c->x, L->attn_norm, c->xn, n, check_layer, il, FZ_ATTN_NORM)) return false;
     const mm_seg qkv[3] = {{&L->wq, c->q}, {&L->wk, c->kn}, {&L->wv, c->vn}};
     mm_phase(t, OP_QKV, qkv, 3, c->xn, n);
 
@@ -416,7 +401,7 @@ static void layer_post(thr *t, int32_t il, int32_t nr) {
     es__work w;
     t->il = il;
     branch_phase(t, OP_WO, &L->wo, L->post_attn_norm, c->att, nr, c->tmp, c->x);
-    norm_fz_phase(t, c->x, L->ffn_norm, c->xn, nr, -1, il, FZ_FFN_NORM);
+    norm_phase(t, c->x, L->ffn_norm, c->xn, nr, -1, il, FZ_FFN_NORM);
 
     /* gate and up for the same rows, then SwiGLU on them */
     const mm_seg g = {&L->gate, c->gate}, u = {&L->up, c->up};
@@ -527,7 +512,7 @@ static void head(thr *t) {
     const es__hparams *hp = J->hp;
     es__cpu_ctx *c = J->c;
     es__work w;
-    norm_fz_phase(t, c->x, J->w->output_norm, c->xn, f->n_out, -1, hp->n_layer, FZ_ATTN_NORM);
+    norm_phase(t, c->x, J->w->output_norm, c->xn, f->n_out, -1, hp->n_layer, FZ_ATTN_NORM);
     const mm_seg head = {&J->w->output, f->logits};
     if (hp->final_softcap <= 0.0f) {
         mm_phase(t, OP_HEAD, &head, 1, c->xn, f->n_out);
