@@ -30,7 +30,7 @@ void es__msa_free(es__cpu_ctx *c, const es_allocator *a) {
     struct es__msa *m = c->msa;
     if (!m) return;
     void *bufs[] = {m->dfs_s, m->dfs_e, m->pos, m->x0, m->parents, m->kept_mem, m->s, m->sn, m->q, m->att, m->kk, m->vv,
-                    m->tmp, m->gate, m->up, m->ax, m->scores, m->visible, m->lora_tmp, m->ee_x, m->ee_down, m->ee_logits};
+                    m->tmp, m->gate, m->up, m->lg, m->lu, m->scores, m->visible, m->lora_tmp, m->ee_x, m->ee_down, m->ee_logits};
     for (size_t i = 0; i < ES__ARRAY_LEN(bufs); i++) es__free(a, bufs[i]);
     es__free(a, m);
     c->msa = NULL;
@@ -69,7 +69,7 @@ static bool alloc_fixed(struct es__msa *m, es_context *ctx, int32_t n_threads) {
            grow(a, &m->att, none, R, qd, sizeof(float)) && grow(a, &m->kk, none, R, kvd, sizeof(float)) &&
            grow(a, &m->vv, none, R, kvd, sizeof(float)) && grow(a, &m->tmp, none, R, d, sizeof(float)) &&
            grow(a, &m->gate, none, R, ff, sizeof(float)) && grow(a, &m->up, none, R, ff, sizeof(float)) &&
-           grow(a, &m->ax, none, R, 2 * rank, sizeof(float)) &&
+           grow(a, &m->lg, none, R, ff, sizeof(float)) && grow(a, &m->lu, none, R, ff, sizeof(float)) &&
            grow(a, &m->scores, none, th, m->scores_stride, sizeof(float)) &&
            grow(a, &m->visible, none, th, nb, sizeof(int32_t)) &&
            grow(a, &m->lora_tmp, none, th, m->lora_stride, sizeof(float)) &&
@@ -261,7 +261,7 @@ static void stream_layer(const es__msa_job *J, int32_t il, int ith, int nth) {
     mm(J, &L->gate, m->sn, G, m->gate, ith, nth);
     mm(J, &L->up, m->sn, G, m->up, ith, nth);
     es__pool_barrier(J->pool);
-    for (int64_t r = lo; r < hi; r++) es__ssr_ffn_cols(J, il, r, 0, hp->n_ff, ltmp);
+    for (int64_t r = lo; r < hi; r++) es__ssr_ffn_cols(J, il, r, 0, hp->n_ff);
     es__pool_barrier(J->pool);
     mm(J, &L->down, m->gate, G, m->tmp, ith, nth);
     es__pool_barrier(J->pool);

@@ -66,7 +66,7 @@ void es__msa_fz_chunk(const es__msa_job *J, int32_t il, es__fz_op op, int64_t lo
     case ES__FZ_FFN:
         es__ssr_mm(J, &L->gate, m->sn, m->gate, R, lo, hi, panel);
         es__ssr_mm(J, &L->up, m->sn, m->up, R, lo, hi, panel);
-        for (int64_t r = 0; r < R; r++) es__ssr_ffn_cols(J, il, r, lo, hi, es__ssr_scratch(J, ith));
+        for (int64_t r = 0; r < R; r++) es__ssr_ffn_cols(J, il, r, lo, hi);
         return;
     case ES__FZ_DOWN: es__ssr_mm(J, &L->down, m->gate, m->tmp, R, lo, hi, panel); return;
     }

@@ -36,7 +36,7 @@ struct es__msa {
     float *kk, *vv;          /* [rows_cap][n_head_kv * hd]                                      */
     float *tmp;              /* [rows_cap][n_embd]                                              */
     float *gate, *up;        /* [rows_cap][n_ff]                                                */
-    float *ax;               /* [rows_cap][2][lora_rank] the gate and up LoRA's A x             */
+    float *lg, *lu;          /* [rows_cap][n_ff] the gate and up LoRA's B (A x), added per chunk */
     /* per thread */
     float *scores;           /* [threads][n_ctx + tok_cap + rows_cap]                           */
     int32_t *visible;        /* [threads][tok_cap]                                              */
@@ -64,10 +64,10 @@ void es__ssr_qkv(const es__msa_job *J, int32_t il, int32_t b, int64_t r, float *
 void es__ssr_attend(const es__msa_job *J, int32_t il, int32_t b, int32_t j, int64_t r, int32_t h, float *scores,
                     int32_t *visible);
 /* After the output projection (tmp[r]): its LoRA and the residual; then the FFN's input norm and
- * the gate and up LoRA's A x. */
+ * the gate and up LoRA's whole outputs (the FFN's chunks add them). */
 void es__ssr_attn_out_ffn_in(const es__msa_job *J, int32_t il, int64_t r, float *ltmp);
 /* Columns [lo, hi) of row r's gate and up (after their matrices): their LoRA, the activation. */
-void es__ssr_ffn_cols(const es__msa_job *J, int32_t il, int64_t r, int64_t lo, int64_t hi, float *ltmp);
+void es__ssr_ffn_cols(const es__msa_job *J, int32_t il, int64_t r, int64_t lo, int64_t hi);
 /* After the down projection (tmp[r]): its LoRA and the residual. */
 void es__ssr_ffn_out(const es__msa_job *J, int32_t il, int64_t r, float *ltmp);
 /* Columns [lo, hi) of y = W x for n rows of stream buffers. */

@@ -19,14 +19,11 @@ static void lora_in(const es__msa_job *J, const es__ss_lora *lo, const float *x,
     for (int32_t r = 0; r < J->ss->lora_rank; r++) ax[r] = J->k->dot(lo->a + (int64_t)r * lo->n_in, x, lo->n_in);
 }
 
-/* y[o] += B[o] ax for outputs [o0, o1), B's rows through the matrix kernel (one call, not one
- * short dot product per output: those cost a stream row more than its weights did); scratch
- * holds o1 - o0 floats. */
-static void lora_out(const es__msa_job *J, const es__ss_lora *lo, const float *ax, float *y, int64_t o0, int64_t o1,
-                     float *scratch) {
+/* out = B ax over all outputs, B's rows through the matrix kernel (one call, not one short dot
+ * product per output: those cost a stream row more than its weights did). */
+static void lora_b(const es__msa_job *J, const es__ss_lora *lo, const float *ax, float *out) {
     const int32_t rank = J->ss->lora_rank;
-    J->k->matmul(ES__DTYPE_F32, lo->b, sizeof(float) * (size_t)rank, rank, o0, o1, ax, rank, 1, scratch, o1 - o0, NULL);
-    for (int64_t o = o0; o < o1; o++) y[o] += scratch[o - o0];
+    J->k->matmul(ES__DTYPE_F32, lo->b, sizeof(float) * (size_t)rank, rank, 0, lo->n_out, ax, rank, 1, out, lo->n_out, NULL);
 }
 
 float *es__ssr_scratch(const es__msa_job *J, int ith) {
@@ -36,8 +33,10 @@ float *es__ssr_scratch(const es__msa_job *J, int ith) {
 /* y += B (A x): the stream-only LoRA of one projection, for one row. */
 static void lora_row(const es__msa_job *J, const es__ss_lora *lo, const float *x, float *y, float *ltmp) {
     if (!lo->a) return;
+    float *by = ltmp + ES__MAX(J->ss->lora_rank, 1);
     lora_in(J, lo, x, ltmp);
-    lora_out(J, lo, ltmp, y, 0, lo->n_out, ltmp + ES__MAX(J->ss->lora_rank, 1));
+    lora_b(J, lo, ltmp, by);
+    for (int64_t o = 0; o < lo->n_out; o++) y[o] += by[o];
 }
 
 static void add_bias(float *x, const float *b, int64_t n) {
@@ -141,23 +140,30 @@ void es__ssr_attn_out_ffn_in(const es__msa_job *J, int32_t il, int64_t r, float 
     const es__hparams *hp = J->hp;
     const es__cpu_layer *L = &J->w->layers[il];
     const es__ss_lora *lr = layer_lora(J, il);
-    const int64_t qd = (int64_t)hp->n_head * hp->head_dim, rank = ES__MAX(J->ss->lora_rank, 1);
+    const int64_t qd = (int64_t)hp->n_head * hp->head_dim;
     lora_row(J, &lr[ES__SS_LORA_O], m->att + r * qd, m->tmp + r * hp->n_embd, ltmp);
     branch_add(J, L->post_attn_norm, r);
     es__ssr_norm(J, L->ffn_norm, r);
     const float *x = m->sn + r * hp->n_embd;
-    if (lr[ES__SS_LORA_GATE].a) lora_in(J, &lr[ES__SS_LORA_GATE], x, m->ax + r * 2 * rank);
-    if (lr[ES__SS_LORA_UP].a) lora_in(J, &lr[ES__SS_LORA_UP], x, m->ax + r * 2 * rank + rank);
+    const es__ss_lora *lo[2] = {&lr[ES__SS_LORA_GATE], &lr[ES__SS_LORA_UP]};
+    float *out[2] = {m->lg + r * hp->n_ff, m->lu + r * hp->n_ff};
+    for (int i = 0; i < 2; i++) {
+        if (!lo[i]->a) continue;
+        lora_in(J, lo[i], x, ltmp);
+        lora_b(J, lo[i], ltmp, out[i]);
+    }
 }
 
-void es__ssr_ffn_cols(const es__msa_job *J, int32_t il, int64_t r, int64_t lo, int64_t hi, float *ltmp) {
+void es__ssr_ffn_cols(const es__msa_job *J, int32_t il, int64_t r, int64_t lo, int64_t hi) {
     struct es__msa *m = J->m;
     const es__hparams *hp = J->hp;
     const es__ss_lora *lr = layer_lora(J, il);
-    const int64_t ff = hp->n_ff, rank = ES__MAX(J->ss->lora_rank, 1);
+    const int64_t ff = hp->n_ff;
     float *gate = m->gate + r * ff, *up = m->up + r * ff;
-    if (lr[ES__SS_LORA_GATE].a) lora_out(J, &lr[ES__SS_LORA_GATE], m->ax + r * 2 * rank, gate, lo, hi, ltmp + rank);
-    if (lr[ES__SS_LORA_UP].a) lora_out(J, &lr[ES__SS_LORA_UP], m->ax + r * 2 * rank + rank, up, lo, hi, ltmp + rank);
+    if (lr[ES__SS_LORA_GATE].a)
+        for (int64_t i = lo; i < hi; i++) gate[i] += m->lg[r * ff + i];
+    if (lr[ES__SS_LORA_UP].a)
+        for (int64_t i = lo; i < hi; i++) up[i] += m->lu[r * ff + i];
     if (hp->arch && hp->arch->act == ES__ACT_GELU)
         es__cpu_geglu_range(gate, up, lo, hi, gate);
     else
