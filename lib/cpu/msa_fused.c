@@ -74,7 +74,6 @@ void es__msa_fz_chunk(const es__msa_job *J, int32_t il, es__fz_op op, int64_t lo
 
 /* ---- how many rows ride: measured per context */
 
-#define FUSE_REPS 5    /* alternated timings of each way per size */
 #define FUSE_GAIN 0.95 /* riding must take at most this share of the pass's time: a wrong choice
                           made on a noisy machine then costs little */
 
@@ -93,23 +92,17 @@ static es_status time_chain(es_context *ctx, int32_t n, int32_t G, int32_t rows,
     return ES_OK;
 }
 
-/* The median over FUSE_REPS alternated pairs of riding's time over the pass's, for chains of n. */
+/* Riding's time over the pass's for chains of n: the best of two alternated timings each (noise
+ * only adds time), after a first call of each (page faults, cold caches); about six calls. */
 static es_status ride_ratio(es_context *ctx, int32_t n, int32_t G, float *logits, double *ratio) {
-    double r[FUSE_REPS], ride = 0.0, pass = 0.0;
-    ES_TRY(time_chain(ctx, n, G, n * G, logits, &ride)); /* first calls: page faults, cold caches */
-    ES_TRY(time_chain(ctx, n, G, 0, logits, &pass));
-    for (int i = 0; i < FUSE_REPS; i++) {
-        ES_TRY(time_chain(ctx, n, G, n * G, logits, &ride));
-        ES_TRY(time_chain(ctx, n, G, 0, logits, &pass));
-        r[i] = ride / ES__MAX(pass, 1e-9);
+    double ride = INFINITY, pass = INFINITY, ms = 0.0;
+    for (int rep = 0; rep < 3; rep++) {
+        ES_TRY(time_chain(ctx, n, G, n * G, logits, &ms));
+        if (rep > 0) ride = ES__MIN(ride, ms);
+        ES_TRY(time_chain(ctx, n, G, 0, logits, &ms));
+        if (rep > 0) pass = ES__MIN(pass, ms);
     }
-    for (int i = 1; i < FUSE_REPS; i++) /* insertion sort: five values */
-        for (int j = i; j > 0 && r[j] < r[j - 1]; j--) {
-            const double x = r[j];
-            r[j] = r[j - 1];
-            r[j - 1] = x;
-        }
-    *ratio = r[FUSE_REPS / 2];
+    *ratio = ride / ES__MAX(pass, 1e-9);
     return ES_OK;
 }
 
