@@ -10,13 +10,13 @@
  *     forward) and runs the top Ns layers with the layers' weights (plus the adapter's stream-only
  *     LoRA), attending to the main stream's keys/values of the token's ancestors and itself (the
  *     KV cache) and to streams <= j of the same token, in one softmax (Eq. 2); streams write no KV.
- *     The architecture's steps (arch.h: biases, GeGLU, post-branch norms, soft-capping, sliding
- *     windows) are taken exactly as the forward takes them for the main stream.
- *     Computing them after the forward gives the same values as interleaving them layer by layer
- *     (the cache then holds every layer's keys and values of the batch), and on this backend
- *     computing one token's streams on demand is never dearer than every token's in the pass.
+ *     Computing them after the forward (the stream pass, here) gives the same values as
+ *     interleaving them layer by layer (the cache then holds every layer's keys and values of the
+ *     batch), which is what the rows riding in the forward do where the context measured that
+ *     faster (msa_fused.c); both run msa_rows.c's row steps, so a row's bits are the same.
  * The main stream's code path is untouched (its logits stay bit-identical).
- * Deliberately not here: drafting and verification (lib/decode), the adapter file (adapter.c). */
+ * Deliberately not here: drafting and verification (lib/decode), the adapter file (adapter.c),
+ * the row math (msa_rows.c). */
 #include "msa_impl.h"
 
 #include "opsi.h"

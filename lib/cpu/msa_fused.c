@@ -117,7 +117,7 @@ es_status es__msa_measure_fuse(es_context *ctx) {
     es_status s = logits ? ES_OK : es__fail(&b->err, ES_ERR_OUT_OF_MEMORY, "cpu backend: out of memory");
     int32_t cap = 0, last = 0;
     double ratio = 0.0;
-    for (int32_t n = 1; s == ES_OK && n <= 8 && n <= ctx->n_batch && n * G <= ES__MSA_FUSE_ROWS; n *= 2) {
+    for (int32_t n = 1; s == ES_OK && n <= 8 && n <= ctx->n_batch && n <= ctx->n_ctx && n * G <= ES__MSA_FUSE_ROWS; n *= 2) {
         s = ride_ratio(ctx, n, G, logits, &ratio);
         last = n;
         if (s != ES_OK || !(ratio < FUSE_GAIN)) break;
