@@ -1,7 +1,8 @@
 /* spec_tune.h: sizing draft trees to the measured cost of the target's forward calls and the
  * observed acceptance (spec_tune.c). A node's chance of acceptance is its draft probability
  * calibrated by how often drafts of that depth and probability were accepted so far; a call of n
- * tree nodes costs a + b n (a least-squares fit over recent calls); a tree grows, best node first,
+ * tree nodes costs a + b n (a least-squares fit over recent calls), and its step's host work
+ * beyond the calls another such fit (es__tuner_observe_host); a tree grows, best node first,
  * while the next node adds more expected tokens per unit of cost than the tree yields so far.
  * So a backend where nodes are costly gets small trees (down to plain decoding) and one where they
  * are nearly free gets large ones. Timings are taken with care: the first call of each tree size
