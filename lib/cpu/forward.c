@@ -251,11 +251,6 @@ static void branch_phase(thr *t, int op, const es__cpu_mat *W, const float *post
     phase_end(t, &w);
 }
 
-/* Q, K and V biases (qwen2) of one token, before RoPE. */
-static void add_bias(float *x, const float *b, int64_t n) {
-    if (b)
-        for (int64_t i = 0; i < n; i++) x[i] += b[i];
-}
 
 /* What riding stream rows do in a norm phase (msa_fused.c): before layer il's attention (il =
  * n_layer: the output norm), or before its FFN. */
@@ -379,9 +374,9 @@ static bool layer_pre(thr *t, int32_t il, int32_t check_layer) {
                 continue;
             }
             const float *cs = c->rope + i * (hp->n_rot / 2) * 2;
-            add_bias(c->q + i * qd, L->bq, qd);
-            add_bias(c->kn + i * kvd, L->bk, kvd);
-            add_bias(c->vn + i * kvd, L->bv, kvd);
+            es__cpu_add_bias(c->q + i * qd, L->bq, qd);
+            es__cpu_add_bias(c->kn + i * kvd, L->bk, kvd);
+            es__cpu_add_bias(c->vn + i * kvd, L->bv, kvd);
             es__cpu_rope_token(c->q + i * qd, hp->n_head, hd, hp->n_rot, cs, hp->rope_type);
             es__cpu_rope_token(c->kn + i * kvd, hp->n_head_kv, hd, hp->n_rot, cs, hp->rope_type);
             es__cpu_kv_write(c->k + cache_off, c->v + cache_off, J->n_ctx, hp->n_head_kv, hd, f->n_past + (int32_t)i,

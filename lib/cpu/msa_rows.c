@@ -39,10 +39,6 @@ static void lora_row(const es__msa_job *J, const es__ss_lora *lo, const float *x
     for (int64_t o = 0; o < lo->n_out; o++) y[o] += by[o];
 }
 
-static void add_bias(float *x, const float *b, int64_t n) {
-    if (b)
-        for (int64_t i = 0; i < n; i++) x[i] += b[i];
-}
 
 /* A residual branch's output (tmp[r]) into the residual, through the post-branch norm when the
  * architecture has one (gemma2), as the forward's branch_phase does. */
@@ -78,9 +74,9 @@ void es__ssr_qkv(const es__msa_job *J, int32_t il, int32_t b, int64_t r, float *
     lora_row(J, &lr[ES__SS_LORA_K], x, k, ltmp);
     lora_row(J, &lr[ES__SS_LORA_V], x, v, ltmp);
     const float *cs = J->c->rope + (int64_t)b * (hp->n_rot / 2) * 2;
-    add_bias(q, L->bq, qd);
-    add_bias(k, L->bk, kvd);
-    add_bias(v, L->bv, kvd);
+    es__cpu_add_bias(q, L->bq, qd);
+    es__cpu_add_bias(k, L->bk, kvd);
+    es__cpu_add_bias(v, L->bv, kvd);
     es__cpu_rope_token(q, hp->n_head, hp->head_dim, hp->n_rot, cs, hp->rope_type);
     es__cpu_rope_token(k, hp->n_head_kv, hp->head_dim, hp->n_rot, cs, hp->rope_type);
 }

@@ -18,6 +18,11 @@ void es__cpu_rope_table(const es__rope *r, const int32_t *pos, int64_t n_tok, bo
 /* Rotates one token's n_head heads (x: [n_head][head_dim]) with its row of the table. */
 void es__cpu_rope_token(float *x, int64_t n_head, int64_t head_dim, int64_t n_rot, const float *cs,
                         es_rope_type type);
+/* x += b over n values where the layer has a bias (qwen2's Q, K and V; b NULL: none). */
+static inline void es__cpu_add_bias(float *x, const float *b, int64_t n) {
+    if (b)
+        for (int64_t i = 0; i < n; i++) x[i] += b[i];
+}
 
 /* The geometry of one attention call (see es__cpu_attention). */
 typedef struct es__attn {
