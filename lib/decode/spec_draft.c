@@ -108,7 +108,7 @@ static es_status draft_chain(es_spec *s, es_context *d, int32_t K, int32_t *n_dr
         s->hist[s->n_hist + (size_t)g] = tok;
         *n_drafted = g + 1;
         if (!s->p.ignore_eog && es_token_is_eog(s->model, tok)) break; /* nothing follows it */
-        const double p_last = exp((double)es__tuner_accept(&s->tune, g + 1, s->cand_lp[at]));
+        const double p_last = exp((double)es__tuner_accept(&s->tune, g + 1, 0, s->cand_lp[at]));
         p_path *= p_last;
         expect += p_path;
         if (!draft_more(s, g + 1, p_path, p_last, expect)) break;

@@ -94,12 +94,14 @@ void es__spec_calibrate(es_spec *s, int32_t buf, es__levels *lv) {
     for (int32_t g = 0; g < lv->n_levels; g++) {
         const size_t at = ((size_t)buf * (size_t)s->depth + (size_t)g) * (size_t)s->k;
         for (int32_t r = 0; r < lv->k[g]; r++)
-            s->cand_cal[at + (size_t)r] = es__tuner_accept(&s->tune, g + 1, s->cand_lp[at + (size_t)r]);
+            s->cand_cal[at + (size_t)r] = es__tuner_accept(&s->tune, g + 1, r, s->cand_lp[at + (size_t)r]);
         lv->logp[g] = s->cand_cal + at;
     }
-    /* an exploration's tree is not cut to the costs: its drafts are what it measures */
+    /* an exploration's tree is not cut to the costs: its drafts are what it measures. The
+     * stream pass and the host work count as the step's, so a node is weighed against all a step
+     * costs, not only its call (which made trees smaller than paid) */
     double a, b;
-    if (!s->tune.explored && es__tuner_cost(&s->tune, &a, &b)) {
+    if (!s->tune.explored && es__tuner_step_cost(&s->tune, lv->n_levels, &a, &b)) {
         lv->cost_a = a;
         lv->cost_b = b;
     }

@@ -92,7 +92,11 @@ static es_status draft_from_streams(es_spec *s, int32_t last, int32_t n_lv, bool
 
 /* The next tree: the new root (the target's own token) and the streams' candidates below it. */
 static void next_tree(es_spec *s, const es__levels *lv) {
-    const int32_t room = ES__MIN(es__spec_tree_room(s), es__tuner_room(&s->tune));
+    int32_t room = ES__MIN(es__spec_tree_room(s), es__tuner_room(&s->tune));
+    /* an exploration measures every stream's drafts, which a chain and its k - 1 siblings per
+     * level do; uncut by the costs it grew to twice the largest tree (28 nodes on the long
+     * model, CPU: five calls' time), and the line fitted through it priced small trees too dear */
+    if (s->tune.explored) room = ES__MIN(room, 1 + s->depth * ES__MAX(s->k, 1));
     const int32_t root = s->hist[s->n_hist - 1], n_past = es_context_n_past(s->ctx);
     if (room < 2 || es__tree_build(&s->tree, root, lv, room, n_past, s->alloc, &s->err) != ES_OK)
         es__tree_root(&s->tree, root, n_past); /* no room (or no memory): the root alone */
@@ -126,7 +130,7 @@ static es_status stream_step(es_spec *s, void *state, int32_t *tokens, size_t ca
     if (st == ES_OK && tuned_prune) observe_prune(s, thr, tokens, *n_tokens, path, n_path);
     /* 3. the next draft from the streams of the last accepted node */
     es__levels lv;
-    const int32_t n_lv = streams ? es__tuner_streams(&s->tune, s->depth, s->k, ES__MIN(s->p.max_nodes, t->cap)) : 0;
+    const int32_t n_lv = streams ? es__tuner_streams(&s->tune, s->depth, ES__MIN(s->p.max_nodes, t->cap)) : 0;
     if (streams) es__tuner_chose(&s->tune, n_lv);
     const bool plain_next = n_lv == 0 && s->tune.adaptive && !es__tuner_explores_next(&s->tune);
     double pass_ms = 0.0;

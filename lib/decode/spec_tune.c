@@ -19,6 +19,10 @@
                               to this many times further apart (doubling each time)            */
 #define SPIKE 2.0    /* a timing counts at most SPIKE times what the fit predicts */
 #define SEED 2.0     /* calls a probe's timing counts for in the fit */
+#define EVIDENCE 4   /* trees whose first level was tested before acceptance counts as measured:
+                        until then a depth counts one acceptance more, not 0.3 (the probe's one
+                        tree, unlucky, stopped drafting on the long model until the next
+                        exploration, a quarter of a 128-token reply); the costs still decide */
 #define GAIN 1.05    /* drafting must promise this much over plain calls: a margin for timing
                         noise and for the work no timing sees (the drafter's own sampling) */
 
@@ -36,10 +40,10 @@ static int32_t bin_of(float logp) {
     return b < 0 ? 0 : b >= ES__TUNE_BINS ? ES__TUNE_BINS - 1 : b;
 }
 
-float es__tuner_accept(const es__tuner *t, int32_t d, float logp) {
+float es__tuner_accept(const es__tuner *t, int32_t d, int32_t rank, float logp) {
     if (!(logp > -INFINITY)) return -INFINITY;
-    const int32_t di = ES__MIN(ES__MAX(d, 1), ES_SPEC_MAX_DEPTH) - 1, b = bin_of(logp);
-    const float q = expf(logp), p = (t->acc[di][b] + PRIOR * q) / (t->cnt[di][b] + PRIOR);
+    const int32_t di = ES__MIN(ES__MAX(d, 1), ES_SPEC_MAX_DEPTH) - 1, b = bin_of(logp), ri = rank > 0;
+    const float q = expf(logp), p = (t->acc[di][ri][b] + PRIOR * q) / (t->cnt[di][ri][b] + PRIOR);
     return p > 0.0f ? logf(p) : -INFINITY;
 }
 
@@ -75,10 +79,14 @@ static bool first_timing(uint64_t *seen, int32_t n) {
 static void fit_call(es__tuner *t, int32_t n_nodes, double ms) {
     t->steps++;
     t->max_n = ES__MAX(t->max_n, n_nodes);
-    if (first_timing(&t->seen_n, n_nodes)) return;
     const double n = (double)n_nodes;
     double a, b;
-    if (es__tuner_cost(t, &a, &b)) ms = ES__MIN(ms, SPIKE * (a + b * n));
+    const bool fitted = es__tuner_cost(t, &a, &b);
+    /* a size's first call is left out only before the fit: once there is one, the clamp below
+     * bounds its one-time costs, and leaving it out let a tree twice the largest timed look as
+     * cheap as the fit's line while it took three times that (long model, CPU: 24 nodes) */
+    if (first_timing(&t->seen_n, n_nodes) && !fitted) return;
+    if (fitted) ms = ES__MIN(ms, SPIKE * (a + b * n));
     t->w = FORGET * t->w + 1.0;
     t->sn = FORGET * t->sn + n;
     t->st = FORGET * t->st + ms;
@@ -116,7 +124,7 @@ void es__tuner_observe_streams(es__tuner *t, int32_t g, double ms) {
     if (!(ms >= 0.0) || g < 1) return;
     if (t->probing && !(t->probe.pass_hi_ms > 0.0)) t->probe.g_hi = g, t->probe.pass_hi_ms = ms;
     t->max_g = ES__MAX(t->max_g, g);
-    if (first_timing(&t->seen_g, g)) return;
+    if (first_timing(&t->seen_g, g) && !(t->gs > 0.0)) return;
     if (t->gs > 0.0) ms = ES__MIN(ms, SPIKE * es__tuner_stream_cost(t, g));
     t->gw = FORGET * t->gw + 1.0;
     t->gs = FORGET * t->gs + g;
@@ -136,14 +144,33 @@ void es__tuner_observe_host(es__tuner *t, int32_t n_nodes, double ms) {
     t->hnt = FORGET * t->hnt + n * ms;
 }
 
-/* A line through the steps' host work, or their mean while they all verified one size (a step
- * never does less work for more nodes: the slope is at least 0). */
-double es__tuner_host_cost(const es__tuner *t, int32_t n) {
-    if (!(t->hw > 0.0)) return 0.0;
+/* A line through the steps' host work, c0 + c1 n, or their mean while they all verified one size
+ * (a step never does less work for more nodes: the slope is at least 0); 0 before any step. */
+static void host_line(const es__tuner *t, double *c0, double *c1) {
+    *c0 = *c1 = 0.0;
+    if (!(t->hw > 0.0)) return;
     const double den = t->hw * t->hnn - t->hn * t->hn;
-    if (!(den > 1e-9 * t->hw * t->hw)) return t->ht / t->hw;
-    const double slope = ES__MAX((t->hw * t->hnt - t->hn * t->ht) / den, 0.0);
-    return ES__MAX((t->ht - slope * t->hn) / t->hw, 0.0) + slope * (double)n;
+    if (!(den > 1e-9 * t->hw * t->hw)) {
+        *c0 = t->ht / t->hw;
+        return;
+    }
+    *c1 = ES__MAX((t->hw * t->hnt - t->hn * t->ht) / den, 0.0);
+    *c0 = ES__MAX((t->ht - *c1 * t->hn) / t->hw, 0.0);
+}
+
+double es__tuner_host_cost(const es__tuner *t, int32_t n) {
+    double c0, c1;
+    host_line(t, &c0, &c1);
+    return c0 + c1 * (double)n;
+}
+
+bool es__tuner_step_cost(const es__tuner *t, int32_t g, double *a, double *b) {
+    double c0, c1;
+    if (!es__tuner_cost(t, a, b)) return false;
+    host_line(t, &c0, &c1);
+    *a += c0 + (g > 0 && t->gs > 0.0 ? es__tuner_stream_cost(t, g) : 0.0);
+    *b += c1;
+    return true;
 }
 
 /* A decayed mean of a call's time that follows a faster call more quickly than a slower one:
@@ -255,20 +282,31 @@ int32_t es__tuner_room(const es__tuner *t) {
     return ES__MAX(3, 2 * t->max_n);
 }
 
-int32_t es__tuner_streams(const es__tuner *t, int32_t gamma, int32_t k, int32_t cap) {
+/* The chance that a step whose accepted path reached depth d - 1 with streams' drafts below it
+ * accepts one of them: as seen lately, with one pseudo-count at 0.3 (at 1 before EVIDENCE
+ * trees). */
+static double accept_rate(const es__tuner *t, int32_t d) {
+    const double prior = t->trees_tested < EVIDENCE ? 1.0 : 0.3;
+    return (t->hit[d - 1] + prior) / (t->tested[d - 1] + 1.0);
+}
+
+int32_t es__tuner_streams(const es__tuner *t, int32_t gamma, int32_t cap) {
     double a, b;
     if (!t->adaptive || t->steps >= t->explore_at) return gamma;
     if (es__tuner_wants_plain(t)) return 0;
     if (!es__tuner_cost(t, &a, &b) || !(t->gs > 0.0)) return ES__MIN(gamma, 1);
-    /* expected tokens per call: 1 + the chances of reaching each depth, the conditional
-     * acceptance per depth smoothed towards 0.3 with one pseudo-count */
+    /* expected tokens per call: 1 + the chances of reaching each depth. A draft of g streams is
+     * priced as a chain of g nodes below the root: the builder adds a sibling only where it pays
+     * for itself, so a chain's rate is what drafting from g streams yields at least (pricing
+     * all 1 + g k nodes made deep drafts look dearer than the trees the builder keeps). */
     double best = 1.0 / (plain_cost(t, a, b) + es__tuner_host_cost(t, 1)), reach = 1.0, expect = 1.0;
     int32_t best_g = 0;
     for (int32_t g = 1; g <= gamma && g <= ES_SPEC_MAX_DEPTH; g++) {
-        reach *= (t->hit[g - 1] + 0.3) / (t->tested[g - 1] + 1.0);
+        reach *= accept_rate(t, g);
         expect += reach;
-        const int32_t n = ES__MIN(cap, 1 + g * k);
-        const double rate = expect / (a + b * n + es__tuner_stream_cost(t, g) + es__tuner_host_cost(t, n));
+        double sa = a, sb = b;
+        es__tuner_step_cost(t, g, &sa, &sb);
+        const double rate = expect / (sa + sb * ES__MIN(cap, 1 + g));
         if (rate > GAIN * best) best = rate / GAIN, best_g = g;
     }
     return best_g;
@@ -279,6 +317,9 @@ bool es__tuner_draft_pays(const es__tuner *t) {
     if (!t->adaptive || t->steps >= t->explore_at) return true;
     if (es__tuner_wants_plain(t)) return false;
     if (!es__tuner_cost(t, &a, &b) || !(t->draft_ms > 0.0)) return true;
+    /* without the streams' optimism before EVIDENCE trees: the drafter's first steps were not
+     * seen to stop it, and where it cannot pay that optimism drafted four times in 128 steps
+     * (test_spec_tune's fallback) */
     const double p = (t->hit[0] + 0.3) / (t->tested[0] + 1.0);
     return (1.0 + p) / (a + 2.0 * b + t->draft_ms) > GAIN / plain_cost(t, a, b);
 }
@@ -327,14 +368,16 @@ void es__tuner_observe_tree(es__tuner *t, const es__tree *tree, const int32_t *p
         bool tested = false;
         for (int32_t c = p + 1; c <= tree->dfs_end[p]; c = tree->dfs_end[c] + 1) tested = tested || !(tree->skip && tree->skip[c]);
         if (tested && tree->depth[p] < ES_SPEC_MAX_DEPTH) {
+            t->trees_tested += tree->depth[p] == 0;
             t->tested[tree->depth[p]] += 1.0;
             if (next >= 0) t->hit[tree->depth[p]] += 1.0;
         }
         for (int32_t c = p + 1; c <= tree->dfs_end[p]; c = tree->dfs_end[c] + 1) {
             if (tree->skip && tree->skip[c]) continue;
             const int32_t d = ES__MIN(tree->depth[c], ES_SPEC_MAX_DEPTH) - 1, b = bin_of(raw_logp[c]);
-            t->cnt[d][b] += 1.0f;
-            if (c == next) t->acc[d][b] += 1.0f;
+            const int32_t r = tree->rank[c] > 0;
+            t->cnt[d][r][b] += 1.0f;
+            if (c == next) t->acc[d][r][b] += 1.0f;
         }
     }
 }

@@ -1,15 +1,16 @@
 /* spec_tune.h: sizing draft trees to the measured cost of the target's forward calls and the
  * observed acceptance (spec_tune.c). A node's chance of acceptance is its draft probability
- * calibrated by how often drafts of that depth and probability were accepted so far; a call of n
- * tree nodes costs a + b n (a least-squares fit over recent calls), and its step's host work
- * beyond the calls another such fit (es__tuner_observe_host); a tree grows, best node first,
- * while the next node adds more expected tokens per unit of cost than the tree yields so far.
- * So a backend where nodes are costly gets small trees (down to plain decoding) and one where they
- * are nearly free gets large ones. Timings are taken with care: the first call of each tree size
- * and the first stream pass of each width are not fitted (they may carry one-time costs: command
- * recording, and on lavapipe the compilation of every kernel at its first dispatch, 20-30 ms),
- * a later timing counts at most twice the fit's prediction, and a tree grows to at most twice the
- * largest size seen, so no decision rests on a cost extrapolated far beyond what was measured.
+ * calibrated by how often drafts of that depth, rank and probability were accepted so far; a
+ * call of n tree nodes costs a + b n (a least-squares fit over recent calls), and its step's host
+ * work beyond the calls another such fit (es__tuner_observe_host); a tree grows, best node first,
+ * while the next node adds more expected tokens per unit of the step's cost (call, stream pass
+ * and host work) than the tree yields so far. So a backend where nodes are costly gets small
+ * trees (down to plain decoding) and one where they are nearly free gets large ones. Timings are
+ * taken with care: before there is a fit, the first call of each tree size and the first stream
+ * pass of each width are not fitted (they may carry one-time costs: command recording, and on
+ * lavapipe the compilation of every kernel at its first dispatch, 20-30 ms); every later timing
+ * counts at most twice the fit's prediction, and a tree grows to at most twice the largest size
+ * seen, so no decision rests on a cost extrapolated far beyond what was measured.
  * The first steps probe this device's own costs while they decode (es__tuner_probe): a plain
  * call, then an exploration (a one-node call with every stream and a small tree); what they
  * timed seeds the fit, so later steps are sized from measurements rather than from guesses, and
@@ -45,8 +46,11 @@ typedef struct es__tuner {
     double tested[ES_SPEC_MAX_DEPTH];             /* steps whose accepted path reached depth d
                                                      with drafts below (decayed)                 */
     double hit[ES_SPEC_MAX_DEPTH];                /* of those, steps that accepted one of them   */
-    float acc[ES_SPEC_MAX_DEPTH][ES__TUNE_BINS];  /* accepted drafts per depth and probability   */
-    float cnt[ES_SPEC_MAX_DEPTH][ES__TUNE_BINS];  /* tested drafts (their parent was accepted)    */
+    int64_t trees_tested;                         /* steps that tested a first-level draft (all)  */
+    float acc[ES_SPEC_MAX_DEPTH][2][ES__TUNE_BINS]; /* accepted drafts per depth, rank (a level's
+                                                     first candidate, or a later one) and
+                                                     probability                                 */
+    float cnt[ES_SPEC_MAX_DEPTH][2][ES__TUNE_BINS]; /* tested drafts (their parent was accepted)  */
     uint64_t seen_n, seen_g;                      /* tree sizes 1..64 and stream widths timed once */
     int32_t max_n;                                /* largest tree timed                          */
     int64_t calls;                                /* calls in the fit                            */
@@ -94,9 +98,13 @@ bool es__tuner_units(const es__tuner *t, double *node, double *pass1, double *pa
 
 void es__tuner_init(es__tuner *t, bool adaptive);
 
-/* Calibrated log-probability that a draft at depth d (1-based) with draft log-probability logp
- * is accepted, given that its parent is. */
-float es__tuner_accept(const es__tuner *t, int32_t d, float logp);
+/* Calibrated log-probability that a draft at depth d (1-based), its level's candidate of the
+ * given rank (0 first), with draft log-probability logp is accepted, given that its parent is.
+ * The rank counts apart from the probability: a level's first candidate and the ones after it
+ * are accepted at different rates for one draft probability (the long model's streams: a first
+ * candidate at 0.13 was accepted 75% of the time, a second at 0.09 13%), and one calibration for
+ * both cut chains short and kept siblings that did not pay. */
+float es__tuner_accept(const es__tuner *t, int32_t d, int32_t rank, float logp);
 
 /* The fitted cost of a call, a + b n in ms; false while the calls seen do not determine it (where
  * recent calls all had one size, the probe's b determines it), or when not adaptive. */
@@ -118,13 +126,16 @@ double es__tuner_stream_cost(const es__tuner *t, int32_t g);
 void es__tuner_observe_host(es__tuner *t, int32_t n_nodes, double ms);
 /* The fitted host work of a step verifying n nodes, ms (0 before any step was timed). */
 double es__tuner_host_cost(const es__tuner *t, int32_t n);
+/* What a step that drafts from g streams (0: none) costs per tree node it verifies, as a + b n
+ * in ms: its call, its stream pass of g streams and its host work; false before the call fit. */
+bool es__tuner_step_cost(const es__tuner *t, int32_t g, double *a, double *b);
 
 /* How many streams the next draft should come from (0 = none: a plain step), the one among
- * 0..gamma that maximises expected tokens per unit of cost, with k candidates per stream and at
- * most cap tree nodes; gamma when not adaptive or on an exploration call; 0 while the probe
+ * 0..gamma that maximises expected tokens per unit of cost, a draft of g streams priced as a chain
+ * of at most cap tree nodes; gamma when not adaptive or on an exploration call; 0 while the probe
  * needs its plain call; 1 while the costs are otherwise unknown (the cheapest draft that measures
  * a node and a stream pass). */
-int32_t es__tuner_streams(const es__tuner *t, int32_t gamma, int32_t k, int32_t cap);
+int32_t es__tuner_streams(const es__tuner *t, int32_t gamma, int32_t cap);
 /* Whether a draft-model step should draft at all (else a plain step): one draft at the depth-1
  * acceptance seen so far, per its cost (a drafter call and a node), against a plain call. True
  * while the costs are unknown (false while the probe needs its plain call), when not adaptive and

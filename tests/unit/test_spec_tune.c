@@ -1,7 +1,8 @@
 /* test_spec_tune.c: the cost model and calibration behind adaptive draft trees, and the tree
  * builder's cost-aware stop: exact fits on exact timings, calibration that follows the observed
- * acceptance, stream counts that go to all streams when drafts are accepted and nodes are cheap
- * and to none when they are not, the probe of the first steps, the fallback to plain calls on a
+ * acceptance (per rank), stream counts that go to all streams when drafts are accepted and nodes
+ * are cheap and to none when they are not, no fallback on one unlucky first tree, the probe of
+ * the first steps, a step's whole cost, the fallback to plain calls on a
  * simulated device where speculation does not pay, and a best-first tree that stops where the
  * rule says. */
 #include "decode/spec_tune.h"
@@ -26,11 +27,12 @@ static void test_fit(void) {
     es__tuner_init(&t, false);
     for (int i = 0; i < 40; i++) es__tuner_observe_call(&t, 1 + i % 3, 1.0 + i % 3, false);
     CHECK(!es__tuner_cost(&t, &a, &b));
-    CHECK(es__tuner_streams(&t, 4, 2, 32) == 4);
+    CHECK(es__tuner_streams(&t, 4, 32) == 4);
 }
 
-/* One-time costs do not steer the fit: a size's first call is not fitted, a later spike counts
- * twice the prediction at most, and trees grow to twice the largest size timed. */
+/* One-time costs do not steer the fit: a size's first call is not fitted before there is a fit,
+ * a later one (and every spike) counts twice the prediction at most, and trees grow to twice the
+ * largest size timed. */
 static void test_warmup_and_spikes(void) {
     es__tuner t;
     es__tuner_init(&t, true);
@@ -48,6 +50,13 @@ static void test_warmup_and_spikes(void) {
     CHECKF(a + 3.0 * b < 5.0, "after one spike a %g b %g", a, b); /* unclipped: 96 */
     es__tuner_observe_call(&t, 17, 10.5, false);
     CHECK(es__tuner_room(&t) == 34);
+    /* once there is a fit, a new size's first call counts (clamped): a tree that took far more
+     * than the line says is not taken to be as cheap as the line (it counts 2 x 14 = 28 ms) */
+    double b0;
+    CHECK(es__tuner_cost(&t, &a, &b0));
+    es__tuner_observe_call(&t, 24, 100.0, false);
+    CHECK(es__tuner_cost(&t, &a, &b));
+    CHECKF(b > b0 + 0.05, "node cost %g after a first 24-node call, %g before", b, b0);
     /* stream passes: the first of each width is not fitted either */
     es__tuner_observe_streams(&t, 4, 30.0);
     CHECK(t.gw == 0.0);
@@ -85,11 +94,31 @@ static void test_calibration(void) {
     int32_t path[4] = {0, 1, 2, 3};
     /* drafts that look confident (0.9) but are accepted at depth 1 a quarter of the time only */
     for (int i = 0; i < 400; i++) es__tuner_observe_tree(&t, &tr, path, i % 4 == 0 ? 2 : 1, -1, raw);
-    float p1 = expf(es__tuner_accept(&t, 1, logf(0.9f)));
+    float p1 = expf(es__tuner_accept(&t, 1, 0, logf(0.9f)));
     CHECKF(fabs(p1 - 0.25f) < 0.02f, "calibrated depth-1 acceptance %g", (double)p1);
     /* an unseen probability bin falls back to the draft probability itself */
-    CHECK(fabsf(expf(es__tuner_accept(&t, 3, logf(0.45f))) - 0.45f) < 1e-5f);
-    CHECK(es__tuner_accept(&t, 1, -INFINITY) == -INFINITY);
+    CHECK(fabsf(expf(es__tuner_accept(&t, 3, 0, logf(0.45f))) - 0.45f) < 1e-5f);
+    CHECK(es__tuner_accept(&t, 1, 0, -INFINITY) == -INFINITY);
+    /* a level's first candidate and its second, of one draft probability (0.15), calibrated
+     * apart: accepted in 75% and 10% of the steps (the streams are under-confident) */
+    es__tuner r;
+    es__tuner_init(&r, true);
+    es__tree two;
+    CHECK_OK(es__tree_init(&two, 4, NULL, &err));
+    es__tree_root(&two, 1, 0);
+    for (int32_t i = 1; i < 3; i++) two.token[i] = 10 + i, two.parent[i] = 0, two.depth[i] = 1, two.rank[i] = i - 1;
+    two.pos[1] = two.pos[2] = 1;
+    two.dfs_end[0] = 2, two.dfs_end[1] = 1, two.dfs_end[2] = 2;
+    two.n = 3;
+    float raw2[3] = {0.0f, logf(0.15f), logf(0.15f)};
+    for (int i = 0; i < 400; i++) {
+        int32_t p2[2] = {0, i % 20 < 15 ? 1 : 2};
+        es__tuner_observe_tree(&r, &two, p2, i % 20 < 17 ? 2 : 1, -1, raw2);
+    }
+    const float first = expf(es__tuner_accept(&r, 1, 0, logf(0.15f))), second = expf(es__tuner_accept(&r, 1, 1, logf(0.15f)));
+    CHECKF(fabsf(first - 0.75f) < 0.02f && fabsf(second - 0.1f) < 0.02f, "first candidate %g, second %g", (double)first,
+           (double)second);
+    es__tree_free(&two, NULL);
     /* the per-depth counts decay, so recent behaviour counts: reach is what was seen */
     CHECK(t.hit[0] / t.tested[0] > 0.2 && t.hit[0] / t.tested[0] < 0.3);
     /* a walk stopped by the emission cap on a matching child counts it as accepted */
@@ -132,14 +161,14 @@ static void test_streams(void) {
     /* every draft accepted, nodes nearly free: draft from every stream */
     es__tuner t;
     es__tuner_init(&t, true);
-    CHECK(es__tuner_streams(&t, 4, 1, 32) == 1); /* costs unknown: the cheapest draft that measures */
+    CHECK(es__tuner_streams(&t, 4, 32) == 1); /* costs unknown: the cheapest draft that measures */
     for (int i = 0; i < 63; i++) {
         es__tuner_observe_call(&t, 1 + i % 5, 10.0 + 0.1 * (1 + i % 5), false);
         es__tuner_observe_streams(&t, 4, 0.4);
         es__tuner_observe_tree(&t, &tr, path, 5, -1, raw);
-        es__tuner_chose(&t, es__tuner_streams(&t, 4, 1, 32));
+        es__tuner_chose(&t, es__tuner_streams(&t, 4, 32));
     }
-    CHECK(!es__tuner_explores_next(&t) && es__tuner_streams(&t, 4, 1, 32) == 4);
+    CHECK(!es__tuner_explores_next(&t) && es__tuner_streams(&t, 4, 32) == 4);
     /* nothing ever accepted and nodes as dear as the call: plain steps (exploration aside) */
     es__tuner_init(&t, true);
     int plain = 0, explored = 0;
@@ -147,7 +176,7 @@ static void test_streams(void) {
         es__tuner_observe_call(&t, 1 + i % 5, 1.0 * (1 + i % 5), false);
         es__tuner_observe_streams(&t, 4, 2.0);
         es__tuner_observe_tree(&t, &tr, path, 1, -1, raw);
-        const int32_t g = es__tuner_streams(&t, 4, 2, 32);
+        const int32_t g = es__tuner_streams(&t, 4, 32);
         plain += g == 0;
         explored += g == 4 && i > 12;
         es__tuner_chose(&t, g);
@@ -166,7 +195,7 @@ static void test_streams(void) {
         es__tuner_observe_call(&t, 1 + i % 5, 10.0 + 0.1 * (1 + i % 5), false);
         es__tuner_observe_streams(&t, 4, 0.4);
         es__tuner_observe_tree(&t, &tr, path, 5, -1, raw);
-        es__tuner_chose(&t, es__tuner_streams(&t, 4, 1, 32));
+        es__tuner_chose(&t, es__tuner_streams(&t, 4, 32));
     }
     CHECKF(t.explore_every == 8 && t.explore_base == 8, "explorations every %d calls after drafting paid (base %d)",
            t.explore_every, t.explore_base);
@@ -219,7 +248,7 @@ static void test_seeded_costs(void) {
     es__tuner_init(&u, true);
     const es__tuner_costs bad = {0.0, 1.0, 4, 2.0, 0, 0.0, 0.0};
     es__tuner_seed(&u, &bad);
-    CHECK(!es__tuner_cost(&u, &a, &b) && es__tuner_streams(&u, 4, 2, 32) == 1 && es__tuner_room(&u) == 2);
+    CHECK(!es__tuner_cost(&u, &a, &b) && es__tuner_streams(&u, 4, 32) == 1 && es__tuner_room(&u) == 2);
 }
 
 /* A simulated device, costs in plain calls: a call of n nodes with streams costs a + b n (the
@@ -271,7 +300,7 @@ static outcome run_stream(const device *dv, int n) {
         o.time += call;
         o.tokens += 1 + verify(&t, &tr, tree_n, dv->accept(i));
         const bool explore = t.steps >= t.explore_at;
-        const int32_t g = streams ? es__tuner_streams(&t, 4, 2, 16) : 0;
+        const int32_t g = streams ? es__tuner_streams(&t, 4, 16) : 0;
         if (streams) es__tuner_chose(&t, g);
         plain_next = g == 0 && !es__tuner_explores_next(&t);
         tree_n = 1;
@@ -361,9 +390,9 @@ static void test_probe(void) {
     es__tuner t;
     es__tuner_init(&t, true);
     es__tuner_probe(&t);
-    CHECK(es__tuner_wants_plain(&t) && es__tuner_streams(&t, 4, 2, 32) == 0 && !es__tuner_draft_pays(&t));
+    CHECK(es__tuner_wants_plain(&t) && es__tuner_streams(&t, 4, 32) == 0 && !es__tuner_draft_pays(&t));
     es__tuner_observe_call(&t, 1, 2.0, true);
-    CHECK(!es__tuner_wants_plain(&t) && es__tuner_streams(&t, 4, 2, 32) == 4); /* exploring */
+    CHECK(!es__tuner_wants_plain(&t) && es__tuner_streams(&t, 4, 32) == 4); /* exploring */
     es__tuner_chose(&t, 4);
     es__tuner_observe_call(&t, 1, 2.2, false);
     es__tuner_observe_streams(&t, 4, 3.0);
@@ -384,7 +413,7 @@ static void test_probe(void) {
     /* fixed trees: no probe */
     es__tuner_init(&t, false);
     es__tuner_probe(&t);
-    CHECK(!es__tuner_wants_plain(&t) && es__tuner_streams(&t, 4, 2, 32) == 4 && es__tuner_draft_pays(&t));
+    CHECK(!es__tuner_wants_plain(&t) && es__tuner_streams(&t, 4, 32) == 4 && es__tuner_draft_pays(&t));
 }
 
 /* The tree builder stops before the first node whose probability per unit of cost is below the
@@ -448,7 +477,7 @@ static void test_host_work(void) {
             CHECKF(fabs(es__tuner_host_cost(&t, 3) - 1.5) < 1e-9 && fabs(es__tuner_host_cost(&t, 1) - 0.5) < 1e-9,
                    "host fit: %g ms at 3 nodes, %g at 1", es__tuner_host_cost(&t, 3), es__tuner_host_cost(&t, 1));
         t.explore_at = INT64_MAX; /* a decision, not an exploration */
-        const int32_t g = es__tuner_streams(&t, 4, 1, 32);
+        const int32_t g = es__tuner_streams(&t, 4, 32);
         CHECKF(pass == 0 ? g >= 1 : g == 0, "%s host work: %d streams", pass ? "with" : "without", g);
     }
     /* steps of one size: their mean, whatever n */
@@ -459,12 +488,51 @@ static void test_host_work(void) {
     es__tree_free(&tr, NULL);
 }
 
+/* One unlucky first tree does not stop drafting: before EVIDENCE trees a depth counts one
+ * acceptance more; after them, rejections are what was seen. The costs decide either way. */
+static void test_evidence(void) {
+    es__err err;
+    es__tree tr;
+    CHECK_OK(es__tree_init(&tr, 8, NULL, &err));
+    chain(&tr, 5);
+    float raw[5] = {0.0f, -0.1f, -0.1f, -0.1f, -0.1f};
+    int32_t path[5] = {0, 1, 2, 3, 4};
+    es__tuner t = seeded(1.0, 1.6, 0.4, 0.0); /* a node 0.2 of a call, a pass of 4 streams 0.4 */
+    t.explore_at = INT64_MAX;
+    es__tuner_observe_tree(&t, &tr, path, 1, -1, raw); /* the first draft rejected */
+    CHECKF(es__tuner_streams(&t, 4, 32) > 0, "after one rejected tree: %d streams", es__tuner_streams(&t, 4, 32));
+    for (int i = 0; i < 3; i++) es__tuner_observe_tree(&t, &tr, path, 1, -1, raw);
+    CHECKF(es__tuner_streams(&t, 4, 32) == 0, "after four: %d streams", es__tuner_streams(&t, 4, 32));
+    /* and where a node costs as much as the call, no optimism drafts */
+    es__tuner u = seeded(1.0, 4.0, 0.4, 0.0);
+    u.explore_at = INT64_MAX;
+    es__tuner_observe_tree(&u, &tr, path, 1, -1, raw);
+    CHECK(es__tuner_streams(&u, 4, 32) == 0);
+    es__tree_free(&tr, NULL);
+}
+
+/* A step's cost per node verified: its call, its stream pass of g streams, its host work. */
+static void test_step_cost(void) {
+    es__tuner t = seeded(1.0, 2.5, 1.5, 0.0);
+    double a, b;
+    CHECK(es__tuner_step_cost(&t, 4, &a, &b));
+    CHECKF(fabs(a - 2.0) < 1e-9 && fabs(b - 0.5) < 1e-9, "step of 4 streams: a %g b %g", a, b);
+    CHECK(es__tuner_step_cost(&t, 0, &a, &b));
+    CHECKF(fabs(a - 0.5) < 1e-9 && fabs(b - 0.5) < 1e-9, "plain step: a %g b %g", a, b);
+    for (int i = 0; i < 10; i++) es__tuner_observe_host(&t, 1 + i % 2, 0.1 + 0.05 * (1 + i % 2));
+    CHECK(es__tuner_step_cost(&t, 4, &a, &b));
+    CHECKF(fabs(a - 2.1) < 1e-6 && fabs(b - 0.55) < 1e-6, "with host work: a %g b %g", a, b);
+    es__tuner_init(&t, true);
+    CHECK(!es__tuner_step_cost(&t, 4, &a, &b));
+}
+
 static void test_gain(void) {
     for (int i = 0; i < 2; i++) {
         const double draft_ms = i == 0 ? 0.35 : 0.23;
         es__tuner t = seeded(1.0, 2.5, 0.0, draft_ms);
         t.tested[0] = 10.0;
         t.hit[0] = 9.7; /* with the 0.3 pseudo-count: 10 / 11 */
+        t.trees_tested = 10;
         CHECKF(es__tuner_draft_pays(&t) == (i == 1), "drafter at %.2f calls: pays %d", draft_ms, es__tuner_draft_pays(&t));
     }
 }
@@ -636,6 +704,8 @@ int main(void) {
     test_probe();
     test_fallback();
     test_gain();
+    test_evidence();
+    test_step_cost();
     test_host_work();
     test_prune_choice();
     test_prune_hopeless();
