@@ -20,7 +20,7 @@ the pruning they choose from costs, as before that choice existed).
 Usage: spec_sweep.py --cli EDGESPEC --model M.gguf [--adapter M.ss.gguf] [--draft D.gguf]
                      [--backend cpu|vulkan] [--threads N] [--n TOKENS] [--reps R]
                      [--ks 1,2,3,4] [--gammas 1,2,3,4] [--prune T] [--lookaheads 2,4,6]
-                     [--defaults-only]
+                     [--defaults-only [--fixed-ref GAMMA,K]]
 """
 import argparse
 import json
@@ -76,6 +76,8 @@ def main():
     ap.add_argument("--json")
     ap.add_argument("--png")
     ap.add_argument("--defaults-only", action="store_true")
+    ap.add_argument("--fixed-ref", help="with --defaults-only: also the fixed tree GAMMA,K (no pruning), as the "
+                    "reference the adaptive default is held against")
     a = ap.parse_args()
     base = [a.cli, "run", "-m", a.model, "-n", a.n, "--temp", "0", "--ignore-eos", "-t", a.threads,
             "--backend", a.backend]
@@ -87,6 +89,11 @@ def main():
                             ["--spec", "stream", "--ss", a.adapter, "--prune", "0"]))
         if a.draft:
             configs.append(("draft", dict(lookahead=4, fixed=False), ["--spec", "draft", "-md", a.draft]))
+        if a.adapter and a.fixed_ref:
+            g, k = a.fixed_ref.split(",")
+            configs.append(("stream", dict(gamma=int(g), k=int(k), prune=0.0, fixed=True),
+                            ["--spec", "stream", "--ss", a.adapter, "--gamma", g, "--topk", k, "--prune", "0",
+                             "--fixed-tree"]))
     elif a.adapter:
         gammas = [int(g) for g in a.gammas.split(",")] if a.gammas else [0]
         for g in gammas:
