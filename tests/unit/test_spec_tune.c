@@ -83,6 +83,16 @@ static void chain(es__tree *tr, int32_t n) {
     tr->max_depth = n - 1;
 }
 
+/* A chain of 5 nodes (room for 8), its drafts of probability 0.9 and its whole path. */
+static const float chain5_raw[5] = {0.0f, -0.1f, -0.1f, -0.1f, -0.1f};
+static const int32_t chain5_path[5] = {0, 1, 2, 3, 4};
+
+static void chain5(es__tree *tr) {
+    es__err err;
+    CHECK_OK(es__tree_init(tr, 8, NULL, &err));
+    chain(tr, 5);
+}
+
 static void test_calibration(void) {
     es__tuner t;
     es__tuner_init(&t, true);
@@ -152,12 +162,10 @@ static void test_calibration(void) {
 }
 
 static void test_streams(void) {
-    es__err err;
     es__tree tr;
-    CHECK_OK(es__tree_init(&tr, 8, NULL, &err));
-    chain(&tr, 5);
-    float raw[5] = {0.0f, -0.1f, -0.1f, -0.1f, -0.1f};
-    int32_t path[5] = {0, 1, 2, 3, 4};
+    chain5(&tr);
+    const float *raw = chain5_raw;
+    const int32_t *path = chain5_path;
     /* every draft accepted, nodes nearly free: draft from every stream */
     es__tuner t;
     es__tuner_init(&t, true);
@@ -491,12 +499,10 @@ static void test_host_work(void) {
 /* One unlucky first tree does not stop drafting: before EVIDENCE trees a depth counts one
  * acceptance more; after them, rejections are what was seen. The costs decide either way. */
 static void test_evidence(void) {
-    es__err err;
     es__tree tr;
-    CHECK_OK(es__tree_init(&tr, 8, NULL, &err));
-    chain(&tr, 5);
-    float raw[5] = {0.0f, -0.1f, -0.1f, -0.1f, -0.1f};
-    int32_t path[5] = {0, 1, 2, 3, 4};
+    chain5(&tr);
+    const float *raw = chain5_raw;
+    const int32_t *path = chain5_path;
     es__tuner t = seeded(1.0, 1.6, 0.4, 0.0); /* a node 0.2 of a call, a pass of 4 streams 0.4 */
     t.explore_at = INT64_MAX;
     es__tuner_observe_tree(&t, &tr, path, 1, -1, raw); /* the first draft rejected */
