@@ -45,7 +45,26 @@ void es__ss_adapter_free(es__ss_adapter *ad) {
         }
         es__free(a, ad->lora);
     }
+    pthread_mutex_destroy(&ad->ride_lock);
     es__free(a, ad);
+}
+
+bool es__ss_ride_recall(es__ss_adapter *ad, const char *key, int32_t *rows) {
+    bool found = false;
+    pthread_mutex_lock(&ad->ride_lock);
+    for (int32_t i = 0; i < ad->n_ride && !found; i++)
+        if (strcmp(ad->ride[i].key, key) == 0) *rows = ad->ride[i].rows, found = true;
+    pthread_mutex_unlock(&ad->ride_lock);
+    return found;
+}
+
+void es__ss_ride_remember(es__ss_adapter *ad, const char *key, int32_t rows) {
+    const int32_t cap = (int32_t)ES__ARRAY_LEN(ad->ride);
+    pthread_mutex_lock(&ad->ride_lock);
+    if (ad->n_ride == cap) memmove(&ad->ride[0], &ad->ride[1], sizeof ad->ride[0] * (size_t)(cap - 1)), ad->n_ride--;
+    snprintf(ad->ride[ad->n_ride].key, sizeof ad->ride[0].key, "%s", key);
+    ad->ride[ad->n_ride++].rows = rows;
+    pthread_mutex_unlock(&ad->ride_lock);
 }
 
 typedef struct loader {
@@ -176,7 +195,9 @@ es_status es__ss_adapter_parse(const es__hparams *hp, const uint8_t *data, uint6
     if (s != ES_OK) return es__fail(err, s, "SS adapter '%s': %s", name, err->msg);
     es__ss_adapter *ad = es__calloc(a, 1, sizeof *ad);
     uint8_t *used = es__calloc(a, (size_t)g->n_tensors + 1, 1);
-    if (!ad || !used) {
+    const bool locked = ad && pthread_mutex_init(&ad->ride_lock, NULL) == 0;
+    if (!ad || !used || !locked) {
+        if (locked) pthread_mutex_destroy(&ad->ride_lock);
         es__free(a, ad);
         es__free(a, used);
         es__gguf_free(g);

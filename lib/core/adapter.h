@@ -8,6 +8,8 @@
 #include "common.h"
 #include "model.h"
 
+#include <pthread.h>
+
 /* The projections a stream-only LoRA may adapt, in the order of the lora array. */
 typedef enum es__ss_lora_target {
     ES__SS_LORA_Q = 0,
@@ -39,6 +41,15 @@ struct es__ss_adapter {
     float *prune_up;     /* (n_embd, prune_rank)                                     */
     es__ss_lora *lora;   /* [n_msa][ES__SS_LORA_COUNT]: layer msa_start + i at i     */
     const es_allocator *alloc;
+    /* How many stream rows may ride in a forward, as a context measured it per device (the
+     * backends' measurements at context creation): later contexts of the model on the same
+     * device reuse it instead of timing a dozen forward calls again (es__ss_ride_recall). */
+    pthread_mutex_t ride_lock;
+    struct {
+        char key[112];
+        int32_t rows;
+    } ride[8];
+    int32_t n_ride;
 };
 typedef struct es__ss_adapter es__ss_adapter;
 
@@ -47,6 +58,13 @@ typedef struct es__ss_adapter es__ss_adapter;
 es_status es__ss_adapter_parse(const es__hparams *hp, const uint8_t *data, uint64_t size, const char *name,
                                const es_allocator *a, es__ss_adapter **out, es__err *err);
 void es__ss_adapter_free(es__ss_adapter *ad);
+
+/* The riding cap measured earlier under key (the device and the sizes its measurement could
+ * try: a backend's own wording), if any. Thread-safe: contexts of one model may be created on
+ * several threads and backends at once. */
+bool es__ss_ride_recall(es__ss_adapter *ad, const char *key, int32_t *rows);
+/* Keeps a measured cap under key (the oldest entry makes room). */
+void es__ss_ride_remember(es__ss_adapter *ad, const char *key, int32_t rows);
 
 /* The GGUF tensor name of a LoRA factor (a: 'a', b: 'b') of target in layer il. */
 void es__ss_lora_name(char *buf, size_t size, int32_t il, es__ss_lora_target t, char factor);

@@ -51,10 +51,13 @@ void es__msa_fz_ffn_norm(const es__msa_job *J, int32_t il, int64_t r, int ith);
 typedef enum { ES__FZ_QKV, ES__FZ_WO, ES__FZ_FFN, ES__FZ_DOWN } es__fz_op;
 void es__msa_fz_chunk(const es__msa_job *J, int32_t il, es__fz_op op, int64_t lo, int64_t hi, int ith);
 /* At context creation (an adapter with streams): times chains of 1, 2, 4, 8 tokens with their
- * streams riding against a stream pass and sets the cap where riding stops being faster. */
+ * streams riding against a stream pass and sets the cap where riding stops being faster; or takes
+ * what an earlier context of the model measured with the same threads and sizes. */
 es_status es__msa_measure_fuse(es_context *ctx);
 /* Sets the cap (rows; 0 = every stream from a pass); tests force either path with it. */
 void es__msa_set_fuse_rows(es_context *ctx, int32_t rows);
+/* The cap in force. */
+int32_t es__msa_fuse_rows(const es_context *ctx);
 
 /* The vtable's stream_logits: out [g][n_vocab] for survivor i of the last forward. */
 es_status es__msa_stream_logits(es_context *ctx, int32_t i, int32_t g, float *out);

@@ -3,13 +3,15 @@
  * is past the cache (0.35-0.47 ms for the long model's 17 MB, a third of a call); here every
  * survivor's streams run through those layers with the main rows, chunk by chunk, while each
  * chunk of weights is in the core's cache, so they cost their arithmetic. That grows with the
- * rows (survivors x streams) and the pass does not, so each context measures up to how many
- * rows riding is faster on this machine (es__msa_measure_fuse), as the Vulkan backend does.
+ * rows (survivors x streams) and the pass does not, so a model's first context on a device
+ * measures up to how many rows riding is faster on this machine (es__msa_measure_fuse), as the
+ * Vulkan backend does, and its later contexts take that answer.
  * A row's bits are the pass's (msa_impl.h). forward.c calls these hooks from its phases.
  * Deliberately not here: the row math (msa_rows.c). */
 #include "msa_impl.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 bool es__msa_fuses(const es__msa_job *J) {
@@ -110,6 +112,19 @@ es_status es__msa_measure_fuse(es_context *ctx) {
     const int32_t G = ctx->model->ss->n_streams;
     if (G < 1) return ES_OK;
     es_backend *b = ctx->backend;
+    /* a later context of the model on this backend's kind of pool reuses the first one's answer:
+     * about a dozen forward calls at every creation (20-40 ms on the long model here; on a phone
+     * with a model of gigabytes, a second) for the same machine and the same sizes */
+    const int32_t sizes = ES__MIN(ES__MIN(8, ES__MSA_FUSE_ROWS / G), ES__MIN(ctx->n_batch, ctx->n_ctx));
+    char key[112];
+    snprintf(key, sizeof key, "cpu, %d threads, chains of up to %d", b->n_threads, sizes);
+    int32_t rows = 0;
+    if (es__ss_ride_recall(ctx->model->ss, key, &rows)) {
+        es__msa_set_fuse_rows(ctx, rows);
+        es__logf(&b->log, ES_LOG_INFO, "cpu backend: streams ride in the forward up to %d rows (as measured for an "
+                 "earlier context of this model)", rows);
+        return ES_OK;
+    }
     const es_backend_stats counted = b->stats; /* the caller's counters are about its own calls */
     const bool profile = b->profile;
     b->profile = false;
@@ -117,7 +132,7 @@ es_status es__msa_measure_fuse(es_context *ctx) {
     es_status s = logits ? ES_OK : es__fail(&b->err, ES_ERR_OUT_OF_MEMORY, "cpu backend: out of memory");
     int32_t cap = 0, last = 0;
     double ratio = 0.0;
-    for (int32_t n = 1; s == ES_OK && n <= 8 && n <= ctx->n_batch && n <= ctx->n_ctx && n * G <= ES__MSA_FUSE_ROWS; n *= 2) {
+    for (int32_t n = 1; s == ES_OK && n <= sizes; n *= 2) {
         s = ride_ratio(ctx, n, G, logits, &ratio);
         last = n;
         if (s != ES_OK || !(ratio < FUSE_GAIN)) break;
@@ -125,6 +140,7 @@ es_status es__msa_measure_fuse(es_context *ctx) {
     }
     es__free(b->alloc, logits);
     es__msa_set_fuse_rows(ctx, cap);
+    if (s == ES_OK) es__ss_ride_remember(ctx->model->ss, key, cap);
     if (s == ES_OK)
         es__logf(&b->log, ES_LOG_INFO,
                  "cpu backend: streams ride in the forward up to %d rows (measured: a chain of %d with its streams "
@@ -137,4 +153,8 @@ es_status es__msa_measure_fuse(es_context *ctx) {
 
 void es__msa_set_fuse_rows(es_context *ctx, int32_t rows) {
     ((es__cpu_ctx *)ctx->impl)->fuse_rows = ES__MAX(rows, 0);
+}
+
+int32_t es__msa_fuse_rows(const es_context *ctx) {
+    return ((const es__cpu_ctx *)ctx->impl)->fuse_rows;
 }

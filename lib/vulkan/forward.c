@@ -19,6 +19,7 @@
 #include "prune.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 #define FUSE_TOKENS 8u /* the largest tree whose fused streams a context measures (measure_fused) */
@@ -479,6 +480,18 @@ static es_status time_streams(es_context *ctx, vk_ctx *c, int32_t n, int32_t G, 
 static es_status measure_fused(es_context *ctx, vk_ctx *c) {
     const int32_t G = ctx->model->ss->n_streams;
     const uint32_t ceiling = c->fused_rows;
+    /* a later context of the model on this device reuses the first one's answer (msa_fused.c) */
+    char key[112];
+    snprintf(key, sizeof key, "vulkan %.80s, up to %u rows", ctx->backend->name, ceiling);
+    int32_t known = 0;
+    if (es__ss_ride_recall(ctx->model->ss, key, &known)) {
+        c->fused_rows = (uint32_t)known;
+        es__vk_msa_set_fused_cap(c->msa, c->fused_rows);
+        es__logf(c->d->log, ES_LOG_INFO,
+                 "vulkan: streams fused into the forward up to %u rows (as measured for an earlier context of this "
+                 "model)", c->fused_rows);
+        return ES_OK;
+    }
     const es_backend_stats counted = *c->d->stats; /* the caller's counters are about its own calls */
     const bool profile = c->d->profile;
     c->d->profile = false;
@@ -497,6 +510,7 @@ static es_status measure_fused(es_context *ctx, vk_ctx *c) {
     es__free(c->d->alloc, logits);
     c->fused_rows = cap;
     es__vk_msa_set_fused_cap(c->msa, cap);
+    if (s == ES_OK) es__ss_ride_remember(ctx->model->ss, key, (int32_t)cap);
     if (s == ES_OK)
         es__logf(c->d->log, ES_LOG_INFO,
                  "vulkan: streams fused into the forward up to %u rows (measured; last size tried: fused %.3f ms, "

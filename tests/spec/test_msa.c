@@ -479,6 +479,30 @@ static void test_errors(void) {
     mem_model_free(m);
 }
 
+/* A model's later contexts on one device take the first one's riding measurement (the device and
+ * the sizes it could try are the key); other sizes measure again. */
+static void test_ride_memo(bool vulkan) {
+    mem_model_cfg mc = {50, 32, 2, 2, 2, 16, 48, 16, ES_ROPE_NORM, 10000.0f, 1.0f, true, ES__DTYPE_F32, 5};
+    es_model *m = mem_model_create(&mc);
+    mem_adapter_cfg ac = {2, 1, 1, 0, 0, 0.1f, 6};
+    mem_adapter_attach(m, &ac);
+    es_context *c1 = test_ctx(m, backend, 128, 64, NULL);
+    const int32_t measured = m->ss->n_ride; /* 1, or 0 where a Vulkan profile fixes the cap */
+    CHECK(measured == (vulkan ? measured : 1));
+    if (measured == 1) m->ss->ride[0].rows = 5; /* what the next context must take, whatever was measured */
+    es_context *c2 = test_ctx(m, backend, 128, 64, NULL);
+    CHECK(m->ss->n_ride == measured);
+    if (!vulkan) CHECKF(es__msa_fuse_rows(c2) == 5, "second context: %d rows", es__msa_fuse_rows(c2));
+    es_context *c3 = test_ctx(m, backend, 128, 1, NULL); /* chains of one token only: measured again */
+    CHECK(m->ss->n_ride == 2 * measured);
+    es_context_free(c3);
+    es_context_free(c2);
+    es_context_free(c1);
+    es__ss_adapter_free(m->ss);
+    m->ss = NULL;
+    mem_model_free(m);
+}
+
 /* argv[1]: "cpu" (default) or "vulkan"; argv[2] (Vulkan): "fallbacks" forces every fallback path;
  * (either) "fuse-all" makes every tree's streams ride in the forward's rows (a GPU's profile, past
  * what lavapipe's allows; on the CPU up to its 64 rows), "never-fuse" runs every stream pass after
@@ -510,6 +534,7 @@ int main(int argc, char **argv) {
     mem_adapter_cfg a5 = {2, 3, 3, 4, 2, 0.3f, 12};
     run(&m5, &a5);
     test_errors();
+    test_ride_memo(vulkan);
     test_backend_end(backend);
     TEST_MAIN_END();
 }
