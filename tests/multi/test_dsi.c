@@ -334,9 +334,7 @@ static void test_streams_drafter(const es_sampler_params *const modes[2]) {
     CHECK_FAILS(es_spec_create(c, &p, &s), ES_ERR_INVALID_ARGUMENT, "n_streams 5 outside [0, 4]");
     CHECK(s == NULL);
     es_context_free(c);
-    es__ss_adapter_free(m->ss);
-    m->ss = NULL;
-    mem_model_free(m);
+    mem_adapter_model_free(m);
 }
 
 /* argv[1]: "cpu" (default) or "vulkan"; argv[2] "emulated" (a cross build's suite under qemu-user,

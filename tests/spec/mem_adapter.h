@@ -1,6 +1,6 @@
 /* mem_adapter.h: random Speculative Streaming adapters for in-memory test models (mem_model.h),
  * written with the GGUF writer and read back by the library's loader, so tests run the real
- * loading path. Free with es__ss_adapter_free (mem_model_free leaves model->ss alone). */
+ * loading path. Free with mem_adapter_model_free (mem_model_free leaves model->ss alone). */
 #ifndef ES_TEST_MEM_ADAPTER_H
 #define ES_TEST_MEM_ADAPTER_H
 
@@ -64,6 +64,13 @@ static void mem_adapter_attach(es_model *m, const mem_adapter_cfg *c) {
     CHECK_OK(es__ss_adapter_parse(hp, data, size, "(memory adapter)", NULL, &ad, &err));
     es__free(NULL, data);
     m->ss = ad;
+}
+
+/* Frees a mem_model_create model and the adapter mem_adapter_attach gave it. */
+static inline void mem_adapter_model_free(es_model *m) {
+    es__ss_adapter_free(m->ss);
+    m->ss = NULL;
+    mem_model_free(m);
 }
 
 #endif /* ES_TEST_MEM_ADAPTER_H */

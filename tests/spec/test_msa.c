@@ -446,9 +446,7 @@ static void run(const mem_model_cfg *mc, const mem_adapter_cfg *ac) {
     es_context_free(c0);
     es_context_free(c1);
     es_context_free(c2);
-    es__ss_adapter_free(m->ss);
-    m->ss = NULL;
-    mem_model_free(m);
+    mem_adapter_model_free(m);
 }
 
 static void test_errors(void) {
@@ -474,9 +472,7 @@ static void test_errors(void) {
     CHECK_OK(es_commit(c, NULL, 0));
     CHECK_FAILS(es__stream_logits(c, 1, 0, &sl), ES_ERR_INVALID_ARGUMENT, "has no streams");
     es_context_free(c);
-    es__ss_adapter_free(m->ss);
-    m->ss = NULL;
-    mem_model_free(m);
+    mem_adapter_model_free(m);
 }
 
 /* A model's later contexts on one device take the first one's riding measurement (the device and
@@ -498,9 +494,7 @@ static void test_ride_memo(bool vulkan) {
     es_context_free(c3);
     es_context_free(c2);
     es_context_free(c1);
-    es__ss_adapter_free(m->ss);
-    m->ss = NULL;
-    mem_model_free(m);
+    mem_adapter_model_free(m);
 }
 
 /* argv[1]: "cpu" (default) or "vulkan"; argv[2] (Vulkan): "fallbacks" forces every fallback path;

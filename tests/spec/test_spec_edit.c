@@ -324,9 +324,7 @@ int main(int argc, char **argv) {
                 for (int r = 0; r < (how ? 4 : 1); r++) check_abort(m, draft, kinds[k], modes[mode], prompt, mode, how, &rng);
         }
 
-    es__ss_adapter_free(m->ss);
-    m->ss = NULL;
-    mem_model_free(m);
+    mem_adapter_model_free(m);
     mem_model_free(draft);
     test_backend_end(backend);
     TEST_MAIN_END();

@@ -274,9 +274,7 @@ int main(int argc, char **argv) {
         }
         es_context_free(c);
     }
-    es__ss_adapter_free(m->ss);
-    m->ss = NULL;
-    mem_model_free(m);
+    mem_adapter_model_free(m);
     test_backend_end(backend);
     TEST_MAIN_END();
 }

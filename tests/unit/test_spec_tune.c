@@ -164,8 +164,6 @@ static void test_calibration(void) {
 static void test_streams(void) {
     es__tree tr;
     chain5(&tr);
-    const float *raw = chain5_raw;
-    const int32_t *path = chain5_path;
     /* every draft accepted, nodes nearly free: draft from every stream */
     es__tuner t;
     es__tuner_init(&t, true);
@@ -173,7 +171,7 @@ static void test_streams(void) {
     for (int i = 0; i < 63; i++) {
         es__tuner_observe_call(&t, 1 + i % 5, 10.0 + 0.1 * (1 + i % 5), false);
         es__tuner_observe_streams(&t, 4, 0.4);
-        es__tuner_observe_tree(&t, &tr, path, 5, -1, raw);
+        es__tuner_observe_tree(&t, &tr, chain5_path, 5, -1, chain5_raw);
         es__tuner_chose(&t, es__tuner_streams(&t, 4, 32));
     }
     CHECK(!es__tuner_explores_next(&t) && es__tuner_streams(&t, 4, 32) == 4);
@@ -183,7 +181,7 @@ static void test_streams(void) {
     for (int i = 0; i < 1000; i++) {
         es__tuner_observe_call(&t, 1 + i % 5, 1.0 * (1 + i % 5), false);
         es__tuner_observe_streams(&t, 4, 2.0);
-        es__tuner_observe_tree(&t, &tr, path, 1, -1, raw);
+        es__tuner_observe_tree(&t, &tr, chain5_path, 1, -1, chain5_raw);
         const int32_t g = es__tuner_streams(&t, 4, 32);
         plain += g == 0;
         explored += g == 4 && i > 12;
@@ -202,7 +200,7 @@ static void test_streams(void) {
     for (int i = 0; i < 200; i++) {
         es__tuner_observe_call(&t, 1 + i % 5, 10.0 + 0.1 * (1 + i % 5), false);
         es__tuner_observe_streams(&t, 4, 0.4);
-        es__tuner_observe_tree(&t, &tr, path, 5, -1, raw);
+        es__tuner_observe_tree(&t, &tr, chain5_path, 5, -1, chain5_raw);
         es__tuner_chose(&t, es__tuner_streams(&t, 4, 32));
     }
     CHECKF(t.explore_every == 8 && t.explore_base == 8, "explorations every %d calls after drafting paid (base %d)",
@@ -501,18 +499,16 @@ static void test_host_work(void) {
 static void test_evidence(void) {
     es__tree tr;
     chain5(&tr);
-    const float *raw = chain5_raw;
-    const int32_t *path = chain5_path;
     es__tuner t = seeded(1.0, 1.6, 0.4, 0.0); /* a node 0.2 of a call, a pass of 4 streams 0.4 */
     t.explore_at = INT64_MAX;
-    es__tuner_observe_tree(&t, &tr, path, 1, -1, raw); /* the first draft rejected */
+    es__tuner_observe_tree(&t, &tr, chain5_path, 1, -1, chain5_raw); /* the first draft rejected */
     CHECKF(es__tuner_streams(&t, 4, 32) > 0, "after one rejected tree: %d streams", es__tuner_streams(&t, 4, 32));
-    for (int i = 0; i < 3; i++) es__tuner_observe_tree(&t, &tr, path, 1, -1, raw);
+    for (int i = 0; i < 3; i++) es__tuner_observe_tree(&t, &tr, chain5_path, 1, -1, chain5_raw);
     CHECKF(es__tuner_streams(&t, 4, 32) == 0, "after four: %d streams", es__tuner_streams(&t, 4, 32));
     /* and where a node costs as much as the call, no optimism drafts */
     es__tuner u = seeded(1.0, 4.0, 0.4, 0.0);
     u.explore_at = INT64_MAX;
-    es__tuner_observe_tree(&u, &tr, path, 1, -1, raw);
+    es__tuner_observe_tree(&u, &tr, chain5_path, 1, -1, chain5_raw);
     CHECK(es__tuner_streams(&u, 4, 32) == 0);
     es__tree_free(&tr, NULL);
 }
