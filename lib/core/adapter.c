@@ -42,6 +42,7 @@ void es__ss_adapter_free(es__ss_adapter *ad) {
         for (int32_t i = 0; i < ad->n_msa * ES__SS_LORA_COUNT; i++) {
             es__free(a, ad->lora[i].a);
             es__free(a, ad->lora[i].b);
+            es__free(a, ad->lora[i].bt);
         }
         es__free(a, ad->lora);
     }
@@ -151,6 +152,10 @@ static es_status load_lora(loader *L, es__ss_adapter *ad) {
             if (!has_a) continue;
             ES_TRY(load_tensor(L, na, lo->n_in, r, true, &lo->a));  /* (rank, n_in)  */
             ES_TRY(load_tensor(L, nb, r, lo->n_out, true, &lo->b)); /* (n_out, rank) */
+            lo->bt = es__calloc(L->a, (size_t)r * (size_t)lo->n_out, sizeof(float));
+            ES_RETURN_IF(!lo->bt, L->err, ES_ERR_OUT_OF_MEMORY, "SS adapter '%s': out of memory for %s", L->name, nb);
+            for (int32_t o = 0; o < lo->n_out; o++)
+                for (int32_t k = 0; k < r; k++) lo->bt[(size_t)k * (size_t)lo->n_out + (size_t)o] = lo->b[(size_t)o * (size_t)r + (size_t)k];
         }
     }
     return ES_OK;

@@ -26,6 +26,8 @@ typedef enum es__ss_lora_target {
 typedef struct es__ss_lora {
     float *a;       /* (rank, n_in)  NULL when this projection has no LoRA */
     float *b;       /* (n_out, rank)                                       */
+    float *bt;      /* (rank, n_out): b transposed, for B (A x) as rank
+                       multiply-adds of whole output vectors (the CPU's)    */
     int32_t n_in, n_out;
 } es__ss_lora;
 

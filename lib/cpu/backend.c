@@ -217,7 +217,7 @@ static void cpu_ctx_destroy(es_context *ctx) {
     es__cpu_ctx *c = ctx->impl;
     if (!c) return;
     const es_allocator *a = ctx->backend->alloc;
-    void *bufs[] = {c->k, c->v, c->act_mem, c->scores, c->visible, c->sched_mem};
+    void *bufs[] = {c->k, c->v, c->act_mem, c->visible, c->sched_mem};
     for (size_t i = 0; i < ES__ARRAY_LEN(bufs); i++) es__free(a, bufs[i]);
     es__free(NULL, c->al_part);
     es__free(NULL, c->al_spec);
@@ -266,7 +266,7 @@ static float *kv_alloc(const es_allocator *a, size_t n) {
 }
 
 /* Fails before allocating when the context's memory (the KV cache, kv_bytes, and the scratch,
- * about its n_ctx-independent part plus scores) could never be resident on this machine: the
+ * about its n_ctx-independent part) could never be resident on this machine: the
  * pages would otherwise be handed out untouched and the process killed when generation reaches
  * them. Memory that merely is not free right now is the OS's business. */
 static es_status check_fits(es_context *ctx, size_t kv_bytes, size_t per_token, size_t other_bytes) {
@@ -297,8 +297,8 @@ static es_status cpu_ctx_init(es_context *ctx) {
     c->n_threads = es__pool_size(B->pool);
     c->panel_floats = (size_t)B->kern->panel_rows * ES__MAX(ES__MAX(d, qd), (size_t)hp->n_ff);
     if (ok && cache <= SIZE_MAX / (2 * sizeof(float))) {
-        /* per token: K and V of every layer, and one attention score per thread */
-        const size_t per_token = (size_t)hp->n_layer * kvd * 2 * sizeof(float) + (size_t)c->n_threads * sizeof(float);
+        /* per token: K and V of every layer */
+        const size_t per_token = (size_t)hp->n_layer * kvd * 2 * sizeof(float);
         const size_t scratch = nb * (4 * d + 2 * qd + 2 * kvd + 2 * (size_t)hp->n_ff) * sizeof(float) +
                                (size_t)c->n_threads * c->panel_floats * sizeof(float);
         es_status fits = check_fits(ctx, cache * 2 * sizeof(float), per_token, scratch);
@@ -316,14 +316,13 @@ static es_status cpu_ctx_init(es_context *ctx) {
                                   {nb, (size_t)hp->n_ff}, {nb, (size_t)(hp->n_rot / 2) * 2},
                                   {(size_t)c->n_threads, c->panel_floats}};
         ok = alloc_acts(a, c, arr, dims, (int)ES__ARRAY_LEN(arr));
-        c->scores = alloc_arr(a, (size_t)c->n_threads, (size_t)ctx->n_ctx + nb, sizeof(float));
         c->visible = alloc_arr(a, (size_t)c->n_threads * ES__CPU_ATTN_ROWS, nb, sizeof(int32_t));
         c->n_phases = es__cpu_fwd_phases(hp->n_layer);
         c->sched_mem = es__malloc(a, es__sched_bytes(c->n_threads, c->n_phases) + 64);
         if (c->sched_mem) c->sched = (es__sched *)(void *)(((uintptr_t)c->sched_mem + 63) & ~(uintptr_t)63);
     }
     if (!ok || !c->k || !c->v || !c->x || !c->xn || !c->q || !c->kn || !c->vn || !c->att || !c->tmp || !c->gate ||
-        !c->up || !c->rope || !c->scores || !c->visible || !c->panel || !c->sched) {
+        !c->up || !c->rope || !c->visible || !c->panel || !c->sched) {
         cpu_ctx_destroy(ctx);
         return es__fail(&b->err, ES_ERR_OUT_OF_MEMORY,
                         "cpu backend: out of memory for a KV cache of %d tokens and scratch for %d", ctx->n_ctx,

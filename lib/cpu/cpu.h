@@ -51,7 +51,6 @@ typedef struct es__cpu_ctx {
     float *tmp;          /* [n_batch][n_embd] projection output                */
     float *gate, *up;    /* [n_batch][n_ff]                                    */
     float *rope;         /* [n_batch][n_rot / 2][2] cos, sin                   */
-    float *scores;       /* [n_threads][n_ctx + n_batch]                       */
     int32_t *visible;    /* [n_threads][ES__CPU_ATTN_ROWS * n_batch]           */
     float *panel;        /* [n_threads][panel_floats] matmul weight panels      */
     size_t panel_floats; /* kern panel_rows * the widest matrix input           */

@@ -309,8 +309,8 @@ static void alspec_attention(thr *t, int32_t il, size_t cache_off, int passes) {
             float *o = c->att + h * hd, *sp = c->al_spec + h * hd;
             if (!valid) {
                 const int32_t zero = 0;
-                J->k->attend(c->q + h * hd, c->k + kv, c->v + kv, hd, f->n_past, &zero, 1, hp->attn_scale, 0.0f,
-                             c->scores + (size_t)t->ith * (size_t)(J->n_ctx + 1), o);
+                J->k->attend(c->q + h * hd, c->k + kv, c->v + kv, hd, f->n_past, &zero, 1, NULL, NULL, 0, 0,
+                             hp->attn_scale, 0.0f, o);
                 continue;
             }
             J->k->attend_spec(c->q + h * hd, c->k + kv, c->v + kv, hd, n, S, s2, hp->attn_scale, passes,
@@ -460,7 +460,6 @@ static bool layer(thr *t, int32_t il) {
         for (int64_t lo, hi; es__work_next(&w, &lo, &hi);) {
             if (lo < main_tasks)
                 es__cpu_attention_range(J->k, &a, lo, ES__MIN(hi, main_tasks),
-                                        c->scores + (size_t)t->ith * (size_t)(J->n_ctx + n),
                                         c->visible + (size_t)t->ith * ES__CPU_ATTN_ROWS * (size_t)n);
             for (int64_t task = ES__MAX(lo, main_tasks); task < hi; task++)
                 es__msa_fz_attend(J->msa, il, task - main_tasks, t->ith);

@@ -31,12 +31,14 @@ typedef struct es__kern {
     /* out[i] = silu(g[i]) * u[i] with the level's vector exp; out may alias g or u. */
     void (*silu_mul)(const float *g, const float *u, int64_t n, float *out);
     /* Attention of one query q[hd] over one kv head's keys kb and values vb, both (n_ctx, hd): the
-     * slots 0..n_past-1, then n_past + vis[i] for i < n_vis, in that (position) order.
-     * scores: scratch of n_past + n_vis floats. out[hd] = softmax(s) weighted sum of v, with
-     * s = scale * q.k, or softcap tanh(s / softcap) when softcap > 0 (gemma2's soft-capping).
-     * Keys are reduced in tiles of ES__ATTN_TILE positions folded in position order (online softmax). */
+     * slots 0..n_past-1, then n_past + vis[i] for i < n_vis, then n_x keys and values from outside
+     * the cache (rows kx + i ldx, vx + i ldx; a speculative stream's own), in that order.
+     * out[hd] = softmax(s) weighted sum of v, with s = scale * q.k, or softcap tanh(s / softcap)
+     * when softcap > 0 (gemma2's soft-capping). Keys are reduced in tiles of ES__ATTN_TILE
+     * positions folded in position order (online softmax). */
     void (*attend)(const float *q, const float *kb, const float *vb, int64_t hd, int32_t n_past, const int32_t *vis,
-                   int32_t n_vis, float scale, float softcap, float *scores, float *out);
+                   int32_t n_vis, const float *kx, const float *vx, int64_t ldx, int32_t n_x, float scale,
+                   float softcap, float *out);
     /* Speculative attention of one query over the keys in slots 0..n-1 (ALSpec, Algorithm 3): spec[hd]
      * = the attention over the keys [0, s1) and [s2, n) alone (s1 <= s2 <= n, multiples of
      * ES__ATTN_TILE), computed first; out[hd] = attend's result over all n keys, bit for bit, reusing

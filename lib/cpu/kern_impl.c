@@ -787,18 +787,30 @@ static void k_silu_mul(const float *g, const float *u, int64_t n, float *out) {
     }
 }
 
-/* Slot of key j (its position): the committed slots first, then the visible batch slots. */
-INLINE int64_t key_slot(int32_t j, int32_t n_past, const int32_t *vis) {
-    return j < n_past ? j : n_past + vis[j - n_past];
+/* The keys one query attends to, in order: the committed slots 0..n_past-1 of a kv head's cache
+ * (kb, vb: (n_ctx, hd)), the visible batch slots n_past + vis[i] for i < n_main - n_past, then
+ * rows kx + i ldx (vx alike) from outside the cache (a speculative stream's own keys). */
+typedef struct keyset {
+    const float *kb, *vb, *kx, *vx;
+    int64_t hd, ldx;
+    int32_t n_past, n_main;
+    const int32_t *vis;
+} keyset;
+
+/* Key j's key (keys) or value row. */
+INLINE const float *key_row(const keyset *s, bool values, int32_t j) {
+    const float *b = values ? s->vb : s->kb;
+    if (j < s->n_past) return b + (int64_t)j * s->hd;
+    if (j < s->n_main) return b + ((int64_t)s->n_past + s->vis[j - s->n_past]) * s->hd;
+    return (values ? s->vx : s->kx) + (int64_t)(j - s->n_main) * s->ldx;
 }
 
-/* out[d0 .. d0 + NC VL) = sum_j p_j v_slot(j)[...] over keys j0..j1-1 in order. */
-INLINE void pv_chunks(const float *vb, int64_t hd, int32_t n_past, const int32_t *vis, int32_t j0, int32_t j1,
-                      const float *p, int64_t d0, const int NC, float *out) {
+/* out[d0 .. d0 + NC VL) = sum_j p_j v_j[...] over keys j0..j1-1 in order. */
+INLINE void pv_chunks(const keyset *ks, int32_t j0, int32_t j1, const float *p, int64_t d0, const int NC, float *out) {
     vf acc[4];
     for (int c = 0; c < NC; c++) acc[c] = vzero();
     for (int32_t j = j0; j < j1; j++) {
-        const float *vr = vb + key_slot(j, n_past, vis) * hd + d0;
+        const float *vr = key_row(ks, true, j) + d0;
         const vf pv = vsplat(p[j - j0]);
         for (int c = 0; c < NC; c++) acc[c] = vfma(pv, loadu(vr + c * VL), acc[c]);
     }
@@ -809,8 +821,9 @@ INLINE void pv_chunks(const float *vb, int64_t hd, int32_t n_past, const int32_t
  * the largest score; ml[1] = l = sum_j exp(s_j - m); o[hd] = sum_j exp(s_j - m) v_j, keys in order.
  * Plain and speculative attention both build every output from these partials and
  * attend_merge, so the same keys give the same bits whichever order the tiles were computed in. */
-INLINE void attend_tile(const float *q, const float *kb, const float *vb, int64_t hd, int32_t n_past,
-                        const int32_t *vis, int32_t j0, int32_t j1, float scale, float softcap, float *o, float *ml) {
+INLINE void attend_tile(const float *q, const keyset *ks, int32_t j0, int32_t j1, float scale, float softcap, float *o,
+                        float *ml) {
+    const int64_t hd = ks->hd;
     float sc[ES__ATTN_TILE];
     const int32_t m = j1 - j0;
     int32_t s0 = 0;
@@ -820,7 +833,7 @@ INLINE void attend_tile(const float *q, const float *kb, const float *vb, int64_
         const float *kr[VL];
         vf acc[VL];
         for (int g = 0; g < VL; g++) {
-            kr[g] = kb + key_slot(j0 + s0 + g, n_past, vis) * hd;
+            kr[g] = key_row(ks, false, j0 + s0 + g);
             acc[g] = vzero();
         }
         int64_t k = 0;
@@ -836,7 +849,7 @@ INLINE void attend_tile(const float *q, const float *kb, const float *vb, int64_
     }
 #endif
     for (int32_t s = s0; s < m; s++) {
-        const float *kr = kb + key_slot(j0 + s, n_past, vis) * hd;
+        const float *kr = key_row(ks, false, j0 + s);
         vf acc = vzero();
         int64_t k = 0;
         for (; k + VL <= hd; k += VL) acc = vfma(loadu(q + k), loadu(kr + k), acc);
@@ -874,13 +887,13 @@ INLINE void attend_tile(const float *q, const float *kb, const float *vb, int64_
     }
     /* several chunks of VL output dims at a time so their accumulation chains overlap */
     int64_t d0 = 0;
-    for (; d0 + 4 * VL <= hd; d0 += 4 * VL) pv_chunks(vb, hd, n_past, vis, j0, j1, sc, d0, 4, o);
-    for (; d0 + VL <= hd; d0 += VL) pv_chunks(vb, hd, n_past, vis, j0, j1, sc, d0, 1, o);
+    for (; d0 + 4 * VL <= hd; d0 += 4 * VL) pv_chunks(ks, j0, j1, sc, d0, 4, o);
+    for (; d0 + VL <= hd; d0 += VL) pv_chunks(ks, j0, j1, sc, d0, 1, o);
     if (d0 < hd) {
         const int64_t w = hd - d0;
         vf acc = vzero();
         for (int32_t j = j0; j < j1; j++)
-            acc = vfma(vsplat(sc[j - j0]), load_x_tail(vb + key_slot(j, n_past, vis) * hd + d0, w), acc);
+            acc = vfma(vsplat(sc[j - j0]), load_x_tail(key_row(ks, true, j) + d0, w), acc);
         float buf[VL];
         storeu(buf, acc);
         memcpy(o + d0, buf, sizeof(float) * (size_t)w);
@@ -936,17 +949,18 @@ static void attend_finish(float *out, const float *o, const float *ml, int64_t h
     }
 }
 
-/* Attention of one query over m = n_past + n_vis keys of one kv head: slots 0..n_past-1, then
- * n_past + vis[i]. kb, vb: (n_ctx, hd). Tiles of ES__ATTN_TILE keys aligned to positions, each
- * reduced on its own (attend_tile) and folded in position order (attend_merge): flash decoding
- * on one core, the order speculative attention reproduces. */
+/* Attention of one query over m = n_past + n_vis + n_x keys of one kv head: slots 0..n_past-1,
+ * then n_past + vis[i], then the rows kx + i ldx. kb, vb: (n_ctx, hd). Tiles of ES__ATTN_TILE
+ * keys aligned to positions, each reduced on its own (attend_tile) and folded in position order
+ * (attend_merge): flash decoding on one core, the order speculative attention reproduces. */
 static void k_attend(const float *q, const float *kb, const float *vb, int64_t hd, int32_t n_past, const int32_t *vis,
-                     int32_t n_vis, float scale, float softcap, float *sc, float *out) {
-    (void)sc;
-    const int32_t m = n_past + n_vis;
+                     int32_t n_vis, const float *kx, const float *vx, int64_t ldx, int32_t n_x, float scale,
+                     float softcap, float *out) {
+    const keyset ks = {kb, vb, kx, vx, hd, ldx, n_past, n_past + n_vis, vis};
+    const int32_t m = n_past + n_vis + n_x;
     float ot[ES__MAX_HEAD_DIM], mlt[2], ml[2] = {0.0f, 0.0f};
     for (int32_t j0 = 0; j0 < m; j0 += ES__ATTN_TILE) {
-        attend_tile(q, kb, vb, hd, n_past, vis, j0, ES__MIN(m, j0 + ES__ATTN_TILE), scale, softcap, ot, mlt);
+        attend_tile(q, &ks, j0, ES__MIN(m, j0 + ES__ATTN_TILE), scale, softcap, ot, mlt);
         attend_merge(out, ml, ot, mlt, hd, j0 == 0);
     }
     attend_finish(out, out, ml, hd);
@@ -960,13 +974,14 @@ static void k_attend(const float *q, const float *kb, const float *vb, int64_t h
 static void k_attend_spec(const float *q, const float *kb, const float *vb, int64_t hd, int32_t n, int32_t s1,
                           int32_t s2, float scale, int passes, float *part, float *spec, float *out) {
     const int64_t pw = hd + 2;
+    const keyset ks = {kb, vb, NULL, NULL, hd, 0, n, n, NULL};
     float ml[2] = {0.0f, 0.0f}, ot[ES__MAX_HEAD_DIM], mlt[2];
     int32_t i = 0;
     if (passes & ES__SPEC_PASS_SPEC) {
         for (int32_t j0 = 0; j0 < n; j0 += ES__ATTN_TILE) {
             if (j0 >= s1 && j0 < s2) continue;
             float *pt = part + (int64_t)i * pw;
-            attend_tile(q, kb, vb, hd, n, NULL, j0, ES__MIN(n, j0 + ES__ATTN_TILE), scale, 0.0f, pt + 2, pt);
+            attend_tile(q, &ks, j0, ES__MIN(n, j0 + ES__ATTN_TILE), scale, 0.0f, pt + 2, pt);
             attend_merge(spec, ml, pt + 2, pt, hd, i++ == 0);
         }
         attend_finish(spec, spec, ml, hd);
@@ -975,7 +990,7 @@ static void k_attend_spec(const float *q, const float *kb, const float *vb, int6
     i = 0;
     for (int32_t j0 = 0; j0 < n; j0 += ES__ATTN_TILE) {
         if (j0 >= s1 && j0 < s2) {
-            attend_tile(q, kb, vb, hd, n, NULL, j0, j0 + ES__ATTN_TILE, scale, 0.0f, ot, mlt);
+            attend_tile(q, &ks, j0, j0 + ES__ATTN_TILE, scale, 0.0f, ot, mlt);
             attend_merge(out, ml, ot, mlt, hd, j0 == 0);
         } else {
             const float *pt = part + (int64_t)i++ * pw;

@@ -30,7 +30,7 @@ void es__msa_free(es__cpu_ctx *c, const es_allocator *a) {
     struct es__msa *m = c->msa;
     if (!m) return;
     void *bufs[] = {m->dfs_s, m->dfs_e, m->pos, m->x0, m->parents, m->kept_mem, m->s, m->sn, m->q, m->att, m->kk, m->vv,
-                    m->tmp, m->gate, m->up, m->lg, m->lu, m->scores, m->visible, m->lora_tmp, m->ee_x, m->ee_down, m->ee_logits};
+                    m->tmp, m->gate, m->up, m->lg, m->lu, m->visible, m->lora_tmp, m->ee_x, m->ee_down, m->ee_logits};
     for (size_t i = 0; i < ES__ARRAY_LEN(bufs); i++) es__free(a, bufs[i]);
     es__free(a, m);
     c->msa = NULL;
@@ -53,14 +53,13 @@ static bool alloc_fixed(struct es__msa *m, es_context *ctx, int32_t n_threads) {
     const es__hparams *hp = &ctx->model->hp;
     const es__ss_adapter *ss = ctx->model->ss;
     const es_allocator *a = ctx->backend->alloc;
-    const size_t nb = (size_t)ctx->n_batch, d = (size_t)hp->n_embd, th = (size_t)n_threads, G = (size_t)ss->n_streams;
+    const size_t nb = (size_t)ctx->n_batch, d = (size_t)hp->n_embd, th = (size_t)n_threads;
     const size_t qd = (size_t)hp->n_head * (size_t)hp->head_dim, kvd = (size_t)hp->n_head_kv * (size_t)hp->head_dim;
     const size_t ff = (size_t)hp->n_ff, none = 0;
     m->tok_cap = ctx->n_batch;
     m->rows_cap = ES__MAX(ss->n_streams, ES__MSA_FUSE_ROWS);
-    m->scores_stride = (size_t)ctx->n_ctx + nb + G;
     const size_t R = (size_t)m->rows_cap, rank = (size_t)ES__MAX(ss->lora_rank, 1);
-    m->lora_stride = rank + ES__MAX(ES__MAX(d, qd), ff);
+    m->lora_stride = (rank + 15) / 16 * 16; /* a thread's own cache lines */
     return grow(a, &m->dfs_s, none, nb, 1, sizeof(int32_t)) && grow(a, &m->dfs_e, none, nb, 1, sizeof(int32_t)) &&
            grow(a, &m->pos, none, nb, 1, sizeof(int32_t)) &&
            grow(a, &m->x0, none, nb, d, sizeof(float)) && grow(a, &m->parents, none, nb, 1, sizeof(int32_t)) &&
@@ -70,7 +69,6 @@ static bool alloc_fixed(struct es__msa *m, es_context *ctx, int32_t n_threads) {
            grow(a, &m->vv, none, R, kvd, sizeof(float)) && grow(a, &m->tmp, none, R, d, sizeof(float)) &&
            grow(a, &m->gate, none, R, ff, sizeof(float)) && grow(a, &m->up, none, R, ff, sizeof(float)) &&
            grow(a, &m->lg, none, R, ff, sizeof(float)) && grow(a, &m->lu, none, R, ff, sizeof(float)) &&
-           grow(a, &m->scores, none, th, m->scores_stride, sizeof(float)) &&
            grow(a, &m->visible, none, th, nb, sizeof(int32_t)) &&
            grow(a, &m->lora_tmp, none, th, m->lora_stride, sizeof(float)) &&
            grow(a, &m->ee_down, none, th, (size_t)ES__MAX(ss->prune_rank, 1), sizeof(float));
@@ -252,7 +250,7 @@ static void stream_layer(const es__msa_job *J, int32_t il, int ith, int nth) {
     es__split_range((int64_t)G * hp->n_head, 1, ith, nth, &t0, &t1);
     for (int64_t task = t0; task < t1; task++)
         es__ssr_attend(J, il, b, (int32_t)(task / hp->n_head), task / hp->n_head, (int32_t)(task % hp->n_head),
-                       m->scores + (size_t)ith * m->scores_stride, m->visible + (size_t)ith * (size_t)m->tok_cap);
+                       m->visible + (size_t)ith * (size_t)m->tok_cap);
     es__pool_barrier(J->pool);
     mm(J, &L->wo, m->att, G, m->tmp, ith, nth);
     es__pool_barrier(J->pool);

@@ -44,7 +44,7 @@ void es__msa_fz_attend(const es__msa_job *J, int32_t il, int64_t task, int ith) 
     const int32_t nh = J->hp->n_head, G = J->f->n_streams;
     const int64_t r = task / nh;
     es__ssr_attend(J, il, (int32_t)(r / G), (int32_t)(r % G), r, (int32_t)(task % nh),
-                   m->scores + (size_t)ith * m->scores_stride, m->visible + (size_t)ith * (size_t)m->tok_cap);
+                   m->visible + (size_t)ith * (size_t)m->tok_cap);
 }
 
 void es__msa_fz_ffn_norm(const es__msa_job *J, int32_t il, int64_t r, int ith) {

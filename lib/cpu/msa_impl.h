@@ -14,7 +14,6 @@
 
 struct es__msa {
     int32_t tok_cap, rows_cap;
-    size_t scores_stride;    /* floats of scores per thread                                     */
     /* the last forward, as the stream pass needs it: its survivors (backend.h) */
     int32_t n_streams;       /* stream rows per token it asked for                              */
     int32_t fwd_n, fwd_n_past;
@@ -38,9 +37,8 @@ struct es__msa {
     float *gate, *up;        /* [rows_cap][n_ff]                                                */
     float *lg, *lu;          /* [rows_cap][n_ff] the gate and up LoRA's B (A x), added per chunk */
     /* per thread */
-    float *scores;           /* [threads][n_ctx + tok_cap + rows_cap]                           */
     int32_t *visible;        /* [threads][tok_cap]                                              */
-    float *lora_tmp;         /* [threads][lora_stride]: A x, then B (A x) (msa_rows.c)           */
+    float *lora_tmp;         /* [threads][lora_stride]: A x (msa_rows.c)                         */
     size_t lora_stride;      /* floats a thread's lora_tmp holds                                */
     /* early exit */
     float *ee_x;             /* [EE_CHUNK][n_embd]                                              */
@@ -61,8 +59,7 @@ void es__ssr_norm(const es__msa_job *J, const float *w, int64_t r);
 void es__ssr_qkv(const es__msa_job *J, int32_t il, int32_t b, int64_t r, float *ltmp);
 /* Head h of row r's attention in layer il (Eq. 2): row r is stream j of survivor b, whose stream
  * rows begin at r - j. */
-void es__ssr_attend(const es__msa_job *J, int32_t il, int32_t b, int32_t j, int64_t r, int32_t h, float *scores,
-                    int32_t *visible);
+void es__ssr_attend(const es__msa_job *J, int32_t il, int32_t b, int32_t j, int64_t r, int32_t h, int32_t *visible);
 /* After the output projection (tmp[r]): its LoRA and the residual; then the FFN's input norm and
  * the gate and up LoRA's whole outputs (the FFN's chunks add them). */
 void es__ssr_attn_out_ffn_in(const es__msa_job *J, int32_t il, int64_t r, float *ltmp);

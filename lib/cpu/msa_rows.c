@@ -19,11 +19,11 @@ static void lora_in(const es__msa_job *J, const es__ss_lora *lo, const float *x,
     for (int32_t r = 0; r < J->ss->lora_rank; r++) ax[r] = J->k->dot(lo->a + (int64_t)r * lo->n_in, x, lo->n_in);
 }
 
-/* out = B ax over all outputs, B's rows through the matrix kernel (one call, not one short dot
- * product per output: those cost a stream row more than its weights did). */
-static void lora_b(const es__msa_job *J, const es__ss_lora *lo, const float *ax, float *out) {
-    const int32_t rank = J->ss->lora_rank;
-    J->k->matmul(ES__DTYPE_F32, lo->b, sizeof(float) * (size_t)rank, rank, 0, lo->n_out, ax, rank, 1, out, lo->n_out, NULL);
+/* out += B ax over all outputs, as rank multiply-adds of B's columns (whole output vectors): a
+ * dot product of rank elements per output cost about eight times the arithmetic, mostly in its
+ * horizontal sum. */
+static void lora_b_add(const es__msa_job *J, const es__ss_lora *lo, const float *ax, float *out) {
+    for (int32_t k = 0; k < J->ss->lora_rank; k++) J->k->axpy(out, ax[k], lo->bt + (size_t)k * (size_t)lo->n_out, lo->n_out);
 }
 
 float *es__ssr_scratch(const es__msa_job *J, int ith) {
@@ -33,10 +33,8 @@ float *es__ssr_scratch(const es__msa_job *J, int ith) {
 /* y += B (A x): the stream-only LoRA of one projection, for one row. */
 static void lora_row(const es__msa_job *J, const es__ss_lora *lo, const float *x, float *y, float *ltmp) {
     if (!lo->a) return;
-    float *by = ltmp + ES__MAX(J->ss->lora_rank, 1);
     lora_in(J, lo, x, ltmp);
-    lora_b(J, lo, ltmp, by);
-    for (int64_t o = 0; o < lo->n_out; o++) y[o] += by[o];
+    lora_b_add(J, lo, ltmp, y);
 }
 
 
@@ -81,8 +79,9 @@ void es__ssr_qkv(const es__msa_job *J, int32_t il, int32_t b, int64_t r, float *
     es__cpu_rope_token(k, hp->n_head_kv, hp->head_dim, hp->n_rot, cs, hp->rope_type);
 }
 
-/* The committed slots from c0 (slot s holds position s), then the batch slots of b's ancestors
- * and b in the window: what b's streams see of the main stream. */
+/* The committed slots from c0 (slot s holds position s), then the batch tokens of b's ancestors
+ * and b in the window (their indices: token i is in slot n_past + i): what b's streams see of
+ * the main stream. */
 static int32_t visible_slots(const es__msa_job *J, int32_t b, int32_t window, int32_t *c0, int32_t *visible) {
     const es__fwd *f = J->f;
     const int32_t p = f->pos[b];
@@ -90,45 +89,23 @@ static int32_t visible_slots(const es__msa_job *J, int32_t b, int32_t window, in
     int32_t n_vis = 0;
     for (int32_t i = 0; i < f->n; i++)
         if (f->dfs_start[i] <= f->dfs_start[b] && f->dfs_end[b] <= f->dfs_end[i] && (window <= 0 || f->pos[i] > p - window))
-            visible[n_vis++] = f->n_past + i;
+            visible[n_vis++] = i;
     return n_vis;
 }
 
-void es__ssr_attend(const es__msa_job *J, int32_t il, int32_t b, int32_t j, int64_t r, int32_t h, float *scores,
-                    int32_t *visible) {
+void es__ssr_attend(const es__msa_job *J, int32_t il, int32_t b, int32_t j, int64_t r, int32_t h, int32_t *visible) {
     const struct es__msa *m = J->m;
     const es__hparams *hp = J->hp;
     const int32_t hd = hp->head_dim, g = h / (hp->n_head / hp->n_head_kv);
     const int64_t qd = (int64_t)hp->n_head * hd, kvd = (int64_t)hp->n_head_kv * hd, r0 = r - j;
-    const float scale = hp->attn_scale, cap = hp->attn_softcap;
     int32_t c0;
     const int32_t n_vis = visible_slots(J, b, es__layer_window(hp, il), &c0, visible);
     const size_t cache = ((size_t)il * (size_t)hp->n_head_kv + (size_t)g) * (size_t)J->n_ctx * (size_t)hd;
-    const float *kg = J->c->k + cache, *vg = J->c->v + cache, *q = m->q + r * qd + (int64_t)h * hd;
-    const int32_t n_com = J->f->n_past - c0, n_main = n_com + n_vis, n_keys = n_main + j + 1;
-    float mx = -INFINITY;
-    for (int32_t s = 0; s < n_keys; s++) {
-        const float *key = s < n_main ? kg + (int64_t)(s < n_com ? c0 + s : visible[s - n_com]) * hd
-                                       : m->kk + (r0 + s - n_main) * kvd + (int64_t)g * hd;
-        float sc = J->k->dot(q, key, hd) * scale;
-        if (cap > 0.0f) sc = cap * tanhf(sc / cap);
-        scores[s] = sc;
-        mx = sc > mx ? sc : mx;
-    }
-    float sum = 0.0f;
-    for (int32_t s = 0; s < n_keys; s++) {
-        scores[s] = expf(scores[s] - mx);
-        sum += scores[s];
-    }
-    float *o = m->att + r * qd + (int64_t)h * hd;
-    memset(o, 0, sizeof(float) * (size_t)hd);
-    for (int32_t s = 0; s < n_keys; s++) {
-        const float *val = s < n_main ? vg + (int64_t)(s < n_com ? c0 + s : visible[s - n_com]) * hd
-                                       : m->vv + (r0 + s - n_main) * kvd + (int64_t)g * hd;
-        J->k->axpy(o, scores[s], val, hd);
-    }
-    const float inv = 1.0f / sum;
-    for (int32_t e = 0; e < hd; e++) o[e] *= inv;
+    const float *kg = J->c->k + cache + (size_t)c0 * (size_t)hd, *vg = J->c->v + cache + (size_t)c0 * (size_t)hd;
+    /* the main stream's keys, then streams 0..j of this survivor's (stream rows r0..r) */
+    const int64_t own = r0 * kvd + (int64_t)g * hd;
+    J->k->attend(m->q + r * qd + (int64_t)h * hd, kg, vg, hd, J->f->n_past - c0, visible, n_vis, m->kk + own, m->vv + own,
+                 kvd, j + 1, hp->attn_scale, hp->attn_softcap, m->att + r * qd + (int64_t)h * hd);
 }
 
 void es__ssr_attn_out_ffn_in(const es__msa_job *J, int32_t il, int64_t r, float *ltmp) {
@@ -146,7 +123,8 @@ void es__ssr_attn_out_ffn_in(const es__msa_job *J, int32_t il, int64_t r, float 
     for (int i = 0; i < 2; i++) {
         if (!lo[i]->a) continue;
         lora_in(J, lo[i], x, ltmp);
-        lora_b(J, lo[i], ltmp, out[i]);
+        memset(out[i], 0, sizeof(float) * (size_t)lo[i]->n_out);
+        lora_b_add(J, lo[i], ltmp, out[i]);
     }
 }
 
@@ -163,7 +141,7 @@ void es__ssr_ffn_cols(const es__msa_job *J, int32_t il, int64_t r, int64_t lo, i
     if (hp->arch && hp->arch->act == ES__ACT_GELU)
         es__cpu_geglu_range(gate, up, lo, hi, gate);
     else
-        for (int64_t i = lo; i < hi; i++) gate[i] = gate[i] / (1.0f + expf(-gate[i])) * up[i];
+        es__cpu_swiglu_range(J->k, gate, up, lo, hi, gate);
 }
 
 void es__ssr_ffn_out(const es__msa_job *J, int32_t il, int64_t r, float *ltmp) {

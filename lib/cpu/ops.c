@@ -61,8 +61,7 @@ static int32_t visible_keys(const es__attn *a, int32_t j, int32_t *visible) {
     return n_vis;
 }
 
-void es__cpu_attention_range(const es__kern *k, const es__attn *a, int64_t lo, int64_t hi, float *scores,
-                             int32_t *visible) {
+void es__cpu_attention_range(const es__kern *k, const es__attn *a, int64_t lo, int64_t hi, int32_t *visible) {
     const int32_t hd = a->head_dim, group = a->n_head / a->n_head_kv, rb = ES__CPU_ATTN_ROWS;
     int32_t cur_block = -1, n_vis[ES__CPU_ATTN_ROWS];
     for (int64_t task = lo; task < hi; task++) {
@@ -84,7 +83,7 @@ void es__cpu_attention_range(const es__kern *k, const es__attn *a, int64_t lo, i
         const float *q = a->q + row * a->q_stride + (int64_t)h * hd;
         const float *kg = a->kc + ((int64_t)g * a->n_ctx + s0) * hd, *vg = a->vc + ((int64_t)g * a->n_ctx + s0) * hd;
         k->attend(q, kg, vg, hd, a->n_past - s0, visible + (size_t)(row - r0) * (size_t)a->n_batch, n_vis[row - r0],
-                  a->scale, a->softcap, scores, a->out + row * a->out_stride + (int64_t)h * hd);
+                  NULL, NULL, 0, 0, a->scale, a->softcap, a->out + row * a->out_stride + (int64_t)h * hd);
     }
 }
 
@@ -192,7 +191,6 @@ void es__cpu_rope(float *x, int64_t n_tok, int64_t n_head, int64_t head_dim, int
 typedef struct attn_job {
     const es__kern *k;
     es__attn a;
-    float *scores;   /* [nth][n_past + n_batch] */
     int32_t *visible; /* [nth][n_batch] */
 } attn_job;
 
@@ -200,8 +198,7 @@ static void attn_thread(void *arg, int ith, int nth) {
     attn_job *j = arg;
     int64_t lo, hi;
     es__split_range((int64_t)j->a.n_q * j->a.n_head, 1, ith, nth, &lo, &hi);
-    es__cpu_attention_range(j->k, &j->a, lo, hi, j->scores + (size_t)ith * (size_t)(j->a.n_past + j->a.n_batch),
-                            j->visible + (size_t)ith * ES__CPU_ATTN_ROWS * (size_t)j->a.n_batch);
+    es__cpu_attention_range(j->k, &j->a, lo, hi, j->visible + (size_t)ith * ES__CPU_ATTN_ROWS * (size_t)j->a.n_batch);
 }
 
 es_status es__cpu_attention(es__pool *pool, const float *q, const float *kc, const float *vc, int32_t n_ctx,
@@ -224,19 +221,15 @@ es_status es__cpu_attention_ex(es__pool *pool, const float *q, const float *kc, 
                  "cpu attention: n_head %d, n_head_kv %d, head_dim %d, n_past %d, n %d, n_ctx %d", n_head, n_head_kv,
                  head_dim, n_past, n, n_ctx);
     const int nth = pool ? es__pool_size(pool) : 1;
-    float *scores = es__malloc(NULL, sizeof(float) * (size_t)nth * (size_t)(n_past + n));
     int32_t *visible = es__malloc(NULL, sizeof(int32_t) * (size_t)nth * ES__CPU_ATTN_ROWS * (size_t)n);
-    if (!scores || !visible) {
-        es__free(NULL, scores);
-        es__free(NULL, visible);
+    if (!visible) {
         return es__fail(err, ES_ERR_OUT_OF_MEMORY, "cpu attention: out of memory for scratch");
     }
     attn_job j = {es__kern_best(),
                   {q, (int64_t)n_head * head_dim, kc, vc, n_ctx, n_head, n_head_kv, head_dim, n_past, n, n, NULL,
                    dfs_start, dfs_end, scale, out, (int64_t)n_head * head_dim, pos, window, softcap},
-                  scores, visible};
+                  visible};
     run(pool, attn_thread, &j);
-    es__free(NULL, scores);
     es__free(NULL, visible);
     return ES_OK;
 }

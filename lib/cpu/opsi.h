@@ -48,10 +48,9 @@ typedef struct es__attn {
 #define ES__CPU_ATTN_ROWS 16
 
 /* Computes tasks [lo, hi) of the n_q * n_head (query row, head) tasks, numbered block by block
- * (ES__CPU_ATTN_ROWS rows each), head-major inside a block. Per-thread scratch: scores of
- * n_past + n_batch floats, visible of ES__CPU_ATTN_ROWS * n_batch ints. */
-void es__cpu_attention_range(const es__kern *k, const es__attn *a, int64_t lo, int64_t hi, float *scores,
-                             int32_t *visible);
+ * (ES__CPU_ATTN_ROWS rows each), head-major inside a block. Per-thread scratch: visible of
+ * ES__CPU_ATTN_ROWS * n_batch ints. */
+void es__cpu_attention_range(const es__kern *k, const es__attn *a, int64_t lo, int64_t hi, int32_t *visible);
 
 void es__cpu_swiglu_range(const es__kern *k, const float *gate, const float *up, int64_t lo, int64_t hi,
                           float *out);

@@ -220,34 +220,42 @@ static void test_kernels(const es__kern *k) {
         CHECKF(ok, "%s silu_mul", k->name);
         free(g), free(u), free(o);
     }
-    /* attend: one query over committed slots and a few in-batch ones, against double; with and
-     * without gemma2's soft-capping of the scores (cap 2 bends scores of this size visibly) */
-    for (int64_t hd = 3, pass = 0; hd <= 40; pass ? (hd += 37, pass = 0) : (pass = 1)) {
-        const float cap = pass ? 2.0f : 0.0f;
-        const int32_t n_ctx = 50, n_past = 41, vis[3] = {0, 2, 5};
-        float *q = rand_vec(hd, 3.0f), *kb = rand_vec(n_ctx * hd, 1.0f), *vb = rand_vec(n_ctx * hd, 1.0f);
-        float sc[44], ao[40];
-        poison(ao, hd);
-        k->attend(q, kb, vb, hd, n_past, vis, 3, 0.5f, cap, sc, ao);
-        double p[44], mx = -INFINITY, sum = 0;
-        int32_t slots[44];
-        for (int32_t i = 0; i < 44; i++) {
-            slots[i] = i < n_past ? i : n_past + vis[i - n_past];
-            double d = 0;
-            for (int64_t e = 0; e < hd; e++) d += (double)q[e] * kb[slots[i] * hd + e];
-            p[i] = cap > 0 ? cap * tanh(0.5 * d / cap) : 0.5 * d;
-            mx = p[i] > mx ? p[i] : mx;
+    /* attend: one query over committed slots, a few in-batch ones and (a speculative stream's) keys
+     * from outside the cache, against double; with and without gemma2's soft-capping of the scores
+     * (cap 2 bends scores of this size visibly); the second geometry's keys cross a tile boundary
+     * inside the outside keys */
+    for (int64_t hd = 3, pass = 0; hd <= 40; pass ? (hd += 37, pass = 0) : (pass = 1))
+        for (int geo = 0; geo < 2; geo++) {
+            const float cap = pass ? 2.0f : 0.0f;
+            const int32_t n_ctx = 70, n_past = geo ? 60 : 41, vis[3] = {0, 2, 5}, n_x = geo ? 3 : 0, m = n_past + 3 + n_x;
+            const int64_t ldx = hd + 3;
+            float *q = rand_vec(hd, 3.0f), *kb = rand_vec(n_ctx * hd, 1.0f), *vb = rand_vec(n_ctx * hd, 1.0f);
+            float *kx = rand_vec(3 * ldx, 1.0f), *vx = rand_vec(3 * ldx, 1.0f);
+            float ao[40];
+            poison(ao, hd);
+            k->attend(q, kb, vb, hd, n_past, vis, 3, kx, vx, ldx, n_x, 0.5f, cap, ao);
+            double p[66], mx = -INFINITY, sum = 0;
+            const float *krow[66], *vrow[66];
+            for (int32_t i = 0; i < m; i++) {
+                const int64_t slot = i < n_past ? i : n_past + vis[ES__MIN(i - n_past, 2)];
+                krow[i] = i < n_past + 3 ? kb + slot * hd : kx + (i - n_past - 3) * ldx;
+                vrow[i] = i < n_past + 3 ? vb + slot * hd : vx + (i - n_past - 3) * ldx;
+                double d = 0;
+                for (int64_t e = 0; e < hd; e++) d += (double)q[e] * krow[i][e];
+                p[i] = cap > 0 ? cap * tanh(0.5 * d / cap) : 0.5 * d;
+                mx = p[i] > mx ? p[i] : mx;
+            }
+            for (int32_t i = 0; i < m; i++) sum += (p[i] = exp(p[i] - mx));
+            bool ok = true;
+            for (int64_t e = 0; e < hd; e++) {
+                double ref = 0;
+                for (int32_t i = 0; i < m; i++) ref += p[i] / sum * vrow[i][e];
+                ok = ok && fabs(ao[e] - ref) <= 2e-6;
+            }
+            CHECKF(ok, "%s attend hd %lld softcap %g, %d keys (%d from outside the cache)", k->name, (long long)hd,
+                   (double)cap, m, n_x);
+            free(q), free(kb), free(vb), free(kx), free(vx);
         }
-        for (int32_t i = 0; i < 44; i++) sum += (p[i] = exp(p[i] - mx));
-        bool ok = true;
-        for (int64_t e = 0; e < hd; e++) {
-            double ref = 0;
-            for (int32_t i = 0; i < 44; i++) ref += p[i] / sum * vb[slots[i] * hd + e];
-            ok = ok && fabs(ao[e] - ref) <= 2e-6;
-        }
-        CHECKF(ok, "%s attend hd %lld softcap %g", k->name, (long long)hd, (double)cap);
-        free(q), free(kb), free(vb);
-    }
     /* dot and axpy */
     for (int64_t n = 1; n < 80; n += 13) {
         float *a = rand_vec(n, 1), *b = rand_vec(n, 1), *y = rand_vec(n, 1), *y0 = malloc(sizeof(float) * (size_t)n);
@@ -314,10 +322,12 @@ static void test_levels_agree(const es__kern *a, const es__kern *b) {
     for (int64_t hd = 5; hd <= 72; hd += 67) {
         const int32_t n_ctx = 60, n_past = 47, vis[4] = {0, 1, 4, 9};
         float *q = rand_vec(hd, 3.0f), *kb = rand_vec(n_ctx * hd, 1.0f), *vb = rand_vec(n_ctx * hd, 1.0f);
-        float sc[51], oa[72], ob[72];
+        float oa[72], ob[72];
         poison(oa, hd), poison(ob, hd);
-        a->attend(q, kb, vb, hd, n_past, vis, 4, 0.3f, 0.0f, sc, oa);
-        b->attend(q, kb, vb, hd, n_past, vis, 4, 0.3f, 0.0f, sc, ob);
+        /* the outside keys: the last two cache rows, read with a row stride of hd */
+        const float *kx = kb + (n_ctx - 2) * hd, *vx = vb + (n_ctx - 2) * hd;
+        a->attend(q, kb, vb, hd, n_past, vis, 4, kx, vx, hd, 2, 0.3f, 0.0f, oa);
+        b->attend(q, kb, vb, hd, n_past, vis, 4, kx, vx, hd, 2, 0.3f, 0.0f, ob);
         CHECKF(memcmp(oa, ob, sizeof(float) * (size_t)hd) == 0, "%s vs %s attend hd %lld", a->name, b->name, (long long)hd);
         free(q), free(kb), free(vb);
     }
