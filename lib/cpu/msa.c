@@ -246,11 +246,12 @@ static void stream_layer(const es__msa_job *J, int32_t il, int ith, int nth) {
     es__pool_barrier(J->pool);
     for (int64_t r = lo; r < hi; r++) es__ssr_qkv(J, il, b, r, ltmp);
     es__pool_barrier(J->pool);
+    /* head-major: a thread's streams of one head read its keys and values in turn, from cache
+     * after the first */
     int64_t t0, t1;
     es__split_range((int64_t)G * hp->n_head, 1, ith, nth, &t0, &t1);
     for (int64_t task = t0; task < t1; task++)
-        es__ssr_attend(J, il, b, (int32_t)(task / hp->n_head), task / hp->n_head, (int32_t)(task % hp->n_head),
-                       m->visible + (size_t)ith * (size_t)m->tok_cap);
+        es__ssr_attend(J, il, b, (int32_t)(task % G), task % G, (int32_t)(task / G), m->visible + (size_t)ith * (size_t)m->tok_cap);
     es__pool_barrier(J->pool);
     mm(J, &L->wo, m->att, G, m->tmp, ith, nth);
     es__pool_barrier(J->pool);

@@ -41,9 +41,9 @@ void es__msa_fz_rope(const es__msa_job *J, int32_t il, int64_t r, int ith) {
 
 void es__msa_fz_attend(const es__msa_job *J, int32_t il, int64_t task, int ith) {
     const struct es__msa *m = J->m;
-    const int32_t nh = J->hp->n_head, G = J->f->n_streams;
-    const int64_t r = task / nh;
-    es__ssr_attend(J, il, (int32_t)(r / G), (int32_t)(r % G), r, (int32_t)(task % nh),
+    const int32_t G = J->f->n_streams;
+    const int64_t rows = es__msa_fz_rows(J, il), r = task % rows; /* head-major, as the stream pass */
+    es__ssr_attend(J, il, (int32_t)(r / G), (int32_t)(r % G), r, (int32_t)(task / rows),
                    m->visible + (size_t)ith * (size_t)m->tok_cap);
 }
 
