@@ -34,7 +34,7 @@ typedef struct fwd_job {
 /* The multiple of ROW_ALIGN a phase over n matrices laid end to end hands its rows out in: the
  * largest power-of-two multiple that divides every matrix and still leaves about eight chunks a
  * thread, so that no chunk straddles two matrices and a thread's chunks in one matrix are equal
- * (the Q4_K kernel's prefetches run on into the next one; kern_q4k.h). */
+ * (the Q4_K kernel's prefetches run on into the next one; kern_ksum.h). */
 static int64_t rows_align(const int64_t *n_out, int n, int nth) {
     int64_t rows = 0, a = ROW_ALIGN;
     for (int i = 0; i < n; i++) rows += n_out[i];
@@ -83,7 +83,7 @@ static void phase_end(thr *t, es__work *w) {
 }
 
 /* How much of each of its streams a matrix phase's first chunk asks for as the phase before ends:
- * the kernels read a chunk as up to four sequential streams from its quarters (kern_q4k.h, two
+ * the kernels read a chunk as up to four sequential streams from its quarters (kern_ksum.h, two
  * from its halves elsewhere), each of which would otherwise begin on demand misses until the
  * hardware and the kernels' own prefetches run ahead of it; about one prefetch distance. */
 #define PF_START 1280

@@ -16,8 +16,8 @@
  * used for every token of its tile; larger batches convert a few rows to f32 once (the panel) and
  * run them through register tiles: the same arithmetic per element, so streams, tiles and panels
  * only decide which elements are computed together, never how.
- * Q4_K is the exception to the per-weight order: it sums q x per 32-element sub-block and scales
- * the sum, at every batch size alike (kern_q4k.h says how).
+ * The K-quants Q4_K, Q5_K and Q6_K are the exceptions to the per-weight order: they sum q x per
+ * sub-block and scale the sum, at every batch size alike (kern_ksum.h says how).
  * Not here: threading, which rows a thread takes. */
 #include "kern.h"
 
@@ -467,7 +467,7 @@ INLINE void pf_span(const uint8_t *p, size_t n, size_t pf) {
 }
 
 #include "kern_lq.h"  /* Q2_K, Q3_K, IQ4_NL */
-#include "kern_q4k.h" /* Q4_K */
+#include "kern_ksum.h" /* Q4_K, Q5_K, Q6_K */
 
 
 /* ---- streaming (decode and small batches): acc = fma(w, x, acc) over VL-wide chunks in k order,
@@ -484,34 +484,6 @@ INLINE void rows_dot(es__dtype type, const uint8_t *const *row, const int NR, co
         for (int t = 0; t < T; t++) acc[r][t] = vzero();
     if (IS_LQ(type) || type == ES__DTYPE_IQ4_NL) {
         lq_rows_dot(type, row, NR, x, ldx, T, n_in, pf, acc);
-    } else if (IS_KQ(type)) {
-        /* the rows' weights interleaved vector by vector: independent accumulation chains */
-        const size_t bb = KQ_BYTES(type);
-        for (int64_t b = 0; b < n_in / ES__QK_K; b++) {
-            float ds[2][16], ndm[2][8];
-            for (int r = 0; r < NR; r++) {
-                pf_span(row[r] + (size_t)b * bb, bb, pf);
-                kq_scales(type, row[r] + (size_t)b * bb, ds[r], ndm[r]);
-            }
-#define KQ_ROWS_BODY                                                                               \
-    for (int v = 0; v < 32 / VL; v++) {                                                            \
-        vf xv[T_TILE];                                                                             \
-        for (int t = 0; t < T; t++) xv[t] = loadu(x + t * ldx + b * ES__QK_K + 32 * j + v * VL);   \
-        for (int r = 0; r < NR; r++) {                                                             \
-            const vf wv = kq_weights(type, row[r] + (size_t)b * bb, ds[r], ndm[r], j, v);          \
-            for (int t = 0; t < T; t++) acc[r][t] = vfma(wv, xv[t], acc[r][t]);                    \
-        }                                                                                          \
-    }
-            /* fully unrolled, every shift is a constant; with 16 vector registers (VL 8) Q5_K's
-             * and Q6_K's unrolled bodies spill, so they keep a loop over sub-blocks there */
-            if (VL == 8 && type != ES__DTYPE_Q4_K) {
-                for (int j = 0; j < 8; j++) KQ_ROWS_BODY
-            } else {
-#pragma GCC unroll 8
-                for (int j = 0; j < 8; j++) KQ_ROWS_BODY
-            }
-#undef KQ_ROWS_BODY
-        }
     } else if (type == ES__DTYPE_Q8_0 || type == ES__DTYPE_Q4_0) {
         const size_t bb = type == ES__DTYPE_Q8_0 ? 34 : 18;
         for (int64_t b = 0; b < n_in / QK; b++) {
@@ -631,8 +603,6 @@ DEF_ROWS(rows_f16, ES__DTYPE_F16)
 DEF_ROWS(rows_bf16, ES__DTYPE_BF16)
 DEF_ROWS(rows_q8_0, ES__DTYPE_Q8_0)
 DEF_ROWS(rows_q4_0, ES__DTYPE_Q4_0)
-DEF_ROWS(rows_q5_k, ES__DTYPE_Q5_K)
-DEF_ROWS(rows_q6_k, ES__DTYPE_Q6_K)
 DEF_ROWS(rows_q2_k, ES__DTYPE_Q2_K)
 DEF_ROWS(rows_q3_k, ES__DTYPE_Q3_K)
 DEF_ROWS(rows_iq4_nl, ES__DTYPE_IQ4_NL)
@@ -693,8 +663,9 @@ static void k_to_f32(es__dtype type, const void *row, float *out, int64_t n);
 static void k_matmul(es__dtype type, const void *w, size_t row_bytes, int64_t n_in, int64_t r0, int64_t r1,
                      const float *x, int64_t ldx, int64_t n_tok, float *y, int64_t ldy, float *panel) {
     const uint8_t *base = w;
-    if (type == ES__DTYPE_Q4_K) { /* its own arithmetic at every batch size (kern_q4k.h) */
-        rows_q4k(base, row_bytes, n_in, r0, r1, x, ldx, n_tok, y, ldy, panel);
+    if (IS_KQ(type)) { /* their own arithmetic at every batch size (kern_ksum.h) */
+        (type == ES__DTYPE_Q4_K ? rows_q4k : type == ES__DTYPE_Q5_K ? rows_q5k : rows_q6k)(base, row_bytes, n_in, r0, r1, x, ldx,
+                                                                                        n_tok, y, ldy, panel);
         return;
     }
     if (n_tok <= STREAM_TOK) {
@@ -704,9 +675,9 @@ static void k_matmul(es__dtype type, const void *w, size_t row_bytes, int64_t n_
         case ES__DTYPE_BF16: rows_bf16(base, row_bytes, n_in, r0, r1, x, ldx, n_tok, y, ldy); break;
         case ES__DTYPE_Q8_0: rows_q8_0(base, row_bytes, n_in, r0, r1, x, ldx, n_tok, y, ldy); break;
         case ES__DTYPE_Q4_0: rows_q4_0(base, row_bytes, n_in, r0, r1, x, ldx, n_tok, y, ldy); break;
-        case ES__DTYPE_Q4_K: break; /* rows_q4k, above */
-        case ES__DTYPE_Q5_K: rows_q5_k(base, row_bytes, n_in, r0, r1, x, ldx, n_tok, y, ldy); break;
-        case ES__DTYPE_Q6_K: rows_q6_k(base, row_bytes, n_in, r0, r1, x, ldx, n_tok, y, ldy); break;
+        case ES__DTYPE_Q4_K:
+        case ES__DTYPE_Q5_K:
+        case ES__DTYPE_Q6_K: break; /* rows_ksum, above */
         case ES__DTYPE_Q2_K: rows_q2_k(base, row_bytes, n_in, r0, r1, x, ldx, n_tok, y, ldy); break;
         case ES__DTYPE_Q3_K: rows_q3_k(base, row_bytes, n_in, r0, r1, x, ldx, n_tok, y, ldy); break;
         case ES__DTYPE_IQ4_NL: rows_iq4_nl(base, row_bytes, n_in, r0, r1, x, ldx, n_tok, y, ldy); break;
@@ -1051,6 +1022,6 @@ static void k_to_f32(es__dtype type, const void *row, float *out, int64_t n) {
 }
 
 const es__kern *KERN_FN(void) {
-    static const es__kern k = {KERN_NAME, ES__MAX(R_TILE, Q4K_PANEL_ROWS), k_matmul, k_dot, k_axpy, k_to_f32, k_silu_mul, k_attend, k_attend_spec};
+    static const es__kern k = {KERN_NAME, ES__MAX(R_TILE, KS_PANEL_ROWS), k_matmul, k_dot, k_axpy, k_to_f32, k_silu_mul, k_attend, k_attend_spec};
     return &k;
 }
