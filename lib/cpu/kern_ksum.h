@@ -34,15 +34,18 @@
 
 
 #define KS_TOK 16 /* tokens prepared at once, into the panel                                  */
-/* Tokens per streaming tile of a small batch: two rows' partial sums and accumulators for each
- * token in registers. Q4_K: 2 (bench_cpu_kern, x86-64-v4, 2048 x 512: 40 us a token with 2, 51
- * with 4, 49 with 1). Q5_K and Q6_K build their quants' words anew in every tile, so on x86-64-v4
- * (32 vector registers) a tile takes up to six tokens (Q6_K 1024 x 4096, one thread: five tokens
- * 0.60 ms in one tile against 1.0 in tiles of two). Batches of more than KS_STREAM(K) tokens
- * convert KS_PR rows' quants to floats once (the panel) and run tiles of KS_PR rows x KS_PT
- * tokens over them. */
+/* Tokens per streaming tile of a small batch (KS_TILE): two rows' partial sums and accumulators
+ * for each token in registers. Q4_K: 2 (bench_cpu_kern, x86-64-v4, 2048 x 512: 40 us a token with
+ * 2, 51 with 4, 49 with 1). Q5_K and Q6_K build their quants' words anew in every tile, so on
+ * x86-64-v4 (32 vector registers) they take tiles of four with two sub-blocks' chains at once
+ * (ksum_dot), and stream up to eight tokens (Q6_K 1024 x 4096, one thread: 3, 4 and 5 tokens in
+ * 0.48, 0.64 and 0.91 ms, against 0.56, 0.82 and 1.0 in tiles of two, and 1.0 for five in one
+ * tile of six or through the panel). Batches of more than KS_STREAM(K) tokens convert KS_PR rows'
+ * quants to floats once (the panel) and run tiles of KS_PR rows x KS_PT tokens over them. */
 #if VL == 16
-#define KS_TMAX 6 /* the tiles' capacity */
+/* the accumulators' capacity and row stride in a tile: 4 (the largest tile) made gcc's Q4_K tiles
+ * of two tokens 1.3x slower */
+#define KS_TMAX 6
 #define KS_PR 4
 #define KS_PT 3
 #else
