@@ -48,6 +48,7 @@ static const es__kernel_family families[] = {
     {"ss_rows", "rrrw", sizeof(es__pc_ss_rows)},         /* X, P, step, Y                */
     {"ss_rope", "wrr", sizeof(es__pc_ss_rope)},          /* QKV, rope table, step        */
     {"ss_attn", "rrrrw", sizeof(es__pc_ss_attn)},        /* QKV, K, V, step, out         */
+    {"ss_attn_team", "rrrrw", sizeof(es__pc_ss_attn)},   /* the same, a subgroup a row   */
 };
 
 const es__kernel_family *es__kernel_family_find(const char *name) {

@@ -78,6 +78,7 @@ struct es__vk_msa {
     ss_layer *layers;                 /* [n_msa]                                            */
     VkDescriptorPool pool;
     es__vk_pipeline *p_rows, *p_rope, *p_attn, *p_norm, *p_move;
+    uint32_t attn_per_wg; /* (row, head) pairs per ss_attn workgroup: an invocation or a subgroup each */
     /* forward hooks */
     VkDescriptorSet s_keep_x, s_move_x0, s_copy_e, s_norm_e;
     ss_mm pd, pu, exit_out;
@@ -125,6 +126,11 @@ static es__pc_ss_attn attn_call(const struct es__vk_msa *m, int32_t l, uint32_t 
     return (es__pc_ss_attn){n_rows, g, row0, (uint32_t)hp->n_head, (uint32_t)hp->n_head_kv, (uint32_t)hp->head_dim,
                             m->res.QKV32, m->res.n_ctx, m->res.Q32, (uint32_t)es__layer_window(hp, l), hp->attn_scale,
                             hp->attn_softcap};
+}
+
+/* ss_attn's workgroups for `pairs` (stream row, head) pairs. */
+static uint32_t attn_groups(const struct es__vk_msa *m, uint32_t pairs) {
+    return (pairs + m->attn_per_wg - 1) / m->attn_per_wg;
 }
 
 static es__vk_bind bind_of(struct es__vk_msa *m, const es__vk_region *r, VkBufferView view) {
@@ -510,7 +516,7 @@ es_status es__vk_msa_create(es_context *ctx, const es__vk_ss_res *res, struct es
     }
     if (s == ES_OK) s = es__vk_simple_pipe(d, "ss_rows", true, false, &m->p_rows);
     if (s == ES_OK) s = es__vk_simple_pipe(d, "ss_rope", true, false, &m->p_rope);
-    if (s == ES_OK) s = es__vk_attn_pipe(d, "ss_attn", (uint32_t)hp->head_dim, &m->p_attn);
+    if (s == ES_OK) s = es__vk_attn_kernel(d, "ss_attn", (uint32_t)hp->head_dim, &m->p_attn, &m->attn_per_wg);
     if (s == ES_OK) s = es__vk_simple_pipe(d, "rmsnorm", true, true, &m->p_norm);
     if (s == ES_OK) s = es__vk_simple_pipe(d, "kv_move", true, false, &m->p_move);
     if (s == ES_OK) s = plan_memory(m);
@@ -615,7 +621,7 @@ void es__vk_msa_rec_attn(struct es__vk_msa *m, es__vk_rec *r, int32_t l, uint32_
     const es__hparams *hp = &m->ctx->model->hp;
     const es__pc_ss_attn pa = attn_call(m, l, n_main * g, g, n_main);
     es__vk_rec_dispatch(r, "ss_attn", m->p_attn, m->layers[l - m->ss->msa_start].attn_fused, &pa,
-                        (n_main * g * (uint32_t)hp->n_head + ES__ATTN_WG - 1) / ES__ATTN_WG, 1, 1);
+                        attn_groups(m, n_main * g * (uint32_t)hp->n_head), 1, 1);
 }
 
 es_status es__vk_msa_rec_exit(struct es__vk_msa *m, es__vk_rec *r, uint32_t n) {
@@ -682,8 +688,7 @@ static es_status record_streams(struct es__vk_msa *m, uint32_t G) {
                              hp->rope_type == ES_ROPE_NEOX ? 1u : 0u, res->QKV32, bias_off};
         es__vk_rec_dispatch(&r, "ss_rope", m->p_rope, L->rope, &pr, G, 1, 1);
         const es__pc_ss_attn pa = attn_call(m, l, G, 0, 0);
-        es__vk_rec_dispatch(&r, "ss_attn", m->p_attn, L->attn, &pa, (G * (uint32_t)hp->n_head + ES__ATTN_WG - 1) / ES__ATTN_WG,
-                            1, 1);
+        es__vk_rec_dispatch(&r, "ss_attn", m->p_attn, L->attn, &pa, attn_groups(m, G * (uint32_t)hp->n_head), 1, 1);
         if (lo[LO_O].on) ES_TRY(rec_mm(m, &r, "ss_lora_a", &lo[LO_O].ma, G, ES__EPI_STORE, res->Q32, m->R32));
         ES_TRY(rec_mm(m, &r, "ss_wo", &L->wo, G, branch_epi(m), res->Q32, res->E32));
         if (post_norms(m)) rec_norm_add(m, &r, "ss_post_norm", m->s_post, G, vl->post_attn_norm, 1);

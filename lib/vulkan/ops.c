@@ -115,11 +115,15 @@ bool es__vk_attn_team(const es__vk_dev *d) {
     return d->policy.attn_team && d->use.subgroup && d->subgroup_size <= ES__ATTN_WG;
 }
 
-es_status es__vk_attn_kernel(es__vk_dev *d, uint32_t hd, es__vk_pipeline **out, uint32_t *pairs_per_wg) {
+es_status es__vk_attn_kernel(es__vk_dev *d, const char *family, uint32_t hd, es__vk_pipeline **out,
+                             uint32_t *pairs_per_wg) {
     const uint32_t spec[3] = {ES__ATTN_WG, d->subgroup_size, hd / 4};
     const bool team = es__vk_attn_team(d);
     *pairs_per_wg = team ? ES__ATTN_WG / d->subgroup_size : ES__ATTN_WG;
-    return team ? pipe_for(d, "attn_team", NULL, true, true, false, spec, 3, out) : es__vk_attn_pipe(d, "attn", hd, out);
+    if (!team) return es__vk_attn_pipe(d, family, hd, out);
+    char name[32];
+    snprintf(name, sizeof name, "%s_team", family);
+    return pipe_for(d, name, NULL, true, true, false, spec, 3, out);
 }
 
 es_status es__vk_get_rows_pipe(es__vk_dev *d, es__dtype type, es__vk_pipeline **out) {

@@ -53,10 +53,12 @@ es_status es__vk_simple_pipe(es__vk_dev *d, const char *family, bool reads, bool
  * per workgroup. */
 es_status es__vk_attn_pipe(es__vk_dev *d, const char *family, uint32_t hd, es__vk_pipeline **out);
 /* Whether the device's attention gives each (token, head, split) a subgroup (attn_team.comp:
- * policy.h attn_team, with subgroup arithmetic); the device's attention pipeline (attn.comp or
- * attn_team.comp) and how many (token, head) pairs one of its workgroups serves. */
+ * policy.h attn_team, with subgroup arithmetic); the device's pipeline of an attention family
+ * ("attn": attn.comp or attn_team.comp; "ss_attn": ss_attn.comp or ss_attn_team.comp) and how
+ * many (row, head) pairs one of its workgroups serves. */
 bool es__vk_attn_team(const es__vk_dev *d);
-es_status es__vk_attn_kernel(es__vk_dev *d, uint32_t hd, es__vk_pipeline **out, uint32_t *pairs_per_wg);
+es_status es__vk_attn_kernel(es__vk_dev *d, const char *family, uint32_t hd, es__vk_pipeline **out,
+                             uint32_t *pairs_per_wg);
 es_status es__vk_get_rows_pipe(es__vk_dev *d, es__dtype type, es__vk_pipeline **out);
 
 #endif

@@ -32,8 +32,9 @@ typedef struct es__vk_policy {
                                     invocation walks a split, attn_merge.comp folds them): a
                                     power of two dividing ES__ATTN_SPLIT, so that ALSpec's
                                     chunks (multiples of it) stay whole splits                */
-    bool attn_team;              /* attention gives each (token, head, split) a subgroup rather
-                                    than an invocation (with subgroup arithmetic; ops.h)      */
+    bool attn_team;              /* attention gives each (token, head, split), and the streams'
+                                    attention each (stream row, head), a subgroup rather than
+                                    an invocation (with subgroup arithmetic; ops.h)           */
     bool warm_up;                /* the driver compiles a kernel at its first dispatch, not at
                                     pipeline creation (llvmpipe): a context runs each forward
                                     variant once when it is made, not in its first steps       */

@@ -559,7 +559,7 @@ es_status es__vk_run_attention_bench(es_backend *b, const float *q, const float 
     memset(&custom, 0, sizeof custom);
     if (s == ES_OK && (hd % 4 || hd > 512))
         s = es__fail(&b->err, ES_ERR_UNSUPPORTED, "vulkan op: head dimension %u not supported", hd);
-    if (s == ES_OK) s = es__vk_attn_kernel(r.d, hd, &pa, &per_wg);
+    if (s == ES_OK) s = es__vk_attn_kernel(r.d, "attn", hd, &pa, &per_wg);
     if (s == ES_OK && bench && bench->shader) {
         s = es__vk_pipeline_custom(r.d, bench->shader, pa->spec, pa->n_spec, &custom);
         pa = &custom;
@@ -607,7 +607,7 @@ es_status es__vk_run_attention_spec(es_backend *b, const float *q, const float *
     if (s == ES_OK && (hd % 4 || hd > 512 || n == 0 || n > n_ctx || chunk == 0 || chunk % split))
         s = es__fail(&b->err, ES_ERR_UNSUPPORTED, "vulkan op: speculative attention with hd %u, n %u, chunk %u", hd, n,
                      chunk);
-    if (s == ES_OK) s = es__vk_attn_kernel(r.d, hd, &pa, &per_wg);
+    if (s == ES_OK) s = es__vk_attn_kernel(r.d, "attn", hd, &pa, &per_wg);
     if (s == ES_OK) s = es__vk_simple_pipe(r.d, "attn_spec", true, false, &pm);
     if (s == ES_OK) s = run_ro_f4(&r, q, qd, &Q, &bq);
     if (s == ES_OK) s = run_ro_f4(&r, kc, cache, &K, &bk);
@@ -783,7 +783,8 @@ es_status es__vk_run_ss_attn(es_backend *b, const es__vk_ss_attn_call *c, const 
         s = es__fail(&b->err, ES_ERR_UNSUPPORTED, "vulkan op: ss_attn with head dimension %u, strides %u and %u", c->hd,
                      c->qkv_stride, c->o_stride);
     es__vk_pipeline *p = NULL;
-    if (s == ES_OK) s = es__vk_attn_pipe(r.d, "ss_attn", c->hd, &p);
+    uint32_t per_wg = 1;
+    if (s == ES_OK) s = es__vk_attn_kernel(r.d, "ss_attn", c->hd, &p, &per_wg);
     const size_t cache = (size_t)c->n_head_kv * c->n_ctx * c->hd;
     es__vk_buf *Q = NULL, *K = NULL, *V = NULL, *O = NULL, *S = NULL;
     es__vk_bind bq, bk, bv, bs;
@@ -796,7 +797,7 @@ es_status es__vk_run_ss_attn(es_backend *b, const es__vk_ss_attn_call *c, const 
         es__vk_bind binds[5] = {bq, bk, bv, bs, whole(O)};
         es__pc_ss_attn pc = {c->n_rows, c->g, c->row0, c->n_head, c->n_head_kv, c->hd, c->qkv_stride, c->n_ctx,
                              c->o_stride, c->window, c->scale, c->softcap};
-        s = run_one(&r, p, binds, &pc, (c->n_rows * c->n_head + ES__ATTN_WG - 1) / ES__ATTN_WG, 1, 1);
+        s = run_one(&r, p, binds, &pc, (c->n_rows * c->n_head + per_wg - 1) / per_wg, 1, 1);
     }
     if (s == ES_OK) s = run_read(&r, O, out, sizeof *out * out_rows * c->o_stride);
     RUN_END()

@@ -15,6 +15,10 @@
 #include "cpu/msa.h"
 #include "forward_api.h"
 #include "mem_adapter.h"
+#ifdef ES_TEST_VULKAN
+#include "backend_vk.h"
+#include "ops.h"
+#endif
 
 #include <math.h>
 
@@ -499,13 +503,20 @@ static void test_ride_memo(bool vulkan) {
 
 /* argv[1]: "cpu" (default) or "vulkan"; argv[2] (Vulkan): "fallbacks" forces every fallback path;
  * (either) "fuse-all" makes every tree's streams ride in the forward's rows (a GPU's profile, past
- * what lavapipe's allows; on the CPU up to its 64 rows), "never-fuse" runs every stream pass after
- * the forward. Without either, each context's measured choice. */
+ * what lavapipe's allows; on the CPU up to its 64 rows; on Vulkan with a GPU's attention too, a
+ * subgroup per row and head, where the device has subgroup arithmetic), "never-fuse" runs every
+ * stream pass after the forward. Without either, each context's measured choice. */
 int main(int argc, char **argv) {
     bool vulkan = false;
     backend = test_backend_from_args(argc, argv, 3, &vulkan); /* 3 threads: an odd split of every range */
     if (!backend) TEST_MAIN_END();
     if (!vulkan && argc > 2) cpu_fuse_rows = strcmp(argv[2], "fuse-all") == 0 ? 1 << 20 : strcmp(argv[2], "never-fuse") == 0 ? 0 : -1;
+#ifdef ES_TEST_VULKAN
+    if (vulkan && argc > 2 && strcmp(argv[2], "fuse-all") == 0) {
+        es__vk_dev_of(backend)->policy.attn_team = true;
+        printf("attention by %s\n", es__vk_attn_team(es__vk_dev_of(backend)) ? "subgroups" : "invocations");
+    }
+#endif
     /* GQA, LoRA on every projection of the top layer, pruning at the MSA start */
     mem_model_cfg m1 = {61, 48, 4, 4, 2, 12, 64, 12, ES_ROPE_NORM, 10000.0f, 1.0f, false, ES__DTYPE_F32, 21};
     mem_adapter_cfg a1 = {3, 2, 2, 4, 2, 0.2f, 8};

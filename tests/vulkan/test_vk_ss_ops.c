@@ -12,7 +12,9 @@
  *     the largest |v| (tree attention's bound; GQA, random trees and forests, positions past
  *     unaligned n_past, head dimensions 4 to 256, gemma2's soft-capping and sliding windows that
  *     cut the committed slots or the tree); a node's rows are the same bits from the stream
- *     pass (one node) and from the fused forward's dispatch (every node).
+ *     pass (one node) and from the fused forward's dispatch (every node); also with a subgroup per
+ *     (stream row, head), a GPU's attention (policy.h attn_team), where the device has subgroup
+ *     arithmetic.
  *   the LoRA epilogue of mul_mat (y = W x + B R on stream rows only; store, add, SwiGLU, and the
  *     RoPE epilogue whose stream rows keep Q, K and V): against a double reference on the
  *     dequantised weights within 2e-6 of sum |w x| + sum |b r| (test_vk_mul_mat's bound; for
@@ -24,7 +26,7 @@
 #include "cpu/ops.h"
 #include "cpu/opsi.h"
 #include "oprun.h"
-#include "vk_test.h"
+#include "vk_attn_variants.h"
 
 #define ROPE_BOUND 1e-6
 #define ATTN_BOUND 2e-5
@@ -523,6 +525,13 @@ int main(void) {
     if (b) {
         es__vk_dev_of(b)->policy.mm_tile_tokens = ES__VK_TILE_TOK;
         test_lora(b, &r, "tile-32", true);
+        es_backend_free(b);
+    }
+    for (size_t a = 0; a < VK_N_ATTN_VARIANTS; a++) {
+        if (!VK_ATTN_VARIANTS[a].team || VK_ATTN_VARIANTS[a].split != ES__ATTN_SPLIT) continue;
+        b = vk_backend_attn(a); /* the stream rows' attention takes no splits: one team variant */
+        if (!b) continue;
+        test_ss_attn(b, &r, VK_ATTN_VARIANTS[a].name);
         es_backend_free(b);
     }
     VK_TEST_END();
