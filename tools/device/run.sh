@@ -1,8 +1,9 @@
 #!/bin/bash
 # run.sh: the GPU checklist (../shared/notes/gpu-checklist.md) in one device call, after
 # tools/device/prepare.sh here: the Vulkan tests, edgespec-bench on the shipped models and the
-# 134m/853m shapes (made there by mkmodel), bench_spec_call with both matrix tiles, and the
-# speculation sweeps against plain decoding, ALSpec's pair gated on the devices and by the host.
+# 134m/853m shapes (made there by mkmodel; each weight type's decode), bench_spec_call's cost of
+# n rows, the speculation sweeps against plain decoding (a fixed tree beside the adaptive
+# defaults), and ALSpec's pair gated on the devices and by the host (ALSPEC_LAMBDAS= skips it).
 # Everything lands in $OUT (at most 8 files come back).
 # Each phase has its own time limit so that the call ends inside the device budget.
 cd "$(dirname "$0")/../.."; R=$PWD; T0=$(date +%s)
@@ -24,49 +25,43 @@ if ! $CLI devices > /dev/null 2>&1; then VK_LOADER_DEBUG=error,warn,driver $CLI 
 { $CLI quantize models/long.gguf $B/tests/spec/long.f32.gguf f32
   $PY tools/train/grow.py models/default.gguf $B/tests/spec/default.x3.gguf --ss models/default.ss.gguf \
     $B/tests/spec/default.x3.ss.gguf --factor 3 --name edgespec-kjv-default-x3; } > $OUT/models.txt 2>&1
+# each file by its own process: the device has 16 cores and mkmodel quantises on one
 ( for s in 134m 853m; do for t in q8_0 f16; do
-    $B/tools/mkmodel/edgespec-mkmodel --quiet --preset $s --type $t -o $M/$s-$t.gguf; done; done
-  # Q4_K's device layout (a run of four blocks per lane) against Q4_0's, on the GPU
-  for t in q4_0 q4_K; do $B/tools/mkmodel/edgespec-mkmodel --quiet --preset 853m --type $t -o $M/853m-$t.gguf; done
-  el benchmark models made ) >> $OUT/models.txt 2>&1 &
+    $B/tools/mkmodel/edgespec-mkmodel --quiet --preset $s --type $t -o $M/$s-$t.gguf & done; done
+  # the K-quants' device layouts (Q4_K: a run of four blocks per lane; Q5_K/Q6_K: a byte per
+  # quant) against Q4_0's, on the GPU
+  for t in q4_0 q4_K q5_K q6_K; do $B/tools/mkmodel/edgespec-mkmodel --quiet --preset 853m --type $t -o $M/853m-$t.gguf & done
+  wait; el benchmark models made ) >> $OUT/models.txt 2>&1 &
 MODELS=$!
 el tests >> $OUT/devices.txt
-$PY tools/device/run_tests.py gpu/tests.json 8 ${TEST_BUDGET:-160} > $OUT/tests.txt 2>&1
+$PY tools/device/run_tests.py gpu/tests.json 12 ${TEST_BUDGET:-150} > $OUT/tests.txt 2>&1
 wait $MODELS
 el tests done >> $OUT/devices.txt
-timeout ${BENCH_BUDGET:-110} bash -c '
+timeout ${BENCH_BUDGET:-140} bash -c '
   BE="$B/tools/bench/edgespec-bench --no-membw -b vulkan"
   $BE -m models/default.gguf -r 5 -p 64,512 -n 128
   $BE -m $B/tests/spec/long.f32.gguf -r 5 -p 64,512 -n 128
   for f in 134m-q8_0 134m-f16 853m-q8_0 853m-f16; do $BE -m $M/$f.gguf -r 3 -p 512 -n 128; done
   $BE -m $M/134m-q8_0.gguf -r 3 -p 0 -n 128 --profile
   $BE -m $M/853m-q8_0.gguf -r 3 -p 0 -n 128 --profile
-  for f in 853m-q4_0 853m-q4_K; do $BE -m $M/$f.gguf -r 3 -p 0 -n 128 --profile; done
+  for f in 853m-q4_0 853m-q4_K 853m-q5_K 853m-q6_K; do $BE -m $M/$f.gguf -r 3 -p 0 -n 128 --profile; done
 ' > $OUT/bench.jsonl 2> $OUT/bench.err
 timeout ${CALL_BUDGET:-100} bash -c '
   SC=$B/tests/bench/bench_spec_call
-  for tile in 0 32; do
-    EDGESPEC_BENCH_MM_TILE=$tile $SC models/default.gguf models/default.ss.gguf vulkan 4 21 64
-    EDGESPEC_BENCH_MM_TILE=$tile $SC $M/853m-q8_0.gguf - vulkan 4 11 64
-  done
+  $SC models/default.gguf models/default.ss.gguf vulkan 4 21 64
+  for t in q8_0 q4_K q6_K; do $SC $M/853m-$t.gguf - vulkan 4 11 64; done
   $SC $B/tests/spec/long.f32.gguf models/long.ss.gguf vulkan 4 21 1024
-  # attention: an invocation or a subgroup per split (attn_team), splits of 256 or 32 keys
-  for team in 0 1; do for split in 256 32; do for past in 64 1400; do
-    EDGESPEC_BENCH_ATTN_TEAM=$team EDGESPEC_BENCH_ATTN_SPLIT=$split $SC $M/853m-q8_0.gguf - vulkan 4 11 $past
-  done; done; done
 ' > $OUT/spec_call.txt 2>&1
 # ALSpec over two logical devices of the GPU: gated on the devices against the host's round trip
 # per layer (the same GPU twice: the gating's cost, not a speed-up)
 timeout ${ALSPEC_BUDGET:-40} bash -c '
-  for lam in 0 0.1; do $B/tests/bench/bench_alspec_pair $B/tests/spec/long.f32.gguf 0,0 1100 24 $lam 256 3; done
+  for lam in ${ALSPEC_LAMBDAS-0 0.1}; do $B/tests/bench/bench_alspec_pair $B/tests/spec/long.f32.gguf 0,0 1100 24 $lam 256 3; done
 ' >> $OUT/spec_call.txt 2>&1
 timeout ${SWEEP_BUDGET:-110} bash -c '
   SW="$PY tests/bench/spec_sweep.py --cli $CLI --backend vulkan --threads 4 --n 128"
   $SW --model models/default.gguf --adapter models/default.ss.gguf --draft models/draft.gguf --reps 2 --defaults-only
   $SW --model $B/tests/spec/long.f32.gguf --adapter models/long.ss.gguf --draft models/long.draft.gguf --reps 2 \
-    --defaults-only
-  $SW --model $B/tests/spec/long.f32.gguf --adapter models/long.ss.gguf --draft models/long.draft.gguf --reps 1 \
-    --ks 1,2,4 --gammas 1,4 --prune 0.02 --max-nodes 32 --lookaheads 4 --json $OUT/sweep_long.json
+    --defaults-only --fixed-ref 4,1
   # what the adaptive tuner measured and decided (its cost lines), on two prompts of each model
   for m in default long; do f=models/$m.gguf; [ $m = long ] && f=$B/tests/spec/long.f32.gguf
     for p in "Now the word of the LORD came unto Jonah the son of Amittai, saying," "Vanity of vanities, saith the Preacher."; do
