@@ -152,10 +152,14 @@ struct es_context {
     /* A forward call's scratch, made with the context so calls allocate nothing */
     es__batch_scratch scratch;  /* [n_batch] each                                              */
     int32_t *keep_rows;         /* [n_batch] es_commit's keep as survivor indices              */
-    /* es_context_abort's request, set from any thread; a backend takes it with atomic_exchange
-     * at its checks (between layers, before submissions) and fails the call with
-     * ES_ERR_CANCELLED, leaving its committed KV untouched. */
+    /* Cancellation requests, set from any thread: ES__ABORT_APP (es_context_abort) and
+     * ES__ABORT_OWN (a strategy preempting its own worker's call, es__context_abort_own). A
+     * backend takes both with es__context_abort_take at its checks (between layers, before
+     * submissions) and fails the call with ES_ERR_CANCELLED, leaving its committed KV untouched;
+     * abort_taken keeps which requests the context's last es_forward took, so that a strategy
+     * can tell the application's from its own. */
     atomic_int abort_req;
+    atomic_int abort_taken;
     int32_t part_q_layer;       /* ALSpec parts: the layer whose query the last part left, or -1 */
     int32_t part_spec_layer;    /* ALSpec parts: the layer whose speculation the last part was, or -1 */
     void *impl;
@@ -177,6 +181,17 @@ es_status es__device_list_parse(const char *list, es_backend_type type, es__devi
 /* Upload sharing (backend.c); the caller holds b->lock. */
 es_status es__backend_acquire_model(es_backend *b, const es_model *m, void **weights);
 void es__backend_release_model(es_backend *b, const es_model *m);
+
+/* es_context's abort_req bits */
+#define ES__ABORT_APP 1
+#define ES__ABORT_OWN 2
+
+/* Takes ctx's cancellation requests (any thread of its forward call); whether there were any. */
+static inline bool es__context_abort_take(es_context *ctx) {
+    const int req = atomic_exchange(&ctx->abort_req, 0);
+    if (req) atomic_fetch_or(&ctx->abort_taken, req);
+    return req != 0;
+}
 
 #endif /* ES_CORE_BACKEND_H */
 

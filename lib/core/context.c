@@ -125,6 +125,7 @@ es_status es_context_create(const es_model *model, const es_context_params *para
     }
     ctx->model = model;
     atomic_init(&ctx->abort_req, 0);
+    atomic_init(&ctx->abort_taken, 0);
     ctx->part_q_layer = -1;
     ctx->part_spec_layer = -1;
     es_status s = context_setup(ctx, &p);
@@ -152,11 +153,19 @@ const es_model *es_context_model(const es_context *ctx) {
 }
 
 void es_context_abort(es_context *ctx) {
-    if (ctx) atomic_store(&ctx->abort_req, 1);
+    if (ctx) atomic_fetch_or(&ctx->abort_req, ES__ABORT_APP);
+}
+
+void es__context_abort_own(es_context *ctx) {
+    atomic_fetch_or(&ctx->abort_req, ES__ABORT_OWN);
 }
 
 bool es__context_abort_clear(es_context *ctx) {
-    return atomic_exchange(&ctx->abort_req, 0) != 0;
+    return (atomic_fetch_and(&ctx->abort_req, ~ES__ABORT_OWN) & ES__ABORT_OWN) != 0;
+}
+
+bool es__context_app_abort_taken(es_context *ctx) {
+    return (atomic_load(&ctx->abort_taken) & ES__ABORT_APP) != 0;
 }
 
 /* Grows the logits store to rows x n_vocab; on failure the old store is kept. */
@@ -322,7 +331,8 @@ static es_status forward(es_context *ctx, const es_batch *batch, const es__call 
     es__fwd f;
     ES_TRY(lay_out(ctx, batch, call, al, part, &f));
     /* es_context_abort before the call began: nothing computed, the provisional batch goes */
-    if (atomic_exchange(&ctx->abort_req, 0)) {
+    atomic_store(&ctx->abort_taken, 0);
+    if (es__context_abort_take(ctx)) {
         ctx->n_provisional = 0;
         return es__fail(&ctx->err, ES_ERR_CANCELLED, "es_forward: cancelled by es_context_abort before it began");
     }

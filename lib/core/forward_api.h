@@ -154,9 +154,18 @@ void es__context_caps(const es_context *ctx, es__caps *out);
  * leaves its message for es_context_errmsg. */
 es__err *es__context_err(es_context *ctx);
 
-/* Drops an es_context_abort request no forward call has taken yet; returns whether there was one.
- * For a strategy that aborted a worker's call which ended before it looked: the request must not
- * cancel the worker's next, unrelated call. */
+/* A strategy's own cancellation of the forward call running on ctx (any thread): as
+ * es_context_abort, but told apart from the application's (es__context_app_abort_taken) and
+ * dropped by es__context_abort_clear. DSI preempts its workers' calls with it. */
+void es__context_abort_own(es_context *ctx);
+/* Drops a request of es__context_abort_own that no forward call has taken yet (the
+ * application's stay); returns whether there was one. For a strategy that aborted a worker's
+ * call which ended before it looked: the request must not cancel the worker's next, unrelated
+ * call. */
 bool es__context_abort_clear(es_context *ctx);
+/* Whether the last es_forward on ctx took a request of the application's (es_context_abort),
+ * alone or with the strategy's own: a call cancelled for both ends the generation, not only
+ * the preempted work (the thread that made the call). */
+bool es__context_app_abort_taken(es_context *ctx);
 
 #endif /* ES_CORE_FORWARD_API_H */

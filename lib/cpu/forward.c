@@ -24,7 +24,7 @@ typedef struct fwd_job {
     int32_t n_ctx;
     es__msa_job *msa;     /* Speculative Streaming hooks (msa.c); NULL in a plain forward */
     es_profile_entry *prof; /* [OP_COUNT] phase wall times when the backend profiles, else NULL */
-    atomic_int *abort_req;  /* the context's es_context_abort request                        */
+    es_context *ctx;        /* whose cancellation requests the norm phases take             */
     atomic_int *stop_at;    /* the layer the call stops before when it took the request, or -1 */
 } fwd_job;
 
@@ -268,7 +268,7 @@ static bool norm_phase(thr *t, const float *x, const float *wt, float *y, int64_
     es__work w;
     phase_begin(t, &w, OP_NORM, n_tok + fz_rows(t, il), 1);
     for (int64_t lo, hi; es__work_next(&w, &lo, &hi);) {
-        if (check_layer >= 0 && lo == 0 && atomic_exchange(J->abort_req, 0)) atomic_store(J->stop_at, check_layer);
+        if (check_layer >= 0 && lo == 0 && es__context_abort_take(J->ctx)) atomic_store(J->stop_at, check_layer);
         for (int64_t i = lo; i < hi; i++) {
             if (i < n_tok) es__cpu_rmsnorm_row(J->k, x + i * d, wt, d, J->hp->rms_eps, y + i * d);
             else if (fz == FZ_ATTN_NORM) es__msa_fz_norm(J->msa, il, i - n_tok, t->ith);
@@ -638,7 +638,7 @@ es_status es__cpu_forward(es_context *ctx, const es__fwd *f) {
     atomic_int stop_at;
     atomic_init(&stop_at, -1);
     fwd_job J = {f,    &ctx->model->hp, ctx->weights, ctx->impl, B->kern, B->pool, ctx->n_ctx, NULL, b->profile ? prof : NULL,
-                 &ctx->abort_req, &stop_at};
+                 ctx, &stop_at};
     if (f->part) return cpu_part(ctx, f, &J);
     if (f->alspec) ES_TRY(alspec_scratch(ctx, f->alspec->chunk, f->n_past + 1));
     /* Speculative Streaming works on a copy of the call: pruning narrows it to the survivors */

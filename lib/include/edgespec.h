@@ -540,9 +540,9 @@ ES_API const es_model *es_context_model(const es_context *ctx);
  * no other call takes or clears a request. A generation whose forward call is cancelled fails with
  * ES_ERR_CANCELLED: es_generate then leaves ctx as before the call; a speculative step changes
  * nothing and es_spec_generate keeps the tokens it handed out (the sequence ends with them).
- * ES_SPEC_DSI cancels its target context itself to preempt work: a request from the application
- * on that context may be taken as one of its own and not end the generation; stop a DSI
- * generation with on_token returning false instead. */
+ * ES_SPEC_DSI also cancels its workers' calls to preempt work, with requests of its own that it
+ * tells apart from the application's: a request on the speculation's context or on its draft
+ * context ends a DSI generation as it ends the others. */
 ES_API void es_context_abort(es_context *ctx);
 
 /* A batch of n tokens for one forward call. Positions and DFS intervals place each token in a

@@ -4,7 +4,8 @@
  * ES_SPEC_DRAFT uses it); the target servers are the speculation object's context (server 0)
  * and contexts of the same model that this file makes on backends of their own; every worker
  * forwards, reads logits, commits and truncates only through forward_api.h, and a rejected
- * prefix's work is stopped with es_context_abort. Without a draft model, the drafter is the
+ * prefix's work is stopped with es__context_abort_own (the application's es_context_abort on a
+ * worker's context still ends the generation). Without a draft model, the drafter is the
  * target's own Speculative Streaming streams (issue "DSI + SS"): a context of the target model
  * whose one call drafts the next token and, through its γ streams, the γ after it. Decisions are es__spec_verify's on the rows a
  * server copied out, so greedy, seeded and rejection sampling are exactly those of the other
@@ -197,11 +198,15 @@ static es_status op_target(void *user, int32_t server, const int32_t *seq, int32
 }
 
 static void op_abort(void *user, int32_t who) {
-    es_context_abort(ctx_of(user, who));
+    es__context_abort_own(ctx_of(user, who));
 }
 
 static void op_abort_clear(void *user, int32_t who) {
     es__context_abort_clear(ctx_of(user, who));
+}
+
+static bool op_app_cancelled(void *user, int32_t who) {
+    return es__context_app_abort_taken(ctx_of(user, who));
 }
 
 static bool op_is_eog(void *user, int32_t token) {
@@ -345,7 +350,7 @@ static es_status start(es_spec *s, dsi_state *ds, int32_t n_dec) {
     }
     ES_RETURN_IF(!ok, &s->err, ES_ERR_OUT_OF_MEMORY, "dsi: out of memory for %d target servers", n_srv);
     const es__dsi_cfg cfg = {n_srv, ds->K, s->caps.n_ctx, ds->n_slots, rejection};
-    const es__dsi_ops ops = {ds, op_draft, op_target, op_abort, op_abort_clear, op_verify, op_is_eog};
+    const es__dsi_ops ops = {ds, op_draft, op_target, op_abort, op_abort_clear, op_app_cancelled, op_verify, op_is_eog};
     ES_TRY(es__dsi_sched_create(&cfg, &ops, s->alloc, &s->err, &ds->sched));
     /* what the contexts hold now, as far as the sequence goes */
     es__dsi_sched_reset(ds->sched, s->hist, n_dec);

@@ -19,7 +19,8 @@
  *     new root (lines 11-14: it may have finished already, then the walk goes on) and, where a
  *     draft was rejected, terminates every job and the drafter's call built on it (lines 8, 10):
  *     they are marked stale and their contexts aborted, which stops a forward at its next layer
- *     (es_context_abort); a result that arrives anyway is dropped.
+ *     (ops.abort); a result that arrives anyway is dropped, unless the call was cancelled by the
+ *     application too (ops.app_cancelled), which ends the generation as any failure does.
  * Every worker's KV is a prefix of what it last forwarded; `good` says how much of it still
  * agrees with the sequence, and the next call truncates to that and forwards the rest.
  *
@@ -52,6 +53,8 @@ typedef struct dsi_worker {
     int32_t good;         /* KV positions that agree with seq (its running call's, if it ends well) */
     bool busy;            /* inside an operation                                            */
     bool abort_sent;      /* an abort was sent during that operation                        */
+    bool app_cancelled;   /* that operation was cancelled by the application (ops.app_cancelled):
+                             the generation ends even if the scheduler had dropped the work   */
     es__err err;
     int32_t job;          /* server: the slot it runs or was given, -1                      */
     int32_t pos;          /* drafter: the position being drafted, -1                        */
@@ -321,7 +324,9 @@ static es_status run_op(es__dsi_sched *d, dsi_worker *w, int32_t keep, int32_t n
                        ? d->ops.draft(d->ops.user, w->tok, keep, n, token, &w->err)
                        : d->ops.target(d->ops.user, w->who, w->tok, keep, n, lo, slot, &w->err);
     *ms = now_ms() - t0;
+    const bool app = st == ES_ERR_CANCELLED && d->ops.app_cancelled(d->ops.user, w->who);
     pthread_mutex_lock(&d->mu);
+    w->app_cancelled = app;
     w->busy = false;
     /* an abort sent after the call stopped looking must not cancel the next one */
     if (w->abort_sent) d->ops.abort_clear(d->ops.user, w->who);
@@ -341,17 +346,18 @@ static void *server_main(void *arg) {
         const int32_t keep = j->keep;
         es_status st = ES_OK;
         double ms = 0.0;
+        w->app_cancelled = false;
         if (!j->stale) {
             j->state = JOB_RUNNING;
             memcpy(w->tok + keep, d->seq + keep, sizeof(int32_t) * (size_t)(j->n - keep));
             st = run_op(d, w, keep, j->n, j->lo, w->job, NULL, &ms);
         }
         if (j->stale || st != ES_OK) w->good = ES__MIN(w->good, keep);
-        if (j->stale) {
+        if (j->stale && !w->app_cancelled) {
             w->wasted_ms += ms;
             if (!j->prefill) d->n_preempted++;
         } else if (st != ES_OK) {
-            fail_locked(d, st, &w->err); /* ES_ERR_CANCELLED here: the caller's es_context_abort */
+            fail_locked(d, st, &w->err); /* ES_ERR_CANCELLED here: the application's es_context_abort */
         }
         j->state = (!j->stale && st == ES_OK && !j->prefill) ? JOB_DONE : JOB_FREE;
         if (j->prefill) d->n_prefill--;
@@ -397,7 +403,7 @@ static void *drafter_main(void *arg) {
         if (prefill) {
             if (st != ES_OK) fail_locked(d, st, &w->err);
             d->n_prefill--;
-        } else if (stale) {
+        } else if (stale && !w->app_cancelled) {
             d->n_draft_calls++;
             d->n_dropped++;
             w->wasted_ms += ms;

@@ -35,8 +35,14 @@ typedef struct es__dsi_ops {
                         int32_t slot, es__err *err);
     /* Asks the running call of `who` to stop (any thread; the scheduler holds its lock). */
     void (*abort)(void *user, int32_t who);
-    /* Drops an abort request of `who` that its call did not take (the worker's thread). */
+    /* Drops an abort request of `who` that its call did not take (the worker's thread); the
+     * application's own requests stay. */
     void (*abort_clear)(void *user, int32_t who);
+    /* Whether the call of `who` that just failed with ES_ERR_CANCELLED took the application's
+     * request (es_context_abort on the worker's context), not only the scheduler's: then the
+     * generation ends, even when the scheduler had dropped that call's work (the worker's
+     * thread). */
+    bool (*app_cancelled)(void *user, int32_t who);
     /* The coordinator's decision: chain[0] is the root at position root_pos, chain[1..n_chain)
      * the drafts after it; result slot `slot` holds the target's rows of positions [lo, ...)
      * (lo <= root_pos) for the first n_rows chain tokens (n_chain is n_rows, or n_rows + 1 when

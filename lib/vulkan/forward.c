@@ -844,7 +844,7 @@ static void write_step(const es_context *ctx, vk_ctx *c, const es__fwd *f, uint3
 /* es_context_abort is taken before each submission of a forward call, so a cancelled call
  * stops within one submission; the KV the call has not written yet is untouched. */
 static es_status check_abort(es_context *ctx, vk_ctx *c, const char *part) {
-    if (!atomic_exchange(&ctx->abort_req, 0)) return ES_OK;
+    if (!es__context_abort_take(ctx)) return ES_OK;
     return es__fail(c->d->err, ES_ERR_CANCELLED, "forward cancelled by es_context_abort before %s", part);
 }
 

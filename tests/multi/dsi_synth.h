@@ -6,7 +6,9 @@
  * on a correct prefix gives the true next token; the drafter on a correct prefix gives it with
  * probability `accept`, drawn once per position (so the drafter is deterministic, and SI, non-SI
  * and DSI see the same acceptances: common random numbers), else another token. A sleeping call
- * wakes at once when aborted (ES_ERR_CANCELLED), as a real forward stops at its next layer.
+ * wakes at once when aborted (ES_ERR_CANCELLED), as a real forward stops at its next layer; an
+ * abort is the scheduler's (ops.abort) or the application's (synth_app_abort), told apart as the
+ * library's contexts tell them (es__context_app_abort_taken).
  * Sleeping threads cost no CPU, so 8 servers run on a 2-core machine.
  * Also here: SI (Leviathan et al.; the paper's Appendix D loop) and non-SI on the same forwards,
  * sequential, for the comparisons. Used by tests/multi/test_dsi_sched.c (stress, exactness) and
@@ -40,7 +42,9 @@ typedef struct synth_cfg {
 typedef struct synth_worker {
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    bool abort;
+    bool abort, app_abort; /* the scheduler's request, the application's                     */
+    bool took_app;         /* the last call was cancelled with the application's request     */
+    bool sleeping;         /* inside a call, before it has looked at its requests            */
     int64_t calls;
 } synth_worker;
 
@@ -100,9 +104,12 @@ static inline es_status synth_sleep(synth_worker *w, double ms) {
     dl.tv_nsec = (long)fmod(ns, 1e9);
     pthread_mutex_lock(&w->mu);
     int rc = 0;
-    while (!w->abort && rc != ETIMEDOUT) rc = pthread_cond_timedwait(&w->cv, &w->mu, &dl);
-    const bool cancelled = w->abort;
-    w->abort = false;
+    w->sleeping = true;
+    while (!w->abort && !w->app_abort && rc != ETIMEDOUT) rc = pthread_cond_timedwait(&w->cv, &w->mu, &dl);
+    w->sleeping = false;
+    const bool cancelled = w->abort || w->app_abort;
+    w->took_app = w->app_abort;
+    w->abort = w->app_abort = false;
     w->calls++;
     pthread_mutex_unlock(&w->mu);
     return cancelled ? ES_ERR_CANCELLED : ES_OK;
@@ -158,6 +165,29 @@ static void synth_abort_clear(void *user, int32_t who) {
     pthread_mutex_unlock(&w->mu);
 }
 
+static bool synth_app_cancelled(void *user, int32_t who) {
+    synth_worker *w = &((synth *)user)->w[1 + who];
+    pthread_mutex_lock(&w->mu);
+    const bool app = w->took_app;
+    pthread_mutex_unlock(&w->mu);
+    return app;
+}
+
+/* The application's es_context_abort on worker `who`'s context (any thread); with
+ * only_in_call, only while a call runs that has not looked at its requests yet. Returns whether
+ * the request was made. */
+static inline bool synth_app_abort(synth *s, int32_t who, bool only_in_call) {
+    synth_worker *w = &s->w[1 + who];
+    pthread_mutex_lock(&w->mu);
+    const bool made = !only_in_call || w->sleeping;
+    if (made) {
+        w->app_abort = true;
+        pthread_cond_signal(&w->cv);
+    }
+    pthread_mutex_unlock(&w->mu);
+    return made;
+}
+
 static bool synth_is_eog(void *user, int32_t token) {
     const synth *s = user;
     return s->cfg.eog_every > 0 && token == 0;
@@ -210,7 +240,8 @@ static inline void synth_free(synth *s) {
 }
 
 static inline es__dsi_ops synth_ops(synth *s) {
-    const es__dsi_ops ops = {s, synth_draft, synth_target, synth_abort, synth_abort_clear, synth_verify, synth_is_eog};
+    const es__dsi_ops ops = {s,           synth_draft,  synth_target, synth_abort, synth_abort_clear, synth_app_cancelled,
+                             synth_verify, synth_is_eog};
     return ops;
 }
 

@@ -2,6 +2,9 @@
  *   - A request made while no forward runs cancels the next es_forward with ES_ERR_CANCELLED
  *     and is cleared by it: the call after succeeds. The provisional batch is dropped, the
  *     committed tokens stay, and the context then gives the logits bits of one never cancelled.
+ *   - A strategy's own requests (es__context_abort_own, DSI's preemption) cancel the same way,
+ *     but es__context_abort_clear drops only them, never the application's, and a cancelled call
+ *     says whether it took the application's (es__context_app_abort_taken).
  *   - A request taken inside the backend: a context waits for a backend another context's long
  *     forward holds; aborted meanwhile, its call fails at the backend's first check (CPU: before
  *     layer 0; Vulkan: before its submission).
@@ -108,14 +111,30 @@ int main(int argc, char **argv) {
         es_batch one = {1, seq + 10, NULL, NULL, NULL, NULL};
         CHECK_FAILS(es_forward(c, &one), ES_ERR_CANCELLED, "es_context_abort");
         CHECK(strstr(es_context_errmsg(c), "es_context_abort") != NULL);
+        CHECK(es__context_app_abort_taken(c));
         const float *l = NULL;
         CHECK_FAILS(es_logits(c, 0, &l), ES_ERR_INVALID_ARGUMENT, "no logits");
         CHECK_FAILS(es_commit(c, NULL, 0), ES_ERR_INVALID_ARGUMENT, "no forward call to commit");
         check_continues(c, m, backend, seq, 11, "idle request");
         CHECK(!es__context_abort_clear(c)); /* nothing left behind */
-        es_context_abort(c);
-        CHECK(es__context_abort_clear(c)); /* a strategy can drop a request no call took */
+        es__context_abort_own(c);
+        CHECK(es__context_abort_clear(c)); /* a strategy can drop its own request no call took */
         CHECK_OK(es_forward(c, &one));
+        es__context_abort_own(c); /* a strategy's own request cancels a call as the application's */
+        CHECK_FAILS(es_forward(c, &one), ES_ERR_CANCELLED, "es_context_abort");
+        CHECK(!es__context_app_abort_taken(c));
+        es_context_abort(c);
+        es__context_abort_own(c);
+        CHECK(es__context_abort_clear(c)); /* the application's request stays */
+        CHECK_FAILS(es_forward(c, &one), ES_ERR_CANCELLED, "es_context_abort");
+        CHECK(es__context_app_abort_taken(c));
+        es_context_abort(c);
+        es__context_abort_own(c);
+        CHECK_FAILS(es_forward(c, &one), ES_ERR_CANCELLED, "es_context_abort");
+        CHECK(es__context_app_abort_taken(c)); /* the call took both */
+        CHECK(!es__context_abort_clear(c));
+        CHECK_OK(es_forward(c, &one));
+        CHECK(!es__context_app_abort_taken(c)); /* each call says what it took */
         es_context_abort(NULL); /* harmless */
         es_context_free(c);
     }

@@ -179,6 +179,65 @@ static void test_generate(const es_sampler_params *sp, bool ignore_eog) {
     if (!ignore_eog && sp->temperature == 0.0f) CHECKF(ended > 0, "no case ended at an end-of-text token");
 }
 
+/* es_context_abort on the speculation's context, from on_token, ends a DSI generation with
+ * ES_ERR_CANCELLED (DSI's own preemptions, which cancel that context too, neither take the
+ * application's request for theirs nor drop it), keeping the tokens handed out; the next call
+ * goes on from them as plain decoding would. */
+typedef struct abort_sink {
+    sink k;
+    es_context *ctx; /* aborted at the fifth token */
+} abort_sink;
+
+static bool abort_at_5(int32_t token, const char *piece, size_t len, void *user) {
+    abort_sink *a = user;
+    collect(token, piece, len, &a->k);
+    if (a->k.n == 5) es_context_abort(a->ctx);
+    return true;
+}
+
+static void test_app_abort(const es_sampler_params *sp) {
+    if (!gen_target) return;
+    int32_t prompt[7];
+    for (int i = 0; i < 7; i++) prompt[i] = 100 + 37 * i;
+    es_context *tc = new_ctx(gen_target, 160, 16), *dc = draft_ctx(gen_drafter, 160);
+    es_spec_params p = dsi_params(dc, sp, false, 3, 2);
+    p.ignore_eog = true;
+    es_spec *s = NULL;
+    CHECK_OK(es_spec_create(tc, &p, &s));
+    if (s) {
+        es_generate_params gp = es_generate_default_params();
+        gp.sampling = *sp;
+        gp.ignore_eog = true;
+        gp.n_predict = 120;
+        gp.on_token = abort_at_5;
+        abort_sink a = {{{0}, 0, -1}, tc};
+        gp.user = &a;
+        int32_t got[120];
+        es_generate_stats st;
+        CHECK_FAILS(es_spec_generate(s, prompt, 7, &gp, got, 120, &st), ES_ERR_CANCELLED, "es_context_abort");
+        const int32_t n = a.k.n;
+        CHECKF(n >= 5 && n < 120, "%d tokens handed out", n);
+        /* a next turn of one token, then as plain decoding of the whole sequence */
+        es_generate_params gm = gp;
+        gm.on_token = NULL;
+        gm.n_predict = 4;
+        int32_t more[4], want[4];
+        es_generate_stats mst, pst;
+        CHECK_OK(es_spec_generate(s, prompt, 1, &gm, more, 4, &mst));
+        int32_t seq[7 + 120 + 1];
+        memcpy(seq, prompt, sizeof prompt);
+        memcpy(seq + 7, a.k.tokens, sizeof(int32_t) * (size_t)ES__MIN(n, 120));
+        seq[7 + ES__MIN(n, 120)] = prompt[0];
+        es_context *pc = new_ctx(gen_target, 160, 16);
+        CHECK_OK(es_generate(pc, seq, (size_t)(8 + ES__MIN(n, 120)), &gm, want, 4, &pst));
+        es_context_free(pc);
+        CHECKF(mst.n_generated == 4 && memcmp(more, want, sizeof more) == 0, "after the abort: not plain decoding");
+        es_spec_free(s);
+    }
+    es_context_free(tc);
+    es_context_free(dc);
+}
+
 /* ---- rejection sampling preserves the target's distribution */
 
 /* The probabilities of the first two tokens after prompt under m's sampler: the exact pair
@@ -418,6 +477,7 @@ int main(int argc, char **argv) {
     make_vocab_models();
     for (int mi = 0; mi < 2; mi++)
         for (int eog = 0; eog < 2; eog++) test_generate(modes[mi], eog);
+    test_app_abort(&greedy);
     if (gen_target) gen_target->vocab = gen_drafter->vocab = NULL;
     mem_model_free(gen_target);
     mem_model_free(gen_drafter);

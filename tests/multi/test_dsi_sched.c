@@ -7,7 +7,8 @@
  * twice, none decided from a row computed on a rejected prefix: the oracle refuses those), and
  * work built on rejected drafts is preempted. Then the harness's own sanity: with a perfect
  * drafter and enough servers DSI runs about as fast as the drafter; with a useless one about as
- * fast as the target alone; and a worker's failure is reported once by the next step. */
+ * fast as the target alone; a worker's failure is reported once by the next step; and the
+ * application's abort ends a step even when it lands on a call the scheduler preempts. */
 #include "dsi_synth.h"
 
 #include "../test.h"
@@ -163,6 +164,50 @@ static void test_failure(void) {
     synth_free(&s);
 }
 
+/* The scheduler's preemption, with the application's es_context_abort landing on the same call
+ * the first time that call is still running: the call takes both requests. */
+static int app_aborts;
+static void abort_with_app(void *user, int32_t who) {
+    if (app_aborts == 0 && synth_app_abort(user, who, true)) app_aborts++;
+    synth_abort(user, who);
+}
+
+/* The application's abort ends the generation even when the call it cancels was preempted by
+ * the scheduler at the same moment (that call's result is dropped, and the application's request
+ * went with it before the scheduler told the two apart): one step fails with ES_ERR_CANCELLED,
+ * and the steps after it go on exactly. */
+static void test_app_abort(void) {
+    synth_cfg c = {0.5, 0.5, 0.1, 0.1, 0.0, 0.3, 50, 0, 91};
+    synth s;
+    synth_init(&s, &c, 400, 3, 4);
+    es__dsi_ops ops = synth_ops(&s);
+    ops.abort = abort_with_app;
+    const es__dsi_cfg cfg = {3, 4, 400, es__dsi_slots(3), false};
+    es__err err = {ES_OK, ""};
+    es__dsi_sched *d = NULL;
+    CHECK_OK(es__dsi_sched_create(&cfg, &ops, NULL, &err, &d));
+    int32_t prompt[4];
+    for (int i = 0; i < 4; i++) prompt[i] = synth_truth(&c, i);
+    memcpy(s.decided, prompt, sizeof prompt);
+    s.n_decided = 4;
+    es__dsi_sched_reset(d, prompt, 4);
+    app_aborts = 0;
+    int cancelled = 0;
+    for (int i = 0; i < 80; i++) {
+        int32_t buf[8], got = 0;
+        const es_status st = es__dsi_sched_step(d, 8, buf, &got, &err);
+        if (st != ES_OK) {
+            cancelled++;
+            CHECKF(st == ES_ERR_CANCELLED && got == 0, "step %d: %s", i, err.msg);
+        }
+    }
+    CHECKF(app_aborts > 0, "no call was preempted");
+    CHECKF(cancelled == 1, "the application's abort ended %d steps", cancelled);
+    CHECK(synth_first_wrong(&c, s.decided, s.n_decided) == s.n_decided && s.n_decided > 80);
+    es__dsi_sched_free(d);
+    synth_free(&s);
+}
+
 /* What the pipelining is for, with bounds loose enough for a loaded machine and ThreadSanitizer
  * (the measured numbers are docs/perf.md's, not a test's): a perfect drafter with servers enough
  * runs at least twice as fast as the target alone (SI with the same drafter could not: 4.5 ms a
@@ -207,6 +252,7 @@ int main(int argc, char **argv) {
     CHECKF(tot.steps >= 100 * runs, "only %lld steps", (long long)tot.steps);
     CHECK(tot.preempted > 0 && tot.rewinds > 0);
     test_failure();
+    test_app_abort();
     test_pace();
     TEST_MAIN_END();
 }
