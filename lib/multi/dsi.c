@@ -536,6 +536,10 @@ static void dsi_rewind(es_spec *s, void *state, int32_t n_past) {
      * cache holds there is not what reading the tokens again gives */
     for (int32_t who = ES__DSI_DRAFTER; who < ds->n_srv; who++)
         es__dsi_sched_set_kv(ds->sched, who, ES__MIN(es__dsi_sched_kv(ds->sched, who), n_past));
+    /* server 0 is the caller's context, which spec.c keeps holding the sequence's first tokens:
+     * after es_spec_resume all but the last (rewound to 0 for the strategy's own state), which
+     * server 0 would otherwise read again from the start */
+    es__dsi_sched_set_kv(ds->sched, 0, es_context_n_past(s->ctx));
 }
 
 /* Shifts every worker but server 0 (spec.c shifts that one) as es_context_shift(n_keep,
