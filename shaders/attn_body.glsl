@@ -74,10 +74,7 @@ void main() {
         m = mn;
     }
 #if TEAM
-    const float mt = subgroupMax(m), w = m == -1.0 / 0.0 ? 0.0 : exp(m - mt); // a lane without keys adds nothing
-    l = subgroupAdd(l * w);
-    for (uint c = 0u; c < HD4; c++) acc[c] = subgroupAdd(acc[c] * w);
-    m = mt;
+    SUBGROUP_SOFTMAX_MERGE(m, l, acc, HD4)
     if (lane != 0u) return;
 #endif
 

@@ -47,6 +47,16 @@ layout(constant_id = 1) const uint LANES = 8;
 #define TEAM_LANE gl_SubgroupInvocationID
 #define TEAM_ID gl_SubgroupID
 #define N_TEAMS gl_NumSubgroups
+// The online softmax partials of a subgroup's lanes (max m, sum l, weighted values acc[0..n))
+// rescaled to their common max and summed by subgroup arithmetic: every lane gets the whole. A
+// lane that folded no key (m = -inf) adds nothing. (attn_team.comp, ss_attn_team.comp)
+#define SUBGROUP_SOFTMAX_MERGE(m, l, acc, n)                                                    \
+    {                                                                                           \
+        const float mt_ = subgroupMax(m), w_ = (m) == -1.0 / 0.0 ? 0.0 : exp((m) - mt_);        \
+        l = subgroupAdd((l) * w_);                                                              \
+        for (uint c_ = 0u; c_ < (n); c_++) acc[c_] = subgroupAdd(acc[c_] * w_);                \
+        m = mt_;                                                                                \
+    }
 #else
 #define TEAM_SIZE LANES
 #define TEAM_LANE (gl_LocalInvocationID.x % LANES)

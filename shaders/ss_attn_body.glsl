@@ -70,10 +70,7 @@ void main() {
         m = mn;
     }
 #if TEAM
-    const float mt = subgroupMax(m), w = m == -1.0 / 0.0 ? 0.0 : exp(m - mt); // a lane without keys adds nothing
-    l = subgroupAdd(l * w);
-    for (uint c = 0u; c < HD4; c++) acc[c] = subgroupAdd(acc[c] * w);
-    m = mt;
+    SUBGROUP_SOFTMAX_MERGE(m, l, acc, HD4)
 #endif
     for (uint s = 0u; s <= j; s++) { // the node's streams 0..j
         const uint kb = (base + s) * qs + (pc.n_head + kvh) * HD4, vb = kb + pc.n_head_kv * HD4;

@@ -106,6 +106,21 @@ static es_status failing_target(void *user, int32_t server, const int32_t *seq, 
     return synth_target(user, server, seq, keep, n, lo, slot, err);
 }
 
+/* A scheduler of n_servers and lookahead K on the harness s (400 positions) with ops, its
+ * sequence the oracle's first four tokens. */
+static es__dsi_sched *sched_on(synth *s, const es__dsi_ops *ops, int32_t n_servers, int32_t K) {
+    const es__dsi_cfg cfg = {n_servers, K, 400, es__dsi_slots(n_servers), false};
+    es__err err = {ES_OK, ""};
+    es__dsi_sched *d = NULL;
+    CHECK_OK(es__dsi_sched_create(&cfg, ops, NULL, &err, &d));
+    int32_t prompt[4];
+    for (int i = 0; i < 4; i++) prompt[i] = synth_truth(&s->cfg, i);
+    memcpy(s->decided, prompt, sizeof prompt);
+    s->n_decided = 4;
+    if (d) es__dsi_sched_reset(d, prompt, 4);
+    return d;
+}
+
 /* One run in which target call number `at` fails: returns how many steps reported it. */
 static int run_failing(int at) {
     synth_cfg c = {0.3, 0.3, 0.1, 0.1, 0.0, 0.5, 50, 0, 77};
@@ -113,15 +128,8 @@ static int run_failing(int at) {
     synth_init(&s, &c, 400, 2, 3);
     es__dsi_ops ops = synth_ops(&s);
     ops.target = failing_target;
-    const es__dsi_cfg cfg = {2, 3, 400, es__dsi_slots(2), false};
     es__err err = {ES_OK, ""};
-    es__dsi_sched *d = NULL;
-    CHECK_OK(es__dsi_sched_create(&cfg, &ops, NULL, &err, &d));
-    int32_t prompt[4];
-    for (int i = 0; i < 4; i++) prompt[i] = synth_truth(&c, i);
-    memcpy(s.decided, prompt, sizeof prompt);
-    s.n_decided = 4;
-    es__dsi_sched_reset(d, prompt, 4);
+    es__dsi_sched *d = sched_on(&s, &ops, 2, 3);
     calls_seen = 0;
     fail_at = at;
     int failures = 0;
@@ -182,15 +190,8 @@ static void test_app_abort(void) {
     synth_init(&s, &c, 400, 3, 4);
     es__dsi_ops ops = synth_ops(&s);
     ops.abort = abort_with_app;
-    const es__dsi_cfg cfg = {3, 4, 400, es__dsi_slots(3), false};
     es__err err = {ES_OK, ""};
-    es__dsi_sched *d = NULL;
-    CHECK_OK(es__dsi_sched_create(&cfg, &ops, NULL, &err, &d));
-    int32_t prompt[4];
-    for (int i = 0; i < 4; i++) prompt[i] = synth_truth(&c, i);
-    memcpy(s.decided, prompt, sizeof prompt);
-    s.n_decided = 4;
-    es__dsi_sched_reset(d, prompt, 4);
+    es__dsi_sched *d = sched_on(&s, &ops, 3, 4);
     app_aborts = 0;
     int cancelled = 0;
     for (int i = 0; i < 80; i++) {
