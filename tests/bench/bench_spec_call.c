@@ -62,6 +62,21 @@ static void print_profile(es_backend *be, int32_t nodes, int reps) {
     fprintf(stderr, " | sum %.3f ms\n", total);
 }
 
+/* A GPU's clocks rise under load over a fraction of a second: on the H100 the first repetition
+ * of edgespec-bench decoded at 60-70% of the rate, and bench_spec_call's first sizes on 853m came
+ * out slower than later, larger ones (docs/perf.md, "Real GPU, third run"). Half a second of
+ * one-token calls first; the last one's token stays provisional and the next call replaces it. */
+static bool warm_up(es_context *ctx, double ms) {
+    int32_t tok = 5;
+    es_batch b = {1, &tok, NULL, NULL, NULL, NULL};
+    for (const double t0 = now_ms(); now_ms() - t0 < ms;)
+        if (es_forward(ctx, &b) != ES_OK) {
+            fprintf(stderr, "bench_spec_call: warm-up: %s\n", es_context_errmsg(ctx));
+            return false;
+        }
+    return true;
+}
+
 /* A bushy tree of n nodes (node i's parent (i - 1) / 3) at n_past, flattened in pre-order. */
 static void bushy_tree(int32_t n, int n_past, const es_model_info *info, int32_t *pos, int32_t *st, int32_t *en,
                        int32_t *toks) {
@@ -227,6 +242,7 @@ int main(int argc, char **argv) {
         if (vk || !G) fprintf(stderr, "bench_spec_call: EDGESPEC_BENCH_RIDE is for the CPU backend with an adapter\n");
         return ok ? 0 : 1;
     }
+    if (!warm_up(ctx, 500.0)) return 1;
     const bool pair = getenv("EDGESPEC_BENCH_PAIRED") != NULL;
     const int rc = pair && !paired(ctx, &info, n_past, reps, t) ? 1 : 0;
     for (size_t si = 0; !pair && si < sizeof sizes / sizeof *sizes; si++) {
