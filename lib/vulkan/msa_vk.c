@@ -7,9 +7,9 @@
  *     rows start at the first MSA layer (Eq. 3) as rows after the batch's own and go through
  *     that layer's and the next ones' dispatches with them; the stream-only LoRA adds its B R in
  *     the projections' epilogues for those rows only, their Q and K are rotated at their node's
- *     position and kept in their rows (streams write no KV), and ss_attn.comp gives them
- *     attention to the main stream's KV of the node's ancestors and itself and to streams <= j of
- *     the node (Eq. 2); the output head reads their rows after the wanted ones. One submission;
+ *     position and kept in their rows (streams write no KV), and ss_attn_body.glsl (an
+ *     invocation, or on GPUs a subgroup, per row and head) gives them attention to the main
+ *     stream's KV of the node's ancestors and itself and to streams <= j of the node (Eq. 2); the output head reads their rows after the wanted ones. One submission;
  *   - otherwise the stream pass of one node after the forward (the main stream's hidden states
  *     copied aside at the first MSA layer): its γ rows through the same layers as a command
  *     buffer recorded per context and replayed, the node in the step data. Only the node whose
