@@ -103,11 +103,6 @@ es_status es__vk_simple_pipe(es__vk_dev *d, const char *family, bool reads, bool
     return pipe_for(d, family, NULL, reads, reduces, false, spec, 2, out);
 }
 
-es_status es__vk_attn_pipe(es__vk_dev *d, const char *family, uint32_t hd, es__vk_pipeline **out) {
-    const uint32_t spec[3] = {ES__ATTN_WG, d->subgroup_size, hd / 4};
-    return pipe_for(d, family, NULL, true, false, false, spec, 3, out);
-}
-
 /* The grid assumes the reported subgroup size: a device whose compute subgroups come out smaller
  * (Intel's varying sizes) runs more teams per workgroup than the grid counts, and the extra ones
  * find no (token, head) and return; none reports a default smaller than what compute gets. */
@@ -120,7 +115,7 @@ es_status es__vk_attn_kernel(es__vk_dev *d, const char *family, uint32_t hd, es_
     const uint32_t spec[3] = {ES__ATTN_WG, d->subgroup_size, hd / 4};
     const bool team = es__vk_attn_team(d);
     *pairs_per_wg = team ? ES__ATTN_WG / d->subgroup_size : ES__ATTN_WG;
-    if (!team) return es__vk_attn_pipe(d, family, hd, out);
+    if (!team) return pipe_for(d, family, NULL, true, false, false, spec, 3, out);
     char name[32];
     snprintf(name, sizeof name, "%s_team", family);
     return pipe_for(d, name, NULL, true, true, false, spec, 3, out);
