@@ -488,10 +488,11 @@ es_status es__vk_dev_create(es__vk_dev *d, const es_backend_params *p, es_backen
     if (!d->policy.measure_fused) snprintf(fused, sizeof fused, "%u", d->policy.fused_stream_rows);
     es__logf(log, ES_LOG_INFO,
              "vulkan: device %u '%s' (%s); texel=%d subgroup=%d(%u) storage16=%d storage8=%d fp16=%d int_dot=%d; "
-             "tuning %s: fused stream rows %s, solo rows < %u elements or %u units per lane, attention by %s",
+             "tuning %s: fused stream rows %s, solo rows < %u elements or %u units per lane, %u rows per team in "
+             "one-token calls, attention by %s",
              d->index, d->phys.props.deviceName, type_name(d->phys.props.deviceType), d->use.texel, d->use.subgroup,
              d->subgroup_size, d->use.storage16, d->use.storage8, d->use.fp16, d->use.int_dot, d->policy.profile,
-             fused, d->policy.solo_row_elements, d->policy.team_lane_units,
+             fused, d->policy.solo_row_elements, d->policy.team_lane_units, d->policy.mv_rows,
              d->policy.attn_team ? "subgroups" : "invocations");
     if (p->pipeline_cache_path && *p->pipeline_cache_path) ES_TRY(es__vk_pcache_load(d, p->pipeline_cache_path));
     return ES_OK;

@@ -52,8 +52,10 @@ static bool is_block(es__dtype type) {
 /* Tile shapes, measured on lavapipe (tools/vkbench mul_mat, docs/perf.md): eight rows per team
  * amortise each activation fetch best for matrix-vector; for matrix-matrix the block types
  * prefer more rows, the float types more tokens (their units hold fewer elements, so more tokens
- * fit in registers). ROWS stays even for the SwiGLU pairs. */
-static uint32_t mm_rows(es__dtype type, uint32_t tok) {
+ * fit in registers). A device's policy may set matrix-vector's (mv_rows: a GPU wants more teams,
+ * not fewer fetches). ROWS stays even for the SwiGLU pairs. */
+static uint32_t mm_rows(const es__vk_dev *d, es__dtype type, uint32_t tok) {
+    if (tok == 1 && d->policy.mv_rows) return d->policy.mv_rows;
     return tok == 1 || is_block(type) ? 8 : 4;
 }
 
@@ -82,7 +84,7 @@ static es_status mul_mat_pipe(es__vk_dev *d, const es__vk_mat *m, uint32_t tile,
     const uint32_t tok = ES__MIN(mm_pass(type, tile), tile);
     const bool native = !d->use.texel && d->use.subgroup &&
                         ((type == ES__DTYPE_F16 && d->use.storage16) || (type == ES__DTYPE_Q8_0 && d->use.storage8));
-    const uint32_t spec[7] = {wg_size(d), d->subgroup_size, mm_rows(type, tok), tok, epi, m->team, tile};
+    const uint32_t spec[7] = {wg_size(d), d->subgroup_size, mm_rows(d, type, tok), tok, epi, m->team, tile};
     char tiled[32];
     snprintf(tiled, sizeof tiled, "%s_tiled", family);
     return pipe_for(d, tile > tok ? tiled : family, type_tag(type), true, true, native, spec, 7, out);
@@ -99,7 +101,12 @@ es_status es__vk_mul_mat_lora_pipe(es__vk_dev *d, const es__vk_mat *m, uint32_t 
 }
 
 es_status es__vk_simple_pipe(es__vk_dev *d, const char *family, bool reads, bool reduces, es__vk_pipeline **out) {
-    const uint32_t spec[2] = {wg_size(d), d->subgroup_size};
+    uint32_t wg = wg_size(d);
+    if (strcmp(family, "rmsnorm") == 0 && d->policy.norm_wg) { /* within what the device allows */
+        const VkPhysicalDeviceLimits *lim = &d->phys.props.limits;
+        wg = ES__MAX(wg, ES__MIN(d->policy.norm_wg, ES__MIN(lim->maxComputeWorkGroupInvocations, lim->maxComputeWorkGroupSize[0])));
+    }
+    const uint32_t spec[2] = {wg, d->subgroup_size};
     return pipe_for(d, family, NULL, reads, reduces, false, spec, 2, out);
 }
 

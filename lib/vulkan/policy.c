@@ -11,10 +11,14 @@
  * walked by one invocation each), and attention gives each (token, head, split of 256 keys) a
  * subgroup (853m Q8_0, one token: 2.40 ms against 7.70 at 1,400 keys, 2.10 against 3.41 at 64;
  * splits of 32 keys gained nothing more with subgroups; above 8 rows one invocation per split of
- * 32 was 11-15% faster, which a choice by tree size could take). */
+ * 32 was 11-15% faster, which a choice by tree size could take). One-token calls give a team two
+ * rows, not eight, and rmsnorm a workgroup of 256 (an H200, docs/perf.md "Real GPU, fourth run":
+ * a one-token call of 853m Q8_0 2.23-2.25 ms with eight rows and 64, 1.94-1.96 with two rows,
+ * 2.12-2.14 with 256; four times the teams keep more of the GPU's loads in flight, and a wider
+ * rmsnorm walks a row in one step instead of eight dependent ones). */
 #define GPU_POLICY(name)                                                                                        \
-    {.profile = name, .solo_row_elements = 320, .team_lane_units = 0, .attn_split = ES__ATTN_SPLIT,             \
-     .attn_team = true, .measure_fused = true}
+    {.profile = name, .solo_row_elements = 320, .team_lane_units = 0, .mv_rows = 2, .norm_wg = 256,             \
+     .attn_split = ES__ATTN_SPLIT, .attn_team = true, .measure_fused = true}
 
 /* By device type. Whether streams fuse into the forward is measured by each context (forward.c:
  * a fused forward against a forward and a stream pass, for trees of 1 to 8 tokens): on lavapipe
@@ -35,7 +39,8 @@ static const struct {
     es__vk_policy policy;
 } profiles[] = {
     {VK_PHYSICAL_DEVICE_TYPE_CPU,
-     {.profile = "cpu (measured on lavapipe)", .solo_row_elements = 320, .team_lane_units = 2, .attn_split = ES__ATTN_SPLIT,
+     {.profile = "cpu (measured on lavapipe)", .solo_row_elements = 320, .team_lane_units = 2, .mv_rows = 8,
+      .attn_split = ES__ATTN_SPLIT,
       .warm_up = true, .measure_fused = true}},
     {VK_PHYSICAL_DEVICE_TYPE_DISCRETE_GPU, GPU_POLICY("discrete gpu (measured on an H100)")},
     {VK_PHYSICAL_DEVICE_TYPE_INTEGRATED_GPU, GPU_POLICY("integrated gpu (unmeasured: the discrete profile)")},

@@ -28,6 +28,11 @@ typedef struct es__vk_policy {
                                     (in passes; ops.c, at most ES__VK_TILE_TOK): a call of up to
                                     this many rows reads each weight from memory once; 0 = one
                                     pass per workgroup                                          */
+    uint32_t mv_rows;            /* weight rows per team in a one-token call (even: SwiGLU and
+                                    RoPE take row pairs; lavapipe 8: each activation fetch
+                                    serves more rows); 0 = 8                                  */
+    uint32_t norm_wg;            /* invocations per workgroup of rmsnorm (one row each); 0 = the
+                                    device's usual workgroup (ops.c)                         */
     uint32_t attn_split;         /* key positions per split of attn.comp (flash decoding: one
                                     invocation walks a split, attn_merge.comp folds them): a
                                     power of two dividing ES__ATTN_SPLIT, so that ALSpec's

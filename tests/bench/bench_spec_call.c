@@ -205,6 +205,14 @@ int main(int argc, char **argv) {
         es__vk_dev_of(be)->policy.attn_team = atoi(getenv("EDGESPEC_BENCH_ATTN_TEAM")) != 0;
         fprintf(stderr, "bench_spec_call: attention by %s\n", es__vk_attn_team(es__vk_dev_of(be)) ? "subgroups" : "invocations");
     }
+    if (vk && getenv("EDGESPEC_BENCH_MV_ROWS")) {
+        es__vk_dev_of(be)->policy.mv_rows = (uint32_t)atoi(getenv("EDGESPEC_BENCH_MV_ROWS"));
+        fprintf(stderr, "bench_spec_call: %u rows per team in one-token calls\n", es__vk_dev_of(be)->policy.mv_rows);
+    }
+    if (vk && getenv("EDGESPEC_BENCH_NORM_WG")) {
+        es__vk_dev_of(be)->policy.norm_wg = (uint32_t)atoi(getenv("EDGESPEC_BENCH_NORM_WG"));
+        fprintf(stderr, "bench_spec_call: rmsnorm workgroups of %u\n", es__vk_dev_of(be)->policy.norm_wg);
+    }
     if (vk && getenv("EDGESPEC_BENCH_LANE_UNITS")) { /* before the context uploads the weights */
         es__vk_dev_of(be)->policy.team_lane_units = (uint32_t)atoi(getenv("EDGESPEC_BENCH_LANE_UNITS"));
         fprintf(stderr, "bench_spec_call: teams from %u units per lane\n", es__vk_dev_of(be)->policy.team_lane_units);

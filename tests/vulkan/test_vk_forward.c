@@ -8,7 +8,8 @@
  *     device) then continues exactly as plain decoding;
  *   - contexts long enough that attention uses several splits (and their merge), also with the
  *     smallest split a device may take (policy.h attn_split: splits of 16 keys, many merged), and
- *     with a subgroup per split (attn_team), where the device has subgroup arithmetic.
+ *     with a subgroup per split (attn_team), where the device has subgroup arithmetic;
+ *   - a GPU's whole profile (policy.c) forced on the test device.
  * Bound: max |vk - cpu| over a row <= 2e-5 * max |cpu| over that row (f32 accumulation in a
  * different order on each backend, amplified through the layers). */
 #include "../common/test_ctx.h"
@@ -197,6 +198,16 @@ int main(void) {
         run_case(&cases[2], cpu, vk, VK_ATTN_VARIANTS[a].name, N_PROMPT);
         es_backend_free(vk);
     }
+    /* a GPU's whole profile (policy.c), forced on this device: two rows per team in one-token
+     * calls, rmsnorm by workgroups of 256, teams however few units per lane, attention by
+     * subgroups where the device has them; same bounds, same invariance */
+    es_backend *gpu = vk_backend(0);
+    if (gpu && cpu) {
+        es__vk_dev_of(gpu)->policy = es__vk_policy_choose(VK_PHYSICAL_DEVICE_TYPE_DISCRETE_GPU, NULL);
+        run_case(&cases[0], cpu, gpu, "gpu profile", N_PROMPT_LONG);
+        run_case(&cases[3], cpu, gpu, "gpu profile", N_PROMPT);
+    }
+    if (gpu) es_backend_free(gpu);
     es_backend_free(cpu);
     VK_TEST_END();
 }

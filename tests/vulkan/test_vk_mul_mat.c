@@ -252,5 +252,21 @@ int main(void) {
         }
         es_backend_free(b);
     }
+    /* a GPU's one-token calls (policy.h mv_rows 2): teams of two rows where batches keep eight,
+     * walked solo and by teams; check_case's invariance check compares the two bit for bit,
+     * SwiGLU's row pairs and Q4_K's lane runs included */
+    for (int solo = 0; solo < 2; solo++) {
+        es_backend *b = solo ? vk_backend(0) : no_solo_backend();
+        if (b) es__vk_dev_of(b)->policy.mv_rows = 2;
+        static const int mv_types[] = {T_F32, T_F16, T_Q8_0, T_Q4_0, T_Q4_K, T_Q6_K};
+        for (size_t ti = 0; b && ti < sizeof mv_types / sizeof mv_types[0]; ti++) {
+            const int t = mv_types[ti];
+            const bool blk = t != T_F32 && t != T_F16;
+            const char *cfg = solo ? "mv-rows-2" : "mv-rows-2, no-solo";
+            check_case(b, &r, t, 131, blk ? 768 : 200, 7, ES__EPI_STORE, cfg);
+            check_case(b, &r, t, 2 * 37, blk ? 256 : 81, 6, ES__EPI_SWIGLU, cfg);
+        }
+        es_backend_free(b);
+    }
     VK_TEST_END();
 }

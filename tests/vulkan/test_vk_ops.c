@@ -8,6 +8,7 @@
  *   exact ids and values (ties to the lower id, NaN ignored); KV compaction exact. */
 #include "cpu/ops.h"
 #include "oprun.h"
+#include "backend_vk.h"
 #include "vk_test.h"
 
 static void test_rmsnorm(es_backend *b, test_rng *r, const char *cfg) {
@@ -232,6 +233,13 @@ int main(void) {
         test_softmax(b, &r, cfg);
         test_topk(b, &r, cfg);
         test_kv_move(b, &r, cfg);
+        es_backend_free(b);
+    }
+    /* a GPU's rmsnorm (policy.h norm_wg): a workgroup of 256, rows shorter and longer than it */
+    es_backend *b = vk_backend(0);
+    if (b) {
+        es__vk_dev_of(b)->policy.norm_wg = 256;
+        test_rmsnorm(b, &r, "norm-wg-256");
         es_backend_free(b);
     }
     VK_TEST_END();
