@@ -23,6 +23,10 @@
                         until then a depth counts one acceptance more, not 0.3 (the probe's one
                         tree, unlucky, stopped drafting on the long model until the next
                         exploration, a quarter of a 128-token reply); the costs still decide */
+#define WARM_PLAIN 4 /* plain calls timed before a tree call's time over them may lower a node's
+                        price: a reply's first plain calls may be cold too (the CPU's default
+                        model: 0.36-1.4 ms against 0.145), and a warm tree over a cold plain
+                        call makes nodes look free */
 #define GAIN 1.05    /* drafting must promise this much over plain calls: a margin for timing
                         noise and for the work no timing sees (the drafter's own sampling) */
 
@@ -181,9 +185,21 @@ static void mean_cost(double *mean, double ms) {
     *mean = !(*mean > 0.0) ? ms : ms < *mean ? 0.5 * *mean + 0.5 * ms : 0.9 * *mean + 0.1 * ms;
 }
 
+/* A tree call after the probe lowers the probe's node cost and its floor where it took less
+ * over a plain call than they say: noise only adds time, and the probe's tree, a reply's first
+ * of its size, may carry one-time costs and a cold device (a tree at twice its warm cost there
+ * kept a device where trees pay at plain calls for the rest of the reply, test_spec_tune). */
+static void lower_seed(es__tuner *t, int32_t n_nodes, double ms) {
+    if (t->probing || n_nodes < 2 || !(t->seed_b > 0.0) || t->plain_calls < WARM_PLAIN) return;
+    const double node = ES__MAX(ES__MAX(ms - t->plain_ms, 0.0) / (double)(n_nodes - 1), 1e-6);
+    t->seed_b = ES__MIN(t->seed_b, node);
+    t->floor_b = ES__MIN(t->floor_b, 0.5 * node);
+}
+
 void es__tuner_observe_call(es__tuner *t, int32_t n_nodes, double ms, bool plain) {
     if (!(ms >= 0.0) || n_nodes < 1) return;
-    if (plain) mean_cost(&t->plain_ms, ms);
+    if (plain) mean_cost(&t->plain_ms, ms), t->plain_calls++;
+    lower_seed(t, n_nodes, ms);
     fit_call(t, n_nodes, ms);
     if (t->probing) probe_call(t, n_nodes, ms, plain);
 }

@@ -13,7 +13,9 @@
  * seen, so no decision rests on a cost extrapolated far beyond what was measured.
  * The first steps probe this device's own costs while they decode (es__tuner_probe): a plain
  * call, then an exploration (a one-node call with every stream and a small tree); what they
- * timed seeds the fit, so later steps are sized from measurements rather than from guesses, and
+ * timed seeds the fit (a node's price never below half of it, until a later tree call takes
+ * less over warm plain calls: the probe's tree is a reply's first, and may be cold), so later
+ * steps are sized from measurements rather than from guesses, and
  * how often drafting is re-tried while it does not pay follows from what a try costs here. No
  * call is made only to measure: where drafting does not pay, the probe costs one exploration.
  * Losslessness does not depend on any of this. */
@@ -55,15 +57,18 @@ typedef struct es__tuner {
     int32_t max_n;                                /* largest tree timed                          */
     int64_t calls;                                /* calls in the fit                            */
     int64_t steps;                                /* every call timed, fitted or not             */
+    int64_t plain_calls;                          /* plain calls timed                           */
     int64_t explore_at;                           /* the call that drafts from every stream next */
     int32_t explore_every;                        /* calls between explorations (backs off)      */
     int32_t explore_base;                         /* ... from the measured cost of exploring     */
     bool explored;                                /* the last choice was an exploration          */
     double plain_ms;                              /* decayed mean of a plain one-token call      */
     int32_t max_g;                                /* widest stream pass timed                    */
-    double floor_b, floor_g0, floor_g1;           /* half the probe's node and pass costs: no
+    double floor_b, floor_g0, floor_g1;           /* half the probe's node and pass costs (the
+                                                     node's, or a later tree call's if less): no
                                                      fit goes below them                         */
-    double seed_b;                                /* the probe's node cost (its slope)           */
+    double seed_b;                                /* the probe's node cost (its slope), or a later
+                                                     tree call's over a plain call if less        */
     bool probing;                                 /* the probe has not seeded the fit yet        */
     es__tuner_costs probe;                        /* what it timed so far                        */
     /* tree pruning chosen from measured costs (spec_prune.c) */

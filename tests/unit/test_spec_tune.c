@@ -263,6 +263,8 @@ static void test_seeded_costs(void) {
 typedef struct device {
     double a, b, p0, p1, d;
     int32_t (*accept)(int step);
+    int cold;         /* the first this many steps' tree calls ...                 */
+    double cold_mult; /* ... take this many times their warm time (one-time costs) */
 } device;
 
 typedef struct outcome {
@@ -301,7 +303,8 @@ static outcome run_stream(const device *dv, int n) {
     int32_t tree_n = 1;
     for (int i = 0; i < n; i++) {
         const bool streams = tree_n > 1 || !(plain_next || es__tuner_wants_plain(&t));
-        const double call = streams ? dv->a + dv->b * tree_n : 1.0;
+        double call = streams ? dv->a + dv->b * tree_n : 1.0;
+        if (i < dv->cold && tree_n > 1) call *= dv->cold_mult;
         es__tuner_observe_call(&t, tree_n, call, !streams);
         o.time += call;
         o.tokens += 1 + verify(&t, &tr, tree_n, dv->accept(i));
@@ -353,6 +356,11 @@ static int32_t accept_most(int step) { /* the whole chain in 7 of 10 steps */
     return step % 10 < 7 ? 8 : 0;
 }
 
+static int32_t accept_chain(int step) { /* about the long model's held-out prompts: depth 0-4 */
+    const int s = (step * 7) % 10;
+    return s < 2 ? 0 : s < 5 ? 1 : s < 7 ? 2 : s < 9 ? 3 : 4;
+}
+
 /* Where trees cost more than they gain (the long model on lavapipe, about: a node 0.56 of a call,
  * a pass 0.6 + 0.2 g, half the first drafts accepted), both strategies fall back to plain calls
  * after the probe and stay there, exploring a bounded number of times, and lose at most a few
@@ -361,7 +369,7 @@ static int32_t accept_most(int step) { /* the whole chain in 7 of 10 steps */
  * and draft again). Where they gain (a GPU, about: nodes and passes nearly free, most drafts
  * accepted) they draft from the start. */
 static void test_fallback(void) {
-    const device dear = {0.45, 0.56, 0.6, 0.2, 0.0, accept_half};
+    const device dear = {0.45, 0.56, 0.6, 0.2, 0.0, accept_half, 0, 1.0};
     for (int n = 128; n <= 2000; n += 2000 - 128) {
         const outcome o = run_stream(&dear, n);
         const double rel = o.time / o.tokens; /* against 1 for plain decoding */
@@ -371,7 +379,7 @@ static void test_fallback(void) {
     }
     /* the same with a drafter that costs 0.2 of a call: a chain of one draft (the best case here)
      * gives 1.5 tokens for 1.57 + 0.2 calls */
-    const device dear_d = {0.45, 0.56, 0.0, 0.0, 0.2, accept_half};
+    const device dear_d = {0.45, 0.56, 0.0, 0.0, 0.2, accept_half, 0, 1.0};
     for (int n = 128; n <= 2000; n += 2000 - 128) {
         const outcome o = run_draft(&dear_d, n);
         const double rel = o.time / o.tokens;
@@ -380,14 +388,31 @@ static void test_fallback(void) {
                "draft, %d steps: %d drafting steps, %d explorations", n, o.drafting, o.explorations);
     }
     /* where speculation pays the probe does not stop it: drafting on (nearly) every step */
-    const device cheap = {0.97, 0.03, 0.08, 0.02, 0.0, accept_most};
+    const device cheap = {0.97, 0.03, 0.08, 0.02, 0.0, accept_most, 0, 1.0};
     outcome o = run_stream(&cheap, 500);
     CHECKF(o.drafting >= 490 && o.tokens / o.time > 2.0, "stream, cheap: %d of 500 steps drafted, %.2fx", o.drafting,
            o.tokens / o.time);
-    const device cheap_d = {0.97, 0.03, 0.0, 0.0, 0.05, accept_most};
+    const device cheap_d = {0.97, 0.03, 0.0, 0.0, 0.05, accept_most, 0, 1.0};
     o = run_draft(&cheap_d, 500);
     CHECKF(o.drafting >= 490 && o.tokens / o.time > 2.0, "draft, cheap: %d of 500 steps drafted, %.2fx", o.drafting,
            o.tokens / o.time);
+}
+
+/* A cold probe: where nodes are nearly free (a GPU's, about) but the reply's first tree calls
+ * take twice their warm time (one-time costs, clocks that have not risen), the probe prices a
+ * node at 0.6 of a call and the tuner falls back to plain calls; the next tree call, timed
+ * against warm plain calls, brings the price down to what it took, and trees come back. The
+ * probe's price alone kept this at plain decoding for the whole run (1.00x in 128 and in 400
+ * steps, where the warm device gives 1.95x and 1.96x). */
+static void test_cold_probe(void) {
+    const device warm = {0.97, 0.04, 0.1, 0.03, 0.0, accept_chain, 0, 1.0};
+    const device cold = {0.97, 0.04, 0.1, 0.03, 0.0, accept_chain, 3, 2.0};
+    const outcome w = run_stream(&warm, 400), c = run_stream(&cold, 400);
+    CHECKF(c.drafting >= 300 && c.tokens / c.time >= 0.9 * w.tokens / w.time,
+           "cold probe: %d of 400 steps drafted, %.3fx (warm %.3fx)", c.drafting, c.tokens / c.time, w.tokens / w.time);
+    const outcome k = run_stream(&cold, 128), wk = run_stream(&warm, 128);
+    CHECKF(k.tokens / k.time >= 0.8 * wk.tokens / wk.time, "cold probe, 128 steps: %.3fx (warm %.3fx)",
+           k.tokens / k.time, wk.tokens / wk.time);
 }
 
 /* The probe: a plain call first, then an exploration, and the fit seeded from those calls' own
@@ -705,6 +730,7 @@ int main(void) {
     test_seeded_costs();
     test_probe();
     test_fallback();
+    test_cold_probe();
     test_gain();
     test_evidence();
     test_step_cost();
