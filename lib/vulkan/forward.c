@@ -230,7 +230,7 @@ static uint32_t branch_epi(const vk_ctx *c) {
 
 static es_status get_pipelines(es_context *ctx, vk_ctx *c) {
     es__vk_dev *d = c->d;
-    ES_TRY(es__vk_simple_pipe(d, "rmsnorm", true, true, &c->p_norm));
+    ES_TRY(es__vk_rmsnorm_pipe(d, &c->p_norm));
     ES_TRY(es__vk_attn_kernel(d, "attn", (uint32_t)ctx->model->hp.head_dim, &c->p_attn, &c->attn_per_wg));
     ES_TRY(es__vk_simple_pipe(d, "attn_merge", true, false, &c->p_merge));
     ES_TRY(es__vk_simple_pipe(d, "attn_spec", true, false, &c->p_spec));

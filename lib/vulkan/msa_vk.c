@@ -517,7 +517,7 @@ es_status es__vk_msa_create(es_context *ctx, const es__vk_ss_res *res, struct es
     if (s == ES_OK) s = es__vk_simple_pipe(d, "ss_rows", true, false, &m->p_rows);
     if (s == ES_OK) s = es__vk_simple_pipe(d, "ss_rope", true, false, &m->p_rope);
     if (s == ES_OK) s = es__vk_attn_kernel(d, "ss_attn", (uint32_t)hp->head_dim, &m->p_attn, &m->attn_per_wg);
-    if (s == ES_OK) s = es__vk_simple_pipe(d, "rmsnorm", true, true, &m->p_norm);
+    if (s == ES_OK) s = es__vk_rmsnorm_pipe(d, &m->p_norm);
     if (s == ES_OK) s = es__vk_simple_pipe(d, "kv_move", true, false, &m->p_move);
     if (s == ES_OK) s = plan_memory(m);
     if (s == ES_OK) s = upload(m);

@@ -101,13 +101,18 @@ es_status es__vk_mul_mat_lora_pipe(es__vk_dev *d, const es__vk_mat *m, uint32_t 
 }
 
 es_status es__vk_simple_pipe(es__vk_dev *d, const char *family, bool reads, bool reduces, es__vk_pipeline **out) {
+    const uint32_t spec[2] = {wg_size(d), d->subgroup_size};
+    return pipe_for(d, family, NULL, reads, reduces, false, spec, 2, out);
+}
+
+es_status es__vk_rmsnorm_pipe(es__vk_dev *d, es__vk_pipeline **out) {
     uint32_t wg = wg_size(d);
-    if (strcmp(family, "rmsnorm") == 0 && d->policy.norm_wg) { /* within what the device allows */
+    if (d->policy.norm_wg) { /* the device's choice, within what it allows */
         const VkPhysicalDeviceLimits *lim = &d->phys.props.limits;
         wg = ES__MAX(wg, ES__MIN(d->policy.norm_wg, ES__MIN(lim->maxComputeWorkGroupInvocations, lim->maxComputeWorkGroupSize[0])));
     }
     const uint32_t spec[2] = {wg, d->subgroup_size};
-    return pipe_for(d, family, NULL, reads, reduces, false, spec, 2, out);
+    return pipe_for(d, "rmsnorm", NULL, true, true, false, spec, 2, out);
 }
 
 /* The grid assumes the reported subgroup size: a device whose compute subgroups come out smaller

@@ -49,6 +49,8 @@ void es__vk_rec_mul_mat(es__vk_rec *r, const char *op, const es__vk_pipeline *p,
 
 /* Pipelines of the other families, with the workgroup size for the device. */
 es_status es__vk_simple_pipe(es__vk_dev *d, const char *family, bool reads, bool reduces, es__vk_pipeline **out);
+/* rmsnorm: a simple kernel whose workgroup is the device's policy (policy.h norm_wg). */
+es_status es__vk_rmsnorm_pipe(es__vk_dev *d, es__vk_pipeline **out);
 /* Whether the device's attention gives each (token, head, split) a subgroup (attn_team.comp:
  * policy.h attn_team, with subgroup arithmetic); the device's pipeline of an attention family
  * ("attn": attn.comp or attn_team.comp; "ss_attn": ss_attn.comp or ss_attn_team.comp) and how

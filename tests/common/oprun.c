@@ -483,7 +483,7 @@ es_status es__vk_run_rmsnorm(es_backend *b, const float *x, const float *w, uint
     es__vk_buf *X = NULL, *G = NULL, *Y = NULL, *S = NULL;
     es__vk_bind bx, bg, bs;
     es__vk_pipeline *p = NULL;
-    if (s == ES_OK) s = es__vk_simple_pipe(r.d, "rmsnorm", true, true, &p);
+    if (s == ES_OK) s = es__vk_rmsnorm_pipe(r.d, &p);
     if (s == ES_OK) s = run_rows(&r, x, n, E, E32, &X);
     if (s == ES_OK) s = run_rows(&r, w, 1, E, E32, &G);
     if (s == ES_OK) s = run_rows(&r, y, n, E, E32, &Y);
