@@ -46,7 +46,8 @@ typedef struct es__tuner {
     double hw, hn, hnn, ht, hnt;                  /* decayed sums over steps of (n, host ms): the
                                                      step's own work beyond its calls            */
     double tested[ES_SPEC_MAX_DEPTH];             /* steps whose accepted path reached depth d
-                                                     with drafts below (decayed)                 */
+                                                     with drafts below (decayed as depth d is
+                                                     tested again, not by steps that skip it)    */
     double hit[ES_SPEC_MAX_DEPTH];                /* of those, steps that accepted one of them   */
     int64_t trees_tested;                         /* steps that tested a first-level draft (all)  */
     float acc[ES_SPEC_MAX_DEPTH][2][ES__TUNE_BINS]; /* accepted drafts per depth, rank (a level's
