@@ -11,6 +11,10 @@
 typedef struct stream_state {
     bool plain_next; /* drafting did not pay: the next call is a plain forward, without streams
                         (until the tuner explores again)                                       */
+    bool rest;       /* the streams' drafts did not pay (a tree of the root alone): the next
+                        call is plain, the one after it drafts again. Without streams it times
+                        a plain call, which drafting steps never do, and the tuner's unit of
+                        cost is a cold probe's until then (lavapipe: 5.3 ms against 2.8)     */
 } stream_state;
 
 static es_status stream_create(es_spec *s, void **state) {
@@ -109,7 +113,7 @@ static es_status stream_step(es_spec *s, void *state, int32_t *tokens, size_t ca
     /* 1. one forward call: the tree (verification) and its streams (the next draft), pruned at
      *    the adapter's prune layer; a plain call when drafting does not pay (or the tuner's probe
      *    times one) */
-    const bool streams = t->n > 1 || !(ss->plain_next || es__tuner_wants_plain(&s->tune));
+    const bool streams = t->n > 1 || !(ss->plain_next || ss->rest || es__tuner_wants_plain(&s->tune));
     const float thr = streams ? prune_threshold(s) : 0.0f;
     const es__call call = {s->depth, thr};
     es_batch b = {t->n, t->token, t->pos, t->dfs_start, t->dfs_end, s->logit_flags};
@@ -132,7 +136,7 @@ static es_status stream_step(es_spec *s, void *state, int32_t *tokens, size_t ca
     es__levels lv;
     const int32_t n_lv = streams ? es__tuner_streams(&s->tune, s->depth, ES__MIN(s->p.max_nodes, t->cap)) : 0;
     if (streams) es__tuner_chose(&s->tune, n_lv);
-    const bool plain_next = n_lv == 0 && s->tune.adaptive && !es__tuner_explores_next(&s->tune);
+    const bool plain_next = n_lv == 0 && s->tune.adaptive && !ss->rest && !es__tuner_explores_next(&s->tune);
     double pass_ms = 0.0;
     if (st == ES_OK) st = draft_from_streams(s, path[n_path - 1], n_lv, tuned_prune, &lv, &pass_ms);
     s->st.target_ms += (es__time_now() - t0) * 1e3;
@@ -150,6 +154,7 @@ static es_status stream_step(es_spec *s, void *state, int32_t *tokens, size_t ca
     s->cur = 1 - s->cur;
     const int32_t n_verified = t->n;
     next_tree(s, &lv);
+    ss->rest = n_lv > 0 && t->n == 1 && s->tune.adaptive && !es__tuner_explores_next(&s->tune);
     es__tuner_observe_host(&s->tune, n_verified, (es__time_now() - t0) * 1e3 - call_ms - pass_ms);
     return ES_OK;
 }
