@@ -27,12 +27,16 @@ static void on_sigint(int sig) {
     interrupted = 1;
 }
 
-/* SIGINT sets a flag instead of ending the program; without SA_RESTART a read at the prompt
- * returns, so Ctrl-C there gives the prompt back too. */
-static void catch_sigint(void) {
+/* SIGINT sets a flag instead of ending the program. At the prompt it is caught without
+ * SA_RESTART, so the read returns and Ctrl-C gives the prompt back; during an answer with it, so
+ * that a write blocked on a terminal slow to read goes on instead of failing with EINTR, which
+ * reported the stopped answer as a write error and dropped it from the conversation. The flag
+ * stops the answer either way. */
+static void catch_sigint(bool restart) {
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_sigint;
+    sa.sa_flags = restart ? SA_RESTART : 0;
     sigemptyset(&sa.sa_mask);
     sigaction(SIGINT, &sa, NULL);
 }
@@ -80,10 +84,12 @@ static int answer_turn(const chat_args *a, chat_conv *c) {
     gp.n_stop = stop[0] ? 1 : 0;
     es_generate_stats st;
     interrupted = 0;
+    catch_sigint(true);
     es_status s = c->spec ? es_spec_generate(c->spec, feed, n_feed, &gp, out, (size_t)a->n_predict, &st)
                           : es_generate(c->ctx, feed, n_feed, &gp, out, (size_t)a->n_predict, &st);
     fputc('\n', stdout);
     fflush(stdout);
+    catch_sigint(false);
     if (interrupted) fprintf(stderr, "(stopped)\n");
     int rc;
     if (s != ES_OK) {
@@ -180,7 +186,7 @@ static int run_chat(chat_args *a, es_model *model) {
     if (rc == CLI_EXIT_OK) {
         fprintf(stderr, "edgespec chat: template %s, context %d tokens, %s; /help for commands\n",
                 es_chat_template_name(t), es_context_n_ctx(ctx), spec.spec ? cli_spec_names[a->spec.spec] : "no speculation");
-        catch_sigint();
+        catch_sigint(false);
         rc = converse(a, &c);
     }
     if (rc == CLI_EXIT_OK)
