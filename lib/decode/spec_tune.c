@@ -314,8 +314,9 @@ static double accept_rate(const es__tuner *t, int32_t d) {
  * seen. Stopping costs more than going on: a plain step tests no draft, so a rate that a few
  * early misses put too low stays there until an exploration (and explorations back off), while
  * drafting on corrects it within steps (the long model on the CPU, a held-out prompt: three
- * misses in its first four trees, 88% later, and plain calls to the end in half the runs). The
- * deeper depths follow it through their prior (accept_rate). */
+ * misses in its first five trees, 88% later, and 7 of 20 replies under 1.5 tokens a call, mostly
+ * plain calls after the first trees). The deeper depths follow it through their prior
+ * (accept_rate). */
 static double first_rate_hopeful(const es__tuner *t) {
     const double r = accept_rate(t, 1);
     return ES__MIN(r + sqrt(r * (1.0 - r) / (t->tested[0] + 1.0)), 1.0);
