@@ -456,7 +456,9 @@ static bool layer(thr *t, int32_t il) {
                             hp->attn_scale,             c->att,                  qd,
                             f->pos,        es__layer_window(hp, il),             hp->attn_softcap};
         const int64_t main_tasks = (int64_t)nr * hp->n_head; /* then the riding stream rows' (row, head) */
-        phase_begin(t, &w, OP_ATTN, main_tasks + fz_rows(t, il) * hp->n_head, 1);
+        /* chunks of whole kv heads of the first block: a chunk's queries share their keys' reads */
+        const int64_t kv_run = (int64_t)ES__MIN(nr, ES__CPU_ATTN_ROWS) * (hp->n_head / hp->n_head_kv);
+        phase_begin(t, &w, OP_ATTN, main_tasks + fz_rows(t, il) * hp->n_head, kv_run);
         for (int64_t lo, hi; es__work_next(&w, &lo, &hi);) {
             if (lo < main_tasks)
                 es__cpu_attention_range(J->k, &a, lo, ES__MIN(hi, main_tasks),

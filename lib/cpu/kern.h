@@ -12,6 +12,15 @@
 
 #define ES__ATTN_TILE 64      /* keys per attention tile (attend, attend_spec), aligned to positions */
 #define ES__MAX_HEAD_DIM 1024 /* the model loader's bound on the head dimension */
+#define ES__ATTN_MULTI 32     /* most queries per attend_multi call */
+
+/* One query of attend_multi: what attend takes for a query without keys from outside the cache. */
+typedef struct es__attn_q {
+    const float *q, *kb, *vb; /* the query; its kv head's keys and values from its first slot on */
+    const int32_t *vis;
+    int32_t n_past, n_vis;
+    float *out;
+} es__attn_q;
 
 typedef struct es__kern {
     const char *name; /* "generic", "x86-64-v3", "x86-64-v4", "neon" */
@@ -39,6 +48,12 @@ typedef struct es__kern {
     void (*attend)(const float *q, const float *kb, const float *vb, int64_t hd, int32_t n_past, const int32_t *vis,
                    int32_t n_vis, const float *kx, const float *vx, int64_t ldx, int32_t n_x, float scale,
                    float softcap, float *out);
+    /* attend for nq <= ES__ATTN_MULTI queries (no keys from outside the cache), tile by tile: each
+     * tile of keys serves every query that reaches it while it is in the core's cache, so queries
+     * that share a kv head (a tree's nodes, grouped heads) read its keys and values from memory
+     * once. Every output has attend's bits: each query's tiles are reduced and folded as attend
+     * does, only interleaved with the other queries'. */
+    void (*attend_multi)(int nq, const es__attn_q *qs, int64_t hd, float scale, float softcap);
     /* Speculative attention of one query over the keys in slots 0..n-1 (ALSpec, Algorithm 3): spec[hd]
      * = the attention over the keys [0, s1) and [s2, n) alone (s1 <= s2 <= n, multiples of
      * ES__ATTN_TILE), computed first; out[hd] = attend's result over all n keys, bit for bit, reusing

@@ -939,6 +939,25 @@ static void k_attend(const float *q, const float *kb, const float *vb, int64_t h
     attend_finish(out, out, ml, hd);
 }
 
+static void k_attend_multi(int nq, const es__attn_q *qs, int64_t hd, float scale, float softcap) {
+    float ot[ES__MAX_HEAD_DIM], mlt[2], ml[ES__ATTN_MULTI][2];
+    int32_t m_max = 0;
+    for (int i = 0; i < nq; i++) {
+        m_max = ES__MAX(m_max, qs[i].n_past + qs[i].n_vis);
+        ml[i][0] = ml[i][1] = 0.0f;
+    }
+    for (int32_t j0 = 0; j0 < m_max; j0 += ES__ATTN_TILE)
+        for (int i = 0; i < nq; i++) {
+            const es__attn_q *a = &qs[i];
+            const int32_t m = a->n_past + a->n_vis;
+            if (j0 >= m) continue;
+            const keyset ks = {a->kb, a->vb, NULL, NULL, hd, 0, a->n_past, m, a->vis};
+            attend_tile(a->q, &ks, j0, ES__MIN(m, j0 + ES__ATTN_TILE), scale, softcap, ot, mlt);
+            attend_merge(a->out, ml[i], ot, mlt, hd, j0 == 0);
+        }
+    for (int i = 0; i < nq; i++) attend_finish(qs[i].out, qs[i].out, ml[i], hd);
+}
+
 /* Speculative attention (ALSpec Algorithm 3 on one core): keys 0..n-1 in slots 0..n-1; the
  * speculation keys [0, s1) and [s2, n) (s1 <= s2, both multiples of ES__ATTN_TILE) are reduced
  * first into their own softmax (spec), then every tile is folded in position order as k_attend
@@ -1024,6 +1043,6 @@ static void k_to_f32(es__dtype type, const void *row, float *out, int64_t n) {
 }
 
 const es__kern *KERN_FN(void) {
-    static const es__kern k = {KERN_NAME, ES__MAX(R_TILE, KS_PANEL_ROWS), k_matmul, k_dot, k_axpy, k_to_f32, k_silu_mul, k_attend, k_attend_spec};
+    static const es__kern k = {KERN_NAME, ES__MAX(R_TILE, KS_PANEL_ROWS), k_matmul, k_dot, k_axpy, k_to_f32, k_silu_mul, k_attend, k_attend_multi, k_attend_spec};
     return &k;
 }

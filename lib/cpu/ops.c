@@ -63,28 +63,37 @@ static int32_t visible_keys(const es__attn *a, int32_t j, int32_t *visible) {
 
 void es__cpu_attention_range(const es__kern *k, const es__attn *a, int64_t lo, int64_t hi, int32_t *visible) {
     const int32_t hd = a->head_dim, group = a->n_head / a->n_head_kv, rb = ES__CPU_ATTN_ROWS;
-    int32_t cur_block = -1, n_vis[ES__CPU_ATTN_ROWS];
+    int32_t cur_block = -1, cur_g = -1, n_vis[ES__CPU_ATTN_ROWS], nq = 0;
+    es__attn_q qs[ES__ATTN_MULTI];
     for (int64_t task = lo; task < hi; task++) {
-        /* blocks of rb query rows; inside a block head-major, so one head's keys and values stay
-         * in cache while the block's rows read them */
+        /* blocks of rb query rows; inside a block head-major, so the queries of one kv head come
+         * in a run, and attend_multi reads its keys and values once for the run */
         const int32_t block = (int32_t)(task / ((int64_t)rb * a->n_head));
         const int32_t r0 = block * rb, nr = ES__MIN(rb, a->n_q - r0);
         const int32_t u = (int32_t)(task - (int64_t)block * rb * a->n_head);
-        const int32_t h = u / nr, row = r0 + u % nr;
+        const int32_t h = u / nr, row = r0 + u % nr, g = h / group;
+        if (nq > 0 && (block != cur_block || g != cur_g || nq == ES__ATTN_MULTI)) {
+            k->attend_multi(nq, qs, hd, a->scale, a->softcap); /* before the visible keys change */
+            nq = 0;
+        }
         if (block != cur_block) {
             for (int32_t r = 0; r < nr; r++)
                 n_vis[r] = visible_keys(a, a->rows ? a->rows[r0 + r] : r0 + r, visible + (size_t)r * (size_t)a->n_batch);
             cur_block = block;
         }
-        const int32_t g = h / group;
+        cur_g = g;
         /* a window starts the committed keys at slot s0: the kernel sees the cache from there, so
          * the keys it reduces are the same sequence whether the token is decoded or prefilled */
         const int32_t s0 = first_slot(a, a->rows ? a->rows[row] : row);
-        const float *q = a->q + row * a->q_stride + (int64_t)h * hd;
-        const float *kg = a->kc + ((int64_t)g * a->n_ctx + s0) * hd, *vg = a->vc + ((int64_t)g * a->n_ctx + s0) * hd;
-        k->attend(q, kg, vg, hd, a->n_past - s0, visible + (size_t)(row - r0) * (size_t)a->n_batch, n_vis[row - r0],
-                  NULL, NULL, 0, 0, a->scale, a->softcap, a->out + row * a->out_stride + (int64_t)h * hd);
+        qs[nq++] = (es__attn_q){a->q + row * a->q_stride + (int64_t)h * hd,
+                                a->kc + ((int64_t)g * a->n_ctx + s0) * hd,
+                                a->vc + ((int64_t)g * a->n_ctx + s0) * hd,
+                                visible + (size_t)(row - r0) * (size_t)a->n_batch,
+                                a->n_past - s0,
+                                n_vis[row - r0],
+                                a->out + row * a->out_stride + (int64_t)h * hd};
     }
+    if (nq > 0) k->attend_multi(nq, qs, hd, a->scale, a->softcap);
 }
 
 void es__cpu_swiglu_range(const es__kern *k, const float *gate, const float *up, int64_t lo, int64_t hi,
