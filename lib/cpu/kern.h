@@ -14,11 +14,14 @@
 #define ES__MAX_HEAD_DIM 1024 /* the model loader's bound on the head dimension */
 #define ES__ATTN_MULTI 32     /* most queries per attend_multi call */
 
-/* One query of attend_multi: what attend takes for a query without keys from outside the cache. */
+/* One query of attend_multi: what attend takes for one query. */
 typedef struct es__attn_q {
     const float *q, *kb, *vb; /* the query; its kv head's keys and values from its first slot on */
     const int32_t *vis;
     int32_t n_past, n_vis;
+    const float *kx, *vx;     /* n_x keys and values from outside the cache, ldx floats apart */
+    int64_t ldx;
+    int32_t n_x;
     float *out;
 } es__attn_q;
 
@@ -48,7 +51,7 @@ typedef struct es__kern {
     void (*attend)(const float *q, const float *kb, const float *vb, int64_t hd, int32_t n_past, const int32_t *vis,
                    int32_t n_vis, const float *kx, const float *vx, int64_t ldx, int32_t n_x, float scale,
                    float softcap, float *out);
-    /* attend for nq <= ES__ATTN_MULTI queries (no keys from outside the cache), tile by tile: each
+    /* attend for nq <= ES__ATTN_MULTI queries, tile by tile: each
      * tile of keys serves every query that reaches it while it is in the core's cache, so queries
      * that share a kv head (a tree's nodes, grouped heads) read its keys and values from memory
      * once. Every output has attend's bits: each query's tiles are reduced and folded as attend

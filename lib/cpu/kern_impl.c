@@ -922,40 +922,36 @@ static void attend_finish(float *out, const float *o, const float *ml, int64_t h
     }
 }
 
-/* Attention of one query over m = n_past + n_vis + n_x keys of one kv head: slots 0..n_past-1,
- * then n_past + vis[i], then the rows kx + i ldx. kb, vb: (n_ctx, hd). Tiles of ES__ATTN_TILE
- * keys aligned to positions, each reduced on its own (attend_tile) and folded in position order
- * (attend_merge): flash decoding on one core, the order speculative attention reproduces. */
-static void k_attend(const float *q, const float *kb, const float *vb, int64_t hd, int32_t n_past, const int32_t *vis,
-                     int32_t n_vis, const float *kx, const float *vx, int64_t ldx, int32_t n_x, float scale,
-                     float softcap, float *out) {
-    const keyset ks = {kb, vb, kx, vx, hd, ldx, n_past, n_past + n_vis, vis};
-    const int32_t m = n_past + n_vis + n_x;
-    float ot[ES__MAX_HEAD_DIM], mlt[2], ml[2] = {0.0f, 0.0f};
-    for (int32_t j0 = 0; j0 < m; j0 += ES__ATTN_TILE) {
-        attend_tile(q, &ks, j0, ES__MIN(m, j0 + ES__ATTN_TILE), scale, softcap, ot, mlt);
-        attend_merge(out, ml, ot, mlt, hd, j0 == 0);
-    }
-    attend_finish(out, out, ml, hd);
-}
-
+/* Attention of queries over their keys of one kv head, each over m = n_past + n_vis + n_x keys:
+ * slots 0..n_past-1 of kb, vb ((n_ctx, hd)), then n_past + vis[i], then the rows kx + i ldx.
+ * Tiles of ES__ATTN_TILE keys aligned to positions, each reduced on its own (attend_tile) and
+ * folded in position order (attend_merge): flash decoding on one core, the order speculative
+ * attention reproduces. Tile by tile across the queries, so queries that share keys read each
+ * tile once from memory; each query's own arithmetic is the same whatever the others. */
 static void k_attend_multi(int nq, const es__attn_q *qs, int64_t hd, float scale, float softcap) {
     float ot[ES__MAX_HEAD_DIM], mlt[2], ml[ES__ATTN_MULTI][2];
     int32_t m_max = 0;
     for (int i = 0; i < nq; i++) {
-        m_max = ES__MAX(m_max, qs[i].n_past + qs[i].n_vis);
+        m_max = ES__MAX(m_max, qs[i].n_past + qs[i].n_vis + qs[i].n_x);
         ml[i][0] = ml[i][1] = 0.0f;
     }
     for (int32_t j0 = 0; j0 < m_max; j0 += ES__ATTN_TILE)
         for (int i = 0; i < nq; i++) {
             const es__attn_q *a = &qs[i];
-            const int32_t m = a->n_past + a->n_vis;
+            const int32_t m = a->n_past + a->n_vis + a->n_x;
             if (j0 >= m) continue;
-            const keyset ks = {a->kb, a->vb, NULL, NULL, hd, 0, a->n_past, m, a->vis};
+            const keyset ks = {a->kb, a->vb, a->kx, a->vx, hd, a->ldx, a->n_past, a->n_past + a->n_vis, a->vis};
             attend_tile(a->q, &ks, j0, ES__MIN(m, j0 + ES__ATTN_TILE), scale, softcap, ot, mlt);
             attend_merge(a->out, ml[i], ot, mlt, hd, j0 == 0);
         }
     for (int i = 0; i < nq; i++) attend_finish(qs[i].out, qs[i].out, ml[i], hd);
+}
+
+static void k_attend(const float *q, const float *kb, const float *vb, int64_t hd, int32_t n_past, const int32_t *vis,
+                     int32_t n_vis, const float *kx, const float *vx, int64_t ldx, int32_t n_x, float scale,
+                     float softcap, float *out) {
+    const es__attn_q one = {q, kb, vb, vis, n_past, n_vis, kx, vx, ldx, n_x, out};
+    k_attend_multi(1, &one, hd, scale, softcap);
 }
 
 /* Speculative attention (ALSpec Algorithm 3 on one core): keys 0..n-1 in slots 0..n-1; the

@@ -246,12 +246,10 @@ static void stream_layer(const es__msa_job *J, int32_t il, int ith, int nth) {
     es__pool_barrier(J->pool);
     for (int64_t r = lo; r < hi; r++) es__ssr_qkv(J, il, b, r, ltmp);
     es__pool_barrier(J->pool);
-    /* head-major: a thread's streams of one head read its keys and values in turn, from cache
-     * after the first */
+    /* head-major, whole kv heads to a thread: its streams of one head read its keys once */
     int64_t t0, t1;
-    es__split_range((int64_t)G * hp->n_head, 1, ith, nth, &t0, &t1);
-    for (int64_t task = t0; task < t1; task++)
-        es__ssr_attend(J, il, b, (int32_t)(task % G), task % G, (int32_t)(task / G), m->visible + (size_t)ith * (size_t)m->tok_cap);
+    es__split_range((int64_t)G * hp->n_head, (int64_t)G * (hp->n_head / hp->n_head_kv), ith, nth, &t0, &t1);
+    es__ssr_attend_streams(J, il, b, 0, t0, t1, m->visible + (size_t)ith * (size_t)m->tok_cap);
     es__pool_barrier(J->pool);
     mm(J, &L->wo, m->att, G, m->tmp, ith, nth);
     es__pool_barrier(J->pool);

@@ -42,9 +42,9 @@ void es__msa_fz_rope(const es__msa_job *J, int32_t il, int64_t r, int ith) {
 void es__msa_fz_attend(const es__msa_job *J, int32_t il, int64_t task, int ith) {
     const struct es__msa *m = J->m;
     const int32_t G = J->f->n_streams;
-    const int64_t rows = es__msa_fz_rows(J, il), r = task % rows; /* head-major, as the stream pass */
-    es__ssr_attend(J, il, (int32_t)(r / G), (int32_t)(r % G), r, (int32_t)(task / rows),
-                   m->visible + (size_t)ith * (size_t)m->tok_cap);
+    const int64_t rows = es__msa_fz_rows(J, il), r = task % rows, j = r % G; /* head-major, as the stream pass */
+    const int64_t t = (task / rows) * G + j; /* the task's number among its survivor's streams */
+    es__ssr_attend_streams(J, il, (int32_t)(r / G), r - j, t, t + 1, m->visible + (size_t)ith * (size_t)m->tok_cap);
 }
 
 void es__msa_fz_ffn_norm(const es__msa_job *J, int32_t il, int64_t r, int ith) {

@@ -57,9 +57,11 @@ void es__ssr_init(const es__msa_job *J, int32_t b, int32_t j, int64_t r);
 void es__ssr_norm(const es__msa_job *J, const float *w, int64_t r);
 /* Layer il's q, k, v of row r (after their matrices): the LoRA, the biases, RoPE at b's position. */
 void es__ssr_qkv(const es__msa_job *J, int32_t il, int32_t b, int64_t r, float *ltmp);
-/* Head h of row r's attention in layer il (Eq. 2): row r is stream j of survivor b, whose stream
- * rows begin at r - j. */
-void es__ssr_attend(const es__msa_job *J, int32_t il, int32_t b, int32_t j, int64_t r, int32_t h, int32_t *visible);
+/* Attention in layer il (Eq. 2) of survivor b's stream rows r0..r0 + G - 1, tasks [t0, t1) of
+ * their G n_head (head, stream) pairs, head-major (task h G + j: head h of stream j): the streams
+ * of one kv head in one attend_multi call, which reads its keys once for them. */
+void es__ssr_attend_streams(const es__msa_job *J, int32_t il, int32_t b, int64_t r0, int64_t t0, int64_t t1,
+                            int32_t *visible);
 /* After the output projection (tmp[r]): its LoRA and the residual; then the FFN's input norm and
  * the gate and up LoRA's whole outputs (the FFN's chunks add them). */
 void es__ssr_attn_out_ffn_in(const es__msa_job *J, int32_t il, int64_t r, float *ltmp);

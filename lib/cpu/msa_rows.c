@@ -93,19 +93,31 @@ static int32_t visible_slots(const es__msa_job *J, int32_t b, int32_t window, in
     return n_vis;
 }
 
-void es__ssr_attend(const es__msa_job *J, int32_t il, int32_t b, int32_t j, int64_t r, int32_t h, int32_t *visible) {
+void es__ssr_attend_streams(const es__msa_job *J, int32_t il, int32_t b, int64_t r0, int64_t t0, int64_t t1,
+                            int32_t *visible) {
     const struct es__msa *m = J->m;
     const es__hparams *hp = J->hp;
-    const int32_t hd = hp->head_dim, g = h / (hp->n_head / hp->n_head_kv);
-    const int64_t qd = (int64_t)hp->n_head * hd, kvd = (int64_t)hp->n_head_kv * hd, r0 = r - j;
-    int32_t c0;
+    const int32_t G = J->f->n_streams, hd = hp->head_dim, group = hp->n_head / hp->n_head_kv;
+    const int64_t qd = (int64_t)hp->n_head * hd, kvd = (int64_t)hp->n_head_kv * hd;
+    int32_t c0, cur_g = -1, nq = 0;
     const int32_t n_vis = visible_slots(J, b, es__layer_window(hp, il), &c0, visible);
-    const size_t cache = ((size_t)il * (size_t)hp->n_head_kv + (size_t)g) * (size_t)J->n_ctx * (size_t)hd;
-    const float *kg = J->c->k + cache + (size_t)c0 * (size_t)hd, *vg = J->c->v + cache + (size_t)c0 * (size_t)hd;
-    /* the main stream's keys, then streams 0..j of this survivor's (stream rows r0..r) */
-    const int64_t own = r0 * kvd + (int64_t)g * hd;
-    J->k->attend(m->q + r * qd + (int64_t)h * hd, kg, vg, hd, J->f->n_past - c0, visible, n_vis, m->kk + own, m->vv + own,
-                 kvd, j + 1, hp->attn_scale, hp->attn_softcap, m->att + r * qd + (int64_t)h * hd);
+    es__attn_q qs[ES__ATTN_MULTI];
+    for (int64_t task = t0; task < t1; task++) {
+        const int32_t h = (int32_t)(task / G), j = (int32_t)(task % G), g = h / group;
+        const int64_t r = r0 + j;
+        if (nq > 0 && (g != cur_g || nq == ES__ATTN_MULTI)) { /* a run of one kv head's queries */
+            J->k->attend_multi(nq, qs, hd, hp->attn_scale, hp->attn_softcap);
+            nq = 0;
+        }
+        cur_g = g;
+        const size_t cache = (((size_t)il * (size_t)hp->n_head_kv + (size_t)g) * (size_t)J->n_ctx + (size_t)c0) * (size_t)hd;
+        /* the main stream's keys, then streams 0..j of this survivor's (stream rows r0..r) */
+        qs[nq++] = (es__attn_q){.q = m->q + r * qd + (int64_t)h * hd, .kb = J->c->k + cache, .vb = J->c->v + cache,
+                                .vis = visible, .n_past = J->f->n_past - c0, .n_vis = n_vis,
+                                .kx = m->kk + r0 * kvd + (int64_t)g * hd, .vx = m->vv + r0 * kvd + (int64_t)g * hd,
+                                .ldx = kvd, .n_x = j + 1, .out = m->att + r * qd + (int64_t)h * hd};
+    }
+    if (nq > 0) J->k->attend_multi(nq, qs, hd, hp->attn_scale, hp->attn_softcap);
 }
 
 void es__ssr_attn_out_ffn_in(const es__msa_job *J, int32_t il, int64_t r, float *ltmp) {

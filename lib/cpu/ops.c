@@ -85,13 +85,13 @@ void es__cpu_attention_range(const es__kern *k, const es__attn *a, int64_t lo, i
         /* a window starts the committed keys at slot s0: the kernel sees the cache from there, so
          * the keys it reduces are the same sequence whether the token is decoded or prefilled */
         const int32_t s0 = first_slot(a, a->rows ? a->rows[row] : row);
-        qs[nq++] = (es__attn_q){a->q + row * a->q_stride + (int64_t)h * hd,
-                                a->kc + ((int64_t)g * a->n_ctx + s0) * hd,
-                                a->vc + ((int64_t)g * a->n_ctx + s0) * hd,
-                                visible + (size_t)(row - r0) * (size_t)a->n_batch,
-                                a->n_past - s0,
-                                n_vis[row - r0],
-                                a->out + row * a->out_stride + (int64_t)h * hd};
+        qs[nq++] = (es__attn_q){.q = a->q + row * a->q_stride + (int64_t)h * hd,
+                                .kb = a->kc + ((int64_t)g * a->n_ctx + s0) * hd,
+                                .vb = a->vc + ((int64_t)g * a->n_ctx + s0) * hd,
+                                .vis = visible + (size_t)(row - r0) * (size_t)a->n_batch,
+                                .n_past = a->n_past - s0,
+                                .n_vis = n_vis[row - r0],
+                                .out = a->out + row * a->out_stride + (int64_t)h * hd};
     }
     if (nq > 0) k->attend_multi(nq, qs, hd, a->scale, a->softcap);
 }

@@ -258,31 +258,35 @@ static void test_kernels(const es__kern *k) {
         }
     /* attend_multi: every query's output has attend's bits, whatever the others in the call; the
      * queries differ in committed keys (a window's later first slot: 130 or 67), in visible
-     * batch keys (0 to 4, crossing a tile edge past 128), in kv head (two, interleaved) and in
-     * soft-capping, and a full call of ES__ATTN_MULTI queries is among them */
+     * batch keys (0 to 4, crossing a tile edge past 128), in keys from outside the cache (0 to 3),
+     * in kv head (two, interleaved) and in soft-capping; a full call of ES__ATTN_MULTI queries is
+     * among them */
     for (int64_t hd = 5; hd <= 69; hd += 64)
         for (int cap_i = 0; cap_i < 2; cap_i++) {
             const int32_t n_ctx = 140, nq = cap_i ? ES__ATTN_MULTI : 7, vis[4] = {0, 1, 3, 6};
             const float cap = cap_i ? 2.0f : 0.0f;
             float *kb = rand_vec(2 * n_ctx * hd, 1.0f), *vb = rand_vec(2 * n_ctx * hd, 1.0f);
+            float *kx = rand_vec(3 * (hd + 1), 1.0f), *vx = rand_vec(3 * (hd + 1), 1.0f);
             float *q = rand_vec(nq * hd, 3.0f), *om = malloc(sizeof(float) * (size_t)(nq * hd)), o1[69];
             es__attn_q qs[ES__ATTN_MULTI];
             poison(om, nq * hd);
             for (int32_t i = 0; i < nq; i++) {
                 const int32_t s0 = i % 3 == 2 ? 63 : 0, head = i % 2;
-                qs[i] = (es__attn_q){q + i * hd, kb + ((int64_t)head * n_ctx + s0) * hd, vb + ((int64_t)head * n_ctx + s0) * hd,
-                                     vis, 130 - s0, i % 5, om + i * hd};
+                qs[i] = (es__attn_q){.q = q + i * hd, .kb = kb + ((int64_t)head * n_ctx + s0) * hd,
+                                     .vb = vb + ((int64_t)head * n_ctx + s0) * hd, .vis = vis, .n_past = 130 - s0,
+                                     .n_vis = i % 5, .kx = kx, .vx = vx, .ldx = hd + 1, .n_x = i % 4, .out = om + i * hd};
             }
             k->attend_multi(nq, qs, hd, 0.3f, cap);
             bool same = true;
             for (int32_t i = 0; i < nq; i++) {
                 poison(o1, hd);
-                k->attend(qs[i].q, qs[i].kb, qs[i].vb, hd, qs[i].n_past, vis, qs[i].n_vis, NULL, NULL, 0, 0, 0.3f, cap, o1);
+                k->attend(qs[i].q, qs[i].kb, qs[i].vb, hd, qs[i].n_past, vis, qs[i].n_vis, kx, vx, hd + 1, qs[i].n_x, 0.3f,
+                          cap, o1);
                 same = same && memcmp(o1, qs[i].out, sizeof(float) * (size_t)hd) == 0;
             }
             CHECKF(same, "%s attend_multi hd %lld softcap %g, %d queries: not attend's bits", k->name, (long long)hd,
                    (double)cap, nq);
-            free(kb), free(vb), free(q), free(om);
+            free(kb), free(vb), free(kx), free(vx), free(q), free(om);
         }
     /* dot and axpy */
     for (int64_t n = 1; n < 80; n += 13) {
