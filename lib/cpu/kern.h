@@ -51,11 +51,11 @@ typedef struct es__kern {
     void (*attend)(const float *q, const float *kb, const float *vb, int64_t hd, int32_t n_past, const int32_t *vis,
                    int32_t n_vis, const float *kx, const float *vx, int64_t ldx, int32_t n_x, float scale,
                    float softcap, float *out);
-    /* attend for nq <= ES__ATTN_MULTI queries, tile by tile: each
-     * tile of keys serves every query that reaches it while it is in the core's cache, so queries
-     * that share a kv head (a tree's nodes, grouped heads) read its keys and values from memory
-     * once. Every output has attend's bits: each query's tiles are reduced and folded as attend
-     * does, only interleaved with the other queries'. */
+    /* attend for nq <= ES__ATTN_MULTI queries, tile by tile: each tile of keys serves every query
+     * that reaches it while it is in the core's cache, so queries that share a kv head (a tree's
+     * nodes, grouped heads) read its keys and values from memory once. Every output has attend's
+     * bits: each query's tiles are reduced and folded as attend does (attend is the one-query
+     * case), only interleaved with the other queries'. */
     void (*attend_multi)(int nq, const es__attn_q *qs, int64_t hd, float scale, float softcap);
     /* Speculative attention of one query over the keys in slots 0..n-1 (ALSpec, Algorithm 3): spec[hd]
      * = the attention over the keys [0, s1) and [s2, n) alone (s1 <= s2 <= n, multiples of
