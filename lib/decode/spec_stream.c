@@ -88,8 +88,12 @@ static es_status draft_from_streams(es_spec *s, int32_t last, int32_t n_lv, bool
     }
     /* the pass's time includes the candidates it yields: both grow with the streams asked */
     *pass_ms = (es__time_now() - t0) * 1e3;
+    /* after a one-node call the streams may have ridden in it (a backend that measured riding
+     * cheaper for few rows: msa_fused.c), leaving the pass little to do, which a tree's step does
+     * not get: such passes only seed the fit (mixed with a tree's passes they tilted its line
+     * down, and one stream was priced as four) */
     if (tuned_prune) es__tuner_observe_pruned_pass(&s->tune, n_lv, *pass_ms);
-    else es__tuner_observe_streams(&s->tune, n_lv, *pass_ms);
+    else if (s->tree.n > 1 || !(s->tune.gs > 0.0)) es__tuner_observe_streams(&s->tune, n_lv, *pass_ms);
     es__spec_calibrate(s, nxt, lv); /* best-first by calibrated acceptance, sized to the cost */
     return ES_OK;
 }

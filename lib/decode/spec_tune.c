@@ -27,6 +27,8 @@
                         price: a reply's first plain calls may be cold too (the CPU's default
                         model: 0.36-1.4 ms against 0.145), and a warm tree over a cold plain
                         call makes nodes look free */
+#define SPREAD 0.1   /* the variance of the fitted calls' sizes below which they are taken to
+                        have one size (the slope is not fitted)                             */
 #define GAIN 1.05    /* drafting must promise this much over plain calls: a margin for timing
                         noise and for the work no timing sees (the drafter's own sampling) */
 
@@ -54,20 +56,24 @@ float es__tuner_accept(const es__tuner *t, int32_t d, int32_t rank, float logp) 
 bool es__tuner_cost(const es__tuner *t, double *a, double *b) {
     if (!t->adaptive || t->calls < 4) return false;
     const double den = t->w * t->snn - t->sn * t->sn;
-    if (!(den > 1e-9 * t->w * t->w)) {
-        /* all recent calls had about the same size (plain calls, while drafting does not pay):
-         * the slope the probe measured, the level the calls say; unknown without a probe (else
-         * a long plain run would forget the costs and draft again, unasked) */
+    if (!(den > SPREAD * t->w * t->w)) {
+        /* nearly all recent calls had one size (plain calls, while drafting does not pay): the
+         * slope the probe measured (or a later tree's over a plain call, if less), the level the
+         * calls say; unknown without a probe (else a long plain run would forget the costs and
+         * draft again, unasked). A line's slope would rest on the few tree calls left in the
+         * decayed sums, which may be a reply's first and cold (the long model, CPU: 0.13-0.21
+         * ms a node where warm trees cost 0.05, and plain calls for a quarter of a reply) */
         if (!(t->seed_b > 0.0)) return false;
         *b = t->seed_b;
         *a = ES__MAX((t->st - t->seed_b * t->sn) / t->w, 0.0);
         return true;
     }
-    const double slope = (t->w * t->snt - t->sn * t->st) / den, base = (t->st - slope * t->sn) / t->w;
+    const double slope = (t->w * t->snt - t->sn * t->st) / den;
     /* a node never costs nothing, nor less than half what the probe measured (costs grow
-     * with the context); timing noise may say so, and trees would then look free */
+     * with the context); timing noise may say so, and trees would then look free. The level is
+     * fitted under that slope, so the line still passes through the calls' mean */
     *b = ES__MAX(slope > 1e-6 ? slope : 1e-6, t->floor_b);
-    *a = base > 0.0 ? base : 0.0;
+    *a = ES__MAX((t->st - *b * t->sn) / t->w, 0.0);
     return true;
 }
 
@@ -113,21 +119,27 @@ static void probe_call(es__tuner *t, int32_t n, double ms, bool plain) {
     es__tuner_seed(t, c);
 }
 
-/* Cost of a stream pass of g streams: a line through the passes seen, or proportional to g while
- * they all had the same g. */
+/* Cost of a stream pass of g streams: a line c0 + c1 g through the passes seen, neither part
+ * below 0, or proportional to g while they all had the same g. A slope or level clamped to 0 is
+ * a constraint of the fit, not a correction after it: the other part is fitted again under it.
+ * (Clamping a negative slope and keeping its intercept priced one stream as the line's far end:
+ * 0.65 ms where passes took 0.35, and the long model fell back to plain calls for a reply.) */
 double es__tuner_stream_cost(const es__tuner *t, int32_t g) {
-    const double den = t->gw * t->gss - t->gs * t->gs;
-    if (den > 1e-9 * t->gw * t->gw) {
-        const double c1 = (t->gw * t->gst - t->gs * t->gt) / den, c0 = (t->gt - c1 * t->gs) / t->gw;
-        return ES__MAX(ES__MAX(c0, 0.0) + ES__MAX(c1, 1e-6) * g, t->floor_g0 + t->floor_g1 * g);
-    }
-    return ES__MAX(t->gt / t->gs * g, t->floor_g0 + t->floor_g1 * g);
+    const double den = t->gw * t->gss - t->gs * t->gs, floor = t->floor_g0;
+    if (!(den > 1e-9 * t->gw * t->gw)) return ES__MAX(t->gt / t->gs * g, floor);
+    double c1 = ES__MAX((t->gw * t->gst - t->gs * t->gt) / den, 0.0), c0 = (t->gt - c1 * t->gs) / t->gw;
+    if (c0 < 0.0) c0 = 0.0, c1 = t->gst / t->gss;
+    return ES__MAX(c0 + ES__MAX(c1, 1e-6) * g, floor);
 }
 
 void es__tuner_observe_streams(es__tuner *t, int32_t g, double ms) {
     if (!(ms >= 0.0) || g < 1) return;
     if (t->probing && !(t->probe.pass_hi_ms > 0.0)) t->probe.g_hi = g, t->probe.pass_hi_ms = ms;
     t->max_g = ES__MAX(t->max_g, g);
+    /* the floor is half the cheapest pass seen, not the probe's: a reply's first pass may be
+     * cold (the long model, CPU: 1.47 ms against 0.3, and every draft priced above a plain call
+     * for as long as the calls stayed plain, which time no pass) */
+    t->floor_g0 = ES__MIN(t->floor_g0, 0.5 * ms);
     if (first_timing(&t->seen_g, g) && !(t->gs > 0.0)) return;
     if (t->gs > 0.0) ms = ES__MIN(ms, SPIKE * es__tuner_stream_cost(t, g));
     t->gw = FORGET * t->gw + 1.0;
@@ -254,9 +266,9 @@ void es__tuner_seed(es__tuner *t, const es__tuner_costs *c) {
         t->seen_g |= (uint64_t)1 << (c->g_hi - 1);
         t->max_g = ES__MAX(t->max_g, c->g_hi);
         /* one width timed: a narrower pass is taken to cost at least half of it (most of a pass
-         * is its fixed part on the devices measured, docs/perf.md), not g_hi-th of it */
+         * is its fixed part on the devices measured, docs/perf.md), not g_hi-th of it, until a
+         * cheaper pass is timed (es__tuner_observe_streams) */
         t->floor_g0 = 0.5 * c->pass_hi_ms;
-        t->floor_g1 = 0.0;
     }
     if (c->draft_ms > 0.0) t->draft_ms = t->draft_ms > 0.0 ? ES__MIN(t->draft_ms, c->draft_ms) : c->draft_ms;
     /* a node never costs less than half what the probe measured (see es__tuner_cost) */

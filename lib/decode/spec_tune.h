@@ -65,9 +65,9 @@ typedef struct es__tuner {
     bool explored;                                /* the last choice was an exploration          */
     double plain_ms;                              /* decayed mean of a plain one-token call      */
     int32_t max_g;                                /* widest stream pass timed                    */
-    double floor_b, floor_g0, floor_g1;           /* half the probe's node and pass costs (the
-                                                     node's, or a later tree call's if less): no
-                                                     fit goes below them                         */
+    double floor_b, floor_g0;                     /* half the probe's node cost (or a later tree
+                                                     call's, if less) and half the cheapest stream
+                                                     pass: no fit goes below them                */
     double seed_b;                                /* the probe's node cost (its slope), or a later
                                                      tree call's over a plain call if less        */
     bool probing;                                 /* the probe has not seeded the fit yet        */

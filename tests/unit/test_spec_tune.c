@@ -240,15 +240,24 @@ static void test_seeded_costs(void) {
     es__tuner_seed(&t, &spiky);
     CHECK(es__tuner_units(&t, &node, &p1, &pmax, &dr));
     CHECKF(fabs(node - 0.5) < 1e-6 && pmax <= 1.5 + 1e-4, "units after a spike: node %g pass %g", node, pmax);
-    /* later timings that say nodes and passes are free (noise: n = 1 and 4 at the same time)
-     * go no lower than half what the probe measured */
+    /* later calls that say nodes are free (noise: n = 1 and 4 at the same time) go no lower
+     * than half what the probe measured */
     t = seeded(1.0, 2.5, 1.5, 0.0);
-    for (int i = 0; i < 200; i++) {
-        es__tuner_observe_call(&t, 1 + 3 * (i % 2), 2.0, false);
-        es__tuner_observe_streams(&t, 1 + 3 * (i % 2), 0.01);
-    }
+    for (int i = 0; i < 200; i++) es__tuner_observe_call(&t, 1 + 3 * (i % 2), 2.0, false);
     CHECK(es__tuner_units(&t, &node, &p1, &pmax, &dr));
     CHECKF(node >= 0.25 - 1e-9 && pmax >= 0.75 - 1e-9, "units after noise: node %g, pass %g / %g", node, p1, pmax);
+    /* a cold probe's pass (6 ms) does not keep passes dear once cheaper ones were timed: the
+     * floor is half the cheapest pass, and passes of 1 and 4 streams at 0.4 and 0.55 ms price
+     * them so. Narrower passes timed dearer (noise) flatten the line at the passes' level,
+     * never price one stream above four (a slope clamped at 0 that kept its own level did) */
+    t = seeded(1.0, 2.5, 6.0, 0.0);
+    for (int i = 0; i < 200; i++) es__tuner_observe_streams(&t, 1 + 3 * (i % 2), i % 2 ? 0.55 : 0.4);
+    CHECK(es__tuner_units(&t, &node, &p1, &pmax, &dr));
+    CHECKF(fabs(p1 - 0.4) < 0.02 && fabs(pmax - 0.55) < 0.02, "units after a cold probe's pass: pass %g / %g", p1, pmax);
+    for (int i = 0; i < 60; i++) es__tuner_observe_streams(&t, 3 + i % 2, i % 2 ? 0.5 : 0.7);
+    CHECKF(es__tuner_stream_cost(&t, 4) > 0.5 && es__tuner_stream_cost(&t, 4) < 0.65 &&
+               es__tuner_stream_cost(&t, 1) <= es__tuner_stream_cost(&t, 4) + 1e-9,
+           "passes of 3 and 4 streams at 0.7 and 0.5 ms: %g / %g", es__tuner_stream_cost(&t, 1), es__tuner_stream_cost(&t, 4));
     /* bad costs are ignored: the unseeded start, 2 or 3 nodes and one stream */
     es__tuner u;
     es__tuner_init(&u, true);
@@ -504,6 +513,23 @@ static void test_probe(void) {
 
 /* The tree builder stops before the first node whose probability per unit of cost is below the
  * yield of the tree so far. */
+/* A run of plain calls after a reply's first trees, which were cold: the node is priced from the
+ * probe (or a later warm tree), not from the slope between those few old trees and the plain
+ * calls, which would keep every draft looking dear for as long as the calls stay plain (the long
+ * model, CPU: 0.13-0.21 ms a node where warm trees took 0.05, plain calls for a quarter of a
+ * reply). Once trees of several sizes are timed again, the line is fitted. */
+static void test_cold_trees(void) {
+    es__tuner t = seeded(1.0, 1.3, 0.5, 0.0); /* a node: 0.1 */
+    for (int i = 0; i < 3; i++) es__tuner_observe_call(&t, 2, 2.0, false);
+    for (int i = 0; i < 100; i++) es__tuner_observe_call(&t, 1, 1.0, true);
+    double a, b;
+    CHECK(es__tuner_cost(&t, &a, &b));
+    CHECKF(fabs(b - 0.1) < 1e-9 && fabs(a + b - 1.0) < 0.02, "after cold trees and plain calls: a %g b %g", a, b);
+    for (int i = 0; i < 60; i++) es__tuner_observe_call(&t, 1 + 4 * (i % 2), i % 2 ? 1.8 : 1.0, false);
+    CHECK(es__tuner_cost(&t, &a, &b));
+    CHECKF(fabs(b - 0.2) < 0.01 && fabs(a - 0.8) < 0.02, "trees of 1 and 5 nodes at 1 and 1.8 ms: a %g b %g", a, b);
+}
+
 static void test_cost_stop(void) {
     es__err err;
     es__tree tr;
@@ -783,6 +809,7 @@ int main(void) {
     test_streams();
     test_cost_stop();
     test_seeded_costs();
+    test_cold_trees();
     test_probe();
     test_fallback();
     test_cold_probe();
