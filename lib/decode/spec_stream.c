@@ -11,10 +11,16 @@
 typedef struct stream_state {
     bool plain_next; /* drafting did not pay: the next call is a plain forward, without streams
                         (until the tuner explores again)                                       */
-    bool rest;       /* the streams' drafts did not pay (a tree of the root alone): the next
-                        call is plain, the one after it drafts again. Without streams it times
-                        a plain call, which drafting steps never do, and the tuner's unit of
-                        cost is a cold probe's until then (lavapipe: 5.3 ms against 2.8)     */
+    bool rest;       /* the streams' drafts did not pay (a tree of the root alone) for the
+                        second step in a row, or the plain call's timing is stale: the next
+                        call is plain, the one after it drafts again. Without streams it
+                        times a plain call, which drafting steps never do (the tuner's unit
+                        of cost was a cold probe's until then on lavapipe: 5.3 ms against
+                        2.8), and a stretch the streams cannot draft costs every other step
+                        a plain call's time, not a call with streams and a pass. A single
+                        miss keeps the streams: a rest is a step without a draft, and on the
+                        long model (CPU) single misses came every fourth step where its
+                        replies loop, about 8% of a reply's time */
 } stream_state;
 
 static es_status stream_create(es_spec *s, void **state) {
@@ -158,7 +164,8 @@ static es_status stream_step(es_spec *s, void *state, int32_t *tokens, size_t ca
     s->cur = 1 - s->cur;
     const int32_t n_verified = t->n;
     next_tree(s, &lv);
-    ss->rest = n_lv > 0 && t->n == 1 && s->tune.adaptive && !es__tuner_explores_next(&s->tune);
+    ss->rest = n_lv > 0 && t->n == 1 && s->tune.adaptive && !es__tuner_explores_next(&s->tune) &&
+               (n_verified == 1 || es__tuner_plain_stale(&s->tune));
     es__tuner_observe_host(&s->tune, n_verified, (es__time_now() - t0) * 1e3 - call_ms - pass_ms);
     return ES_OK;
 }

@@ -213,6 +213,7 @@ void es__tuner_observe_call(es__tuner *t, int32_t n_nodes, double ms, bool plain
     if (plain) mean_cost(&t->plain_ms, ms), t->plain_calls++;
     lower_seed(t, n_nodes, ms);
     fit_call(t, n_nodes, ms);
+    if (plain) t->plain_step = t->steps;
     if (t->probing) probe_call(t, n_nodes, ms, plain);
 }
 
@@ -386,6 +387,10 @@ void es__tuner_chose(es__tuner *t, int32_t g) {
     t->explored = false;
     t->explore_every = ES__MIN(2 * ES__MAX(t->explore_every, t->explore_base), EXPLORE_BACKOFF * t->explore_base);
     t->explore_at = t->steps + t->explore_every;
+}
+
+bool es__tuner_plain_stale(const es__tuner *t) {
+    return t->plain_calls < WARM_PLAIN || t->steps - t->plain_step >= t->explore_base;
 }
 
 bool es__tuner_explores_next(const es__tuner *t) {

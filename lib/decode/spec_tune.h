@@ -59,6 +59,7 @@ typedef struct es__tuner {
     int64_t calls;                                /* calls in the fit                            */
     int64_t steps;                                /* every call timed, fitted or not             */
     int64_t plain_calls;                          /* plain calls timed                           */
+    int64_t plain_step;                           /* steps after the last plain call timed       */
     int64_t explore_at;                           /* the call that drafts from every stream next */
     int32_t explore_every;                        /* calls between explorations (backs off)      */
     int32_t explore_base;                         /* ... from the measured cost of exploring     */
@@ -153,6 +154,10 @@ bool es__tuner_draft_pays(const es__tuner *t);
  * twice as far apart each time an exploration is followed by a choice not to draft, up to
  * EXPLORE_BACKOFF times the base. */
 void es__tuner_chose(es__tuner *t, int32_t g);
+
+/* Whether the plain call's timing, the unit of cost, needs a plain call: fewer than a few timed
+ * (a reply's first may be cold), or the last older than the interval between explorations. */
+bool es__tuner_plain_stale(const es__tuner *t);
 
 /* Whether the next call is one that drafts from every stream whatever the costs (exploration). */
 bool es__tuner_explores_next(const es__tuner *t);

@@ -530,6 +530,22 @@ static void test_cold_trees(void) {
     CHECKF(fabs(b - 0.2) < 0.01 && fabs(a - 0.8) < 0.02, "trees of 1 and 5 nodes at 1 and 1.8 ms: a %g b %g", a, b);
 }
 
+/* When a step with nothing to draft times a plain call: while fewer than four were timed (a
+ * reply's first may be cold), then only once the last is as old as the exploration interval. */
+static void test_plain_stale(void) {
+    es__tuner t = seeded(1.0, 1.3, 0.5, 0.0);
+    for (int i = 0; i < 4; i++) {
+        CHECK(es__tuner_plain_stale(&t));
+        es__tuner_observe_call(&t, 1, 1.0, true);
+    }
+    CHECK(!es__tuner_plain_stale(&t));
+    int32_t calls = 0;
+    while (!es__tuner_plain_stale(&t) && calls < 10000) es__tuner_observe_call(&t, 5, 1.4, false), calls++;
+    CHECKF(calls == t.explore_base, "plain timing stale after %d tree calls, interval %d", calls, t.explore_base);
+    es__tuner_observe_call(&t, 1, 1.0, true);
+    CHECK(!es__tuner_plain_stale(&t));
+}
+
 static void test_cost_stop(void) {
     es__err err;
     es__tree tr;
@@ -810,6 +826,7 @@ int main(void) {
     test_cost_stop();
     test_seeded_costs();
     test_cold_trees();
+    test_plain_stale();
     test_probe();
     test_fallback();
     test_cold_probe();
