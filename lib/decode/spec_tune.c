@@ -49,7 +49,12 @@ static int32_t bin_of(float logp) {
 float es__tuner_accept(const es__tuner *t, int32_t d, int32_t rank, float logp) {
     if (!(logp > -INFINITY)) return -INFINITY;
     const int32_t di = ES__MIN(ES__MAX(d, 1), ES_SPEC_MAX_DEPTH) - 1, b = bin_of(logp), ri = rank > 0;
-    const float q = expf(logp), p = (t->acc[di][ri][b] + PRIOR * q) / (t->cnt[di][ri][b] + PRIOR);
+    const float q = expf(logp);
+    float acc = 0.0f, cnt = 0.0f;
+    for (int32_t k = 0; k < ES__TUNE_BINS; k++) acc += t->acc[di][ri][k], cnt += t->cnt[di][ri][k];
+    /* optimism where a bin is untested (spec_tune.h): its pseudo-counts at the higher rate */
+    const float pooled = (acc + PRIOR * q) / (cnt + PRIOR), prior = ES__MAX(q, pooled);
+    const float p = (t->acc[di][ri][b] + PRIOR * prior) / (t->cnt[di][ri][b] + PRIOR);
     return p > 0.0f ? logf(p) : -INFINITY;
 }
 

@@ -110,7 +110,9 @@ void es__tuner_init(es__tuner *t, bool adaptive);
  * The rank counts apart from the probability: a level's first candidate and the ones after it
  * are accepted at different rates for one draft probability (the long model's streams: a first
  * candidate at 0.13 was accepted 75% of the time, a second at 0.09 13%), and one calibration for
- * both cut chains short and kept siblings that did not pay. */
+ * both cut chains short and kept siblings that did not pay. A bin with few tests leans on the
+ * higher of its draft probability and its depth and rank's rate over all bins: a bin priced at a
+ * low draft probability is never drafted, so never tested, however often its drafts would pass. */
 float es__tuner_accept(const es__tuner *t, int32_t d, int32_t rank, float logp);
 
 /* The fitted cost of a call, a + b n in ms; false while the calls seen do not determine it (where

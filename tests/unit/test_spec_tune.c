@@ -128,6 +128,14 @@ static void test_calibration(void) {
     const float first = expf(es__tuner_accept(&r, 1, 0, logf(0.15f))), second = expf(es__tuner_accept(&r, 1, 1, logf(0.15f)));
     CHECKF(fabsf(first - 0.75f) < 0.02f && fabsf(second - 0.1f) < 0.02f, "first candidate %g, second %g", (double)first,
            (double)second);
+    /* a bin never tested takes the rate of its depth and rank over all bins where that is above
+     * its draft probability: under-confident streams (the long model's looping replies: first
+     * candidates below 0.1 accepted 85-99% of the time) would otherwise never be drafted, so
+     * never tested, and chains stopped where the fixed chain went on */
+    const float unseen_first = expf(es__tuner_accept(&r, 1, 0, logf(0.05f)));
+    const float unseen_second = expf(es__tuner_accept(&r, 1, 1, logf(0.55f)));
+    CHECKF(fabsf(unseen_first - 0.75f) < 0.02f && fabsf(unseen_second - 0.55f) < 1e-5f,
+           "unseen bins: first candidate at 0.05 %g, second at 0.55 %g", (double)unseen_first, (double)unseen_second);
     es__tree_free(&two, NULL);
     /* the per-depth counts decay, so recent behaviour counts: reach is what was seen */
     CHECK(t.hit[0] / t.tested[0] > 0.2 && t.hit[0] / t.tested[0] < 0.3);
