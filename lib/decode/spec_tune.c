@@ -58,27 +58,39 @@ float es__tuner_accept(const es__tuner *t, int32_t d, int32_t rank, float logp) 
     return p > 0.0f ? logf(p) : -INFINITY;
 }
 
-bool es__tuner_cost(const es__tuner *t, double *a, double *b) {
-    if (!t->adaptive || t->calls < 4) return false;
-    const double den = t->w * t->snn - t->sn * t->sn;
-    if (!(den > SPREAD * t->w * t->w)) {
-        /* nearly all recent calls had one size (plain calls, while drafting does not pay): the
-         * slope the probe measured (or a later tree's over a plain call, if less), the level the
-         * calls say; unknown without a probe (else a long plain run would forget the costs and
-         * draft again, unasked). A line's slope would rest on the few tree calls left in the
-         * decayed sums, which may be a reply's first and cold (the long model, CPU: 0.13-0.21
-         * ms a node where warm trees cost 0.05, and plain calls for a quarter of a reply) */
-        if (!(t->seed_b > 0.0)) return false;
-        *b = t->seed_b;
-        *a = ES__MAX((t->st - t->seed_b * t->sn) / t->w, 0.0);
-        return true;
-    }
-    const double slope = (t->w * t->snt - t->sn * t->st) / den;
+/* The line's slope and level, or false where it has none to trust: its calls had nearly one
+ * size, or its one-node call costs under 3/4 of a plain call. A few calls far from the rest
+ * tilt it: one exploration's 9-node tree among 5-node calls on the CPU, dear past its kernels'
+ * 6-row tiles, left the level at 0 and a node at 0.23 ms, so that a plain call priced from the
+ * line looked cheaper than a 4.6-token step, and the long model went plain for a whole reply. */
+static bool sizes_spread(const es__tuner *t) {
+    return t->w * t->snn - t->sn * t->sn > SPREAD * t->w * t->w;
+}
+
+static bool fitted_line(const es__tuner *t, double *a, double *b) {
+    if (!sizes_spread(t)) return false;
+    const double slope = (t->w * t->snt - t->sn * t->st) / (t->w * t->snn - t->sn * t->sn);
     /* a node never costs nothing, nor less than half what the probe measured (costs grow
      * with the context); timing noise may say so, and trees would then look free. The level is
      * fitted under that slope, so the line still passes through the calls' mean */
     *b = ES__MAX(slope > 1e-6 ? slope : 1e-6, t->floor_b);
     *a = ES__MAX((t->st - *b * t->sn) / t->w, 0.0);
+    return !(t->plain_ms > 0.0) || *a + *b >= 0.75 * t->plain_ms;
+}
+
+bool es__tuner_cost(const es__tuner *t, double *a, double *b) {
+    if (!t->adaptive || t->calls < 4) return false;
+    if (fitted_line(t, a, b)) return true;
+    /* nearly all recent calls had one size (plain calls, while drafting does not pay), or the
+     * line is implausible: the slope the probe measured (or a later tree's over a plain call, if
+     * less), the level the calls say; without a probe, unknown where the calls had one size (else
+     * a long plain run would forget the costs and draft again, unasked), the line otherwise.
+     * With one size a line's slope would rest on the few tree calls left in the decayed sums,
+     * which may be a reply's first and cold (the long model, CPU: 0.13-0.21 ms a node where warm
+     * trees cost 0.05, and plain calls for a quarter of a reply) */
+    if (!(t->seed_b > 0.0)) return sizes_spread(t);
+    *b = t->seed_b;
+    *a = ES__MAX((t->st - t->seed_b * t->sn) / t->w, 0.0);
     return true;
 }
 

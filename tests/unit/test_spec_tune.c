@@ -538,6 +538,34 @@ static void test_cold_trees(void) {
     CHECKF(fabs(b - 0.2) < 0.01 && fabs(a - 0.8) < 0.02, "trees of 1 and 5 nodes at 1 and 1.8 ms: a %g b %g", a, b);
 }
 
+/* One exploration's tree far larger than the steady trees (9 nodes among 5-node calls, past the
+ * CPU kernels' 6-row tile: 2.2 ms against 0.9) tilts the line until its level is 0 and a
+ * one-node call on it costs under 3/4 of a plain call: the probe's node price is taken then,
+ * and drafting, accepted at 95% a depth, goes on (it went plain for the rest of a reply). */
+static void test_tilted_line(void) {
+    es__tuner t;
+    es__tuner_init(&t, true);
+    const es__tuner_costs c = {0.533, 0.533, 3, 0.708, 4, 0.36, 0.0};
+    es__tuner_seed(&t, &c);
+    es__tree tr;
+    chain5(&tr);
+    const float deep[5] = {0.0f, -0.05f, -0.05f, -0.05f, -0.05f};
+    for (int i = 0; i < 110; i++) {
+        es__tuner_observe_call(&t, 5, 0.9 + 0.01 * (i % 7), false);
+        es__tuner_observe_streams(&t, 4, 0.36);
+        es__tuner_observe_host(&t, 5, 0.02);
+        es__tuner_observe_tree(&t, &tr, chain5_path, 5, -1, deep);
+        es__tuner_chose(&t, es__tuner_streams(&t, 4, 32));
+    }
+    CHECK(!es__tuner_explores_next(&t) && es__tuner_streams(&t, 4, 32) == 4);
+    es__tuner_observe_call(&t, 9, 2.179, false);
+    double a, b;
+    CHECK(es__tuner_cost(&t, &a, &b));
+    CHECKF(a + b >= 0.75 * 0.533 && b < 0.1, "after a 9-node tree: a %g b %g", a, b);
+    CHECKF(es__tuner_streams(&t, 4, 32) == 4, "streams after a 9-node tree: %d", es__tuner_streams(&t, 4, 32));
+    es__tree_free(&tr, NULL);
+}
+
 /* When a step with nothing to draft times a plain call: while fewer than four were timed (a
  * reply's first may be cold), then only once the last is as old as the exploration interval. */
 static void test_plain_stale(void) {
@@ -835,6 +863,7 @@ int main(void) {
     test_seeded_costs();
     test_cold_trees();
     test_plain_stale();
+    test_tilted_line();
     test_probe();
     test_fallback();
     test_cold_probe();
