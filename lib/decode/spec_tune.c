@@ -58,15 +58,15 @@ float es__tuner_accept(const es__tuner *t, int32_t d, int32_t rank, float logp) 
     return p > 0.0f ? logf(p) : -INFINITY;
 }
 
+static bool sizes_spread(const es__tuner *t) {
+    return t->w * t->snn - t->sn * t->sn > SPREAD * t->w * t->w;
+}
+
 /* The line's slope and level, or false where it has none to trust: its calls had nearly one
  * size, or its one-node call costs under 3/4 of a plain call. A few calls far from the rest
  * tilt it: one exploration's 9-node tree among 5-node calls on the CPU, dear past its kernels'
  * 6-row tiles, left the level at 0 and a node at 0.23 ms, so that a plain call priced from the
  * line looked cheaper than a 4.6-token step, and the long model went plain for a whole reply. */
-static bool sizes_spread(const es__tuner *t) {
-    return t->w * t->snn - t->sn * t->sn > SPREAD * t->w * t->w;
-}
-
 static bool fitted_line(const es__tuner *t, double *a, double *b) {
     if (!sizes_spread(t)) return false;
     const double slope = (t->w * t->snt - t->sn * t->st) / (t->w * t->snn - t->sn * t->sn);

@@ -115,8 +115,9 @@ void es__tuner_init(es__tuner *t, bool adaptive);
  * low draft probability is never drafted, so never tested, however often its drafts would pass. */
 float es__tuner_accept(const es__tuner *t, int32_t d, int32_t rank, float logp);
 
-/* The fitted cost of a call, a + b n in ms; false while the calls seen do not determine it (where
- * recent calls all had one size, the probe's b determines it), or when not adaptive. */
+/* The fitted cost of a call, a + b n in ms; false while the calls seen do not determine it, or
+ * when not adaptive. Where recent calls nearly all had one size, or the line through them prices
+ * a one-node call under 3/4 of a plain call, the probe's b (or a later warm tree's) is the slope. */
 bool es__tuner_cost(const es__tuner *t, double *a, double *b);
 
 /* A call of n_nodes tree nodes took ms; plain: a one-token call without streams, the unit of
