@@ -83,12 +83,13 @@ bool es__tuner_cost(const es__tuner *t, double *a, double *b) {
     if (fitted_line(t, a, b)) return true;
     /* nearly all recent calls had one size (plain calls, while drafting does not pay), or the
      * line is implausible: the slope the probe measured (or a later tree's over a plain call, if
-     * less), the level the calls say; without a probe, unknown where the calls had one size (else
-     * a long plain run would forget the costs and draft again, unasked), the line otherwise.
-     * With one size a line's slope would rest on the few tree calls left in the decayed sums,
-     * which may be a reply's first and cold (the long model, CPU: 0.13-0.21 ms a node where warm
-     * trees cost 0.05, and plain calls for a quarter of a reply) */
-    if (!(t->seed_b > 0.0)) return sizes_spread(t);
+     * less), the level the calls say; without such a slope, unknown, so that the next steps
+     * draft small trees of two sizes and time them. With one size a line's slope would rest on
+     * the few tree calls left in the decayed sums, which may be a reply's first and cold (the
+     * long model, CPU: 0.13-0.21 ms a node where warm trees cost 0.05, and plain calls for a
+     * quarter of a reply); an implausible line taken for want of a slope sent the long model to
+     * plain calls for the 630 calls left of a reply (test_cold_probe_outlier) */
+    if (!(t->seed_b > 0.0)) return false;
     *b = t->seed_b;
     *a = ES__MAX((t->st - t->seed_b * t->sn) / t->w, 0.0);
     return true;
@@ -219,10 +220,12 @@ static void mean_cost(double *mean, double ms) {
  * of its size, may carry one-time costs and a cold device (a tree at twice its warm cost there
  * kept a device where trees pay at plain calls for the rest of the reply, test_spec_tune). */
 static void lower_seed(es__tuner *t, int32_t n_nodes, double ms) {
-    if (t->probing || n_nodes < 2 || !(t->seed_b > 0.0) || t->plain_calls < WARM_PLAIN) return;
+    if (t->probing || n_nodes < 2 || !t->seeded || t->plain_calls < WARM_PLAIN) return;
     const double node = ES__MAX(ES__MAX(ms - t->plain_ms, 0.0) / (double)(n_nodes - 1), 1e-6);
-    t->seed_b = ES__MIN(t->seed_b, node);
-    t->floor_b = ES__MIN(t->floor_b, 0.5 * node);
+    /* a probe whose smaller calls were the colder measured no slope: the first such tree gives it */
+    const bool first = !(t->seed_b > 0.0);
+    t->seed_b = first ? node : ES__MIN(t->seed_b, node);
+    t->floor_b = first ? 0.5 * node : ES__MIN(t->floor_b, 0.5 * node);
 }
 
 void es__tuner_observe_call(es__tuner *t, int32_t n_nodes, double ms, bool plain) {
@@ -290,6 +293,7 @@ void es__tuner_seed(es__tuner *t, const es__tuner_costs *c) {
     }
     if (c->draft_ms > 0.0) t->draft_ms = t->draft_ms > 0.0 ? ES__MIN(t->draft_ms, c->draft_ms) : c->draft_ms;
     /* a node never costs less than half what the probe measured (see es__tuner_cost) */
+    t->seeded = true;
     t->seed_b = ES__MAX(c->hi_ms - one, 0.0) / (double)(c->n_hi - 1);
     t->floor_b = 0.5 * t->seed_b;
     /* explorations as far apart as their measured cost says; one that has run waits for the

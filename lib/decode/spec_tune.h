@@ -70,7 +70,9 @@ typedef struct es__tuner {
                                                      call's, if less) and half the cheapest stream
                                                      pass: no fit goes below them                */
     double seed_b;                                /* the probe's node cost (its slope), or a later
-                                                     tree call's over a plain call if less        */
+                                                     tree call's over a plain call if less (or if
+                                                     the probe's was 0: its smaller calls cold)  */
+    bool seeded;                                  /* es__tuner_seed has run                      */
     bool probing;                                 /* the probe has not seeded the fit yet        */
     es__tuner_costs probe;                        /* what it timed so far                        */
     /* tree pruning chosen from measured costs (spec_prune.c) */
@@ -117,7 +119,8 @@ float es__tuner_accept(const es__tuner *t, int32_t d, int32_t rank, float logp);
 
 /* The fitted cost of a call, a + b n in ms; false while the calls seen do not determine it, or
  * when not adaptive. Where recent calls nearly all had one size, or the line through them prices
- * a one-node call under 3/4 of a plain call, the probe's b (or a later warm tree's) is the slope. */
+ * a one-node call under 3/4 of a plain call, the probe's b (or a later warm tree's) is the slope;
+ * without one, false. */
 bool es__tuner_cost(const es__tuner *t, double *a, double *b);
 
 /* A call of n_nodes tree nodes took ms; plain: a one-token call without streams, the unit of

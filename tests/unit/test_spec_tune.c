@@ -566,6 +566,49 @@ static void test_tilted_line(void) {
     es__tree_free(&tr, NULL);
 }
 
+/* A probe whose smaller calls were cold (a plain call at 0.98 ms, a one-node call at 1.24, its
+ * 3-node tree at 1.07) measures no slope; then, among 200 5-node calls, one exploration's 9-node
+ * call is slowed 3x by the machine (5.7 ms). Its pull on a line whose calls had nearly one size
+ * put the level at 0 and a node at 0.46 ms, and with no probe slope to stand in the tuner took
+ * that line: the long model went plain for the 630 calls left of a 1,536-token reply (1.82 tokens
+ * a call against 4). A line that is not believed, with no slope of its own, leaves the costs
+ * unknown, and a warm tree over warm plain calls gives the slope the probe could not. */
+static void test_cold_probe_outlier(void) {
+    es__tuner t;
+    es__tuner_init(&t, true);
+    es__tuner_probe(&t);
+    es__tree tr;
+    chain5(&tr);
+    const float deep[5] = {0.0f, -0.05f, -0.05f, -0.05f, -0.05f};
+    es__tuner_observe_call(&t, 1, 0.981, true);
+    for (int i = 0; i < 4; i++) es__tuner_observe_call(&t, 1, 0.65, true); /* warm plain calls */
+    es__tuner_chose(&t, 4);
+    es__tuner_observe_call(&t, 1, 1.243, false);
+    es__tuner_observe_streams(&t, 4, 0.107);
+    es__tuner_observe_call(&t, 3, 1.068, false);
+    es__tuner_observe_streams(&t, 4, 0.385);
+    CHECKF(!t.probing && t.seed_b == 0.0, "probe: seeded %d, node %g", !t.probing, t.seed_b);
+    t.explore_at = INT64_MAX;
+    for (int i = 0; i < 200; i++) {
+        const int32_t n = i % 16 == 7 ? 7 + i % 2 : 5;
+        es__tuner_observe_call(&t, n, 1.0 + 0.004 * i + 0.1 * (n - 5) + 0.05 * (i % 3), false);
+        es__tuner_observe_streams(&t, 4, 0.4 + 0.0005 * i);
+        es__tuner_observe_host(&t, n, 0.05);
+        es__tuner_observe_tree(&t, &tr, chain5_path, 5, -1, deep);
+    }
+    CHECKF(t.seed_b > 0.05 && t.seed_b < 0.3, "node priced by warm trees: %g ms", t.seed_b);
+    es__tuner_observe_call(&t, 9, 5.661, false);
+    double a = 0.0, b = 0.0;
+    const bool known = es__tuner_cost(&t, &a, &b);
+    CHECKF(!known || (a + b >= 0.75 * t.plain_ms && b < 0.3), "after a slowed 9-node call: a %g b %g", a, b);
+    CHECKF(es__tuner_streams(&t, 4, 32) == 4, "streams after a slowed 9-node call: %d", es__tuner_streams(&t, 4, 32));
+    /* without a slope at all (none timed over warm plain calls), the line is still not taken */
+    t.seed_b = t.floor_b = 0.0;
+    CHECKF(!es__tuner_cost(&t, &a, &b) && es__tuner_streams(&t, 4, 32) >= 1, "no slope: cost %d streams %d",
+           es__tuner_cost(&t, &a, &b), es__tuner_streams(&t, 4, 32));
+    es__tree_free(&tr, NULL);
+}
+
 /* When a step with nothing to draft times a plain call: while fewer than four were timed (a
  * reply's first may be cold), then only once the last is as old as the exploration interval. */
 static void test_plain_stale(void) {
@@ -864,6 +907,7 @@ int main(void) {
     test_cold_trees();
     test_plain_stale();
     test_tilted_line();
+    test_cold_probe_outlier();
     test_probe();
     test_fallback();
     test_cold_probe();
