@@ -231,6 +231,7 @@ static void lower_seed(es__tuner *t, int32_t n_nodes, double ms) {
 void es__tuner_observe_call(es__tuner *t, int32_t n_nodes, double ms, bool plain) {
     if (!(ms >= 0.0) || n_nodes < 1) return;
     if (plain) mean_cost(&t->plain_ms, ms), t->plain_calls++;
+    t->last_n = n_nodes, t->last_ms = ms;
     lower_seed(t, n_nodes, ms);
     fit_call(t, n_nodes, ms);
     if (plain) t->plain_step = t->steps;
@@ -390,6 +391,16 @@ bool es__tuner_draft_pays(const es__tuner *t) {
     return (1.0 + p) / (a + 2.0 * b + t->draft_ms) > GAIN / plain_cost(t, a, b);
 }
 
+/* Whether the last step gave more tokens for its time than plain calls do: its call, the widest
+ * stream pass timed (what an exploration drafts), its drafter calls and its host work. */
+static bool explore_paid(const es__tuner *t) {
+    double a, b;
+    if (!es__tuner_cost(t, &a, &b) || t->last_n < 2) return false;
+    const double pass = t->gs > 0.0 ? es__tuner_stream_cost(t, ES__MAX(t->max_g, 1)) : 0.0;
+    const double step = t->last_ms + pass + t->draft_ms * (t->last_n - 1) + es__tuner_host_cost(t, t->last_n);
+    return t->last_tokens / step > 1.0 / (plain_cost(t, a, b) + es__tuner_host_cost(t, 1));
+}
+
 void es__tuner_chose(es__tuner *t, int32_t g) {
     if (!t->adaptive) return;
     t->explore_base = explore_base(t);
@@ -406,6 +417,15 @@ void es__tuner_chose(es__tuner *t, int32_t g) {
     }
     if (!t->explored) return;
     t->explored = false;
+    /* an exploration that paid for itself cost nothing: the next comes soon, not twice as far
+     * off (a reply's first trees may miss where later ones pass: the long model on the CPU, 3 of
+     * its first 4, then 85%; backing off after explorations that paid kept it plain for 110 of
+     * its first 117 calls) */
+    if (explore_paid(t)) {
+        t->explore_every = t->explore_base;
+        t->explore_at = t->steps + EXPLORE_MIN;
+        return;
+    }
     t->explore_every = ES__MIN(2 * ES__MAX(t->explore_every, t->explore_base), EXPLORE_BACKOFF * t->explore_base);
     t->explore_at = t->steps + t->explore_every;
 }
@@ -432,6 +452,7 @@ int32_t es__tuner_next_child(const es__tree *tree, int32_t last, int32_t next, i
 
 void es__tuner_observe_tree(es__tuner *t, const es__tree *tree, const int32_t *path, int32_t n_path,
                             int32_t next_child, const float *raw_logp) {
+    t->last_tokens = n_path;
     for (int32_t k = 0; k < n_path; k++) {
         const int32_t p = path[k], next = k + 1 < n_path ? path[k + 1] : next_child;
         bool tested = false;

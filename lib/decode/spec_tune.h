@@ -73,6 +73,8 @@ typedef struct es__tuner {
                                                      tree call's over a plain call if less (or if
                                                      the probe's was 0: its smaller calls cold)  */
     bool seeded;                                  /* es__tuner_seed has run                      */
+    int32_t last_n, last_tokens;                  /* the last call's nodes, the tokens its tree gave */
+    double last_ms;                               /* ... and its time                            */
     bool probing;                                 /* the probe has not seeded the fit yet        */
     es__tuner_costs probe;                        /* what it timed so far                        */
     /* tree pruning chosen from measured costs (spec_prune.c) */
