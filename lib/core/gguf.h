@@ -38,6 +38,9 @@ typedef enum es__dtype {
     ES__DTYPE_F32 = 0,
     ES__DTYPE_F16 = 1,
     ES__DTYPE_Q4_0 = 2,
+    ES__DTYPE_Q4_1 = 3, /* 32-element blocks with a min or a fifth bit (quant_q5.c) */
+    ES__DTYPE_Q5_0 = 6,
+    ES__DTYPE_Q5_1 = 7,
     ES__DTYPE_Q8_0 = 8,
     ES__DTYPE_Q2_K = 10, /* 256-element super-blocks (quant_k.c) */
     ES__DTYPE_Q3_K = 11,
@@ -154,6 +157,16 @@ void es__k_unpack16(uint32_t type, const uint8_t *x, int8_t *q, float *a, float 
 extern const int8_t es__iq4nl_values[16];
 void es__quantize_iq4_nl(const float *x, uint8_t *y, int64_t nb);
 void es__dequantize_iq4_nl(const uint8_t *x, float *y, int64_t nb);
+
+/* Q4_1, Q5_0 and Q5_1 (quant_q5.c): nb blocks of 32 elements, x = d q + m (Q5_0: m = 0). */
+#define ES__QK_Q5 32
+bool es__is_q5_family(uint32_t type);
+size_t es__q5_block_bytes(uint32_t type); /* 0 for other types */
+/* One block's integer quants q[32] (Q4_1 0..15, Q5_0 -16..15, Q5_1 0..31) and its min (*m, 0
+ * for Q5_0); returns its scale d. */
+float es__q5_unpack(uint32_t type, const uint8_t *x, int8_t *q, float *m);
+void es__quantize_q5(uint32_t type, const float *x, uint8_t *y, int64_t nb);
+void es__dequantize_q5(uint32_t type, const uint8_t *x, float *y, int64_t nb);
 
 /* ---- Writer. */
 typedef struct es__gguf_writer es__gguf_writer;

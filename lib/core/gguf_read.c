@@ -29,6 +29,9 @@ static const es__dtype_traits dtype_table[] = {
     [ES__DTYPE_F32] = {"f32", 1, 4},
     [ES__DTYPE_F16] = {"f16", 1, 2},
     [ES__DTYPE_Q4_0] = {"q4_0", 32, 18},
+    [ES__DTYPE_Q4_1] = {"q4_1", 32, 20},
+    [ES__DTYPE_Q5_0] = {"q5_0", 32, 22},
+    [ES__DTYPE_Q5_1] = {"q5_1", 32, 24},
     [ES__DTYPE_Q8_0] = {"q8_0", 32, 34},
     [ES__DTYPE_Q2_K] = {"q2_K", 256, 84},
     [ES__DTYPE_Q3_K] = {"q3_K", 256, 110},
@@ -325,7 +328,7 @@ static es_status parse_tensor_info(cur *c, uint64_t i, uint64_t alignment, es__g
     if (!es__dtype_info(type, &tr))
         return es__fail(c->err, ES_ERR_UNSUPPORTED,
                         "%s: tensor type %" PRIu32 " (%s) at offset %" PRIu64
-                        " is not supported (supported: f32, f16, bf16, q8_0, q4_0, q4_K, q5_K, q6_K)",
+                        " is not supported (supported: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q2_K, q3_K, q4_K, q5_K, q6_K, iq4_nl)",
                         what, type, ggml_type_name(type), at);
     t->type = (es__dtype)type;
     if ((uint64_t)t->ne[0] % tr.block_elems != 0)

@@ -18,6 +18,9 @@ static uint32_t file_type_of(es__dtype t) { /* llama.cpp's general.file_type for
     case ES__DTYPE_F32: return 0;
     case ES__DTYPE_F16: return 1;
     case ES__DTYPE_Q4_0: return 2;
+    case ES__DTYPE_Q4_1: return 3;
+    case ES__DTYPE_Q5_0: return 8;
+    case ES__DTYPE_Q5_1: return 9;
     case ES__DTYPE_Q8_0: return 7;
     case ES__DTYPE_Q2_K: return 10;
     case ES__DTYPE_Q3_K: return 11; /* Q3_K_S */
@@ -41,17 +44,21 @@ static bool is_matrix(const es__gguf_tensor *t) {
 }
 
 /* The type a matrix with rows of ne0 elements gets: the target, or when its rows are not whole
- * blocks of it the nearest type with blocks of 32 (as llama.cpp falls back): IQ4_NL's 4.5 bits a
- * weight for the K-quants of 4 bits or fewer (llama.cpp's own choice for Q2_K and Q3_K; it takes
- * Q5_0, which edgespec does not have, for Q4_K), Q8_0 for the others, and f16 for rows that are
- * not whole blocks of 32 either. */
+ * blocks of it the type with blocks of 32 llama.cpp falls back to: IQ4_NL for Q2_K and Q3_K,
+ * Q5_0 for Q4_K, Q5_1 for Q5_K, Q8_0 for Q6_K; f16 for rows that are not whole blocks of 32
+ * either. */
 static es__dtype type_for(es__dtype target, int64_t ne0) {
     es__dtype_traits tr;
     es__dtype_info(target, &tr);
     if (ne0 % tr.block_elems == 0) return target;
     if (ne0 % 32 != 0) return ES__DTYPE_F16;
-    const bool four_bits_or_fewer = target == ES__DTYPE_Q2_K || target == ES__DTYPE_Q3_K || target == ES__DTYPE_Q4_K;
-    return four_bits_or_fewer ? ES__DTYPE_IQ4_NL : ES__DTYPE_Q8_0;
+    switch (target) {
+    case ES__DTYPE_Q2_K:
+    case ES__DTYPE_Q3_K: return ES__DTYPE_IQ4_NL;
+    case ES__DTYPE_Q4_K: return ES__DTYPE_Q5_0;
+    case ES__DTYPE_Q5_K: return ES__DTYPE_Q5_1;
+    default: return ES__DTYPE_Q8_0;
+    }
 }
 
 /* Converts t to type into a new buffer (*out, freed by the caller). */
@@ -162,7 +169,7 @@ es_status es_quantize(const char *in_path, const char *out_path, const char *typ
         if (es__dtype_info(t, &tr) && strcmp(tr.name, type) == 0) target = (es__dtype)t, found = true;
     }
     ES_RETURN_IF(!found, &err, ES_ERR_INVALID_ARGUMENT,
-                 "unknown type '%s' (known: f32, f16, bf16, q8_0, q4_0, q2_K, q3_K, q4_K, q5_K, q6_K, iq4_nl)", type);
+                 "unknown type '%s' (known: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q2_K, q3_K, q4_K, q5_K, q6_K, iq4_nl)", type);
     es__file_map map;
     const int e = es__file_map_open(in_path, true, &map);
     ES_RETURN_IF(e != 0, &err, ES_ERR_IO, "'%s': %s", in_path, es__file_strerror(e));

@@ -77,6 +77,9 @@ size_t es__kern_row_bytes(es__dtype type, int64_t n) {
     case ES__DTYPE_BF16: return (size_t)n * 2;
     case ES__DTYPE_Q8_0: return n % 32 ? 0 : (size_t)(n / 32) * 34;
     case ES__DTYPE_Q4_0: return n % 32 ? 0 : (size_t)(n / 32) * 18;
+    case ES__DTYPE_Q4_1:
+    case ES__DTYPE_Q5_0:
+    case ES__DTYPE_Q5_1: return n % 32 ? 0 : (size_t)(n / 32) * es__q5_block_bytes(type);
     case ES__DTYPE_Q4_K: return n % 256 ? 0 : (size_t)(n / 256) * 144;
     case ES__DTYPE_Q5_K: return n % 256 ? 0 : (size_t)(n / 256) * 176;
     case ES__DTYPE_Q6_K: return n % 256 ? 0 : (size_t)(n / 256) * 210;

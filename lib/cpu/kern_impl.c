@@ -68,6 +68,11 @@
 #endif
 
 #define QK 32          /* elements per Q8_0 / Q4_0 block */
+/* ggml's plain 32-element blocks: a scale (and maybe a min) per block, no grid (IQ4_NL) */
+#define IS_Q5(t) ((t) == ES__DTYPE_Q4_1 || (t) == ES__DTYPE_Q5_0 || (t) == ES__DTYPE_Q5_1)
+#define IS_B32(t) ((t) == ES__DTYPE_Q8_0 || (t) == ES__DTYPE_Q4_0 || IS_Q5(t))
+#define B32_MIN(t) ((t) == ES__DTYPE_Q4_1 || (t) == ES__DTYPE_Q5_1) /* x = d q + m */
+#define B32_BYTES(t) ((t) == ES__DTYPE_Q8_0 ? 34 : (t) == ES__DTYPE_Q4_0 ? 18 : (t) == ES__DTYPE_Q4_1 ? 20 : (t) == ES__DTYPE_Q5_0 ? 22 : 24)
 #define NV (QK / VL)   /* vectors per block              */
 #define TOK_BLOCK 64   /* tokens whose activations stay in cache while a row tile is reused */
 #define PF_TILES 1     /* row tiles ahead whose weights the tile path prefetches */
@@ -344,6 +349,64 @@ INLINE void widen16(int8x16_t b, vf *out) {
 }
 #endif
 
+/* The 32-element types whose quants are not a byte or nibble apiece (Q5_0, Q5_1) or that carry a
+ * min (Q4_1, Q5_1), layouts in lib/core/quant_q5.c: the block's quants as signed bytes (nibbles,
+ * bit j of qh as 16 in byte j, Q5_0's offset 16 taken off), widened as Q8_0's. Returns d; *m the
+ * block's min (0 for Q5_0), added to each d q with one rounding. */
+#if KERN_X86
+/* Sixteen bits of qh as bytes of 0 or 16: byte j takes bit j (bytes 0-7 from the low byte). */
+INLINE __m128i q5_high_bytes(uint32_t bits16) {
+    const __m128i b = _mm_shuffle_epi8(_mm_cvtsi32_si128((int)bits16), _mm_set_epi8(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0));
+    const __m128i bit = _mm_set_epi8(-128, 64, 32, 16, 8, 4, 2, 1, -128, 64, 32, 16, 8, 4, 2, 1);
+    return _mm_and_si128(_mm_cmpeq_epi8(_mm_and_si128(b, bit), bit), _mm_set1_epi8(16));
+}
+#endif
+
+INLINE float load_block_q5(es__dtype type, const uint8_t *blk, vf *wq, float *m) {
+#if KERN_X86 || KERN_NEON
+    const bool has_min = type != ES__DTYPE_Q5_0, five = type != ES__DTYPE_Q4_1;
+    uint16_t h[2];
+    memcpy(h, blk, 4);
+    *m = has_min ? f16_scalar(h[1]) : 0.0f;
+    const uint8_t *qs = blk + 2 + 2 * has_min + 4 * five;
+    uint32_t qh = 0;
+    if (five) memcpy(&qh, blk + 2 + 2 * has_min, 4);
+#if KERN_X86
+    const __m128i raw = _mm_loadu_si128((const __m128i *)(const void *)qs), nib = _mm_set1_epi8(15);
+    __m128i lo = _mm_and_si128(raw, nib), hi = _mm_and_si128(_mm_srli_epi16(raw, 4), nib);
+    if (five) lo = _mm_or_si128(lo, q5_high_bytes(qh & 0xffffu)), hi = _mm_or_si128(hi, q5_high_bytes(qh >> 16));
+    if (type == ES__DTYPE_Q5_0) lo = _mm_sub_epi8(lo, _mm_set1_epi8(16)), hi = _mm_sub_epi8(hi, _mm_set1_epi8(16));
+#if VL == 16
+    wq[0] = widen_bytes(lo);
+    wq[1] = widen_bytes(hi);
+#else
+    wq[0] = widen_bytes(lo);
+    wq[1] = widen_bytes(_mm_srli_si128(lo, 8));
+    wq[2] = widen_bytes(hi);
+    wq[3] = widen_bytes(_mm_srli_si128(hi, 8));
+#endif
+#else
+    const uint8x16_t raw = vld1q_u8(qs), bit = {1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128};
+    uint8x16_t lo = vandq_u8(raw, vdupq_n_u8(15)), hi = vshrq_n_u8(raw, 4);
+    if (five) {
+        const uint8x16_t b0 = vcombine_u8(vdup_n_u8((uint8_t)qh), vdup_n_u8((uint8_t)(qh >> 8)));
+        const uint8x16_t b1 = vcombine_u8(vdup_n_u8((uint8_t)(qh >> 16)), vdup_n_u8((uint8_t)(qh >> 24)));
+        lo = vorrq_u8(lo, vandq_u8(vtstq_u8(b0, bit), vdupq_n_u8(16)));
+        hi = vorrq_u8(hi, vandq_u8(vtstq_u8(b1, bit), vdupq_n_u8(16)));
+    }
+    const int8x16_t off = vdupq_n_s8(type == ES__DTYPE_Q5_0 ? 16 : 0);
+    widen16(vsubq_s8(vreinterpretq_s8_u8(lo), off), wq);
+    widen16(vsubq_s8(vreinterpretq_s8_u8(hi), off), wq + 4);
+#endif
+    return f16_scalar(h[0]);
+#else
+    int8_t q[QK];
+    const float d = es__q5_unpack(type, blk, q, m);
+    for (int v = 0; v < NV; v++) wq[v] = q8_to_vf((const uint8_t *)q + v * VL);
+    return d;
+#endif
+}
+
 INLINE float load_block(es__dtype type, const uint8_t *blk, vf *wq) {
     uint16_t d16;
     memcpy(&d16, blk, 2);
@@ -484,15 +547,18 @@ INLINE void rows_dot(es__dtype type, const uint8_t *const *row, const int NR, co
         for (int t = 0; t < T; t++) acc[r][t] = vzero();
     if (IS_LQ(type) || type == ES__DTYPE_IQ4_NL) {
         lq_rows_dot(type, row, NR, x, ldx, T, n_in, pf, acc);
-    } else if (type == ES__DTYPE_Q8_0 || type == ES__DTYPE_Q4_0) {
-        const size_t bb = type == ES__DTYPE_Q8_0 ? 34 : 18;
+    } else if (IS_B32(type)) {
+        const size_t bb = B32_BYTES(type);
         for (int64_t b = 0; b < n_in / QK; b++) {
             for (int r = 0; r < NR; r++) {
                 vf wq[NV];
+                float m = 0.0f;
                 pf_span(row[r] + (size_t)b * bb, 1, pf);
-                const vf dv = vsplat(load_block(type, row[r] + (size_t)b * bb, wq));
+                const uint8_t *blk = row[r] + (size_t)b * bb;
+                const vf dv = vsplat(IS_Q5(type) ? load_block_q5(type, blk, wq, &m) : load_block(type, blk, wq));
+                const vf mv = vsplat(m);
                 for (int v = 0; v < NV; v++) {
-                    const vf wv = wq[v] * dv;
+                    const vf wv = B32_MIN(type) ? vfma(wq[v], dv, mv) : wq[v] * dv; /* d q exact: as the panel's */
                     for (int t = 0; t < T; t++) acc[r][t] = vfma(wv, loadu(x + t * ldx + b * QK + v * VL), acc[r][t]);
                 }
             }
@@ -603,6 +669,9 @@ DEF_ROWS(rows_f16, ES__DTYPE_F16)
 DEF_ROWS(rows_bf16, ES__DTYPE_BF16)
 DEF_ROWS(rows_q8_0, ES__DTYPE_Q8_0)
 DEF_ROWS(rows_q4_0, ES__DTYPE_Q4_0)
+DEF_ROWS(rows_q4_1, ES__DTYPE_Q4_1)
+DEF_ROWS(rows_q5_0, ES__DTYPE_Q5_0)
+DEF_ROWS(rows_q5_1, ES__DTYPE_Q5_1)
 DEF_ROWS(rows_q2_k, ES__DTYPE_Q2_K)
 DEF_ROWS(rows_q3_k, ES__DTYPE_Q3_K)
 DEF_ROWS(rows_iq4_nl, ES__DTYPE_IQ4_NL)
@@ -675,6 +744,9 @@ static void k_matmul(es__dtype type, const void *w, size_t row_bytes, int64_t n_
         case ES__DTYPE_BF16: rows_bf16(base, row_bytes, n_in, r0, r1, x, ldx, n_tok, y, ldy); break;
         case ES__DTYPE_Q8_0: rows_q8_0(base, row_bytes, n_in, r0, r1, x, ldx, n_tok, y, ldy); break;
         case ES__DTYPE_Q4_0: rows_q4_0(base, row_bytes, n_in, r0, r1, x, ldx, n_tok, y, ldy); break;
+        case ES__DTYPE_Q4_1: rows_q4_1(base, row_bytes, n_in, r0, r1, x, ldx, n_tok, y, ldy); break;
+        case ES__DTYPE_Q5_0: rows_q5_0(base, row_bytes, n_in, r0, r1, x, ldx, n_tok, y, ldy); break;
+        case ES__DTYPE_Q5_1: rows_q5_1(base, row_bytes, n_in, r0, r1, x, ldx, n_tok, y, ldy); break;
         case ES__DTYPE_Q4_K:
         case ES__DTYPE_Q5_K:
         case ES__DTYPE_Q6_K: break; /* rows_ksum, above */
@@ -1020,12 +1092,15 @@ static void k_to_f32(es__dtype type, const void *row, float *out, int64_t n) {
         for (int64_t b = 0; b < n / ES__QK_K; b++) kq_block(type, p + (size_t)b * KQ_BYTES(type), out + b * ES__QK_K);
         return;
     }
-    if (type == ES__DTYPE_Q8_0 || type == ES__DTYPE_Q4_0) {
-        const size_t bb = type == ES__DTYPE_Q8_0 ? 34 : 18;
+    if (IS_B32(type)) {
+        const size_t bb = B32_BYTES(type);
         for (int64_t b = 0; b < n / QK; b++) {
             vf wq[NV];
-            const vf dv = vsplat(load_block(type, p + (size_t)b * bb, wq));
-            for (int v = 0; v < NV; v++) storeu(out + b * QK + v * VL, wq[v] * dv);
+            float m = 0.0f;
+            const uint8_t *blk = p + (size_t)b * bb;
+            const vf dv = vsplat(IS_Q5(type) ? load_block_q5(type, blk, wq, &m) : load_block(type, blk, wq));
+            const vf mv = vsplat(m);
+            for (int v = 0; v < NV; v++) storeu(out + b * QK + v * VL, B32_MIN(type) ? vfma(wq[v], dv, mv) : wq[v] * dv);
         }
         return;
     }

@@ -1,5 +1,5 @@
-"""test_kquant.py: the C library's K-quants (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K) and IQ4_NL against the
-independent numpy decoder (tools/reference/kquants.py).
+"""test_kquant.py: the C library's K-quants (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K), IQ4_NL, Q4_1, Q5_0 and
+Q5_1 against the independent numpy decoder (tools/reference/kquants.py).
 
 1. Dequantisation, bit for bit: random super-blocks written by tools/pygguf with ordinary scales,
    scales of any bit pattern (subnormal, zero, huge, infinite, NaN) and all-zero scales; xcheck
@@ -34,11 +34,15 @@ XCHECK = os.path.abspath(sys.argv[1])
 rng = np.random.default_rng(20261126)
 
 # bounds (observed values are printed): RMS error / RMS of x, worst |error| / super-block amax
-RMS_BOUND = {"q4_K": 0.11, "q5_K": 0.065, "q6_K": 0.038, "q2_K": 0.5, "q3_K": 0.28, "iq4_nl": 0.15}
-MAX_BOUND = {"q4_K": 0.12, "q5_K": 0.12, "q6_K": 0.09, "q2_K": 0.55, "q3_K": 0.35, "iq4_nl": 0.18}
+RMS_BOUND = {"q4_K": 0.11, "q5_K": 0.065, "q6_K": 0.038, "q2_K": 0.5, "q3_K": 0.28, "iq4_nl": 0.15,
+             "q4_1": 0.15, "q5_0": 0.08, "q5_1": 0.07}
+MAX_BOUND = {"q4_K": 0.12, "q5_K": 0.12, "q6_K": 0.09, "q2_K": 0.55, "q3_K": 0.35, "iq4_nl": 0.18,
+             "q4_1": 0.12, "q5_0": 0.08, "q5_1": 0.06}
 # the f16 scales' byte offsets in a type's 256 elements
 SCALE_OFFS = {"q4_K": [0, 2], "q5_K": [0, 2], "q6_K": [208], "q2_K": [80, 82], "q3_K": [108],
-              "iq4_nl": list(range(0, 144, 18))}
+              "iq4_nl": list(range(0, 144, 18)), "q5_0": list(range(0, 176, 22)),
+              "q4_1": [o for b in range(0, 160, 20) for o in (b, b + 2)],
+              "q5_1": [o for b in range(0, 192, 24) for o in (b, b + 2)]}
 
 
 def random_blocks(type_name, nb, scales):
@@ -133,8 +137,8 @@ def quantisation(workdir):
                 i = np.arange(16)
                 s6 = np.where(i < 8, s[:, i % 8] & 15, s[:, i % 8] >> 4) | (((s[:, 8 + i % 4] >> (2 * (i // 4))) & 3) << 4)
                 check(np.all(s6[~zero].min(axis=1) == 0), "%s %s: no 6-bit scale of -32" % (t, k))
-            elif t == "iq4_nl":
-                pass  # one f16 scale per 32 elements: no scale structure to check
+            elif t in kquants.B32:
+                pass  # one f16 scale (and min) per 32 elements: no scale structure to check
             elif t == "q6_K":
                 sc = blk[:, 192:208].view(np.int8)
                 check(np.all(sc[~zero].min(axis=1) == -128), "%s %s: no sub-block scale of -128" % (t, k))

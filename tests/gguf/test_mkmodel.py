@@ -128,7 +128,7 @@ def preset():
 
 
 def bad_flags():
-    for flags in (["--type", "q5_0"], ["--n-embd", "x"], ["--rope", "sideways"], ["--preset", "7b"], ["--bogus"],
+    for flags in (["--type", "q8_1"], ["--n-embd", "x"], ["--rope", "sideways"], ["--preset", "7b"], ["--bogus"],
                   ["--n-layer"]):
         p = mk("mk-bad.gguf", *flags, expect=2)
         check(p.stderr.strip() != "", "%s: a message" % flags)

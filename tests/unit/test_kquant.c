@@ -1,4 +1,4 @@
-/* test_kquant.c: the K-quants (Q4_K, Q5_K, Q6_K, Q2_K, Q3_K) and IQ4_NL in C: the library's dequantiser against an
+/* test_kquant.c: the K-quants (Q4_K, Q5_K, Q6_K, Q2_K, Q3_K), IQ4_NL, Q4_1, Q5_0 and Q5_1 in C: the library's dequantiser against an
  * element-by-element decoder written here from the format description, on random super-blocks
  * with ordinary, subnormal, zero, huge, infinite and NaN scales; quantise -> dequantise error
  * bounds and the quantiser's invariants (levels in range, scales that reproduce the input's
@@ -12,12 +12,14 @@
 
 static test_rng rng = {20261126};
 
-/* IQ4_NL (32-element blocks) is handled 256 elements, eight blocks, at a time like the others */
-#define NT 6
-static const es__dtype ktypes[NT] = {ES__DTYPE_Q4_K, ES__DTYPE_Q5_K, ES__DTYPE_Q6_K,
-                                     ES__DTYPE_Q2_K, ES__DTYPE_Q3_K, ES__DTYPE_IQ4_NL};
-static const char *const knames[NT] = {"q4_K", "q5_K", "q6_K", "q2_K", "q3_K", "iq4_nl"};
-static const size_t kbytes[NT] = {144, 176, 210, 84, 110, 144}; /* per 256 elements */
+/* IQ4_NL, Q4_1, Q5_0 and Q5_1 (32-element blocks) are handled 256 elements, eight blocks, at a
+ * time like the others */
+#define NT 9
+static const es__dtype ktypes[NT] = {ES__DTYPE_Q4_K, ES__DTYPE_Q5_K, ES__DTYPE_Q6_K, ES__DTYPE_Q2_K, ES__DTYPE_Q3_K,
+                                     ES__DTYPE_IQ4_NL, ES__DTYPE_Q4_1, ES__DTYPE_Q5_0, ES__DTYPE_Q5_1};
+static const char *const knames[NT] = {"q4_K", "q5_K", "q6_K", "q2_K", "q3_K", "iq4_nl", "q4_1", "q5_0", "q5_1"};
+static const size_t kbytes[NT] = {144, 176, 210, 84, 110, 144, 160, 176, 192}; /* per 256 elements */
+static const size_t b32bytes[NT] = {0, 0, 0, 0, 0, 18, 20, 22, 24};            /* per 32-element block */
 static const int iq4_grid[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
 
 static float f16f(uint16_t h) {
@@ -28,6 +30,16 @@ static float f16f(uint16_t h) {
 
 /* Element e of one super-block (IQ4_NL: of eight blocks), straight from the layout. */
 static float ref_elem(int ti, const uint8_t *b, int e) {
+    if (ti >= 6) { /* Q4_1 {d, m, qs}, Q5_0 {d, qh, qs}, Q5_1 {d, m, qh, qs}: x = d q + m */
+        const uint8_t *blk = b + b32bytes[ti] * (size_t)(e / 32);
+        const int l = e % 32, has_min = ti != 7, five = ti != 6;
+        const uint8_t *qs = blk + 2 + 2 * has_min + 4 * five;
+        int q = l < 16 ? qs[l] % 16 : qs[l - 16] / 16;
+        if (five) q += 16 * ((blk[2 + 2 * has_min + l / 8] >> (l % 8)) & 1);
+        const float d = f16f((uint16_t)(blk[0] | blk[1] << 8));
+        if (!has_min) return d * (float)(q - 16);
+        return d * (float)q + f16f((uint16_t)(blk[2] | blk[3] << 8));
+    }
     if (ti == 5) {
         const uint8_t *blk = b + 18 * (e / 32);
         const int l = e % 32, nib = l < 16 ? blk[2 + l] % 16 : blk[2 + l - 16] / 16;
@@ -79,9 +91,11 @@ static void rand_blocks(int ti, uint8_t *w, int nb, int cls) {
     for (int b = 0; b < nb; b++) {
         uint8_t *blk = w + kbytes[ti] * (size_t)b;
         /* the f16 scales' offsets and count: Q6_K d; Q2_K d, dmin; Q3_K d; IQ4_NL one per 18 bytes */
-        static const int first[NT] = {0, 0, 208, 80, 108, 0}, count[NT] = {2, 2, 1, 2, 1, 8}, step[NT] = {2, 2, 2, 2, 2, 18};
+        static const int first[NT] = {0, 0, 208, 80, 108, 0, 0, 0, 0}, count[NT] = {2, 2, 1, 2, 1, 8, 16, 8, 16},
+                         step[NT] = {2, 2, 2, 2, 2, 18, 0, 22, 0};
         for (int k = 0; k < count[ti]; k++) {
-            uint8_t *dp = blk + first[ti] + step[ti] * k;
+            /* Q4_1 and Q5_1: d and m at the start of each block */
+            uint8_t *dp = blk + (step[ti] ? first[ti] + step[ti] * k : (int)b32bytes[ti] * (k / 2) + 2 * (k % 2));
             uint16_t h = (uint16_t)test_rng_u64(&rng);
             if (cls == 0) h = (uint16_t)((h & 0x83ff) | (uint16_t)(5 + test_rng_u64(&rng) % 8) << 10);
             if (cls == 2) h = 0;
@@ -114,9 +128,9 @@ static void test_dequant(void) {
     for (int ti = 0; ti < NT; ti++) {
         es__dtype_traits tr;
         uint64_t nb;
-        const bool iq4 = ktypes[ti] == ES__DTYPE_IQ4_NL;
+        const bool iq4 = b32bytes[ti] > 0; /* a 32-element block */
         CHECK(es__dtype_info(ktypes[ti], &tr) && tr.block_elems == (iq4 ? 32u : 256u) &&
-              tr.block_bytes == (iq4 ? 18u : kbytes[ti]));
+              tr.block_bytes == (iq4 ? b32bytes[ti] : kbytes[ti]));
         CHECK(strcmp(tr.name, knames[ti]) == 0);
         CHECK(es__dtype_row_bytes(ktypes[ti], 512, &nb) && nb == 2 * kbytes[ti]);
         CHECK(!es__dtype_row_bytes(ktypes[ti], iq4 ? 48 : 288, &nb));
@@ -134,7 +148,8 @@ static void test_quantize(void) {
      * level of the widest sub-block plus the rounding of its scale; heavy tails are clipped a
      * little by the least-squares fits), and the RMS error relative to the RMS of x (observed
      * values printed; the bounds leave ~1.5x) */
-    const double bound_max[NT] = {0.12, 0.12, 0.09, 0.5, 0.35, 0.17}, bound_rms[NT] = {0.11, 0.065, 0.038, 0.5, 0.2, 0.11};
+    const double bound_max[NT] = {0.12, 0.12, 0.09, 0.5, 0.35, 0.17, 0.12, 0.08, 0.06},
+                 bound_rms[NT] = {0.11, 0.065, 0.038, 0.5, 0.2, 0.11, 0.11, 0.06, 0.05};
     for (int ti = 0; ti < NT; ti++) {
         for (int dist = 0; dist < 4; dist++) {
             for (int i = 0; i < N; i++) {

@@ -403,6 +403,9 @@ static uint32_t file_type(es__dtype t) { /* llama.cpp's general.file_type for "m
     case ES__DTYPE_F32: return 0;
     case ES__DTYPE_F16: return 1;
     case ES__DTYPE_Q4_0: return 2;
+    case ES__DTYPE_Q4_1: return 3;
+    case ES__DTYPE_Q5_0: return 8;
+    case ES__DTYPE_Q5_1: return 9;
     case ES__DTYPE_Q8_0: return 7;
     case ES__DTYPE_BF16: return 32;
     case ES__DTYPE_Q4_K: return 14; /* llama.cpp's Q4_K_S, Q5_K_S, Q6_K: every matrix that type */

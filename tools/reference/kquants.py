@@ -1,6 +1,6 @@
-"""kquants.py: ggml's K-quant super-blocks (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K) and IQ4_NL's blocks
-decoded in numpy, written from the format description independently of the C library
-(lib/core/quant_k.c, lib/core/quant_iq4.c).
+"""kquants.py: ggml's K-quant super-blocks (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K) and the 32-element blocks
+of IQ4_NL, Q4_1, Q5_0 and Q5_1 decoded in numpy, written from the format description independently of
+the C library (lib/core/quant_k.c, lib/core/quant_iq4.c, lib/core/quant_q5.c).
 
 Arithmetic is float32 as ggml's reference does it: the scale products d*sc and dmin*m, then
 (d*sc)*q and its difference with dmin*m, so the result equals the C dequantiser bit for bit (every
@@ -23,12 +23,17 @@ Layouts per 256 elements (e = element index in the super-block):
 Per 32 elements:
   iq4_nl 18 bytes: d f16, qs[16]; element l < 16 low nibble of qs[l], l + 16 its high nibble;
     x = d * GRID[nibble]
+  q4_1 20 bytes: d f16, m f16, qs[16]; q the nibble as iq4_nl's; x = d * q + m
+  q5_0 22 bytes: d f16, qh[4], qs[16]; q the nibble plus 16 * (bit l of the little-endian qh);
+    x = d * (q - 16)
+  q5_1 24 bytes: d f16, m f16, qh[4], qs[16]; q as q5_0's; x = d * q + m
 """
 
 import numpy as np
 
 TYPES = {"q2_K": (10, 84), "q3_K": (11, 110), "q4_K": (12, 144), "q5_K": (13, 176), "q6_K": (14, 210),
-         "iq4_nl": (20, 144)}  # name: (ggml id, bytes per 256 elements)
+         "iq4_nl": (20, 144), "q4_1": (3, 160), "q5_0": (6, 176), "q5_1": (7, 192)}  # name: (ggml id, bytes per 256)
+B32 = {"iq4_nl": 18, "q4_1": 20, "q5_0": 22, "q5_1": 24}  # the 32-element block types: bytes per block
 GRID = np.array([-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113], np.float32)
 QK_K = 256
 
@@ -138,12 +143,35 @@ def _iq4_nl(raw, n):
     return y.reshape(-1)
 
 
+def _q5_family(raw, type_name, n):
+    if n % 32:
+        raise ValueError("%s needs a multiple of 32 elements, got %d" % (type_name, n))
+    bb = B32[type_name]
+    blk = np.asarray(raw, dtype=np.uint8)[: n // 32 * bb].reshape(-1, bb)
+    has_min, five = type_name != "q5_0", type_name != "q4_1"
+    qs = blk[:, 2 + 2 * has_min + 4 * five:][:, :16]
+    q = np.concatenate([qs & 15, qs >> 4], axis=1).astype(np.int64)
+    if five:
+        b = blk[:, 2 + 2 * has_min:6 + 2 * has_min].astype(np.int64)
+        qh = b[:, 0] | (b[:, 1] << 8) | (b[:, 2] << 16) | (b[:, 3] << 24)
+        q |= ((qh[:, None] >> np.arange(32)) & 1) << 4
+    d = f16_to_f32(blk[:, 0], blk[:, 1])[:, None]
+    with np.errstate(invalid="ignore", over="ignore"):
+        if not has_min:
+            return (d * (q - 16).astype(np.float32)).reshape(-1)
+        m = f16_to_f32(blk[:, 2], blk[:, 3])[:, None]
+        return (d * q.astype(np.float32) + m).reshape(-1)
+
+
 def dequantize(raw, type_name, n):
-    """Raw bytes of n elements (n a multiple of 256) -> float32 array of n values."""
+    """Raw bytes of n elements (n a multiple of 256; of 32 for the 32-element blocks) -> float32
+    array of n values."""
     if type_name not in TYPES:
         raise ValueError("not a K-quant: %r" % type_name)
     if type_name == "iq4_nl":
         return _iq4_nl(raw, n)
+    if type_name in B32:
+        return _q5_family(raw, type_name, n)
     if n % QK_K:
         raise ValueError("%s needs a multiple of 256 elements, got %d" % (type_name, n))
     bb = TYPES[type_name][1]
