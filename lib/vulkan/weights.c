@@ -11,7 +11,14 @@
 #define ES__STAGING_SIZE ((VkDeviceSize)32 << 20)
 
 static bool is_block_type(es__dtype t) {
-    return t == ES__DTYPE_Q8_0 || t == ES__DTYPE_Q4_0 || t == ES__DTYPE_IQ4_NL || es__is_k_quant(t);
+    return t == ES__DTYPE_Q8_0 || t == ES__DTYPE_Q4_0 || t == ES__DTYPE_IQ4_NL || es__is_k_quant(t) || es__is_q5_family(t);
+}
+
+/* The layout a file type is uploaded in: its own, or for Q4_1/Q5_0/Q5_1 one the shaders have
+ * (weights.glsl's per-block scale and min of Q5_K, Q8_0's signed bytes): the same values, a byte
+ * per quant, as Q5_K's own upload. */
+static es__dtype device_type(es__dtype t) {
+    return t == ES__DTYPE_Q5_0 ? ES__DTYPE_Q8_0 : es__is_q5_family(t) ? ES__DTYPE_Q5_K : t;
 }
 
 /* Sets of per-block floats in the scale plane (weights.glsl): the scales; the K-quants' second
@@ -81,7 +88,8 @@ es_status es__vk_mat_init(es__vk_dev *d, es__vk_mat *m, const es__tensor *const 
     ES_RETURN_IF(is_block_type(t0->type) && t0->ne[0] % 32 != 0, d->err, ES_ERR_MODEL,
                  "vulkan: tensor '%s' row length %lld is not a multiple of the 32-element block", t0->name,
                  (long long)t0->ne[0]);
-    m->type = t0->type;
+    m->file_type = t0->type;
+    m->type = device_type(t0->type);
     m->rows = (uint32_t)rows;
     m->K_src = (uint32_t)t0->ne[0];
     m->K = (m->K_src + 31u) & ~31u;
@@ -212,6 +220,21 @@ static void repack_lq(es__dtype type, const uint8_t *src, uint32_t nb, uint32_t 
     }
 }
 
+/* One row of Q4_1/Q5_0/Q5_1 blocks into Q5_K's layout (quants a byte each, the scales, the mins
+ * srb / 8 floats further) or, for Q5_0, Q8_0's (quants minus 16, the scales). */
+static void repack_q5(es__dtype type, const uint8_t *src, uint32_t nb, uint32_t team, uint64_t srb, uint8_t *dw,
+                      float *ds) {
+    const size_t bb = es__q5_block_bytes(type);
+    for (uint32_t b = 0; b < nb; b++) {
+        int8_t q[32];
+        float m;
+        const size_t slot = scale_slot(b, team);
+        ds[slot] = es__q5_unpack(type, src + bb * b, q, &m);
+        if (type != ES__DTYPE_Q5_0) ds[(size_t)(srb / 8) + slot] = m;
+        memcpy(dw + (size_t)32 * b, q, 32);
+    }
+}
+
 /* Repacks rows [r0, r0 + n) of m into the W plane at w and the S plane at s. */
 static void repack(const es__vk_mat *m, uint32_t team, uint32_t r0, uint32_t n, uint8_t *w, uint8_t *s) {
     const uint64_t wrb = es__vk_mat_row_bytes(m->type, m->K, team, false);
@@ -222,6 +245,10 @@ static void repack(const es__vk_mat *m, uint32_t team, uint32_t r0, uint32_t n, 
         const uint8_t *src = src_row(m, r0 + i);
         uint8_t *dw = w + wrb * i;
         float *ds = srb ? (float *)(s + srb * i) : NULL;
+        if (es__is_q5_family(m->file_type)) {
+            repack_q5(m->file_type, src, nb, team, srb, dw, ds);
+            continue;
+        }
         switch (m->type) {
         case ES__DTYPE_F32:
         case ES__DTYPE_F16:

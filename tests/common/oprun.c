@@ -20,6 +20,9 @@ static uint64_t ggml_row_bytes(es__dtype type, uint32_t K) {
     case ES__DTYPE_BF16: return (uint64_t)K * 2;
     case ES__DTYPE_Q8_0: return K % 32 ? 0 : (uint64_t)K / 32 * 34;
     case ES__DTYPE_Q4_0: return K % 32 ? 0 : (uint64_t)K / 32 * 18;
+    case ES__DTYPE_Q4_1:
+    case ES__DTYPE_Q5_0:
+    case ES__DTYPE_Q5_1: return K % 32 ? 0 : (uint64_t)K / 32 * es__q5_block_bytes(type);
     case ES__DTYPE_Q4_K: return K % 256 ? 0 : (uint64_t)K / 256 * 144;
     case ES__DTYPE_Q5_K: return K % 256 ? 0 : (uint64_t)K / 256 * 176;
     case ES__DTYPE_Q6_K: return K % 256 ? 0 : (uint64_t)K / 256 * 210;
@@ -505,7 +508,7 @@ es_status es__vk_run_get_rows(es_backend *b, es__dtype type, const void *table, 
     es__vk_mat *m = NULL;
     if (s == ES_OK) s = run_mat(&r, "op.table", type, table, rows, K, NULL, &m);
     es__vk_pipeline *p = NULL;
-    if (s == ES_OK) s = es__vk_get_rows_pipe(r.d, type, &p);
+    if (s == ES_OK) s = es__vk_get_rows_pipe(r.d, m->type, &p); /* the layout it was uploaded in */
     es__vk_buf *X = NULL, *S = NULL;
     es__vk_bind bs;
     if (s == ES_OK) s = run_step(&r, 0, (int32_t)n, ids, NULL, NULL, NULL, 0, NULL, 0, &S, &bs);

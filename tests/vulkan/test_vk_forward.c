@@ -35,6 +35,10 @@ static const fcase cases[] = {
     {"q3_K gqa neox tied", {86, 256, 1, 4, 2, 64, 256, 32, ES_ROPE_NEOX, 10000.0f, 1.0f, true, ES__DTYPE_Q3_K, 8}},
     {"q2_K mha norm tied", {81, 256, 1, 2, 2, 128, 256, 32, ES_ROPE_NORM, 10000.0f, 1.0f, true, ES__DTYPE_Q2_K, 9}},
     {"iq4_nl gqa norm tied", {95, 64, 2, 4, 2, 16, 96, 16, ES_ROPE_NORM, 10000.0f, 1.0f, true, ES__DTYPE_IQ4_NL, 10}},
+    /* llama.cpp's fallbacks where rows are not whole super-blocks (widths of 96 and 160 here) */
+    {"q5_0 gqa neox tied", {93, 96, 2, 6, 2, 16, 160, 16, ES_ROPE_NEOX, 10000.0f, 1.0f, true, ES__DTYPE_Q5_0, 11}},
+    {"q5_1 mha norm", {88, 64, 2, 4, 4, 16, 96, 16, ES_ROPE_NORM, 10000.0f, 1.0f, false, ES__DTYPE_Q5_1, 12}},
+    {"q4_1 gqa norm tied", {91, 64, 1, 4, 2, 16, 128, 16, ES_ROPE_NORM, 10000.0f, 1.0f, true, ES__DTYPE_Q4_1, 13}},
 };
 
 #define N_CTX 320          /* > 256: positions past the first attention split */

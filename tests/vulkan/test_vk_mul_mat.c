@@ -217,6 +217,18 @@ int main(void) {
             check_case(b, &r, t, 2 * 21, 512, 1, ES__EPI_SWIGLU, cfg);
             check_case(b, &r, t, 2 * 19, 256, 4, ES__EPI_GEGLU, cfg);
         }
+        /* Q4_1, Q5_0 and Q5_1, uploaded in Q5_K's and Q8_0's layouts: rows of 896 (Qwen2.5-0.5B's
+         * width, 28 blocks: not whole super-blocks) in every configuration; short rows and the
+         * epilogues in the default */
+        static const int q5types[] = {T_Q4_1, T_Q5_0, T_Q5_1};
+        for (size_t ti = 0; ti < sizeof q5types / sizeof q5types[0]; ti++) {
+            const int t = q5types[ti];
+            check_case(b, &r, t, 66, 896, 5, ES__EPI_STORE, cfg);
+            if (c > 0) continue;
+            check_case(b, &r, t, 67, 96, 1, ES__EPI_STORE, cfg);
+            check_case(b, &r, t, 33, 512, 3, ES__EPI_ADD, cfg);
+            check_case(b, &r, t, 2 * 21, 896, 1, ES__EPI_SWIGLU, cfg);
+        }
         es_backend_free(b);
     }
     /* a device profile that never walks short rows solo: teams on rows of 45-200 elements too

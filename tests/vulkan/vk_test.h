@@ -70,6 +70,9 @@ enum {
     T_F32 = 0,
     T_F16 = 1,
     T_Q4_0 = 2,
+    T_Q4_1 = 3,
+    T_Q5_0 = 6,
+    T_Q5_1 = 7,
     T_Q8_0 = 8,
     T_Q2_K = 10,
     T_Q3_K = 11,
@@ -81,6 +84,9 @@ enum {
 };
 static inline bool is_kq(int t) {
     return t == T_Q2_K || t == T_Q3_K || t == T_Q4_K || t == T_Q5_K || t == T_Q6_K;
+}
+static inline bool is_q5(int t) { /* Q4_1, Q5_0, Q5_1: uploaded in Q5_K's and Q8_0's layouts */
+    return t == T_Q4_1 || t == T_Q5_0 || t == T_Q5_1;
 }
 static inline size_t kq_bytes(int t) {
     return t == T_Q2_K ? 84 : t == T_Q3_K ? 110 : t == T_Q4_K ? 144 : t == T_Q5_K ? 176 : 210;
@@ -119,6 +125,9 @@ static inline size_t row_bytes(int type, int64_t k) {
     case T_Q8_0: return (size_t)k / 32 * 34;
     case T_Q4_0:
     case T_IQ4_NL: return (size_t)k / 32 * 18;
+    case T_Q4_1: return (size_t)k / 32 * 20;
+    case T_Q5_0: return (size_t)k / 32 * 22;
+    case T_Q5_1: return (size_t)k / 32 * 24;
     case T_Q2_K:
     case T_Q3_K:
     case T_Q4_K:
@@ -170,6 +179,19 @@ static inline void *make_weights(test_rng *r, int type, int64_t rows, int64_t k,
                     memcpy(blk, &dh, 2);
                     memcpy(blk + 2, &mh, 2);
                 }
+            }
+            es__dequantize_row((uint32_t)type, row, d, k);
+        } else if (is_q5(type)) {
+            /* random quants (and fifth bits), a scale as Q4_0's and a min that may be either
+             * sign; values from the library's dequantiser (test_kquant checks it) */
+            const size_t bs = row_bytes(type, 32);
+            for (int64_t b = 0; b < k / 32; b++) {
+                uint8_t *blk = row + (size_t)b * bs;
+                for (size_t j = 0; j < bs; j++) blk[j] = (uint8_t)test_rng_u64(r);
+                const uint16_t dh = f2h(0.0002f + 0.002f * (float)(test_rng_u64(r) % 1000) / 1000.0f);
+                const uint16_t mh = f2h(-0.02f + 0.03f * (float)(test_rng_u64(r) % 1000) / 1000.0f);
+                memcpy(blk, &dh, 2);
+                if (type != T_Q5_0) memcpy(blk + 2, &mh, 2);
             }
             es__dequantize_row((uint32_t)type, row, d, k);
         } else if (type == T_IQ4_NL) {
