@@ -261,6 +261,14 @@ es_status es__vk_stage_ptr(es__vk_dev *d, es__vk_stager *s, const es__vk_buf *ds
     return ES_OK;
 }
 
+es_status es__vk_stager_room(es__vk_dev *d, es__vk_stager *s, VkDeviceSize bytes, uint32_t n) {
+    const VkDeviceSize at = (s->used + 15) & ~(VkDeviceSize)15;
+    ES_RETURN_IF(bytes > s->staging.size || n > ES__ARRAY_LEN(s->dst), d->err, ES_ERR_BACKEND,
+                 "vulkan: %u staging requests of %llu bytes exceed the staging buffer (%llu)", n, (unsigned long long)bytes,
+                 (unsigned long long)s->staging.size);
+    return at + bytes > s->staging.size || s->n + n > ES__ARRAY_LEN(s->dst) ? es__vk_stager_flush(d, s) : ES_OK;
+}
+
 es_status es__vk_stage(es__vk_dev *d, es__vk_stager *s, const es__vk_buf *dst, VkDeviceSize dst_off,
                        const void *src, VkDeviceSize size) {
     const uint8_t *p = src;

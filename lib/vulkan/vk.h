@@ -197,9 +197,13 @@ typedef struct es__vk_stager {
 es_status es__vk_stager_init(es__vk_dev *d, es__vk_stager *s, VkDeviceSize size);
 es_status es__vk_stage(es__vk_dev *d, es__vk_stager *s, const es__vk_buf *dst, VkDeviceSize dst_off,
                        const void *src, VkDeviceSize size);
-/* Reserves size bytes of staging for dst and returns a host pointer to fill (size <= staging). */
+/* Reserves size bytes of staging for dst and returns a host pointer to fill (size <= staging).
+ * The copy is recorded now and submitted by the next flush, which a later request may make: fill
+ * the pointer before asking for another, or make room for all of them first (es__vk_stager_room). */
 es_status es__vk_stage_ptr(es__vk_dev *d, es__vk_stager *s, const es__vk_buf *dst, VkDeviceSize dst_off,
                            VkDeviceSize size, void **ptr);
+/* Flushes unless the next n requests of bytes in all (alignment included) fit without a flush. */
+es_status es__vk_stager_room(es__vk_dev *d, es__vk_stager *s, VkDeviceSize bytes, uint32_t n);
 es_status es__vk_stager_flush(es__vk_dev *d, es__vk_stager *s);
 void es__vk_stager_free(es__vk_dev *d, es__vk_stager *s);
 /* Copies [off, off + size) of a device buffer to host memory (synchronously, through a

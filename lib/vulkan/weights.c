@@ -328,6 +328,10 @@ static es_status plan(es__vk_wset *ws, es__vk_mat *const *mats, uint32_t n_mats)
     return ES_OK;
 }
 
+static VkDeviceSize staging_size(const es__vk_wset *ws) {
+    return ws->staging_size ? ws->staging_size : ES__STAGING_SIZE;
+}
+
 static es_status fill(es__vk_wset *ws, es__vk_mat *const *mats, uint32_t n_mats, es__vk_stager *st,
                       bool (*progress)(float, void *), void *user) {
     es__vk_dev *d = ws->d;
@@ -337,12 +341,16 @@ static es_status fill(es__vk_wset *ws, es__vk_mat *const *mats, uint32_t n_mats,
         es__vk_mat *m = mats[i];
         const uint64_t wrb = es__vk_mat_row_bytes(m->type, m->K, m->team, false);
         const uint64_t srb = es__vk_mat_row_bytes(m->type, m->K, m->team, true);
-        const uint32_t step = (uint32_t)ES__MAX(1, (ES__STAGING_SIZE / 4) / (wrb + srb));
+        const uint32_t step = (uint32_t)ES__MAX(1, (staging_size(ws) / 4) / (wrb + srb));
         for (uint32_t p = 0; p < m->n_parts; p++) {
             const es__vk_part *pt = &m->parts[p];
             for (uint32_t r = 0; r < pt->rows; r += step) {
                 const uint32_t n = ES__MIN(step, pt->rows - r);
                 void *wp = NULL, *sp = NULL;
+                /* both planes' copies in one staging fill: a flush between the two requests
+                 * would submit the value plane's copy before repack writes it (large quantised
+                 * models lost row ranges on Vulkan that way) */
+                ES_TRY(es__vk_stager_room(d, st, (wrb + srb) * n + 32, 2));
                 ES_TRY(es__vk_stage_ptr(d, st, es__vk_region_buf(&ws->arena, &pt->w), pt->w.off + wrb * r, wrb * n, &wp));
                 if (pt->has_s)
                     ES_TRY(es__vk_stage_ptr(d, st, es__vk_region_buf(&ws->arena, &pt->s), pt->s.off + srb * r, srb * n, &sp));
@@ -385,7 +393,7 @@ es_status es__vk_wset_upload(es__vk_wset *ws, es__vk_mat *const *mats, uint32_t 
         if (d->stats) d->stats->weight_bytes += ws->arena.chunks[c].alloc_size;
     }
     es__vk_stager st;
-    ES_TRY(es__vk_stager_init(d, &st, ES__STAGING_SIZE));
+    ES_TRY(es__vk_stager_init(d, &st, staging_size(ws)));
     es_status s = fill(ws, mats, n_mats, &st, progress, progress_user);
     es__vk_stager_free(d, &st);
     ES_TRY(s);

@@ -45,6 +45,8 @@ typedef struct es__vk_wset {
     es__vk_dev *d;
     es__vk_arena arena;
     uint64_t bytes;
+    VkDeviceSize staging_size; /* the upload's staging buffer: 0 for the default (32 MiB); tests
+                                  make it small so that uploads refill it row by row */
 } es__vk_wset;
 
 void es__vk_wset_init(es__vk_wset *ws, es__vk_dev *d);

@@ -173,6 +173,8 @@ static es_status run_extras(run *r, es__vk_bind out[4]) {
 /* A matrix of rows x K elements of type (GGUF layout) on the device, placed and repacked as model
  * upload does; perm (may be NULL) = {rows, head dimension, n_rot}: the first rows permuted within
  * heads for NEOX RoPE, as the Q/K/V projection's are (weights.h). Freed by run_free. */
+uint64_t es__vk_run_staging;
+
 static es_status run_mat(run *r, const char *name, es__dtype type, const void *data, uint32_t rows, uint32_t K,
                          const uint32_t perm[3], es__vk_mat **out) {
     const uint64_t rb = ggml_row_bytes(type, K);
@@ -184,6 +186,7 @@ static es_status run_mat(run *r, const char *name, es__dtype type, const void *d
     es__vk_wset *ws = &r->ws[r->n_mats];
     const es__tensor *src = t;
     es__vk_wset_init(ws, r->d);
+    ws->staging_size = es__vk_run_staging;
     r->n_mats++;
     ES_TRY(es__vk_mat_init(r->d, m, &src, 1, false));
     if (perm) {

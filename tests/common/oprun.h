@@ -15,6 +15,10 @@
  * rep (all threads), which a busy machine disturbs less: a switch of the tests and tools, never
  * read by the library. */
 
+/* The staging buffer the ops' weight uploads use, bytes (0: the library's default). A small one
+ * refills between rows, as a large model's upload does between matrices. */
+extern uint64_t es__vk_run_staging;
+
 /* y[n][rows] (=, +=) W x[n][K], W in GGUF layout (rows of K elements of type). For
  * ES__EPI_SWIGLU W holds 2 * n_ff interleaved rows and y gets [n][rows / 2]. */
 es_status es__vk_run_mul_mat(es_backend *b, es__dtype type, const void *w, uint32_t rows, uint32_t K,
