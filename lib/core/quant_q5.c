@@ -14,6 +14,7 @@
  * or not it is fused, and every path that forms it agrees. */
 #include "gguf.h"
 
+#include <float.h>
 #include <math.h>
 #include <string.h>
 
@@ -104,7 +105,7 @@ static void quantize_q5_0(const float *x, uint8_t *y) {
 static void quantize_min(uint32_t type, const float *x, uint8_t *y) {
     const bool five = type == ES__DTYPE_Q5_1;
     const int top = five ? 31 : 15;
-    float min = INFINITY, max = -INFINITY;
+    float min = FLT_MAX, max = -FLT_MAX; /* the reference's start: a block of NaNs keeps them */
     for (int l = 0; l < QB; l++) {
         min = x[l] < min ? x[l] : min;
         max = x[l] > max ? x[l] : max;

@@ -149,7 +149,7 @@ def quantisers_agree():
     ]
     for i, x in enumerate(cases):
         w.add_tensor("src.%d" % i, x, "f32")
-        for t in TYPES[1:]:
+        for t in TYPES[1:] + ["q4_1", "q5_0", "q5_1"]:
             raw = pygguf.quantize(x, t)
             w.add_tensor_raw("%s.%d" % (t, i), t, (x.size,), raw)
             w.add_tensor("deq.%s.%d" % (t, i), pygguf.dequantize(raw, t, x.size), "f32")

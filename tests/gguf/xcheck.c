@@ -3,7 +3,8 @@
  *   xcheck write-all OUT      write the shared reference content (below) with the C writer
  *   xcheck read-all FILE      read FILE (written by pygguf), check every value and tensor, and
  *                             require it to equal, byte for byte, what the C writer makes
- *   xcheck check-quant FILE   FILE holds f32 tensors "src.N" and, per type T, "T.N" quantised by
+ *   xcheck check-quant FILE   FILE holds f32 tensors "src.N" and, per type T (f16, bf16, q8_0,
+ *                             q4_0, q4_1, q5_0, q5_1), "T.N" quantised by
  *                             pygguf and "deq.T.N" (its dequantisation); C must quantise src.N to
  *                             exactly T.N and dequantise T.N to exactly deq.T.N
  *   xcheck kquant IN OUT      for test_kquant.py: OUT gets "deq.NAME", the C dequantisation (f32)
@@ -158,9 +159,11 @@ static void check_quant(const char *path) {
         float *x = malloc((size_t)ne * sizeof(float)), *y = malloc((size_t)ne * sizeof(float));
         uint8_t *q = malloc((size_t)ne * 4);
         memcpy(x, src->data, (size_t)ne * sizeof(float));
-        for (int k = 1; k < 5; k++) {
+        static const es__dtype qtypes[] = {ES__DTYPE_F16,  ES__DTYPE_BF16, ES__DTYPE_Q8_0, ES__DTYPE_Q4_0,
+                                           ES__DTYPE_Q4_1, ES__DTYPE_Q5_0, ES__DTYPE_Q5_1};
+        for (size_t k = 0; k < sizeof qtypes / sizeof qtypes[0]; k++) {
             es__dtype_traits tr;
-            es__dtype_info(types[k], &tr);
+            es__dtype_info(qtypes[k], &tr);
             char name[96];
             snprintf(name, sizeof name, "%s.%.*s", tr.name, (int)(src->name.len - 4), src->name.ptr + 4);
             const es__gguf_tensor *pq = es__gguf_find_tensor(g, name);
@@ -168,7 +171,7 @@ static void check_quant(const char *path) {
             const es__gguf_tensor *pd = es__gguf_find_tensor(g, name);
             CHECKF(pq && pd, "missing %s", name);
             if (!pq || !pd) continue;
-            CHECK(es__quantize_row(types[k], x, q, ne));
+            CHECK(es__quantize_row(qtypes[k], x, q, ne));
             if (memcmp(q, pq->data, pq->nbytes) != 0) {
                 for (uint64_t j = 0; j < pq->nbytes; j++)
                     if (q[j] != pq->data[j]) {
@@ -179,7 +182,7 @@ static void check_quant(const char *path) {
                     }
             }
             for (int64_t j = 0; j < ne; j++) y[j] = NAN;
-            CHECK(es__dequantize_row(types[k], pq->data, y, ne));
+            CHECK(es__dequantize_row(qtypes[k], pq->data, y, ne));
             if (memcmp(y, pd->data, (size_t)ne * sizeof(float)) != 0 && bad++ < 10)
                 CHECKF(0, "%s: dequantised values differ", name);
         }

@@ -4,10 +4,11 @@ Written independently of edgespec's C code (lib/core/gguf_*.c, quant.c) so each 
 other: the numpy reference (tools/reference) reads models with it, the trainer's exporter writes
 them with it, and tests/gguf/test_pygguf.py compares it with the C reader and writer both ways.
 
-Supported tensor types: f32, f16, bf16, q8_0, q4_0 (the quantisers reproduce ggml's reference
-quantisers bit for bit); q2_K, q3_K, q4_K, q5_K, q6_K, iq4_nl, q4_1, q5_0 and q5_1 are read and written as raw bytes
-only (tools/reference/kquants.py decodes them; the C library quantises). Files are read strictly: malformed input raises
-GGUFError naming the field and its file offset. Not here: other ggml block types, GGUF v1, big-endian files, nested arrays.
+Supported tensor types: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1 (the quantisers reproduce ggml's
+reference quantisers bit for bit); q2_K, q3_K, q4_K, q5_K, q6_K and iq4_nl are read and written as raw
+bytes only (tools/reference/kquants.py decodes them; the C library quantises). Files are read
+strictly: malformed input raises GGUFError naming the field and its file offset. Not here: other ggml
+block types, GGUF v1, big-endian files, nested arrays.
 
 Shapes: GGUF lists dimensions innermost first (ne[0] contiguous); numpy shapes are the reverse.
 A matrix with ne = (n_in, n_out) is a numpy array of shape (n_out, n_in).
@@ -137,6 +138,66 @@ def quantize_q4_0(x):
     return out.reshape(-1)
 
 
+def _pack_q5(out, q, five, qs_at, qh_at):
+    """Nibbles of q (blocks x 32) at qs_at; bit 4 of element j as bit j of the little-endian qh."""
+    out[:, qs_at:qs_at + 16] = (q[:, :16] & 0xF) | ((q[:, 16:] & 0xF) << 4)
+    if five:
+        qh = (((q >> 4) & 1).astype(np.uint64) << np.arange(32, dtype=np.uint64)).sum(axis=1).astype(np.uint32)
+        out[:, qh_at:qh_at + 4] = qh.reshape(-1, 1).view(np.uint8)
+
+
+def quantize_q5_0(x):
+    b = _blocks(x)
+    a = np.abs(b)
+    amax = a.max(axis=1)
+    first = np.argmax(a, axis=1)
+    mx = np.where(amax == 0, np.float32(0), b[np.arange(b.shape[0]), first]).astype(np.float32)
+    with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
+        d = (mx / np.float32(-16)).astype(np.float32)
+        idv = np.where(d != 0, np.float32(1) / np.where(d != 0, d, np.float32(1)), np.float32(0)).astype(np.float32)
+        shifted = ((b * idv[:, None]).astype(np.float32) + np.float32(16.5)).astype(np.float32)
+    q = np.minimum(_to_int(shifted, "trunc"), 31)
+    out = np.zeros((b.shape[0], 22), dtype=np.uint8)
+    out[:, 0:2] = f32_to_f16_bits(d).reshape(-1, 1).view(np.uint8)
+    _pack_q5(out, q, True, 6, 2)
+    return out.reshape(-1)
+
+
+def quantize_min(x, bits):
+    """q4_1 (bits 4) and q5_1 (bits 5): the block's range over 2^bits - 1 steps, rounded half up."""
+    b = _blocks(x)
+    lo, hi = b.min(axis=1), b.max(axis=1)
+    top = (1 << bits) - 1
+    with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
+        d = ((hi - lo) / np.float32(top)).astype(np.float32)
+        idv = np.where(d != 0, np.float32(1) / np.where(d != 0, d, np.float32(1)), np.float32(0)).astype(np.float32)
+        scaled = ((b - lo[:, None]).astype(np.float32) * idv[:, None]).astype(np.float32)
+        shifted = (scaled + np.float32(0.5)).astype(np.float32)
+    q = np.minimum(_to_int(shifted, "trunc"), top)
+    out = np.zeros((b.shape[0], 20 if bits == 4 else 24), dtype=np.uint8)
+    out[:, 0:2] = f32_to_f16_bits(d).reshape(-1, 1).view(np.uint8)
+    out[:, 2:4] = f32_to_f16_bits(lo.astype(np.float32)).reshape(-1, 1).view(np.uint8)
+    _pack_q5(out, q, bits == 5, 4 if bits == 4 else 8, 4)
+    return out.reshape(-1)
+
+
+def _dequantize_q5(raw, type_name, n):
+    bs = {"q4_1": 20, "q5_0": 22, "q5_1": 24}[type_name]
+    blk = raw[: n // QK * bs].reshape(-1, bs)
+    has_min, five = type_name != "q5_0", type_name != "q4_1"
+    qs = blk[:, 2 + 2 * has_min + 4 * five:][:, :16]
+    q = np.concatenate([(qs & 0xF), (qs >> 4)], axis=1).astype(np.int64)
+    if five:
+        qh = blk[:, 2 + 2 * has_min:6 + 2 * has_min].copy().view("<u4").reshape(-1).astype(np.int64)
+        q |= ((qh[:, None] >> np.arange(32)) & 1) << 4
+    d = f16_bits_to_f32(blk[:, 0:2].copy().view("<u2").reshape(-1))[:, None]
+    with np.errstate(invalid="ignore", over="ignore"):
+        if not has_min:
+            return (d * (q - 16).astype(np.float32)).astype(np.float32).reshape(-1)
+        m = f16_bits_to_f32(blk[:, 2:4].copy().view("<u2").reshape(-1))[:, None]
+        return (d * q.astype(np.float32) + m).astype(np.float32).reshape(-1)
+
+
 def quantize(x, type_name):
     """Float array -> raw bytes (np.uint8) of the given type, flattened in row-major order."""
     x = np.ascontiguousarray(x, dtype=np.float32).reshape(-1)
@@ -150,6 +211,10 @@ def quantize(x, type_name):
         return quantize_q8_0(x)
     if type_name == "q4_0":
         return quantize_q4_0(x)
+    if type_name == "q5_0":
+        return quantize_q5_0(x)
+    if type_name in ("q4_1", "q5_1"):
+        return quantize_min(x, 4 if type_name == "q4_1" else 5)
     raise GGUFError("unsupported tensor type %r" % type_name)
 
 
@@ -175,6 +240,10 @@ def dequantize(raw, type_name, n):
             q = np.concatenate([(qs & 0xF), (qs >> 4)], axis=1).astype(np.float32) - 8
         with np.errstate(invalid="ignore"):  # a scale stored as f16 infinity times a zero code
             return (q * d[:, None]).astype(np.float32).reshape(-1)
+    if type_name in ("q4_1", "q5_0", "q5_1"):
+        if n % QK:
+            raise GGUFError("%s needs a multiple of %d elements, got %d" % (type_name, QK, n))
+        return _dequantize_q5(raw, type_name, n)
     raise GGUFError("unsupported tensor type %r (K-quants: tools/reference/kquants.py)" % type_name)
 
 
