@@ -356,9 +356,13 @@ INLINE void widen16(int8x16_t b, vf *out) {
 #if KERN_X86
 /* Sixteen bits of qh as bytes of 0 or 16: byte j takes bit j (bytes 0-7 from the low byte). */
 INLINE __m128i q5_high_bytes(uint32_t bits16) {
+#if VL == 16 /* AVX-512BW: the bits are a byte mask as they stand */
+    return _mm_maskz_mov_epi8((__mmask16)bits16, _mm_set1_epi8(16));
+#else
     const __m128i b = _mm_shuffle_epi8(_mm_cvtsi32_si128((int)bits16), _mm_set_epi8(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0));
     const __m128i bit = _mm_set_epi8(-128, 64, 32, 16, 8, 4, 2, 1, -128, 64, 32, 16, 8, 4, 2, 1);
     return _mm_and_si128(_mm_cmpeq_epi8(_mm_and_si128(b, bit), bit), _mm_set1_epi8(16));
+#endif
 }
 #endif
 
