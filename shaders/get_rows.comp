@@ -23,7 +23,7 @@ void main() {
 #endif
     for (uint u = lid; u < upr; u += gl_WorkGroupSize.x) {
         vec4 w[UV];
-        decode_unit(r * upr * TPU, u, w);
+        decode_unit(r * row_texels(upr), u, w);
 #if LANE_RUNS
         const vec2 dm = scale_min_of(srow, u, pc.team, pc.K / 32u);
         const float d = dm.x, d2 = dm.y;

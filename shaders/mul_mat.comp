@@ -157,7 +157,7 @@ void main() {
 #endif
     for (uint r = 0u; r < ROWS; r++) {
         const uint row = min(row0 + r, pc.M - 1u); // clamped rows compute, but never store
-        wrow[r] = pc.w_off + row * upr * TPU;
+        wrow[r] = pc.w_off + row * row_texels(upr);
 #if HAS_SCALE
         srow[r] = pc.s_off + row * srt;
 #endif

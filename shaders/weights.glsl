@@ -14,6 +14,9 @@
 //   Q3_K  W: as Q4_0, the sub-block's 3-bit quants plus 4, offset 4 (two 16-element scales: S2)
 //   Q2_K  W: as Q4_K, the sub-block's 2-bit quants in nibbles (two scales and two mins: S2-S4)
 //   IQ4_NL W: as Q4_0 (the file's own nibbles), each nibble an index into the IQ4_NL grid
+//   Q5_0  W: groups of four blocks in five texels: the blocks' nibbles as Q4_0's, then their four
+//         32-bit qh words (bit j: element j's fifth bit), offset 16: 5 bits a weight, where the
+//         file's f16 scales sit in S. A row's last group may be partial (row_texels)
 //   Q8_0, Q4_0, K-quants  S: f32 block scales as RGBA32F, four per texel, lane-interleaved: the lane that
 //         handles blocks l, l + T, l + 2T, l + 3T of a row (T = lanes per team) finds their four
 //         scales in one texel, so scales cost one fetch per four blocks (on lavapipe a texel
@@ -36,7 +39,7 @@
 //         do: one scale fetch per run of four blocks, where two f32 per block took two.
 // The repacking happens once at upload (lib/vulkan/weights.c). Select the type with one of
 // TYPE_F32, TYPE_F16, TYPE_BF16, TYPE_Q8_0, TYPE_Q4_0, TYPE_Q4_K, TYPE_Q5_K, TYPE_Q6_K, TYPE_Q2_K,
-// TYPE_Q3_K, TYPE_IQ4_NL. With ES_TEXEL=0 and ES_NATIVE=1, F16 and
+// TYPE_Q3_K, TYPE_IQ4_NL, TYPE_Q5_0. With ES_TEXEL=0 and ES_NATIVE=1, F16 and
 // Q8_0 are loaded with 16-/8-bit storage types instead of being unpacked from 32-bit words.
 // Decoding here is exact (integer quants and f16/bf16 widen exactly to f32); the caller scales.
 #ifndef ES_NATIVE
@@ -74,6 +77,9 @@
 #endif
 #ifndef TYPE_IQ4_NL
 #define TYPE_IQ4_NL 0
+#endif
+#ifndef TYPE_Q5_0
+#define TYPE_Q5_0 0
 #endif
 
 #if ES_NATIVE && TYPE_F16
@@ -128,9 +134,9 @@
 #define HAS_SCALE 1
 #define HAS_HALVES 1
 #define HAS_HALF_MIN 1
-#elif TYPE_IQ4_NL
+#elif TYPE_IQ4_NL || TYPE_Q5_0
 #define EPU 32
-#define TPU 1
+#define TPU 1 // Q5_0: five texels per four units (row_texels)
 #define HAS_SCALE 1
 #else
 #error "weights.glsl: no TYPE_* defined"
@@ -210,6 +216,28 @@ void iq4nl_texel(uvec4 u, out vec4 w[UV]) {
 }
 #endif
 
+#if TYPE_Q5_0
+// Q4_0's nibbles with bit j of qh as element j's fifth bit, minus 16.
+void q5_texel(uvec4 u, uint qh, out vec4 w[UV]) {
+    const uvec4 sh = uvec4(0u, 8u, 16u, 24u), bit = uvec4(0u, 1u, 2u, 3u);
+    for (uint k = 0u; k < 4u; k++) {
+        const uvec4 v = uvec4(u[k]) >> sh;
+        const uvec4 lo = ((uvec4(qh >> (4u * k)) >> bit) & 1u) << 4u, hi = ((uvec4(qh >> (4u * k + 16u)) >> bit) & 1u) << 4u;
+        w[k] = vec4((v & 15u) | lo) - 16.0;
+        w[k + 4u] = vec4(((v >> 4u) & 15u) | hi) - 16.0;
+    }
+}
+#endif
+
+// Texels of a row of upr units in W.
+uint row_texels(uint upr) {
+#if TYPE_Q5_0
+    return (upr + 3u) / 4u * 5u;
+#else
+    return upr * TPU;
+#endif
+}
+
 // Decodes unit u of the row whose first texel is `row` into w[UV].
 void decode_unit(uint row, uint u, out vec4 w[UV]) {
     const uint t = row + u * TPU;
@@ -246,6 +274,9 @@ void decode_unit(uint row, uint u, out vec4 w[UV]) {
     q4_texel(FETCH_U4(W, t), 4.0, w);
 #elif TYPE_IQ4_NL
     iq4nl_texel(FETCH_U4(W, t), w);
+#elif TYPE_Q5_0
+    const uint g = row + (u >> 2u) * 5u;
+    q5_texel(FETCH_U4(W, g + (u & 3u)), FETCH_U4(W, g + 4u)[u & 3u], w);
 #endif
 }
 

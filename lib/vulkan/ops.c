@@ -21,8 +21,8 @@ static const char *type_tag(es__dtype t) {
     case ES__DTYPE_Q2_K: return "q2_K";
     case ES__DTYPE_Q3_K: return "q3_K";
     case ES__DTYPE_IQ4_NL: return "iq4_nl";
-    case ES__DTYPE_Q4_1: /* uploaded in Q5_K's and Q8_0's layouts (weights.c): never a matrix's type */
-    case ES__DTYPE_Q5_0:
+    case ES__DTYPE_Q5_0: return "q5_0";
+    case ES__DTYPE_Q4_1: /* uploaded in Q5_K's layout (weights.c): never a matrix's type */
     case ES__DTYPE_Q5_1: break;
     }
     return "?";

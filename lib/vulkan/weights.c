@@ -14,11 +14,10 @@ static bool is_block_type(es__dtype t) {
     return t == ES__DTYPE_Q8_0 || t == ES__DTYPE_Q4_0 || t == ES__DTYPE_IQ4_NL || es__is_k_quant(t) || es__is_q5_family(t);
 }
 
-/* The layout a file type is uploaded in: its own, or for Q4_1/Q5_0/Q5_1 one the shaders have
- * (weights.glsl's per-block scale and min of Q5_K, Q8_0's signed bytes): the same values, a byte
- * per quant, as Q5_K's own upload. */
+/* The layout a file type is uploaded in: its own, or for Q4_1/Q5_1 Q5_K's (weights.glsl: a byte
+ * per quant, a scale and a min per block), the same values as Q5_K's own upload. */
 static es__dtype device_type(es__dtype t) {
-    return t == ES__DTYPE_Q5_0 ? ES__DTYPE_Q8_0 : es__is_q5_family(t) ? ES__DTYPE_Q5_K : t;
+    return t == ES__DTYPE_Q4_1 || t == ES__DTYPE_Q5_1 ? ES__DTYPE_Q5_K : t;
 }
 
 /* Sets of per-block floats in the scale plane (weights.glsl): the scales; the K-quants' second
@@ -46,6 +45,7 @@ uint64_t es__vk_mat_row_bytes(es__dtype type, uint32_t K, uint32_t team, bool sc
     case ES__DTYPE_IQ4_NL: return K / 2; /* a nibble per quant (weights.glsl) */
     case ES__DTYPE_Q5_K:
     case ES__DTYPE_Q6_K: return K; /* one byte per quant (weights.glsl) */
+    case ES__DTYPE_Q5_0: return ((uint64_t)K / 32 + 3) / 4 * 80; /* five texels per four blocks */
     default: break;
     }
     return 0;
@@ -220,8 +220,8 @@ static void repack_lq(es__dtype type, const uint8_t *src, uint32_t nb, uint32_t 
     }
 }
 
-/* One row of Q4_1/Q5_0/Q5_1 blocks into Q5_K's layout (quants a byte each, the scales, the mins
- * srb / 8 floats further) or, for Q5_0, Q8_0's (quants minus 16, the scales). */
+/* One row of Q4_1/Q5_1 blocks into Q5_K's layout: quants a byte each, the scales, the mins srb / 8
+ * floats further. */
 static void repack_q5(es__dtype type, const uint8_t *src, uint32_t nb, uint32_t team, uint64_t srb, uint8_t *dw,
                       float *ds) {
     const size_t bb = es__q5_block_bytes(type);
@@ -230,8 +230,23 @@ static void repack_q5(es__dtype type, const uint8_t *src, uint32_t nb, uint32_t 
         float m;
         const size_t slot = scale_slot(b, team);
         ds[slot] = es__q5_unpack(type, src + bb * b, q, &m);
-        if (type != ES__DTYPE_Q5_0) ds[(size_t)(srb / 8) + slot] = m;
+        ds[(size_t)(srb / 8) + slot] = m;
         memcpy(dw + (size_t)32 * b, q, 32);
+    }
+}
+
+/* One row of Q5_0 blocks (f16 d, qh[4], qs[16]) into its own layout: per group of four blocks their
+ * nibbles in four texels, then their qh words in a fifth (weights.glsl); the scales as Q4_0's. */
+static void repack_q5_0(const uint8_t *src, uint32_t nb, uint32_t team, uint64_t wrb, uint8_t *dw, float *ds) {
+    memset(dw, 0, (size_t)wrb); /* a partial last group */
+    for (uint32_t b = 0; b < nb; b++) {
+        const uint8_t *blk = src + (size_t)22 * b;
+        uint8_t *grp = dw + (size_t)80 * (b / 4);
+        uint16_t dh;
+        memcpy(&dh, blk, 2);
+        ds[scale_slot(b, team)] = es__f16_to_f32(dh);
+        memcpy(grp + 16 * (b % 4), blk + 6, 16);
+        memcpy(grp + 64 + 4 * (b % 4), blk + 2, 4);
     }
 }
 
@@ -245,7 +260,7 @@ static void repack(const es__vk_mat *m, uint32_t team, uint32_t r0, uint32_t n, 
         const uint8_t *src = src_row(m, r0 + i);
         uint8_t *dw = w + wrb * i;
         float *ds = srb ? (float *)(s + srb * i) : NULL;
-        if (es__is_q5_family(m->file_type)) {
+        if (m->file_type == ES__DTYPE_Q4_1 || m->file_type == ES__DTYPE_Q5_1) {
             repack_q5(m->file_type, src, nb, team, srb, dw, ds);
             continue;
         }
@@ -272,6 +287,7 @@ static void repack(const es__vk_mat *m, uint32_t team, uint32_t r0, uint32_t n, 
             break;
         }
         case ES__DTYPE_Q4_K: repack_q4k(src, nb, team, dw, (uint32_t *)ds); break;
+        case ES__DTYPE_Q5_0: repack_q5_0(src, nb, team, wrb, dw, ds); break;
         case ES__DTYPE_Q5_K:
         case ES__DTYPE_Q6_K: repack_k(m->type, src, nb, team, srb, dw, ds); break;
         case ES__DTYPE_Q2_K:

@@ -19,9 +19,8 @@ typedef struct es__vk_part {
  * concatenating rows (Q, K, V) or interleaving them (gate/up: row 2i gate, 2i + 1 up). */
 typedef struct es__vk_mat {
     es__dtype type;              /* the device layout's type (weights.glsl) ...              */
-    es__dtype file_type;         /* ... and the tensors': Q4_1 and Q5_1 are uploaded as Q5_K's
-                                    layout (a byte per quant, a scale and a min per block),
-                                    Q5_0 as Q8_0's (its quants minus 16 as bytes)             */
+    es__dtype file_type;         /* ... and the tensors': Q4_1 and Q5_1 are uploaded in Q5_K's
+                                    layout (a byte per quant, a scale and a min per block)    */
     uint32_t rows, K, K_src;     /* K_src: the tensors' row length before padding */
     uint32_t team;               /* lanes per row in mul_mat: 1, or the device's team size;
                                     the scale plane is interleaved for it (weights.glsl) */
