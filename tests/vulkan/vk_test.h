@@ -85,7 +85,7 @@ enum {
 static inline bool is_kq(int t) {
     return t == T_Q2_K || t == T_Q3_K || t == T_Q4_K || t == T_Q5_K || t == T_Q6_K;
 }
-static inline bool is_q5(int t) { /* Q4_1, Q5_0, Q5_1: uploaded in Q5_K's and Q8_0's layouts */
+static inline bool is_q5(int t) { /* Q4_1, Q5_0, Q5_1: 32-element blocks with a min or a fifth bit */
     return t == T_Q4_1 || t == T_Q5_0 || t == T_Q5_1;
 }
 static inline size_t kq_bytes(int t) {
