@@ -328,7 +328,8 @@ static es_status parse_tensor_info(cur *c, uint64_t i, uint64_t alignment, es__g
     if (!es__dtype_info(type, &tr))
         return es__fail(c->err, ES_ERR_UNSUPPORTED,
                         "%s: tensor type %" PRIu32 " (%s) at offset %" PRIu64
-                        " is not supported (supported: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q2_K, q3_K, q4_K, q5_K, q6_K, iq4_nl)",
+                        " is not supported (supported: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q2_K, q3_K,"
+                        " q4_K, q5_K, q6_K, iq4_nl)",
                         what, type, ggml_type_name(type), at);
     t->type = (es__dtype)type;
     if ((uint64_t)t->ne[0] % tr.block_elems != 0)

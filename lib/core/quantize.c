@@ -169,7 +169,9 @@ es_status es_quantize(const char *in_path, const char *out_path, const char *typ
         if (es__dtype_info(t, &tr) && strcmp(tr.name, type) == 0) target = (es__dtype)t, found = true;
     }
     ES_RETURN_IF(!found, &err, ES_ERR_INVALID_ARGUMENT,
-                 "unknown type '%s' (known: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q2_K, q3_K, q4_K, q5_K, q6_K, iq4_nl)", type);
+                 "unknown type '%s' (known: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q2_K, q3_K, q4_K, q5_K, q6_K,"
+                 " iq4_nl)",
+                 type);
     es__file_map map;
     const int e = es__file_map_open(in_path, true, &map);
     ES_RETURN_IF(e != 0, &err, ES_ERR_IO, "'%s': %s", in_path, es__file_strerror(e));

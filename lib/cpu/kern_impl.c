@@ -72,7 +72,8 @@
 #define IS_Q5(t) ((t) == ES__DTYPE_Q4_1 || (t) == ES__DTYPE_Q5_0 || (t) == ES__DTYPE_Q5_1)
 #define IS_B32(t) ((t) == ES__DTYPE_Q8_0 || (t) == ES__DTYPE_Q4_0 || IS_Q5(t))
 #define B32_MIN(t) ((t) == ES__DTYPE_Q4_1 || (t) == ES__DTYPE_Q5_1) /* x = d q + m */
-#define B32_BYTES(t) ((t) == ES__DTYPE_Q8_0 ? 34 : (t) == ES__DTYPE_Q4_0 ? 18 : (t) == ES__DTYPE_Q4_1 ? 20 : (t) == ES__DTYPE_Q5_0 ? 22 : 24)
+#define B32_BYTES(t)                                                                                   \
+    ((t) == ES__DTYPE_Q8_0 ? 34 : (t) == ES__DTYPE_Q4_0 ? 18 : (t) == ES__DTYPE_Q4_1 ? 20 : (t) == ES__DTYPE_Q5_0 ? 22 : 24)
 #define NV (QK / VL)   /* vectors per block              */
 #define TOK_BLOCK 64   /* tokens whose activations stay in cache while a row tile is reused */
 #define PF_TILES 1     /* row tiles ahead whose weights the tile path prefetches */
@@ -359,7 +360,8 @@ INLINE __m128i q5_high_bytes(uint32_t bits16) {
 #if VL == 16 /* AVX-512BW: the bits are a byte mask as they stand */
     return _mm_maskz_mov_epi8((__mmask16)bits16, _mm_set1_epi8(16));
 #else
-    const __m128i b = _mm_shuffle_epi8(_mm_cvtsi32_si128((int)bits16), _mm_set_epi8(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0));
+    const __m128i spread = _mm_set_epi8(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0); /* byte j: bits of byte j / 8 */
+    const __m128i b = _mm_shuffle_epi8(_mm_cvtsi32_si128((int)bits16), spread);
     const __m128i bit = _mm_set_epi8(-128, 64, 32, 16, 8, 4, 2, 1, -128, 64, 32, 16, 8, 4, 2, 1);
     return _mm_and_si128(_mm_cmpeq_epi8(_mm_and_si128(b, bit), bit), _mm_set1_epi8(16));
 #endif
