@@ -17,13 +17,15 @@
 //   Q5_0  W: groups of four blocks in five texels: the blocks' nibbles as Q4_0's, then their four
 //         32-bit qh words (bit j: element j's fifth bit), offset 16: 5 bits a weight, where the
 //         file's f16 scales sit in S. A row's last group may be partial (row_texels)
+//   Q5_1  W: as Q5_0, no offset (a min per block: S2)
+//   Q4_1  W: as Q4_0, no offset (a min per block: S2)
 //   Q8_0, Q4_0, K-quants  S: f32 block scales as RGBA32F, four per texel, lane-interleaved: the lane that
 //         handles blocks l, l + T, l + 2T, l + 3T of a row (T = lanes per team) finds their four
 //         scales in one texel, so scales cost one fetch per four blocks (on lavapipe a texel
 //         fetch costs about as much as the arithmetic of a whole unit). Row r's scales start at
 //         texel s_off + r * ceil(blocks / (4 T)) * T.
-//   K-quants  S holds a second set of per-block floats after each row's scales (same layout,
-//         scale_row_texels further): Q5_K the block's -dmin m (x = d sc q - dmin m, so a
+//   K-quants, Q4_1, Q5_1  S holds a second set of per-block floats after each row's scales (same
+//         layout, scale_row_texels further): Q4_1 and Q5_1 the block's min m, Q5_K the block's -dmin m (x = d sc q - dmin m, so a
 //         unit adds d sc (q . x) + (-dmin m) (sum of x)), Q6_K the scale of the block's last 16
 //         elements (the first set scales its first 16); Q3_K as Q6_K. Q2_K keeps four sets: the
 //         scales of the block's two halves, then their -dmin m (x = d sc q - dmin m per 16).
@@ -39,7 +41,7 @@
 //         do: one scale fetch per run of four blocks, where two f32 per block took two.
 // The repacking happens once at upload (lib/vulkan/weights.c). Select the type with one of
 // TYPE_F32, TYPE_F16, TYPE_BF16, TYPE_Q8_0, TYPE_Q4_0, TYPE_Q4_K, TYPE_Q5_K, TYPE_Q6_K, TYPE_Q2_K,
-// TYPE_Q3_K, TYPE_IQ4_NL, TYPE_Q5_0. With ES_TEXEL=0 and ES_NATIVE=1, F16 and
+// TYPE_Q3_K, TYPE_IQ4_NL, TYPE_Q5_0, TYPE_Q5_1, TYPE_Q4_1. With ES_TEXEL=0 and ES_NATIVE=1, F16 and
 // Q8_0 are loaded with 16-/8-bit storage types instead of being unpacked from 32-bit words.
 // Decoding here is exact (integer quants and f16/bf16 widen exactly to f32); the caller scales.
 #ifndef ES_NATIVE
@@ -80,6 +82,12 @@
 #endif
 #ifndef TYPE_Q5_0
 #define TYPE_Q5_0 0
+#endif
+#ifndef TYPE_Q5_1
+#define TYPE_Q5_1 0
+#endif
+#ifndef TYPE_Q4_1
+#define TYPE_Q4_1 0
 #endif
 
 #if ES_NATIVE && TYPE_F16
@@ -138,6 +146,11 @@
 #define EPU 32
 #define TPU 1 // Q5_0: five texels per four units (row_texels)
 #define HAS_SCALE 1
+#elif TYPE_Q5_1 || TYPE_Q4_1
+#define EPU 32
+#define TPU 1 // Q5_1: five texels per four units (row_texels)
+#define HAS_SCALE 1
+#define HAS_MIN 1
 #else
 #error "weights.glsl: no TYPE_* defined"
 #endif
@@ -216,22 +229,22 @@ void iq4nl_texel(uvec4 u, out vec4 w[UV]) {
 }
 #endif
 
-#if TYPE_Q5_0
-// Q4_0's nibbles with bit j of qh as element j's fifth bit, minus 16.
-void q5_texel(uvec4 u, uint qh, out vec4 w[UV]) {
+#if TYPE_Q5_0 || TYPE_Q5_1
+// Q4_0's nibbles with bit j of qh as element j's fifth bit, minus off.
+void q5_texel(uvec4 u, uint qh, float off, out vec4 w[UV]) {
     const uvec4 sh = uvec4(0u, 8u, 16u, 24u), bit = uvec4(0u, 1u, 2u, 3u);
     for (uint k = 0u; k < 4u; k++) {
         const uvec4 v = uvec4(u[k]) >> sh;
         const uvec4 lo = ((uvec4(qh >> (4u * k)) >> bit) & 1u) << 4u, hi = ((uvec4(qh >> (4u * k + 16u)) >> bit) & 1u) << 4u;
-        w[k] = vec4((v & 15u) | lo) - 16.0;
-        w[k + 4u] = vec4(((v >> 4u) & 15u) | hi) - 16.0;
+        w[k] = vec4((v & 15u) | lo) - off;
+        w[k + 4u] = vec4(((v >> 4u) & 15u) | hi) - off;
     }
 }
 #endif
 
 // Texels of a row of upr units in W.
 uint row_texels(uint upr) {
-#if TYPE_Q5_0
+#if TYPE_Q5_0 || TYPE_Q5_1
     return (upr + 3u) / 4u * 5u;
 #else
     return upr * TPU;
@@ -268,15 +281,15 @@ void decode_unit(uint row, uint u, out vec4 w[UV]) {
     w[7] = q8_word(b.w);
 #elif TYPE_Q4_0
     q4_texel(FETCH_U4(W, t), 8.0, w);
-#elif TYPE_Q4_K || TYPE_Q2_K
+#elif TYPE_Q4_K || TYPE_Q2_K || TYPE_Q4_1
     q4_texel(FETCH_U4(W, t), 0.0, w);
 #elif TYPE_Q3_K
     q4_texel(FETCH_U4(W, t), 4.0, w);
 #elif TYPE_IQ4_NL
     iq4nl_texel(FETCH_U4(W, t), w);
-#elif TYPE_Q5_0
+#elif TYPE_Q5_0 || TYPE_Q5_1
     const uint g = row + (u >> 2u) * 5u;
-    q5_texel(FETCH_U4(W, g + (u & 3u)), FETCH_U4(W, g + 4u)[u & 3u], w);
+    q5_texel(FETCH_U4(W, g + (u & 3u)), FETCH_U4(W, g + 4u)[u & 3u], 16.0 * float(TYPE_Q5_0), w);
 #endif
 }
 

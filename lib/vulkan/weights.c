@@ -14,17 +14,13 @@ static bool is_block_type(es__dtype t) {
     return t == ES__DTYPE_Q8_0 || t == ES__DTYPE_Q4_0 || t == ES__DTYPE_IQ4_NL || es__is_k_quant(t) || es__is_q5_family(t);
 }
 
-/* The layout a file type is uploaded in: its own, or for Q4_1/Q5_1 Q5_K's (weights.glsl: a byte
- * per quant, a scale and a min per block), the same values as Q5_K's own upload. */
-static es__dtype device_type(es__dtype t) {
-    return t == ES__DTYPE_Q4_1 || t == ES__DTYPE_Q5_1 ? ES__DTYPE_Q5_K : t;
-}
 
 /* Sets of per-block floats in the scale plane (weights.glsl): the scales; the K-quants' second
  * set (mins, or the second 16 elements' scales); Q2_K's mins of both halves as sets three and four.
  * Q4_K packs its scales and mins into one texel per lane and four blocks (repack_q4k). */
 static uint64_t scale_sets(es__dtype t) {
-    return t == ES__DTYPE_Q2_K ? 4 : es__is_k_quant(t) && t != ES__DTYPE_Q4_K ? 2 : 1;
+    const bool min = t == ES__DTYPE_Q4_1 || t == ES__DTYPE_Q5_1;
+    return t == ES__DTYPE_Q2_K ? 4 : (es__is_k_quant(t) && t != ES__DTYPE_Q4_K) || min ? 2 : 1;
 }
 
 uint64_t es__vk_mat_row_bytes(es__dtype type, uint32_t K, uint32_t team, bool scale_plane) {
@@ -42,10 +38,12 @@ uint64_t es__vk_mat_row_bytes(es__dtype type, uint32_t K, uint32_t team, bool sc
     case ES__DTYPE_Q4_K:
     case ES__DTYPE_Q2_K:
     case ES__DTYPE_Q3_K:
-    case ES__DTYPE_IQ4_NL: return K / 2; /* a nibble per quant (weights.glsl) */
+    case ES__DTYPE_IQ4_NL:
+    case ES__DTYPE_Q4_1: return K / 2; /* a nibble per quant (weights.glsl) */
     case ES__DTYPE_Q5_K:
     case ES__DTYPE_Q6_K: return K; /* one byte per quant (weights.glsl) */
-    case ES__DTYPE_Q5_0: return ((uint64_t)K / 32 + 3) / 4 * 80; /* five texels per four blocks */
+    case ES__DTYPE_Q5_0:
+    case ES__DTYPE_Q5_1: return ((uint64_t)K / 32 + 3) / 4 * 80; /* five texels per four blocks */
     default: break;
     }
     return 0;
@@ -88,8 +86,7 @@ es_status es__vk_mat_init(es__vk_dev *d, es__vk_mat *m, const es__tensor *const 
     ES_RETURN_IF(is_block_type(t0->type) && t0->ne[0] % 32 != 0, d->err, ES_ERR_MODEL,
                  "vulkan: tensor '%s' row length %lld is not a multiple of the 32-element block", t0->name,
                  (long long)t0->ne[0]);
-    m->file_type = t0->type;
-    m->type = device_type(t0->type);
+    m->type = t0->type;
     m->rows = (uint32_t)rows;
     m->K_src = (uint32_t)t0->ne[0];
     m->K = (m->K_src + 31u) & ~31u;
@@ -220,33 +217,29 @@ static void repack_lq(es__dtype type, const uint8_t *src, uint32_t nb, uint32_t 
     }
 }
 
-/* One row of Q4_1/Q5_1 blocks into Q5_K's layout: quants a byte each, the scales, the mins srb / 8
- * floats further. */
-static void repack_q5(es__dtype type, const uint8_t *src, uint32_t nb, uint32_t team, uint64_t srb, uint8_t *dw,
-                      float *ds) {
-    const size_t bb = es__q5_block_bytes(type);
-    for (uint32_t b = 0; b < nb; b++) {
-        int8_t q[32];
-        float m;
-        const size_t slot = scale_slot(b, team);
-        ds[slot] = es__q5_unpack(type, src + bb * b, q, &m);
-        ds[(size_t)(srb / 8) + slot] = m;
-        memcpy(dw + (size_t)32 * b, q, 32);
-    }
-}
-
-/* One row of Q5_0 blocks (f16 d, qh[4], qs[16]) into its own layout: per group of four blocks their
- * nibbles in four texels, then their qh words in a fifth (weights.glsl); the scales as Q4_0's. */
-static void repack_q5_0(const uint8_t *src, uint32_t nb, uint32_t team, uint64_t wrb, uint8_t *dw, float *ds) {
+/* One row of Q4_1, Q5_0 or Q5_1 blocks (f16 d, [f16 m], [qh[4]], qs[16]) into weights.glsl's
+ * layouts: Q4_1's nibbles a texel per block; Q5_0's and Q5_1's per group of four blocks, their
+ * nibbles in four texels, then their qh words in a fifth. The scales, and the mins srb / 8 floats
+ * further. */
+static void repack_q5(es__dtype type, const uint8_t *src, uint32_t nb, uint32_t team, uint64_t wrb, uint64_t srb,
+                      uint8_t *dw, float *ds) {
+    const bool has_min = type != ES__DTYPE_Q5_0, five = type != ES__DTYPE_Q4_1;
+    const size_t bb = es__q5_block_bytes(type), qs = 2 + 2 * has_min + 4 * five;
     memset(dw, 0, (size_t)wrb); /* a partial last group */
     for (uint32_t b = 0; b < nb; b++) {
-        const uint8_t *blk = src + (size_t)22 * b;
+        const uint8_t *blk = src + bb * b;
+        const size_t slot = scale_slot(b, team);
+        uint16_t h[2];
+        memcpy(h, blk, 4);
+        ds[slot] = es__f16_to_f32(h[0]);
+        if (has_min) ds[(size_t)(srb / 8) + slot] = es__f16_to_f32(h[1]);
+        if (!five) {
+            memcpy(dw + (size_t)16 * b, blk + qs, 16);
+            continue;
+        }
         uint8_t *grp = dw + (size_t)80 * (b / 4);
-        uint16_t dh;
-        memcpy(&dh, blk, 2);
-        ds[scale_slot(b, team)] = es__f16_to_f32(dh);
-        memcpy(grp + 16 * (b % 4), blk + 6, 16);
-        memcpy(grp + 64 + 4 * (b % 4), blk + 2, 4);
+        memcpy(grp + 16 * (b % 4), blk + qs, 16);
+        memcpy(grp + 64 + 4 * (b % 4), blk + qs - 4, 4);
     }
 }
 
@@ -260,10 +253,6 @@ static void repack(const es__vk_mat *m, uint32_t team, uint32_t r0, uint32_t n, 
         const uint8_t *src = src_row(m, r0 + i);
         uint8_t *dw = w + wrb * i;
         float *ds = srb ? (float *)(s + srb * i) : NULL;
-        if (m->file_type == ES__DTYPE_Q4_1 || m->file_type == ES__DTYPE_Q5_1) {
-            repack_q5(m->file_type, src, nb, team, srb, dw, ds);
-            continue;
-        }
         switch (m->type) {
         case ES__DTYPE_F32:
         case ES__DTYPE_F16:
@@ -287,7 +276,9 @@ static void repack(const es__vk_mat *m, uint32_t team, uint32_t r0, uint32_t n, 
             break;
         }
         case ES__DTYPE_Q4_K: repack_q4k(src, nb, team, dw, (uint32_t *)ds); break;
-        case ES__DTYPE_Q5_0: repack_q5_0(src, nb, team, wrb, dw, ds); break;
+        case ES__DTYPE_Q4_1:
+        case ES__DTYPE_Q5_0:
+        case ES__DTYPE_Q5_1: repack_q5(m->type, src, nb, team, wrb, srb, dw, ds); break;
         case ES__DTYPE_Q5_K:
         case ES__DTYPE_Q6_K: repack_k(m->type, src, nb, team, srb, dw, ds); break;
         case ES__DTYPE_Q2_K:

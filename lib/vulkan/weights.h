@@ -18,9 +18,7 @@ typedef struct es__vk_part {
 /* A weight matrix: rows of K elements (K padded to 32), possibly several tensors fused by
  * concatenating rows (Q, K, V) or interleaving them (gate/up: row 2i gate, 2i + 1 up). */
 typedef struct es__vk_mat {
-    es__dtype type;              /* the device layout's type (weights.glsl) ...              */
-    es__dtype file_type;         /* ... and the tensors': Q4_1 and Q5_1 are uploaded in Q5_K's
-                                    layout (a byte per quant, a scale and a min per block)    */
+    es__dtype type;
     uint32_t rows, K, K_src;     /* K_src: the tensors' row length before padding */
     uint32_t team;               /* lanes per row in mul_mat: 1, or the device's team size;
                                     the scale plane is interleaved for it (weights.glsl) */
