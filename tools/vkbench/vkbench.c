@@ -54,6 +54,15 @@ static void *make_weights(es__dtype t, uint32_t rows, uint32_t K, size_t *bytes)
             if (has_min) memcpy(w + bb * b + d_at + 2, &d, 2);
         }
     }
+    if (es__is_q5_family(t)) { /* random quants, block scales (and mins) of 0.001 */
+        const size_t bb = es__q5_block_bytes(t);
+        const uint16_t d = es__f32_to_f16(0.001f);
+        for (size_t i = 0; i < sz; i++) w[i] = (uint8_t)(rand() & 0xff);
+        for (size_t b = 0; b < n / 32; b++) {
+            memcpy(w + bb * b, &d, 2);
+            if (t != ES__DTYPE_Q5_0) memcpy(w + bb * b + 2, &d, 2);
+        }
+    }
     if (t == ES__DTYPE_IQ4_NL) { /* random grid indices, block scales of 0.001 */
         const uint16_t d = es__f32_to_f16(0.001f);
         for (size_t i = 0; i < sz; i++) w[i] = (uint8_t)(rand() & 0xff);
