@@ -25,8 +25,8 @@
 //         fetch costs about as much as the arithmetic of a whole unit). Row r's scales start at
 //         texel s_off + r * ceil(blocks / (4 T)) * T.
 //   K-quants, Q4_1, Q5_1  S holds a second set of per-block floats after each row's scales (same
-//         layout, scale_row_texels further): Q4_1 and Q5_1 the block's min m, Q5_K the block's -dmin m (x = d sc q - dmin m, so a
-//         unit adds d sc (q . x) + (-dmin m) (sum of x)), Q6_K the scale of the block's last 16
+//         layout, scale_row_texels further): Q4_1 and Q5_1 the block's min m, Q5_K the block's
+//         -dmin m (x = d sc q - dmin m, so a unit adds d sc (q . x) + (-dmin m) (sum of x)), Q6_K the scale of the block's last 16
 //         elements (the first set scales its first 16); Q3_K as Q6_K. Q2_K keeps four sets: the
 //         scales of the block's two halves, then their -dmin m (x = d sc q - dmin m per 16).
 //   Q4_K  S instead: RGBA32UI, scales and mins packed (LANE_RUNS): a lane walks runs of consecutive

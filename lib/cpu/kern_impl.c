@@ -559,8 +559,8 @@ INLINE void rows_dot(es__dtype type, const uint8_t *const *row, const int NR, co
             for (int r = 0; r < NR; r++) {
                 vf wq[NV];
                 float m = 0.0f;
-                pf_span(row[r] + (size_t)b * bb, 1, pf);
                 const uint8_t *blk = row[r] + (size_t)b * bb;
+                pf_span(blk, 1, pf);
                 const vf dv = vsplat(IS_Q5(type) ? load_block_q5(type, blk, wq, &m) : load_block(type, blk, wq));
                 const vf mv = vsplat(m);
                 for (int v = 0; v < NV; v++) {

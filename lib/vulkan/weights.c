@@ -11,9 +11,9 @@
 #define ES__STAGING_SIZE ((VkDeviceSize)32 << 20)
 
 static bool is_block_type(es__dtype t) {
-    return t == ES__DTYPE_Q8_0 || t == ES__DTYPE_Q4_0 || t == ES__DTYPE_IQ4_NL || es__is_k_quant(t) || es__is_q5_family(t);
+    return t == ES__DTYPE_Q8_0 || t == ES__DTYPE_Q4_0 || t == ES__DTYPE_IQ4_NL || es__is_k_quant(t) ||
+           es__is_q5_family(t);
 }
-
 
 /* Sets of per-block floats in the scale plane (weights.glsl): the scales; the K-quants' second
  * set (mins, or the second 16 elements' scales); Q2_K's mins of both halves as sets three and four.
