@@ -48,6 +48,7 @@ typedef enum es__dtype {
     ES__DTYPE_Q5_K = 13,
     ES__DTYPE_Q6_K = 14,
     ES__DTYPE_IQ4_NL = 20, /* 32-element blocks on a fixed non-uniform grid (quant_iq4.c) */
+    ES__DTYPE_IQ4_XS = 23, /* eight such blocks with 6-bit scales under one f16 (quant_iq4.c) */
     ES__DTYPE_BF16 = 30,
 } es__dtype;
 
@@ -157,6 +158,13 @@ void es__k_unpack16(uint32_t type, const uint8_t *x, int8_t *q, float *a, float 
 extern const int8_t es__iq4nl_values[16];
 void es__quantize_iq4_nl(const float *x, uint8_t *y, int64_t nb);
 void es__dequantize_iq4_nl(const uint8_t *x, float *y, int64_t nb);
+/* IQ4_XS: nb super-blocks of 256 (ES__IQ4XS_BYTES each), x = es__iq4_xs_scale(j) * grid value
+ * in sub-block j of 32. */
+#define ES__IQ4XS_BYTES 136
+void es__quantize_iq4_xs(const float *x, uint8_t *y, int64_t nb);
+void es__dequantize_iq4_xs(const uint8_t *x, float *y, int64_t nb);
+/* Sub-block j's (0..7) scale d (ls_j - 32) of the super-block at x: exact in f32. */
+float es__iq4_xs_scale(const uint8_t *x, int j);
 
 /* Q4_1, Q5_0 and Q5_1 (quant_q5.c): nb blocks of 32 elements, x = d q + m (Q5_0: m = 0). */
 #define ES__QK_Q5 32

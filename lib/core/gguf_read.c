@@ -39,6 +39,7 @@ static const es__dtype_traits dtype_table[] = {
     [ES__DTYPE_Q5_K] = {"q5_K", 256, 176},
     [ES__DTYPE_Q6_K] = {"q6_K", 256, 210},
     [ES__DTYPE_IQ4_NL] = {"iq4_nl", 32, 18},
+    [ES__DTYPE_IQ4_XS] = {"iq4_xs", 256, 136},
     [ES__DTYPE_BF16] = {"bf16", 1, 2},
 };
 
@@ -329,7 +330,7 @@ static es_status parse_tensor_info(cur *c, uint64_t i, uint64_t alignment, es__g
         return es__fail(c->err, ES_ERR_UNSUPPORTED,
                         "%s: tensor type %" PRIu32 " (%s) at offset %" PRIu64
                         " is not supported (supported: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q2_K, q3_K,"
-                        " q4_K, q5_K, q6_K, iq4_nl)",
+                        " q4_K, q5_K, q6_K, iq4_nl, iq4_xs)",
                         what, type, ggml_type_name(type), at);
     t->type = (es__dtype)type;
     if ((uint64_t)t->ne[0] % tr.block_elems != 0)

@@ -6,7 +6,7 @@
  * llama.cpp writes from the same floats. Where ggml's reference has undefined behaviour (a block so
  * tiny that 1/d overflows, or non-finite inputs, make it convert inf/NaN to an integer) we store 0,
  * which is what x86 builds of ggml store there.
- * Deliberately not here: fast kernels (lib/cpu), the K-quants (quant_k.c), IQ4_NL (quant_iq4.c),
+ * Deliberately not here: fast kernels (lib/cpu), the K-quants (quant_k.c), IQ4_NL and IQ4_XS (quant_iq4.c),
  * Q4_1/Q5_0/Q5_1 (quant_q5.c), other ggml block types.
  *
  * Block layouts (ggml): Q8_0 = { f16 d; int8 q[32]; } with x[j] = d * q[j].
@@ -166,6 +166,10 @@ bool es__quantize_row(uint32_t type, const float *src, void *dst, int64_t n) {
         if (n % ES__QK_IQ4) return false;
         es__quantize_iq4_nl(src, dst, n / ES__QK_IQ4);
         return true;
+    case ES__DTYPE_IQ4_XS:
+        if (n % ES__QK_K) return false;
+        es__quantize_iq4_xs(src, dst, n / ES__QK_K);
+        return true;
     case ES__DTYPE_Q4_1:
     case ES__DTYPE_Q5_0:
     case ES__DTYPE_Q5_1:
@@ -219,6 +223,10 @@ bool es__dequantize_row(uint32_t type, const void *src, float *dst, int64_t n) {
     case ES__DTYPE_IQ4_NL:
         if (n % ES__QK_IQ4) return false;
         es__dequantize_iq4_nl(x, dst, n / ES__QK_IQ4);
+        return true;
+    case ES__DTYPE_IQ4_XS:
+        if (n % ES__QK_K) return false;
+        es__dequantize_iq4_xs(x, dst, n / ES__QK_K);
         return true;
     case ES__DTYPE_Q4_1:
     case ES__DTYPE_Q5_0:

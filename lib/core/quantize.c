@@ -28,6 +28,7 @@ static uint32_t file_type_of(es__dtype t) { /* llama.cpp's general.file_type for
     case ES__DTYPE_Q5_K: return 16;
     case ES__DTYPE_Q6_K: return 18;
     case ES__DTYPE_IQ4_NL: return 25;
+    case ES__DTYPE_IQ4_XS: return 30;
     case ES__DTYPE_BF16: return 32;
     }
     return 0;
@@ -44,7 +45,7 @@ static bool is_matrix(const es__gguf_tensor *t) {
 }
 
 /* The type a matrix with rows of ne0 elements gets: the target, or when its rows are not whole
- * blocks of it the type with blocks of 32 llama.cpp falls back to: IQ4_NL for Q2_K and Q3_K,
+ * blocks of it the type with blocks of 32 llama.cpp falls back to: IQ4_NL for Q2_K, Q3_K and IQ4_XS,
  * Q5_0 for Q4_K, Q5_1 for Q5_K, Q8_0 for Q6_K; f16 for rows that are not whole blocks of 32
  * either. */
 static es__dtype type_for(es__dtype target, int64_t ne0) {
@@ -54,7 +55,8 @@ static es__dtype type_for(es__dtype target, int64_t ne0) {
     if (ne0 % 32 != 0) return ES__DTYPE_F16;
     switch (target) {
     case ES__DTYPE_Q2_K:
-    case ES__DTYPE_Q3_K: return ES__DTYPE_IQ4_NL;
+    case ES__DTYPE_Q3_K:
+    case ES__DTYPE_IQ4_XS: return ES__DTYPE_IQ4_NL;
     case ES__DTYPE_Q4_K: return ES__DTYPE_Q5_0;
     case ES__DTYPE_Q5_K: return ES__DTYPE_Q5_1;
     default: return ES__DTYPE_Q8_0;
@@ -170,7 +172,7 @@ es_status es_quantize(const char *in_path, const char *out_path, const char *typ
     }
     ES_RETURN_IF(!found, &err, ES_ERR_INVALID_ARGUMENT,
                  "unknown type '%s' (known: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q2_K, q3_K, q4_K, q5_K, q6_K,"
-                 " iq4_nl)",
+                 " iq4_nl, iq4_xs)",
                  type);
     es__file_map map;
     const int e = es__file_map_open(in_path, true, &map);

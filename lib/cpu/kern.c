@@ -86,6 +86,7 @@ size_t es__kern_row_bytes(es__dtype type, int64_t n) {
     case ES__DTYPE_Q2_K: return n % 256 ? 0 : (size_t)(n / 256) * 84;
     case ES__DTYPE_Q3_K: return n % 256 ? 0 : (size_t)(n / 256) * 110;
     case ES__DTYPE_IQ4_NL: return n % 32 ? 0 : (size_t)(n / 32) * 18;
+    case ES__DTYPE_IQ4_XS: return n % 256 ? 0 : (size_t)(n / 256) * ES__IQ4XS_BYTES;
     }
     return 0;
 }

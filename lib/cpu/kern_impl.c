@@ -535,7 +535,7 @@ INLINE void pf_span(const uint8_t *p, size_t n, size_t pf) {
         for (size_t o = 0; o < n; o += 64) __builtin_prefetch(p + pf + o, 0, 1);
 }
 
-#include "kern_lq.h"  /* Q2_K, Q3_K, IQ4_NL */
+#include "kern_lq.h"  /* Q2_K, Q3_K, IQ4_NL, IQ4_XS */
 #include "kern_ksum.h" /* Q4_K, Q5_K, Q6_K */
 
 
@@ -551,7 +551,7 @@ INLINE void rows_dot(es__dtype type, const uint8_t *const *row, const int NR, co
     vf acc[2][T_TILE];
     for (int r = 0; r < NR; r++)
         for (int t = 0; t < T; t++) acc[r][t] = vzero();
-    if (IS_LQ(type) || type == ES__DTYPE_IQ4_NL) {
+    if (IS_LQ(type) || IS_IQ4(type)) {
         lq_rows_dot(type, row, NR, x, ldx, T, n_in, pf, acc);
     } else if (IS_B32(type)) {
         const size_t bb = B32_BYTES(type);
@@ -681,6 +681,7 @@ DEF_ROWS(rows_q5_1, ES__DTYPE_Q5_1)
 DEF_ROWS(rows_q2_k, ES__DTYPE_Q2_K)
 DEF_ROWS(rows_q3_k, ES__DTYPE_Q3_K)
 DEF_ROWS(rows_iq4_nl, ES__DTYPE_IQ4_NL)
+DEF_ROWS(rows_iq4_xs, ES__DTYPE_IQ4_XS)
 
 
 /* ---- tiles (several tokens): R_TILE rows of f32 weights x T tokens, out[r * T_TILE + t]. Same
@@ -759,6 +760,7 @@ static void k_matmul(es__dtype type, const void *w, size_t row_bytes, int64_t n_
         case ES__DTYPE_Q2_K: rows_q2_k(base, row_bytes, n_in, r0, r1, x, ldx, n_tok, y, ldy); break;
         case ES__DTYPE_Q3_K: rows_q3_k(base, row_bytes, n_in, r0, r1, x, ldx, n_tok, y, ldy); break;
         case ES__DTYPE_IQ4_NL: rows_iq4_nl(base, row_bytes, n_in, r0, r1, x, ldx, n_tok, y, ldy); break;
+        case ES__DTYPE_IQ4_XS: rows_iq4_xs(base, row_bytes, n_in, r0, r1, x, ldx, n_tok, y, ldy); break;
         }
         return;
     }
@@ -1090,7 +1092,7 @@ static void k_axpy(float *y, float a, const float *x, int64_t n) {
 
 static void k_to_f32(es__dtype type, const void *row, float *out, int64_t n) {
     const uint8_t *p = row;
-    if (IS_LQ(type) || type == ES__DTYPE_IQ4_NL) {
+    if (IS_LQ(type) || IS_IQ4(type)) {
         lq_to_f32(type, p, out, n);
         return;
     }

@@ -184,7 +184,7 @@ typedef struct es_quantize_params {
 ES_API es_quantize_params es_quantize_default_params(void);
 
 /* Writes in_path's model to out_path with its weight matrices in type ("q4_K", "q5_K", "q6_K",
- * "q3_K", "q2_K", "iq4_nl", "q8_0", "q5_1", "q5_0", "q4_1", "q4_0", "bf16", "f16" or "f32").
+ * "q3_K", "q2_K", "iq4_nl", "iq4_xs", "q8_0", "q5_1", "q5_0", "q4_1", "q4_0", "bf16", "f16" or "f32").
  * params may be NULL. Errors: es_last_error(). */
 ES_API es_status es_quantize(const char *in_path, const char *out_path, const char *type,
                              const es_quantize_params *params);
@@ -249,7 +249,7 @@ ES_API es_status es_model_get_info(const es_model *model, es_model_info *out);
 
 typedef struct es_tensor_info {
     const char *name;   /* owned by the model */
-    const char *type;   /* "f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q2_K" ... "q6_K", "iq4_nl" */
+    const char *type;   /* "f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q2_K" ... "q6_K", "iq4_nl", "iq4_xs" */
     int32_t n_dims;
     int64_t ne[4];      /* ne[0] is the contiguous dimension (GGUF order) */
     uint64_t offset;    /* file offset of the data */

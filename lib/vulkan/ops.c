@@ -21,6 +21,7 @@ static const char *type_tag(es__dtype t) {
     case ES__DTYPE_Q2_K: return "q2_K";
     case ES__DTYPE_Q3_K: return "q3_K";
     case ES__DTYPE_IQ4_NL: return "iq4_nl";
+    case ES__DTYPE_IQ4_XS: break; /* uploaded as IQ4_NL (weights.h) */
     case ES__DTYPE_Q5_0: return "q5_0";
     case ES__DTYPE_Q5_1: return "q5_1";
     case ES__DTYPE_Q4_1: return "q4_1";

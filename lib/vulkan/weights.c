@@ -11,8 +11,8 @@
 #define ES__STAGING_SIZE ((VkDeviceSize)32 << 20)
 
 static bool is_block_type(es__dtype t) {
-    return t == ES__DTYPE_Q8_0 || t == ES__DTYPE_Q4_0 || t == ES__DTYPE_IQ4_NL || es__is_k_quant(t) ||
-           es__is_q5_family(t);
+    return t == ES__DTYPE_Q8_0 || t == ES__DTYPE_Q4_0 || t == ES__DTYPE_IQ4_NL || t == ES__DTYPE_IQ4_XS ||
+           es__is_k_quant(t) || es__is_q5_family(t);
 }
 
 /* Sets of per-block floats in the scale plane (weights.glsl): the scales; the K-quants' second
@@ -86,7 +86,7 @@ es_status es__vk_mat_init(es__vk_dev *d, es__vk_mat *m, const es__tensor *const 
     ES_RETURN_IF(is_block_type(t0->type) && t0->ne[0] % 32 != 0, d->err, ES_ERR_MODEL,
                  "vulkan: tensor '%s' row length %lld is not a multiple of the 32-element block", t0->name,
                  (long long)t0->ne[0]);
-    m->type = t0->type;
+    m->type = t0->type == ES__DTYPE_IQ4_XS ? ES__DTYPE_IQ4_NL : t0->type;
     m->rows = (uint32_t)rows;
     m->K_src = (uint32_t)t0->ne[0];
     m->K = (m->K_src + 31u) & ~31u;
@@ -253,7 +253,7 @@ static void repack(const es__vk_mat *m, uint32_t team, uint32_t r0, uint32_t n, 
         const uint8_t *src = src_row(m, r0 + i);
         uint8_t *dw = w + wrb * i;
         float *ds = srb ? (float *)(s + srb * i) : NULL;
-        switch (m->type) {
+        switch (m->src[0]->type) {
         case ES__DTYPE_F32:
         case ES__DTYPE_F16:
         case ES__DTYPE_BF16: {
@@ -275,6 +275,13 @@ static void repack(const es__vk_mat *m, uint32_t team, uint32_t r0, uint32_t n, 
             }
             break;
         }
+        case ES__DTYPE_IQ4_XS: /* IQ4_NL's layout: a sub-block's nibbles, its scale d (ls - 32) */
+            for (uint32_t b = 0; b < nb; b++) {
+                const uint8_t *sb = src + (size_t)ES__IQ4XS_BYTES * (b / 8);
+                ds[scale_slot(b, team)] = es__iq4_xs_scale(sb, (int)(b % 8));
+                memcpy(dw + (size_t)16 * b, sb + 8 + 16 * (b % 8), 16);
+            }
+            break;
         case ES__DTYPE_Q4_K: repack_q4k(src, nb, team, dw, (uint32_t *)ds); break;
         case ES__DTYPE_Q4_1:
         case ES__DTYPE_Q5_0:

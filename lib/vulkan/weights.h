@@ -18,7 +18,8 @@ typedef struct es__vk_part {
 /* A weight matrix: rows of K elements (K padded to 32), possibly several tensors fused by
  * concatenating rows (Q, K, V) or interleaving them (gate/up: row 2i gate, 2i + 1 up). */
 typedef struct es__vk_mat {
-    es__dtype type;
+    es__dtype type;              /* the device layout's type (weights.glsl): the tensors', except
+                                    IQ4_XS, whose blocks go up as IQ4_NL's (their scales d (ls - 32)) */
     uint32_t rows, K, K_src;     /* K_src: the tensors' row length before padding */
     uint32_t team;               /* lanes per row in mul_mat: 1, or the device's team size;
                                     the scale plane is interleaved for it (weights.glsl) */

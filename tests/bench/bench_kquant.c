@@ -1,5 +1,5 @@
 /* bench_kquant.c: the CPU kernels' one-token matrix-vector product per weight type, the K-quants
- * IQ4_NL, Q4_1, Q5_0 and Q5_1 beside Q4_0 and Q8_0, at every kernel level built in, on one thread: once with a matrix that
+ * IQ4_NL, IQ4_XS, Q4_1, Q5_0 and Q5_1 beside Q4_0 and Q8_0, at every kernel level built in, on one thread: once with a matrix that
  * fits the L3 cache (the kernel's arithmetic rate) and once with one four times the L3 (what
  * decode sees). JSON lines on stdout: median and minimum wall time over repetitions, the median
  * process CPU time (less disturbed on a shared machine), weight GB/s and Gweights/s.
@@ -26,7 +26,7 @@ static bool bench_list_has(const char *list, const char *name) {
 int main(int argc, char **argv) {
     const int reps = argc > 1 ? atoi(argv[1]) : 15;
     const es__dtype types[] = {ES__DTYPE_Q4_0, ES__DTYPE_Q4_K, ES__DTYPE_Q5_K, ES__DTYPE_Q6_K, ES__DTYPE_Q8_0, ES__DTYPE_Q2_K,
-                               ES__DTYPE_Q3_K, ES__DTYPE_IQ4_NL, ES__DTYPE_Q4_1, ES__DTYPE_Q5_0, ES__DTYPE_Q5_1};
+                               ES__DTYPE_Q3_K, ES__DTYPE_IQ4_NL, ES__DTYPE_IQ4_XS, ES__DTYPE_Q4_1, ES__DTYPE_Q5_0, ES__DTYPE_Q5_1};
     const es__kern *levels[3] = {es__kern_generic(), es__kern_x86_v3(), es__kern_x86_v4()};
     const int64_t n_in = 4096, rows_l3 = 2048, rows_dram = 32768; /* 4.5 bits: 4.7 MiB and 75 MiB */
     uint64_t rng = 0x9E3779B97F4A7C15ull;

@@ -29,6 +29,7 @@ static uint64_t ggml_row_bytes(es__dtype type, uint32_t K) {
     case ES__DTYPE_Q2_K: return K % 256 ? 0 : (uint64_t)K / 256 * 84;
     case ES__DTYPE_Q3_K: return K % 256 ? 0 : (uint64_t)K / 256 * 110;
     case ES__DTYPE_IQ4_NL: return K % 32 ? 0 : (uint64_t)K / 32 * 18;
+    case ES__DTYPE_IQ4_XS: return K % 256 ? 0 : (uint64_t)K / 256 * ES__IQ4XS_BYTES;
     }
     return 0;
 }

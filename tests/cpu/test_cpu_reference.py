@@ -14,7 +14,7 @@ A second, looser check per quantised type measures quantisation itself: the same
 in f32 (mkmodel draws the same values for any --type from the same seed) gives the float64
 reference, and the quantised model's CPU logits must stay within QUANT_BOUND of it, with the same
 normalisation: f16 2e-3, bf16 2e-2, q8_0 2e-2, q4_0 2e-1, q4_K 1.5e-1, q5_K 4e-2, q6_K 4e-2, q3_K 1.5e-1,
-q2_K 7e-1 (two bits: 0.49 observed), iq4_nl 1.5e-1, q4_1 1.5e-1, q5_0 6e-2, q5_1 1e-1 (observed values are
+q2_K 7e-1 (two bits: 0.49 observed), iq4_nl 1.5e-1, iq4_xs 1.5e-1, q4_1 1.5e-1, q5_0 6e-2, q5_1 1e-1 (observed values are
 printed).
 
 usage: test_cpu_reference.py CPU_LOGITS_EXE WORKDIR
@@ -34,9 +34,9 @@ sys.path.insert(0, os.path.join(HERE, "..", "common"))
 import testlib  # noqa: E402
 
 BOUND = {"f32": 1e-5, "f16": 1e-5, "bf16": 1e-5, "q8_0": 1e-5, "q4_0": 1e-5, "q4_K": 1e-5, "q5_K": 1e-5, "q6_K": 1e-5,
-         "q2_K": 1e-5, "q3_K": 1e-5, "iq4_nl": 1e-5, "q4_1": 1e-5, "q5_0": 1e-5, "q5_1": 1e-5}
+         "q2_K": 1e-5, "q3_K": 1e-5, "iq4_nl": 1e-5, "iq4_xs": 1e-5, "q4_1": 1e-5, "q5_0": 1e-5, "q5_1": 1e-5}
 QUANT_BOUND = {"f16": 2e-3, "bf16": 2e-2, "q8_0": 2e-2, "q4_0": 2e-1, "q4_K": 1.5e-1, "q5_K": 4e-2, "q6_K": 4e-2,
-               "q3_K": 1.5e-1, "q2_K": 7e-1, "iq4_nl": 1.5e-1, "q4_1": 1.5e-1, "q5_0": 6e-2, "q5_1": 1e-1}
+               "q3_K": 1.5e-1, "q2_K": 7e-1, "iq4_nl": 1.5e-1, "iq4_xs": 1.5e-1, "q4_1": 1.5e-1, "q5_0": 6e-2, "q5_1": 1e-1}
 
 # name, type, vocab, embd, layers, heads, kv heads, ff, tied, rope, n_rot (0 = head_dim), rope scale,
 # prefill, decode, threads, freq base, eps
@@ -58,6 +58,8 @@ CASES = [
     ("q2_K-mha-neox", "q2_K", 261, 256, 1, 4, 4, 256, 0, "neox", 0, 1.0, 5, 3, 1, 10000.0, 1e-5),
     # IQ4_NL: 32-element blocks
     ("iq4_nl-gqa-neox-tied", "iq4_nl", 280, 64, 2, 4, 2, 96, 1, "neox", 0, 1.0, 8, 4, 2, 10000.0, 1e-5),
+    # IQ4_XS: IQ4_NL's blocks under 256-element super-blocks
+    ("iq4_xs-mqa-norm", "iq4_xs", 266, 256, 2, 4, 1, 512, 0, "norm", 0, 1.0, 6, 3, 2, 10000.0, 1e-5),
     # llama.cpp's fallbacks for rows that are not whole super-blocks (widths of 96 and 160 here)
     ("q5_0-gqa-neox-tied", "q5_0", 270, 96, 2, 6, 2, 160, 1, "neox", 0, 1.0, 8, 4, 2, 10000.0, 1e-5),
     ("q5_1-mha-norm", "q5_1", 265, 64, 2, 4, 4, 96, 0, "norm", 0, 1.0, 7, 3, 1, 10000.0, 1e-5),

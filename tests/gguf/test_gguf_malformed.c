@@ -221,8 +221,8 @@ static void tensor_cases(void) {
            t_off(T_B));
     /* types */
     b = fresh();
-    p32(b, t_type_off(T_B), 23);
-    expect("iq4_xs", base_size, ES_ERR_UNSUPPORTED, info, "tensor type 23 (iq4_xs)", t_type_off(T_B));
+    p32(b, t_type_off(T_B), 21);
+    expect("iq3_s", base_size, ES_ERR_UNSUPPORTED, info, "tensor type 21 (iq3_s)", t_type_off(T_B));
     p32(b, t_type_off(T_B), 12); /* supported, but the row is not whole super-blocks */
     expect("q4_K row", base_size, ES_ERR_FORMAT, info, "is not a multiple of the q4_K block size 256", t_off(T_B));
     p32(b, t_type_off(T_B), 10);

@@ -1,5 +1,5 @@
-"""test_kquant.py: the C library's K-quants (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K), IQ4_NL, Q4_1, Q5_0 and
-Q5_1 against the independent numpy decoder (tools/reference/kquants.py).
+"""test_kquant.py: the C library's K-quants (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K), IQ4_NL, IQ4_XS, Q4_1, Q5_0
+and Q5_1 against the independent numpy decoder (tools/reference/kquants.py).
 
 1. Dequantisation, bit for bit: random super-blocks written by tools/pygguf with ordinary scales,
    scales of any bit pattern (subnormal, zero, huge, infinite, NaN) and all-zero scales; xcheck
@@ -10,7 +10,7 @@ Q5_1 against the independent numpy decoder (tools/reference/kquants.py).
    relative to its super-block's largest magnitude); zero super-blocks stay exactly zero, and the
    scale structure is the reference quantiser's: in Q4_K/Q5_K the largest 6-bit scale of a
    non-zero super-block is 63, in Q6_K some sub-block's int8 scale is -128, in Q2_K the largest
-   4-bit scale is 15, in Q3_K some 6-bit scale is 0 (that is -32, the largest magnitude's).
+   4-bit scale is 15, in Q3_K and IQ4_XS some 6-bit scale is 0 (that is -32, the largest magnitude's).
 
 usage: test_kquant.py XCHECK_EXE   (run by meson in the build directory)
 """
@@ -35,12 +35,12 @@ rng = np.random.default_rng(20261126)
 
 # bounds (observed values are printed): RMS error / RMS of x, worst |error| / super-block amax
 RMS_BOUND = {"q4_K": 0.11, "q5_K": 0.065, "q6_K": 0.038, "q2_K": 0.5, "q3_K": 0.28, "iq4_nl": 0.15,
-             "q4_1": 0.15, "q5_0": 0.08, "q5_1": 0.07}
+             "iq4_xs": 0.15, "q4_1": 0.15, "q5_0": 0.08, "q5_1": 0.07}
 MAX_BOUND = {"q4_K": 0.12, "q5_K": 0.12, "q6_K": 0.09, "q2_K": 0.55, "q3_K": 0.35, "iq4_nl": 0.18,
-             "q4_1": 0.12, "q5_0": 0.08, "q5_1": 0.06}
+             "iq4_xs": 0.2, "q4_1": 0.12, "q5_0": 0.08, "q5_1": 0.06}
 # the f16 scales' byte offsets in a type's 256 elements
 SCALE_OFFS = {"q4_K": [0, 2], "q5_K": [0, 2], "q6_K": [208], "q2_K": [80, 82], "q3_K": [108],
-              "iq4_nl": list(range(0, 144, 18)), "q5_0": list(range(0, 176, 22)),
+              "iq4_nl": list(range(0, 144, 18)), "iq4_xs": [0], "q5_0": list(range(0, 176, 22)),
               "q4_1": [o for b in range(0, 160, 20) for o in (b, b + 2)],
               "q5_1": [o for b in range(0, 192, 24) for o in (b, b + 2)]}
 
@@ -137,6 +137,11 @@ def quantisation(workdir):
                 i = np.arange(16)
                 s6 = np.where(i < 8, s[:, i % 8] & 15, s[:, i % 8] >> 4) | (((s[:, 8 + i % 4] >> (2 * (i // 4))) & 3) << 4)
                 check(np.all(s6[~zero].min(axis=1) == 0), "%s %s: no 6-bit scale of -32" % (t, k))
+            elif t == "iq4_xs":
+                sh = blk[:, 2].astype(np.int64) | (blk[:, 3].astype(np.int64) << 8)
+                j = np.arange(8)
+                ls = ((blk[:, 4 + j // 2].astype(np.int64) >> (4 * (j % 2))) & 15) | (((sh[:, None] >> (2 * j)) & 3) << 4)
+                check(np.all(ls[~zero].min(axis=1) == 0), "%s %s: no 6-bit scale of -32" % (t, k))
             elif t in kquants.B32:
                 pass  # one f16 scale (and min) per 32 elements: no scale structure to check
             elif t == "q6_K":

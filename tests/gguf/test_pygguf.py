@@ -197,7 +197,7 @@ def vocab_and_malformed():
     b[info:info + 8] = struct.pack("<Q", t_a.offset - r.data_offset)
     bad(b, "overlap", "overlap")
     b = bytearray(good)
-    b[info - 4:info] = struct.pack("<I", 23)  # iq4_xs
+    b[info - 4:info] = struct.pack("<I", 21)  # iq3_s
     bad(b, "not supported", "tensor type")
 
 

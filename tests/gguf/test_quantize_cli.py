@@ -2,7 +2,7 @@
 
 mkmodel draws the same weights for every --type from one seed and quantises them with the
 library's quantisers, so quantising its f32 model must give exactly the tensors of its model
-written directly in that type (every K-quant, iq4_nl and q8_0/q4_0/q4_1/q5_0/q5_1), with
+written directly in that type (every K-quant, iq4_nl, iq4_xs and q8_0/q4_0/q4_1/q5_0/q5_1), with
 general.file_type set and the norms left f32. Also: an f16 input, rows that are not whole
 super-blocks (stored in llama.cpp's fallback type with a warning), and the errors (a quantised input, an unknown type, a missing file, bad usage).
 
@@ -25,7 +25,7 @@ import pygguf  # noqa: E402
 CLI, MK = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2])
 SHAPE = ["--n-embd", "256", "--n-ff", "512", "--n-layer", "2", "--n-vocab", "300", "--seed", "7", "--quiet"]
 FILE_TYPE = {"q4_K": 14, "q5_K": 16, "q6_K": 18, "q8_0": 7, "q4_0": 2, "q2_K": 10, "q3_K": 11, "iq4_nl": 25,
-             "q4_1": 3, "q5_0": 8, "q5_1": 9}
+             "iq4_xs": 30, "q4_1": 3, "q5_0": 8, "q5_1": 9}
 
 
 def run(*args, expect=0):
@@ -64,7 +64,8 @@ def f16_and_fallback():
     r = pygguf.read("qz-out.gguf")
     check(r.tensors["blk.1.ffn_down.weight"].type == "q6_K", "f16 input to q6_K")
     mk("qz-odd.gguf", "--n-embd", "96", "--n-ff", "160", "--n-layer", "1", "--n-vocab", "300", "--quiet")
-    for target, fallback in (("q4_K", "q5_0"), ("q5_K", "q5_1"), ("q2_K", "iq4_nl"), ("q6_K", "q8_0")):
+    for target, fallback in (("q4_K", "q5_0"), ("q5_K", "q5_1"), ("q2_K", "iq4_nl"), ("iq4_xs", "iq4_nl"),
+                             ("q6_K", "q8_0")):
         p = run("qz-odd.gguf", "qz-out.gguf", target)
         r = pygguf.read("qz-out.gguf")
         check(r.tensors["blk.0.ffn_down.weight"].type == fallback, "%s: rows of 160 fall back to %s" % (target, fallback))

@@ -197,7 +197,7 @@ static void check_quant(const char *path) {
 
 static void kquant(const char *in, const char *out) {
     static const es__dtype kt[] = {ES__DTYPE_Q4_K, ES__DTYPE_Q5_K,   ES__DTYPE_Q6_K, ES__DTYPE_Q2_K, ES__DTYPE_Q3_K,
-                                   ES__DTYPE_IQ4_NL, ES__DTYPE_Q4_1, ES__DTYPE_Q5_0, ES__DTYPE_Q5_1};
+                                   ES__DTYPE_IQ4_NL, ES__DTYPE_IQ4_XS, ES__DTYPE_Q4_1, ES__DTYPE_Q5_0, ES__DTYPE_Q5_1};
     size_t n = 0;
     uint8_t *file = test_read_file(in, 0, &n);
     CHECKF(file != NULL, "cannot read %s", in);
@@ -210,7 +210,8 @@ static void kquant(const char *in, const char *out) {
         const es__gguf_tensor *t = &g->tensors[i];
         const int64_t ne = t->ne[0] * t->ne[1] * t->ne[2] * t->ne[3];
         char name[96];
-        if (es__is_k_quant(t->type) || t->type == ES__DTYPE_IQ4_NL || es__is_q5_family(t->type)) {
+        if (es__is_k_quant(t->type) || t->type == ES__DTYPE_IQ4_NL || t->type == ES__DTYPE_IQ4_XS ||
+            es__is_q5_family(t->type)) {
             float *y = malloc((size_t)ne * sizeof(float));
             CHECK(es__dequantize_row(t->type, t->data, y, ne));
             snprintf(name, sizeof name, "deq.%.*s", (int)t->name.len, t->name.ptr);

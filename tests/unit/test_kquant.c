@@ -1,4 +1,4 @@
-/* test_kquant.c: the K-quants (Q4_K, Q5_K, Q6_K, Q2_K, Q3_K), IQ4_NL, Q4_1, Q5_0 and Q5_1 in C: the library's dequantiser against an
+/* test_kquant.c: the K-quants (Q4_K, Q5_K, Q6_K, Q2_K, Q3_K), IQ4_NL, Q4_1, Q5_0, Q5_1 and IQ4_XS in C: the library's dequantiser against an
  * element-by-element decoder written here from the format description, on random super-blocks
  * with ordinary, subnormal, zero, huge, infinite and NaN scales; quantise -> dequantise error
  * bounds and the quantiser's invariants (levels in range, scales that reproduce the input's
@@ -14,12 +14,12 @@ static test_rng rng = {20261126};
 
 /* IQ4_NL, Q4_1, Q5_0 and Q5_1 (32-element blocks) are handled 256 elements, eight blocks, at a
  * time like the others */
-#define NT 9
+#define NT 10
 static const es__dtype ktypes[NT] = {ES__DTYPE_Q4_K, ES__DTYPE_Q5_K, ES__DTYPE_Q6_K, ES__DTYPE_Q2_K, ES__DTYPE_Q3_K,
-                                     ES__DTYPE_IQ4_NL, ES__DTYPE_Q4_1, ES__DTYPE_Q5_0, ES__DTYPE_Q5_1};
-static const char *const knames[NT] = {"q4_K", "q5_K", "q6_K", "q2_K", "q3_K", "iq4_nl", "q4_1", "q5_0", "q5_1"};
-static const size_t kbytes[NT] = {144, 176, 210, 84, 110, 144, 160, 176, 192}; /* per 256 elements */
-static const size_t b32bytes[NT] = {0, 0, 0, 0, 0, 18, 20, 22, 24};            /* per 32-element block */
+                                     ES__DTYPE_IQ4_NL, ES__DTYPE_Q4_1, ES__DTYPE_Q5_0, ES__DTYPE_Q5_1, ES__DTYPE_IQ4_XS};
+static const char *const knames[NT] = {"q4_K", "q5_K", "q6_K", "q2_K", "q3_K", "iq4_nl", "q4_1", "q5_0", "q5_1", "iq4_xs"};
+static const size_t kbytes[NT] = {144, 176, 210, 84, 110, 144, 160, 176, 192, 136}; /* per 256 elements */
+static const size_t b32bytes[NT] = {0, 0, 0, 0, 0, 18, 20, 22, 24, 0};               /* per 32-element block */
 static const int iq4_grid[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
 
 static float f16f(uint16_t h) {
@@ -30,6 +30,13 @@ static float f16f(uint16_t h) {
 
 /* Element e of one super-block (IQ4_NL: of eight blocks), straight from the layout. */
 static float ref_elem(int ti, const uint8_t *b, int e) {
+    if (ti == 9) { /* IQ4_XS: sub-block j's 6-bit scale from scales_l (byte 4 + j / 2) and scales_h */
+        const int j = e / 32, l = e % 32, sh = b[2] | b[3] << 8;
+        const int ls = (b[4 + j / 2] >> 4 * (j % 2)) % 16 + 16 * ((sh >> 2 * j) & 3);
+        const int nib = l < 16 ? b[8 + 16 * j + l] % 16 : b[8 + 16 * j + l - 16] / 16;
+        const float dl = f16f((uint16_t)(b[0] | b[1] << 8)) * (float)(ls - 32);
+        return dl * (float)iq4_grid[nib];
+    }
     if (ti >= 6) { /* Q4_1 {d, m, qs}, Q5_0 {d, qh, qs}, Q5_1 {d, m, qh, qs}: x = d q + m */
         const uint8_t *blk = b + b32bytes[ti] * (size_t)(e / 32);
         const int l = e % 32, has_min = ti != 7, five = ti != 6;
@@ -91,8 +98,8 @@ static void rand_blocks(int ti, uint8_t *w, int nb, int cls) {
     for (int b = 0; b < nb; b++) {
         uint8_t *blk = w + kbytes[ti] * (size_t)b;
         /* the f16 scales' offsets and count: Q6_K d; Q2_K d, dmin; Q3_K d; IQ4_NL one per 18 bytes */
-        static const int first[NT] = {0, 0, 208, 80, 108, 0, 0, 0, 0}, count[NT] = {2, 2, 1, 2, 1, 8, 16, 8, 16},
-                         step[NT] = {2, 2, 2, 2, 2, 18, 0, 22, 0};
+        static const int first[NT] = {0, 0, 208, 80, 108, 0, 0, 0, 0, 0}, count[NT] = {2, 2, 1, 2, 1, 8, 16, 8, 16, 1},
+                         step[NT] = {2, 2, 2, 2, 2, 18, 0, 22, 0, 2};
         for (int k = 0; k < count[ti]; k++) {
             /* Q4_1 and Q5_1: d and m at the start of each block */
             uint8_t *dp = blk + (step[ti] ? first[ti] + step[ti] * k : (int)b32bytes[ti] * (k / 2) + 2 * (k % 2));
@@ -148,8 +155,8 @@ static void test_quantize(void) {
      * level of the widest sub-block plus the rounding of its scale; heavy tails are clipped a
      * little by the least-squares fits), and the RMS error relative to the RMS of x (observed
      * values printed; the bounds leave ~1.5x) */
-    const double bound_max[NT] = {0.12, 0.12, 0.09, 0.5, 0.35, 0.17, 0.12, 0.08, 0.06},
-                 bound_rms[NT] = {0.11, 0.065, 0.038, 0.5, 0.2, 0.11, 0.11, 0.06, 0.05};
+    const double bound_max[NT] = {0.12, 0.12, 0.09, 0.5, 0.35, 0.17, 0.12, 0.08, 0.06, 0.2},
+                 bound_rms[NT] = {0.11, 0.065, 0.038, 0.5, 0.2, 0.11, 0.11, 0.06, 0.05, 0.13};
     for (int ti = 0; ti < NT; ti++) {
         for (int dist = 0; dist < 4; dist++) {
             for (int i = 0; i < N; i++) {

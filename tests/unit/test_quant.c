@@ -388,7 +388,7 @@ static void test_rows_and_edges(void) {
     CHECK(es__dtype_info(ES__DTYPE_Q8_0, &t) && t.block_elems == 32 && t.block_bytes == 34 && !strcmp(t.name, "q8_0"));
     CHECK(es__dtype_info(ES__DTYPE_Q4_0, &t) && t.block_elems == 32 && t.block_bytes == 18);
     CHECK(es__dtype_info(ES__DTYPE_BF16, &t) && t.block_bytes == 2 && !strcmp(t.name, "bf16"));
-    CHECK(!es__dtype_info(9, &t) && !es__dtype_info(23, &t) && !es__dtype_info(1000, &t)); /* q8_1, iq4_xs: not read */
+    CHECK(!es__dtype_info(9, &t) && !es__dtype_info(21, &t) && !es__dtype_info(1000, &t)); /* q8_1, iq3_s: not read */
     CHECK(es__dtype_info(ES__DTYPE_Q5_0, &t) && t.block_elems == 32 && t.block_bytes == 22 && !strcmp(t.name, "q5_0"));
     uint64_t nb;
     CHECK(es__dtype_row_bytes(ES__DTYPE_Q4_0, 64, &nb) && nb == 36);

@@ -35,6 +35,8 @@ static const fcase cases[] = {
     {"q3_K gqa neox tied", {86, 256, 1, 4, 2, 64, 256, 32, ES_ROPE_NEOX, 10000.0f, 1.0f, true, ES__DTYPE_Q3_K, 8}},
     {"q2_K mha norm tied", {81, 256, 1, 2, 2, 128, 256, 32, ES_ROPE_NORM, 10000.0f, 1.0f, true, ES__DTYPE_Q2_K, 9}},
     {"iq4_nl gqa norm tied", {95, 64, 2, 4, 2, 16, 96, 16, ES_ROPE_NORM, 10000.0f, 1.0f, true, ES__DTYPE_IQ4_NL, 10}},
+    /* IQ4_XS goes up in IQ4_NL's layout (weights.h); tied, the embedding lookup reads it too */
+    {"iq4_xs mqa neox tied", {84, 256, 1, 4, 1, 64, 512, 32, ES_ROPE_NEOX, 10000.0f, 1.0f, true, ES__DTYPE_IQ4_XS, 14}},
     /* llama.cpp's fallbacks where rows are not whole super-blocks (widths of 96 and 160 here) */
     {"q5_0 gqa neox tied", {93, 96, 2, 6, 2, 16, 160, 16, ES_ROPE_NEOX, 10000.0f, 1.0f, true, ES__DTYPE_Q5_0, 11}},
     {"q5_1 mha norm", {88, 64, 2, 4, 4, 16, 96, 16, ES_ROPE_NORM, 10000.0f, 1.0f, false, ES__DTYPE_Q5_1, 12}},

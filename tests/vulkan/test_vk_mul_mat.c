@@ -224,11 +224,11 @@ int main(void) {
             check_case(b, &r, t, 2 * 37, 256, 6, ES__EPI_SWIGLU, cfg);
             check_case(b, &r, t, 2 * 37, 2048, 1, ES__EPI_SWIGLU, cfg);
         }
-        /* the low-bit types (Q2_K's four scale sets, Q3_K's offset nibbles, IQ4_NL's grid) and
+        /* the low-bit types (Q2_K's four scale sets, Q3_K's offset nibbles, IQ4_NL's grid, IQ4_XS in its layout) and
          * Q4_1, Q5_0 and Q5_1 (Q5_0's groups of four blocks, Q5_K's layout for the others; rows
          * of 896, Qwen2.5-0.5B's width, 28 blocks: not whole super-blocks): a team-walked tile in
          * every configuration; solo rows and the epilogues in the default */
-        static const int ltypes[] = {T_Q2_K, T_Q3_K, T_IQ4_NL, T_Q4_1, T_Q5_0, T_Q5_1};
+        static const int ltypes[] = {T_Q2_K, T_Q3_K, T_IQ4_NL, T_IQ4_XS, T_Q4_1, T_Q5_0, T_Q5_1};
         for (size_t ti = 0; ti < sizeof ltypes / sizeof ltypes[0]; ti++) {
             const int t = ltypes[ti];
             const bool q5 = is_q5(t);

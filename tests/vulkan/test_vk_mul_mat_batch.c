@@ -62,7 +62,7 @@ static void check_type(es_backend *b, test_rng *r, int type, uint32_t rows, uint
  * pairs. Each new pipeline costs lavapipe a compile, so the rest stays lean. */
 static void check_backend(es_backend *b, test_rng *r, bool full, const char *cfg) {
     static const int types[] = {T_F32,  T_F16,  T_BF16, T_Q8_0,   T_Q4_0, T_Q4_K, T_Q5_K,
-                                T_Q6_K, T_Q2_K, T_Q3_K, T_IQ4_NL, T_Q4_1, T_Q5_0, T_Q5_1};
+                                T_Q6_K, T_Q2_K, T_Q3_K, T_IQ4_NL, T_IQ4_XS, T_Q4_1, T_Q5_0, T_Q5_1};
     for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
         const int t = types[ti];
         const bool main_type = t == T_F32 || t == T_Q8_0;

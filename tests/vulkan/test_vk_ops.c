@@ -39,11 +39,11 @@ static void test_rmsnorm(es_backend *b, test_rng *r, const char *cfg) {
 
 static void test_get_rows(es_backend *b, test_rng *r, const char *cfg) {
     static const int types[] = {T_F32,  T_F16,  T_BF16, T_Q8_0,   T_Q4_0, T_Q4_K, T_Q5_K,
-                                T_Q6_K, T_Q2_K, T_Q3_K, T_IQ4_NL, T_Q4_1, T_Q5_0, T_Q5_1};
+                                T_Q6_K, T_Q2_K, T_Q3_K, T_IQ4_NL, T_IQ4_XS, T_Q4_1, T_Q5_0, T_Q5_1};
     for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
         const int t = types[ti];
         /* Q4_K: 24 blocks, runs of three that straddle super-blocks in teams of 8 (weights.glsl) */
-        const uint32_t K = t == T_Q4_K ? 768 : is_kq(t) ? 512 : t == T_Q8_0 || t == T_Q4_0 || t == T_IQ4_NL || is_q5(t) ? 96 : 37, rows = 53, n = 9;
+        const uint32_t K = t == T_Q4_K ? 768 : is_kq(t) || t == T_IQ4_XS ? 512 : t == T_Q8_0 || t == T_Q4_0 || t == T_IQ4_NL || is_q5(t) ? 96 : 37, rows = 53, n = 9;
         float *deq = malloc(sizeof *deq * K * rows);
         void *table = make_weights(r, t, rows, K, deq);
         int32_t ids[9];

@@ -80,6 +80,7 @@ enum {
     T_Q5_K = 13,
     T_Q6_K = 14,
     T_IQ4_NL = 20,
+    T_IQ4_XS = 23,
     T_BF16 = 30
 };
 static inline bool is_kq(int t) {
@@ -128,6 +129,7 @@ static inline size_t row_bytes(int type, int64_t k) {
     case T_Q4_1: return (size_t)k / 32 * 20;
     case T_Q5_0: return (size_t)k / 32 * 22;
     case T_Q5_1: return (size_t)k / 32 * 24;
+    case T_IQ4_XS: return (size_t)k / 256 * 136;
     case T_Q2_K:
     case T_Q3_K:
     case T_Q4_K:
@@ -192,6 +194,16 @@ static inline void *make_weights(test_rng *r, int type, int64_t rows, int64_t k,
                 const uint16_t mh = f2h(-0.02f + 0.03f * (float)(test_rng_u64(r) % 1000) / 1000.0f);
                 memcpy(blk, &dh, 2);
                 if (type != T_Q5_0) memcpy(blk + 2, &mh, 2);
+            }
+            es__dequantize_row((uint32_t)type, row, d, k);
+        } else if (type == T_IQ4_XS) {
+            /* random grid indices and 6-bit scales under an f16 super-block scale; values from the
+             * library's dequantiser (test_kquant checks it against an independent decoder and numpy) */
+            for (int64_t b = 0; b < k / 256; b++) {
+                uint8_t *blk = row + (size_t)b * 136;
+                for (size_t j = 0; j < 136; j++) blk[j] = (uint8_t)test_rng_u64(r);
+                const uint16_t dh = f2h(0.00002f + 0.0002f * (float)(test_rng_u64(r) % 1000) / 1000.0f);
+                memcpy(blk, &dh, 2);
             }
             es__dequantize_row((uint32_t)type, row, d, k);
         } else if (type == T_IQ4_NL) {

@@ -21,7 +21,7 @@ static void usage(FILE *f) {
             "  --n-head-kv N      key/value heads (default = n-head)\n"
             "  --n-ff N           feed-forward width (default 128)\n"
             "  --n-ctx N          llama.context_length (default 256)\n"
-            "  --type T           f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl, q2_K ... q6_K for every\n"
+            "  --type T           f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl, iq4_xs, q2_K ... q6_K for every\n"
             "                     matrix (norms stay f32; the K-quants need n-embd and n-ff multiples of 256;\n"
             "                     default f32)\n"
             "  --tied             no output.weight: the output head shares token_embd.weight\n"
@@ -52,6 +52,7 @@ static bool parse_type(const char *s, es__dtype *t) {
                  {"q8_0", ES__DTYPE_Q8_0}, {"q4_0", ES__DTYPE_Q4_0}, {"q4_K", ES__DTYPE_Q4_K},
                  {"q5_K", ES__DTYPE_Q5_K}, {"q6_K", ES__DTYPE_Q6_K},
                  {"q2_K", ES__DTYPE_Q2_K}, {"q3_K", ES__DTYPE_Q3_K}, {"iq4_nl", ES__DTYPE_IQ4_NL},
+                 {"iq4_xs", ES__DTYPE_IQ4_XS},
                  {"q4_1", ES__DTYPE_Q4_1}, {"q5_0", ES__DTYPE_Q5_0}, {"q5_1", ES__DTYPE_Q5_1}};
     for (size_t i = 0; i < sizeof types / sizeof *types; i++)
         if (!strcmp(s, types[i].name)) {

@@ -414,6 +414,7 @@ static uint32_t file_type(es__dtype t) { /* llama.cpp's general.file_type for "m
     case ES__DTYPE_Q2_K: return 10;
     case ES__DTYPE_Q3_K: return 11;
     case ES__DTYPE_IQ4_NL: return 25;
+    case ES__DTYPE_IQ4_XS: return 30;
     }
     return 0;
 }

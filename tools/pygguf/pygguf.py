@@ -5,7 +5,7 @@ other: the numpy reference (tools/reference) reads models with it, the trainer's
 them with it, and tests/gguf/test_pygguf.py compares it with the C reader and writer both ways.
 
 Supported tensor types: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1 (the quantisers reproduce ggml's
-reference quantisers bit for bit); q2_K, q3_K, q4_K, q5_K, q6_K and iq4_nl are read and written as raw
+reference quantisers bit for bit); q2_K, q3_K, q4_K, q5_K, q6_K, iq4_nl and iq4_xs are read and written as raw
 bytes only (tools/reference/kquants.py decodes them; the C library quantises). Files are read
 strictly: malformed input raises GGUFError naming the field and its file offset. Not here: other ggml
 block types, GGUF v1, big-endian files, nested arrays.
@@ -43,7 +43,7 @@ _NP_DTYPE = {UINT8: "<u1", INT8: "<i1", UINT16: "<u2", INT16: "<i2", UINT32: "<u
 # tensor types: ggml id -> (name, elements per block, bytes per block)
 TYPES = {0: ("f32", 1, 4), 1: ("f16", 1, 2), 2: ("q4_0", 32, 18), 8: ("q8_0", 32, 34), 30: ("bf16", 1, 2),
          12: ("q4_K", 256, 144), 13: ("q5_K", 256, 176), 14: ("q6_K", 256, 210),  # K-quants: raw bytes only
-         10: ("q2_K", 256, 84), 11: ("q3_K", 256, 110), 20: ("iq4_nl", 32, 18),
+         10: ("q2_K", 256, 84), 11: ("q3_K", 256, 110), 20: ("iq4_nl", 32, 18), 23: ("iq4_xs", 256, 136),
          3: ("q4_1", 32, 20), 6: ("q5_0", 32, 22), 7: ("q5_1", 32, 24)}
 TYPE_IDS = {v[0]: k for k, v in TYPES.items()}
 QK = 32
@@ -464,7 +464,7 @@ class Reader:
         t = c.scalar("<I", what)
         if t not in TYPES:
             raise GGUFError("%s: tensor type %d at offset %d is not supported (supported: f32, f16, bf16, q8_0, "
-                            "q4_0, q4_1, q5_0, q5_1, q2_K..q6_K, iq4_nl)" % (what, t, t_at))
+                            "q4_0, q4_1, q5_0, q5_1, q2_K..q6_K, iq4_nl, iq4_xs)" % (what, t, t_at))
         tname, be, bb = TYPES[t]
         if ne[0] % be:
             raise GGUFError("%s: ne[0] = %d is not a multiple of the %s block size %d" % (what, ne[0], tname, be))

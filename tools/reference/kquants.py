@@ -1,5 +1,5 @@
 """kquants.py: ggml's K-quant super-blocks (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K) and the 32-element blocks
-of IQ4_NL, Q4_1, Q5_0 and Q5_1 decoded in numpy, written from the format description independently of
+of IQ4_NL, Q4_1, Q5_0 and Q5_1 (and IQ4_XS, IQ4_NL's blocks under a super-block scale) decoded in numpy, written from the format description independently of
 the C library (lib/core/quant_k.c, lib/core/quant_iq4.c, lib/core/quant_q5.c).
 
 Arithmetic is float32 as ggml's reference does it: the scale products d*sc and dmin*m, then
@@ -20,6 +20,9 @@ Layouts per 256 elements (e = element index in the super-block):
     q = (bits 2g..2g+1 of qs[32h + l]) + 4 * (bit e // 32 of hmask[l]) - 4, in -4..3;
     6-bit s_i: nibble of scales[i % 8] (low for i < 8), 2 top bits at 2 (i // 4) of scales[8 + i % 4];
     x = (d * (s_i - 32)) * q
+  iq4_xs 136 bytes: d f16, scales_h u16, scales_l[4], qs[128]; sub-block j = e // 32 has the 6-bit
+    ls_j = nibble (j % 2) of scales_l[j // 2] | bits 2j..2j+1 of scales_h << 4, and its nibbles in
+    qs[16 j .. 16 j + 15] as iq4_nl's; x = (d * (ls_j - 32)) * GRID[nibble]
 Per 32 elements:
   iq4_nl 18 bytes: d f16, qs[16]; element l < 16 low nibble of qs[l], l + 16 its high nibble;
     x = d * GRID[nibble]
@@ -32,7 +35,7 @@ Per 32 elements:
 import numpy as np
 
 TYPES = {"q2_K": (10, 84), "q3_K": (11, 110), "q4_K": (12, 144), "q5_K": (13, 176), "q6_K": (14, 210),
-         "iq4_nl": (20, 144), "q4_1": (3, 160), "q5_0": (6, 176), "q5_1": (7, 192)}  # name: (ggml id, bytes per 256)
+         "iq4_xs": (23, 136), "iq4_nl": (20, 144), "q4_1": (3, 160), "q5_0": (6, 176), "q5_1": (7, 192)}  # name: (ggml id, bytes per 256)
 B32 = {"iq4_nl": 18, "q4_1": 20, "q5_0": 22, "q5_1": 24}  # the 32-element block types: bytes per block
 GRID = np.array([-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113], np.float32)
 QK_K = 256
@@ -143,6 +146,20 @@ def _iq4_nl(raw, n):
     return y.reshape(-1)
 
 
+def _iq4_xs(blk):
+    d = f16_to_f32(blk[:, 0], blk[:, 1])
+    sh = blk[:, 2].astype(np.int64) | (blk[:, 3].astype(np.int64) << 8)
+    j = np.arange(8)
+    lo = (blk[:, 4 + j // 2].astype(np.int64) >> (4 * (j % 2))) & 15
+    ls = lo | (((sh[:, None] >> (2 * j)) & 3) << 4)
+    qs = blk[:, 8:136].reshape(-1, 8, 16)
+    nib = np.concatenate([qs & 15, qs >> 4], axis=2)  # (nb, 8, 32)
+    with np.errstate(invalid="ignore", over="ignore"):
+        dl = d[:, None] * (ls - 32).astype(np.float32)
+        y = dl[:, :, None] * GRID[nib]
+    return y.reshape(-1)
+
+
 def _q5_family(raw, type_name, n):
     if n % 32:
         raise ValueError("%s needs a multiple of 32 elements, got %d" % (type_name, n))
@@ -182,4 +199,6 @@ def dequantize(raw, type_name, n):
         return _q2(blk)
     if type_name == "q3_K":
         return _q3(blk)
+    if type_name == "iq4_xs":
+        return _iq4_xs(blk)
     return _q4_q5(blk, type_name == "q5_K")
