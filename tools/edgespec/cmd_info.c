@@ -97,7 +97,7 @@ static void print_tensors(const es_model *m, const es_model_info *in) {
         int off = 0;
         for (int d = 0; d < t.n_dims && off < (int)sizeof shape; d++)
             off += snprintf(shape + off, sizeof shape - (size_t)off, "%s%lld", d ? " x " : "", (long long)t.ne[d]);
-        printf("  %-32s %-5s %-22s %12llu bytes at %llu\n", t.name, t.type, shape, (unsigned long long)t.nbytes,
+        printf("  %-32s %-6s %-22s %12llu bytes at %llu\n", t.name, t.type, shape, (unsigned long long)t.nbytes,
                (unsigned long long)t.offset);
     }
 }
