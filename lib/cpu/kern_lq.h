@@ -72,8 +72,29 @@ INLINE vf lq_weights(es__dtype type, const uint8_t *x, const float *ds, const fl
     return vsplat(ds[sub]) * lq_field(x + 32 + 32 * (j / 4) + v * VL, 2 * (j % 4), x + v * VL, j, 4);
 }
 
+#if KERN_NEON
+/* Q2_K's or Q3_K's weights 32 j .. 32 j + 31 (sub-blocks 2 j and 2 j + 1) as NV vectors: lq_weights'
+ * values, sixteen fields at a time (one lane at a time, as lq_field goes, Q2_K took 5.2 times and
+ * Q3_K 8.6 times Q4_0's instructions per one-token call). */
+INLINE void lq_block(es__dtype type, const uint8_t *x, const float *ds, const float *ndm, int j, vf *w) {
+    const uint8_t *qs = x + (type == ES__DTYPE_Q2_K ? 16 : 32) + 32 * (j / 4);
+    for (int h = 0; h < 2; h++) {
+        uint8x16_t q = vandq_u8(vshlq_u8(vld1q_u8(qs + 16 * h), vdupq_n_s8((int8_t)(-2 * (j % 4)))), vdupq_n_u8(3));
+        if (type == ES__DTYPE_Q3_K) { /* the third bit from hmask, then the offset 4 */
+            const uint8x16_t hm = vandq_u8(vshlq_u8(vld1q_u8(x + 16 * h), vdupq_n_s8((int8_t)-j)), vdupq_n_u8(1));
+            q = vsubq_u8(vorrq_u8(q, vshlq_n_u8(hm, 2)), vdupq_n_u8(4));
+        }
+        vf f[4];
+        widen16(vreinterpretq_s8_u8(q), f);
+        const int sub = 2 * j + h;
+        for (int k = 0; k < 4; k++)
+            w[4 * h + k] = type == ES__DTYPE_Q2_K ? vfma(vsplat(ds[sub]), f[k], vsplat(ndm[sub])) : vsplat(ds[sub]) * f[k];
+    }
+}
+#endif
+
 /* The scales of blocks b0 .. b0 + IQ4_RUN(type) - 1 of an IQ4_NL or IQ4_XS row (IQ4_XS: a
- * super-block's eight d (ls - 32), as es__iq4_xs_scale; on x86 unpacked eight lanes at once.
+ * super-block's eight d (ls - 32), as es__iq4_xs_scale; on x86 and NEON unpacked in vector lanes.
  * Unpacked one sub-block at a time, a 134m IQ4_XS model decoded at 276 tokens/s against 320-333
  * (2 threads). */
 #define IQ4_RUN(t) ((t) == ES__DTYPE_IQ4_NL ? 1 : 8)
@@ -96,6 +117,17 @@ INLINE void iq4_scales(es__dtype type, const uint8_t *row, int64_t b0, float *s)
                                        _mm256_slli_epi32(_mm256_and_si256(hi, _mm256_set1_epi32(3)), 4));
     const __m256 v = _mm256_cvtepi32_ps(_mm256_sub_epi32(ls, _mm256_set1_epi32(32)));
     _mm256_storeu_ps(s, _mm256_mul_ps(_mm256_set1_ps(f16_scalar(d16)), v));
+#elif KERN_NEON
+    uint32_t hl[2];
+    memcpy(hl, sb, 8);
+    const float d = f16_scalar(d16);
+    const int32x4_t lo_shift[2] = {{0, -4, -8, -12}, {-16, -20, -24, -28}}, hi_shift[2] = {{0, -2, -4, -6}, {-8, -10, -12, -14}};
+    for (int k = 0; k < 2; k++) { /* sub-blocks 4k .. 4k + 3 */
+        const uint32x4_t lo = vandq_u32(vshlq_u32(vdupq_n_u32(hl[1]), lo_shift[k]), vdupq_n_u32(15));
+        const uint32x4_t hi = vandq_u32(vshlq_u32(vdupq_n_u32(hl[0] >> 16), hi_shift[k]), vdupq_n_u32(3));
+        const int32x4_t ls = vreinterpretq_s32_u32(vorrq_u32(lo, vshlq_n_u32(hi, 4)));
+        vst1q_f32(s + 4 * k, vmulq_n_f32(vcvtq_f32_s32(vsubq_s32(ls, vdupq_n_s32(32))), d));
+    }
 #else
     const float d = f16_scalar(d16);
     for (int j = 0; j < 8; j++)
@@ -108,9 +140,18 @@ INLINE const uint8_t *iq4_nibbles(es__dtype type, const uint8_t *row, int64_t b0
     return type == ES__DTYPE_IQ4_NL ? row + (size_t)b0 * 18 + 2 : row + (size_t)(b0 / 8) * ES__IQ4XS_BYTES + 8 + 16 * j;
 }
 
-/* A block's NV vectors of grid values from its 16 bytes of nibbles. */
+/* A block's NV vectors of grid values from its 16 bytes of nibbles. NEON looks all 32 up with two
+ * TBLs and widens them in registers (one lane at a time, as the portable loop goes, they cost
+ * IQ4_NL and IQ4_XS six times Q4_0's instructions per call). */
 INLINE void iq4_grid(const uint8_t *qs, vf *wq) {
+#if KERN_NEON
+    const int8x16_t grid = vld1q_s8(es__iq4nl_values);
+    const uint8x16_t b = vld1q_u8(qs);
+    widen16(vqtbl1q_s8(grid, vandq_u8(b, vdupq_n_u8(15))), wq);
+    widen16(vqtbl1q_s8(grid, vshrq_n_u8(b, 4)), wq + 4);
+#else
     for (int v = 0; v < NV; v++) wq[v] = iq4_to_vf(qs + (v * VL) % 16, v * VL >= 16);
+#endif
 }
 
 /* rows_dot's loop for these types: acc[r][t] += the NR rows' weights times token t's x, in k order
@@ -158,12 +199,25 @@ INLINE void lq_rows_dot(es__dtype type, const uint8_t *const *row, const int NR,
         /* fully unrolled every shift is a constant, but the larger body can spill: measured
          * (bench_kquant, in L3) unrolling helped Q3_K on x86-64-v4 (1.23 -> 1.08 ms) and Q2_K on
          * x86-64-v3 (1.46 -> 1.25 ms) and hurt the other two pairs */
+#if KERN_NEON
+        for (int j = 0; j < 8; j++) {
+            vf wv[2][NV];
+            for (int r = 0; r < NR; r++) lq_block(type, row[r] + (size_t)b * bb, ds[r], ndm[r], j, wv[r]);
+            for (int v = 0; v < NV; v++) {
+                vf xv[T_TILE];
+                for (int t = 0; t < T; t++) xv[t] = loadu(x + t * ldx + b * ES__QK_K + 32 * j + v * VL);
+                for (int r = 0; r < NR; r++)
+                    for (int t = 0; t < T; t++) acc[r][t] = vfma(wv[r][v], xv[t], acc[r][t]);
+            }
+        }
+#else
         if (VL == 16 ? type == ES__DTYPE_Q3_K : type == ES__DTYPE_Q2_K) {
 #pragma GCC unroll 8
             for (int j = 0; j < 8; j++) LQ_ROWS_BODY
         } else {
             for (int j = 0; j < 8; j++) LQ_ROWS_BODY
         }
+#endif
 #undef LQ_ROWS_BODY
     }
 }
@@ -185,9 +239,16 @@ INLINE void lq_to_f32(es__dtype type, const uint8_t *p, float *out, int64_t n) {
         const uint8_t *x = p + (size_t)b * LQ_BYTES(type);
         float ds[16], ndm[16];
         lq_scales(type, x, ds, ndm);
-        for (int j = 0; j < 8; j++)
+        for (int j = 0; j < 8; j++) {
+#if KERN_NEON
+            vf w[NV];
+            lq_block(type, x, ds, ndm, j, w);
+            for (int v = 0; v < NV; v++) storeu(out + b * ES__QK_K + 32 * j + v * VL, w[v]);
+#else
             for (int v = 0; v < 32 / VL; v++)
                 storeu(out + b * ES__QK_K + 32 * j + v * VL, lq_weights(type, x, ds, ndm, j, v));
+#endif
+        }
     }
 }
 

@@ -20,39 +20,42 @@
 
 static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
 
-/* Finite weights of every type: f16 halves with exponents 10..15, quantised blocks with such a
- * scale and random codes. */
+/* A row of f32 values in [-0.5, 0.5), or of f16/bf16 halves with exponents 10..15. */
+static void fill_float_row(es__dtype t, uint8_t *row, int64_t n_in) {
+    for (int64_t k = 0; k < n_in; k++) {
+        const uint64_t x = bench_xorshift(&rng_state);
+        if (t == ES__DTYPE_F32) {
+            const float f = (float)(x >> 40) / 16777216.0f - 0.5f;
+            memcpy(row + 4 * k, &f, 4);
+            continue;
+        }
+        const uint16_t h = t == ES__DTYPE_F16 ? (uint16_t)((x & 1) << 15 | (10 + (x >> 1) % 6) << 10 | (x >> 8 & 1023))
+                                              : (uint16_t)(0x3c00 | (x & 0x807f));
+        memcpy(row + 2 * k, &h, 2);
+    }
+}
+
+/* Finite weights of every type: f16 halves with exponents 10..15; quantised blocks of random
+ * bytes with f16 scales (d, and Q4_K's and Q2_K's dmin) of such a size. */
 static void fill_weights(es__dtype t, uint8_t *w, size_t rows, int64_t n_in, size_t rb) {
+    const bool floats = t == ES__DTYPE_F32 || t == ES__DTYPE_F16 || t == ES__DTYPE_BF16;
+    const bool super = t == ES__DTYPE_Q4_K || t == ES__DTYPE_Q2_K || t == ES__DTYPE_Q3_K || t == ES__DTYPE_IQ4_XS;
+    const int64_t per = super ? 256 : 32; /* elements per block */
+    const size_t bb = es__kern_row_bytes(t, per);
+    const int at = t == ES__DTYPE_Q2_K ? 80 : t == ES__DTYPE_Q3_K ? 108 : 0; /* the scales' offset */
+    const int n_f16 = t == ES__DTYPE_Q4_K || t == ES__DTYPE_Q2_K ? 2 : 1;
     for (size_t r = 0; r < rows; r++) {
         uint8_t *row = w + r * rb;
-        if (t == ES__DTYPE_Q8_0 || t == ES__DTYPE_Q4_0) {
-            const size_t bb = t == ES__DTYPE_Q8_0 ? 34 : 18;
-            for (int64_t b = 0; b < n_in / 32; b++) {
-                uint8_t *blk = row + (size_t)b * bb;
+        if (floats) {
+            fill_float_row(t, row, n_in);
+            continue;
+        }
+        for (int64_t b = 0; b < n_in / per; b++) {
+            uint8_t *blk = row + (size_t)b * bb;
+            for (size_t i = 0; i < bb; i++) blk[i] = (uint8_t)bench_xorshift(&rng_state);
+            for (int i = 0; i < n_f16; i++) {
                 const uint16_t d = (uint16_t)(10 << 10 | (bench_xorshift(&rng_state) & 1023));
-                memcpy(blk, &d, 2);
-                for (size_t i = 2; i < bb; i++) blk[i] = (uint8_t)bench_xorshift(&rng_state);
-            }
-        } else if (t == ES__DTYPE_Q4_K) { /* f16 d and dmin, random scales, mins and quants */
-            for (int64_t b = 0; b < n_in / 256; b++) {
-                uint8_t *blk = row + (size_t)b * 144;
-                for (int i = 0; i < 2; i++) {
-                    const uint16_t d = (uint16_t)(10 << 10 | (bench_xorshift(&rng_state) & 1023));
-                    memcpy(blk + 2 * i, &d, 2);
-                }
-                for (size_t i = 4; i < 144; i++) blk[i] = (uint8_t)bench_xorshift(&rng_state);
-            }
-        } else if (t == ES__DTYPE_F32) {
-            for (int64_t k = 0; k < n_in; k++) {
-                const float f = (float)(bench_xorshift(&rng_state) >> 40) / 16777216.0f - 0.5f;
-                memcpy(row + 4 * k, &f, 4);
-            }
-        } else {
-            for (int64_t k = 0; k < n_in; k++) {
-                const uint64_t x = bench_xorshift(&rng_state);
-                const uint16_t h = t == ES__DTYPE_F16 ? (uint16_t)((x & 1) << 15 | (10 + (x >> 1) % 6) << 10 | (x >> 8 & 1023))
-                                                      : (uint16_t)(0x3c00 | (x & 0x807f));
-                memcpy(row + 2 * k, &h, 2);
+                memcpy(blk + at + 2 * i, &d, 2);
             }
         }
     }
@@ -69,8 +72,9 @@ int main(int argc, char **argv) {
         return 2;
     }
     const es__kern *levels[N_LEVELS] = {es__kern_generic(), es__kern_x86_v3(), es__kern_x86_v4(), es__kern_neon()};
-    const es__dtype types[] = {ES__DTYPE_F32, ES__DTYPE_F16, ES__DTYPE_BF16, ES__DTYPE_Q8_0, ES__DTYPE_Q4_0, ES__DTYPE_Q4_K};
-    const char *type_names[] = {"f32", "f16", "bf16", "q8_0", "q4_0", "q4_K"};
+    const es__dtype types[] = {ES__DTYPE_F32,  ES__DTYPE_F16,    ES__DTYPE_BF16,   ES__DTYPE_Q8_0, ES__DTYPE_Q4_0,
+                               ES__DTYPE_Q4_K, ES__DTYPE_IQ4_NL, ES__DTYPE_IQ4_XS, ES__DTYPE_Q2_K, ES__DTYPE_Q3_K};
+    const char *type_names[] = {"f32", "f16", "bf16", "q8_0", "q4_0", "q4_K", "iq4_nl", "iq4_xs", "q2_K", "q3_K"};
     /* weights and activations 64-byte aligned, as the backend's (weights in pages; the context's
      * activations aligned for its 64-byte vectors); EDGESPEC_BENCH_X_OFFSET=N moves the activations
      * N bytes off (a multiple of 4: how misaligned rows cost the small-batch kernels) */
@@ -86,7 +90,7 @@ int main(int argc, char **argv) {
     for (int64_t i = 0; i < n_in * batch; i++) x[i] = (float)(bench_xorshift(&rng_state) >> 40) / 16777216.0f - 0.5f;
     for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
         if (only_type && strcmp(only_type, type_names[ti]) != 0) continue;
-        if (types[ti] == ES__DTYPE_Q4_K && n_in % 256) continue; /* super-blocks of 256 */
+        if (es__kern_row_bytes(types[ti], n_in) == 0) continue; /* rows not whole super-blocks */
         const size_t rb = es__kern_row_bytes(types[ti], n_in);
         uint8_t *w = aligned_alloc(64, (rb * (size_t)n_out + 63) / 64 * 64);
         fill_weights(types[ti], w, (size_t)n_out, n_in, rb);
