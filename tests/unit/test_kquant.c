@@ -3,7 +3,8 @@
  * with ordinary, subnormal, zero, huge, infinite and NaN scales; quantise -> dequantise error
  * bounds and the quantiser's invariants (levels in range, scales that reproduce the input's
  * amplitude, zero blocks); and every CPU kernel level's matmul (one token and tiles) against
- * double precision, batch invariance and exact to_f32. The numpy side is tests/gguf/test_kquant.py. */
+ * double precision, batch invariance and exact to_f32, and levels that promise the same arithmetic
+ * against each other. The numpy side is tests/gguf/test_kquant.py. */
 #include "cpu/kern.h"
 
 #include "../test.h"
@@ -271,11 +272,40 @@ static void test_kernels(const es__kern *k) {
         }
 }
 
+/* Levels that promise the same arithmetic give the same bits: on AArch64 generic and neon (the
+ * same lanes and fused multiply-adds) for every type here, on x86 v3 and v4 for the sub-block sums
+ * of Q4_K, Q5_K and Q6_K (the same eight lanes, kern_ksum.h); one token, tiles and panels. */
+static void test_levels_agree(const es__kern *a, const es__kern *b, bool ksum_only) {
+    const int64_t shapes[][3] = {{256, 5, 1}, {512, 7, 3}, {256, 6, 8}, {768, 3, 17}};
+    for (int ti = 0; ti < NT; ti++) {
+        const es__dtype t = ktypes[ti];
+        if (ksum_only && t != ES__DTYPE_Q4_K && t != ES__DTYPE_Q5_K && t != ES__DTYPE_Q6_K) continue;
+        for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+            const int64_t n_in = shapes[si][0], n_out = shapes[si][1], n_tok = shapes[si][2];
+            const size_t rb = kbytes[ti] * (size_t)(n_in / 256);
+            uint8_t *w = malloc(rb * (size_t)n_out);
+            rand_blocks(ti, w, (int)(n_in / 256 * n_out), 0);
+            float *x = malloc(sizeof(float) * (size_t)(n_in * n_tok));
+            float *ya = malloc(sizeof(float) * (size_t)(n_out * n_tok)), *yb = malloc(sizeof(float) * (size_t)(n_out * n_tok));
+            float *panel = malloc(sizeof(float) * (size_t)(ES__MAX(a->panel_rows, b->panel_rows) * n_in));
+            for (int64_t i = 0; i < n_in * n_tok; i++) x[i] = test_rng_uniform(&rng);
+            for (int64_t i = 0; i < n_out * n_tok; i++) ya[i] = yb[i] = NAN;
+            a->matmul(t, w, rb, n_in, 0, n_out, x, n_in, n_tok, ya, n_out, panel);
+            b->matmul(t, w, rb, n_in, 0, n_out, x, n_in, n_tok, yb, n_out, panel);
+            CHECKF(memcmp(ya, yb, sizeof(float) * (size_t)(n_out * n_tok)) == 0, "%s vs %s matmul %s %lldx%lld x %lld tokens",
+                   a->name, b->name, knames[ti], (long long)n_out, (long long)n_in, (long long)n_tok);
+            free(panel), free(ya), free(yb), free(x), free(w);
+        }
+    }
+}
+
 int main(void) {
     test_dequant();
     test_quantize();
     const es__kern *levels[4] = {es__kern_generic(), es__kern_x86_v3(), es__kern_x86_v4(), es__kern_neon()};
     for (int i = 0; i < 4; i++)
         if (levels[i]) test_kernels(levels[i]);
+    if (es__kern_neon()) test_levels_agree(es__kern_generic(), es__kern_neon(), false);
+    if (es__kern_x86_v3() && es__kern_x86_v4()) test_levels_agree(es__kern_x86_v3(), es__kern_x86_v4(), true);
     TEST_MAIN_END();
 }
