@@ -59,8 +59,9 @@ w.add_tensor("a", rng.standard_normal((2, 3)), "bf16")
 w.add_tensor("b", rng.standard_normal((1, 2, 2, 32)), "f16")
 save("aligned-v2.gguf", w, version=2)
 
-# 256 weights of each K-quant and of IQ4_NL, raw bytes (pygguf does not quantise them)
+# 256 weights of each K-quant, IQ4_NL and IQ4_XS, raw bytes (pygguf does not quantise them)
 w = pygguf.Writer()
-for t, nb in (("q4_K", 144), ("q5_K", 176), ("q6_K", 210), ("q2_K", 84), ("q3_K", 110), ("iq4_nl", 8 * 18)):
+for t, nb in (("q4_K", 144), ("q5_K", 176), ("q6_K", 210), ("q2_K", 84), ("q3_K", 110), ("iq4_nl", 8 * 18),
+              ("iq4_xs", 136)):
     w.add_tensor_raw("kq." + t, t, (256, 1), rng.integers(0, 256, nb, dtype=np.uint8))
 save("kquants.gguf", w)
