@@ -71,8 +71,6 @@
 #define PF_KS 1152
 
 typedef float f8v __attribute__((vector_size(32)));
-typedef int32_t i8v __attribute__((vector_size(32)));
-typedef uint32_t u8v __attribute__((vector_size(32)));
 typedef float f4v __attribute__((vector_size(16)));
 
 INLINE f8v load8(const float *p) {
@@ -106,6 +104,53 @@ INLINE f8v fma8(f8v a, f8v b, f8v c) {
 INLINE float hsum8(f8v v) {
     const f4v h4 = __builtin_shufflevector(v, v, 0, 1, 2, 3) + __builtin_shufflevector(v, v, 4, 5, 6, 7);
     return (h4[0] + h4[2]) + (h4[1] + h4[3]);
+}
+
+/* The sums' vectors (ksum_dot and the panel's tiles): the eight lanes in one vector, or, with gcc
+ * on AArch64, in KH = 2 halves of KL = 4 lanes, each half taking the same operations on its lanes.
+ * gcc has no 32-byte vector mode there and kept the eight lanes in memory between operations (a
+ * one-token Q4_K call of 512 x 64: 124k guest instructions, where clang's eight lanes take 83k). */
+#if defined(__aarch64__) && !defined(__clang__)
+#define KL 4
+#else
+#define KL 8
+#endif
+#define KH (8 / KL)
+typedef float kf __attribute__((vector_size(4 * KL)));
+typedef int32_t ki __attribute__((vector_size(4 * KL)));
+typedef uint32_t ku __attribute__((vector_size(4 * KL)));
+
+INLINE kf loadk(const float *p) {
+    kf v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+INLINE kf splatk(float a) {
+#if KL == 8
+    return splat8(a);
+#else
+    const kf v = {a, a, a, a};
+    return v;
+#endif
+}
+
+INLINE kf fmak(kf a, kf b, kf c) {
+#if KL == 8
+    return fma8(a, b, c);
+#else /* as fma8's NEON halves */
+    return (kf)vfmaq_f32((float32x4_t)c, (float32x4_t)a, (float32x4_t)b);
+#endif
+}
+
+/* An accumulator's KH halves summed as hsum8 sums its eight lanes. */
+INLINE float hsumk(const kf *a) {
+#if KL == 8
+    return hsum8(a[0]);
+#else
+    const f4v h4 = a[0] + a[1];
+    return (h4[0] + h4[2]) + (h4[1] + h4[3]);
+#endif
 }
 
 
@@ -227,74 +272,69 @@ INLINE void ksum_scales(es__dtype K, const uint8_t *x, float *s) {
     else q6k_scales(x, s);
 }
 
-/* Sub-block j's quants of one super-block, four to a 32-bit word (ksum_q takes byte c's field).
+/* Sub-block j's quants of one super-block, four to a 32-bit word (ksum_q takes byte c's field),
+ * the words of lanes KL hf .. KL hf + KL - 1.
  * Q4_K: the 32 bytes at 16 + 32 (j / 2), nibbles in place. Q5_K: the nibbles of the 32 bytes
  * at 48 + 32 (j / 2) (the high ones for odd j) and bit j of each byte of qh (at 16), put together
  * as q = nibble | bit << 4 in each byte. Q6_K: sub-block 4 h + g takes the nibbles of 32 bytes of
  * ql (at 64 h + 32 (g % 2), the high ones for g >= 2) and two bits of each byte of qh (at
  * 128 + 32 h, bits 2g), as q = nibble | bits << 4. */
-INLINE u8v ksum_words(es__dtype K, const uint8_t *blk, int j) {
-    u8v w;
+INLINE ku ksum_words(es__dtype K, const uint8_t *blk, int j, int hf) {
+    ku w;
+    blk += 4 * KL * hf;
     if (K == ES__DTYPE_Q4_K) {
         memcpy(&w, blk + 16 + 32 * (j / 2), sizeof w);
         return w;
     }
     if (K == ES__DTYPE_Q5_K) {
-        u8v qs, qh;
+        ku qs, qh;
         memcpy(&qs, blk + 48 + 32 * (j / 2), sizeof qs);
         memcpy(&qh, blk + 16, sizeof qh);
-        const u8v hi = j <= 4 ? qh << (4 - j) : qh >> (j - 4);
+        const ku hi = j <= 4 ? qh << (4 - j) : qh >> (j - 4);
         return ((j % 2 ? qs >> 4 : qs) & 0x0f0f0f0fu) | (hi & 0x10101010u);
     }
     const int h = j / 4, g = j % 4;
-    u8v ql, qh;
+    ku ql, qh;
     memcpy(&ql, blk + 64 * h + 32 * (g % 2), sizeof ql);
     memcpy(&qh, blk + 128 + 32 * h, sizeof qh);
-    const u8v lo = (g < 2 ? ql : ql >> 4) & 0x0f0f0f0fu;
-    const u8v hi = (g == 0 ? qh << 4 : g == 1 ? qh << 2 : g == 2 ? qh : qh >> 2) & 0x30303030u;
+    const ku lo = (g < 2 ? ql : ql >> 4) & 0x0f0f0f0fu;
+    const ku hi = (g == 0 ? qh << 4 : g == 1 ? qh << 2 : g == 2 ? qh : qh >> 2) & 0x30303030u;
     return lo | hi;
 }
 
 /* Byte c's field of sub-block j's words as an exact float: q 2^8c (Q4_K's high nibbles q 2^(8c + 4)),
  * the top byte's shifted down to q (Q5_K's fields are five bits, Q6_K's six). */
-INLINE f8v ksum_q(es__dtype K, u8v w, int j, int c) {
-    u8v m;
+INLINE kf ksum_q(es__dtype K, ku w, int j, int c) {
+    ku m;
     if (K == ES__DTYPE_Q4_K)
         m = j % 2 ? (c == 3 ? w >> 28 : w & (0xf0u << (8 * c))) : w & (0xfu << (8 * c));
     else
         m = c == 3 ? w >> 24 : w & (0x3fu << (8 * c));
-#if defined(__ARM_NEON) && defined(__aarch64__) && !defined(__clang__)
-    /* two SCVTFs on the halves: gcc converts a 32-byte vector lane by lane here, through the
-     * stack (Q4_K took 272k guest instructions per one-token call of 512 x 64, 124k this way;
-     * clang, which splits the conversion itself, 83k either way) */
-    const f4v lo = (f4v)vcvtq_f32_s32((int32x4_t)__builtin_shufflevector(m, m, 0, 1, 2, 3));
-    const f4v hi = (f4v)vcvtq_f32_s32((int32x4_t)__builtin_shufflevector(m, m, 4, 5, 6, 7));
-    return __builtin_shufflevector(lo, hi, 0, 1, 2, 3, 4, 5, 6, 7);
-#else
-    return __builtin_convertvector((i8v)m, f8v);
-#endif
+    return __builtin_convertvector((ki)m, kf);
 }
 
-/* Sub-block j's scale for the eight lanes. */
-INLINE f8v ksum_lane_scale(es__dtype K, const float *sc, int j) {
-    return KS_ONE_GROUP(K) ? splat8(sc[j]) : load8(sc + 8 * j);
+/* Sub-block j's scale for lanes KL hf .. KL hf + KL - 1. */
+INLINE kf ksum_lane_scale(es__dtype K, const float *sc, int j, int hf) {
+    return KS_ONE_GROUP(K) ? splatk(sc[j]) : loadk(sc + 8 * j + KL * hf);
 }
 
-/* The super-block's offsets: acc += -o . X over its groups (the prepared sums at xb + 256). */
-INLINE f8v ksum_offsets(es__dtype K, const float *sc, const float *xb, f8v acc) {
-    acc = fma8(load8(sc + (KS_ONE_GROUP(K) ? 8 : 64)), load8(xb + 256), acc);
-    if (!KS_ONE_GROUP(K)) acc = fma8(load8(sc + 72), load8(xb + 264), acc);
+/* The super-block's offsets: acc += -o . X over its groups (the prepared sums at xb + 256), in
+ * the lanes of half hf. */
+INLINE kf ksum_offsets(es__dtype K, const float *sc, const float *xb, kf acc, int hf) {
+    sc += KL * hf, xb += KL * hf;
+    acc = fmak(loadk(sc + (KS_ONE_GROUP(K) ? 8 : 64)), loadk(xb + 256), acc);
+    if (!KS_ONE_GROUP(K)) acc = fmak(loadk(sc + 72), loadk(xb + 264), acc);
     return acc;
 }
 
-/* NR rows (at most 4) times T tokens: acc[r * AS + t] += row r . token t over nb
- * super-blocks, in the order above. Each quant vector is converted once for the T tokens; each
+/* NR rows (at most 4) times T tokens: acc[(r * AS + t) * KH + hf] += row r . token t over nb
+ * super-blocks, in the order above (half hf of the lanes). Each quant vector is converted once for the T tokens; each
  * activation vector is loaded once for the NR rows. pf: prefetch distance in bytes, 0 for none;
  * end (NULL: none): where row r's stream ends, past which its prefetches move on by jump bytes.
  * AS >= T: the accumulators' row stride (a constant, so they stay in registers: the one-token
  * loop's four rows with a stride of six ran 7% slower). */
 INLINE void ksum_dot(es__dtype K, const uint8_t *const *row, const int NR, const float *xp, size_t ldxp, const int T,
-                     int64_t nb, size_t pf, const uint8_t *const *end, size_t jump, f8v *acc, const int AS) {
+                     int64_t nb, size_t pf, const uint8_t *const *end, size_t jump, kf *acc, const int AS) {
     const size_t bb = KS_BYTES(K);
     for (int64_t b = 0; b < nb; b++) {
         float sc[4][KS_SC(ES__DTYPE_Q6_K)]; /* ksum_scales */
@@ -314,64 +354,72 @@ INLINE void ksum_dot(es__dtype K, const uint8_t *const *row, const int NR, const
 #endif
         const float *xb = xp + b * KS_XP(K);
 #pragma GCC unroll 4
-        for (int i = 0; i < 4; i++) {
-            /* one token: both sub-blocks at once, eight independent chains to hide the
-             * multiply-adds' latency (a batch has NR x T already) */
-            const int HS = T == 1 || (VL == 16 && K != ES__DTYPE_Q4_K && NR * T <= 8) ? 2 : 1;
+        for (int i = 0; i < 4; i++)
+            for (int hf = 0; hf < KH; hf++) {
+                /* one token: both sub-blocks at once, eight independent chains to hide the
+                 * multiply-adds' latency (a batch has NR x T already) */
+                const int HS = T == 1 || (VL == 16 && K != ES__DTYPE_Q4_K && NR * T <= 8) ? 2 : 1;
 #pragma GCC unroll 2
-            for (int h0 = 0; h0 < 2; h0 += HS) {
-                f8v s[2][4][KS_TMAX];
-                if (K == ES__DTYPE_Q4_K) { /* one word vector serves a row's two sub-blocks */
-                    u8v w[4];
-                    for (int r = 0; r < NR; r++) w[r] = ksum_words(K, row[r] + (size_t)b * bb, 2 * i);
+                for (int h0 = 0; h0 < 2; h0 += HS) {
+                    kf s[2][4][KS_TMAX];
+                    if (K == ES__DTYPE_Q4_K) { /* one word vector serves a row's two sub-blocks */
+                        ku w[4];
+                        for (int r = 0; r < NR; r++) w[r] = ksum_words(K, row[r] + (size_t)b * bb, 2 * i, hf);
 #pragma GCC unroll 4
-                    for (int c = 0; c < 4; c++)
-                        for (int h = h0; h < h0 + HS; h++) {
-                            f8v xv[KS_TMAX];
-                            for (int t = 0; t < T; t++) xv[t] = load8(xb + (size_t)t * ldxp + 32 * (2 * i + h) + 8 * c);
-                            for (int r = 0; r < NR; r++) {
-                                const f8v q = ksum_q(K, w[r], 2 * i + h, c);
+                        for (int c = 0; c < 4; c++)
+                            for (int h = h0; h < h0 + HS; h++) {
+                                kf xv[KS_TMAX];
                                 for (int t = 0; t < T; t++)
-                                    s[h - h0][r][t] = c ? fma8(q, xv[t], s[h - h0][r][t]) : q * xv[t];
+                                    xv[t] = loadk(xb + (size_t)t * ldxp + 32 * (2 * i + h) + 8 * c + KL * hf);
+                                for (int r = 0; r < NR; r++) {
+                                    const kf q = ksum_q(K, w[r], 2 * i + h, c);
+                                    for (int t = 0; t < T; t++)
+                                        s[h - h0][r][t] = c ? fmak(q, xv[t], s[h - h0][r][t]) : q * xv[t];
+                                }
                             }
-                        }
-                } else { /* Q5_K and Q6_K build a word vector per row and sub-block: one at a
-                          * time, each taken through its four fields (all eight at once spilled
-                          * registers) */
+                    } else { /* Q5_K and Q6_K build a word vector per row and sub-block: one at a
+                              * time, each taken through its four fields (all eight at once spilled
+                              * registers) */
+                        for (int h = h0; h < h0 + HS; h++)
+                            for (int r = 0; r < NR; r++) {
+                                const ku w = ksum_words(K, row[r] + (size_t)b * bb, 2 * i + h, hf);
+#pragma GCC unroll 4
+                                for (int c = 0; c < 4; c++) {
+                                    const kf q = ksum_q(K, w, 2 * i + h, c);
+                                    for (int t = 0; t < T; t++) {
+                                        const kf xv = loadk(xb + (size_t)t * ldxp + 32 * (2 * i + h) + 8 * c + KL * hf);
+                                        s[h - h0][r][t] = c ? fmak(q, xv, s[h - h0][r][t]) : q * xv;
+                                    }
+                                }
+                            }
+                    }
                     for (int h = h0; h < h0 + HS; h++)
                         for (int r = 0; r < NR; r++) {
-                            const u8v w = ksum_words(K, row[r] + (size_t)b * bb, 2 * i + h);
-#pragma GCC unroll 4
-                            for (int c = 0; c < 4; c++) {
-                                const f8v q = ksum_q(K, w, 2 * i + h, c);
-                                for (int t = 0; t < T; t++) {
-                                    const f8v xv = load8(xb + (size_t)t * ldxp + 32 * (2 * i + h) + 8 * c);
-                                    s[h - h0][r][t] = c ? fma8(q, xv, s[h - h0][r][t]) : q * xv;
-                                }
+                            const kf d = ksum_lane_scale(K, sc[r], 2 * i + h, hf);
+                            for (int t = 0; t < T; t++) {
+                                kf *a = &acc[(r * AS + t) * KH + hf];
+                                *a = fmak(d, s[h - h0][r][t], *a);
                             }
                         }
                 }
-                for (int h = h0; h < h0 + HS; h++)
-                    for (int r = 0; r < NR; r++) {
-                        const f8v d = ksum_lane_scale(K, sc[r], 2 * i + h);
-                        for (int t = 0; t < T; t++) acc[r * AS + t] = fma8(d, s[h - h0][r][t], acc[r * AS + t]);
-                    }
             }
-        }
         for (int r = 0; r < NR; r++)
             for (int t = 0; t < T; t++)
-                acc[r * AS + t] = ksum_offsets(K, sc[r], xb + (size_t)t * ldxp, acc[r * AS + t]);
+                for (int hf = 0; hf < KH; hf++) {
+                    kf *a = &acc[(r * AS + t) * KH + hf];
+                    *a = ksum_offsets(K, sc[r], xb + (size_t)t * ldxp, *a, hf);
+                }
     }
 }
 
 /* out[r * KS_TMAX + t] for NR rows and T tokens. */
 INLINE void ksum_run(es__dtype K, const uint8_t *const *row, const int NR, const float *xp, size_t ldxp, const int T,
                      int64_t nb, size_t pf, float *out) {
-    f8v acc[4 * KS_TMAX];
-    for (int i = 0; i < NR * KS_TMAX; i++) acc[i] = splat8(0.0f);
+    kf acc[4 * KS_TMAX * KH];
+    for (int i = 0; i < NR * KS_TMAX * KH; i++) acc[i] = splatk(0.0f);
     ksum_dot(K, row, NR, xp, ldxp, T, nb, pf, NULL, 0, acc, KS_TMAX);
     for (int r = 0; r < NR; r++)
-        for (int t = 0; t < T; t++) out[r * KS_TMAX + t] = hsum8(acc[r * KS_TMAX + t]);
+        for (int t = 0; t < T; t++) out[r * KS_TMAX + t] = hsumk(&acc[(r * KS_TMAX + t) * KH]);
 }
 
 /* NR (1 or 2) rows times nt <= KS_TMAX tokens; one specialisation per count keeps the
@@ -411,10 +459,10 @@ INLINE void ksum_rows1(es__dtype K, const uint8_t *w, size_t row_bytes, int64_t 
     for (int64_t i = 0; i < q; i++) {
         const uint8_t *rows[4];
         for (int r = 0; r < 4; r++) rows[r] = w + (size_t)(r0 + r * q + i) * row_bytes;
-        f8v acc[4];
-        for (int k = 0; k < 4; k++) acc[k] = splat8(0.0f);
+        kf acc[4 * KH];
+        for (int k = 0; k < 4 * KH; k++) acc[k] = splatk(0.0f);
         ksum_dot(K, rows, 4, xp, 0, 1, nb, PF_KS, end, (size_t)(3 * q) * row_bytes, acc, 1);
-        for (int r = 0; r < 4; r++) y[r * q + i] = hsum8(acc[r]);
+        for (int r = 0; r < 4; r++) y[r * q + i] = hsumk(&acc[r * KH]);
     }
     float out[4 * KS_TMAX];
     for (int64_t i = 4 * q; i < n; i++) {
@@ -429,13 +477,14 @@ INLINE void ksum_rows1(es__dtype K, const uint8_t *w, size_t row_bytes, int64_t 
 INLINE void ksum_convert(es__dtype K, const uint8_t *row, int64_t nb, float *qp, float *sp) {
     for (int64_t b = 0; b < nb; b++, row += KS_BYTES(K), qp += ES__QK_K) {
         ksum_scales(K, row, sp + KS_SC(K) * b);
-        for (int j = 0; j < 8; j++) {
-            const u8v w = ksum_words(K, row, j);
-            for (int c = 0; c < 4; c++) {
-                const f8v q = ksum_q(K, w, j, c);
-                memcpy(qp + 32 * j + 8 * c, &q, sizeof q);
+        for (int j = 0; j < 8; j++)
+            for (int hf = 0; hf < KH; hf++) {
+                const ku w = ksum_words(K, row, j, hf);
+                for (int c = 0; c < 4; c++) {
+                    const kf q = ksum_q(K, w, j, c);
+                    memcpy(qp + 32 * j + 8 * c + KL * hf, &q, sizeof q);
+                }
             }
-        }
     }
 }
 
@@ -443,33 +492,36 @@ INLINE void ksum_convert(es__dtype K, const uint8_t *row, int64_t nb, float *qp,
  * operations in its order, the quants loaded instead of converted. out[r * KS_PT + t]. */
 INLINE void ksum_ptile(es__dtype K, const float *qp, size_t ldq, const float *sp, size_t lds, const float *xp,
                        size_t ldxp, const int T, int64_t nb, float *out) {
-    f8v acc[KS_PR][KS_PT];
+    kf acc[KS_PR][KS_PT][KH];
     for (int r = 0; r < KS_PR; r++)
-        for (int t = 0; t < T; t++) acc[r][t] = splat8(0.0f);
+        for (int t = 0; t < T; t++)
+            for (int hf = 0; hf < KH; hf++) acc[r][t][hf] = splatk(0.0f);
     for (int64_t b = 0; b < nb; b++) {
         const float *xb = xp + b * KS_XP(K), *qb = qp + b * ES__QK_K;
-        for (int j = 0; j < 8; j++) {
-            f8v s[KS_PR][KS_PT];
+        for (int j = 0; j < 8; j++)
+            for (int hf = 0; hf < KH; hf++) {
+                kf s[KS_PR][KS_PT];
 #pragma GCC unroll 4
-            for (int c = 0; c < 4; c++) {
-                f8v xv[KS_PT];
-                for (int t = 0; t < T; t++) xv[t] = load8(xb + (size_t)t * ldxp + 32 * j + 8 * c);
+                for (int c = 0; c < 4; c++) {
+                    kf xv[KS_PT];
+                    for (int t = 0; t < T; t++) xv[t] = loadk(xb + (size_t)t * ldxp + 32 * j + 8 * c + KL * hf);
+                    for (int r = 0; r < KS_PR; r++) {
+                        const kf q = loadk(qb + (size_t)r * ldq + 32 * j + 8 * c + KL * hf);
+                        for (int t = 0; t < T; t++) s[r][t] = c ? fmak(q, xv[t], s[r][t]) : q * xv[t];
+                    }
+                }
                 for (int r = 0; r < KS_PR; r++) {
-                    const f8v q = load8(qb + (size_t)r * ldq + 32 * j + 8 * c);
-                    for (int t = 0; t < T; t++) s[r][t] = c ? fma8(q, xv[t], s[r][t]) : q * xv[t];
+                    const kf d = ksum_lane_scale(K, sp + (size_t)r * lds + KS_SC(K) * b, j, hf);
+                    for (int t = 0; t < T; t++) acc[r][t][hf] = fmak(d, s[r][t], acc[r][t][hf]);
                 }
             }
-            for (int r = 0; r < KS_PR; r++) {
-                const f8v d = ksum_lane_scale(K, sp + (size_t)r * lds + KS_SC(K) * b, j);
-                for (int t = 0; t < T; t++) acc[r][t] = fma8(d, s[r][t], acc[r][t]);
-            }
-        }
         for (int r = 0; r < KS_PR; r++)
             for (int t = 0; t < T; t++)
-                acc[r][t] = ksum_offsets(K, sp + (size_t)r * lds + KS_SC(K) * b, xb + (size_t)t * ldxp, acc[r][t]);
+                for (int hf = 0; hf < KH; hf++)
+                    acc[r][t][hf] = ksum_offsets(K, sp + (size_t)r * lds + KS_SC(K) * b, xb + (size_t)t * ldxp, acc[r][t][hf], hf);
     }
     for (int r = 0; r < KS_PR; r++)
-        for (int t = 0; t < T; t++) out[r * KS_PT + t] = hsum8(acc[r][t]);
+        for (int t = 0; t < T; t++) out[r * KS_PT + t] = hsumk(acc[r][t]);
 }
 
 /* Large batches: KS_PR rows at a time converted into the panel after the prepared tokens, then

@@ -39,11 +39,11 @@ static void fill_float_row(es__dtype t, uint8_t *row, int64_t n_in) {
  * bytes with f16 scales (d, and Q4_K's and Q2_K's dmin) of such a size. */
 static void fill_weights(es__dtype t, uint8_t *w, size_t rows, int64_t n_in, size_t rb) {
     const bool floats = t == ES__DTYPE_F32 || t == ES__DTYPE_F16 || t == ES__DTYPE_BF16;
-    const bool super = t == ES__DTYPE_Q4_K || t == ES__DTYPE_Q2_K || t == ES__DTYPE_Q3_K || t == ES__DTYPE_IQ4_XS;
+    const bool super = es__kern_row_bytes(t, 32) == 0; /* 256-element super-blocks */
     const int64_t per = super ? 256 : 32; /* elements per block */
     const size_t bb = es__kern_row_bytes(t, per);
-    const int at = t == ES__DTYPE_Q2_K ? 80 : t == ES__DTYPE_Q3_K ? 108 : 0; /* the scales' offset */
-    const int n_f16 = t == ES__DTYPE_Q4_K || t == ES__DTYPE_Q2_K ? 2 : 1;
+    const int at = t == ES__DTYPE_Q2_K ? 80 : t == ES__DTYPE_Q3_K ? 108 : t == ES__DTYPE_Q6_K ? 208 : 0; /* the scales */
+    const int n_f16 = t == ES__DTYPE_Q4_K || t == ES__DTYPE_Q5_K || t == ES__DTYPE_Q2_K ? 2 : 1;
     for (size_t r = 0; r < rows; r++) {
         uint8_t *row = w + r * rb;
         if (floats) {
@@ -72,9 +72,11 @@ int main(int argc, char **argv) {
         return 2;
     }
     const es__kern *levels[N_LEVELS] = {es__kern_generic(), es__kern_x86_v3(), es__kern_x86_v4(), es__kern_neon()};
-    const es__dtype types[] = {ES__DTYPE_F32,  ES__DTYPE_F16,    ES__DTYPE_BF16,   ES__DTYPE_Q8_0, ES__DTYPE_Q4_0,
-                               ES__DTYPE_Q4_K, ES__DTYPE_IQ4_NL, ES__DTYPE_IQ4_XS, ES__DTYPE_Q2_K, ES__DTYPE_Q3_K};
-    const char *type_names[] = {"f32", "f16", "bf16", "q8_0", "q4_0", "q4_K", "iq4_nl", "iq4_xs", "q2_K", "q3_K"};
+    const es__dtype types[] = {ES__DTYPE_F32,    ES__DTYPE_F16,    ES__DTYPE_BF16, ES__DTYPE_Q8_0, ES__DTYPE_Q4_0,
+                               ES__DTYPE_Q4_K,   ES__DTYPE_Q5_K,   ES__DTYPE_Q6_K, ES__DTYPE_IQ4_NL,
+                               ES__DTYPE_IQ4_XS, ES__DTYPE_Q2_K,   ES__DTYPE_Q3_K};
+    const char *type_names[] = {"f32",  "f16",  "bf16",   "q8_0",   "q4_0", "q4_K",
+                                "q5_K", "q6_K", "iq4_nl", "iq4_xs", "q2_K", "q3_K"};
     /* weights and activations 64-byte aligned, as the backend's (weights in pages; the context's
      * activations aligned for its 64-byte vectors); EDGESPEC_BENCH_X_OFFSET=N moves the activations
      * N bytes off (a multiple of 4: how misaligned rows cost the small-batch kernels) */
