@@ -328,9 +328,10 @@ INLINE kf ksum_offsets(es__dtype K, const float *sc, const float *xb, kf acc, in
 }
 
 /* NR rows (at most 4) times T tokens: acc[(r * AS + t) * KH + hf] += row r . token t over nb
- * super-blocks, in the order above (half hf of the lanes). Each quant vector is converted once for the T tokens; each
- * activation vector is loaded once for the NR rows. pf: prefetch distance in bytes, 0 for none;
- * end (NULL: none): where row r's stream ends, past which its prefetches move on by jump bytes.
+ * super-blocks, in the order above (hf: which KL lanes of the eight). Each quant vector is
+ * converted once for the T tokens; each activation vector is loaded once for the NR rows. pf:
+ * prefetch distance in bytes, 0 for none; end (NULL: none): where row r's stream ends, past which
+ * its prefetches move on by jump bytes.
  * AS >= T: the accumulators' row stride (a constant, so they stay in registers: the one-token
  * loop's four rows with a stride of six ran 7% slower). */
 INLINE void ksum_dot(es__dtype K, const uint8_t *const *row, const int NR, const float *xp, size_t ldxp, const int T,
@@ -518,7 +519,8 @@ INLINE void ksum_ptile(es__dtype K, const float *qp, size_t ldq, const float *sp
         for (int r = 0; r < KS_PR; r++)
             for (int t = 0; t < T; t++)
                 for (int hf = 0; hf < KH; hf++)
-                    acc[r][t][hf] = ksum_offsets(K, sp + (size_t)r * lds + KS_SC(K) * b, xb + (size_t)t * ldxp, acc[r][t][hf], hf);
+                    acc[r][t][hf] = ksum_offsets(K, sp + (size_t)r * lds + KS_SC(K) * b, xb + (size_t)t * ldxp,
+                                                 acc[r][t][hf], hf);
     }
     for (int r = 0; r < KS_PR; r++)
         for (int t = 0; t < T; t++) out[r * KS_PT + t] = hsumk(acc[r][t]);

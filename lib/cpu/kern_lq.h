@@ -88,7 +88,8 @@ INLINE void lq_block(es__dtype type, const uint8_t *x, const float *ds, const fl
         widen16(vreinterpretq_s8_u8(q), f);
         const int sub = 2 * j + h;
         for (int k = 0; k < 4; k++)
-            w[4 * h + k] = type == ES__DTYPE_Q2_K ? vfma(vsplat(ds[sub]), f[k], vsplat(ndm[sub])) : vsplat(ds[sub]) * f[k];
+            w[4 * h + k] =
+                type == ES__DTYPE_Q2_K ? vfma(vsplat(ds[sub]), f[k], vsplat(ndm[sub])) : vsplat(ds[sub]) * f[k];
     }
 }
 #endif
@@ -121,7 +122,8 @@ INLINE void iq4_scales(es__dtype type, const uint8_t *row, int64_t b0, float *s)
     uint32_t hl[2];
     memcpy(hl, sb, 8);
     const float d = f16_scalar(d16);
-    const int32x4_t lo_shift[2] = {{0, -4, -8, -12}, {-16, -20, -24, -28}}, hi_shift[2] = {{0, -2, -4, -6}, {-8, -10, -12, -14}};
+    const int32x4_t lo_shift[2] = {{0, -4, -8, -12}, {-16, -20, -24, -28}};
+    const int32x4_t hi_shift[2] = {{0, -2, -4, -6}, {-8, -10, -12, -14}};
     for (int k = 0; k < 2; k++) { /* sub-blocks 4k .. 4k + 3 */
         const uint32x4_t lo = vandq_u32(vshlq_u32(vdupq_n_u32(hl[1]), lo_shift[k]), vdupq_n_u32(15));
         const uint32x4_t hi = vandq_u32(vshlq_u32(vdupq_n_u32(hl[0] >> 16), hi_shift[k]), vdupq_n_u32(3));

@@ -42,7 +42,8 @@ static void fill_weights(es__dtype t, uint8_t *w, size_t rows, int64_t n_in, siz
     const bool super = es__kern_row_bytes(t, 32) == 0; /* 256-element super-blocks */
     const int64_t per = super ? 256 : 32; /* elements per block */
     const size_t bb = es__kern_row_bytes(t, per);
-    const int at = t == ES__DTYPE_Q2_K ? 80 : t == ES__DTYPE_Q3_K ? 108 : t == ES__DTYPE_Q6_K ? 208 : 0; /* the scales */
+    /* the f16 scales' offset in a block */
+    const int at = t == ES__DTYPE_Q2_K ? 80 : t == ES__DTYPE_Q3_K ? 108 : t == ES__DTYPE_Q6_K ? 208 : 0;
     const int n_f16 = t == ES__DTYPE_Q4_K || t == ES__DTYPE_Q5_K || t == ES__DTYPE_Q2_K ? 2 : 1;
     for (size_t r = 0; r < rows; r++) {
         uint8_t *row = w + r * rb;

@@ -1,7 +1,7 @@
 /* bench_kquant.c: the CPU kernels' one-token matrix-vector product per weight type, the K-quants
- * IQ4_NL, IQ4_XS, Q4_1, Q5_0 and Q5_1 beside Q4_0 and Q8_0, at every kernel level built in, on one thread: once with a matrix that
- * fits the L3 cache (the kernel's arithmetic rate) and once with one four times the L3 (what
- * decode sees). JSON lines on stdout: median and minimum wall time over repetitions, the median
+ * IQ4_NL, IQ4_XS, Q4_1, Q5_0 and Q5_1 beside Q4_0 and Q8_0, at every kernel level built in, on
+ * one thread: once with a matrix that fits the L3 cache (the kernel's arithmetic rate) and once
+ * with one four times the L3 (what decode sees). JSON lines on stdout: median and minimum wall time over repetitions, the median
  * process CPU time (less disturbed on a shared machine), weight GB/s and Gweights/s.
  * Usage: bench_kquant [reps [TYPE,TYPE,...]]   (the types by GGUF name; default all) */
 #include "../common/bench_time.h"
