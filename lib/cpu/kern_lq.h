@@ -132,9 +132,7 @@ INLINE void iq4_scales(es__dtype type, const uint8_t *row, int64_t b0, float *s)
         vst1q_f32(s + 4 * k, vmulq_n_f32(vcvtq_f32_s32(vsubq_s32(ls, vdupq_n_s32(32))), d));
     }
 #else
-    const float d = f16_scalar(d16);
-    for (int j = 0; j < 8; j++)
-        s[j] = d * (float)((((sb[4 + j / 2] >> 4 * (j % 2)) & 15) | (((sb[2] | sb[3] << 8) >> 2 * j) & 3) << 4) - 32);
+    for (int j = 0; j < 8; j++) s[j] = es__iq4_xs_scale(sb, j);
 #endif
 }
 
