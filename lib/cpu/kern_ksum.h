@@ -106,11 +106,13 @@ INLINE float hsum8(f8v v) {
     return (h4[0] + h4[2]) + (h4[1] + h4[3]);
 }
 
-/* The sums' vectors (ksum_dot and the panel's tiles): the eight lanes in one vector, or, with gcc
- * on AArch64, in KH = 2 halves of KL = 4 lanes, each half taking the same operations on its lanes.
- * gcc has no 32-byte vector mode there and kept the eight lanes in memory between operations (a
- * one-token Q4_K call of 512 x 64: 124k guest instructions, where clang's eight lanes take 83k). */
-#if defined(__aarch64__) && !defined(__clang__)
+/* The sums' vectors (ksum_dot and the panel's tiles): the eight lanes in one vector, or, on
+ * AArch64, in KH = 2 halves of KL = 4 lanes, each half taking the same operations on its lanes.
+ * NEON's vectors hold four floats: gcc kept eight-lane vectors in memory between operations (a
+ * one-token Q4_K call of 512 x 64: 124k guest instructions against 89k in halves), and clang
+ * split them into pairs of registers less well than the halves do (83k against 52k; a 32-token
+ * call 1.10M against 0.81M). */
+#if defined(__aarch64__)
 #define KL 4
 #else
 #define KL 8
@@ -327,6 +329,61 @@ INLINE kf ksum_offsets(es__dtype K, const float *sc, const float *xb, kf acc, in
     return acc;
 }
 
+/* Sub-blocks 2 i and 2 i + 1 of super-block b (its scales sc, its prepared activations xb) into
+ * ksum_dot's accumulators. */
+INLINE void ksum_pair(es__dtype K, const uint8_t *const *row, const int NR, const float *xb, size_t ldxp, const int T,
+                      int64_t b, int i, float (*sc)[KS_SC(ES__DTYPE_Q6_K)], kf *acc, const int AS) {
+    const size_t bb = KS_BYTES(K);
+    for (int hf = 0; hf < KH; hf++) {
+        /* one token: both sub-blocks at once, eight independent chains to hide the
+         * multiply-adds' latency (a batch has NR x T already) */
+        const int HS = T == 1 || (VL == 16 && K != ES__DTYPE_Q4_K && NR * T <= 8) ? 2 : 1;
+#pragma GCC unroll 2
+        for (int h0 = 0; h0 < 2; h0 += HS) {
+            kf s[2][4][KS_TMAX];
+            if (K == ES__DTYPE_Q4_K) { /* one word vector serves a row's two sub-blocks */
+                ku w[4];
+                for (int r = 0; r < NR; r++) w[r] = ksum_words(K, row[r] + (size_t)b * bb, 2 * i, hf);
+#pragma GCC unroll 4
+                for (int c = 0; c < 4; c++)
+                    for (int h = h0; h < h0 + HS; h++) {
+                        kf xv[KS_TMAX];
+                        for (int t = 0; t < T; t++)
+                            xv[t] = loadk(xb + (size_t)t * ldxp + 32 * (2 * i + h) + 8 * c + KL * hf);
+                        for (int r = 0; r < NR; r++) {
+                            const kf q = ksum_q(K, w[r], 2 * i + h, c);
+                            for (int t = 0; t < T; t++)
+                                s[h - h0][r][t] = c ? fmak(q, xv[t], s[h - h0][r][t]) : q * xv[t];
+                        }
+                    }
+            } else { /* Q5_K and Q6_K build a word vector per row and sub-block: one at a
+                      * time, each taken through its four fields (all eight at once spilled
+                      * registers) */
+                for (int h = h0; h < h0 + HS; h++)
+                    for (int r = 0; r < NR; r++) {
+                        const ku w = ksum_words(K, row[r] + (size_t)b * bb, 2 * i + h, hf);
+#pragma GCC unroll 4
+                        for (int c = 0; c < 4; c++) {
+                            const kf q = ksum_q(K, w, 2 * i + h, c);
+                            for (int t = 0; t < T; t++) {
+                                const kf xv = loadk(xb + (size_t)t * ldxp + 32 * (2 * i + h) + 8 * c + KL * hf);
+                                s[h - h0][r][t] = c ? fmak(q, xv, s[h - h0][r][t]) : q * xv;
+                            }
+                        }
+                    }
+            }
+            for (int h = h0; h < h0 + HS; h++)
+                for (int r = 0; r < NR; r++) {
+                    const kf d = ksum_lane_scale(K, sc[r], 2 * i + h, hf);
+                    for (int t = 0; t < T; t++) {
+                        kf *a = &acc[(r * AS + t) * KH + hf];
+                        *a = fmak(d, s[h - h0][r][t], *a);
+                    }
+                }
+        }
+    }
+}
+
 /* NR rows (at most 4) times T tokens: acc[(r * AS + t) * KH + hf] += row r . token t over nb
  * super-blocks, in the order above (hf: which KL lanes of the eight). Each quant vector is
  * converted once for the T tokens; each activation vector is loaded once for the NR rows. pf:
@@ -354,56 +411,19 @@ INLINE void ksum_dot(es__dtype K, const uint8_t *const *row, const int NR, const
         __asm__ volatile("" : : "r"(sc) : "memory");
 #endif
         const float *xb = xp + b * KS_XP(K);
+        /* gcc on AArch64 spilled the one-token Q4_K loop's registers with the pairs unrolled
+         * (89k guest instructions a 512 x 64 call, 56k rolled); Q5_K and Q6_K need i constant
+         * for their words' shifts (66k and 70k unrolled, 76k and 96k rolled) */
+#if defined(__aarch64__) && !defined(__clang__)
+        if (K == ES__DTYPE_Q4_K) {
+#pragma GCC unroll 1
+            for (int i = 0; i < 4; i++) ksum_pair(K, row, NR, xb, ldxp, T, b, i, sc, acc, AS);
+        } else
+#endif
+        {
 #pragma GCC unroll 4
-        for (int i = 0; i < 4; i++)
-            for (int hf = 0; hf < KH; hf++) {
-                /* one token: both sub-blocks at once, eight independent chains to hide the
-                 * multiply-adds' latency (a batch has NR x T already) */
-                const int HS = T == 1 || (VL == 16 && K != ES__DTYPE_Q4_K && NR * T <= 8) ? 2 : 1;
-#pragma GCC unroll 2
-                for (int h0 = 0; h0 < 2; h0 += HS) {
-                    kf s[2][4][KS_TMAX];
-                    if (K == ES__DTYPE_Q4_K) { /* one word vector serves a row's two sub-blocks */
-                        ku w[4];
-                        for (int r = 0; r < NR; r++) w[r] = ksum_words(K, row[r] + (size_t)b * bb, 2 * i, hf);
-#pragma GCC unroll 4
-                        for (int c = 0; c < 4; c++)
-                            for (int h = h0; h < h0 + HS; h++) {
-                                kf xv[KS_TMAX];
-                                for (int t = 0; t < T; t++)
-                                    xv[t] = loadk(xb + (size_t)t * ldxp + 32 * (2 * i + h) + 8 * c + KL * hf);
-                                for (int r = 0; r < NR; r++) {
-                                    const kf q = ksum_q(K, w[r], 2 * i + h, c);
-                                    for (int t = 0; t < T; t++)
-                                        s[h - h0][r][t] = c ? fmak(q, xv[t], s[h - h0][r][t]) : q * xv[t];
-                                }
-                            }
-                    } else { /* Q5_K and Q6_K build a word vector per row and sub-block: one at a
-                              * time, each taken through its four fields (all eight at once spilled
-                              * registers) */
-                        for (int h = h0; h < h0 + HS; h++)
-                            for (int r = 0; r < NR; r++) {
-                                const ku w = ksum_words(K, row[r] + (size_t)b * bb, 2 * i + h, hf);
-#pragma GCC unroll 4
-                                for (int c = 0; c < 4; c++) {
-                                    const kf q = ksum_q(K, w, 2 * i + h, c);
-                                    for (int t = 0; t < T; t++) {
-                                        const kf xv = loadk(xb + (size_t)t * ldxp + 32 * (2 * i + h) + 8 * c + KL * hf);
-                                        s[h - h0][r][t] = c ? fmak(q, xv, s[h - h0][r][t]) : q * xv;
-                                    }
-                                }
-                            }
-                    }
-                    for (int h = h0; h < h0 + HS; h++)
-                        for (int r = 0; r < NR; r++) {
-                            const kf d = ksum_lane_scale(K, sc[r], 2 * i + h, hf);
-                            for (int t = 0; t < T; t++) {
-                                kf *a = &acc[(r * AS + t) * KH + hf];
-                                *a = fmak(d, s[h - h0][r][t], *a);
-                            }
-                        }
-                }
-            }
+            for (int i = 0; i < 4; i++) ksum_pair(K, row, NR, xb, ldxp, T, b, i, sc, acc, AS);
+        }
         for (int r = 0; r < NR; r++)
             for (int t = 0; t < T; t++)
                 for (int hf = 0; hf < KH; hf++) {

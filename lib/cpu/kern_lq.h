@@ -44,6 +44,34 @@ INLINE vf iq4_to_vf(const uint8_t *p, int high) {
 /* A super-block's sixteen sub-block scales: Q2_K ds = d sc, ndm = -(dmin m); Q3_K ds = d (s - 32). */
 INLINE void lq_scales(es__dtype type, const uint8_t *x, float *ds, float *ndm) {
     uint16_t h[2];
+#if KERN_NEON
+    /* sixteen scales per vector, not one a step: clang's one-token Q3_K call spent an eighth of
+     * its instructions in the scalar loop below */
+    vf f[4];
+    if (type == ES__DTYPE_Q2_K) {
+        memcpy(h, x + 80, 4);
+        const uint8x16_t sm = vld1q_u8(x);
+        widen16(vreinterpretq_s8_u8(vandq_u8(sm, vdupq_n_u8(15))), f);
+        for (int k = 0; k < 4; k++) vst1q_f32(ds + 4 * k, vmulq_n_f32((float32x4_t)f[k], f16_scalar(h[0])));
+        widen16(vreinterpretq_s8_u8(vshrq_n_u8(sm, 4)), f);
+        for (int k = 0; k < 4; k++)
+            vst1q_f32(ndm + 4 * k, vnegq_f32(vmulq_n_f32((float32x4_t)f[k], f16_scalar(h[1]))));
+        return;
+    }
+    memcpy(h, x + 108, 2);
+    uint32_t hw; /* the high bits' bytes s[8..11] */
+    memcpy(&hw, x + 104, 4);
+    const uint8x8_t s8 = vld1_u8(x + 96);
+    const uint8x16_t lo = vcombine_u8(vand_u8(s8, vdup_n_u8(15)), vshr_n_u8(s8, 4));
+    /* scale i takes its high bits from s[8 + i % 4], shifted down 2 (i / 4) */
+    const uint8x16_t pick = {0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3};
+    const int8x16_t shift = {0, 0, 0, 0, -2, -2, -2, -2, -4, -4, -4, -4, -6, -6, -6, -6};
+    const uint8x16_t hb = vqtbl1q_u8(vreinterpretq_u8_u32(vdupq_n_u32(hw)), pick);
+    const uint8x16_t hi = vandq_u8(vshlq_u8(hb, shift), vdupq_n_u8(3));
+    widen16(vsubq_s8(vreinterpretq_s8_u8(vorrq_u8(lo, vshlq_n_u8(hi, 4))), vdupq_n_s8(32)), f);
+    for (int k = 0; k < 4; k++) vst1q_f32(ds + 4 * k, vmulq_n_f32((float32x4_t)f[k], f16_scalar(h[0])));
+    (void)ndm;
+#else
     if (type == ES__DTYPE_Q2_K) {
         memcpy(h, x + 80, 4);
         const float d = f16_scalar(h[0]), dmin = f16_scalar(h[1]);
@@ -60,6 +88,7 @@ INLINE void lq_scales(es__dtype type, const uint8_t *x, float *ds, float *ndm) {
         const int lo = i < 8 ? s[i] & 15 : s[i - 8] >> 4;
         ds[i] = d * (float)((lo | ((s[8 + i % 4] >> (2 * (i / 4))) & 3) << 4) - 32);
     }
+#endif
 }
 
 /* Weights 32 j + VL v .. + VL - 1 of a super-block (j < 8, v < 32 / VL; VL divides 16, so they
@@ -208,6 +237,9 @@ INLINE void lq_rows_dot(es__dtype type, const uint8_t *const *row, const int NR,
 #endif
         for (int j = 0; j < 8; j++) {
             vf wv[2][NV];
+#if defined(__clang__) /* it left the two rows' loop rolled, their weights in memory: Q3_K 122k -> 104k */
+#pragma unroll
+#endif
             for (int r = 0; r < NR; r++) lq_block(type, row[r] + (size_t)b * bb, ds[r], ndm[r], j, wv[r]);
             for (int v = 0; v < NV; v++) {
                 vf xv[T_TILE];
