@@ -197,6 +197,9 @@ INLINE void lq_rows_dot(es__dtype type, const uint8_t *const *row, const int NR,
                 iq4_scales(type, row[r], b0, sc[r]);
             }
             for (int j = 0; j < IQ4_RUN(type); j++)
+#if KERN_NEON
+#pragma GCC unroll 2
+#endif
                 for (int r = 0; r < NR; r++) {
                     vf wq[NV];
                     iq4_grid(iq4_nibbles(type, row[r], b0, j), wq);
