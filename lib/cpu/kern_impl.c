@@ -593,9 +593,12 @@ INLINE void rows_dot(es__dtype type, const uint8_t *const *row, const int NR, co
         }
         if (k < n_in) {
             vf xv[T_TILE];
+#pragma GCC unroll 8
             for (int t = 0; t < T; t++) xv[t] = load_x_tail(x + t * ldx + k, n_in - k);
+#pragma GCC unroll 2
             for (int r = 0; r < NR; r++) {
                 const vf wv = load_wf_tail(type, row[r], k, n_in - k);
+#pragma GCC unroll 8
                 for (int t = 0; t < T; t++) acc[r][t] = vfma(wv, xv[t], acc[r][t]);
             }
         }
