@@ -9,8 +9,11 @@
 //   Q4_0  W: RGBA32UI, one block per texel in ggml's nibble order (byte j holds elements j and
 //         j + 16)
 //   Q4_K  W: as Q4_0, one 32-element sub-block per texel (repacked to Q4_0's nibble order), no offset
-//   Q5_K  W: as Q8_0, the sub-block's 5-bit quants one per byte
-//   Q6_K  W: as Q8_0, the sub-block's quants minus 32, one per byte
+//   Q5_K  W: as Q5_1, the sub-block's 5-bit quants (no offset): 5 bits a weight
+//   Q6_K  W: groups of four blocks in six texels: the blocks' low nibbles as Q4_0's, then their
+//         top two bits, two words per block (block i's in texel 4 + i / 2, .xy or .zw; word h
+//         holds element 16 h + 4 k + c at bits 8 c + 2 k), offset 32: 6 bits a weight, where a
+//         byte per quant took 8 (a row's last group may be partial)
 //   Q3_K  W: as Q4_0, the sub-block's 3-bit quants plus 4, offset 4 (two 16-element scales: S2)
 //   Q2_K  W: as Q4_K, the sub-block's 2-bit quants in nibbles (two scales and two mins: S2-S4)
 //   IQ4_NL W: as Q4_0 (the file's own nibbles), each nibble an index into the IQ4_NL grid
@@ -123,12 +126,12 @@
 #define LANE_RUNS 1
 #elif TYPE_Q5_K
 #define EPU 32
-#define TPU 2
+#define TPU 1 // five texels per four units (row_texels)
 #define HAS_SCALE 1
 #define HAS_MIN 1
 #elif TYPE_Q6_K
 #define EPU 32
-#define TPU 2
+#define TPU 1 // six texels per four units (row_texels)
 #define HAS_SCALE 1
 #define HAS_HALVES 1
 #elif TYPE_Q3_K
@@ -229,7 +232,7 @@ void iq4nl_texel(uvec4 u, out vec4 w[UV]) {
 }
 #endif
 
-#if TYPE_Q5_0 || TYPE_Q5_1
+#if TYPE_Q5_0 || TYPE_Q5_1 || TYPE_Q5_K
 // Q4_0's nibbles with bit j of qh as element j's fifth bit, minus off.
 void q5_texel(uvec4 u, uint qh, float off, out vec4 w[UV]) {
     const uvec4 sh = uvec4(0u, 8u, 16u, 24u), bit = uvec4(0u, 1u, 2u, 3u);
@@ -242,10 +245,25 @@ void q5_texel(uvec4 u, uint qh, float off, out vec4 w[UV]) {
 }
 #endif
 
+#if TYPE_Q6_K
+// Q4_0's nibbles with two more bits each from qh (element 16 h + 4 k + c's at bits 8 c + 2 k of
+// word h, so that one shift per word by sh serves every k), minus 32.
+void q6_texel(uvec4 u, uvec2 qh, out vec4 w[UV]) {
+    const uvec4 sh = uvec4(0u, 8u, 16u, 24u), h0 = uvec4(qh.x) >> sh, h1 = uvec4(qh.y) >> sh;
+    for (uint k = 0u; k < 4u; k++) {
+        const uvec4 v = uvec4(u[k]) >> sh;
+        w[k] = vec4((v & 15u) | ((h0 >> (2u * k)) & 3u) << 4u) - 32.0;
+        w[k + 4u] = vec4(((v >> 4u) & 15u) | ((h1 >> (2u * k)) & 3u) << 4u) - 32.0;
+    }
+}
+#endif
+
 // Texels of a row of upr units in W.
 uint row_texels(uint upr) {
-#if TYPE_Q5_0 || TYPE_Q5_1
+#if TYPE_Q5_0 || TYPE_Q5_1 || TYPE_Q5_K
     return (upr + 3u) / 4u * 5u;
+#elif TYPE_Q6_K
+    return (upr + 3u) / 4u * 6u;
 #else
     return upr * TPU;
 #endif
@@ -269,7 +287,7 @@ void decode_unit(uint row, uint u, out vec4 w[UV]) {
     uvec4 q = FETCH_U4(W, t);
     w[0] = bf16_pair2(q.x, q.y);
     w[1] = bf16_pair2(q.z, q.w);
-#elif TYPE_Q8_0 || TYPE_Q5_K || TYPE_Q6_K
+#elif TYPE_Q8_0
     uvec4 a = FETCH_U4(W, t), b = FETCH_U4(W, t + 1u);
     w[0] = q8_word(a.x);
     w[1] = q8_word(a.y);
@@ -287,9 +305,17 @@ void decode_unit(uint row, uint u, out vec4 w[UV]) {
     q4_texel(FETCH_U4(W, t), 4.0, w);
 #elif TYPE_IQ4_NL
     iq4nl_texel(FETCH_U4(W, t), w);
-#elif TYPE_Q5_0 || TYPE_Q5_1
+#elif TYPE_Q5_0 || TYPE_Q5_1 || TYPE_Q5_K
     const uint g = row + (u >> 2u) * 5u;
     q5_texel(FETCH_U4(W, g + (u & 3u)), FETCH_U4(W, g + 4u)[u & 3u], 16.0 * float(TYPE_Q5_0), w);
+#elif TYPE_Q6_K
+    const uint g = row + (u >> 2u) * 6u;
+    // the nibbles' texel fetched first: after the top bits', a 4096 x 4096 call took 1.4x as
+    // long on lavapipe
+    const uvec4 lo = FETCH_U4(W, g + (u & 3u));
+    const uvec4 h = FETCH_U4(W, g + 4u + ((u & 3u) >> 1u));
+    const uvec2 qh = (u & 1u) == 0u ? h.xy : h.zw;
+    q6_texel(lo, qh, w);
 #endif
 }
 

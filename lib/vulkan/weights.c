@@ -40,10 +40,10 @@ uint64_t es__vk_mat_row_bytes(es__dtype type, uint32_t K, uint32_t team, bool sc
     case ES__DTYPE_Q3_K:
     case ES__DTYPE_IQ4_NL:
     case ES__DTYPE_Q4_1: return K / 2; /* a nibble per quant (weights.glsl) */
-    case ES__DTYPE_Q5_K:
-    case ES__DTYPE_Q6_K: return K; /* one byte per quant (weights.glsl) */
     case ES__DTYPE_Q5_0:
-    case ES__DTYPE_Q5_1: return ((uint64_t)K / 32 + 3) / 4 * 80; /* five texels per four blocks */
+    case ES__DTYPE_Q5_1:
+    case ES__DTYPE_Q5_K: return ((uint64_t)K / 32 + 3) / 4 * 80; /* five texels per four blocks */
+    case ES__DTYPE_Q6_K: return ((uint64_t)K / 32 + 3) / 4 * 96; /* six texels per four blocks */
     default: break;
     }
     return 0;
@@ -126,23 +126,35 @@ static size_t scale_slot(uint32_t b, uint32_t team) {
     return ((size_t)(i / 4) * team + l) * 4 + i % 4;
 }
 
-/* One row of Q5_K/Q6_K super-blocks (nb 32-element blocks) into weights.glsl's layout: quants
- * per 32-element block, a byte each, the blocks' scales, and the second set (mins or second-half
- * scales) srb / 8 floats further. */
-static void repack_k(es__dtype type, const uint8_t *src, uint32_t nb, uint32_t team, uint64_t srb, uint8_t *dw,
-                     float *ds) {
+/* One row of Q5_K/Q6_K super-blocks (nb 32-element blocks) into weights.glsl's layouts: per group
+ * of four blocks their low nibbles in four texels as Q4_0's, then the bits above them (Q5_K: one
+ * qh word per block, as Q5_1; Q6_K: two words per block, two bits per element); the blocks'
+ * scales, and the second set (mins or second-half scales) srb / 8 floats further. Held a byte
+ * per quant, they took 10 bits a weight with their scales; now Q5_K 7 and Q6_K 8. */
+static void repack_k(es__dtype type, const uint8_t *src, uint32_t nb, uint32_t team, uint64_t wrb, uint64_t srb,
+                     uint8_t *dw, float *ds) {
     const size_t set2 = (size_t)(srb / 8); /* floats: half the row's scale plane */
-    const size_t bb = type == ES__DTYPE_Q5_K ? 176 : 210;
+    const bool q6 = type == ES__DTYPE_Q6_K;
+    const size_t bb = q6 ? 210 : 176, group = q6 ? 96 : 80;
+    memset(dw, 0, (size_t)wrb); /* a partial last group */
     for (uint32_t sb = 0; sb < nb / 8; sb++) {
         int8_t q[256];
         float a[8], b[8];
         es__k_unpack(type, src + bb * sb, q, a, b);
         for (uint32_t j = 0; j < 8; j++) {
             const uint32_t blk = sb * 8 + j;
-            const int8_t *qj = q + 32 * j;
             ds[scale_slot(blk, team)] = a[j];
             ds[set2 + scale_slot(blk, team)] = b[j];
-            memcpy(dw + (size_t)32 * blk, qj, 32);
+            uint8_t v[32]; /* Q5_K 0..31, Q6_K 0..63 */
+            for (int l = 0; l < 32; l++) v[l] = (uint8_t)(q[32 * j + l] + (q6 ? 32 : 0));
+            uint8_t *grp = dw + group * (blk / 4);
+            for (int l = 0; l < 16; l++)
+                grp[16 * (blk % 4) + l] = (uint8_t)((v[l] & 15) | (v[l + 16] & 15) << 4);
+            uint32_t hi[2] = {0, 0};
+            for (int l = 0; l < 32; l++) /* Q6_K: element 16 h + 4 k + c at bits 8 c + 2 k of word h */
+                if (q6) hi[l / 16] |= (uint32_t)(v[l] >> 4) << (8 * (l % 4) + 2 * (l % 16 / 4));
+                else hi[0] |= (uint32_t)(v[l] >> 4) << l;
+            memcpy(grp + 64 + (q6 ? 8 : 4) * (blk % 4), hi, q6 ? 8 : 4);
         }
     }
 }
@@ -287,7 +299,7 @@ static void repack(const es__vk_mat *m, uint32_t team, uint32_t r0, uint32_t n, 
         case ES__DTYPE_Q5_0:
         case ES__DTYPE_Q5_1: repack_q5(m->type, src, nb, team, wrb, srb, dw, ds); break;
         case ES__DTYPE_Q5_K:
-        case ES__DTYPE_Q6_K: repack_k(m->type, src, nb, team, srb, dw, ds); break;
+        case ES__DTYPE_Q6_K: repack_k(m->type, src, nb, team, wrb, srb, dw, ds); break;
         case ES__DTYPE_Q2_K:
         case ES__DTYPE_Q3_K: repack_lq(m->type, src, nb, team, srb, dw, ds); break;
         default: break;
