@@ -3,7 +3,8 @@
  * types, general.quantization_version are set as llama.cpp writes them); every 2-D "*.weight"
  * tensor in f32, f16 or bf16 is converted row by row through f32 with the reference quantisers
  * (quant.c, quant_k.c); every other tensor (norms, 1-D tensors) is copied unchanged.
- * Deliberately not here: importance matrices, mixed per-tensor recipes (Q4_K_M's Q6_K layers),
+ * The mixes "q4_K_M" and "q5_K_M" follow llama.cpp's recipe for them (mix_type).
+ * Deliberately not here: importance matrices, the other mixes (_S, _L, the IQ recipes),
  * requantising a file that is already quantised (its rounding would compound: refused). */
 #include "common.h"
 #include "gguf.h"
@@ -34,6 +35,14 @@ static uint32_t file_type_of(es__dtype t) { /* llama.cpp's general.file_type for
     return 0;
 }
 
+/* A target: every matrix in base, or llama.cpp's Q4_K_M / Q5_K_M mix over it (mix_type). */
+typedef struct quant_target {
+    es__dtype base;
+    bool mix;
+    int32_t n_layer;   /* blocks in the file (1 + the largest N of "blk.N.")            */
+    bool has_output;   /* an output.weight; else token_embd.weight is also the head     */
+} quant_target;
+
 static bool is_float(es__dtype t) {
     return t == ES__DTYPE_F32 || t == ES__DTYPE_F16 || t == ES__DTYPE_BF16;
 }
@@ -61,6 +70,45 @@ static es__dtype type_for(es__dtype target, int64_t ne0) {
     case ES__DTYPE_Q5_K: return ES__DTYPE_Q5_1;
     default: return ES__DTYPE_Q8_0;
     }
+}
+
+/* The block index N of a "blk.N.*" tensor name, or -1. */
+static int32_t layer_of(es__str name) {
+    static const char pre[] = "blk.";
+    const size_t n = sizeof pre - 1;
+    if (name.len <= n || memcmp(name.ptr, pre, n) != 0) return -1;
+    int32_t v = 0;
+    size_t i = n;
+    for (; i < name.len && name.ptr[i] >= '0' && name.ptr[i] <= '9' && v < (1 << 20); i++)
+        v = v * 10 + (name.ptr[i] - '0');
+    return i > n && i < name.len && name.ptr[i] == '.' ? v : -1;
+}
+
+static bool ends_with(es__str s, const char *suffix) {
+    const size_t n = strlen(suffix);
+    return s.len >= n && memcmp(s.ptr + s.len - n, suffix, n) == 0;
+}
+
+/* llama.cpp's layers that get more bits in its _M mixes: the first and last eighth, and every
+ * third one between. */
+static bool more_bits(int32_t i, int32_t n) {
+    return i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2;
+}
+
+/* A matrix's type under target tg, before the fallback for rows that are not whole blocks
+ * (type_for). The _M mixes, as llama.cpp makes them: the output head (token_embd.weight where
+ * there is no output.weight) in Q6_K; attn_v and ffn_down in Q6_K in the layers of more_bits; a
+ * fused attn_qkv one type up (Q4_K_M: Q5_K, Q5_K_M: Q6_K); every other matrix in the base. */
+static es__dtype mix_type(const quant_target *tg, es__str name) {
+    if (!tg->mix) return tg->base;
+    if (es__str_eq(name, "output.weight") || (!tg->has_output && es__str_eq(name, "token_embd.weight")))
+        return ES__DTYPE_Q6_K;
+    const int32_t il = layer_of(name);
+    if (il < 0) return tg->base;
+    if ((ends_with(name, ".attn_v.weight") || ends_with(name, ".ffn_down.weight")) && more_bits(il, tg->n_layer))
+        return ES__DTYPE_Q6_K;
+    if (ends_with(name, ".attn_qkv.weight")) return tg->base == ES__DTYPE_Q4_K ? ES__DTYPE_Q5_K : ES__DTYPE_Q6_K;
+    return tg->base;
 }
 
 /* Converts t to type into a new buffer (*out, freed by the caller). */
@@ -100,7 +148,7 @@ static es_status check_input(const es__gguf *g, const char *path, es__err *err) 
     return ES_OK;
 }
 
-static es_status run(const es__gguf *g, const char *in_path, const char *out_path, es__dtype target,
+static es_status run(const es__gguf *g, const char *in_path, const char *out_path, quant_target tg,
                      const es_quantize_params *p, es__err *err) {
     const es_allocator *a = p->allocator;
     const es__log log = {p->log_fn, p->log_user, es__log_level(p->log_level)};
@@ -113,10 +161,16 @@ static es_status run(const es__gguf *g, const char *in_path, const char *out_pat
         if (es__str_eq(kv->key, "general.file_type") || es__str_eq(kv->key, "general.quantization_version")) continue;
         s = es__gguf_copy_kv(w, kv);
     }
-    if (s == ES_OK) s = es__gguf_set_u32(w, "general.file_type", file_type_of(target));
-    if (s == ES_OK && !is_float(target)) s = es__gguf_set_u32(w, "general.quantization_version", 2);
+    /* llama.cpp's file types of the mixes: MOSTLY_Q4_K_M 15, MOSTLY_Q5_K_M 17 */
+    const uint32_t ftype = tg.mix ? (tg.base == ES__DTYPE_Q4_K ? 15 : 17) : file_type_of(tg.base);
+    if (s == ES_OK) s = es__gguf_set_u32(w, "general.file_type", ftype);
+    if (s == ES_OK && !is_float(tg.base)) s = es__gguf_set_u32(w, "general.quantization_version", 2);
     uint64_t total = 0, done = 0;
-    for (uint64_t i = 0; i < g->n_tensors; i++) total += g->tensors[i].nbytes;
+    for (uint64_t i = 0; i < g->n_tensors; i++) {
+        total += g->tensors[i].nbytes;
+        tg.n_layer = ES__MAX(tg.n_layer, layer_of(g->tensors[i].name) + 1);
+        tg.has_output = tg.has_output || es__str_eq(g->tensors[i].name, "output.weight");
+    }
     for (uint64_t i = 0; s == ES_OK && i < g->n_tensors; i++) {
         const es__gguf_tensor *t = &g->tensors[i];
         char name[512];
@@ -124,10 +178,10 @@ static es_status run(const es__gguf *g, const char *in_path, const char *out_pat
         if (!is_matrix(t)) {
             s = es__gguf_add_tensor(w, name, t->type, t->n_dims, t->ne, t->data);
         } else {
-            const es__dtype type = type_for(target, t->ne[0]);
-            if (type != target) {
+            const es__dtype want = mix_type(&tg, t->name), type = type_for(want, t->ne[0]);
+            if (type != want) {
                 es__dtype_traits tt, tf;
-                es__dtype_info(target, &tt);
+                es__dtype_info(want, &tt);
                 es__dtype_info(type, &tf);
                 es__logf(&log, ES_LOG_WARN, "'%s': rows of %" PRId64 " are not whole %s blocks: stored as %s",
                          name, t->ne[0], tt.name, tf.name);
@@ -164,15 +218,19 @@ es_status es_quantize(const char *in_path, const char *out_path, const char *typ
     ES_RETURN_IF(!in_path || !out_path || !type, &err, ES_ERR_INVALID_ARGUMENT,
                  "es_quantize: input path, output path and type are required");
     ES_TRY(ES__CHECK_RESERVED(p, "es_quantize_params", &err));
-    es__dtype target = ES__DTYPE_F32;
+    quant_target tg = {ES__DTYPE_F32, false, 0, false};
     bool found = false;
+    if (strcmp(type, "q4_K_M") == 0 || strcmp(type, "q5_K_M") == 0) {
+        tg = (quant_target){type[1] == '4' ? ES__DTYPE_Q4_K : ES__DTYPE_Q5_K, true, 0, false};
+        found = true;
+    }
     for (uint32_t t = 0; t < 64 && !found; t++) {
         es__dtype_traits tr;
-        if (es__dtype_info(t, &tr) && strcmp(tr.name, type) == 0) target = (es__dtype)t, found = true;
+        if (es__dtype_info(t, &tr) && strcmp(tr.name, type) == 0) tg.base = (es__dtype)t, found = true;
     }
     ES_RETURN_IF(!found, &err, ES_ERR_INVALID_ARGUMENT,
-                 "unknown type '%s' (known: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q2_K, q3_K, q4_K, q5_K, q6_K,"
-                 " iq4_nl, iq4_xs)",
+                 "unknown type '%s' (known: q4_K_M, q5_K_M, f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q2_K, q3_K, "
+                 "q4_K, q5_K, q6_K, iq4_nl, iq4_xs)",
                  type);
     es__file_map map;
     const int e = es__file_map_open(in_path, true, &map);
@@ -184,7 +242,7 @@ es_status es_quantize(const char *in_path, const char *out_path, const char *typ
         memcpy(msg, err.msg, sizeof msg);
         es__fail(&err, s, "'%s': %s", in_path, msg);
     } else {
-        s = run(g, in_path, out_path, target, p, &err);
+        s = run(g, in_path, out_path, tg, p, &err);
     }
     es__gguf_free(g);
     es__file_map_close(&map);

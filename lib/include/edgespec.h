@@ -184,8 +184,9 @@ typedef struct es_quantize_params {
 ES_API es_quantize_params es_quantize_default_params(void);
 
 /* Writes in_path's model to out_path with its weight matrices in type ("q4_K", "q5_K", "q6_K",
- * "q3_K", "q2_K", "iq4_nl", "iq4_xs", "q8_0", "q5_1", "q5_0", "q4_1", "q4_0", "bf16", "f16" or "f32").
- * params may be NULL. Errors: es_last_error(). */
+ * "q3_K", "q2_K", "iq4_nl", "iq4_xs", "q8_0", "q5_1", "q5_0", "q4_1", "q4_0", "bf16", "f16" or "f32"),
+ * or in llama.cpp's mix "q4_K_M" or "q5_K_M" (the output head, and attn_v and ffn_down in some
+ * layers, in q6_K; docs/formats.md). params may be NULL. Errors: es_last_error(). */
 ES_API es_status es_quantize(const char *in_path, const char *out_path, const char *type,
                              const es_quantize_params *params);
 

@@ -4,7 +4,9 @@ mkmodel draws the same weights for every --type from one seed and quantises them
 library's quantisers, so quantising its f32 model must give exactly the tensors of its model
 written directly in that type (every K-quant, iq4_nl, iq4_xs and q8_0/q4_0/q4_1/q5_0/q5_1), with
 general.file_type set and the norms left f32. Also: an f16 input, rows that are not whole
-super-blocks (stored in llama.cpp's fallback type with a warning), and the errors (a quantised input, an unknown type, a missing file, bad usage).
+super-blocks (stored in llama.cpp's fallback type with a warning), the mixes q4_K_M and q5_K_M
+(each matrix in the type llama.cpp's recipe gives it, on llama, tied and phi3 files), and the
+errors (a quantised input, an unknown type, a missing file, bad usage).
 
 usage: test_quantize_cli.py EDGESPEC_EXE MKMODEL_EXE   (run by meson in the build directory)
 """
@@ -75,6 +77,57 @@ def f16_and_fallback():
         check(info.returncode == 0, "%s with %s fallbacks loads" % (target, fallback), info)
 
 
+def expected_mix(name, base, n_layer, has_output):
+    """llama.cpp's Q4_K_M / Q5_K_M recipe, stated independently of lib/core/quantize.c."""
+    if name == "output.weight" or (name == "token_embd.weight" and not has_output):
+        return "q6_K"
+    if not name.startswith("blk."):
+        return base
+    i = int(name.split(".")[1])
+    more = i < n_layer // 8 or i >= 7 * n_layer // 8 or (i - n_layer // 8) % 3 == 2
+    if name.endswith((".attn_v.weight", ".ffn_down.weight")) and more:
+        return "q6_K"
+    if name.endswith(".attn_qkv.weight"):
+        return {"q4_K": "q5_K", "q5_K": "q6_K"}[base]
+    return base
+
+
+def mixes():
+    """q4_K_M and q5_K_M: each matrix in the recipe's type, bit for bit what mkmodel writes for that
+    type from the same seed; llama.cpp's file types 15 and 17."""
+    for flags in ([], ["--tied"], ["--arch", "phi3"]):
+        shape = ["--n-embd", "256", "--n-ff", "512", "--n-layer", "16", "--n-vocab", "300", "--seed", "3",
+                 "--quiet"] + flags
+        mk("qz-mix-f32.gguf", *shape)
+        direct = {}
+        for t in ("q4_K", "q5_K", "q6_K"):
+            mk("qz-mix-%s.gguf" % t, *shape, "--type", t)
+            direct[t] = pygguf.read("qz-mix-%s.gguf" % t)
+        for mix, base, ftype in (("q4_K_M", "q4_K", 15), ("q5_K_M", "q5_K", 17)):
+            run("qz-mix-f32.gguf", "qz-out.gguf", mix)
+            r = pygguf.read("qz-out.gguf")
+            has_output = "output.weight" in r.tensors
+            check(has_output == ("--tied" not in flags), "%s %s: output.weight present as made" % (mix, flags))
+            n6 = 0
+            for name, t in r.tensors.items():
+                if t.type == "f32":
+                    continue
+                want = expected_mix(name, base, 16, has_output)
+                n6 += want == "q6_K"
+                check(t.type == want, "%s %s: %s is %s, expected %s" % (mix, flags, name, t.type, want))
+                d = direct[want].tensors[name] if want in direct else None
+                check(d is not None and np.array_equal(t.raw, d.raw),
+                      "%s %s: %s equals mkmodel --type %s" % (mix, flags, name, want))
+            # 8 layers with more bits (0, 1, 4, 7, 10, 13, 14, 15 of 16): their attn_v and ffn_down
+            # (phi3 has no attn_v: its 16 fused attn_qkv are q6_K in q5_K_M), and the head
+            want6 = 1 + 8 if "phi3" in flags else 1 + 16
+            want6 += 16 if "phi3" in flags and base == "q5_K" else 0
+            check(n6 == want6, "%s %s: %d q6_K matrices, expected %d" % (mix, flags, n6, want6))
+            check(r.get("general.file_type") == ftype, "%s: general.file_type %r" % (mix, r.get("general.file_type")))
+            info = subprocess.run(testlib.wrap([CLI, "info", "-m", "qz-out.gguf"]), capture_output=True, text=True)
+            check(info.returncode == 0, "%s %s: the output loads" % (mix, flags), info)
+
+
 def errors():
     mk("qz-q.gguf", *SHAPE, "--type", "q8_0")
     p = run("qz-q.gguf", "qz-bad.gguf", "q4_K", expect=1)
@@ -89,6 +142,7 @@ def errors():
 
 same_as_direct()
 f16_and_fallback()
+mixes()
 errors()
 for f in os.listdir("."):
     if f.startswith("qz-") and f.endswith(".gguf"):

@@ -15,7 +15,9 @@ static void log_cb(es_log_level level, const char *msg, void *user) {
 int cli_cmd_quantize(int argc, char **argv) {
     const cli_command cmd = {"quantize", "MODEL OUT TYPE",
                              "Write MODEL (f32, f16 or bf16 weights) to OUT with every weight matrix in TYPE: q4_K, "
-                             "q5_K, q6_K, q3_K, q2_K, iq4_nl, iq4_xs, q8_0, q5_1, q5_0, q4_1, q4_0, bf16, f16 or f32 (norms stay f32).",
+                             "q5_K, q6_K, q3_K, q2_K, iq4_nl, iq4_xs, q8_0, q5_1, q5_0, q4_1, q4_0, bf16, f16 or f32 "
+                             "(norms stay f32), or in llama.cpp's mix q4_K_M or q5_K_M (q6_K for the output head, "
+                             "and for attn_v and ffn_down in some layers).",
                              NULL, 0, 3, 3, NULL};
     const char *pos[3];
     int n_pos;
