@@ -246,17 +246,9 @@ static es_status get_pipelines(es_context *ctx, vk_ctx *c) {
             uint32_t epi;
         } uses[4] = {{&vl->qkv, ES__EPI_ROPE_KV}, {&vl->wo, branch_epi(c)}, {&vl->gateup, glu_epi(c)},
                      {&vl->down, branch_epi(c)}};
-        for (int u = 0; u < 4; u++)
-            for (uint32_t n = 1; n <= ES__VK_TILE_TOK; n *= 2) { /* matrix-vector and each tile shape */
-                es__vk_pipeline *p;
-                ES_TRY(es__vk_mul_mat_pipe(d, uses[u].m, es__vk_mul_mat_tok(d, uses[u].m->type, n), uses[u].epi, &p));
-            }
+        for (int u = 0; u < 4; u++) ES_TRY(es__vk_mul_mat_warm(d, uses[u].m, uses[u].epi, false));
     }
-    for (uint32_t n = 1; n <= ES__VK_TILE_TOK; n *= 2) {
-        es__vk_pipeline *p;
-        ES_TRY(es__vk_mul_mat_pipe(d, w->out, es__vk_mul_mat_tok(d, w->out->type, n), ES__EPI_STORE, &p));
-    }
-    return ES_OK;
+    return es__vk_mul_mat_warm(d, w->out, ES__EPI_STORE, false);
 }
 
 static es_status make_pool(es_context *ctx, vk_ctx *c) {
@@ -612,10 +604,8 @@ static es__pc_mul_mat mat_call(const vk_ctx *c, uint32_t n, uint32_t x_stride, u
 
 static es_status rec_mat(vk_ctx *c, es__vk_rec *r, const char *op, const es__vk_mat *m, const VkDescriptorSet *sets,
                          uint32_t epi, const es__pc_mul_mat *pc) {
-    es__vk_pipeline *p;
-    ES_TRY(es__vk_mul_mat_pipe(c->d, m, es__vk_mul_mat_tok(c->d, m->type, pc->n), epi, &p));
-    es__vk_rec_mul_mat(r, op, p, m, sets, pc);
-    return ES_OK;
+    (void)c;
+    return es__vk_rec_mul_mat(r, op, m, epi, false, sets, pc);
 }
 
 /* Projection proj of layer l over n_main token rows and n_ss fused stream rows after them (the
@@ -626,10 +616,7 @@ static es_status rec_proj(vk_ctx *c, es__vk_rec *r, const char *op, uint32_t l, 
     const VkDescriptorSet *lora_sets = NULL;
     ES_TRY(es__vk_msa_rec_proj(c->msa, r, (int32_t)l, proj, n_main, g, pc, &lora_sets));
     if (!lora_sets) return rec_mat(c, r, op, m, sets, epi, pc);
-    es__vk_pipeline *p;
-    ES_TRY(es__vk_mul_mat_lora_pipe(c->d, m, es__vk_mul_mat_tok(c->d, m->type, pc->n), epi, &p));
-    es__vk_rec_mul_mat(r, op, p, m, lora_sets, pc);
-    return ES_OK;
+    return es__vk_rec_mul_mat(r, op, m, epi, true, lora_sets, pc);
 }
 
 static void rec_embed(vk_ctx *c, es__vk_rec *r, uint32_t n) {

@@ -356,11 +356,8 @@ static es_status make_fused_sets(struct es__vk_msa *m) {
             ES_TRY(mm_sets_kv(m, &L->fused[k], mats[k], &r->w->ws, in[k], out[k], kv ? write_bind(r->k[l]) : out[k],
                               kv ? write_bind(r->v[l]) : out[k], lo));
             /* every kernel this may record, so forward calls never compile */
-            for (uint32_t n = 1; n <= ES__VK_TILE_TOK; n *= 2) {
-                es__vk_pipeline *p;
-                ES_TRY(es__vk_mul_mat_lora_pipe(m->d, mats[k], es__vk_mul_mat_tok(m->d, mats[k]->type, n), epi[k], &p));
-                ES_TRY(es__vk_mul_mat_pipe(m->d, &lo->a, es__vk_mul_mat_tok(m->d, lo->a.type, n), ES__EPI_STORE, &p));
-            }
+            ES_TRY(es__vk_mul_mat_warm(m->d, mats[k], epi[k], true));
+            ES_TRY(es__vk_mul_mat_warm(m->d, &lo->a, ES__EPI_STORE, false));
         }
         es__vk_bind b[5] = {r->qkv, r->k[l], r->v[l], r->step, write_bind(r->attn)};
         ES_TRY(es__vk_set_create(m->d, m->pool, m->p_attn, b, &L->attn_fused));
@@ -535,12 +532,6 @@ es_status es__vk_msa_create(es_context *ctx, const es__vk_ss_res *res, struct es
 /* mm of n rows of X from row x_row0 (strides in floats) into Y's first n rows. */
 static es_status rec_mm_from(struct es__vk_msa *m, es__vk_rec *r, const char *op, const ss_mm *mm, uint32_t n,
                              uint32_t epi, uint32_t x_stride, uint32_t y_stride, uint32_t x_row0) {
-    const uint32_t tok = es__vk_mul_mat_tok(m->d, mm->m->type, n);
-    es__vk_pipeline *p;
-    if (mm->lora)
-        ES_TRY(es__vk_mul_mat_lora_pipe(m->d, mm->m, tok, epi, &p));
-    else
-        ES_TRY(es__vk_mul_mat_pipe(m->d, mm->m, tok, epi, &p));
     es__pc_mul_mat pc;
     memset(&pc, 0, sizeof pc);
     pc.n = n;
@@ -550,8 +541,7 @@ static es_status rec_mm_from(struct es__vk_msa *m, es__vk_rec *r, const char *op
     pc.lora_r = mm->lora ? mm->lora->rank : 0;
     pc.lora_stride = m->R32 / 4;
     if (mm->m == m->res.w->out) pc.softcap = hparams(m)->final_softcap; /* the head, wherever it runs */
-    es__vk_rec_mul_mat(r, op, p, mm->m, mm->sets, &pc);
-    return ES_OK;
+    return es__vk_rec_mul_mat(r, op, mm->m, epi, mm->lora != NULL, mm->sets, &pc);
 }
 
 static es_status rec_mm(struct es__vk_msa *m, es__vk_rec *r, const char *op, const ss_mm *mm, uint32_t n,

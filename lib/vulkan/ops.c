@@ -82,13 +82,12 @@ uint32_t es__vk_mul_mat_tok(const es__vk_dev *d, es__dtype type, uint32_t n) {
     return ES__MIN(tile, ES__MAX(cap, pass));
 }
 
-static es_status mul_mat_pipe(es__vk_dev *d, const es__vk_mat *m, uint32_t tile, uint32_t epi, const char *family,
-                              es__vk_pipeline **out) {
-    const es__dtype type = m->type;
+static es_status mul_mat_pipe(es__vk_dev *d, es__dtype type, uint32_t team, uint32_t tile, uint32_t epi,
+                              const char *family, es__vk_pipeline **out) {
     const uint32_t tok = ES__MIN(mm_pass(type, tile), tile);
     const bool native = !d->use.texel && d->use.subgroup &&
                         ((type == ES__DTYPE_F16 && d->use.storage16) || (type == ES__DTYPE_Q8_0 && d->use.storage8));
-    const uint32_t spec[7] = {wg_size(d), d->subgroup_size, mm_rows(d, type, tok), tok, epi, m->team, tile};
+    const uint32_t spec[7] = {wg_size(d), d->subgroup_size, mm_rows(d, type, tok), tok, epi, team, tile};
     char tiled[32];
     snprintf(tiled, sizeof tiled, "%s_tiled", family);
     return pipe_for(d, tile > tok ? tiled : family, type_tag(type), true, true, native, spec, 7, out);
@@ -96,12 +95,28 @@ static es_status mul_mat_pipe(es__vk_dev *d, const es__vk_mat *m, uint32_t tile,
 
 es_status es__vk_mul_mat_pipe(es__vk_dev *d, const es__vk_mat *m, uint32_t tok, uint32_t epi,
                               es__vk_pipeline **out) {
-    return mul_mat_pipe(d, m, tok, epi, "mul_mat", out);
+    return mul_mat_pipe(d, m->type, m->team, tok, epi, "mul_mat", out);
 }
 
 es_status es__vk_mul_mat_lora_pipe(es__vk_dev *d, const es__vk_mat *m, uint32_t tok, uint32_t epi,
                                    es__vk_pipeline **out) {
-    return mul_mat_pipe(d, m, tok, epi, "mul_mat_lora", out);
+    return mul_mat_pipe(d, m->type, m->team, tok, epi, "mul_mat_lora", out);
+}
+
+/* The kernel of part pt for a call of n tokens. */
+static es_status part_pipe(es__vk_dev *d, const es__vk_part *pt, uint32_t n, uint32_t epi, bool lora,
+                           es__vk_pipeline **out) {
+    return mul_mat_pipe(d, pt->type, pt->team, es__vk_mul_mat_tok(d, pt->type, n), epi, lora ? "mul_mat_lora" : "mul_mat",
+                        out);
+}
+
+es_status es__vk_mul_mat_warm(es__vk_dev *d, const es__vk_mat *m, uint32_t epi, bool lora) {
+    for (uint32_t i = 0; i < m->n_parts; i++)
+        for (uint32_t n = 1; n <= ES__VK_TILE_TOK; n *= 2) { /* matrix-vector and each tile shape */
+            es__vk_pipeline *p;
+            ES_TRY(part_pipe(d, &m->parts[i], n, epi, lora, &p));
+        }
+    return ES_OK;
 }
 
 es_status es__vk_simple_pipe(es__vk_dev *d, const char *family, bool reads, bool reduces, es__vk_pipeline **out) {
@@ -142,12 +157,14 @@ es_status es__vk_get_rows_pipe(es__vk_dev *d, es__dtype type, es__vk_pipeline **
     return pipe_for(d, "get_rows", type_tag(type), true, false, false, spec, 2, out);
 }
 
-void es__vk_rec_mul_mat(es__vk_rec *r, const char *op, const es__vk_pipeline *p, const es__vk_mat *m,
-                        const VkDescriptorSet *sets, const es__pc_mul_mat *call) {
-    const uint32_t wg = p->spec[0], rows = p->spec[2], tile = p->spec[6], epi = p->spec[4], team = p->spec[5];
-    const uint32_t rows_per_wg = wg / team * rows;
+es_status es__vk_rec_mul_mat(es__vk_rec *r, const char *op, const es__vk_mat *m, uint32_t epi, bool lora,
+                             const VkDescriptorSet *sets, const es__pc_mul_mat *call) {
     for (uint32_t i = 0; i < m->n_parts; i++) {
         const es__vk_part *pt = &m->parts[i];
+        es__vk_pipeline *p;
+        ES_TRY(part_pipe(r->d, pt, call->n, epi, lora, &p));
+        const uint32_t wg = p->spec[0], rows = p->spec[2], tile = p->spec[6], team = p->spec[5];
+        const uint32_t rows_per_wg = wg / team * rows;
         es__pc_mul_mat pc = *call;
         pc.M = pt->rows;
         pc.K = m->K;
@@ -165,6 +182,7 @@ void es__vk_rec_mul_mat(es__vk_rec *r, const char *op, const es__vk_pipeline *p,
         es__vk_rec_dispatch(r, op, p, sets[i], &pc, (pt->rows + rows_per_wg - 1) / rows_per_wg,
                             (call->n + tile - 1) / tile, 1);
     }
+    return ES_OK;
 }
 
 void es__vk_step_write(int32_t *s, uint32_t stride, int32_t n_past, int32_t n, const int32_t *tokens,

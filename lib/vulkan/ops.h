@@ -41,11 +41,15 @@ es_status es__vk_mul_mat_pipe(es__vk_dev *d, const es__vk_mat *m, uint32_t tile,
  * and 9; pc.lora_r and pc.lora_stride give R's width and row stride. */
 es_status es__vk_mul_mat_lora_pipe(es__vk_dev *d, const es__vk_mat *m, uint32_t tok, uint32_t epi,
                                    es__vk_pipeline **out);
-/* Records Y (+)= W X for every part of m; sets[] holds one descriptor set per part. pc carries
- * the call's fields (n, X and Y placement, the RoPE fields); the part fields (M, y_off,
- * row0, w_off, s_off) are filled here. */
-void es__vk_rec_mul_mat(es__vk_rec *r, const char *op, const es__vk_pipeline *p, const es__vk_mat *m,
-                        const VkDescriptorSet *sets, const es__pc_mul_mat *pc);
+/* Every kernel a part of m may record with epilogue epi (with the LoRA term when lora), so that
+ * recording compiles nothing. */
+es_status es__vk_mul_mat_warm(es__vk_dev *d, const es__vk_mat *m, uint32_t epi, bool lora);
+/* Records Y (+)= W X for every part of m, each with the kernel of its type (epilogue epi, the
+ * LoRA term when lora); sets[] holds one descriptor set per part (any mul_mat kernel's layout).
+ * pc carries the call's fields (n, X and Y placement, the RoPE fields); the part fields (M,
+ * y_off, row0, w_off, s_off) are filled here. */
+es_status es__vk_rec_mul_mat(es__vk_rec *r, const char *op, const es__vk_mat *m, uint32_t epi, bool lora,
+                             const VkDescriptorSet *sets, const es__pc_mul_mat *pc);
 
 /* Pipelines of the other families, with the workgroup size for the device. */
 es_status es__vk_simple_pipe(es__vk_dev *d, const char *family, bool reads, bool reduces, es__vk_pipeline **out);

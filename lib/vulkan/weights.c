@@ -10,6 +10,11 @@
 
 #define ES__STAGING_SIZE ((VkDeviceSize)32 << 20)
 
+/* The device layout a tensor type goes up in (weights.glsl). */
+static es__dtype layout_of(es__dtype t) {
+    return t == ES__DTYPE_IQ4_XS ? ES__DTYPE_IQ4_NL : t;
+}
+
 static bool is_block_type(es__dtype t) {
     return t == ES__DTYPE_Q8_0 || t == ES__DTYPE_Q4_0 || t == ES__DTYPE_IQ4_NL || t == ES__DTYPE_IQ4_XS ||
            es__is_k_quant(t) || es__is_q5_family(t);
@@ -68,9 +73,9 @@ es_status es__vk_mat_init(es__vk_dev *d, es__vk_mat *m, const es__tensor *const 
     for (uint32_t i = 0; i < n_src; i++) {
         const es__tensor *t = src[i];
         ES_RETURN_IF(!t->data, d->err, ES_ERR_MODEL, "vulkan: tensor '%s' has no data", t->name);
-        ES_RETURN_IF(t->type != t0->type || t->ne[0] != t0->ne[0], d->err, ES_ERR_UNSUPPORTED,
-                     "vulkan: tensors '%s' and '%s' are fused on the device and must share type and row length",
-                     t0->name, t->name);
+        ES_RETURN_IF(t->ne[0] != t0->ne[0] || (interleave && t->type != t0->type), d->err, ES_ERR_UNSUPPORTED,
+                     "vulkan: tensors '%s' and '%s' are fused on the device and must share %s", t0->name, t->name,
+                     interleave ? "type and row length" : "row length");
         ES_RETURN_IF(t->type != ES__DTYPE_F32 && t->type != ES__DTYPE_F16 && t->type != ES__DTYPE_BF16 &&
                          !is_block_type(t->type),
                      d->err, ES_ERR_UNSUPPORTED, "vulkan: tensor '%s' has type %d, which the Vulkan kernels do not read",
@@ -83,10 +88,11 @@ es_status es__vk_mat_init(es__vk_dev *d, es__vk_mat *m, const es__tensor *const 
     ES_RETURN_IF(rows > (1u << 30) || t0->ne[0] <= 0 || t0->ne[0] > (1 << 24), d->err, ES_ERR_MODEL,
                  "vulkan: tensor '%s' shape %lld x %llu is out of range for the kernels", t0->name,
                  (long long)t0->ne[0], (unsigned long long)rows);
-    ES_RETURN_IF(is_block_type(t0->type) && t0->ne[0] % 32 != 0, d->err, ES_ERR_MODEL,
-                 "vulkan: tensor '%s' row length %lld is not a multiple of the 32-element block", t0->name,
-                 (long long)t0->ne[0]);
-    m->type = t0->type == ES__DTYPE_IQ4_XS ? ES__DTYPE_IQ4_NL : t0->type;
+    for (uint32_t i = 0; i < n_src; i++)
+        ES_RETURN_IF(is_block_type(src[i]->type) && t0->ne[0] % 32 != 0, d->err, ES_ERR_MODEL,
+                     "vulkan: tensor '%s' row length %lld is not a multiple of the 32-element block", src[i]->name,
+                     (long long)t0->ne[0]);
+    m->type = layout_of(t0->type);
     m->rows = (uint32_t)rows;
     m->K_src = (uint32_t)t0->ne[0];
     m->K = (m->K_src + 31u) & ~31u;
@@ -97,24 +103,28 @@ es_status es__vk_mat_init(es__vk_dev *d, es__vk_mat *m, const es__tensor *const 
     return ES_OK;
 }
 
+/* The tensor fused row r (before the NEOX permutation, which stays within a head and so within
+ * a tensor) comes from, and the row there. */
+static const es__tensor *src_of(const es__vk_mat *m, uint32_t r, uint32_t *row) {
+    if (m->interleave) {
+        *row = r >> 1;
+        return m->src[r & 1u];
+    }
+    uint32_t i = 0;
+    while (r >= (uint32_t)m->src[i]->ne[1]) r -= (uint32_t)m->src[i++]->ne[1];
+    *row = r;
+    return m->src[i];
+}
+
 /* Source row of fused row r. */
 static const uint8_t *src_row(const es__vk_mat *m, uint32_t r) {
-    const es__tensor *t;
-    uint32_t rr;
     if (r < m->rope_rows) {
         const uint32_t h = r / m->rope_hd, j = r % m->rope_hd;
         const uint32_t dim = j >= m->rope_nrot ? j : (j & 1u) == 0 ? j >> 1 : (j >> 1) + m->rope_nrot / 2;
         r = h * m->rope_hd + dim;
     }
-    if (m->interleave) {
-        t = m->src[r & 1u];
-        rr = r >> 1;
-    } else {
-        uint32_t i = 0;
-        rr = r;
-        while (rr >= (uint32_t)m->src[i]->ne[1]) rr -= (uint32_t)m->src[i++]->ne[1];
-        t = m->src[i];
-    }
+    uint32_t rr;
+    const es__tensor *t = src_of(m, r, &rr);
     const uint64_t row_bytes = t->nbytes / (uint64_t)t->ne[1];
     return (const uint8_t *)t->data + row_bytes * rr;
 }
@@ -255,21 +265,23 @@ static void repack_q5(es__dtype type, const uint8_t *src, uint32_t nb, uint32_t 
     }
 }
 
-/* Repacks rows [r0, r0 + n) of m into the W plane at w and the S plane at s. */
-static void repack(const es__vk_mat *m, uint32_t team, uint32_t r0, uint32_t n, uint8_t *w, uint8_t *s) {
-    const uint64_t wrb = es__vk_mat_row_bytes(m->type, m->K, team, false);
-    const uint64_t srb = es__vk_mat_row_bytes(m->type, m->K, team, true);
+/* Repacks rows [r0, r0 + n) of m, all of part pt's type, into the W plane at w and the S plane at
+ * s. */
+static void repack(const es__vk_mat *m, const es__vk_part *pt, uint32_t r0, uint32_t n, uint8_t *w, uint8_t *s) {
+    const uint32_t team = pt->team;
+    const uint64_t wrb = es__vk_mat_row_bytes(pt->type, m->K, team, false);
+    const uint64_t srb = es__vk_mat_row_bytes(pt->type, m->K, team, true);
     const uint32_t nb = m->K / 32;
     if (srb) memset(s, 0, (size_t)(srb * n));
     for (uint32_t i = 0; i < n; i++) {
         const uint8_t *src = src_row(m, r0 + i);
         uint8_t *dw = w + wrb * i;
         float *ds = srb ? (float *)(s + srb * i) : NULL;
-        switch (m->src[0]->type) {
+        switch (pt->src_type) {
         case ES__DTYPE_F32:
         case ES__DTYPE_F16:
         case ES__DTYPE_BF16: {
-            const size_t have = (size_t)m->K_src * (m->type == ES__DTYPE_F32 ? 4 : 2);
+            const size_t have = (size_t)m->K_src * (pt->type == ES__DTYPE_F32 ? 4 : 2);
             memcpy(dw, src, have);
             memset(dw + have, 0, (size_t)wrb - have);
             break;
@@ -277,7 +289,7 @@ static void repack(const es__vk_mat *m, uint32_t team, uint32_t r0, uint32_t n, 
         case ES__DTYPE_Q8_0: /* ggml block: f16 d, int8 qs[32] */
         case ES__DTYPE_Q4_0: /* ggml block: f16 d, uint8 qs[16] */
         case ES__DTYPE_IQ4_NL: /* as Q4_0, the nibbles grid indices */ {
-            const uint32_t bs = m->type == ES__DTYPE_Q8_0 ? 34 : 18, qb = bs - 2; /* Q4_0, IQ4_NL: 18 */
+            const uint32_t bs = pt->type == ES__DTYPE_Q8_0 ? 34 : 18, qb = bs - 2; /* Q4_0, IQ4_NL: 18 */
             for (uint32_t b = 0; b < nb; b++) {
                 const uint8_t *blk = src + (size_t)bs * b;
                 uint16_t dh;
@@ -297,21 +309,21 @@ static void repack(const es__vk_mat *m, uint32_t team, uint32_t r0, uint32_t n, 
         case ES__DTYPE_Q4_K: repack_q4k(src, nb, team, dw, (uint32_t *)ds); break;
         case ES__DTYPE_Q4_1:
         case ES__DTYPE_Q5_0:
-        case ES__DTYPE_Q5_1: repack_q5(m->type, src, nb, team, wrb, srb, dw, ds); break;
+        case ES__DTYPE_Q5_1: repack_q5(pt->type, src, nb, team, wrb, srb, dw, ds); break;
         case ES__DTYPE_Q5_K:
-        case ES__DTYPE_Q6_K: repack_k(m->type, src, nb, team, wrb, srb, dw, ds); break;
+        case ES__DTYPE_Q6_K: repack_k(pt->type, src, nb, team, wrb, srb, dw, ds); break;
         case ES__DTYPE_Q2_K:
-        case ES__DTYPE_Q3_K: repack_lq(m->type, src, nb, team, srb, dw, ds); break;
+        case ES__DTYPE_Q3_K: repack_lq(pt->type, src, nb, team, srb, dw, ds); break;
         default: break;
         }
     }
 }
 
-/* The most rows one part may hold on this device. */
-static es_status rows_per_part(es__vk_dev *d, const es__vk_mat *m, uint32_t *out) {
+/* The most rows one part of type (and team) may hold on this device. */
+static es_status rows_per_part(es__vk_dev *d, const es__vk_mat *m, es__dtype type, uint32_t team, uint32_t *out) {
     const VkPhysicalDeviceLimits *lim = &d->phys.props.limits;
-    const uint64_t wrb = es__vk_mat_row_bytes(m->type, m->K, m->team, false);
-    const uint64_t srb = es__vk_mat_row_bytes(m->type, m->K, m->team, true);
+    const uint64_t wrb = es__vk_mat_row_bytes(type, m->K, team, false);
+    const uint64_t srb = es__vk_mat_row_bytes(type, m->K, team, true);
     uint64_t wmax, smax;
     if (d->use.texel) {
         wmax = (uint64_t)lim->maxTexelBufferElements * 16;
@@ -331,21 +343,55 @@ static es_status rows_per_part(es__vk_dev *d, const es__vk_mat *m, uint32_t *out
     return ES_OK;
 }
 
+/* The end of the run of rows from row0 whose tensors share row0's type (the whole matrix when
+ * its tensors are interleaved, which share one type). */
+static uint32_t run_end(const es__vk_mat *m, uint32_t row0) {
+    if (m->interleave) return m->rows;
+    uint32_t rr;
+    const es__dtype t = src_of(m, row0, &rr)->type;
+    uint32_t end = 0, i = 0;
+    for (; i < m->n_src && end <= row0; i++) end += (uint32_t)m->src[i]->ne[1];
+    for (; i < m->n_src && m->src[i]->type == t; i++) end += (uint32_t)m->src[i]->ne[1];
+    return end;
+}
+
+/* m's parts: runs of rows of one type, each cut into the ranges one binding holds (count only
+ * when m->parts is NULL). */
+static es_status cut_parts(es__vk_dev *d, es__vk_mat *m, uint32_t *n_parts) {
+    uint32_t n = 0;
+    for (uint32_t row0 = 0; row0 < m->rows;) {
+        const uint32_t end = run_end(m, row0);
+        uint32_t rr;
+        const es__dtype src = src_of(m, row0, &rr)->type, type = layout_of(src);
+        const uint32_t team = es__vk_row_team(d, type, m->K);
+        uint32_t per = 0;
+        ES_TRY(rows_per_part(d, m, type, team, &per));
+        for (; row0 < end; row0 += ES__MIN(per, end - row0), n++)
+            if (m->parts) {
+                es__vk_part *pt = &m->parts[n];
+                pt->row0 = row0;
+                pt->rows = ES__MIN(per, end - row0);
+                pt->type = type;
+                pt->src_type = src;
+                pt->team = team;
+            }
+    }
+    *n_parts = n;
+    return ES_OK;
+}
+
 static es_status plan(es__vk_wset *ws, es__vk_mat *const *mats, uint32_t n_mats) {
     es__vk_dev *d = ws->d;
     for (uint32_t i = 0; i < n_mats; i++) {
         es__vk_mat *m = mats[i];
-        uint32_t per = 0;
-        ES_TRY(rows_per_part(d, m, &per));
-        m->n_parts = (m->rows + per - 1) / per;
+        ES_TRY(cut_parts(d, m, &m->n_parts));
         m->parts = es__calloc(d->alloc, m->n_parts, sizeof *m->parts);
         ES_RETURN_IF(!m->parts, d->err, ES_ERR_OUT_OF_MEMORY, "vulkan: out of memory");
-        const uint64_t wrb = es__vk_mat_row_bytes(m->type, m->K, m->team, false);
-        const uint64_t srb = es__vk_mat_row_bytes(m->type, m->K, m->team, true);
+        ES_TRY(cut_parts(d, m, &m->n_parts));
         for (uint32_t p = 0; p < m->n_parts; p++) {
             es__vk_part *pt = &m->parts[p];
-            pt->row0 = p * per;
-            pt->rows = ES__MIN(per, m->rows - pt->row0);
+            const uint64_t wrb = es__vk_mat_row_bytes(pt->type, m->K, pt->team, false);
+            const uint64_t srb = es__vk_mat_row_bytes(pt->type, m->K, pt->team, true);
             ES_TRY(es__vk_arena_reserve(d, &ws->arena, wrb * pt->rows, &pt->w));
             pt->has_s = srb > 0;
             if (pt->has_s) ES_TRY(es__vk_arena_reserve(d, &ws->arena, srb * pt->rows, &pt->s));
@@ -365,11 +411,11 @@ static es_status fill(es__vk_wset *ws, es__vk_mat *const *mats, uint32_t n_mats,
     for (uint32_t i = 0; i < n_mats; i++) total += (uint64_t)mats[i]->rows;
     for (uint32_t i = 0; i < n_mats; i++) {
         es__vk_mat *m = mats[i];
-        const uint64_t wrb = es__vk_mat_row_bytes(m->type, m->K, m->team, false);
-        const uint64_t srb = es__vk_mat_row_bytes(m->type, m->K, m->team, true);
-        const uint32_t step = (uint32_t)ES__MAX(1, (staging_size(ws) / 4) / (wrb + srb));
         for (uint32_t p = 0; p < m->n_parts; p++) {
             const es__vk_part *pt = &m->parts[p];
+            const uint64_t wrb = es__vk_mat_row_bytes(pt->type, m->K, pt->team, false);
+            const uint64_t srb = es__vk_mat_row_bytes(pt->type, m->K, pt->team, true);
+            const uint32_t step = (uint32_t)ES__MAX(1, (staging_size(ws) / 4) / (wrb + srb));
             for (uint32_t r = 0; r < pt->rows; r += step) {
                 const uint32_t n = ES__MIN(step, pt->rows - r);
                 void *wp = NULL, *sp = NULL;
@@ -380,7 +426,7 @@ static es_status fill(es__vk_wset *ws, es__vk_mat *const *mats, uint32_t n_mats,
                 ES_TRY(es__vk_stage_ptr(d, st, es__vk_region_buf(&ws->arena, &pt->w), pt->w.off + wrb * r, wrb * n, &wp));
                 if (pt->has_s)
                     ES_TRY(es__vk_stage_ptr(d, st, es__vk_region_buf(&ws->arena, &pt->s), pt->s.off + srb * r, srb * n, &sp));
-                repack(m, m->team, pt->row0 + r, n, wp, sp);
+                repack(m, pt, pt->row0 + r, n, wp, sp);
                 done += n;
                 if (progress && !progress((float)((double)done / (double)total), user))
                     return es__fail(d->err, ES_ERR_CANCELLED, "vulkan: weight upload cancelled by the progress callback");
@@ -395,11 +441,11 @@ static es_status make_views(es__vk_wset *ws, es__vk_mat *const *mats, uint32_t n
     if (!d->use.texel) return ES_OK;
     for (uint32_t i = 0; i < n_mats; i++) {
         es__vk_mat *m = mats[i];
-        const VkFormat wf = m->type == ES__DTYPE_F32 ? VK_FORMAT_R32G32B32A32_SFLOAT : VK_FORMAT_R32G32B32A32_UINT;
-        /* Q4_K's scale texels are packed integers (a float view may flush or quieten them) */
-        const VkFormat sf = m->type == ES__DTYPE_Q4_K ? VK_FORMAT_R32G32B32A32_UINT : VK_FORMAT_R32G32B32A32_SFLOAT;
         for (uint32_t p = 0; p < m->n_parts; p++) {
             es__vk_part *pt = &m->parts[p];
+            const VkFormat wf = pt->type == ES__DTYPE_F32 ? VK_FORMAT_R32G32B32A32_SFLOAT : VK_FORMAT_R32G32B32A32_UINT;
+            /* Q4_K's scale texels are packed integers (a float view may flush or quieten them) */
+            const VkFormat sf = pt->type == ES__DTYPE_Q4_K ? VK_FORMAT_R32G32B32A32_UINT : VK_FORMAT_R32G32B32A32_SFLOAT;
             ES_TRY(es__vk_view_create(d, es__vk_region_buf(&ws->arena, &pt->w), wf, pt->w.off, pt->w.size, &pt->w_view));
             if (pt->has_s)
                 ES_TRY(es__vk_view_create(d, es__vk_region_buf(&ws->arena, &pt->s), sf, pt->s.off, pt->s.size, &pt->s_view));

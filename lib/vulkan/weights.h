@@ -7,9 +7,14 @@
 #include "model.h"
 #include "vk.h"
 
-/* A row range of a matrix, bound as one descriptor. */
+/* A row range of a matrix, bound as one descriptor. A part's rows come from tensors of one type:
+ * Q, K and V fused from tensors of different types (llama.cpp's Q4_K_M keeps attn_v in Q6_K in
+ * some layers) are parts of different types, each with its own kernel. */
 typedef struct es__vk_part {
     uint32_t row0, rows;
+    es__dtype type;              /* the device layout's type (weights.glsl) */
+    es__dtype src_type;          /* its tensors' (IQ4_XS goes up as IQ4_NL)  */
+    uint32_t team;               /* lanes per row in mul_mat for this type   */
     es__vk_region w, s;          /* the value/quant plane; the scale plane (block types) */
     bool has_s;
     VkBufferView w_view, s_view; /* texel path only */
@@ -18,11 +23,13 @@ typedef struct es__vk_part {
 /* A weight matrix: rows of K elements (K padded to 32), possibly several tensors fused by
  * concatenating rows (Q, K, V) or interleaving them (gate/up: row 2i gate, 2i + 1 up). */
 typedef struct es__vk_mat {
-    es__dtype type;              /* the device layout's type (weights.glsl): the tensors', except
-                                    IQ4_XS, whose blocks go up as IQ4_NL's (their scales d (ls - 32)) */
+    es__dtype type;              /* the device layout's type (weights.glsl) of the first tensor, except
+                                    IQ4_XS, whose blocks go up as IQ4_NL's (their scales d (ls - 32));
+                                    concatenated tensors may differ (the parts') */
     uint32_t rows, K, K_src;     /* K_src: the tensors' row length before padding */
     uint32_t team;               /* lanes per row in mul_mat: 1, or the device's team size;
-                                    the scale plane is interleaved for it (weights.glsl) */
+                                    the scale plane is interleaved for it (weights.glsl); the
+                                    first tensor's, as type */
     uint32_t n_parts;
     es__vk_part *parts;
     /* where the rows come from (host views into the model) */
@@ -53,7 +60,8 @@ void es__vk_wset_init(es__vk_wset *ws, es__vk_dev *d);
  * lane. */
 uint32_t es__vk_row_team(const es__vk_dev *d, es__dtype type, uint32_t K);
 
-/* Describes m from tensors (same type and row length) without uploading. */
+/* Describes m from tensors (same row length; the same type too when interleaved) without
+ * uploading. */
 es_status es__vk_mat_init(es__vk_dev *d, es__vk_mat *m, const es__tensor *const *src, uint32_t n_src,
                           bool interleave);
 /* Splits each matrix into parts, places the planes in new allocations of ws, uploads the

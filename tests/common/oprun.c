@@ -344,12 +344,12 @@ static es_status run_one(run *r, es__vk_pipeline *p, const es__vk_bind *binds, c
     return run_submit(r, &rec, 1, NULL);
 }
 
-/* Records reps (at least one) mul_mat-family dispatches of p over m's parts and submits them. */
-static es_status run_mul_mat_submit(run *r, const char *op, const es__vk_pipeline *p, const es__vk_mat *m,
+/* Records reps (at least one) mul_mat-family dispatches over m's parts and submits them. */
+static es_status run_mul_mat_submit(run *r, const char *op, const es__vk_mat *m, uint32_t epi, bool lora,
                                     const VkDescriptorSet *sets, const es__pc_mul_mat *pc, uint32_t reps, double *ms) {
     es__vk_rec rec;
     es__vk_rec_begin(&rec, r->d, r->cb, VK_NULL_HANDLE, 0, NULL);
-    for (uint32_t k = 0; k < (reps ? reps : 1); k++) es__vk_rec_mul_mat(&rec, op, p, m, sets, pc);
+    for (uint32_t k = 0; k < (reps ? reps : 1); k++) ES_TRY(es__vk_rec_mul_mat(&rec, op, m, epi, lora, sets, pc));
     return run_submit(r, &rec, reps, ms);
 }
 
@@ -434,7 +434,7 @@ static es_status run_proj(es_backend *b, es__dtype type, const void *w, uint32_t
         pc.ss_g = ss->ss_g;
         pc.bias_off = bias_off;
         pc.softcap = ss->softcap;
-        s = run_mul_mat_submit(&r, "mul_mat", p, m, sets, &pc, reps, ms);
+        s = run_mul_mat_submit(&r, "mul_mat", m, epi, lora, sets, &pc, reps, ms);
     }
     if (s == ES_OK) s = run_read(&r, Y, y, sizeof *y * n * cols);
     const size_t cache = g ? (size_t)g->n_head_kv * ss->n_ctx * g->hd : 0;

@@ -99,6 +99,22 @@ static es_model *mem_model_create(const mem_model_cfg *c) {
     return m;
 }
 
+/* llama.cpp's _M mixes on a model of mem_model_create: the output head (the embedding when it is
+ * tied), and the last layer's attn_v and ffn_down, redrawn in type t, so that the last layer's
+ * Q, K and V differ in type. */
+static inline void mem_model_mix(es_model *m, es__dtype t, unsigned long long seed) {
+    test_rng rng = {seed};
+    const es__hparams *hp = &m->hp;
+    es__layer *L = &m->layers[hp->n_layer - 1];
+    const int64_t d = hp->n_embd, kvd = (int64_t)hp->n_head_kv * hp->head_dim;
+    const float sd = 1.0f / sqrtf((float)d), sf = 1.0f / sqrtf((float)hp->n_ff);
+    es__tensor *head = (es__tensor *)m->output, *v = (es__tensor *)L->wv, *down = (es__tensor *)L->ffn_down;
+    free((void *)head->data), free((void *)v->data), free((void *)down->data);
+    mem_tensor(head, head->name, t, d, hp->n_vocab, m->tied_output ? 1.0f : 2.0f * sd, 0.0f, &rng);
+    mem_tensor(v, v->name, t, d, kvd, 2.0f * sd, 0.0f, &rng);
+    mem_tensor(down, down->name, t, hp->n_ff, d, sf, 0.0f, &rng);
+}
+
 static void mem_model_free(es_model *m) {
     if (!m) return;
     for (int32_t i = 0; i < m->n_tensors; i++) free((void *)m->tensors[i].data);

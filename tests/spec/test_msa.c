@@ -31,8 +31,32 @@ typedef struct ref {
     const es__ss_adapter *ss;
 } ref;
 
+/* A tensor's values as f32: quantised ones dequantised once per model (W_forget between models). */
+static struct {
+    const es__tensor *t;
+    float *v;
+} w_cache[64];
+
 static const float *W(const es__tensor *t) {
-    return (const float *)t->data;
+    if (t->type == ES__DTYPE_F32) return (const float *)t->data;
+    size_t i = 0;
+    for (; i < ES__ARRAY_LEN(w_cache) && w_cache[i].t; i++)
+        if (w_cache[i].t == t) return w_cache[i].v;
+    CHECK(i < ES__ARRAY_LEN(w_cache));
+    if (i == ES__ARRAY_LEN(w_cache)) abort();
+    const int64_t n = t->ne[0] * t->ne[1];
+    w_cache[i].t = t;
+    w_cache[i].v = malloc(sizeof(float) * (size_t)n);
+    uint64_t rb = 0;
+    es__dtype_row_bytes(t->type, (uint64_t)t->ne[0], &rb);
+    for (int64_t r = 0; r < t->ne[1]; r++)
+        es__dequantize_row(t->type, (const uint8_t *)t->data + rb * (uint64_t)r, w_cache[i].v + r * t->ne[0], t->ne[0]);
+    return w_cache[i].v;
+}
+
+static void W_forget(void) {
+    for (size_t i = 0; i < ES__ARRAY_LEN(w_cache); i++) free(w_cache[i].v);
+    memset(w_cache, 0, sizeof w_cache);
 }
 
 static void matvec(const float *w, int64_t n_in, int64_t n_out, const double *x, double *y) {
@@ -255,8 +279,10 @@ static int check_commit_shifted(es_context *c, es_context *plain, const es_batch
     return 1;
 }
 
-static void run(const mem_model_cfg *mc, const mem_adapter_cfg *ac) {
+/* mix: ES__DTYPE_F32 for none, else mem_model_mix's type */
+static void run(const mem_model_cfg *mc, const mem_adapter_cfg *ac, es__dtype mix) {
     es_model *m = mem_model_create(mc);
+    if (mix != ES__DTYPE_F32) mem_model_mix(m, mix, mc->seed + 100);
     mem_adapter_attach(m, ac);
     ref r = {m, m->ss};
     const int32_t V = m->hp.n_vocab, G = ac->n_streams;
@@ -451,6 +477,7 @@ static void run(const mem_model_cfg *mc, const mem_adapter_cfg *ac) {
     es_context_free(c1);
     es_context_free(c2);
     mem_adapter_model_free(m);
+    W_forget();
 }
 
 static void test_errors(void) {
@@ -520,24 +547,29 @@ int main(int argc, char **argv) {
     /* GQA, LoRA on every projection of the top layer, pruning at the MSA start */
     mem_model_cfg m1 = {61, 48, 4, 4, 2, 12, 64, 12, ES_ROPE_NORM, 10000.0f, 1.0f, false, ES__DTYPE_F32, 21};
     mem_adapter_cfg a1 = {3, 2, 2, 4, 2, 0.2f, 8};
-    run(&m1, &a1);
+    run(&m1, &a1, ES__DTYPE_F32);
     /* one MSA layer, one stream, no LoRA, pruning below it, tied head, partial rotation */
     mem_model_cfg m2 = {40, 32, 3, 2, 2, 16, 40, 8, ES_ROPE_NORM, 500.0f, 1.0f, true, ES__DTYPE_F32, 22};
     mem_adapter_cfg a2 = {1, 1, 1, 6, 0, 0.3f, 9};
-    run(&m2, &a2);
+    run(&m2, &a2, ES__DTYPE_F32);
     /* every layer MSA, four streams, pruning at the embeddings */
     mem_model_cfg m3 = {50, 32, 2, 4, 4, 8, 48, 8, ES_ROPE_NORM, 10000.0f, 1.0f, false, ES__DTYPE_F32, 23};
     mem_adapter_cfg a3 = {4, 2, 0, 3, 1, 0.2f, 10};
-    run(&m3, &a3);
+    run(&m3, &a3, ES__DTYPE_F32);
     /* NEOX rotation (the Vulkan backend permutes Q and K rows, and the LoRA's rows with them) and
      * a LoRA rank that is not a multiple of 4 */
     mem_model_cfg m4 = {61, 48, 4, 2, 2, 12, 64, 12, ES_ROPE_NEOX, 10000.0f, 1.0f, false, ES__DTYPE_F32, 24};
     mem_adapter_cfg a4 = {2, 2, 1, 4, 3, 0.2f, 11};
-    run(&m4, &a4);
+    run(&m4, &a4, ES__DTYPE_F32);
     /* streams from below the prune layer: their kept hidden states move with the survivors */
     mem_model_cfg m5 = {53, 32, 4, 4, 2, 8, 40, 8, ES_ROPE_NORM, 10000.0f, 1.0f, false, ES__DTYPE_F32, 25};
     mem_adapter_cfg a5 = {2, 3, 3, 4, 2, 0.3f, 12};
-    run(&m5, &a5);
+    run(&m5, &a5, ES__DTYPE_F32);
+    /* quantised, the top layer's Q, K (Q4_0) and V (Q8_0) of two types (llama.cpp's _M mixes: on
+     * Vulkan, parts of two kernels, the LoRA's too) */
+    mem_model_cfg m6 = {57, 64, 2, 4, 2, 16, 96, 16, ES_ROPE_NEOX, 10000.0f, 1.0f, false, ES__DTYPE_Q4_0, 26};
+    mem_adapter_cfg a6 = {2, 2, 1, 4, 2, 0.2f, 13};
+    run(&m6, &a6, ES__DTYPE_Q8_0);
     test_errors();
     test_ride_memo(vulkan);
     test_backend_end(backend);

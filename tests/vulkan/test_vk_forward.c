@@ -43,6 +43,22 @@ static const fcase cases[] = {
     {"q4_1 gqa norm tied", {91, 64, 1, 4, 2, 16, 128, 16, ES_ROPE_NORM, 10000.0f, 1.0f, true, ES__DTYPE_Q4_1, 13}},
 };
 
+/* llama.cpp's _M mixes (mem_model_mix: the head and the last layer's attn_v and ffn_down in the
+ * second type): that layer's fused Q, K, V are parts of two types, each run by its own kernel.
+ * Q4_K_M; and the Q5_0 / Q8_0 fallbacks of a width that is not whole super-blocks (Qwen2.5-0.5B's
+ * Q4_K_M), NEOX-permuted and tied. */
+static const struct {
+    fcase c;
+    es__dtype mix;
+} mixes[] = {
+    {{"q4_K_M mix gqa norm", {90, 256, 2, 4, 2, 64, 512, 64, ES_ROPE_NORM, 10000.0f, 1.0f, false, ES__DTYPE_Q4_K,
+                              15}},
+     ES__DTYPE_Q6_K},
+    {{"q5_0 + q8_0 mix gqa neox tied", {93, 96, 2, 6, 2, 16, 160, 16, ES_ROPE_NEOX, 10000.0f, 1.0f, true, ES__DTYPE_Q5_0,
+                                        16}},
+     ES__DTYPE_Q8_0},
+};
+
 #define N_CTX 320          /* > 256: positions past the first attention split */
 #define N_PROMPT_LONG 270  /* the first case reaches them, the others stay short */
 #define N_PROMPT 40
@@ -107,8 +123,11 @@ static void greedy(es_context *ctx, const float *last, int32_t V, int32_t n, int
     }
 }
 
-static void run_case(const fcase *fc, es_backend *cpu, es_backend *vk, const char *cfg, int32_t n_prompt) {
+/* mix: ES__DTYPE_F32 for none, else mem_model_mix's type */
+static void run_case(const fcase *fc, es__dtype mix, es_backend *cpu, es_backend *vk, const char *cfg,
+                     int32_t n_prompt) {
     es_model *m = mem_model_create(&fc->cfg);
+    if (mix != ES__DTYPE_F32) mem_model_mix(m, mix, fc->cfg.seed + 100);
     const int32_t V = m->hp.n_vocab;
     test_rng rng = {fc->cfg.seed * 77};
     int32_t prompt[N_PROMPT_LONG];
@@ -193,15 +212,18 @@ int main(void) {
         if (!vk || !cpu) continue;
         for (size_t i = 0; i < n_cases; i++)
             if (c == 0 || i % (VK_N_CONFIGS - 1) == (size_t)(c - 1) % (VK_N_CONFIGS - 1) || i == (size_t)c)
-                run_case(&cases[i], cpu, vk, vk_configs[c].name, i == 0 ? N_PROMPT_LONG : N_PROMPT);
+                run_case(&cases[i], ES__DTYPE_F32, cpu, vk, vk_configs[c].name, i == 0 ? N_PROMPT_LONG : N_PROMPT);
+        for (size_t i = 0; i < ES__ARRAY_LEN(mixes); i++)
+            if (c == 0 || i == (size_t)c % ES__ARRAY_LEN(mixes))
+                run_case(&mixes[i].c, mixes[i].mix, cpu, vk, vk_configs[c].name, N_PROMPT);
         es_backend_free(vk);
     }
     /* other devices' attention: small splits, a subgroup per split; same bounds, same invariance */
     for (size_t a = 0; a < VK_N_ATTN_VARIANTS; a++) {
         es_backend *vk = vk_backend_attn(a);
         if (!vk || !cpu) continue;
-        run_case(&cases[0], cpu, vk, VK_ATTN_VARIANTS[a].name, N_PROMPT_LONG);
-        run_case(&cases[2], cpu, vk, VK_ATTN_VARIANTS[a].name, N_PROMPT);
+        run_case(&cases[0], ES__DTYPE_F32, cpu, vk, VK_ATTN_VARIANTS[a].name, N_PROMPT_LONG);
+        run_case(&cases[2], ES__DTYPE_F32, cpu, vk, VK_ATTN_VARIANTS[a].name, N_PROMPT);
         es_backend_free(vk);
     }
     /* a GPU's whole profile (policy.c), forced on this device: two rows per team in one-token
@@ -210,8 +232,9 @@ int main(void) {
     es_backend *gpu = vk_backend(0);
     if (gpu && cpu) {
         es__vk_dev_of(gpu)->policy = es__vk_policy_choose(VK_PHYSICAL_DEVICE_TYPE_DISCRETE_GPU, NULL);
-        run_case(&cases[0], cpu, gpu, "gpu profile", N_PROMPT_LONG);
-        run_case(&cases[3], cpu, gpu, "gpu profile", N_PROMPT);
+        run_case(&cases[0], ES__DTYPE_F32, cpu, gpu, "gpu profile", N_PROMPT_LONG);
+        run_case(&cases[3], ES__DTYPE_F32, cpu, gpu, "gpu profile", N_PROMPT);
+        run_case(&mixes[0].c, mixes[0].mix, cpu, gpu, "gpu profile", N_PROMPT);
     }
     if (gpu) es_backend_free(gpu);
     es_backend_free(cpu);
