@@ -28,12 +28,12 @@
 //         fetch costs about as much as the arithmetic of a whole unit). Row r's scales start at
 //         texel s_off + r * ceil(blocks / (4 T)) * T.
 //   K-quants, Q4_1, Q5_1  S holds a second set of per-block floats after each row's scales (same
-//         layout, scale_row_texels further): Q4_1 and Q5_1 the block's min m, Q5_K the block's
-//         -dmin m (x = d sc q - dmin m, so a unit adds d sc (q . x) + (-dmin m) (sum of x)), Q6_K the scale of the block's last 16
-//         elements (the first set scales its first 16); Q3_K as Q6_K. Q2_K keeps four sets: the
-//         scales of the block's two halves, then their -dmin m (x = d sc q - dmin m per 16).
-//   Q4_K  S instead: RGBA32UI, scales and mins packed (LANE_RUNS): a lane walks runs of consecutive
-//         blocks instead of every T-th block: in each group of 4 T blocks lane l takes blocks
+//         layout, scale_row_texels further): Q4_1 and Q5_1 the block's min m (x = d q + m, so a
+//         unit adds d (q . x) + m (sum of x)), Q6_K the scale of the block's last 16 elements (the
+//         first set scales its first 16); Q3_K as Q6_K. Q2_K keeps four sets: the scales of the
+//         block's two halves, then their -dmin m (x = d sc q - dmin m per 16).
+//   Q4_K, Q5_K  S instead: RGBA32UI, scales and mins packed (LANE_RUNS): a lane walks runs of
+//         consecutive blocks instead of every T-th block: in each group of 4 T blocks lane l takes blocks
 //         4 l .. 4 l + 3, in the last group, of n < 4 T blocks, c = ceil(n / T) from c l
 //         (mul_mat.comp). A run of at most four lies in at most two super-blocks, so one texel
 //         per lane and group holds all it needs, 44 bits per block where two f32 took 64: byte k
@@ -129,6 +129,7 @@
 #define TPU 1 // five texels per four units (row_texels)
 #define HAS_SCALE 1
 #define HAS_MIN 1
+#define LANE_RUNS 1
 #elif TYPE_Q6_K
 #define EPU 32
 #define TPU 1 // six texels per four units (row_texels)
