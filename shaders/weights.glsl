@@ -135,6 +135,7 @@
 #define TPU 1 // six texels per four units (row_texels)
 #define HAS_SCALE 1
 #define HAS_HALVES 1
+#define LANE_RUNS 1
 #elif TYPE_Q3_K
 #define EPU 32
 #define TPU 1
@@ -171,7 +172,7 @@
 #ifndef LANE_RUNS
 #define LANE_RUNS 0
 #endif
-#if (HAS_MIN && !LANE_RUNS) || HAS_HALVES
+#if (HAS_MIN || HAS_HALVES) && !LANE_RUNS
 #define HAS_S2 1 // a second set of per-block floats in S
 #else
 #define HAS_S2 0
@@ -326,6 +327,16 @@ uint scale_row_texels(uint blocks, uint team) {
     return (blocks + 4u * team - 1u) / (4u * team) * team;
 }
 #if LANE_RUNS
+#if TYPE_Q6_K
+// The scales of a run's four blocks' two halves (d times the int8 scales, exact) from its texel.
+void k4_scales(uvec4 t, out vec4 d, out vec4 m) {
+    const uvec4 sh = uvec4(24u, 16u, 8u, 0u);
+    const vec2 dd = unpackHalf2x16(t.z);
+    const vec4 dv = mix(vec4(dd.x), vec4(dd.y), notEqual((uvec4(t.w) >> uvec4(0u, 1u, 2u, 3u)) & 1u, uvec4(0u)));
+    d = dv * vec4(ivec4(uvec4(t.x) << sh) >> 24);
+    m = dv * vec4(ivec4(uvec4(t.y) << sh) >> 24);
+}
+#else
 // The scales d sc and mins -dmin m of a run's four blocks from its texel.
 void k4_scales(uvec4 t, out vec4 d, out vec4 m) {
     const uvec4 sh = uvec4(0u, 8u, 16u, 24u), sc = uvec4(t.x) >> sh;
@@ -334,6 +345,7 @@ void k4_scales(uvec4 t, out vec4 d, out vec4 m) {
     d = mix(vec4(a.x), vec4(b.x), second) * vec4(ivec4(sc & 63u));
     m = mix(vec4(a.y), vec4(b.y), second) * vec4(ivec4((uvec4(t.y) >> sh) & 63u));
 }
+#endif
 // The scale and min of block b alone, in a row of `blocks` blocks.
 vec2 scale_min_of(uint srow, uint b, uint team, uint blocks) {
     const uint g = b / (4u * team), g0 = g * 4u * team, c = (min(4u * team, blocks - g0) + team - 1u) / team;

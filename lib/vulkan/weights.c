@@ -22,11 +22,11 @@ static bool is_block_type(es__dtype t) {
 
 /* Sets of per-block floats in the scale plane (weights.glsl): the scales; the K-quants' second
  * set (the second 16 elements' scales); Q2_K's mins of both halves as sets three and four; Q4_1's
- * and Q5_1's mins. Q4_K and Q5_K pack their scales and mins into one texel per lane and four
- * blocks (lane_run_scales). */
+ * and Q5_1's mins. Q4_K, Q5_K and Q6_K pack their scales (and mins) into one texel per lane and
+ * four blocks (lane_run_scales). */
 static uint64_t scale_sets(es__dtype t) {
     const bool min = t == ES__DTYPE_Q4_1 || t == ES__DTYPE_Q5_1;
-    const bool runs = t == ES__DTYPE_Q4_K || t == ES__DTYPE_Q5_K;
+    const bool runs = t == ES__DTYPE_Q4_K || t == ES__DTYPE_Q5_K || t == ES__DTYPE_Q6_K;
     return t == ES__DTYPE_Q2_K ? 4 : (es__is_k_quant(t) && !runs) || min ? 2 : 1;
 }
 
@@ -138,15 +138,12 @@ static size_t scale_slot(uint32_t b, uint32_t team) {
     return ((size_t)(i / 4) * team + l) * 4 + i % 4;
 }
 
-/* One row of Q5_K/Q6_K super-blocks (nb 32-element blocks) into weights.glsl's layouts: per group
- * of four blocks their low nibbles in four texels as Q4_0's, then the bits above them (Q5_K: one
- * qh word per block, as Q5_1; Q6_K: two words per block, two bits per element); Q6_K's scales,
- * and its second set (the second halves' scales) srb / 8 floats further (Q5_K's scale texels:
- * lane_run_scales). Held a byte per quant, they took 10 bits a weight with their scales; now
- * Q5_K 6 and Q6_K 8. */
-static void repack_k(es__dtype type, const uint8_t *src, uint32_t nb, uint32_t team, uint64_t wrb, uint64_t srb,
-                     uint8_t *dw, float *ds) {
-    const size_t set2 = (size_t)(srb / 8); /* floats: half the row's scale plane */
+/* The quants of a row of Q5_K/Q6_K super-blocks (nb 32-element blocks) in weights.glsl's
+ * layouts: per group of four blocks their low nibbles in four texels as Q4_0's, then the bits
+ * above them (Q5_K: one qh word per block, as Q5_1; Q6_K: two words per block, two bits per
+ * element); their scales: lane_run_scales. Held a byte per quant with two f32 per block, they
+ * took 10 bits a weight; now Q5_K 6 and Q6_K 7. */
+static void repack_k(es__dtype type, const uint8_t *src, uint32_t nb, uint64_t wrb, uint8_t *dw) {
     const bool q6 = type == ES__DTYPE_Q6_K;
     const size_t bb = q6 ? 210 : 176, group = q6 ? 96 : 80;
     memset(dw, 0, (size_t)wrb); /* a partial last group */
@@ -156,10 +153,6 @@ static void repack_k(es__dtype type, const uint8_t *src, uint32_t nb, uint32_t t
         es__k_unpack(type, src + bb * sb, q, a, b);
         for (uint32_t j = 0; j < 8; j++) {
             const uint32_t blk = sb * 8 + j;
-            if (q6) {
-                ds[scale_slot(blk, team)] = a[j];
-                ds[set2 + scale_slot(blk, team)] = b[j];
-            }
             uint8_t v[32]; /* Q5_K 0..31, Q6_K 0..63 */
             for (int l = 0; l < 32; l++) v[l] = (uint8_t)(q[32 * j + l] + (q6 ? 32 : 0));
             uint8_t *grp = dw + group * (blk / 4);
@@ -182,13 +175,25 @@ static uint32_t q4k_dm(const uint8_t *blk) {
     return d | (uint32_t)(dmin ^ 0x8000u) << 16;
 }
 
-/* The scale plane of a row of Q4_K or Q5_K super-blocks (bb bytes each; both start with f16 d,
- * f16 dmin and the 12 bytes of 6-bit scales and mins): for group g of 4 team blocks and lane l
- * one texel (four words) describing the lane's run of consecutive blocks (weights.glsl, Q4_K S):
- * word 0 byte k the 6-bit scale of its block k, bit 7 set where that block lies in the run's last
- * super-block rather than its first; word 1 byte k the block's 6-bit min; words 2 and 3 the f16 d
- * and -dmin of the first and the last super-block. */
+/* A Q6_K run's texel words for its block k (blk): the int8 scales of the block's two halves as
+ * bytes k of words 0 and 1, bit k of word 3 where it lies in the run's second super-block. */
+static void q6k_run_block(const uint8_t *src, uint32_t blk, uint32_t k, uint32_t sb0, uint32_t *t) {
+    const uint8_t *sc = src + 210 * (blk / 8) + 192 + 2 * (blk % 8);
+    t[0] |= (uint32_t)sc[0] << 8 * k;
+    t[1] |= (uint32_t)sc[1] << 8 * k;
+    t[3] |= (blk / 8 != sb0 ? 1u : 0u) << k;
+}
+
+/* The scale plane of a row of Q4_K, Q5_K or Q6_K super-blocks (bb bytes each): for group g of 4
+ * team blocks and lane l one texel (four words) describing the lane's run of consecutive blocks
+ * (weights.glsl, LANE_RUNS), which lies in at most two super-blocks. Q4_K and Q5_K (both start
+ * with f16 d, f16 dmin and 12 bytes of 6-bit scales and mins): word 0 byte k the 6-bit scale of
+ * its block k, bit 7 set where that block lies in the run's second super-block; word 1 byte k the
+ * block's 6-bit min; words 2 and 3 the f16 d and -dmin of the first and the second super-block.
+ * Q6_K: words 0 and 1 the halves' int8 scales, word 2 the two super-blocks' f16 d, word 3 the
+ * second-super-block bits (q6k_run_block). */
 static void lane_run_scales(const uint8_t *src, size_t bb, uint32_t nb, uint32_t team, uint32_t *ds) {
+    const bool q6 = bb == 210;
     for (uint32_t g = 0, g0 = 0; g0 < nb; g++, g0 += 4 * team) {
         const uint32_t n = ES__MIN(4 * team, nb - g0), c = (n + team - 1) / team; /* blocks, run length */
         for (uint32_t l = 0; l < team && c * l < n; l++) {
@@ -197,10 +202,21 @@ static void lane_run_scales(const uint8_t *src, size_t bb, uint32_t nb, uint32_t
             const uint32_t sb0 = b0 / 8, sb1 = (b0 + len - 1) / 8; /* a run of at most 4 spans two */
             for (uint32_t k = 0; k < len; k++) {
                 const uint32_t blk = b0 + k;
+                if (q6) {
+                    q6k_run_block(src, blk, k, sb0, t);
+                    continue;
+                }
                 int sc, m;
                 es__k_scale_min(src + bb * (blk / 8), (int)(blk % 8), &sc, &m);
                 t[0] |= ((uint32_t)sc | (blk / 8 != sb0 ? 128u : 0u)) << 8 * k;
                 t[1] |= (uint32_t)m << 8 * k;
+            }
+            if (q6) {
+                uint16_t d0, d1;
+                memcpy(&d0, src + 210 * sb0 + 208, 2);
+                memcpy(&d1, src + 210 * sb1 + 208, 2);
+                t[2] = d0 | (uint32_t)d1 << 16;
+                continue;
             }
             t[2] = q4k_dm(src + bb * sb0);
             t[3] = q4k_dm(src + bb * sb1);
@@ -322,10 +338,10 @@ static void repack(const es__vk_mat *m, const es__vk_part *pt, uint32_t r0, uint
         case ES__DTYPE_Q5_0:
         case ES__DTYPE_Q5_1: repack_q5(pt->type, src, nb, team, wrb, srb, dw, ds); break;
         case ES__DTYPE_Q5_K:
-            repack_k(pt->type, src, nb, team, wrb, srb, dw, ds);
-            lane_run_scales(src, 176, nb, team, (uint32_t *)ds);
+        case ES__DTYPE_Q6_K:
+            repack_k(pt->type, src, nb, wrb, dw);
+            lane_run_scales(src, pt->type == ES__DTYPE_Q5_K ? 176 : 210, nb, team, (uint32_t *)ds);
             break;
-        case ES__DTYPE_Q6_K: repack_k(pt->type, src, nb, team, wrb, srb, dw, ds); break;
         case ES__DTYPE_Q2_K:
         case ES__DTYPE_Q3_K: repack_lq(pt->type, src, nb, team, srb, dw, ds); break;
         default: break;
@@ -458,9 +474,9 @@ static es_status make_views(es__vk_wset *ws, es__vk_mat *const *mats, uint32_t n
         for (uint32_t p = 0; p < m->n_parts; p++) {
             es__vk_part *pt = &m->parts[p];
             const VkFormat wf = pt->type == ES__DTYPE_F32 ? VK_FORMAT_R32G32B32A32_SFLOAT : VK_FORMAT_R32G32B32A32_UINT;
-            /* Q4_K's and Q5_K's scale texels are packed integers (a float view may flush or quieten
-             * them) */
-            const bool packed = pt->type == ES__DTYPE_Q4_K || pt->type == ES__DTYPE_Q5_K;
+            /* the K-quants' lane-run scale texels are packed integers (a float view may flush or
+             * quieten them) */
+            const bool packed = pt->type == ES__DTYPE_Q4_K || pt->type == ES__DTYPE_Q5_K || pt->type == ES__DTYPE_Q6_K;
             const VkFormat sf = packed ? VK_FORMAT_R32G32B32A32_UINT : VK_FORMAT_R32G32B32A32_SFLOAT;
             ES_TRY(es__vk_view_create(d, es__vk_region_buf(&ws->arena, &pt->w), wf, pt->w.off, pt->w.size, &pt->w_view));
             if (pt->has_s)
