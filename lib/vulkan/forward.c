@@ -602,20 +602,14 @@ static es__pc_mul_mat mat_call(const vk_ctx *c, uint32_t n, uint32_t x_stride, u
     return pc;
 }
 
-static es_status rec_mat(vk_ctx *c, es__vk_rec *r, const char *op, const es__vk_mat *m, const VkDescriptorSet *sets,
-                         uint32_t epi, const es__pc_mul_mat *pc) {
-    (void)c;
-    return es__vk_rec_mul_mat(r, op, m, epi, false, sets, pc);
-}
-
 /* Projection proj of layer l over n_main token rows and n_ss fused stream rows after them (the
  * streams' LoRA, when they have one, through msa_vk.c). */
 static es_status rec_proj(vk_ctx *c, es__vk_rec *r, const char *op, uint32_t l, int proj, const es__vk_mat *m,
                           const VkDescriptorSet *sets, uint32_t epi, es__pc_mul_mat *pc, uint32_t n_main, uint32_t g) {
-    if (pc->n == n_main) return rec_mat(c, r, op, m, sets, epi, pc);
+    if (pc->n == n_main) return es__vk_rec_mul_mat(r, op, m, epi, false, sets, pc);
     const VkDescriptorSet *lora_sets = NULL;
     ES_TRY(es__vk_msa_rec_proj(c->msa, r, (int32_t)l, proj, n_main, g, pc, &lora_sets));
-    if (!lora_sets) return rec_mat(c, r, op, m, sets, epi, pc);
+    if (!lora_sets) return es__vk_rec_mul_mat(r, op, m, epi, false, sets, pc);
     return es__vk_rec_mul_mat(r, op, m, epi, true, lora_sets, pc);
 }
 
@@ -716,7 +710,7 @@ static es_status rec_head(vk_ctx *c, es__vk_rec *r, uint32_t n, uint32_t n_out, 
     rec_norm(c, r, n_head, c->w->output_norm, true, hp->rms_eps);
     es__pc_mul_mat pc = mat_call(c, n_head, c->E32, c->V32);
     pc.softcap = hp->final_softcap;
-    return rec_mat(c, r, "mul_mat_out", c->w->out, c->s_out, ES__EPI_STORE, &pc);
+    return es__vk_rec_mul_mat(r, "mul_mat_out", c->w->out, ES__EPI_STORE, false, c->s_out, &pc);
 }
 
 /* Pruning's compaction of n survivors (their batch indices in the step's KEEP array): the

@@ -106,8 +106,8 @@ es_status es__vk_mul_mat_lora_pipe(es__vk_dev *d, const es__vk_mat *m, uint32_t 
 /* The kernel of part pt for a call of n tokens. */
 static es_status part_pipe(es__vk_dev *d, const es__vk_part *pt, uint32_t n, uint32_t epi, bool lora,
                            es__vk_pipeline **out) {
-    return mul_mat_pipe(d, pt->type, pt->team, es__vk_mul_mat_tok(d, pt->type, n), epi, lora ? "mul_mat_lora" : "mul_mat",
-                        out);
+    const char *family = lora ? "mul_mat_lora" : "mul_mat";
+    return mul_mat_pipe(d, pt->type, pt->team, es__vk_mul_mat_tok(d, pt->type, n), epi, family, out);
 }
 
 es_status es__vk_mul_mat_warm(es__vk_dev *d, const es__vk_mat *m, uint32_t epi, bool lora) {

@@ -54,8 +54,8 @@ static const struct {
     {{"q4_K_M mix gqa norm", {90, 256, 2, 4, 2, 64, 512, 64, ES_ROPE_NORM, 10000.0f, 1.0f, false, ES__DTYPE_Q4_K,
                               15}},
      ES__DTYPE_Q6_K},
-    {{"q5_0 + q8_0 mix gqa neox tied", {93, 96, 2, 6, 2, 16, 160, 16, ES_ROPE_NEOX, 10000.0f, 1.0f, true, ES__DTYPE_Q5_0,
-                                        16}},
+    {{"q5_0 + q8_0 mix gqa neox tied",
+      {93, 96, 2, 6, 2, 16, 160, 16, ES_ROPE_NEOX, 10000.0f, 1.0f, true, ES__DTYPE_Q5_0, 16}},
      ES__DTYPE_Q8_0},
 };
 
