@@ -47,10 +47,13 @@ static bool is_float(es__dtype t) {
     return t == ES__DTYPE_F32 || t == ES__DTYPE_F16 || t == ES__DTYPE_BF16;
 }
 
+static bool ends_with(es__str s, const char *suffix) {
+    const size_t n = strlen(suffix);
+    return s.len >= n && memcmp(s.ptr + s.len - n, suffix, n) == 0;
+}
+
 static bool is_matrix(const es__gguf_tensor *t) {
-    static const char suffix[] = ".weight";
-    const size_t n = sizeof suffix - 1;
-    return t->n_dims == 2 && t->name.len > n && memcmp(t->name.ptr + t->name.len - n, suffix, n) == 0;
+    return t->n_dims == 2 && t->name.len > 7 && ends_with(t->name, ".weight");
 }
 
 /* The type a matrix with rows of ne0 elements gets: the target, or when its rows are not whole
@@ -82,11 +85,6 @@ static int32_t layer_of(es__str name) {
     for (; i < name.len && name.ptr[i] >= '0' && name.ptr[i] <= '9' && v < (1 << 20); i++)
         v = v * 10 + (name.ptr[i] - '0');
     return i > n && i < name.len && name.ptr[i] == '.' ? v : -1;
-}
-
-static bool ends_with(es__str s, const char *suffix) {
-    const size_t n = strlen(suffix);
-    return s.len >= n && memcmp(s.ptr + s.len - n, suffix, n) == 0;
 }
 
 /* llama.cpp's layers that get more bits in its _M mixes: the first and last eighth, and every

@@ -184,7 +184,7 @@ static void q6k_run_block(const uint8_t *src, uint32_t blk, uint32_t k, uint32_t
     t[3] |= (blk / 8 != sb0 ? 1u : 0u) << k;
 }
 
-/* The scale plane of a row of Q4_K, Q5_K or Q6_K super-blocks (bb bytes each): for group g of 4
+/* The scale plane of a row of Q4_K, Q5_K or Q6_K super-blocks: for group g of 4
  * team blocks and lane l one texel (four words) describing the lane's run of consecutive blocks
  * (weights.glsl, LANE_RUNS), which lies in at most two super-blocks. Q4_K and Q5_K (both start
  * with f16 d, f16 dmin and 12 bytes of 6-bit scales and mins): word 0 byte k the 6-bit scale of
@@ -192,8 +192,11 @@ static void q6k_run_block(const uint8_t *src, uint32_t blk, uint32_t k, uint32_t
  * block's 6-bit min; words 2 and 3 the f16 d and -dmin of the first and the second super-block.
  * Q6_K: words 0 and 1 the halves' int8 scales, word 2 the two super-blocks' f16 d, word 3 the
  * second-super-block bits (q6k_run_block). */
-static void lane_run_scales(const uint8_t *src, size_t bb, uint32_t nb, uint32_t team, uint32_t *ds) {
-    const bool q6 = bb == 210;
+static void lane_run_scales(es__dtype type, const uint8_t *src, uint32_t nb, uint32_t team, uint32_t *ds) {
+    const bool q6 = type == ES__DTYPE_Q6_K;
+    es__dtype_traits tr;
+    es__dtype_info(type, &tr);
+    const size_t bb = tr.block_bytes;
     for (uint32_t g = 0, g0 = 0; g0 < nb; g++, g0 += 4 * team) {
         const uint32_t n = ES__MIN(4 * team, nb - g0), c = (n + team - 1) / team; /* blocks, run length */
         for (uint32_t l = 0; l < team && c * l < n; l++) {
@@ -224,9 +227,9 @@ static void lane_run_scales(const uint8_t *src, size_t bb, uint32_t nb, uint32_t
     }
 }
 
-/* One row of Q4_K super-blocks into weights.glsl's layout: each 32-element block's nibbles in
- * Q4_0's order, and the lane runs' scale texels. */
-static void repack_q4k(const uint8_t *src, uint32_t nb, uint32_t team, uint8_t *dw, uint32_t *ds) {
+/* The quants of a row of Q4_K super-blocks in weights.glsl's layout: each 32-element block's
+ * nibbles in Q4_0's order (their scales: lane_run_scales). */
+static void repack_q4k(const uint8_t *src, uint32_t nb, uint8_t *dw) {
     for (uint32_t sb = 0; sb < nb / 8; sb++) {
         int8_t q[256];
         float a[8], b[8];
@@ -236,7 +239,6 @@ static void repack_q4k(const uint8_t *src, uint32_t nb, uint32_t team, uint8_t *
             for (int l = 0; l < 16; l++) dw[(size_t)16 * blk + l] = (uint8_t)(qj[l] | (qj[l + 16] << 4));
         }
     }
-    lane_run_scales(src, 144, nb, team, ds);
 }
 
 /* One row of Q2_K/Q3_K super-blocks into weights.glsl's layout: each 32-element block's quants
@@ -333,14 +335,16 @@ static void repack(const es__vk_mat *m, const es__vk_part *pt, uint32_t r0, uint
                 memcpy(dw + (size_t)16 * b, sb + 8 + 16 * (b % 8), 16);
             }
             break;
-        case ES__DTYPE_Q4_K: repack_q4k(src, nb, team, dw, (uint32_t *)ds); break;
+
         case ES__DTYPE_Q4_1:
         case ES__DTYPE_Q5_0:
         case ES__DTYPE_Q5_1: repack_q5(pt->type, src, nb, team, wrb, srb, dw, ds); break;
+        case ES__DTYPE_Q4_K:
         case ES__DTYPE_Q5_K:
         case ES__DTYPE_Q6_K:
-            repack_k(pt->type, src, nb, wrb, dw);
-            lane_run_scales(src, pt->type == ES__DTYPE_Q5_K ? 176 : 210, nb, team, (uint32_t *)ds);
+            if (pt->type == ES__DTYPE_Q4_K) repack_q4k(src, nb, dw);
+            else repack_k(pt->type, src, nb, wrb, dw);
+            lane_run_scales(pt->type, src, nb, team, (uint32_t *)ds);
             break;
         case ES__DTYPE_Q2_K:
         case ES__DTYPE_Q3_K: repack_lq(pt->type, src, nb, team, srb, dw, ds); break;
