@@ -7,13 +7,14 @@
 #include <string.h>
 
 static const es__arch archs[] = {
-    /* name      rope          bias   qkv    gateup post   escale act           swa softcap qscale */
-    {"llama", ES_ROPE_NORM, false, false, false, false, false, ES__ACT_SILU, 1, false, 0},
-    {"qwen2", ES_ROPE_NEOX, true, false, false, false, false, ES__ACT_SILU, 1, false, 0},
-    {"phi3", ES_ROPE_NEOX, false, true, true, false, false, ES__ACT_SILU, 1, false, 0},
-    {"gemma", ES_ROPE_NEOX, false, false, false, false, true, ES__ACT_GELU, 1, false, 0},
+    /* name      rope          bias   qkv    gateup post   escale act           swa softcap qscale qknorm */
+    {"llama", ES_ROPE_NORM, false, false, false, false, false, ES__ACT_SILU, 1, false, 0, false},
+    {"qwen2", ES_ROPE_NEOX, true, false, false, false, false, ES__ACT_SILU, 1, false, 0, false},
+    {"qwen3", ES_ROPE_NEOX, false, false, false, false, false, ES__ACT_SILU, 1, false, 0, true},
+    {"phi3", ES_ROPE_NEOX, false, true, true, false, false, ES__ACT_SILU, 1, false, 0, false},
+    {"gemma", ES_ROPE_NEOX, false, false, false, false, true, ES__ACT_GELU, 1, false, 0, false},
     /* 46 layers: Gemma 2 27B (llama.cpp tells the sizes apart by depth: 26 2B, 42 9B, 46 27B) */
-    {"gemma2", ES_ROPE_NEOX, false, false, false, true, true, ES__ACT_GELU, 2, true, 46},
+    {"gemma2", ES_ROPE_NEOX, false, false, false, true, true, ES__ACT_GELU, 2, true, 46, false},
 };
 
 const es__arch *es__arch_find(const char *arch) {
@@ -23,5 +24,5 @@ const es__arch *es__arch_find(const char *arch) {
 }
 
 const char *es__arch_names(void) {
-    return "llama, qwen2, phi3, gemma, gemma2";
+    return "llama, qwen2, qwen3, phi3, gemma, gemma2";
 }

@@ -29,6 +29,8 @@ typedef struct es__arch {
     int32_t qscale_layers;  /* a model of this many layers scales queries by (n_embd / n_head)^-1/2
                                instead of head_dim^-1/2 (Gemma 2 27B's query_pre_attn_scalar,
                                which no GGUF key carries; 0: none)                            */
+    bool qk_norm;           /* blk.N.attn_q_norm / attn_k_norm: an RMSNorm of every Q and K head
+                               (head_dim weights) after the biases, before RoPE               */
 } es__arch;
 
 /* The description of arch (general.architecture), or NULL when edgespec does not run it. */

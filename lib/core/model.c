@@ -354,6 +354,8 @@ static es_status bind_layer(loader *L, bool *used, int32_t il, es__layer *ly) {
         {"attn_q.bias", ROLE_NORM, {"n_head * head_dim", qd, 0}, &ly->bq, a->qkv_bias},
         {"attn_k.bias", ROLE_NORM, {"n_head_kv * head_dim", kvd, 0}, &ly->bk, a->qkv_bias},
         {"attn_v.bias", ROLE_NORM, {"n_head_kv * head_dim", kvd, 0}, &ly->bv, a->qkv_bias},
+        {"attn_q_norm.weight", ROLE_NORM, {"head_dim", hp->head_dim, 0}, &ly->q_norm, a->qk_norm},
+        {"attn_k_norm.weight", ROLE_NORM, {"head_dim", hp->head_dim, 0}, &ly->k_norm, a->qk_norm},
         {"attn_output.weight", ROLE_MATRIX, {"n_head * head_dim, n_embd", qd, d}, &ly->wo, true},
         {"post_attention_norm.weight", ROLE_NORM, {"n_embd", d, 0}, &ly->post_attn_norm, a->post_norms},
         {"ffn_norm.weight", ROLE_NORM, {"n_embd", d, 0}, &ly->ffn_norm, true},

@@ -81,6 +81,7 @@ typedef struct es__layer {
     const es__tensor *ffn_down;  /* (n_embd, n_ff)                    */
     const es__tensor *bq, *bk, *bv; /* (n_head*hd), (n_head_kv*hd) x 2; NULL without biases */
     const es__tensor *post_attn_norm, *post_ffn_norm; /* (n_embd); NULL unless post_norms */
+    const es__tensor *q_norm, *k_norm; /* (head_dim); NULL unless qk_norm                */
     /* row-range views of fused tensors (attn_qkv, ffn_up of phi3) that wq..wv, ffn_gate and
      * ffn_up point at; their names and data are the fused tensor's */
     es__tensor views[5];

@@ -69,13 +69,15 @@ static void cpu_model_release(es_backend *b, void *weights) {
     es__free(b->alloc, W);
 }
 
-/* Floats of the f32 copies: the output norm, then per layer 4 norms and the Q, K, V biases. */
+/* Floats of the f32 copies: the output norm, then per layer 4 norms, the Q, K, V biases and the
+ * Q and K head norms. */
 static size_t norm_floats(const es__hparams *hp) {
     const size_t qkv = (size_t)(hp->n_head + 2 * hp->n_head_kv) * (size_t)hp->head_dim;
-    return (size_t)hp->n_embd + (size_t)hp->n_layer * (4 * (size_t)hp->n_embd + qkv);
+    return (size_t)hp->n_embd + (size_t)hp->n_layer * (4 * (size_t)hp->n_embd + qkv + 2 * (size_t)hp->head_dim);
 }
 
-/* The optional vectors of a layer (arch.h): post-branch norms, Q/K/V biases, each or none. */
+/* The optional vectors of a layer (arch.h): post-branch norms, Q/K/V biases, Q/K head norms,
+ * each or none. */
 static es_status layer_vectors(es_backend *b, const es__kern *k, const es__hparams *hp, const es__layer *l,
                                float *dst, es__cpu_layer *L) {
     const int64_t d = hp->n_embd, qd = (int64_t)hp->n_head * hp->head_dim, kvd = (int64_t)hp->n_head_kv * hp->head_dim;
@@ -93,6 +95,13 @@ static es_status layer_vectors(es_backend *b, const es__kern *k, const es__hpara
         L->bq = bias;
         L->bk = bias + qd;
         L->bv = bias + qd + kvd;
+    }
+    if (l->q_norm) {
+        float *hn = dst + 2 * d + qd + 2 * kvd;
+        ES_TRY(norm_copy(b, k, l->q_norm, hp->head_dim, hn));
+        ES_TRY(norm_copy(b, k, l->k_norm, hp->head_dim, hn + hp->head_dim));
+        L->q_norm = hn;
+        L->k_norm = hn + hp->head_dim;
     }
     return ES_OK;
 }

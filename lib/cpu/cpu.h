@@ -27,6 +27,7 @@ typedef struct es__cpu_layer {
     es__cpu_mat gate, up, down;        /* (n_ff, n_embd), (n_ff, n_embd), (n_embd, n_ff) */
     const float *bq, *bk, *bv;         /* (n_head*hd), (n_head_kv*hd) x 2; NULL: no biases */
     const float *post_attn_norm, *post_ffn_norm; /* (n_embd); NULL: none (arch.h)         */
+    const float *q_norm, *k_norm;      /* (head_dim); NULL: none (arch.h)                  */
 } es__cpu_layer;
 
 typedef struct es__cpu_weights {

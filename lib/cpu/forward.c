@@ -374,11 +374,7 @@ static bool layer_pre(thr *t, int32_t il, int32_t check_layer) {
                 continue;
             }
             const float *cs = c->rope + i * (hp->n_rot / 2) * 2;
-            es__cpu_add_bias(c->q + i * qd, L->bq, qd);
-            es__cpu_add_bias(c->kn + i * kvd, L->bk, kvd);
-            es__cpu_add_bias(c->vn + i * kvd, L->bv, kvd);
-            es__cpu_rope_token(c->q + i * qd, hp->n_head, hd, hp->n_rot, cs, hp->rope_type);
-            es__cpu_rope_token(c->kn + i * kvd, hp->n_head_kv, hd, hp->n_rot, cs, hp->rope_type);
+            es__cpu_qkv_prepare(J->k, hp, L, c->q + i * qd, c->kn + i * kvd, c->vn + i * kvd, cs);
             es__cpu_kv_write(c->k + cache_off, c->v + cache_off, J->n_ctx, hp->n_head_kv, hd, f->n_past + (int32_t)i,
                              1, c->kn + i * kvd, c->vn + i * kvd);
         }

@@ -72,11 +72,7 @@ void es__ssr_qkv(const es__msa_job *J, int32_t il, int32_t b, int64_t r, float *
     lora_row(J, &lr[ES__SS_LORA_K], x, k, ltmp);
     lora_row(J, &lr[ES__SS_LORA_V], x, v, ltmp);
     const float *cs = J->c->rope + (int64_t)b * (hp->n_rot / 2) * 2;
-    es__cpu_add_bias(q, L->bq, qd);
-    es__cpu_add_bias(k, L->bk, kvd);
-    es__cpu_add_bias(v, L->bv, kvd);
-    es__cpu_rope_token(q, hp->n_head, hp->head_dim, hp->n_rot, cs, hp->rope_type);
-    es__cpu_rope_token(k, hp->n_head_kv, hp->head_dim, hp->n_rot, cs, hp->rope_type);
+    es__cpu_qkv_prepare(J->k, hp, L, q, k, v, cs);
 }
 
 /* The committed slots from c0 (slot s holds position s), then the batch tokens of b's ancestors

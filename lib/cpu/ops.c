@@ -14,6 +14,25 @@ void es__cpu_rmsnorm_row(const es__kern *k, const float *x, const float *w, int6
     for (int64_t i = 0; i < n; i++) y[i] = (x[i] * scale) * w[i];
 }
 
+/* The RMSNorm of each of n_head heads of hd values, in place (one weight vector for all heads). */
+static void head_norm(const es__kern *k, float *x, int32_t n_head, int32_t hd, const float *w, float eps) {
+    for (int32_t h = 0; h < n_head; h++) es__cpu_rmsnorm_row(k, x + (size_t)h * (size_t)hd, w, hd, eps, x + (size_t)h * (size_t)hd);
+}
+
+void es__cpu_qkv_prepare(const es__kern *k, const es__hparams *hp, const es__cpu_layer *L, float *q, float *kr,
+                         float *v, const float *cs) {
+    const int32_t hd = hp->head_dim, qd = hp->n_head * hd, kvd = hp->n_head_kv * hd;
+    es__cpu_add_bias(q, L->bq, qd);
+    es__cpu_add_bias(kr, L->bk, kvd);
+    es__cpu_add_bias(v, L->bv, kvd);
+    if (L->q_norm) {
+        head_norm(k, q, hp->n_head, hd, L->q_norm, hp->rms_eps);
+        head_norm(k, kr, hp->n_head_kv, hd, L->k_norm, hp->rms_eps);
+    }
+    es__cpu_rope_token(q, hp->n_head, hd, hp->n_rot, cs, hp->rope_type);
+    es__cpu_rope_token(kr, hp->n_head_kv, hd, hp->n_rot, cs, hp->rope_type);
+}
+
 void es__cpu_rope_table(const es__rope *r, const int32_t *pos, int64_t n_tok, bool unit, float *cs) {
     const int64_t half = r->n_rot / 2;
     for (int64_t t = 0; t < n_tok; t++) es__rope_cs(r, pos[t], 0, half, unit, cs + t * half * 2);

@@ -5,7 +5,9 @@
 #ifndef ES_CPU_OPSI_H
 #define ES_CPU_OPSI_H
 
+#include "cpu.h"
 #include "kern.h"
+#include "model.h"
 #include "ops.h"
 #include "rope.h"
 
@@ -23,6 +25,13 @@ static inline void es__cpu_add_bias(float *x, const float *b, int64_t n) {
     if (b)
         for (int64_t i = 0; i < n; i++) x[i] += b[i];
 }
+
+/* One token's Q, K and V rows (q: n_head heads, k and v: n_head_kv heads of head_dim) made ready
+ * for attention as the architecture says (arch.h): the biases, the RMSNorm of each Q and K head,
+ * then RoPE with the token's row of the table. The forward and the stream rows share it, so a
+ * stream row's attention inputs round as the main stream's. */
+void es__cpu_qkv_prepare(const es__kern *k, const es__hparams *hp, const es__cpu_layer *L, float *q, float *kr,
+                         float *v, const float *cs);
 
 /* The geometry of one attention call (see es__cpu_attention). */
 typedef struct es__attn {

@@ -1,6 +1,7 @@
 """test_arch_reference.py: the CPU backend's logits against the independent numpy reference
 (tools/reference/llama_ref.py, float64) on random-weight files of each architecture besides llama
 (docs/formats.md, "Architectures"), written by the C GGUF writer (mkmodel): qwen2's Q/K/V biases,
+qwen3's per-head Q and K norms (with heads wider than n_embd / n_head),
 phi3's fused attn_qkv and gate-up, gemma's embedding scale and GeGLU, gemma2's post-branch norms,
 soft-capping and alternating sliding window, and a mistral-style window on llama and qwen2; two
 files whose head_dim is not n_embd / n_head (attention.key_length, as in Gemma 2 2B); llama 3's
@@ -46,15 +47,18 @@ CASES = [
     ("gemma2-q8_0", "gemma2", 3, 2.0, 3.0, "q8_0", 270, 64, 2, 4, 2, 64, 0, "neox", 0, 1.0, 6, 4, 3, 10000.0, 1e-6),
     ("llama-swa-mistral", "llama", 5, 0, 0, "f32", 300, 48, 2, 6, 2, 72, 0, "norm", 0, 1.0, 9, 4, 2, 10000.0, 1e-5),
     ("qwen2-swa", "qwen2", 3, 0, 0, "f16", 261, 32, 2, 2, 1, 64, 1, "neox", 0, 1.0, 7, 4, 2, 10000.0, 1e-6),
+    ("qwen3-q8_0", "qwen3", 0, 0, 0, "q8_0", 280, 64, 2, 4, 2, 96, 0, "neox", 0, 1.0, 7, 3, 2, 1e6, 1e-6),
 ]
 # head_dim other than n_embd / n_head (Gemma 2 2B: 8 heads of 256 on n_embd 2304): case name -> head_dim
-HEAD_DIM = {"gemma2-hd": 24, "qwen2-hd": 8}
+HEAD_DIM = {"gemma2-hd": 24, "qwen2-hd": 8, "qwen3-hd-tied": 32}
 # llama 3's rope_freqs.weight (per-pair frequency divisors; Llama 3.1/3.2 files carry it)
 ROPE_FREQS = {"llama3-rope-freqs", "qwen2-hd"}
 CASES += [
     ("llama3-rope-freqs", "llama", 0, 0, 0, "q8_0", 280, 64, 2, 4, 2, 96, 1, "norm", 0, 1.0, 9, 4, 2, 500000.0, 1e-5),
     ("gemma2-hd", "gemma2", 5, 2.0, 3.0, "f32", 270, 48, 2, 4, 2, 64, 1, "neox", 0, 1.0, 8, 3, 2, 10000.0, 1e-6),
     ("qwen2-hd", "qwen2", 0, 0, 0, "f32", 270, 64, 2, 4, 2, 64, 0, "neox", 0, 1.0, 6, 3, 2, 10000.0, 1e-6),
+    # Qwen3's heads are wider than n_embd / n_head (0.6B: 16 heads of 128 on 1024)
+    ("qwen3-hd-tied", "qwen3", 4, 0, 0, "f32", 270, 64, 3, 4, 2, 96, 1, "neox", 0, 1.0, 8, 4, 2, 1e6, 1e-6),
 ]
 
 # RoPE scaling (cpu_logits' ROPE_SCALING): the context is prefill + decode = 12 or 10 positions, so
@@ -77,8 +81,8 @@ CASES += [
 TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0")
 CASES += [("%s-%s-sweep" % (arch, t), arch, window, acap, fcap, t, 263, 64, 1, 4, 2, 64, 0, "neox", 0, 1.0, 4, 2, 1,
            10000.0, 1e-6)
-          for arch, window, acap, fcap in (("qwen2", 3, 0, 0), ("phi3", 0, 0, 0), ("gemma", 0, 0, 0),
-                                           ("gemma2", 3, 2.0, 3.0))
+          for arch, window, acap, fcap in (("qwen2", 3, 0, 0), ("qwen3", 0, 0, 0), ("phi3", 0, 0, 0),
+                                           ("gemma", 0, 0, 0), ("gemma2", 3, 2.0, 3.0))
           for t in TYPES]
 
 

@@ -521,6 +521,8 @@ es_status es_mk_build(const es_mk_params *p, es__gguf_writer *w, es__err *err) {
             {"attn_q.bias", f32, qd, 1, 0.0f, 0.5f, a->qkv_bias},
             {"attn_k.bias", f32, kvd, 1, 0.0f, 0.5f, a->qkv_bias},
             {"attn_v.bias", f32, kvd, 1, 0.0f, 0.5f, a->qkv_bias},
+            {"attn_q_norm.weight", f32, hd, 1, 1.0f, 0.3f, a->qk_norm},
+            {"attn_k_norm.weight", f32, hd, 1, 1.0f, 0.3f, a->qk_norm},
             {"attn_output.weight", t, qd, d, 0.0f, s_d * s_res, true},
             {"post_attention_norm.weight", f32, d, 1, 1.0f, s_n, a->post_norms},
             {"ffn_norm.weight", f32, d, 1, 1.0f, s_n, true},

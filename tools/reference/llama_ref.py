@@ -12,6 +12,7 @@ final RMSNorm and the output head (tied to the embedding when output.weight is a
 
 Architectures (docs/formats.md, "Architectures"), each written out here from its public
 description rather than taken from the C library's table: llama; qwen2 (Q/K/V biases, NEOX RoPE);
+qwen3 (no biases; an RMSNorm over each Q and K head, with attn_q_norm / attn_k_norm, before RoPE; NEOX);
 phi3 (Q, K, V in one attn_qkv matrix, gate and up rows in one ffn_up matrix, gate first; NEOX);
 gemma (embedding times sqrt(n_embd), GeGLU with gelu's tanh form, tied head, NEOX; its GGUF norm
 weights already hold the 1 + w); gemma2 (gemma plus RMSNorm of each branch's output before the
@@ -79,7 +80,7 @@ def dequantize(raw, type_name, ne):
 # ---------------------------------------------------------------------------------------------
 # the model
 
-ARCHS = ("llama", "qwen2", "phi3", "gemma", "gemma2")
+ARCHS = ("llama", "qwen2", "qwen3", "phi3", "gemma", "gemma2")
 
 
 class Model:
@@ -157,6 +158,7 @@ class Model:
             names += ["attn_qkv"] if arch == "phi3" else ["attn_q", "attn_k", "attn_v"]
             names += ["ffn_up"] if arch == "phi3" else ["ffn_gate", "ffn_up"]
             names += ["post_attention_norm", "post_ffw_norm"] if arch == "gemma2" else []
+            names += ["attn_q_norm", "attn_k_norm"] if arch == "qwen3" else []
             L = {k: w(p + k + ".weight") for k in names}
             if arch == "phi3":
                 qkv, up = L.pop("attn_qkv"), L.pop("ffn_up")
@@ -172,7 +174,7 @@ class Model:
 
 def rope_is_neox(r, arch="llama"):
     """The rope pairing: edgespec.rope.ordering ("norm" or "neox", docs/formats.md) if present,
-    else llama.cpp's rule: NORM for "llama", NEOX for qwen2, phi3, gemma and gemma2."""
+    else llama.cpp's rule: NORM for "llama", NEOX for qwen2, qwen3, phi3, gemma and gemma2."""
     v = r.get("edgespec.rope.ordering")
     if v is None:
         return arch != "llama"
@@ -242,6 +244,11 @@ def proj(h, L, name):
     return y + L[name + ".bias"] if name + ".bias" in L else y
 
 
+def head_norm(y, L, name, eps):
+    """qwen3's RMSNorm of every head of y (n, heads, head_dim) on its own, when the layer has one."""
+    return rmsnorm(y, L[name], eps) if name in L else y
+
+
 def branch(x, y, L, post, eps):
     """The residual add of a branch's output y, through gemma2's post-branch norm when it has one."""
     return x + (rmsnorm(y, L[post], eps) if post in L else y)
@@ -261,8 +268,9 @@ def forward(m, tokens, n_ctx=None):
         if m.windows[il] > 0:  # keys at positions <= p - window are out of the window
             mask[pos[:, None] - pos[None, :] >= m.windows[il]] = -np.inf
         h = rmsnorm(x, L["attn_norm"], m.eps)
-        q = rope(proj(h, L, "attn_q").reshape(n, m.n_head, m.head_dim), pos, m, n_ctx)
-        k = rope(proj(h, L, "attn_k").reshape(n, m.n_head_kv, m.head_dim), pos, m, n_ctx)
+        q = head_norm(proj(h, L, "attn_q").reshape(n, m.n_head, m.head_dim), L, "attn_q_norm", m.eps)
+        k = head_norm(proj(h, L, "attn_k").reshape(n, m.n_head_kv, m.head_dim), L, "attn_k_norm", m.eps)
+        q, k = rope(q, pos, m, n_ctx), rope(k, pos, m, n_ctx)
         v = proj(h, L, "attn_v").reshape(n, m.n_head_kv, m.head_dim)
         att = np.empty((n, m.n_head, m.head_dim), dtype=x.dtype)
         for hq in range(m.n_head):
