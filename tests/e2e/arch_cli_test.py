@@ -21,6 +21,7 @@ from testlib import check  # noqa: E402
 FAMILIES = [
     ("gemma2", ["--sliding-window", "5", "--softcap", "2,3"]),
     ("qwen2", ["--sliding-window", "4"]),
+    ("qwen3", ["--head-dim", "32"]),
     ("phi3", ["--type", "q8_0"]),
     ("gemma", []),
 ]

@@ -570,6 +570,7 @@ static void qbias_short(es__gguf_writer *w) { add_f(w, "blk.0.attn_q.bias", ES__
 static void qbias_f16(es__gguf_writer *w) { add_f(w, "blk.1.attn_v.bias", ES__DTYPE_F16, 64, 1); }
 static void gateup_half(es__gguf_writer *w) { add_f(w, "blk.1.ffn_up.weight", ES__DTYPE_F32, 64, 128); }
 static void qkv_short(es__gguf_writer *w) { add_f(w, "blk.0.attn_qkv.weight", ES__DTYPE_F32, 64, 128); }
+static void knorm_long(es__gguf_writer *w) { add_f(w, "blk.1.attn_k_norm.weight", ES__DTYPE_F32, 64, 1); }
 static void post_norm_short(es__gguf_writer *w) { add_f(w, "blk.1.post_ffw_norm.weight", ES__DTYPE_F32, 32, 1); }
 SET_F32(cap_negative, "gemma2.attn_logit_softcapping", -1.0f)
 static void swa_zero(es__gguf_writer *w) { CHECK_OK(es__gguf_set_u32(w, "qwen2.attention.sliding_window", 0)); }
@@ -617,6 +618,14 @@ static void test_archs(void) {
     expect_load("phi3 half gate-up", (edit){NULL, "blk.1.ffn_up.weight", gateup_half}, ES_ERR_MODEL,
                 "tensor 'blk.1.ffn_up.weight' has shape [64, 128], expected [64, 256] (n_embd, 2 n_ff: gate rows, "
                 "then up rows)");
+    /* qwen3: a norm of head_dim weights for the Q heads and one for the K heads, per layer */
+    arch_base("qwen3", 0, 0);
+    i = load_info((edit){NULL, NULL, NULL});
+    CHECKF(i.n_tensors == 3 + 11 * 2, "qwen3: %d tensors", i.n_tensors);
+    expect_load("qwen3 no q norm", (edit){NULL, "blk.0.attn_q_norm.weight", NULL}, ES_ERR_MODEL,
+                "missing tensor 'blk.0.attn_q_norm.weight' (norm head_dim)");
+    expect_load("qwen3 k norm of n_embd", (edit){NULL, "blk.1.attn_k_norm.weight", knorm_long}, ES_ERR_MODEL,
+                "tensor 'blk.1.attn_k_norm.weight' has shape [64], expected [16] (head_dim)");
     /* gemma2: post-branch norms, soft-capping keys */
     arch_base("gemma2", 4, 2.0f);
     i = load_info((edit){NULL, NULL, NULL});
@@ -634,7 +643,7 @@ static void test_archs(void) {
                 "tensor 'rope_freqs.weight' has shape [16], expected [8] (n_rot / 2)");
     /* an architecture edgespec does not run names the ones it does */
     expect_load("mamba", (edit){NULL, NULL, arch_mamba}, ES_ERR_UNSUPPORTED,
-                "general.architecture is 'mamba': edgespec runs llama, qwen2, phi3, gemma, gemma2 models");
+                "general.architecture is 'mamba': edgespec runs llama, qwen2, qwen3, phi3, gemma, gemma2 models");
 }
 
 /* ---- RoPE scaling (lib/core/rope.h): YaRN's keys, LongRoPE's factor tensors */

@@ -5,7 +5,7 @@
  * same vocabulary); then Speculative Streaming with a random adapter on the target (LoRA, with and
  * without pruning). gemma2 (post norms, soft-capping, its alternating sliding window, short enough
  * that drafts and verification trees cross it), qwen2 (biases) with a mistral-style window on every
- * layer, phi3 (fused tensors) and gemma (GeGLU, embedding scale); greedy and seeded sampling; the
+ * layer, qwen3 (per-head Q and K norms, heads wider than n_embd / n_head), phi3 (fused tensors) and gemma (GeGLU, embedding scale); greedy and seeded sampling; the
  * emitted tokens equal es_generate's token for token, and a drafter that is the target has every
  * draft accepted. argv[1]: "cpu" (default) or "vulkan" (on lavapipe, the smaller drafter and the
  * streams greedy only). */
@@ -22,6 +22,7 @@ typedef struct family {
     int32_t window;
     float attn_cap, final_cap;
     bool tied; /* a tied head on a std-1 embedding makes a tiny model repeat its input */
+    int32_t head_dim; /* the target's, when not n_embd / n_head (0)                       */
 } family;
 
 /* small: the drafter of another size (one layer of half the width, another seed). */
@@ -34,6 +35,7 @@ static es_model *load(const family *f, int32_t window, bool small, const char *p
     p.n_head = small ? 2 : 4;
     p.n_head_kv = small ? 1 : 2;
     p.n_ff = small ? 48 : 96;
+    p.head_dim = small ? 0 : f->head_dim;
     p.rope = ES_ROPE_NEOX;
     p.tied = f->tied;
     p.sliding_window = window;
@@ -90,10 +92,11 @@ int main(int argc, char **argv) {
     bool vulkan = false;
     backend = test_backend_from_args(argc, argv, 1, &vulkan);
     if (!backend) TEST_MAIN_END();
-    static const family fams[] = {{"gemma2", 6, 2.0f, 3.0f, false},
-                                  {"qwen2", 5, 0, 0, false},
-                                  {"phi3", 0, 0, 0, false},
-                                  {"gemma", 0, 0, 0, false}};
+    static const family fams[] = {{"gemma2", 6, 2.0f, 3.0f, false, 0},
+                                  {"qwen2", 5, 0, 0, false, 0},
+                                  {"qwen3", 0, 0, 0, false, 32},
+                                  {"phi3", 0, 0, 0, false, 0},
+                                  {"gemma", 0, 0, 0, false, 0}};
     es_sampler_params greedy = es_sampler_default_params(), sampled = es_sampler_default_params();
     greedy.temperature = 0.0f;
     sampled.temperature = 0.9f;
