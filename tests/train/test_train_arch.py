@@ -3,23 +3,24 @@
 usage: test_train_arch.py TRAIN_C MKMODEL [vulkan]
        test_train_arch.py TRAIN_C MKMODEL bpe VOCAB.gguf LIBEDGESPEC [--preload PATH]
 
-For qwen2 (with a sliding window on every layer), phi3, gemma (tied head) and gemma2 (soft-capping
-with small caps, so that they matter, and its alternating window, shorter than the chain), tiny
-random-weight bases written by the project's GGUF writer (edgespec-mkmodel):
+For qwen2 (with a sliding window on every layer), qwen3 (its Q and K head norms, heads of 32 wider
+than n_embd / n_head as Qwen3's), phi3, gemma (tied head) and gemma2 (soft-capping with small caps,
+so that they matter, and its alternating window, shorter than the chain), tiny random-weight bases
+written by the project's GGUF writer (edgespec-mkmodel):
 1. tools/train/export.py loads the base into tools/train/model.py, whose logits equal the
    independent numpy reference (tools/reference/llama_ref.py) in float64, and writes it again
-   (the architecture's keys and tensors: phi3's fused matrices, qwen2's biases, gemma2's post
-   norms, caps and window) as a file that model.py reads back to the same logits and the C library
-   runs (its main logits below are those of the rewritten file);
-2. an adapter: for gemma2, trained for a few steps by `train.py --mode ss --base` (the base
-   frozen: its logits do not move) and exported with export.py; for the others, random values
+   (the architecture's keys and tensors: phi3's fused matrices, qwen2's biases, qwen3's head
+   norms, gemma2's post norms, caps and window) as a file that model.py reads back to the same
+   logits and the C library runs (its main logits below are those of the rewritten file);
+2. an adapter: for qwen3 and gemma2, trained for a few steps by `train.py --mode ss --base` (the
+   base frozen: its logits do not move) and exported with export.py; for the others, random values
    (LoRA on every projection, pruning) written by export.adapter_writer;
 3. the C library (train_c, CPU backend; with "vulkan" the Vulkan backend, streams both in the
    forward's rows and from stream passes) gives main-stream and every stream's logits within
    1e-4 (max |C - ref| / max |ref| per row) of model.py in float64 on the file's weights, and the
    tree-pruning decisions along the chain that model.py's early exit gives.
-With "bpe": the same for a qwen2 base with a GPT-2 BPE vocabulary (VOCAB.gguf's, copied by
-mkmodel) and an adapter trained by train.py, whose corpus is encoded by the file's own tokenizer
+With "bpe": the same for qwen2 and qwen3 bases with a GPT-2 BPE vocabulary (VOCAB.gguf's, copied
+by mkmodel) and adapters trained by train.py, whose corpus is encoded by the file's own tokenizer
 through the C library (tools/train/gguf_vocab.py, the Python binding on LIBEDGESPEC; an
 instrumented library needs its sanitizer runtime preloaded into the interpreter: --preload).
 """
@@ -56,9 +57,14 @@ TOL = 1e-4
 SHAPE = ["--n-vocab", "300", "--n-embd", "64", "--n-layer", "3", "--n-head", "4", "--n-ff", "96"]
 ARCHS = [  # (arch, mkmodel flags, trained)
     ("qwen2", ["--n-head-kv", "2", "--sliding-window", "9"], False),
+    ("qwen3", ["--n-head-kv", "2", "--head-dim", "32"], True),  # heads wider than n_embd / n_head
     ("phi3", ["--n-head-kv", "2"], False),
     ("gemma", ["--n-head-kv", "1", "--tied"], False),
     ("gemma2", ["--n-head-kv", "2", "--sliding-window", "5", "--softcap", "2,3"], True),
+]
+BPE_ARCHS = [  # the architectures whose models ship a GPT-2 BPE vocabulary (with "bpe")
+    ("qwen2", ["--n-head-kv", "2", "--sliding-window", "5"], True),
+    ("qwen3", ["--n-head-kv", "2", "--head-dim", "32"], True),
 ]
 SS = dict(n_streams=3, n_msa=2, prune_rank=4, lora_rank=2)
 
@@ -184,7 +190,7 @@ def one(arch, flags, trained, tmp):
 def main():
     torch.set_num_threads(1)
     with tempfile.TemporaryDirectory() as tmp:
-        archs = [("qwen2", ["--n-head-kv", "2", "--sliding-window", "5", "--vocab", BPE], True)] if BPE else ARCHS
+        archs = [(a, f + ["--vocab", BPE], t) for a, f, t in BPE_ARCHS] if BPE else ARCHS
         for arch, flags, trained in archs:
             one(arch, flags, trained, tmp)
     return testlib.finish()

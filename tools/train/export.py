@@ -11,10 +11,11 @@ output.weight unless tied). Like llama.cpp's quantiser, f16 and q8_0 files keep 
 (norms) in f32 and store every matrix in the chosen type; q8_0 uses ggml's reference quantiser
 (tools/pygguf). RoPE is NORM-ordered in the model already, so Q and K need no permutation.
 The Speculative Streaming adapter (--ss) is the separate GGUF of docs/formats.md.
-Models of the other architectures (model.ARCHS: qwen2, phi3, gemma, gemma2) are written and read
-with their own <arch>.* keys and tensors as llama.cpp names them: qwen2's blk.N.attn_{q,k,v}.bias,
-phi3's fused blk.N.attn_qkv.weight (Q, K, V rows) and blk.N.ffn_up.weight (gate rows, then up),
-gemma2's blk.N.post_attention_norm / post_ffw_norm and soft-capping keys;
+Models of the other architectures (model.ARCHS: qwen2, qwen3, phi3, gemma, gemma2) are written and
+read with their own <arch>.* keys and tensors as llama.cpp names them: qwen2's
+blk.N.attn_{q,k,v}.bias, qwen3's blk.N.attn_q_norm / attn_k_norm (head_dim each), phi3's fused
+blk.N.attn_qkv.weight (Q, K, V rows) and blk.N.ffn_up.weight (gate rows, then up), gemma2's
+blk.N.post_attention_norm / post_ffw_norm and soft-capping keys;
 edgespec.rope.ordering only where the pairing is not the architecture's own.
 A base read from a GGUF file whose vocabulary is not SentencePiece keeps that file's
 tokenizer.ggml.* keys (gguf_vocab.py).
@@ -48,6 +49,10 @@ BLOCK_TENSORS = (  # (GGUF suffix, attribute of model.Block)
     ("ffn_gate.weight", "ffn_gate"),
     ("ffn_up.weight", "ffn_up"),
     ("ffn_down.weight", "ffn_down"),
+)
+ARCH_NORMS = (  # (column of model.ARCHS, norm weights of model.Block written as blk.N.<name>.weight)
+    ("qk_norm", ("attn_q_norm", "attn_k_norm")),
+    ("post_norms", ("post_attention_norm", "post_ffw_norm")),
 )
 
 
@@ -139,6 +144,11 @@ def base_writer(model, vocab, wtype="f32", name="edgespec", vocab_only=False):
     return w
 
 
+def arch_norms(c):
+    """The names of the norm weights the architecture has beyond llama's."""
+    return [n for col, names in ARCH_NORMS if c.a[col] for n in names]
+
+
 def block_tensors(b, c):
     """(GGUF suffix, tensor) of one block in the file's layout for the architecture."""
     out = [(suffix, _weight(getattr(b, attr))) for suffix, attr in BLOCK_TENSORS]
@@ -149,9 +159,7 @@ def block_tensors(b, c):
         out = [(k, v) for k, v in d.items()] + [("attn_qkv.weight", qkv), ("ffn_up.weight", up)]
     if c.a["qkv_bias"]:
         out += [("%s.bias" % n, getattr(b, n).bias) for n in ("attn_q", "attn_k", "attn_v")]
-    if c.a["post_norms"]:
-        out += [("post_attention_norm.weight", b.post_attention_norm), ("post_ffw_norm.weight", b.post_ffw_norm)]
-    return out
+    return out + [(n + ".weight", getattr(b, n)) for n in arch_norms(c)]
 
 
 def adapter_writer(model, wtype="f32", name="edgespec"):
@@ -307,9 +315,8 @@ def load_block(b, c, get):
     if c.a["qkv_bias"]:
         for n in ("attn_q", "attn_k", "attn_v"):
             getattr(b, n).bias.copy_(get(n + ".bias"))
-    if c.a["post_norms"]:
-        b.post_attention_norm.copy_(get("post_attention_norm.weight"))
-        b.post_ffw_norm.copy_(get("post_ffw_norm.weight"))
+    for n in arch_norms(c):
+        getattr(b, n).copy_(get(n + ".weight"))
 
 
 def load_checkpoint(path):

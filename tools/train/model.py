@@ -11,6 +11,8 @@ stores them (ne[0] = in), so export needs no transposes and no Q/K permutation.
 The other architectures (Config.arch; docs/formats.md, "Architectures") differ from llama as
 llama.cpp runs them, and every difference applies to the streams as to the main stream:
   - qwen2: Q, K and V projections with biases; NEOX RoPE (pairs (x[i], x[i + n_rot/2]));
+  - qwen3: qwen2 without the biases, with an RMSNorm of every Q and K head on its own (over
+    head_dim, one weight vector per layer for all heads, the model's eps) before RoPE;
   - phi3: llama with NEOX RoPE here (its fused attn_qkv and gate-up tensors are split at load and
     fused again at export, export.py);
   - gemma: embedding rows times sqrt(n_embd), GeGLU (gelu's tanh form) instead of SwiGLU, NEOX
@@ -49,15 +51,17 @@ LORA_TARGETS = ("attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up
 # swa_pattern: with a window, layer i slides iff i % p < p - 1 (1: every layer; 2: even layers).
 ARCHS = {
     "llama": dict(neox=False, qkv_bias=False, fused=False, embd_scale=False, gelu=False, post_norms=False,
-                  swa_pattern=1, softcap=False),
+                  swa_pattern=1, softcap=False, qk_norm=False),
     "qwen2": dict(neox=True, qkv_bias=True, fused=False, embd_scale=False, gelu=False, post_norms=False,
-                  swa_pattern=1, softcap=False),
+                  swa_pattern=1, softcap=False, qk_norm=False),
+    "qwen3": dict(neox=True, qkv_bias=False, fused=False, embd_scale=False, gelu=False, post_norms=False,
+                  swa_pattern=1, softcap=False, qk_norm=True),
     "phi3": dict(neox=True, qkv_bias=False, fused=True, embd_scale=False, gelu=False, post_norms=False,
-                 swa_pattern=1, softcap=False),
+                 swa_pattern=1, softcap=False, qk_norm=False),
     "gemma": dict(neox=True, qkv_bias=False, fused=False, embd_scale=True, gelu=True, post_norms=False,
-                  swa_pattern=1, softcap=False),
+                  swa_pattern=1, softcap=False, qk_norm=False),
     "gemma2": dict(neox=True, qkv_bias=False, fused=False, embd_scale=True, gelu=True, post_norms=True,
-                   swa_pattern=2, softcap=True),
+                   swa_pattern=2, softcap=True, qk_norm=False),
 }
 
 
@@ -207,6 +211,9 @@ class Block(nn.Module):
         self.ffn_gate = nn.Linear(d, c.n_ff, bias=False)
         self.ffn_up = nn.Linear(d, c.n_ff, bias=False)
         self.ffn_down = nn.Linear(c.n_ff, d, bias=False)
+        if c.a["qk_norm"]:
+            self.attn_q_norm = nn.Parameter(torch.ones(hd))  # (hd), shared by all Q heads
+            self.attn_k_norm = nn.Parameter(torch.ones(hd))  # (hd), shared by all K heads
         if c.a["post_norms"]:
             self.post_attention_norm = nn.Parameter(torch.ones(d))
             self.post_ffw_norm = nn.Parameter(torch.ones(d))
@@ -242,6 +249,9 @@ class Block(nn.Module):
         q = self._proj("attn_q", h, stream).view(*shp, c.n_head, c.head_dim)
         k = self._proj("attn_k", h, stream).view(*shp, c.n_head_kv, c.head_dim)
         v = self._proj("attn_v", h, stream).view(*shp, c.n_head_kv, c.head_dim)
+        if c.a["qk_norm"]:  # qwen3: each head normalised on its own, before RoPE
+            q = rms_norm(q, self.attn_q_norm, c.rms_eps)
+            k = rms_norm(k, self.attn_k_norm, c.rms_eps)
         nx = c.rope_neox
         if stream:  # (B, T, G, H, hd): RoPE by the stream's node position t
             q = apply_rope(q.transpose(1, 2), cos, sin, c.n_rot, nx).transpose(1, 2)
