@@ -7,14 +7,16 @@
 #include <string.h>
 
 static const es__arch archs[] = {
-    /* name      rope          bias   qkv    gateup post   escale act           swa softcap qscale qknorm */
-    {"llama", ES_ROPE_NORM, false, false, false, false, false, ES__ACT_SILU, 1, false, 0, false},
-    {"qwen2", ES_ROPE_NEOX, true, false, false, false, false, ES__ACT_SILU, 1, false, 0, false},
-    {"qwen3", ES_ROPE_NEOX, false, false, false, false, false, ES__ACT_SILU, 1, false, 0, true},
-    {"phi3", ES_ROPE_NEOX, false, true, true, false, false, ES__ACT_SILU, 1, false, 0, false},
-    {"gemma", ES_ROPE_NEOX, false, false, false, false, true, ES__ACT_GELU, 1, false, 0, false},
+    /* name      rope          bias   qkv    gateup post   escale act           swa softcap qscale qknorm swa-base */
+    {"llama", ES_ROPE_NORM, false, false, false, false, false, ES__ACT_SILU, 1, false, 0, false, 0.0f},
+    {"qwen2", ES_ROPE_NEOX, true, false, false, false, false, ES__ACT_SILU, 1, false, 0, false, 0.0f},
+    {"qwen3", ES_ROPE_NEOX, false, false, false, false, false, ES__ACT_SILU, 1, false, 0, true, 0.0f},
+    {"phi3", ES_ROPE_NEOX, false, true, true, false, false, ES__ACT_SILU, 1, false, 0, false, 0.0f},
+    {"gemma", ES_ROPE_NEOX, false, false, false, false, true, ES__ACT_GELU, 1, false, 0, false, 0.0f},
     /* 46 layers: Gemma 2 27B (llama.cpp tells the sizes apart by depth: 26 2B, 42 9B, 46 27B) */
-    {"gemma2", ES_ROPE_NEOX, false, false, false, true, true, ES__ACT_GELU, 2, true, 46, false},
+    {"gemma2", ES_ROPE_NEOX, false, false, false, true, true, ES__ACT_GELU, 2, true, 46, false, 0.0f},
+    /* five sliding layers to one global; 62 layers: Gemma 3 27B's query scale, as Gemma 2's */
+    {"gemma3", ES_ROPE_NEOX, false, false, false, true, true, ES__ACT_GELU, 6, false, 62, true, 10000.0f},
 };
 
 const es__arch *es__arch_find(const char *arch) {
@@ -24,5 +26,5 @@ const es__arch *es__arch_find(const char *arch) {
 }
 
 const char *es__arch_names(void) {
-    return "llama, qwen2, qwen3, phi3, gemma, gemma2";
+    return "llama, qwen2, qwen3, phi3, gemma, gemma2, gemma3";
 }

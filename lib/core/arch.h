@@ -31,6 +31,9 @@ typedef struct es__arch {
                                which no GGUF key carries; 0: none)                            */
     bool qk_norm;           /* blk.N.attn_q_norm / attn_k_norm: an RMSNorm of every Q and K head
                                (head_dim weights) after the biases, before RoPE               */
+    float swa_rope_base;    /* > 0: the sliding layers rotate with a RoPE of their own, this
+                               base (or <arch>.rope.freq_base_swa) and no scaling, and the
+                               window is required (gemma3's local layers); 0: one RoPE      */
 } es__arch;
 
 /* The description of arch (general.architecture), or NULL when edgespec does not run it. */

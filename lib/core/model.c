@@ -216,6 +216,12 @@ static es_status read_arch_values(loader *L, es__hparams *hp) {
         ES_TRY(hp_f32(L, "final_logit_softcapping", false, &hp->final_softcap));
     }
     hp->n_swa = 0;
+    hp->rope_freq_base_swa = 0.0f;
+    if (a && a->swa_rope_base > 0.0f) { /* gemma3: llama.cpp requires the window */
+        hp->rope_freq_base_swa = a->swa_rope_base;
+        ES_TRY(hp_f32(L, "rope.freq_base_swa", false, &hp->rope_freq_base_swa));
+        return hp_u32(L, "attention.sliding_window", true, INT32_MAX, &hp->n_swa);
+    }
     /* 0 means no window: the phi3 converter writes it so for Phi-4-mini */
     const char *key = akey(L, "attention.sliding_window");
     if (es__gguf_find(L->g, key) && !L->vocab_only) {

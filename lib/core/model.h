@@ -59,6 +59,7 @@ typedef struct es__hparams {
     float yarn_ext_factor, yarn_beta_fast, yarn_beta_slow; /* YaRN's ramp (rope.c)            */
     int32_t n_swa;         /* sliding window: a query at position p sees keys at
                               positions > p - n_swa in sliding layers (0 = none) */
+    float rope_freq_base_swa; /* > 0: the sliding layers' own RoPE base, unscaled (gemma3) */
 } es__hparams;
 
 /* The sliding window of layer il: hp->n_swa in the layers the architecture's pattern makes
@@ -67,6 +68,12 @@ static inline int32_t es__layer_window(const es__hparams *hp, int32_t il) {
     if (hp->n_swa <= 0) return 0;
     const int32_t p = hp->arch ? hp->arch->swa_pattern : 1;
     return p <= 1 || il % p < p - 1 ? hp->n_swa : 0;
+}
+
+/* Whether layer il rotates with the sliding layers' own RoPE (es__rope_local) rather than the
+ * model's (es__rope_for). */
+static inline bool es__layer_rope_local(const es__hparams *hp, int32_t il) {
+    return hp->rope_freq_base_swa > 0.0f && es__layer_window(hp, il) > 0;
 }
 
 typedef struct es__layer {

@@ -45,6 +45,18 @@ es__rope es__rope_for(const es__hparams *hp, int32_t n_ctx) {
     return r;
 }
 
+es__rope es__rope_local(const es__hparams *hp) {
+    return es__rope_plain(hp->n_rot, hp->rope_freq_base_swa, 1.0f);
+}
+
+int32_t es__rope_tables(const es__hparams *hp) {
+    return hp->rope_freq_base_swa > 0.0f ? 2 : 1;
+}
+
+int32_t es__rope_table_of(const es__hparams *hp, int32_t il) {
+    return es__layer_rope_local(hp, il) ? 1 : 0;
+}
+
 void es__rope_cs(const es__rope *r, int64_t pos, int64_t i0, int64_t i1, bool unit, float *cs) {
     const double mag = unit ? 1.0 : r->mscale;
     for (int64_t i = i0; i < i1; i++) {

@@ -28,6 +28,15 @@ es__rope es__rope_plain(int32_t n_rot, float freq_base, float freq_scale);
  * is beyond the original training context, as llama.cpp does). */
 es__rope es__rope_for(const struct es__hparams *hp, int32_t n_ctx);
 
+/* The sliding layers' own RoPE where the model has one (gemma3's local layers: their base, no
+ * scaling, no divisors, magnitude 1; model.h es__layer_rope_local says which layers). */
+es__rope es__rope_local(const struct es__hparams *hp);
+
+/* RoPE tables a context keeps per token: 1, or 2 when the sliding layers have their own (the
+ * model's first, then the local one; es__rope_table_of gives a layer's). */
+int32_t es__rope_tables(const struct es__hparams *hp);
+int32_t es__rope_table_of(const struct es__hparams *hp, int32_t il);
+
 /* cos/sin of pairs [i0, i1) at position pos: cs[2 (i - i0)], cs[2 (i - i0) + 1]; evaluated in
  * double and rounded once. unit: magnitude 1 (a context shift turns keys that already carry
  * the magnitude). */

@@ -322,7 +322,7 @@ static es_status cpu_ctx_init(es_context *ctx) {
         float **const arr[] = {&c->x, &c->xn, &c->q, &c->kn, &c->vn, &c->att, &c->tmp, &c->gate, &c->up, &c->rope, &c->panel};
         const size_t dims[][2] = {{nb, d},   {nb, d},    {nb, qd},   {nb, kvd},
                                   {nb, kvd}, {nb, qd},   {nb, d},    {nb, (size_t)hp->n_ff},
-                                  {nb, (size_t)hp->n_ff}, {nb, (size_t)(hp->n_rot / 2) * 2},
+                                  {nb, (size_t)hp->n_ff}, {nb, (size_t)es__rope_tables(hp) * (size_t)(hp->n_rot / 2) * 2},
                                   {(size_t)c->n_threads, c->panel_floats}};
         ok = alloc_acts(a, c, arr, dims, (int)ES__ARRAY_LEN(arr));
         c->visible = alloc_arr(a, (size_t)c->n_threads * ES__CPU_ATTN_ROWS, nb, sizeof(int32_t));
@@ -372,18 +372,24 @@ static es_status cpu_kv_shift(es_context *ctx, int32_t n_keep, int32_t d) {
     es__cpu_ctx *c = ctx->impl;
     const size_t hd = (size_t)hp->head_dim, n_ctx = (size_t)ctx->n_ctx;
     const size_t heads = (size_t)hp->n_layer * (size_t)hp->n_head_kv;
-    float *cs = es__malloc(ctx->alloc, sizeof(float) * (size_t)ES__MAX(hp->n_rot, 2)); /* n_rot / 2 pairs */
+    const int32_t tables = es__rope_tables(hp), half2 = (hp->n_rot / 2) * 2;
+    float *cs = es__malloc(ctx->alloc, sizeof(float) * (size_t)(tables * ES__MAX(half2, 2)));
     ES_RETURN_IF(!cs, &ctx->backend->err, ES_ERR_OUT_OF_MEMORY, "cpu backend: out of memory");
     const int32_t minus_d = -d;
-    const es__rope rope = es__rope_for(hp, ctx->n_ctx);
-    es__cpu_rope_table(&rope, &minus_d, 1, true, cs);
+    const es__rope model = es__rope_for(hp, ctx->n_ctx);
+    es__cpu_rope_table(&model, &minus_d, 1, true, cs);
+    if (tables > 1) {
+        const es__rope local = es__rope_local(hp);
+        es__cpu_rope_table(&local, &minus_d, 1, true, cs + half2);
+    }
     for (size_t g = 0; g < heads; g++) {
         float *kb = c->k + g * n_ctx * hd, *vb = c->v + g * n_ctx * hd;
+        const float *turn = cs + es__rope_table_of(hp, (int32_t)(g / (size_t)hp->n_head_kv)) * half2;
         for (int32_t s = n_keep + d; s < ctx->n_past; s++) {
             float *kd = kb + (size_t)(s - d) * hd;
             memcpy(kd, kb + (size_t)s * hd, hd * sizeof(float));
             memcpy(vb + (size_t)(s - d) * hd, vb + (size_t)s * hd, hd * sizeof(float));
-            es__cpu_rope_token(kd, 1, hp->head_dim, hp->n_rot, cs, hp->rope_type);
+            es__cpu_rope_token(kd, 1, hp->head_dim, hp->n_rot, turn, hp->rope_type);
         }
     }
     es__free(ctx->alloc, cs);

@@ -51,7 +51,7 @@ typedef struct es__cpu_ctx {
     float *att;          /* [n_batch][n_head * hd] attention output            */
     float *tmp;          /* [n_batch][n_embd] projection output                */
     float *gate, *up;    /* [n_batch][n_ff]                                    */
-    float *rope;         /* [n_batch][n_rot / 2][2] cos, sin                   */
+    float *rope;         /* [n_batch][tables][n_rot / 2][2] cos, sin (es__cpu_rope_rows) */
     int32_t *visible;    /* [n_threads][ES__CPU_ATTN_ROWS * n_batch]           */
     float *panel;        /* [n_threads][panel_floats] matmul weight panels      */
     size_t panel_floats; /* kern panel_rows * the widest matrix input           */

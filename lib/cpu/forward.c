@@ -373,7 +373,7 @@ static bool layer_pre(thr *t, int32_t il, int32_t check_layer) {
                 es__msa_fz_rope(J->msa, il, i - n, t->ith);
                 continue;
             }
-            const float *cs = c->rope + i * (hp->n_rot / 2) * 2;
+            const float *cs = es__cpu_rope_row(c->rope, hp, i, il);
             es__cpu_qkv_prepare(J->k, hp, L, c->q + i * qd, c->kn + i * kvd, c->vn + i * kvd, cs);
             es__cpu_kv_write(c->k + cache_off, c->v + cache_off, J->n_ctx, hp->n_head_kv, hd, f->n_past + (int32_t)i,
                              1, c->kn + i * kvd, c->vn + i * kvd);
@@ -482,7 +482,6 @@ static void embed(thr *t) {
     es__cpu_ctx *c = J->c;
     const int32_t d = hp->n_embd;
     es__work w;
-    const es__rope rope = es__rope_for(hp, J->n_ctx);
     phase_begin(t, &w, OP_EMBED, f->n, 1);
     for (int64_t lo, hi; es__work_next(&w, &lo, &hi);) {
         const es__cpu_mat *E = &J->w->tok_embd;
@@ -492,7 +491,7 @@ static void embed(thr *t) {
             if (hp->embd_scale != 1.0f)
                 for (int32_t j = 0; j < d; j++) xi[j] *= hp->embd_scale;
         }
-        es__cpu_rope_table(&rope, f->pos + lo, hi - lo, false, c->rope + lo * (hp->n_rot / 2) * 2);
+        es__cpu_rope_rows(hp, J->n_ctx, f->pos + lo, hi - lo, c->rope + lo * es__rope_tables(hp) * (hp->n_rot / 2) * 2);
     }
     phase_end(t, &w);
 }
@@ -607,8 +606,7 @@ static es_status cpu_part(es_context *ctx, const es__fwd *f, fwd_job *J) {
     } else if (p->layer >= 0) {
         memcpy(c->x, p->x_in, sizeof(float) * d);
         memcpy(c->att, p->att_in, sizeof(float) * qd);
-        const es__rope rope = es__rope_for(hp, J->n_ctx);
-        es__cpu_rope_table(&rope, f->pos, 1, false, c->rope);
+        es__cpu_rope_rows(hp, J->n_ctx, f->pos, 1, c->rope);
     }
     if (s == ES_OK) {
         es__sched_reset(c->sched, es__pool_size(B->pool), c->n_phases);

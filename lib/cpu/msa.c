@@ -149,7 +149,7 @@ static void compact_batch(const es__msa_job *J) {
     f->n_out = p->n_out;
     f->out_rows = p->out_rows;
     if (na == f->n) return;
-    const int64_t d = hp->n_embd, half2 = (hp->n_rot / 2) * 2, hd = hp->head_dim;
+    const int64_t d = hp->n_embd, half2 = es__rope_tables(hp) * (hp->n_rot / 2) * 2, hd = hp->head_dim;
     const bool x0_taken = f->n_streams > 0 && J->ss->msa_start < J->ss->prune_layer;
     for (int32_t r = 0; r < na; r++) {
         const int32_t o = p->orig[r];

@@ -71,7 +71,7 @@ void es__ssr_qkv(const es__msa_job *J, int32_t il, int32_t b, int64_t r, float *
     lora_row(J, &lr[ES__SS_LORA_Q], x, q, ltmp);
     lora_row(J, &lr[ES__SS_LORA_K], x, k, ltmp);
     lora_row(J, &lr[ES__SS_LORA_V], x, v, ltmp);
-    const float *cs = J->c->rope + (int64_t)b * (hp->n_rot / 2) * 2;
+    const float *cs = es__cpu_rope_row(J->c->rope, hp, b, il);
     es__cpu_qkv_prepare(J->k, hp, L, q, k, v, cs);
 }
 

@@ -17,6 +17,13 @@ void es__cpu_rmsnorm_row(const es__kern *k, const float *x, const float *w, int6
 /* cos/sin of every rotated pair for n_tok tokens: cs [n_tok][n_rot / 2][2] (rope.h; unit: magnitude
  * 1, for turning cached keys). */
 void es__cpu_rope_table(const es__rope *r, const int32_t *pos, int64_t n_tok, bool unit, float *cs);
+/* Every RoPE table's row (es__rope_tables) for n_tok tokens: cs [n_tok][tables][n_rot / 2][2]. */
+void es__cpu_rope_rows(const es__hparams *hp, int32_t n_ctx, const int32_t *pos, int64_t n_tok, float *cs);
+/* Token tok's row, for layer il, of a table es__cpu_rope_rows wrote. */
+static inline const float *es__cpu_rope_row(const float *cs, const es__hparams *hp, int64_t tok, int32_t il) {
+    const int64_t half2 = (hp->n_rot / 2) * 2;
+    return cs + (tok * es__rope_tables(hp) + es__rope_table_of(hp, il)) * half2;
+}
 /* Rotates one token's n_head heads (x: [n_head][head_dim]) with its row of the table. */
 void es__cpu_rope_token(float *x, int64_t n_head, int64_t head_dim, int64_t n_rot, const float *cs,
                         es_rope_type type);

@@ -1,7 +1,8 @@
 """test_arch_reference.py: the CPU backend's logits against the independent numpy reference
 (tools/reference/llama_ref.py, float64) on random-weight files of each architecture besides llama
 (docs/formats.md, "Architectures"), written by the C GGUF writer (mkmodel): qwen2's Q/K/V biases,
-qwen3's per-head Q and K norms (with heads wider than n_embd / n_head),
+qwen3's per-head Q and K norms (with heads wider than n_embd / n_head), gemma3's five sliding
+layers to one global with their own RoPE base (and the global layers' linear scaling alone),
 phi3's fused attn_qkv and gate-up, gemma's embedding scale and GeGLU, gemma2's post-branch norms,
 soft-capping and alternating sliding window, and a mistral-style window on llama and qwen2; two
 files whose head_dim is not n_embd / n_head (attention.key_length, as in Gemma 2 2B); llama 3's
@@ -48,9 +49,12 @@ CASES = [
     ("llama-swa-mistral", "llama", 5, 0, 0, "f32", 300, 48, 2, 6, 2, 72, 0, "norm", 0, 1.0, 9, 4, 2, 10000.0, 1e-5),
     ("qwen2-swa", "qwen2", 3, 0, 0, "f16", 261, 32, 2, 2, 1, 64, 1, "neox", 0, 1.0, 7, 4, 2, 10000.0, 1e-6),
     ("qwen3-q8_0", "qwen3", 0, 0, 0, "q8_0", 280, 64, 2, 4, 2, 96, 0, "neox", 0, 1.0, 7, 3, 2, 1e6, 1e-6),
+    # gemma3: layers 0-4 and 6 slide (rotating with base 10000), layer 5 is global (base 1e6)
+    ("gemma3-swa-tied", "gemma3", 4, 0, 0, "f32", 270, 64, 7, 4, 2, 96, 1, "neox", 0, 1.0, 9, 4, 2, 1e6, 1e-6),
+    ("gemma3-q8_0-hd", "gemma3", 3, 0, 0, "q8_0", 280, 64, 6, 4, 1, 64, 0, "neox", 0, 1.0, 7, 3, 2, 1e6, 1e-6),
 ]
 # head_dim other than n_embd / n_head (Gemma 2 2B: 8 heads of 256 on n_embd 2304): case name -> head_dim
-HEAD_DIM = {"gemma2-hd": 24, "qwen2-hd": 8, "qwen3-hd-tied": 32}
+HEAD_DIM = {"gemma2-hd": 24, "qwen2-hd": 8, "qwen3-hd-tied": 32, "gemma3-q8_0-hd": 32}
 # llama 3's rope_freqs.weight (per-pair frequency divisors; Llama 3.1/3.2 files carry it)
 ROPE_FREQS = {"llama3-rope-freqs", "qwen2-hd"}
 CASES += [
@@ -65,13 +69,15 @@ CASES += [
 # LongRoPE with original context 8 takes the long factors, with 64 the short ones; YaRN's original
 # context 4096 puts its ramp inside the 8 pairs (pairs 2..6 for head_dim 16)
 ROPE_SCALING = {"phi3-longrope-long": "longrope,8", "phi3-longrope-short": "longrope,64",
-                "llama-yarn": "yarn,4,4096", "qwen2-yarn-partial": "yarn,8,4096"}
+                "llama-yarn": "yarn,4,4096", "qwen2-yarn-partial": "yarn,8,4096", "gemma3-linear": "linear,8"}
 HEAD_DIM["gemma2-27b-qscale"] = 8
 CASES += [
     ("phi3-longrope-long", "phi3", 0, 0, 0, "f32", 270, 64, 2, 4, 2, 96, 0, "neox", 0, 1.0, 8, 4, 2, 10000.0, 1e-5),
     ("phi3-longrope-short", "phi3", 0, 0, 0, "q8_0", 270, 64, 2, 4, 4, 96, 0, "neox", 0, 1.0, 7, 3, 2, 10000.0, 1e-5),
     ("llama-yarn", "llama", 0, 0, 0, "f32", 280, 64, 2, 4, 2, 96, 0, "norm", 0, 1.0, 8, 4, 2, 10000.0, 1e-5),
     ("qwen2-yarn-partial", "qwen2", 0, 0, 0, "f32", 270, 64, 2, 4, 2, 64, 1, "neox", 8, 1.0, 7, 3, 2, 10000.0, 1e-6),
+    # Gemma 3 4B-27B scale the global layers' RoPE (linear, 8); the sliding layers stay unscaled
+    ("gemma3-linear", "gemma3", 3, 0, 0, "f32", 270, 64, 7, 4, 2, 64, 1, "neox", 0, 1.0, 8, 3, 2, 1e6, 1e-6),
     # 46 layers: Gemma 2 27B's depth, whose queries scale by (n_embd / n_head)^-1/2 = 12^-1/2, not 8^-1/2
     ("gemma2-27b-qscale", "gemma2", 4, 2.0, 3.0, "f32", 265, 48, 46, 4, 2, 32, 1, "neox", 0, 1.0, 6, 2, 2,
      10000.0, 1e-6),
@@ -82,7 +88,7 @@ TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0")
 CASES += [("%s-%s-sweep" % (arch, t), arch, window, acap, fcap, t, 263, 64, 1, 4, 2, 64, 0, "neox", 0, 1.0, 4, 2, 1,
            10000.0, 1e-6)
           for arch, window, acap, fcap in (("qwen2", 3, 0, 0), ("qwen3", 0, 0, 0), ("phi3", 0, 0, 0),
-                                           ("gemma", 0, 0, 0), ("gemma2", 3, 2.0, 3.0))
+                                           ("gemma", 0, 0, 0), ("gemma2", 3, 2.0, 3.0), ("gemma3", 3, 0, 0))
           for t in TYPES]
 
 

@@ -5,7 +5,7 @@
  *     logit (the keys are rotated twice instead of once), at several keep / drop splits; also
  *     with llama 3's per-pair frequency divisors (rope_freqs.weight), with YaRN and with phi3's
  *     LongRoPE, whose magnitudes the cached keys carry already (the shift turns them by a unit
- *     rotation).
+ *     rotation), and (CPU) in a sliding layer with a RoPE of its own (gemma3's local layers).
  *     (With more layers no such reference exists: the kept tokens' deeper keys and values still
  *     carry what they attended to before the shift, by design.)
  *   - es_generate with shift_context runs on past n_ctx with the tokens of the same loop written
@@ -42,7 +42,7 @@ static void fresh_logits(const es_model *m, const int32_t *toks, int32_t n, floa
 
 /* The RoPE variant of a check (rope.h): plain, or with per-pair divisors the shift's rotation
  * must apply as the forward's does, YaRN, or LongRoPE. */
-typedef enum { PLAIN, LLAMA3, YARN, LONGROPE } rope_variant;
+typedef enum { PLAIN, LLAMA3, YARN, LONGROPE, LOCAL } rope_variant;
 
 static void set_rope(es__hparams *hp, rope_variant v, const float *freqs) {
     if (v == LLAMA3) hp->rope_freqs = freqs;
@@ -61,6 +61,10 @@ static void set_rope(es__hparams *hp, rope_variant v, const float *freqs) {
         hp->rope_short = shorts;
         hp->rope_n_ctx_orig = 16;
         hp->rope_attn_factor = 1.3f;
+    }
+    if (v == LOCAL) { /* gemma3's sliding layers: their own base, unscaled; a window past the context */
+        hp->rope_freq_base_swa = 1000.0f;
+        hp->n_swa = 1000;
     }
 }
 
@@ -182,7 +186,8 @@ static void check_generate(void) {
 }
 
 int main(int argc, char **argv) {
-    backend = test_backend_from_args(argc, argv, 2, NULL);
+    bool vulkan = false;
+    backend = test_backend_from_args(argc, argv, 2, &vulkan);
     if (!backend) TEST_MAIN_END();
     const mem_model_cfg norm = {67, 48, 1, 4, 2, 12, 64, 12, ES_ROPE_NORM, 10000.0f, 1.0f, false, ES__DTYPE_F32, 41};
     const mem_model_cfg neox = {67, 48, 1, 4, 4, 12, 64, 8, ES_ROPE_NEOX, 10000.0f, 0.5f, true, ES__DTYPE_F32, 42};
@@ -194,6 +199,8 @@ int main(int argc, char **argv) {
     check_one_layer(&mqa, PLAIN, NULL, "neox mqa f16");
     check_one_layer(&norm, YARN, NULL, "norm gqa, yarn");
     check_one_layer(&neox, LONGROPE, freqs, "neox partial rotation, longrope");
+    if (!vulkan) /* Vulkan does not run gemma3's local RoPE yet */
+        check_one_layer(&neox, LOCAL, NULL, "neox partial rotation, scaled, a sliding layer's own RoPE");
     check_errors();
     check_generate();
     test_backend_end(backend);

@@ -22,6 +22,7 @@ FAMILIES = [
     ("gemma2", ["--sliding-window", "5", "--softcap", "2,3"]),
     ("qwen2", ["--sliding-window", "4"]),
     ("qwen3", ["--head-dim", "32"]),
+    ("gemma3", ["--sliding-window", "4", "--freq-base", "1000000"]),
     ("phi3", ["--type", "q8_0"]),
     ("gemma", []),
 ]

@@ -126,6 +126,8 @@ typedef struct edit {
     void (*extra)(es__gguf_writer *w);
 } edit;
 
+static es_model *load_edit(edit e);
+
 static void rebuild(const char *src, const char *dst, edit e) {
     size_t n = 0;
     uint8_t *data = test_read_file(src, 0, &n);
@@ -571,6 +573,8 @@ static void qbias_f16(es__gguf_writer *w) { add_f(w, "blk.1.attn_v.bias", ES__DT
 static void gateup_half(es__gguf_writer *w) { add_f(w, "blk.1.ffn_up.weight", ES__DTYPE_F32, 64, 128); }
 static void qkv_short(es__gguf_writer *w) { add_f(w, "blk.0.attn_qkv.weight", ES__DTYPE_F32, 64, 128); }
 static void knorm_long(es__gguf_writer *w) { add_f(w, "blk.1.attn_k_norm.weight", ES__DTYPE_F32, 64, 1); }
+SET_F32(swa_base_zero, "gemma3.rope.freq_base_swa", 0.0f)
+SET_F32(swa_base_5000, "gemma3.rope.freq_base_swa", 5000.0f)
 static void post_norm_short(es__gguf_writer *w) { add_f(w, "blk.1.post_ffw_norm.weight", ES__DTYPE_F32, 32, 1); }
 SET_F32(cap_negative, "gemma2.attn_logit_softcapping", -1.0f)
 static void swa_zero(es__gguf_writer *w) { CHECK_OK(es__gguf_set_u32(w, "qwen2.attention.sliding_window", 0)); }
@@ -626,6 +630,25 @@ static void test_archs(void) {
                 "missing tensor 'blk.0.attn_q_norm.weight' (norm head_dim)");
     expect_load("qwen3 k norm of n_embd", (edit){NULL, "blk.1.attn_k_norm.weight", knorm_long}, ES_ERR_MODEL,
                 "tensor 'blk.1.attn_k_norm.weight' has shape [64], expected [16] (head_dim)");
+    /* gemma3: gemma2's post norms with qwen3's head norms; the window is required, and the sliding
+     * layers' RoPE base is 10000 unless the file says */
+    arch_base("gemma3", 4, 0);
+    i = load_info((edit){NULL, NULL, NULL});
+    CHECKF(i.n_tensors == 3 + 13 * 2, "gemma3: %d tensors", i.n_tensors);
+    expect_load("gemma3 no window", (edit){"gemma3.attention.sliding_window", NULL, NULL}, ES_ERR_MODEL,
+                "gemma3.attention.sliding_window");
+    expect_load("gemma3 swa base 0", (edit){NULL, NULL, swa_base_zero}, ES_ERR_MODEL,
+                "metadata key 'gemma3.rope.freq_base_swa' (offset");
+    expect_load("gemma3 no k norm", (edit){NULL, "blk.1.attn_k_norm.weight", NULL}, ES_ERR_MODEL,
+                "missing tensor 'blk.1.attn_k_norm.weight' (norm head_dim)");
+    es_model *g3 = load_edit((edit){NULL, NULL, NULL});
+    CHECKF(g3 && g3->hp.rope_freq_base_swa == 10000.0f && es__layer_rope_local(&g3->hp, 0) &&
+               !es__layer_rope_local(&g3->hp, 5),
+           "gemma3: sliding layers' base %g", g3 ? (double)g3->hp.rope_freq_base_swa : 0.0);
+    es_model_free(g3);
+    g3 = load_edit((edit){NULL, NULL, swa_base_5000});
+    CHECKF(g3 && g3->hp.rope_freq_base_swa == 5000.0f, "gemma3: the file's sliding base");
+    es_model_free(g3);
     /* gemma2: post-branch norms, soft-capping keys */
     arch_base("gemma2", 4, 2.0f);
     i = load_info((edit){NULL, NULL, NULL});
@@ -643,7 +666,7 @@ static void test_archs(void) {
                 "tensor 'rope_freqs.weight' has shape [16], expected [8] (n_rot / 2)");
     /* an architecture edgespec does not run names the ones it does */
     expect_load("mamba", (edit){NULL, NULL, arch_mamba}, ES_ERR_UNSUPPORTED,
-                "general.architecture is 'mamba': edgespec runs llama, qwen2, qwen3, phi3, gemma, gemma2 models");
+                "general.architecture is 'mamba': edgespec runs llama, qwen2, qwen3, phi3, gemma, gemma2, gemma3 models");
 }
 
 /* ---- RoPE scaling (lib/core/rope.h): YaRN's keys, LongRoPE's factor tensors */

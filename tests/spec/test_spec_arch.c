@@ -5,7 +5,8 @@
  * same vocabulary); then Speculative Streaming with a random adapter on the target (LoRA, with and
  * without pruning). gemma2 (post norms, soft-capping, its alternating sliding window, short enough
  * that drafts and verification trees cross it), qwen2 (biases) with a mistral-style window on every
- * layer, qwen3 (per-head Q and K norms, heads wider than n_embd / n_head), phi3 (fused tensors) and gemma (GeGLU, embedding scale); greedy and seeded sampling; the
+ * layer, qwen3 (per-head Q and K norms, heads wider than n_embd / n_head), gemma3 (its sliding
+ * layers' own RoPE, head norms, post norms), phi3 (fused tensors) and gemma (GeGLU, embedding scale); greedy and seeded sampling; the
  * emitted tokens equal es_generate's token for token, and a drafter that is the target has every
  * draft accepted. argv[1]: "cpu" (default) or "vulkan" (on lavapipe, the smaller drafter and the
  * streams greedy only). */
@@ -95,6 +96,7 @@ int main(int argc, char **argv) {
     static const family fams[] = {{"gemma2", 6, 2.0f, 3.0f, false, 0},
                                   {"qwen2", 5, 0, 0, false, 0},
                                   {"qwen3", 0, 0, 0, false, 32},
+                                  {"gemma3", 4, 0, 0, false, 0},
                                   {"phi3", 0, 0, 0, false, 0},
                                   {"gemma", 0, 0, 0, false, 0}};
     es_sampler_params greedy = es_sampler_default_params(), sampled = es_sampler_default_params();

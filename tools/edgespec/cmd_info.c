@@ -34,7 +34,8 @@ static void print_arch_keys(const es_model *m, const es_model_info *in) {
         const char *label, *key;
     } keys[] = {{"sliding_window", "attention.sliding_window"},
                 {"attn_softcap", "attn_logit_softcapping"},
-                {"final_softcap", "final_logit_softcapping"}};
+                {"final_softcap", "final_logit_softcapping"},
+                {"swa_rope_base", "rope.freq_base_swa"}};
     for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
         char key[128], val[64];
         snprintf(key, sizeof key, "%s.%s", in->architecture, keys[i].key);

@@ -25,8 +25,8 @@ static void usage(FILE *f) {
             "                     matrix (norms stay f32; the K-quants need n-embd and n-ff multiples of 256;\n"
             "                     default f32)\n"
             "  --tied             no output.weight: the output head shares token_embd.weight\n"
-            "  --arch A           general.architecture: llama (default), qwen2, qwen3, phi3, gemma or gemma2,\n"
-            "                     with that architecture's tensors (docs/formats.md, \"Architectures\")\n"
+            "  --arch A           general.architecture: llama (default), qwen2, qwen3, phi3, gemma, gemma2 or\n"
+            "                     gemma3, with its tensors (docs/formats.md, \"Architectures\")\n"
             "  --sliding-window N <arch>.attention.sliding_window (default: not written)\n"
             "  --softcap A,F      gemma2's attention and final logit soft-capping (default: not written)\n"
             "  --head-dim N       head size when not n-embd / n-head (written as attention.key_length)\n"
@@ -37,6 +37,7 @@ static void usage(FILE *f) {
             "  --rope R           norm or neox (default: the architecture's; written as edgespec.rope.ordering\n"
             "                     when it differs)\n"
             "  --freq-base F      llama.rope.freq_base (default 10000)\n"
+            "  --freq-base-swa F  <arch>.rope.freq_base_swa, gemma3's sliding layers' base (default: not written)\n"
             "  --seed N           random seed (default 1); a model is a pure function of its flags\n"
             "  --vocab FILE       copy every tokenizer.ggml.* key from another GGUF (sets n-vocab)\n"
             "  --name NAME        general.name (default edgespec-random)\n"
@@ -130,10 +131,11 @@ int main(int argc, char **argv) {
             rope_set = true;
             ok = !strcmp(v, "norm") || !strcmp(v, "neox");
             p.rope = !strcmp(v, "neox") ? ES_ROPE_NEOX : ES_ROPE_NORM;
-        } else if (!strcmp(a, "--freq-base")) {
+        } else if (!strcmp(a, "--freq-base") || !strcmp(a, "--freq-base-swa")) {
             char *end;
-            p.freq_base = strtof(v, &end);
-            ok = *end == '\0' && p.freq_base > 0;
+            float *f = !strcmp(a, "--freq-base") ? &p.freq_base : &p.freq_base_swa;
+            *f = strtof(v, &end);
+            ok = *end == '\0' && *f > 0;
         } else if (!strcmp(a, "--seed")) {
             char *end;
             p.seed = strtoull(v, &end, 10);

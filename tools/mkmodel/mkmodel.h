@@ -23,6 +23,7 @@ typedef struct es_mk_params {
     bool tied;           /* no output.weight: the head shares token_embd.weight                */
     es_rope_type rope;   /* NEOX writes edgespec.rope.ordering = "neox"                        */
     float freq_base;     /* llama.rope.freq_base                                               */
+    float freq_base_swa; /* <arch>.rope.freq_base_swa (gemma3's sliding layers); 0 = not written    */
     float rms_eps;       /* llama.attention.layer_norm_rms_epsilon                             */
     uint64_t seed;
     const char *vocab_path; /* NULL = synthetic vocabulary                                     */

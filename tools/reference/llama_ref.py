@@ -13,6 +13,9 @@ final RMSNorm and the output head (tied to the embedding when output.weight is a
 Architectures (docs/formats.md, "Architectures"), each written out here from its public
 description rather than taken from the C library's table: llama; qwen2 (Q/K/V biases, NEOX RoPE);
 qwen3 (no biases; an RMSNorm over each Q and K head, with attn_q_norm / attn_k_norm, before RoPE; NEOX);
+gemma3 (gemma2's post-branch norms and embedding scale, qwen3's head norms, no soft-capping; five
+sliding layers to one global, the sliding ones rotating with their own unscaled base,
+rope.freq_base_swa or 10000; 27B's (62 layers) query scale as Gemma 2 27B's);
 phi3 (Q, K, V in one attn_qkv matrix, gate and up rows in one ffn_up matrix, gate first; NEOX);
 gemma (embedding times sqrt(n_embd), GeGLU with gelu's tanh form, tied head, NEOX; its GGUF norm
 weights already hold the 1 + w); gemma2 (gemma plus RMSNorm of each branch's output before the
@@ -80,7 +83,7 @@ def dequantize(raw, type_name, ne):
 # ---------------------------------------------------------------------------------------------
 # the model
 
-ARCHS = ("llama", "qwen2", "qwen3", "phi3", "gemma", "gemma2")
+ARCHS = ("llama", "qwen2", "qwen3", "phi3", "gemma", "gemma2", "gemma3")
 
 
 class Model:
@@ -122,19 +125,24 @@ class Model:
         self.yarn_beta_slow = float(key("rope.scaling.yarn_beta_slow", 1.0))
         self.eps = float(key("attention.layer_norm_rms_epsilon", 1e-5))
         self.neox = rope_is_neox(r, arch)
-        gemma = arch in ("gemma", "gemma2")
+        gemma = arch in ("gemma", "gemma2", "gemma3")
         self.embd_scale = np.sqrt(self.n_embd) if gemma else 1.0
         self.gelu = gemma
         # Gemma 2 scales queries by query_pre_attn_scalar^-1/2: 256 = head_dim for 2B and 9B,
         # n_embd / n_head = 144 for 27B (its config); GGUF files do not say, llama.cpp knows 27B
         # by its 46 layers
-        q_scalar = self.n_embd // self.n_head if arch == "gemma2" and self.n_layer == 46 else self.head_dim
+        big = (arch == "gemma2" and self.n_layer == 46) or (arch == "gemma3" and self.n_layer == 62)
+        q_scalar = self.n_embd // self.n_head if big else self.head_dim
         self.q_scale = 1.0 / np.sqrt(q_scalar)
         self.attn_cap = float(key("attn_logit_softcapping", 50.0)) if arch == "gemma2" else 0.0
         self.final_cap = float(key("final_logit_softcapping", 30.0)) if arch == "gemma2" else 0.0
         window = int(key("attention.sliding_window", 0))
-        # gemma2 alternates: even layers slide, odd layers see the whole context
-        self.windows = [window if (arch != "gemma2" or i % 2 == 0) else 0 for i in range(self.n_layer)]
+        # gemma2 alternates: even layers slide, odd layers see the whole context; gemma3 has five
+        # sliding layers, then a global one
+        period = {"gemma2": 2, "gemma3": 6}.get(arch, 1)
+        self.windows = [window if period == 1 or i % period < period - 1 else 0 for i in range(self.n_layer)]
+        # gemma3's sliding layers rotate with a base of their own, unscaled
+        self.freq_base_swa = float(key("rope.freq_base_swa", 10000.0)) if arch == "gemma3" else 0.0
 
         def w(name):
             t = r.tensors[name]
@@ -157,8 +165,8 @@ class Model:
             names = ["attn_norm", "attn_output", "ffn_norm", "ffn_down"]
             names += ["attn_qkv"] if arch == "phi3" else ["attn_q", "attn_k", "attn_v"]
             names += ["ffn_up"] if arch == "phi3" else ["ffn_gate", "ffn_up"]
-            names += ["post_attention_norm", "post_ffw_norm"] if arch == "gemma2" else []
-            names += ["attn_q_norm", "attn_k_norm"] if arch == "qwen3" else []
+            names += ["post_attention_norm", "post_ffw_norm"] if arch in ("gemma2", "gemma3") else []
+            names += ["attn_q_norm", "attn_k_norm"] if arch in ("qwen3", "gemma3") else []
             L = {k: w(p + k + ".weight") for k in names}
             if arch == "phi3":
                 qkv, up = L.pop("attn_qkv"), L.pop("ffn_up")
@@ -174,7 +182,7 @@ class Model:
 
 def rope_is_neox(r, arch="llama"):
     """The rope pairing: edgespec.rope.ordering ("norm" or "neox", docs/formats.md) if present,
-    else llama.cpp's rule: NORM for "llama", NEOX for qwen2, qwen3, phi3, gemma and gemma2."""
+    else llama.cpp's rule: NORM for "llama", NEOX for the others."""
     v = r.get("edgespec.rope.ordering")
     if v is None:
         return arch != "llama"
@@ -220,9 +228,13 @@ def inv_freqs(m, n_ctx):
     return interp * (1.0 - keep) + extrap * keep, mag
 
 
-def rope(x, pos, m, n_ctx):
-    """x: (n, heads, head_dim); rotates the first n_rot dims of each head by position."""
-    freqs, mag = inv_freqs(m, n_ctx)
+def rope(x, pos, m, n_ctx, local=False):
+    """x: (n, heads, head_dim); rotates the first n_rot dims of each head by position (local:
+    with gemma3's sliding layers' own base, no scaling)."""
+    if local:
+        freqs, mag = m.freq_base_swa ** (-2.0 * np.arange(m.n_rot // 2, dtype=np.float64) / m.n_rot), 1.0
+    else:
+        freqs, mag = inv_freqs(m, n_ctx)
     theta = np.asarray(pos, dtype=np.float64)[:, None] * freqs[None, :]
     c = (mag * np.cos(theta))[:, None, :].astype(x.dtype)
     s = (mag * np.sin(theta))[:, None, :].astype(x.dtype)
@@ -245,12 +257,12 @@ def proj(h, L, name):
 
 
 def head_norm(y, L, name, eps):
-    """qwen3's RMSNorm of every head of y (n, heads, head_dim) on its own, when the layer has one."""
+    """qwen3's (gemma3's) RMSNorm of every head of y (n, heads, head_dim) on its own, when the layer has one."""
     return rmsnorm(y, L[name], eps) if name in L else y
 
 
 def branch(x, y, L, post, eps):
-    """The residual add of a branch's output y, through gemma2's post-branch norm when it has one."""
+    """The residual add of a branch's output y, through gemma2's (gemma3's) post-branch norm when it has one."""
     return x + (rmsnorm(y, L[post], eps) if post in L else y)
 
 
@@ -270,7 +282,8 @@ def forward(m, tokens, n_ctx=None):
         h = rmsnorm(x, L["attn_norm"], m.eps)
         q = head_norm(proj(h, L, "attn_q").reshape(n, m.n_head, m.head_dim), L, "attn_q_norm", m.eps)
         k = head_norm(proj(h, L, "attn_k").reshape(n, m.n_head_kv, m.head_dim), L, "attn_k_norm", m.eps)
-        q, k = rope(q, pos, m, n_ctx), rope(k, pos, m, n_ctx)
+        local = m.freq_base_swa > 0 and m.windows[il] > 0
+        q, k = rope(q, pos, m, n_ctx, local), rope(k, pos, m, n_ctx, local)
         v = proj(h, L, "attn_v").reshape(n, m.n_head_kv, m.head_dim)
         att = np.empty((n, m.n_head, m.head_dim), dtype=x.dtype)
         for hq in range(m.n_head):
