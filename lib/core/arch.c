@@ -7,16 +7,18 @@
 #include <string.h>
 
 static const es__arch archs[] = {
-    /* name      rope          bias   qkv    gateup post   escale act           swa softcap qscale qknorm swa-base */
-    {"llama", ES_ROPE_NORM, false, false, false, false, false, ES__ACT_SILU, 1, false, 0, false, 0.0f},
-    {"qwen2", ES_ROPE_NEOX, true, false, false, false, false, ES__ACT_SILU, 1, false, 0, false, 0.0f},
-    {"qwen3", ES_ROPE_NEOX, false, false, false, false, false, ES__ACT_SILU, 1, false, 0, true, 0.0f},
-    {"phi3", ES_ROPE_NEOX, false, true, true, false, false, ES__ACT_SILU, 1, false, 0, false, 0.0f},
-    {"gemma", ES_ROPE_NEOX, false, false, false, false, true, ES__ACT_GELU, 1, false, 0, false, 0.0f},
+    /* name      rope          bias   qkv    gateup post   escale act           swa softcap qscale qknorm swa-base nope */
+    {"llama", ES_ROPE_NORM, false, false, false, false, false, ES__ACT_SILU, 1, false, 0, false, 0.0f, 0},
+    {"qwen2", ES_ROPE_NEOX, true, false, false, false, false, ES__ACT_SILU, 1, false, 0, false, 0.0f, 0},
+    {"qwen3", ES_ROPE_NEOX, false, false, false, false, false, ES__ACT_SILU, 1, false, 0, true, 0.0f, 0},
+    {"phi3", ES_ROPE_NEOX, false, true, true, false, false, ES__ACT_SILU, 1, false, 0, false, 0.0f, 0},
+    {"gemma", ES_ROPE_NEOX, false, false, false, false, true, ES__ACT_GELU, 1, false, 0, false, 0.0f, 0},
     /* 46 layers: Gemma 2 27B (llama.cpp tells the sizes apart by depth: 26 2B, 42 9B, 46 27B) */
-    {"gemma2", ES_ROPE_NEOX, false, false, false, true, true, ES__ACT_GELU, 2, true, 46, false, 0.0f},
+    {"gemma2", ES_ROPE_NEOX, false, false, false, true, true, ES__ACT_GELU, 2, true, 46, false, 0.0f, 0},
+    /* SmolLM3: llama with no RoPE in every fourth layer (llama.cpp's n_no_rope_layer_step) */
+    {"smollm3", ES_ROPE_NORM, false, false, false, false, false, ES__ACT_SILU, 1, false, 0, false, 0.0f, 4},
     /* five sliding layers to one global; 62 layers: Gemma 3 27B's query scale, as Gemma 2's */
-    {"gemma3", ES_ROPE_NEOX, false, false, false, true, true, ES__ACT_GELU, 6, false, 62, true, 10000.0f},
+    {"gemma3", ES_ROPE_NEOX, false, false, false, true, true, ES__ACT_GELU, 6, false, 62, true, 10000.0f, 0},
 };
 
 const es__arch *es__arch_find(const char *arch) {
@@ -26,5 +28,5 @@ const es__arch *es__arch_find(const char *arch) {
 }
 
 const char *es__arch_names(void) {
-    return "llama, qwen2, qwen3, phi3, gemma, gemma2, gemma3";
+    return "llama, qwen2, qwen3, phi3, gemma, gemma2, gemma3, smollm3";
 }

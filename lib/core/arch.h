@@ -34,6 +34,8 @@ typedef struct es__arch {
     float swa_rope_base;    /* > 0: the sliding layers rotate with a RoPE of their own, this
                                base (or <arch>.rope.freq_base_swa) and no scaling, and the
                                window is required (gemma3's local layers); 0: one RoPE      */
+    int32_t nope_step;      /* > 0: layer il has no RoPE where (il + 1) % nope_step == 0
+                               (smollm3: every fourth; no GGUF key says it)                  */
 } es__arch;
 
 /* The description of arch (general.architecture), or NULL when edgespec does not run it. */

@@ -70,8 +70,7 @@ static inline int32_t es__layer_window(const es__hparams *hp, int32_t il) {
     return p <= 1 || il % p < p - 1 ? hp->n_swa : 0;
 }
 
-/* Whether layer il rotates with the sliding layers' own RoPE (es__rope_local) rather than the
- * model's (es__rope_for). */
+/* Whether layer il is a sliding layer with a RoPE of its own (rope.h es__rope_table_of). */
 static inline bool es__layer_rope_local(const es__hparams *hp, int32_t il) {
     return hp->rope_freq_base_swa > 0.0f && es__layer_window(hp, il) > 0;
 }

@@ -45,21 +45,45 @@ es__rope es__rope_for(const es__hparams *hp, int32_t n_ctx) {
     return r;
 }
 
-es__rope es__rope_local(const es__hparams *hp) {
-    return es__rope_plain(hp->n_rot, hp->rope_freq_base_swa, 1.0f);
+/* Which tables a model has: bit 0 the model's, bit 1 the sliding layers' own, bit 2 the identity. */
+static unsigned table_set(const es__hparams *hp) {
+    return 1u | (hp->rope_freq_base_swa > 0.0f ? 2u : 0u) | (hp->arch && hp->arch->nope_step > 0 ? 4u : 0u);
+}
+
+/* The number of table kind k (a bit of table_set) among the model's tables. */
+static int32_t table_index(const es__hparams *hp, unsigned k) {
+    int32_t n = 0;
+    for (unsigned b = 1u; b < k; b <<= 1) n += (table_set(hp) & b) != 0;
+    return n;
 }
 
 int32_t es__rope_tables(const es__hparams *hp) {
-    return hp->rope_freq_base_swa > 0.0f ? 2 : 1;
+    return table_index(hp, 8u);
 }
 
 int32_t es__rope_table_of(const es__hparams *hp, int32_t il) {
-    return es__layer_rope_local(hp, il) ? 1 : 0;
+    const int32_t step = hp->arch ? hp->arch->nope_step : 0;
+    if (step > 0 && (il + 1) % step == 0) return table_index(hp, 4u);
+    return es__layer_rope_local(hp, il) ? table_index(hp, 2u) : 0;
+}
+
+es__rope es__rope_table(const es__hparams *hp, int32_t n_ctx, int32_t t) {
+    for (unsigned k = 2u; k <= 4u; k <<= 1) {
+        if (!(table_set(hp) & k) || table_index(hp, k) != t) continue;
+        es__rope r = es__rope_plain(hp->n_rot, k == 2u ? hp->rope_freq_base_swa : 10000.0f, 1.0f);
+        r.identity = k == 4u;
+        return r;
+    }
+    return es__rope_for(hp, n_ctx);
 }
 
 void es__rope_cs(const es__rope *r, int64_t pos, int64_t i0, int64_t i1, bool unit, float *cs) {
     const double mag = unit ? 1.0 : r->mscale;
-    for (int64_t i = i0; i < i1; i++) {
+    for (int64_t i = i0; i < i1 && r->identity; i++) {
+        cs[2 * (i - i0)] = 1.0f;
+        cs[2 * (i - i0) + 1] = 0.0f;
+    }
+    for (int64_t i = i0; i < i1 && !r->identity; i++) {
         const double w = pow(r->freq_base, -2.0 * (double)i / (double)r->n_rot);
         const double div = r->freq_div ? (double)r->freq_div[i] : 1.0;
         double theta = (double)pos * r->freq_scale * w / div;

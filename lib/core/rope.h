@@ -19,6 +19,7 @@ typedef struct es__rope {
     double ext_factor;      /* YaRN: weight of the extrapolated angle in the ramp (0 = off)    */
     double corr_lo, corr_hi;/* YaRN: the ramp runs over pairs corr_lo..corr_hi                 */
     double mscale;          /* cos and sin are multiplied by it (YaRN's and LongRoPE's factor) */
+    bool identity;          /* no rotation: every angle 0, magnitude 1 (layers without RoPE)    */
 } es__rope;
 
 /* Plain RoPE (no divisors, no YaRN, magnitude 1): for ops tests and the stream layers' tests. */
@@ -28,14 +29,15 @@ es__rope es__rope_plain(int32_t n_rot, float freq_base, float freq_scale);
  * is beyond the original training context, as llama.cpp does). */
 es__rope es__rope_for(const struct es__hparams *hp, int32_t n_ctx);
 
-/* The sliding layers' own RoPE where the model has one (gemma3's local layers: their base, no
- * scaling, no divisors, magnitude 1; model.h es__layer_rope_local says which layers). */
-es__rope es__rope_local(const struct es__hparams *hp);
-
-/* RoPE tables a context keeps per token: 1, or 2 when the sliding layers have their own (the
- * model's first, then the local one; es__rope_table_of gives a layer's). */
+/* The RoPE tables a context keeps per token, and which one each layer turns q and k by: the
+ * model's (table 0, es__rope_for); gemma3's sliding layers' own (their base, unscaled, no
+ * divisors, magnitude 1); and for layers without RoPE (smollm3's every fourth) the identity
+ * (cos 1, sin 0: rotating by it changes no bit), so every layer reads a table and the kernels
+ * need no case for them. */
 int32_t es__rope_tables(const struct es__hparams *hp);
 int32_t es__rope_table_of(const struct es__hparams *hp, int32_t il);
+/* Table t's RoPE in a context of n_ctx positions. */
+es__rope es__rope_table(const struct es__hparams *hp, int32_t n_ctx, int32_t t);
 
 /* cos/sin of pairs [i0, i1) at position pos: cs[2 (i - i0)], cs[2 (i - i0) + 1]; evaluated in
  * double and rounded once. unit: magnitude 1 (a context shift turns keys that already carry

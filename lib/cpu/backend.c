@@ -376,11 +376,9 @@ static es_status cpu_kv_shift(es_context *ctx, int32_t n_keep, int32_t d) {
     float *cs = es__malloc(ctx->alloc, sizeof(float) * (size_t)(tables * ES__MAX(half2, 2)));
     ES_RETURN_IF(!cs, &ctx->backend->err, ES_ERR_OUT_OF_MEMORY, "cpu backend: out of memory");
     const int32_t minus_d = -d;
-    const es__rope model = es__rope_for(hp, ctx->n_ctx);
-    es__cpu_rope_table(&model, &minus_d, 1, true, cs);
-    if (tables > 1) {
-        const es__rope local = es__rope_local(hp);
-        es__cpu_rope_table(&local, &minus_d, 1, true, cs + half2);
+    for (int32_t k = 0; k < tables; k++) {
+        const es__rope r = es__rope_table(hp, ctx->n_ctx, k);
+        es__cpu_rope_table(&r, &minus_d, 1, true, cs + k * half2);
     }
     for (size_t g = 0; g < heads; g++) {
         float *kb = c->k + g * n_ctx * hd, *vb = c->v + g * n_ctx * hd;

@@ -41,11 +41,9 @@ void es__cpu_rope_table(const es__rope *r, const int32_t *pos, int64_t n_tok, bo
 void es__cpu_rope_rows(const es__hparams *hp, int32_t n_ctx, const int32_t *pos, int64_t n_tok, float *cs) {
     const int32_t tables = es__rope_tables(hp);
     const int64_t half = hp->n_rot / 2;
-    const es__rope model = es__rope_for(hp, n_ctx), local = tables > 1 ? es__rope_local(hp) : model;
-    for (int64_t t = 0; t < n_tok; t++) {
-        float *row = cs + t * tables * half * 2;
-        es__rope_cs(&model, pos[t], 0, half, false, row);
-        if (tables > 1) es__rope_cs(&local, pos[t], 0, half, false, row + half * 2);
+    for (int32_t k = 0; k < tables; k++) {
+        const es__rope r = es__rope_table(hp, n_ctx, k);
+        for (int64_t t = 0; t < n_tok; t++) es__rope_cs(&r, pos[t], 0, half, false, cs + (t * tables + k) * half * 2);
     }
 }
 

@@ -17,7 +17,7 @@ void es__cpu_rmsnorm_row(const es__kern *k, const float *x, const float *w, int6
 /* cos/sin of every rotated pair for n_tok tokens: cs [n_tok][n_rot / 2][2] (rope.h; unit: magnitude
  * 1, for turning cached keys). */
 void es__cpu_rope_table(const es__rope *r, const int32_t *pos, int64_t n_tok, bool unit, float *cs);
-/* Every RoPE table's row (es__rope_tables) for n_tok tokens: cs [n_tok][tables][n_rot / 2][2]. */
+/* Every RoPE table's row (rope.h es__rope_tables) for n_tok tokens: cs [n_tok][tables][n_rot / 2][2]. */
 void es__cpu_rope_rows(const es__hparams *hp, int32_t n_ctx, const int32_t *pos, int64_t n_tok, float *cs);
 /* Token tok's row, for layer il, of a table es__cpu_rope_rows wrote. */
 static inline const float *es__cpu_rope_row(const float *cs, const es__hparams *hp, int64_t tok, int32_t il) {

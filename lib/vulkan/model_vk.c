@@ -4,6 +4,7 @@
  * It deliberately does not allocate per-context memory (forward.c). */
 #include "backend_vk.h"
 #include "model_vk.h"
+#include "rope.h"
 #include "gguf.h"
 
 #include <string.h>
@@ -81,6 +82,9 @@ static es_status check_shapes(es__vk_dev *d, const es_model *m) {
     ES_RETURN_IF(hp->arch->qk_norm, d->err, ES_ERR_UNSUPPORTED,
                  "vulkan: architecture '%s' normalises each Q and K head, which this backend does not do yet "
                  "(the CPU backend runs it)", hp->arch->name);
+    ES_RETURN_IF(es__rope_tables(hp) > 1, d->err, ES_ERR_UNSUPPORTED,
+                 "vulkan: architecture '%s' gives some layers another RoPE (or none), which this backend does not do "
+                 "yet (the CPU backend runs it)", hp->arch->name);
     return ES_OK;
 }
 

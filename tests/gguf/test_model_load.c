@@ -666,7 +666,7 @@ static void test_archs(void) {
                 "tensor 'rope_freqs.weight' has shape [16], expected [8] (n_rot / 2)");
     /* an architecture edgespec does not run names the ones it does */
     expect_load("mamba", (edit){NULL, NULL, arch_mamba}, ES_ERR_UNSUPPORTED,
-                "general.architecture is 'mamba': edgespec runs llama, qwen2, qwen3, phi3, gemma, gemma2, gemma3 models");
+                "general.architecture is 'mamba': edgespec runs llama, qwen2, qwen3, phi3, gemma, gemma2, gemma3, smollm3 models");
 }
 
 /* ---- RoPE scaling (lib/core/rope.h): YaRN's keys, LongRoPE's factor tensors */

@@ -6,10 +6,12 @@
  * without pruning). gemma2 (post norms, soft-capping, its alternating sliding window, short enough
  * that drafts and verification trees cross it), qwen2 (biases) with a mistral-style window on every
  * layer, qwen3 (per-head Q and K norms, heads wider than n_embd / n_head), gemma3 (its sliding
- * layers' own RoPE, head norms, post norms), phi3 (fused tensors) and gemma (GeGLU, embedding scale); greedy and seeded sampling; the
+ * layers' own RoPE, head norms, post norms, a global layer after five sliding ones), smollm3 (a
+ * fourth layer without RoPE), phi3 (fused tensors) and gemma (GeGLU, embedding scale); greedy and seeded sampling; the
  * emitted tokens equal es_generate's token for token, and a drafter that is the target has every
  * draft accepted. argv[1]: "cpu" (default) or "vulkan" (on lavapipe, the smaller drafter and the
  * streams greedy only). */
+#include "arch.h"
 #include "mem_adapter.h"
 #include "mkmodel.h"
 #include "spec_run.h"
@@ -25,6 +27,7 @@ typedef struct family {
     float attn_cap, final_cap;
     bool tied; /* a tied head on a std-1 embedding makes a tiny model repeat its input */
     int32_t head_dim; /* the target's, when not n_embd / n_head (0)                       */
+    int32_t n_layer;  /* the target's, when not 3 (0): past a pattern's period            */
 } family;
 
 /* small: the drafter of another size (one layer of half the width, another seed). */
@@ -33,12 +36,12 @@ static es_model *load(const family *f, int32_t window, bool small, const char *p
     p.arch = f->arch;
     p.n_vocab = 280;
     p.n_embd = small ? 32 : 64;
-    p.n_layer = small ? 1 : 3;
+    p.n_layer = small ? 1 : f->n_layer ? f->n_layer : 3;
     p.n_head = small ? 2 : 4;
     p.n_head_kv = small ? 1 : 2;
     p.n_ff = small ? 48 : 96;
     p.head_dim = small ? 0 : f->head_dim;
-    p.rope = ES_ROPE_NEOX;
+    p.rope = es__arch_find(f->arch)->rope;
     p.tied = f->tied;
     p.sliding_window = window;
     p.attn_softcap = f->attn_cap;
@@ -94,12 +97,13 @@ int main(int argc, char **argv) {
     bool vulkan = false;
     backend = test_backend_from_args(argc, argv, 1, &vulkan);
     if (!backend) TEST_MAIN_END();
-    static const family fams[] = {{"gemma2", 6, 2.0f, 3.0f, false, 0},
-                                  {"qwen2", 5, 0, 0, false, 0},
-                                  {"qwen3", 0, 0, 0, false, 32},
-                                  {"gemma3", 4, 0, 0, false, 0},
-                                  {"phi3", 0, 0, 0, false, 0},
-                                  {"gemma", 0, 0, 0, false, 0}};
+    static const family fams[] = {{"gemma2", 6, 2.0f, 3.0f, false, 0, 0},
+                                  {"qwen2", 5, 0, 0, false, 0, 0},
+                                  {"qwen3", 0, 0, 0, false, 32, 0},
+                                  {"gemma3", 4, 0, 0, false, 0, 7},
+                                  {"smollm3", 0, 0, 0, false, 0, 4},
+                                  {"phi3", 0, 0, 0, false, 0, 0},
+                                  {"gemma", 0, 0, 0, false, 0, 0}};
     es_sampler_params greedy = es_sampler_default_params(), sampled = es_sampler_default_params();
     greedy.temperature = 0.0f;
     sampled.temperature = 0.9f;
@@ -111,8 +115,9 @@ int main(int argc, char **argv) {
     for (int i = 0; i < 12; i++) prompt[i] = (int32_t)(test_rng_u64(&rng) % 280);
     char path[3][96];
     for (size_t fi = 0; fi < sizeof fams / sizeof fams[0]; fi++) {
-        if (vulkan && !strcmp(fams[fi].arch, "gemma3")) { /* refused at upload (docs/formats.md) */
-            printf("gemma3: not run on Vulkan (its sliding layers' own RoPE is CPU-only for now)\n");
+        if (vulkan && (!strcmp(fams[fi].arch, "gemma3") || !strcmp(fams[fi].arch, "smollm3"))) {
+            /* refused at upload (docs/formats.md) */
+            printf("%s: not run on Vulkan (layers with another RoPE, or none, are CPU-only for now)\n", fams[fi].arch);
             continue;
         }
         for (int k = 0; k < 3; k++) snprintf(path[k], sizeof path[k], "/tmp/es-spec-arch-%d-%d.gguf", (int)getpid(), k);

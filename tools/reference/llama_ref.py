@@ -15,7 +15,8 @@ description rather than taken from the C library's table: llama; qwen2 (Q/K/V bi
 qwen3 (no biases; an RMSNorm over each Q and K head, with attn_q_norm / attn_k_norm, before RoPE; NEOX);
 gemma3 (gemma2's post-branch norms and embedding scale, qwen3's head norms, no soft-capping; five
 sliding layers to one global, the sliding ones rotating with their own unscaled base,
-rope.freq_base_swa or 10000; 27B's (62 layers) query scale as Gemma 2 27B's);
+rope.freq_base_swa or 10000; 27B's (62 layers) query scale as Gemma 2 27B's); smollm3 (llama
+whose every fourth layer, il + 1 divisible by 4, has no RoPE at all);
 phi3 (Q, K, V in one attn_qkv matrix, gate and up rows in one ffn_up matrix, gate first; NEOX);
 gemma (embedding times sqrt(n_embd), GeGLU with gelu's tanh form, tied head, NEOX; its GGUF norm
 weights already hold the 1 + w); gemma2 (gemma plus RMSNorm of each branch's output before the
@@ -83,7 +84,7 @@ def dequantize(raw, type_name, ne):
 # ---------------------------------------------------------------------------------------------
 # the model
 
-ARCHS = ("llama", "qwen2", "qwen3", "phi3", "gemma", "gemma2", "gemma3")
+ARCHS = ("llama", "qwen2", "qwen3", "phi3", "gemma", "gemma2", "gemma3", "smollm3")
 
 
 class Model:
@@ -143,6 +144,7 @@ class Model:
         self.windows = [window if period == 1 or i % period < period - 1 else 0 for i in range(self.n_layer)]
         # gemma3's sliding layers rotate with a base of their own, unscaled
         self.freq_base_swa = float(key("rope.freq_base_swa", 10000.0)) if arch == "gemma3" else 0.0
+        self.no_rope = [arch == "smollm3" and (i + 1) % 4 == 0 for i in range(self.n_layer)]
 
         def w(name):
             t = r.tensors[name]
@@ -182,10 +184,10 @@ class Model:
 
 def rope_is_neox(r, arch="llama"):
     """The rope pairing: edgespec.rope.ordering ("norm" or "neox", docs/formats.md) if present,
-    else llama.cpp's rule: NORM for "llama", NEOX for the others."""
+    else llama.cpp's rule: NORM for llama and smollm3, NEOX for the others."""
     v = r.get("edgespec.rope.ordering")
     if v is None:
-        return arch != "llama"
+        return arch not in ("llama", "smollm3")
     if v not in ("norm", "neox"):
         raise ValueError("edgespec.rope.ordering %r" % (v,))
     return v == "neox"
@@ -283,7 +285,8 @@ def forward(m, tokens, n_ctx=None):
         q = head_norm(proj(h, L, "attn_q").reshape(n, m.n_head, m.head_dim), L, "attn_q_norm", m.eps)
         k = head_norm(proj(h, L, "attn_k").reshape(n, m.n_head_kv, m.head_dim), L, "attn_k_norm", m.eps)
         local = m.freq_base_swa > 0 and m.windows[il] > 0
-        q, k = rope(q, pos, m, n_ctx, local), rope(k, pos, m, n_ctx, local)
+        if not m.no_rope[il]:
+            q, k = rope(q, pos, m, n_ctx, local), rope(k, pos, m, n_ctx, local)
         v = proj(h, L, "attn_v").reshape(n, m.n_head_kv, m.head_dim)
         att = np.empty((n, m.n_head, m.head_dim), dtype=x.dtype)
         for hq in range(m.n_head):
