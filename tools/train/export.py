@@ -11,12 +11,14 @@ output.weight unless tied). Like llama.cpp's quantiser, f16 and q8_0 files keep 
 (norms) in f32 and store every matrix in the chosen type; q8_0 uses ggml's reference quantiser
 (tools/pygguf). RoPE is NORM-ordered in the model already, so Q and K need no permutation.
 The Speculative Streaming adapter (--ss) is the separate GGUF of docs/formats.md.
-Models of the other architectures (model.ARCHS: qwen2, qwen3, phi3, gemma, gemma2) are written and
-read with their own <arch>.* keys and tensors as llama.cpp names them: qwen2's
-blk.N.attn_{q,k,v}.bias, qwen3's blk.N.attn_q_norm / attn_k_norm (head_dim each), phi3's fused
-blk.N.attn_qkv.weight (Q, K, V rows) and blk.N.ffn_up.weight (gate rows, then up), gemma2's
-blk.N.post_attention_norm / post_ffw_norm and soft-capping keys;
-edgespec.rope.ordering only where the pairing is not the architecture's own.
+Models of the other architectures (model.ARCHS: qwen2, qwen3, phi3, gemma, gemma2, gemma3) are
+written and read with their own <arch>.* keys and tensors as llama.cpp names them: qwen2's
+blk.N.attn_{q,k,v}.bias, qwen3's (and gemma3's) blk.N.attn_q_norm / attn_k_norm (head_dim each),
+phi3's fused blk.N.attn_qkv.weight (Q, K, V rows) and blk.N.ffn_up.weight (gate rows, then up),
+gemma2's (and gemma3's) blk.N.post_attention_norm / post_ffw_norm, gemma2's soft-capping keys,
+gemma3's rope.freq_base_swa (written where the file read had it; absent, 10000);
+edgespec.rope.ordering only where the pairing is not the architecture's own. RoPE scaling is not
+modelled (a scaled file is refused), gemma3's linear scaling of its global layers included.
 A base read from a GGUF file whose vocabulary is not SentencePiece keeps that file's
 tokenizer.ggml.* keys (gguf_vocab.py).
 Deliberately not here: training (train.py) and the GGUF byte layout itself (tools/pygguf).
@@ -121,6 +123,8 @@ def base_writer(model, vocab, wtype="f32", name="edgespec", vocab_only=False):
         w.add("edgespec.rope.ordering", "neox" if c.rope_neox else "norm")
     if c.n_swa > 0:
         w.add(a + ".attention.sliding_window", c.n_swa, pygguf.UINT32)
+    if c.rope_base_swa > 0:
+        w.add(a + ".rope.freq_base_swa", float(c.rope_base_swa), pygguf.FLOAT32)
     if c.a["softcap"]:
         w.add(a + ".attn_logit_softcapping", float(c.attn_softcap), pygguf.FLOAT32)
         w.add(a + ".final_logit_softcapping", float(c.final_softcap), pygguf.FLOAT32)
@@ -241,6 +245,7 @@ def load_gguf_model(path, adapter=None):
     vocab = load_vocab(r, path)
     n_embd = int(_get(r, a + ".embedding_length"))
     n_head = int(_get(r, a + ".attention.head_count"))
+    own = M.ARCHS[a]["swa_rope_base"] > 0  # the sliding layers' own RoPE: the window is required
     kw = dict(n_vocab=len(vocab), n_embd=n_embd, n_layer=int(_get(r, a + ".block_count")),
               n_head=n_head, n_head_kv=int(_get(r, a + ".attention.head_count_kv", n_head)),
               n_ff=int(_get(r, a + ".feed_forward_length")),
@@ -249,13 +254,18 @@ def load_gguf_model(path, adapter=None):
               rms_eps=float(_get(r, a + ".attention.layer_norm_rms_epsilon")),
               rope_base=float(_get(r, a + ".rope.freq_base", 10000.0)),
               tied="output.weight" not in r.tensors, arch=a,
-              n_swa=int(_get(r, a + ".attention.sliding_window", 0, required=False)))
+              n_swa=int(_get(r, a + ".attention.sliding_window", None if own else 0, required=own)))
     kw["n_rot"] = int(_get(r, a + ".rope.dimension_count", kw["head_dim"]))
     order = _get(r, "edgespec.rope.ordering", "", required=False)
     if order not in ("", "norm", "neox"):
         raise ValueError("%s: edgespec.rope.ordering %r" % (path, order))
     if order:
         kw["rope_neox"] = order == "neox"
+    if own:  # the base kept as the file has it: absent (0) is written absent
+        swa = r.get(a + ".rope.freq_base_swa")
+        if swa is not None and not swa > 0:  # the C library refuses it too
+            raise ValueError("%s: %s.rope.freq_base_swa is %g" % (path, a, swa))
+        kw["rope_base_swa"] = float(swa or 0.0)
     if M.ARCHS[a]["softcap"]:  # llama.cpp's defaults when the keys are absent, as the C library
         kw["attn_softcap"] = float(_get(r, a + ".attn_logit_softcapping", 50.0))
         kw["final_softcap"] = float(_get(r, a + ".final_logit_softcapping", 30.0))

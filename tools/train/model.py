@@ -18,7 +18,9 @@ llama.cpp runs them, and every difference applies to the streams as to the main 
   - gemma: embedding rows times sqrt(n_embd), GeGLU (gelu's tanh form) instead of SwiGLU, NEOX
     (its GGUF norm weights already hold gemma's 1 + w, so the norm is the plain one);
   - gemma2: gemma plus an RMSNorm of each branch's output before its residual add, attention
-    scores and final logits soft-capped c tanh(x / c), and a sliding window on even layers.
+    scores and final logits soft-capped c tanh(x / c), and a sliding window on even layers;
+  - gemma3: gemma2's post norms without the soft-capping, qwen3's head norms, five sliding layers
+    to one global, the sliding ones rotating with their own unscaled base (Config.rope_base_swa).
 Config.n_swa (any architecture): a query at position p sees keys at positions > p - n_swa in the
 sliding layers. The early exit and the streams go through the same (soft-capped) head.
 
@@ -49,19 +51,25 @@ LORA_TARGETS = ("attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up
 
 # What each architecture does beyond llama (lib/core/arch.c has the C library's own table).
 # swa_pattern: with a window, layer i slides iff i % p < p - 1 (1: every layer; 2: even layers).
+# swa_rope_base > 0: the sliding layers rotate with a RoPE of their own, unscaled, this base unless
+# the file gives <arch>.rope.freq_base_swa (and the window is required). qscale_layers: a model of
+# this many layers scales queries by (n_embd / n_head)^-1/2, not head_dim^-1/2 (GGUF files do not
+# say; llama.cpp knows Gemma 2 27B and Gemma 3 27B by their depth).
 ARCHS = {
     "llama": dict(neox=False, qkv_bias=False, fused=False, embd_scale=False, gelu=False, post_norms=False,
-                  swa_pattern=1, softcap=False, qk_norm=False),
+                  swa_pattern=1, softcap=False, qk_norm=False, swa_rope_base=0.0, qscale_layers=0),
     "qwen2": dict(neox=True, qkv_bias=True, fused=False, embd_scale=False, gelu=False, post_norms=False,
-                  swa_pattern=1, softcap=False, qk_norm=False),
+                  swa_pattern=1, softcap=False, qk_norm=False, swa_rope_base=0.0, qscale_layers=0),
     "qwen3": dict(neox=True, qkv_bias=False, fused=False, embd_scale=False, gelu=False, post_norms=False,
-                  swa_pattern=1, softcap=False, qk_norm=True),
+                  swa_pattern=1, softcap=False, qk_norm=True, swa_rope_base=0.0, qscale_layers=0),
     "phi3": dict(neox=True, qkv_bias=False, fused=True, embd_scale=False, gelu=False, post_norms=False,
-                 swa_pattern=1, softcap=False, qk_norm=False),
+                 swa_pattern=1, softcap=False, qk_norm=False, swa_rope_base=0.0, qscale_layers=0),
     "gemma": dict(neox=True, qkv_bias=False, fused=False, embd_scale=True, gelu=True, post_norms=False,
-                  swa_pattern=1, softcap=False, qk_norm=False),
+                  swa_pattern=1, softcap=False, qk_norm=False, swa_rope_base=0.0, qscale_layers=0),
     "gemma2": dict(neox=True, qkv_bias=False, fused=False, embd_scale=True, gelu=True, post_norms=True,
-                   swa_pattern=2, softcap=True, qk_norm=False),
+                   swa_pattern=2, softcap=True, qk_norm=False, swa_rope_base=0.0, qscale_layers=46),
+    "gemma3": dict(neox=True, qkv_bias=False, fused=False, embd_scale=True, gelu=True, post_norms=True,
+                   swa_pattern=6, softcap=False, qk_norm=True, swa_rope_base=10000.0, qscale_layers=62),
 }
 
 
@@ -85,6 +93,8 @@ class Config:
     n_swa: int = 0             # sliding window (0 = none)
     attn_softcap: float = 0.0  # attention scores c tanh(s / c) (0 = none)
     final_softcap: float = 0.0 # logits c tanh(l / c) (0 = none)
+    rope_base_swa: float = 0.0 # the sliding layers' own RoPE base, as the file gives it (0 = the
+                               # architecture's default, ARCHS swa_rope_base, where it has one)
     # Speculative Streaming
     n_streams: int = 0         # gamma; 0 = plain model
     n_msa: int = 0             # Ns: MSA blocks at the top
@@ -119,6 +129,10 @@ class Config:
             raise ValueError("n_head must be a multiple of n_head_kv")
         if self.n_rot % 2 or self.n_rot > self.head_dim:
             raise ValueError("n_rot must be even and <= head_dim")
+        if self.a["swa_rope_base"] > 0 and self.n_swa <= 0:  # as the C library (lib/core/model.c)
+            raise ValueError("%s needs a sliding window (n_swa > 0)" % self.arch)
+        if self.rope_base_swa and not self.a["swa_rope_base"]:
+            raise ValueError("%s has no RoPE of its own for the sliding layers" % self.arch)
         bad = [t for t in self.lora_targets if t not in LORA_TARGETS]
         if bad:
             raise ValueError("unknown LoRA targets %s" % bad)
@@ -137,10 +151,24 @@ class Config:
         p = self.a["swa_pattern"]
         return self.n_swa if self.n_swa > 0 and (p <= 1 or il % p < p - 1) else 0
 
+    def rope_local(self, il):
+        """Whether layer il rotates with the sliding layers' own RoPE (gemma3's local layers)."""
+        return self.a["swa_rope_base"] > 0 and self.window(il) > 0
+
+    @property
+    def local_rope_base(self):
+        return self.rope_base_swa or self.a["swa_rope_base"]
+
+    @property
+    def q_scalar(self):
+        """Queries are scaled by this to the -1/2 (ARCHS qscale_layers)."""
+        big = self.n_layer == self.a["qscale_layers"]
+        return self.n_embd // self.n_head if big else self.head_dim
+
     def base_dict(self):
         keys = ("n_vocab", "n_embd", "n_layer", "n_head", "n_head_kv", "n_ff", "n_ctx",
                 "head_dim", "n_rot", "rms_eps", "rope_base", "tied", "arch", "rope_neox", "n_swa",
-                "attn_softcap", "final_softcap")
+                "attn_softcap", "final_softcap", "rope_base_swa")
         return {k: getattr(self, k) for k in keys}
 
 
@@ -274,7 +302,7 @@ class Block(nn.Module):
         qh = q.transpose(1, 2)                                  # (B, H, T, hd)
         kh = self._expand_kv(k.transpose(1, 2), 1)              # (B, H, T, hd)
         vh = self._expand_kv(v.transpose(1, 2), 1)
-        att = torch.matmul(qh, kh.transpose(-1, -2)) / math.sqrt(c.head_dim)  # (B, H, T, T)
+        att = torch.matmul(qh, kh.transpose(-1, -2)) / math.sqrt(c.q_scalar)  # (B, H, T, T)
         att = softcap(att, c.attn_softcap).masked_fill(mask, float("-inf")).softmax(-1)
         o = torch.matmul(att, vh).transpose(1, 2).reshape(B, T, -1)
         return self._ffn(self._branch(x, self.attn_output(o), "post_attention_norm"), False), kh, vh
@@ -291,7 +319,7 @@ class Block(nn.Module):
         qs = qs.permute(0, 3, 1, 2, 4)                          # (B, H, P, G, hd)
         ks = self._expand_kv(ks.permute(0, 3, 1, 2, 4), 1)      # (B, H, P, G, hd)
         vs = self._expand_kv(vs.permute(0, 3, 1, 2, 4), 1)
-        scale = 1.0 / math.sqrt(c.head_dim)
+        scale = 1.0 / math.sqrt(c.q_scalar)
         sm = softcap(torch.matmul(qs.reshape(B, c.n_head, P * G, -1), kh.transpose(-1, -2)) * scale,
                      c.attn_softcap)
         sm = sm.view(B, c.n_head, P, G, T).masked_fill(mask[:, None, :], float("-inf"))
@@ -377,17 +405,15 @@ class Model(nn.Module):
         B, T = tokens.shape
         dev = tokens.device
         dt = self.token_embd.weight.dtype
-        pos = torch.arange(pos0, pos0 + T, device=dev)
-        cos, sin = rope_tables(c.n_rot, c.rope_base, pos, dt)
         mask = torch.ones(T, T, dtype=torch.bool, device=dev).triu(1)   # (T, T) future keys
         sp = torch.arange(T, device=dev) if stream_pos is None else stream_pos
+        ropes = self._ropes(torch.arange(pos0, pos0 + T, device=dev), sp, dt)
         smask = torch.arange(T, device=dev)[None, :] > sp[:, None]       # (P, T)
         masks = {0: (mask, smask)}
         if c.n_swa > 0:  # sliding layers also hide keys at positions <= p - n_swa
             ar = torch.arange(T, device=dev)
             masks[c.n_swa] = (mask | (ar[:, None] - ar[None, :] >= c.n_swa),
                               smask | (sp[:, None] - ar[None, :] >= c.n_swa))
-        scos, ssin = cos[sp], sin[sp]
         streams = want_streams and c.n_streams > 0
         grad_base = torch.is_grad_enabled() and not freeze_base
         out = {}
@@ -403,6 +429,7 @@ class Model(nn.Module):
                 xs = x[:, sp].detach() if freeze_base else x[:, sp]
                 s = xs.unsqueeze(2) + self.stream_embd                    # Eq. 3, identity f_eta
             lmask, lsmask = masks[c.window(i)]
+            cos, sin, scos, ssin = ropes[c.rope_local(i)]
             with torch.set_grad_enabled(grad_base):
                 x_new, kh, vh = b.forward_main(x, cos, sin, lmask)
             if s is not None:
@@ -416,6 +443,20 @@ class Model(nn.Module):
         if s is not None:
             hn = rms_norm(s, self.output_norm.detach() if freeze_base else self.output_norm, c.rms_eps)
             out["stream_logits"] = softcap(F.linear(hn, w.detach() if freeze_base else w), c.final_softcap)
+        return out
+
+    def _ropes(self, pos, sp, dt):
+        """{local: (cos, sin) at positions pos (T), the same at the streams' offsets sp (P)}, for
+        the model's RoPE (False) and the sliding layers' own where the model has one (True): a
+        stream row takes its layer's RoPE as the main stream's row does."""
+        c = self.cfg
+        bases = {False: c.rope_base}
+        if c.a["swa_rope_base"] > 0:
+            bases[True] = c.local_rope_base
+        out = {}
+        for local, base in bases.items():
+            cos, sin = rope_tables(c.n_rot, base, pos, dt)
+            out[local] = (cos, sin, cos[sp], sin[sp])
         return out
 
     def prune_logits(self, h):
