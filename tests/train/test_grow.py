@@ -5,8 +5,9 @@ MSA blocks, pruning below them) are written with export.py's writers, grown 2x a
 and read back through export.load_gguf_model: the grown model's main-stream, stream and early-exit
 logits must equal the original's within float rounding on random token sequences, its widths must
 be the factor times the original's, and --noise must move the logits (it breaks the copies'
-symmetry for fine-tuning). Then the shipped default model, grown 2x, must give the C library's CLI
-the same greedy text as the original.
+symmetry for fine-tuning). A base of every other architecture of tools/train/model.py is refused
+with a message that names it, and no file is written. Then the shipped default model, grown 2x,
+must give the C library's CLI the same greedy text as the original.
 """
 
 import os
@@ -71,6 +72,22 @@ def check_grown(tmp, tied, factor, seed):
     print("x%d tied=%s: max relative difference %.2e; with noise the logits move by %.2e" % (factor, tied, worst, moved))
 
 
+def check_refuses_other_archs(tmp):
+    """grow.py knows llama's tensors only: another architecture's extra tensors would be dropped."""
+    for arch in sorted(set(M.ARCHS) - {"llama"}):
+        m = M.Model(M.Config(n_vocab=384, n_embd=32, n_layer=1, n_head=2, n_ff=48, arch=arch, n_swa=4))
+        base, out = os.path.join(tmp, arch + ".gguf"), os.path.join(tmp, arch + ".x2.gguf")
+        export.base_writer(m, tiny_vocab(384)).write(base)
+        try:
+            grow.main([base, out])
+            msg = None
+        except SystemExit as e:
+            msg = str(e)
+        check(msg is not None and repr(arch) in msg and not os.path.exists(out),
+              "grow.py on a %s base: %s" % (arch, msg or "grown"))
+        print("%s refused: %s" % (arch, msg))
+
+
 def tiny_vocab(n):
     """A llama vocabulary of n tokens for the writer."""
     return bpe.train_bpe(["In the beginning God created the heaven and the earth."], n)[0]
@@ -100,6 +117,7 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         for tied, factor, seed in ((True, 2, 1), (False, 3, 2)):
             check_grown(tmp, tied, factor, seed)
+        check_refuses_other_archs(tmp)
         check_default_model(tmp)
     sys.exit(testlib.finish())
 

@@ -22,6 +22,9 @@ bytes per token are M^2 times the input's for the layers (about M^2 for the whol
 way to a model in the memory-bound regime that starts as good as a trained small one.
 --noise S adds Gaussian noise of S times each matrix's RMS to break the copies' symmetry before
 fine-tuning (0 = exact copies). Deliberately numpy only, no training here (train.py --init).
+Only llama: a base of another architecture (general.architecture) is refused, since its extra block
+tensors (biases, head and post-branch norms, fused matrices) and gemma's embedding scale sqrt(n_embd)
+would need rules of their own.
 """
 
 import argparse
@@ -108,6 +111,16 @@ def grow_base(r, m, noise, rng, name):
     return w
 
 
+def check_llama(r, path):
+    """Refuses a base grow.py would grow wrong: BLOCK knows llama's tensors only, so another
+    architecture's would be dropped, and gemma's embedding scale sqrt(n_embd) grows with the width
+    (sqrt(M) times the copied rows)."""
+    arch = scalar(r, "general.architecture") if "general.architecture" in r.kv else None
+    if arch != "llama":
+        raise SystemExit("grow.py: %s: architecture %r: only llama models can be grown (no rules for %s's "
+                         "own tensors and scales)" % (path, arch, arch))
+
+
 def grow_adapter(r, m, noise, rng):
     """The Speculative Streaming adapter (docs/formats.md) of the grown model."""
     w = pygguf.Writer()
@@ -145,6 +158,7 @@ def main(argv=None):
         raise SystemExit("grow.py: --factor must be >= 1")
     rng = np.random.default_rng(a.seed)
     r = pygguf.read(a.model)
+    check_llama(r, a.model)
     name = a.name or "%s-x%d" % (scalar(r, "general.name") if "general.name" in r.kv else "model", a.factor)
     grow_base(r, a.factor, a.noise, rng, name).write(a.out)
     if a.ss:
