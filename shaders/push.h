@@ -162,6 +162,27 @@
     U(n_heads)  /* heads per layer in the range (n_head_kv)                   */                   \
     U(step_n_past) /* 1: n_past from the step data (a replayed command buffer) */
 
+/* qk_norm_rope: the Q, K, V biases (when given), the RMSNorm of each Q and K head and RoPE of one
+ * row of QKV per workgroup (qk_norm architectures, lib/core/arch.h; qk_norm_rope.comp). Token rows
+ * write K and V to cache slot n_past + t; stream rows keep theirs. */
+#define ES_PC_QK_NORM_ROPE(U, F)                                                                   \
+    U(n)        /* rows                                                       */                   \
+    U(n_head)                                                                                      \
+    U(n_head_kv)                                                                                   \
+    U(hd)                                                                                          \
+    U(n_rot)                                                                                       \
+    U(neox)     /* 1: pairs (i, i + n_rot/2); 0: (2i, 2i + 1)                 */                   \
+    U(qkv_stride) /* floats between rows of QKV                               */                   \
+    U(n_ctx)    /* slots per head in the cache                                */                   \
+    U(bias_off) /* float offset of the Q, K, V biases in ROPE, head order; 0: none */              \
+    U(q_norm)   /* float offset of the Q heads' norm weights in G             */                   \
+    U(k_norm)   /* and of the K heads'                                        */                   \
+    U(ss_t0)    /* rows t >= ss_t0 are stream rows (n: none)                  */                   \
+    U(ss_g)     /* streams per node: stream row t is node (t - ss_t0) / ss_g's; */                 \
+                /* 0: every stream row is the step's ES_STEP_SS_NODE's (the    */                  \
+                /* stream pass, ss_push.h)                                     */                  \
+    F(eps)
+
 /* kv_shift: a context shift of one layer's cache (kv_shift.comp). */
 #define ES_PC_KV_SHIFT(U, F)                                                                       \
     U(n_keep)   /* slots kept in place                                        */                   \

@@ -21,6 +21,7 @@ ES__CHECK_PUSH(es__pc_kv_move, ES_PC_KV_MOVE);
 ES__CHECK_PUSH(es__pc_alspec_copy, ES_PC_ALSPEC_COPY);
 ES__CHECK_PUSH(es__pc_alspec_gate, ES_PC_ALSPEC_GATE);
 ES__CHECK_PUSH(es__pc_kv_shift, ES_PC_KV_SHIFT);
+ES__CHECK_PUSH(es__pc_qk_norm_rope, ES_PC_QK_NORM_ROPE);
 ES__CHECK_PUSH(es__pc_topk, ES_PC_TOPK);
 ES__CHECK_PUSH(es__pc_softmax, ES_PC_SOFTMAX);
 ES__CHECK_PUSH(es__pc_ss_rows, ES_PC_SS_ROWS);
@@ -43,6 +44,8 @@ static const es__kernel_family families[] = {
     {"alspec_copy", "ww", sizeof(es__pc_alspec_copy)},   /* source, destination          */
     {"alspec_gate", "www", sizeof(es__pc_alspec_gate)},  /* verdicts, flags, link window */
     {"kv_shift", "rww", sizeof(es__pc_kv_shift)},        /* cos/sin, K, V                */
+    {"qk_norm_rope", "wrrrww", sizeof(es__pc_qk_norm_rope)}, /* QKV, RoPE table and biases,
+                                                            step, norm vectors, K, V     */
     {"topk", "rw", sizeof(es__pc_topk)},                 /* logits, results              */
     {"softmax", "w", sizeof(es__pc_softmax)},            /* rows                         */
     {"ss_rows", "rrrw", sizeof(es__pc_ss_rows)},         /* X, P, step, Y                */

@@ -26,6 +26,7 @@ ES__PUSH_STRUCT(es__pc_kv_move, ES_PC_KV_MOVE);
 ES__PUSH_STRUCT(es__pc_alspec_copy, ES_PC_ALSPEC_COPY);
 ES__PUSH_STRUCT(es__pc_alspec_gate, ES_PC_ALSPEC_GATE);
 ES__PUSH_STRUCT(es__pc_kv_shift, ES_PC_KV_SHIFT);
+ES__PUSH_STRUCT(es__pc_qk_norm_rope, ES_PC_QK_NORM_ROPE);
 ES__PUSH_STRUCT(es__pc_topk, ES_PC_TOPK);
 ES__PUSH_STRUCT(es__pc_softmax, ES_PC_SOFTMAX);
 ES__PUSH_STRUCT(es__pc_ss_rows, ES_PC_SS_ROWS);

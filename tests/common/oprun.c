@@ -782,6 +782,54 @@ es_status es__vk_run_ss_rope(es_backend *b, const es__vk_op_rope *rope, const es
     RUN_END()
 }
 
+/* The head norms as the model's norm vectors lie: q_norm at float 32 (a layer's are never at 0),
+ * k_norm after it, each padded to 32 floats; read as vec4 texels. */
+static es_status run_head_norms(run *r, const es__vk_qk_norm_call *c, uint32_t *q_off, uint32_t *k_off,
+                                es__vk_bind *bind) {
+    const uint32_t hd = c->rope->hd, hd32 = up32(hd);
+    float *g = es__calloc(r->d->alloc, 32 + 2 * (size_t)hd32, sizeof *g);
+    ES_RETURN_IF(!g, r->d->err, ES_ERR_OUT_OF_MEMORY, "vulkan op: out of memory");
+    *q_off = 32;
+    *k_off = 32 + hd32;
+    memcpy(g + *q_off, c->q_norm, sizeof *g * hd);
+    memcpy(g + *k_off, c->k_norm, sizeof *g * hd);
+    es__vk_buf *G = NULL;
+    const es_status s = run_buf(r, g, sizeof *g * (32 + 2 * (size_t)hd32), &G);
+    es__free(r->d->alloc, g);
+    ES_TRY(s);
+    return run_ro(r, G, VK_FORMAT_R32G32B32A32_SFLOAT, bind);
+}
+
+es_status es__vk_run_qk_norm_rope(es_backend *b, const es__vk_qk_norm_call *c, const es__vk_op_batch *batch,
+                                  float *qkv) {
+    RUN_BEGIN(b)
+    const es__vk_op_rope *g = c->rope;
+    if (s == ES_OK && c->ss_t0 > 0 && (!c->kc || !c->vc))
+        s = es__fail(&b->err, ES_ERR_INVALID_ARGUMENT, "vulkan op: token rows need the caches");
+    es__vk_pipeline *p = NULL;
+    if (s == ES_OK) s = es__vk_simple_pipe(r.d, "qk_norm_rope", true, true, &p);
+    const size_t cache = c->kc ? (size_t)g->n_head_kv * c->n_ctx * g->hd : 4;
+    es__vk_buf *Q = NULL, *S = NULL, *K = NULL, *V = NULL;
+    es__vk_bind bt, bs, bg;
+    uint32_t bias_off = 0, q_off = 0, k_off = 0;
+    if (s == ES_OK) s = run_buf(&r, qkv, sizeof *qkv * c->n_rows * c->qkv_stride, &Q);
+    if (s == ES_OK) s = run_batch(&r, batch, &S, &bs);
+    if (s == ES_OK) s = run_rope_table(&r, g, S, batch->n, c->bias, (g->n_head + 2 * g->n_head_kv) * g->hd, &bias_off, &bt);
+    if (s == ES_OK) s = run_head_norms(&r, c, &q_off, &k_off, &bg);
+    if (s == ES_OK) s = run_buf(&r, c->kc, sizeof(float) * cache, &K);
+    if (s == ES_OK) s = run_buf(&r, c->vc, sizeof(float) * cache, &V);
+    if (s == ES_OK) {
+        es__vk_bind binds[6] = {whole(Q), bt, bs, bg, whole(K), whole(V)};
+        es__pc_qk_norm_rope pc = {c->n_rows, g->n_head, g->n_head_kv, g->hd, g->n_rot, g->type == ES_ROPE_NEOX ? 1u : 0u,
+                                  c->qkv_stride, c->n_ctx, bias_off, q_off, k_off, c->ss_t0, c->ss_g, c->eps};
+        s = run_one(&r, p, binds, &pc, c->n_rows, 1, 1);
+    }
+    if (s == ES_OK) s = run_read(&r, Q, qkv, sizeof *qkv * c->n_rows * c->qkv_stride);
+    if (s == ES_OK && c->kc) s = run_read(&r, K, c->kc, sizeof(float) * cache);
+    if (s == ES_OK && c->vc) s = run_read(&r, V, c->vc, sizeof(float) * cache);
+    RUN_END()
+}
+
 es_status es__vk_run_ss_attn(es_backend *b, const es__vk_ss_attn_call *c, const es__vk_op_batch *batch,
                              const float *qkv, uint32_t qkv_rows, const float *kc, const float *vc, float *out,
                              uint32_t out_rows) {

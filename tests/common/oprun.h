@@ -142,6 +142,26 @@ es_status es__vk_run_ss_rows(es_backend *b, const es__vk_ss_rows_call *c, const 
 es_status es__vk_run_ss_rope(es_backend *b, const es__vk_op_rope *rope, const es__vk_op_batch *batch, float *qkv,
                              uint32_t n_rows, uint32_t qkv_stride, const float *bias);
 
+/* qk_norm_rope (qk_norm architectures such as qwen3; shaders/qk_norm_rope.comp): n_rows rows of qkv
+ * ([n_rows][qkv_stride], Q, K, V heads) get bias (NULL: none; else (n_head + 2 n_head_kv) hd floats
+ * in head order), the RMSNorm of each Q head with q_norm[hd] and of each K head with k_norm[hd],
+ * then RoPE. Rows t < ss_t0 are batch token t: Q rotated in place, K rotated and V into slot
+ * n_past + t of kc, vc (the row's K and V get the biases alone); rows t >= ss_t0 are stream rows, rotated
+ * in place (V too keeps its place) at token (t - ss_t0) / ss_g's position, or with ss_g = 0 at
+ * batch->node's (the stream pass). */
+typedef struct es__vk_qk_norm_call {
+    const es__vk_op_rope *rope;
+    uint32_t n_rows, qkv_stride;
+    const float *bias;
+    const float *q_norm, *k_norm;
+    float eps;
+    uint32_t ss_t0, ss_g;
+    uint32_t n_ctx;               /* slots per head of kc, vc                                      */
+    float *kc, *vc;               /* (n_head_kv, n_ctx, hd), updated in place; NULL when ss_t0 = 0 */
+} es__vk_qk_norm_call;
+es_status es__vk_run_qk_norm_rope(es_backend *b, const es__vk_qk_norm_call *c, const es__vk_op_batch *batch,
+                                  float *qkv);
+
 /* ss_attn: multi-stream attention (Eq. 2) of stream rows of qkv (q, k, v heads per row) over the
  * caches (n_head_kv, n_ctx, hd), whose slots n_past .. n_past + n - 1 hold the batch's keys. g = 0:
  * the stream pass, the n_rows streams of batch->node from row 0; g > 0: every token's g streams,

@@ -2,11 +2,13 @@
  * on fresh random inputs with odd shapes, in every feature configuration. Bounds (normalised by
  * the largest reference magnitude of the row unless stated):
  *   rmsnorm 2e-6; rope (q rotated in place, k rotated into the cache) 1e-6; cache write of v
- *   exact; tree attention 2e-5 of max |v| (many splits, chunks, GQA, random trees); softmax
+ *   exact; qwen3's per-head Q/K norms with RoPE (qk_norm_rope) against es__cpu_qkv_prepare 2e-6 of
+ *   the row's (the cache's) largest value, v and the stream rows' v exact; tree attention 2e-5 of max |v| (many splits, chunks, GQA, random trees); softmax
  *   5e-5 per element of the row's max (the CPU sums up to 32000 exponentials in index order, the
  *   device in a tree: their rounding differs by that much); get_rows exact for every weight type; argmax and top-k
  *   exact ids and values (ties to the lower id, NaN ignored); KV compaction exact. */
 #include "cpu/ops.h"
+#include "cpu/opsi.h"
 #include "oprun.h"
 #include "backend_vk.h"
 #include "vk_test.h"
@@ -107,6 +109,81 @@ static void test_rope_kv(es_backend *b, test_rng *r, const char *cfg) {
         CHECKF(memcmp(vc, vc0, sizeof *vc * cache) == 0, "[%s] cache write of v case %zu differs", cfg, c);
         free(bias);
         free(qkv), free(orig), free(kc), free(vc), free(kc0), free(vc0), free(q), free(k), free(v);
+    }
+}
+
+/* The CPU's attention inputs of one row (es__cpu_qkv_prepare: biases, head norms, RoPE) at pos,
+ * in place. */
+static void cpu_qk_prepare(const es__vk_op_rope *g, const es__cpu_layer *L, float eps, int32_t pos, float *row) {
+    es__hparams hp;
+    memset(&hp, 0, sizeof hp);
+    hp.n_head = (int32_t)g->n_head;
+    hp.n_head_kv = (int32_t)g->n_head_kv;
+    hp.head_dim = (int32_t)g->hd;
+    hp.n_rot = (int32_t)g->n_rot;
+    hp.rope_type = g->type;
+    hp.rms_eps = eps;
+    float cs[512];
+    const es__rope rope = es__rope_plain((int32_t)g->n_rot, g->freq_base, g->freq_scale);
+    es__cpu_rope_table(&rope, &pos, 1, false, cs);
+    const uint32_t qd = g->n_head * g->hd, kvd = g->n_head_kv * g->hd;
+    es__cpu_qkv_prepare(es__kern_best(), &hp, L, row, row + qd, row + qd + kvd, cs);
+}
+
+/* qwen3's per-head Q and K norms (qk_norm_rope.comp) as the forward runs them: the token rows of
+ * a random tree (Q in place; K and V into cache slots n_past + t, no other slot touched) and, in
+ * even cases, two fused stream rows per token after them (Q, K, V kept in their rows, at their
+ * token's position); odd cases add qwen2-style biases first. Row padding keeps its NaN bits. */
+static void test_qk_norm_rope(es_backend *b, test_rng *r, const char *cfg) {
+    static const es__vk_op_rope cases[] = {{4, 2, 32, 32, ES_ROPE_NEOX, 1e6f, 1.0f},  /* wider than n_embd / n_head */
+                                           {3, 3, 12, 8, ES_ROPE_NEOX, 1e4f, 0.75f},  /* partial rotation */
+                                           {2, 1, 128, 128, ES_ROPE_NEOX, 1e6f, 1.0f}, /* Qwen3-0.6B's heads */
+                                           {4, 2, 16, 16, ES_ROPE_NORM, 1e4f, 1.0f}}; /* rope.ordering override */
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        const es__vk_op_rope *g = &cases[c];
+        const uint32_t n = 6, G = c % 2 ? 0 : 2, rows = n * (1 + G), n_past = 300, n_ctx = 320, hd = g->hd;
+        const uint32_t qd = g->n_head * hd, kvd = g->n_head_kv * hd, width = qd + 2 * kvd, stride = width + 4;
+        int32_t end[6];
+        random_tree(r, (int32_t)n, end, 0);
+        const es__vk_op_batch batch = {n_past, n, end, NULL, 0};
+        float *qkv = rand_vec(r, (size_t)rows * stride, 3.0f), *bias = c % 2 ? rand_vec(r, width, 0.5f) : NULL;
+        for (uint32_t t = 0; t < rows; t++)
+            for (uint32_t k = width; k < stride; k++) qkv[(size_t)t * stride + k] = NAN;
+        float *qn = rand_vec(r, hd, 1.5f), *kn = rand_vec(r, hd, 1.5f), *ref = malloc(sizeof *ref * rows * stride);
+        memcpy(ref, qkv, sizeof *ref * rows * stride);
+        const size_t cache = (size_t)g->n_head_kv * n_ctx * hd;
+        float *kc = rand_vec(r, cache, 1.0f), *vc = rand_vec(r, cache, 1.0f);
+        float *kc0 = malloc(sizeof *kc0 * cache), *vc0 = malloc(sizeof *vc0 * cache);
+        memcpy(kc0, kc, sizeof *kc * cache);
+        memcpy(vc0, vc, sizeof *vc * cache);
+        es__cpu_layer L;
+        memset(&L, 0, sizeof L);
+        if (bias) L.bq = bias, L.bk = bias + qd, L.bv = bias + qd + kvd;
+        L.q_norm = qn;
+        L.k_norm = kn;
+        for (uint32_t t = 0; t < rows; t++) {
+            float *row = ref + (size_t)t * stride;
+            cpu_qk_prepare(g, &L, 1e-6f, (int32_t)n_past + tree_depth(end, (int32_t)(t < n ? t : (t - n) / G)), row);
+            if (t < n) es__cpu_kv_write(kc0, vc0, (int32_t)n_ctx, (int32_t)g->n_head_kv, (int32_t)hd, (int32_t)(n_past + t), 1,
+                                        row + qd, row + qd + kvd);
+        }
+        const es__vk_qk_norm_call call = {g, rows, stride, bias, qn, kn, 1e-6f, n, G, n_ctx, kc, vc};
+        CHECK_OK(es__vk_run_qk_norm_rope(b, &call, &batch, qkv));
+        double d = 0;
+        bool pad = true;
+        for (uint32_t t = 0; t < rows; t++) {
+            const float *out = qkv + (size_t)t * stride, *want = ref + (size_t)t * stride;
+            const uint32_t m = t < n ? qd : width; /* a token row's K and V went to the cache */
+            d = fmax(d, diff(out, want, m, max_abs(want, m)));
+            pad = pad && memcmp(out + width, want + width, sizeof *out * (stride - width)) == 0;
+        }
+        CHECKF(d <= 2e-6, "[%s] qk_norm_rope case %zu (hd %u, n_rot %u, %u streams): rows' error %.3g > 2e-6", cfg, c,
+               hd, g->n_rot, G, d);
+        CHECKF(pad, "[%s] qk_norm_rope case %zu wrote row padding", cfg, c);
+        const double dk = diff(kc, kc0, cache, max_abs(kc0, cache));
+        CHECKF(dk <= 2e-6, "[%s] qk_norm_rope case %zu: keys in the cache, error %.3g > 2e-6", cfg, c, dk);
+        CHECKF(memcmp(vc, vc0, sizeof *vc * cache) == 0, "[%s] qk_norm_rope case %zu: cache write of v differs", cfg, c);
+        free(qkv), free(bias), free(qn), free(kn), free(ref), free(kc), free(vc), free(kc0), free(vc0);
     }
 }
 
@@ -230,6 +307,7 @@ int main(void) {
         test_rmsnorm(b, &r, cfg);
         test_get_rows(b, &r, cfg);
         test_rope_kv(b, &r, cfg);
+        test_qk_norm_rope(b, &r, cfg);
         test_attention(b, &r, cfg);
         test_softmax(b, &r, cfg);
         test_topk(b, &r, cfg);

@@ -8,6 +8,9 @@
  *   ss_rope: the Q, K, V biases (qwen2; some cases) added as the CPU adds them, then the CPU
  *     backend's es__cpu_rope_table and es__cpu_rope_token at the node's position, within 1e-6 of
  *     the row's largest |x| (NORM and NEOX, partial rotation); V exact.
+ *   qk_norm_rope in the stream pass (qwen3's per-head Q and K norms, which replace ss_rope there):
+ *     es__cpu_qkv_prepare at the node's position within 2e-6 of the row's largest value (the
+ *     forward's token and fused stream rows: test_vk_ops); V (with its biases) exact.
  *   ss_attn (Eq. 2): a double-precision reference written here from the equation, within 2e-5 of
  *     the largest |v| (tree attention's bound; GQA, random trees and forests, positions past
  *     unaligned n_past, head dimensions 4 to 256, gemma2's soft-capping and sliding windows that
@@ -131,6 +134,66 @@ static void test_ss_rope(es_backend *b, test_rng *r, const char *cfg) {
                ROPE_BOUND);
         CHECKF(rest_same, "[%s] ss_rope case %zu changed V or the padding", cfg, c);
         free(qkv), free(ref), free(cs), free(bias);
+    }
+}
+
+/* ---- qk_norm_rope in the stream pass */
+
+/* The CPU's attention inputs of one row (es__cpu_qkv_prepare: biases, head norms, RoPE) at pos,
+ * in place. */
+static void cpu_qk_prepare(const es__vk_op_rope *g, const es__cpu_layer *L, float eps, int32_t pos, float *row) {
+    es__hparams hp;
+    memset(&hp, 0, sizeof hp);
+    hp.n_head = (int32_t)g->n_head;
+    hp.n_head_kv = (int32_t)g->n_head_kv;
+    hp.head_dim = (int32_t)g->hd;
+    hp.n_rot = (int32_t)g->n_rot;
+    hp.rope_type = g->type;
+    hp.rms_eps = eps;
+    float cs[512];
+    const es__rope rope = es__rope_plain((int32_t)g->n_rot, g->freq_base, g->freq_scale);
+    es__cpu_rope_table(&rope, &pos, 1, false, cs);
+    const uint32_t qd = g->n_head * g->hd, kvd = g->n_head_kv * g->hd;
+    es__cpu_qkv_prepare(es__kern_best(), &hp, L, row, row + qd, row + qd + kvd, cs);
+}
+
+static void test_ss_qk_norm(es_backend *b, test_rng *r, const char *cfg) {
+    static const es__vk_op_rope cases[] = {{4, 2, 32, 32, ES_ROPE_NEOX, 1e6f, 1.0f},
+                                           {3, 3, 12, 8, ES_ROPE_NEOX, 1e4f, 0.75f},
+                                           {2, 1, 128, 128, ES_ROPE_NEOX, 1e6f, 1.0f},
+                                           {4, 2, 16, 16, ES_ROPE_NORM, 1e4f, 1.0f}};
+    for (size_t c = 0; c < ES__ARRAY_LEN(cases); c++) {
+        const es__vk_op_rope *g = &cases[c];
+        const uint32_t qd = g->n_head * g->hd, kvd = g->n_head_kv * g->hd, width = qd + 2 * kvd;
+        const uint32_t stride = width + 4, n_rows = 3, n = 9;
+        int32_t end[9];
+        random_tree(r, (int32_t)n, end, 0);
+        const es__vk_op_batch batch = {301, n, end, NULL, (uint32_t)(test_rng_u64(r) % n)};
+        const int32_t pos = (int32_t)batch.n_past + tree_depth(end, (int32_t)batch.node);
+        float *qkv = rand_vec(r, (size_t)n_rows * stride, 3.0f), *bias = c % 2 ? rand_vec(r, width, 0.5f) : NULL;
+        for (uint32_t t = 0; t < n_rows; t++)
+            for (uint32_t k = width; k < stride; k++) qkv[(size_t)t * stride + k] = NAN;
+        float *qn = rand_vec(r, g->hd, 1.5f), *kn = rand_vec(r, g->hd, 1.5f), *ref = copy_vec(qkv, (size_t)n_rows * stride);
+        es__cpu_layer L;
+        memset(&L, 0, sizeof L);
+        if (bias) L.bq = bias, L.bk = bias + qd, L.bv = bias + qd + kvd;
+        L.q_norm = qn;
+        L.k_norm = kn;
+        /* the stream pass: every row a stream row of the step's node, nothing to the cache */
+        const es__vk_qk_norm_call call = {g, n_rows, stride, bias, qn, kn, 1e-6f, 0, 0, 0, NULL, NULL};
+        CHECK_OK(es__vk_run_qk_norm_rope(b, &call, &batch, qkv));
+        double d = 0;
+        bool v_same = true;
+        for (uint32_t t = 0; t < n_rows; t++) {
+            float *want = ref + (size_t)t * stride, *out = qkv + (size_t)t * stride;
+            cpu_qk_prepare(g, &L, 1e-6f, pos, want);
+            d = fmax(d, diff(out, want, qd + kvd, max_abs(want, qd + kvd)));
+            v_same = v_same && same(out + qd + kvd, want + qd + kvd, stride - qd - kvd); /* V and padding */
+        }
+        CHECKF(d <= 2e-6, "[%s] stream pass qk_norm_rope case %zu (hd %u, n_rot %u): error %.3g > 2e-6", cfg, c, g->hd,
+               g->n_rot, d);
+        CHECKF(v_same, "[%s] stream pass qk_norm_rope case %zu: V or the padding differ", cfg, c);
+        free(qkv), free(bias), free(qn), free(kn), free(ref);
     }
 }
 
@@ -515,6 +578,7 @@ int main(void) {
         const char *cfg = vk_configs[c].name;
         test_ss_rows(b, &r, cfg);
         test_ss_rope(b, &r, cfg);
+        test_ss_qk_norm(b, &r, cfg);
         test_ss_attn(b, &r, cfg);
         test_lora(b, &r, cfg, c == 0);
         es_backend_free(b);
