@@ -48,6 +48,7 @@ typedef struct vk_cb {
 typedef struct vk_lsets {
     VkDescriptorSet *qkv, *wo, *gateup, *down; /* one per part */
     VkDescriptorSet attn, kv_move, kv_shift;
+    VkDescriptorSet qk_norm;                    /* qk_norm architectures: qk_norm_rope.comp's */
     es__vk_region k, v;                         /* this layer's cache: (n_head_kv, n_ctx, hd) each */
     VkBufferView k_view, v_view;
 } vk_lsets;
@@ -72,6 +73,7 @@ typedef struct vk_ctx {
     VkDescriptorSet s_norm, s_merge, s_spec, s_move_x, *s_embd, *s_out;
     vk_lsets *ls;
     es__vk_pipeline *p_norm, *p_attn, *p_merge, *p_spec, *p_kv_move, *p_kv_shift, *p_get_rows;
+    es__vk_pipeline *p_qk_norm;         /* qk_norm architectures (arch.h) only               */
     VkDescriptorSet s_post;             /* post-branch norm: xn normalised, added into x     */
     uint32_t bias_floats;               /* per layer Q, K, V biases after the RoPE table (0: none) */
     vk_cb cbs[ES__CB_CACHE];
@@ -237,6 +239,7 @@ static es_status get_pipelines(es_context *ctx, vk_ctx *c) {
     ES_TRY(es__vk_simple_pipe(d, "kv_move", true, false, &c->p_kv_move));
     ES_TRY(es__vk_simple_pipe(d, "kv_shift", true, false, &c->p_kv_shift));
     ES_TRY(es__vk_get_rows_pipe(d, c->w->tok_embd.type, &c->p_get_rows));
+    if (ctx->model->hp.arch->qk_norm) ES_TRY(es__vk_simple_pipe(d, "qk_norm_rope", true, true, &c->p_qk_norm));
     /* every mul_mat the forward may record, so forward calls never compile */
     const es__vk_model *w = c->w;
     for (int32_t l = 0; l < ctx->model->hp.n_layer; l++) {
@@ -244,7 +247,7 @@ static es_status get_pipelines(es_context *ctx, vk_ctx *c) {
         const struct {
             const es__vk_mat *m;
             uint32_t epi;
-        } uses[4] = {{&vl->qkv, ES__EPI_ROPE_KV}, {&vl->wo, branch_epi(c)}, {&vl->gateup, glu_epi(c)},
+        } uses[4] = {{&vl->qkv, es__vk_qkv_epi(w)}, {&vl->wo, branch_epi(c)}, {&vl->gateup, glu_epi(c)},
                      {&vl->down, branch_epi(c)}};
         for (int u = 0; u < 4; u++) ES_TRY(es__vk_mul_mat_warm(d, uses[u].m, uses[u].epi, false));
     }
@@ -255,7 +258,7 @@ static es_status make_pool(es_context *ctx, vk_ctx *c) {
     uint32_t sets = 6 + 2 * c->w->tok_embd.n_parts + c->w->out->n_parts;
     for (int32_t l = 0; l < ctx->model->hp.n_layer; l++) {
         const es__vk_layer *vl = &c->w->layers[l];
-        sets += 3 + vl->qkv.n_parts + vl->wo.n_parts + vl->gateup.n_parts + vl->down.n_parts;
+        sets += 3 + (c->p_qk_norm ? 1 : 0) + vl->qkv.n_parts + vl->wo.n_parts + vl->gateup.n_parts + vl->down.n_parts;
     }
     VkDescriptorPoolSize ps[2] = {{VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, ES__SHADER_MAX_BINDINGS * sets},
                                   {VK_DESCRIPTOR_TYPE_UNIFORM_TEXEL_BUFFER, ES__SHADER_MAX_BINDINGS * sets}};
@@ -346,6 +349,11 @@ static es_status make_sets(es_context *ctx, vk_ctx *c) {
         ES_TRY(es__vk_set_create(d, c->pool, c->p_kv_move, bm, &s->kv_move));
         es__vk_bind bs[3] = {bind_buf(&c->shift_cs, c->v_shift_cs), k_w, v_w};
         ES_TRY(es__vk_set_create(d, c->pool, c->p_kv_shift, bs, &s->kv_shift));
+        if (c->p_qk_norm) {
+            es__vk_bind bq[6] = {bind_region(c, &c->r_qkv, VK_NULL_HANDLE), bind_region(c, &c->r_rope, c->v_rope), step,
+                                 vecs, k_w, v_w};
+            ES_TRY(es__vk_set_create(d, c->pool, c->p_qk_norm, bq, &s->qk_norm));
+        }
     }
     return ES_OK;
 }
@@ -624,14 +632,24 @@ static void rec_embed(vk_ctx *c, es__vk_rec *r, uint32_t n) {
 }
 
 /* Layer l's pre-attention ops over nl rows: RMSNorm; QKV projection with RoPE and the KV write
- * fused (n token rows, the fused stream rows after them through msa_vk.c). */
+ * fused (n token rows, the fused stream rows after them through msa_vk.c). With per-head Q/K
+ * norms (qk_norm) the projection stores the rows and one more dispatch does biases, norms, RoPE
+ * and the KV write (qk_norm_rope.comp), stream rows (g per token) at their node's position. */
 static es_status rec_pre(vk_ctx *c, es__vk_rec *r, uint32_t l, uint32_t n, uint32_t nl, uint32_t g) {
     const es__hparams *hp = &c->w->model->hp;
     const es__vk_layer *vl = &c->w->layers[l];
     rec_norm(c, r, nl, vl->attn_norm, false, hp->rms_eps);
     es__pc_mul_mat pc = mat_call(c, nl, c->E32, c->QKV32);
     pc.bias_off = bias_off(c, l);
-    return rec_proj(c, r, "mul_mat_qkv", l, ES__VK_SS_QKV, &vl->qkv, c->ls[l].qkv, ES__EPI_ROPE_KV, &pc, n, g);
+    const uint32_t epi = es__vk_qkv_epi(c->w);
+    ES_TRY(rec_proj(c, r, "mul_mat_qkv", l, ES__VK_SS_QKV, &vl->qkv, c->ls[l].qkv, epi, &pc, n, g));
+    if (epi == ES__EPI_ROPE_KV) return ES_OK;
+    es__pc_qk_norm_rope pq = es__vk_qk_norm_call(c->w, l, nl, c->QKV32, c->n_ctx);
+    pq.bias_off = bias_off(c, l);
+    pq.ss_t0 = n;
+    pq.ss_g = g;
+    es__vk_rec_dispatch(r, "qk_norm_rope", c->p_qk_norm, c->ls[l].qk_norm, &pq, nl, 1, 1);
+    return ES_OK;
 }
 
 /* Layer l's tree attention over n token rows, [merge]; with spec_chunk (ALSpec, one decode
@@ -690,9 +708,10 @@ static es_status rec_post(vk_ctx *c, es__vk_rec *r, uint32_t l, uint32_t n, uint
     return ES_OK;
 }
 
-/* Layer l over n token rows: seven dispatches (eight when attention needs its merge). With fused
- * streams the MSA layers carry each token's stream rows after the n token rows through the same
- * dispatches, plus their own attention (and their LoRA's A products). */
+/* Layer l over n token rows: seven dispatches (eight when attention needs its merge; one more
+ * with per-head Q/K norms). With fused streams the MSA layers carry each token's stream rows
+ * after the n token rows through the same dispatches, plus their own attention (and their
+ * LoRA's A products). */
 static es_status rec_layer(vk_ctx *c, es__vk_rec *r, uint32_t l, uint32_t n, uint32_t ss, uint32_t spec_chunk) {
     const uint32_t g = ES__VK_SS_FUSED_G(ss);
     if (ss) ES_TRY(es__vk_msa_rec_layer(c->msa, r, (int32_t)l, n, ss));

@@ -1,6 +1,7 @@
 /* model_vk.c: uploading a llama model's weights to the device: which tensors are fused (Q, K
- * and V rows concatenated; gate and up rows interleaved for the SwiGLU epilogue), the norm
- * vectors as f32, the tied output head. One upload per (backend, model), shared by contexts.
+ * and V rows concatenated, NEOX pairs made adjacent; gate and up rows interleaved for the SwiGLU
+ * epilogue), the norm vectors as f32 (qwen3's head norms too), the tied output head. One upload
+ * per (backend, model), shared by contexts.
  * It deliberately does not allocate per-context memory (forward.c). */
 #include "backend_vk.h"
 #include "model_vk.h"
@@ -34,11 +35,27 @@ static es_status norm_vector(es__vk_dev *d, const es__tensor *t, uint32_t E, uin
     return ES_OK;
 }
 
+/* The Q and K head norms (qk_norm, arch.h) after the output norm: head_dim floats each, padded
+ * to HD32, two per layer. They get offsets of their own because head_dim is not n_embd. */
+static es_status head_norms(es__vk_dev *d, const es_model *m, es__vk_model *w, uint32_t first, float *host) {
+    const uint32_t hd = (uint32_t)m->hp.head_dim, HD32 = (hd + 31u) & ~31u;
+    es_status s = ES_OK;
+    for (uint32_t l = 0; s == ES_OK && m->hp.arch->qk_norm && l < (uint32_t)m->hp.n_layer; l++) {
+        es__vk_layer *vl = &w->layers[l];
+        vl->q_norm = first + 2 * l * HD32;
+        vl->k_norm = vl->q_norm + HD32;
+        s = norm_vector(d, m->layers[l].q_norm, hd, HD32, host + vl->q_norm);
+        if (s == ES_OK) s = norm_vector(d, m->layers[l].k_norm, hd, HD32, host + vl->k_norm);
+    }
+    return s;
+}
+
 static es_status upload_vectors(es__vk_dev *d, const es_model *m, es__vk_model *w) {
     const uint32_t L = (uint32_t)m->hp.n_layer, E = (uint32_t)m->hp.n_embd, E32 = w->E32;
     const uint32_t per = m->hp.arch->post_norms ? 4 : 2; /* norm vectors per layer */
-    const size_t n_vec = per * (size_t)L + 1;
-    float *host = es__calloc(d->alloc, n_vec * E32, sizeof *host);
+    const size_t HD32 = ((size_t)m->hp.head_dim + 31u) & ~(size_t)31u;
+    const size_t n_floats = (per * (size_t)L + 1) * E32 + (m->hp.arch->qk_norm ? 2 * (size_t)L * HD32 : 0);
+    float *host = es__calloc(d->alloc, n_floats, sizeof *host);
     ES_RETURN_IF(!host, d->err, ES_ERR_OUT_OF_MEMORY, "vulkan: out of memory");
     es_status s = ES_OK;
     for (uint32_t l = 0; s == ES_OK && l < L; l++) {
@@ -56,7 +73,8 @@ static es_status upload_vectors(es__vk_dev *d, const es_model *m, es__vk_model *
     }
     w->output_norm = per * L * E32;
     if (s == ES_OK) s = norm_vector(d, m->output_norm, E, E32, host + w->output_norm);
-    const VkDeviceSize bytes = sizeof *host * n_vec * E32;
+    if (s == ES_OK) s = head_norms(d, m, w, (per * L + 1) * E32, host);
+    const VkDeviceSize bytes = sizeof *host * n_floats;
     if (s == ES_OK) s = es__vk_buf_create(d, bytes, ES__VK_MEM_DEVICE, "norm weights", &w->vecs);
     es__vk_stager st;
     if (s == ES_OK) s = es__vk_stager_init(d, &st, bytes);
@@ -70,6 +88,14 @@ static es_status upload_vectors(es__vk_dev *d, const es_model *m, es__vk_model *
     return s;
 }
 
+es__pc_qk_norm_rope es__vk_qk_norm_call(const es__vk_model *w, uint32_t l, uint32_t n, uint32_t qkv_stride,
+                                        uint32_t n_ctx) {
+    const es__hparams *hp = &w->model->hp;
+    return (es__pc_qk_norm_rope){n, (uint32_t)hp->n_head, (uint32_t)hp->n_head_kv, (uint32_t)hp->head_dim,
+                                 (uint32_t)hp->n_rot, hp->rope_type == ES_ROPE_NEOX ? 1u : 0u, qkv_stride, n_ctx,
+                                 0, w->layers[l].q_norm, w->layers[l].k_norm, n, 0, hp->rms_eps};
+}
+
 /* Shapes the kernels rely on, checked once so they never see one they cannot handle. */
 static es_status check_shapes(es__vk_dev *d, const es_model *m) {
     const es__hparams *hp = &m->hp;
@@ -79,9 +105,6 @@ static es_status check_shapes(es__vk_dev *d, const es_model *m) {
                  "vulkan: n_rot %d must be even and at most head_dim %d", hp->n_rot, hp->head_dim);
     ES_RETURN_IF(hp->n_head_kv <= 0 || hp->n_head % hp->n_head_kv != 0, d->err, ES_ERR_MODEL,
                  "vulkan: n_head %d is not a multiple of n_head_kv %d", hp->n_head, hp->n_head_kv);
-    ES_RETURN_IF(hp->arch->qk_norm, d->err, ES_ERR_UNSUPPORTED,
-                 "vulkan: architecture '%s' normalises each Q and K head, which this backend does not do yet "
-                 "(the CPU backend runs it)", hp->arch->name);
     ES_RETURN_IF(es__rope_tables(hp) > 1, d->err, ES_ERR_UNSUPPORTED,
                  "vulkan: architecture '%s' gives some layers another RoPE (or none), which this backend does not do "
                  "yet (the CPU backend runs it)", hp->arch->name);
@@ -107,7 +130,9 @@ es_status es__vk_model_upload(es_backend *b, const es_model *m, es__vk_model **o
         es__vk_layer *vl = &w->layers[l];
         const es__tensor *qkv[3] = {ml->wq, ml->wk, ml->wv}, *gu[2] = {ml->ffn_gate, ml->ffn_up};
         s = es__vk_mat_init(d, &vl->qkv, qkv, 3, false);
-        if (m->hp.rope_type == ES_ROPE_NEOX) {
+        /* NEOX pairs made adjacent for the RoPE epilogue; qk_norm's kernel reads whole heads and
+         * the projection stores them, so its rows stay in head order */
+        if (m->hp.rope_type == ES_ROPE_NEOX && !m->hp.arch->qk_norm) {
             vl->qkv.rope_rows = (uint32_t)((m->hp.n_head + m->hp.n_head_kv) * m->hp.head_dim);
             vl->qkv.rope_hd = (uint32_t)m->hp.head_dim;
             vl->qkv.rope_nrot = (uint32_t)m->hp.n_rot;

@@ -12,6 +12,8 @@ typedef struct es__vk_layer {
     es__vk_mat down;         /* (n_embd, n_ff)                                            */
     uint32_t attn_norm, ffn_norm; /* float offsets of the norm vectors in vecs            */
     uint32_t post_attn_norm, post_ffn_norm; /* the same for gemma2's post-branch norms (arch.h) */
+    uint32_t q_norm, k_norm; /* the same for the Q and K head norms (qk_norm, arch.h): head_dim
+                                floats each, padded to 32                                 */
 } es__vk_layer;
 
 typedef struct es__vk_model {
@@ -29,6 +31,17 @@ typedef struct es__vk_model {
 
 es_status es__vk_model_upload(es_backend *b, const es_model *m, es__vk_model **out);
 void es__vk_model_free(es_backend *b, es__vk_model *w);
+
+/* The epilogue of a layer's Q/K/V projection: RoPE and the KV write fused (mul_mat.comp), or
+ * with per-head Q/K norms (arch.h qk_norm) a plain store that qk_norm_rope.comp then completes. */
+static inline uint32_t es__vk_qkv_epi(const es__vk_model *w) {
+    return w->model->hp.arch->qk_norm ? ES__EPI_STORE : ES__EPI_ROPE_KV;
+}
+/* qk_norm_rope's push constants for n rows of QKV (qkv_stride floats apart) of layer l: the
+ * model's geometry and the layer's head norms; the caller sets bias_off and the stream rows
+ * (ss_t0 = n: none). */
+es__pc_qk_norm_rope es__vk_qk_norm_call(const es__vk_model *w, uint32_t l, uint32_t n, uint32_t qkv_stride,
+                                        uint32_t n_ctx);
 
 /* forward.c */
 es_status es__vk_ctx_init(es_context *ctx);

@@ -16,7 +16,8 @@
  *     stream logits are asked runs (the last accepted one, for the strategy); the values are
  *     the same bits as fused rows give.
  * Both take the architecture's steps (arch.h) as the main stream does: Q, K, V biases (the RoPE
- * epilogue's in the fused rows, ss_rope.comp's in the pass), GeGLU, post-branch norms, scaled
+ * epilogue's in the fused rows, ss_rope.comp's in the pass), per-head Q and K norms (qwen3:
+ * qk_norm_rope.comp after the projection in both, in place of the epilogue and of ss_rope), GeGLU, post-branch norms, scaled
  * and soft-capped scores in the layer's sliding window, and the soft-capped head (which the
  * early exit shares).
  * Deliberately not here: the main stream (forward.c), verification and drafting (lib/decode). */
@@ -78,6 +79,7 @@ struct es__vk_msa {
     ss_layer *layers;                 /* [n_msa]                                            */
     VkDescriptorPool pool;
     es__vk_pipeline *p_rows, *p_rope, *p_attn, *p_norm, *p_move;
+    bool qk_norm;                     /* p_rope is qk_norm_rope.comp's (arch.h qk_norm)       */
     uint32_t attn_per_wg; /* (row, head) pairs per ss_attn workgroup: an invocation or a subgroup each */
     /* forward hooks */
     VkDescriptorSet s_keep_x, s_move_x0, s_copy_e, s_norm_e;
@@ -347,7 +349,7 @@ static es_status make_fused_sets(struct es__vk_msa *m) {
         const es__vk_bind in[LO_N] = {r->xn, r->attn, r->xn, r->h};
         const es__vk_bind branch = write_bind(post_norms(m) ? r->xn : r->x); /* forward.c's branch output */
         const es__vk_bind out[LO_N] = {write_bind(r->qkv), branch, write_bind(r->h), branch};
-        const uint32_t epi[LO_N] = {ES__EPI_ROPE_KV, branch_epi(m), glu_epi(m), branch_epi(m)};
+        const uint32_t epi[LO_N] = {es__vk_qkv_epi(r->w), branch_epi(m), glu_epi(m), branch_epi(m)};
         for (int k = 0; k < LO_N; k++) {
             const ss_lora *lo = &L->lora[k];
             if (!lo->on) continue;
@@ -426,7 +428,8 @@ static es_status make_sets(struct es__vk_msa *m) {
         for (int k = 0; k < LO_N; k++)
             if (L->lora[k].on) ES_TRY(mm_sets(m, &L->lora[k].ma, &L->lora[k].a, &m->ws, lora_in[k], lt_w));
         {
-            es__vk_bind b[3] = {qkv_w, r->rope, r->step};
+            /* qk_norm_rope in the pass writes no cache: its K and V bindings alias the rows */
+            es__vk_bind b[6] = {qkv_w, r->rope, r->step, r->vecs, qkv_w, qkv_w};
             ES_TRY(es__vk_set_create(m->d, m->pool, m->p_rope, b, &L->rope));
         }
         {
@@ -512,7 +515,9 @@ es_status es__vk_msa_create(es_context *ctx, const es__vk_ss_res *res, struct es
         m->res.v = m->kv + L;
     }
     if (s == ES_OK) s = es__vk_simple_pipe(d, "ss_rows", true, false, &m->p_rows);
-    if (s == ES_OK) s = es__vk_simple_pipe(d, "ss_rope", true, false, &m->p_rope);
+    m->qk_norm = hp->arch->qk_norm;
+    if (s == ES_OK && m->qk_norm) s = es__vk_simple_pipe(d, "qk_norm_rope", true, true, &m->p_rope);
+    else if (s == ES_OK) s = es__vk_simple_pipe(d, "ss_rope", true, false, &m->p_rope);
     if (s == ES_OK) s = es__vk_attn_kernel(d, "ss_attn", (uint32_t)hp->head_dim, &m->p_attn, &m->attn_per_wg);
     if (s == ES_OK) s = es__vk_rmsnorm_pipe(d, &m->p_norm);
     if (s == ES_OK) s = es__vk_simple_pipe(d, "kv_move", true, false, &m->p_move);
@@ -643,6 +648,25 @@ es_status es__vk_msa_rec_layer(struct es__vk_msa *m, es__vk_rec *r, int32_t l, u
     return ES_OK;
 }
 
+/* The stream pass's biases and RoPE of G rows of layer l, in place at the step's node's position;
+ * with per-head Q/K norms (qk_norm) qk_norm_rope.comp does the norms too, every row a stream row. */
+static void rec_rope(struct es__vk_msa *m, es__vk_rec *r, int32_t l, uint32_t G) {
+    const es__vk_ss_res *res = &m->res;
+    const es__hparams *hp = hparams(m);
+    const uint32_t bias_off = res->bias_floats ? res->n_ctx * (uint32_t)hp->n_rot + (uint32_t)l * res->bias_floats : 0u;
+    const VkDescriptorSet set = m->layers[l - m->ss->msa_start].rope;
+    if (m->qk_norm) {
+        es__pc_qk_norm_rope pq = es__vk_qk_norm_call(res->w, (uint32_t)l, G, res->QKV32, res->n_ctx);
+        pq.bias_off = bias_off;
+        pq.ss_t0 = 0;
+        es__vk_rec_dispatch(r, "ss_qk_norm_rope", m->p_rope, set, &pq, G, 1, 1);
+        return;
+    }
+    es__pc_ss_rope pr = {G, (uint32_t)hp->n_head, (uint32_t)hp->n_head_kv, (uint32_t)hp->head_dim, (uint32_t)hp->n_rot,
+                         hp->rope_type == ES_ROPE_NEOX ? 1u : 0u, res->QKV32, bias_off};
+    es__vk_rec_dispatch(r, "ss_rope", m->p_rope, set, &pr, G, 1, 1);
+}
+
 /* The stream pass of G streams of the step's node: Eq. 3, the MSA layers, the output head. */
 static es_status record_streams(struct es__vk_msa *m, uint32_t G) {
     es__vk_dev *d = m->d;
@@ -664,7 +688,6 @@ static es_status record_streams(struct es__vk_msa *m, uint32_t G) {
     es__vk_rec r;
     es__vk_rec_begin(&r, d, cb, m->queries[G], m->queries[G] ? ES__SS_MAX_QUERIES : 0, m->query_ops[G]);
     rec_rows(m, &r, "ss_init", m->s_init, 1, G, res->E32, res->E32, res->E32);
-    const uint32_t hd = (uint32_t)hp->head_dim;
     for (int32_t i = 0; i < m->ss->n_msa; i++) {
         const int32_t l = m->ss->msa_start + i;
         const es__vk_layer *vl = &res->w->layers[l];
@@ -673,10 +696,7 @@ static es_status record_streams(struct es__vk_msa *m, uint32_t G) {
         rec_norm(m, &r, "ss_norm", L->norm_attn, G, vl->attn_norm);
         if (lo[LO_QKV].on) ES_TRY(rec_mm(m, &r, "ss_lora_a", &lo[LO_QKV].ma, G, ES__EPI_STORE, res->E32, m->R32));
         ES_TRY(rec_mm(m, &r, "ss_qkv", &L->qkv, G, ES__EPI_STORE, res->E32, res->QKV32));
-        const uint32_t bias_off = res->bias_floats ? res->n_ctx * (uint32_t)hp->n_rot + (uint32_t)l * res->bias_floats : 0u;
-        es__pc_ss_rope pr = {G, (uint32_t)hp->n_head, (uint32_t)hp->n_head_kv, hd, (uint32_t)hp->n_rot,
-                             hp->rope_type == ES_ROPE_NEOX ? 1u : 0u, res->QKV32, bias_off};
-        es__vk_rec_dispatch(&r, "ss_rope", m->p_rope, L->rope, &pr, G, 1, 1);
+        rec_rope(m, &r, l, G);
         const es__pc_ss_attn pa = attn_call(m, l, G, 0, 0);
         es__vk_rec_dispatch(&r, "ss_attn", m->p_attn, L->attn, &pa, attn_groups(m, G * (uint32_t)hp->n_head), 1, 1);
         if (lo[LO_O].on) ES_TRY(rec_mm(m, &r, "ss_lora_a", &lo[LO_O].ma, G, ES__EPI_STORE, res->Q32, m->R32));

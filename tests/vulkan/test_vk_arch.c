@@ -1,7 +1,8 @@
 /* test_vk_arch: every architecture besides llama (lib/core/arch.h: qwen2's biases, phi3's fused
  * matrices, gemma's embedding scale and GeGLU, gemma2's post-branch norms, soft-capping and
  * alternating sliding window, a mistral-style window on llama, llama 3's rope_freqs.weight, phi3's
- * LongRoPE with its long and its short factors, YaRN, Gemma 2 27B's query scale) on the
+ * LongRoPE with its long and its short factors, YaRN, Gemma 2 27B's query scale, qwen3's per-head
+ * Q and K norms with heads wider than n_embd / n_head) on the
  * Vulkan backend against the
  * CPU backend, on random-weight GGUF files written by mkmodel (the CPU is checked against the
  * numpy reference on the same kinds of files by tests/cpu/test_arch_reference.py):
@@ -12,9 +13,19 @@
  *     a verification tree, give bit-identical logits (with a window, positions past it and the
  *     in-batch side of it both matter), and decoding continues exactly after a tree commit.
  * One gemma2 case runs past the first attention split (256 positions), so a sliding window
- * leaves whole splits empty for attn_merge. */
+ * leaves whole splits empty for attn_merge.
+ * qwen3 cases also run Speculative Streaming's stream rows (a random adapter, stream LoRA
+ * included): every tree node's streams within STREAM_BOUND of the CPU's, the same bits whether
+ * they ride in the forward's rows or come from the stream pass after it (both run the head norms:
+ * qk_norm_rope.comp in the forward's dispatch and in the pass); a context shift (the cached keys
+ * are normalised and rotated, so the shift re-rotates them as any architecture's), after which
+ * the next tokens' logits match the CPU's; and ALSpec at lambda 0 past two chunks (every decoded
+ * token speculates in every layer, its layers recorded part by part), whose tokens are plain
+ * greedy decoding's. */
 #include "../common/test_ctx.h"
 #include "../common/test_file.h"
+#include "../spec/mem_adapter.h"
+#include "forward_api.h"
 #include "mkmodel.h"
 #include "vk_test.h"
 
@@ -23,8 +34,10 @@
 #include <unistd.h>
 
 #define LOGIT_BOUND 2e-5
+#define STREAM_BOUND 2e-5
 #define N_CTX 320
 #define N_GEN 8
+#define ALSPEC_PROMPT 530 /* past 2 chunks of 256 (Vulkan's ALSpec tile): every token speculates */
 
 typedef struct acase {
     const char *name, *arch;
@@ -60,6 +73,12 @@ static const acase cases[] = {
     {"llama yarn", "llama", ES__DTYPE_F32, 64, 2, 4, 2, 96, false, 0, 0, 0, 20, 0, false, "yarn,4,4096"},
     /* 46 layers: Gemma 2 27B, queries scaled by (n_embd / n_head)^-1/2 = 12^-1/2, not head_dim's 8^-1/2 */
     {"gemma2 27b query scale", "gemma2", ES__DTYPE_F32, 48, 46, 4, 2, 32, true, 4, 2.0f, 3.0f, 12, 8, false, NULL},
+    /* qwen3's per-head Q and K norms (qk_norm_rope.comp); heads wider than n_embd / n_head, as
+     * Qwen3-0.6B's 16 heads of 128 on n_embd 1024. The qwen3 cases stay last (runs_in). */
+    {"qwen3 head_dim 32", "qwen3", ES__DTYPE_F32, 64, 2, 4, 2, 96, false, 0, 0, 0, 20, 32, false, NULL},
+    {"qwen3 q8_0", "qwen3", ES__DTYPE_Q8_0, 64, 2, 4, 2, 96, false, 0, 0, 0, 20, 0, false, NULL},
+    {"qwen3 window", "qwen3", ES__DTYPE_F16, 64, 2, 4, 1, 96, false, 5, 0, 0, 20, 32, false, NULL},
+    {"qwen3 tied", "qwen3", ES__DTYPE_BF16, 64, 2, 4, 4, 64, true, 0, 0, 0, 20, 0, false, NULL},
 };
 
 static int32_t argmax(const float *x, int32_t n) {
@@ -157,6 +176,119 @@ static void tree_check(es_context *ctx, const int32_t *gen, const float *seq, in
            "%s: logits after a tree commit differ from sequential decoding", what);
 }
 
+/* A Vulkan backend whose contexts fuse every tree's streams into the forward's rows (fuse) or
+ * run the stream pass for all (tests/common/test_ctx.h's "fuse-all" and "never-fuse"). */
+static es_backend *vk_fusing(bool fuse) {
+    test_pin_vulkan();
+    es_backend_params p = es_backend_default_params();
+    p.type = ES_BACKEND_VULKAN;
+    p.vk_tuning.fused_stream_rows = fuse ? 1 << 20 : -1;
+    p.log_fn = vk_test_log;
+    p.log_level = ES_LOG_WARN;
+    es_backend *b = NULL;
+    CHECK_OK(es_backend_create(&p, &b));
+    return b;
+}
+
+/* Every node's G streams of a 6-node tree after the prompt on backend b: [6][G][V]. */
+static float *tree_streams(const es_model *m, es_backend *b, const int32_t *prompt, int32_t P, int32_t G) {
+    static const int32_t end[6] = {5, 3, 2, 3, 5, 5}, depth[6] = {0, 1, 2, 2, 1, 2}, st[6] = {0, 1, 2, 3, 4, 5};
+    const int32_t V = m->hp.n_vocab;
+    float *out = malloc(sizeof(float) * 6 * (size_t)G * (size_t)V);
+    for (size_t i = 0; i < 6 * (size_t)G * (size_t)V; i++) out[i] = NAN;
+    es_context *c = test_ctx(m, b, N_CTX, 16, vk_test_log);
+    free(prefill(c, prompt, P, V, 16));
+    int32_t pos[6], tok[6];
+    for (int i = 0; i < 6; i++) pos[i] = P + depth[i], tok[i] = prompt[(i * 7) % P];
+    es_batch tree = {6, tok, pos, st, end, NULL};
+    if (c) CHECK_OK(es__forward(c, &tree, &(es__call){G, 0.0f}));
+    for (int32_t i = 0; c && i < 6; i++) {
+        const float *sl = NULL;
+        CHECK_OK(es__stream_logits(c, i, 0, &sl));
+        if (sl) memcpy(out + (size_t)i * G * V, sl, sizeof(float) * (size_t)G * (size_t)V);
+    }
+    es_context_free(c);
+    return out;
+}
+
+/* qwen3 (the file header): a shift of the committed cache on the CPU and on Vulkan, then the
+ * next tokens' logits. */
+static void shift_check(const acase *ac, const es_model *m, es_backend *cpu, es_backend *vk, const int32_t *prompt) {
+    const int32_t V = m->hp.n_vocab, P = ac->n_prompt;
+    es_backend *bs[2] = {cpu, vk};
+    float *out[2];
+    for (int k = 0; k < 2; k++) {
+        out[k] = malloc(sizeof(float) * 4 * (size_t)V);
+        for (size_t i = 0; i < 4 * (size_t)V; i++) out[k][i] = NAN;
+        es_context *c = test_ctx(m, bs[k], N_CTX, 128, vk_test_log);
+        if (!c) continue;
+        free(prefill(c, prompt, P, V, 128));
+        CHECK_OK(es_context_shift(c, 3, 7));
+        decode(c, prompt + 5, 4, V, out[k]);
+        es_context_free(c);
+    }
+    double worst = 0;
+    for (int32_t i = 0; i < 4; i++) worst = fmax(worst, row_err(out[1] + (size_t)i * V, out[0] + (size_t)i * V, V));
+    CHECKF(worst <= LOGIT_BOUND, "%s: logits after a context shift differ from the CPU's by %.3g > %.1g", ac->name,
+           worst, LOGIT_BOUND);
+    free(out[0]), free(out[1]);
+}
+
+/* qwen3 (the file header): ALSpec at lambda 0 on Vulkan against plain greedy decoding there. */
+static void alspec_check(const acase *ac, const es_model *m, es_backend *vk) {
+    const int32_t V = m->hp.n_vocab, P = ALSPEC_PROMPT, n_ctx = P + N_GEN + 8;
+    int32_t *prompt = malloc(sizeof *prompt * P), want[N_GEN], got[N_GEN];
+    test_rng rng = {(unsigned long long)ac->n_embd * 3};
+    for (int32_t i = 0; i < P; i++) prompt[i] = (int32_t)(test_rng_u64(&rng) % (uint64_t)V);
+    es_context *c = test_ctx(m, vk, n_ctx, 128, vk_test_log);
+    float *l = c ? prefill(c, prompt, P, V, 128) : NULL, *row = malloc(sizeof(float) * (size_t)V);
+    want[0] = l ? argmax(l + (size_t)(P - 1) * V, V) : -1;
+    for (int i = 1; c && i < N_GEN; i++) {
+        decode(c, &want[i - 1], 1, V, row);
+        want[i] = argmax(row, V);
+    }
+    es_context_free(c);
+    c = test_ctx(m, vk, n_ctx, 128, vk_test_log);
+    const es_alspec_params p = {.chunk = 256, .lambda = 0.0f};
+    es_alspec *a = NULL;
+    es_alspec_stats st = {0};
+    if (c) CHECK_OK(es_alspec_create(c, &p, &a));
+    if (a) CHECK_OK(es_alspec_feed(a, prompt, (size_t)P));
+    for (int i = 0; a && i < N_GEN; i++) CHECK_OK(es_alspec_step(a, &got[i]));
+    if (a) CHECK_OK(es_alspec_get_stats(a, &st));
+    CHECKF(a && memcmp(got, want, sizeof want) == 0, "%s: ALSpec's tokens at lambda 0 differ from greedy decoding's",
+           ac->name);
+    CHECKF(st.n_spec_tokens == N_GEN - 1 && st.n_checks == st.n_spec_tokens * m->hp.n_layer,
+           "%s: ALSpec speculated %lld of %d tokens, %lld checks", ac->name, (long long)st.n_spec_tokens, N_GEN - 1,
+           (long long)st.n_checks);
+    es_alspec_free(a);
+    es_context_free(c);
+    free(prompt), free(l), free(row);
+}
+
+/* qwen3's stream rows on Vulkan, fused and from the pass, against the CPU's (the file header). */
+static void stream_check(const acase *ac, const char *path, es_backend *cpu, es_backend *const vk[2]) {
+    es_model *m = NULL;
+    CHECK_OK(es_model_load(path, NULL, &m));
+    if (!m) return;
+    const mem_adapter_cfg cfg = {3, m->hp.n_layer, 0, 0, 2, 0.3f, (unsigned long long)ac->n_ff};
+    mem_adapter_attach(m, &cfg);
+    const int32_t V = m->hp.n_vocab, G = cfg.n_streams, P = 9;
+    test_rng rng = {(unsigned long long)ac->n_embd + 5};
+    int32_t prompt[9];
+    for (int i = 0; i < P; i++) prompt[i] = (int32_t)(test_rng_u64(&rng) % (uint64_t)V);
+    float *want = tree_streams(m, cpu, prompt, P, G), *fused = tree_streams(m, vk[0], prompt, P, G);
+    float *pass = tree_streams(m, vk[1], prompt, P, G);
+    double worst = 0;
+    for (int32_t r = 0; r < 6 * G; r++) worst = fmax(worst, row_err(fused + (size_t)r * V, want + (size_t)r * V, V));
+    CHECKF(worst <= STREAM_BOUND, "%s: streams differ from the CPU's by %.3g (normalised) > %.1g", ac->name, worst,
+           STREAM_BOUND);
+    CHECKF(memcmp(fused, pass, sizeof(float) * 6 * (size_t)G * (size_t)V) == 0,
+           "%s: fused streams and the stream pass's differ", ac->name);
+    free(want), free(fused), free(pass);
+    es_model_free(m);
+}
+
 static void run_case(const acase *ac, const char *path, es_backend *cpu, es_backend *vk, const char *cfg) {
     es_model *m = NULL;
     CHECK_OK(es_model_load(path, NULL, &m));
@@ -210,10 +342,20 @@ static void run_case(const acase *ac, const char *path, es_backend *cpu, es_back
         tree_check(c2, gen, seq[k], V, &rng, w2);
         es_context_free(c2);
     }
+    if (strcmp(ac->arch, "qwen3") == 0) shift_check(ac, m, cpu, vk, prompt);
     free(sc), free(sv), free(lc), free(lv);
     es_context_free(cc);
     es_context_free(vc);
     es_model_free(m);
+}
+
+/* Every case runs in the default configuration; fallback configuration c runs case 2c - 1 and
+ * qwen3 case c - 1, so each variant of qwen3's own kernel (read path, reduction) runs once (each
+ * pipeline costs lavapipe ~50 ms to compile: the whole grid would be slow for CI). */
+static bool runs_in(size_t i, int c) {
+    size_t q0 = 0;
+    while (q0 < ES__ARRAY_LEN(cases) && strcmp(cases[q0].arch, "qwen3") != 0) q0++;
+    return c == 0 || i == (size_t)(2 * c - 1) || i == q0 + (size_t)(c - 1);
 }
 
 /* The case's model file in dir; false where writing failed. */
@@ -227,7 +369,7 @@ static bool write_model(const acase *ac, const char *path) {
     p.n_head = ac->n_head;
     p.n_head_kv = ac->n_head_kv;
     p.n_ff = ac->n_ff;
-    p.n_ctx = N_CTX;
+    p.n_ctx = strcmp(ac->arch, "qwen3") ? N_CTX : ALSPEC_PROMPT + 2 * N_GEN; /* alspec_check's */
     p.tied = ac->tied;
     p.rope = strcmp(ac->arch, "llama") ? ES_ROPE_NEOX : ES_ROPE_NORM;
     p.sliding_window = ac->window;
@@ -243,6 +385,7 @@ static bool write_model(const acase *ac, const char *path) {
 }
 
 int main(void) {
+    (void)mem_model_create; /* mem_adapter.h's in-memory models: this test reads files */
     es_backend_params bp = es_backend_default_params();
     bp.n_threads = 2;
     es_backend *cpu = NULL;
@@ -254,16 +397,27 @@ int main(void) {
         snprintf(paths[i], sizeof paths[i], "/tmp/es-vk-arch-%d-%zu.gguf", (int)getpid(), i);
         ok[i] = write_model(&cases[i], paths[i]);
     }
-    /* every case in the default configuration, one in each fallback configuration (each pipeline
-     * costs lavapipe ~50 ms to compile: the whole grid would be slow for CI) */
     for (int c = 0; c < VK_N_CONFIGS; c++) {
         es_backend *vk = vk_backend(vk_configs[c].flags);
         if (!vk || !cpu) continue;
         for (size_t i = 0; i < n_cases; i++)
-            if (ok[i] && (c == 0 || i == (size_t)(2 * c - 1)))
+            if (ok[i] && runs_in(i, c))
                 run_case(&cases[i], paths[i], cpu, vk, vk_configs[c].name);
         es_backend_free(vk);
     }
+    es_backend *ss_vk[2] = {vk_fusing(true), vk_fusing(false)};
+    for (size_t i = 0; i < n_cases; i++)
+        if (ok[i] && ss_vk[0] && ss_vk[1] && cpu && strcmp(cases[i].arch, "qwen3") == 0)
+            stream_check(&cases[i], paths[i], cpu, ss_vk);
+    for (size_t i = 0; i < n_cases; i++) { /* one qwen3 case: the heads wider than n_embd / n_head */
+        es_model *m = NULL;
+        if (!ok[i] || !ss_vk[1] || strcmp(cases[i].name, "qwen3 head_dim 32") != 0) continue;
+        CHECK_OK(es_model_load(paths[i], NULL, &m));
+        if (m) alspec_check(&cases[i], m, ss_vk[1]);
+        es_model_free(m);
+    }
+    es_backend_free(ss_vk[0]);
+    es_backend_free(ss_vk[1]);
     for (size_t i = 0; i < n_cases; i++) remove(paths[i]);
     es_backend_free(cpu);
     VK_TEST_END();
