@@ -7,8 +7,9 @@ For qwen2 (with a sliding window on every layer), qwen3 (its Q and K head norms,
 than n_embd / n_head as Qwen3's), phi3, gemma (tied head), gemma2 (soft-capping with small caps,
 so that they matter, and its alternating window, shorter than the chain) and gemma3 (7 layers:
 five sliding, a global one, a sliding one, the MSA blocks being the last two; the window shorter
-than the chain; the model's RoPE base 1e6 against the sliding layers' own 10000), tiny
-random-weight bases written by the project's GGUF writer (edgespec-mkmodel):
+than the chain; the model's RoPE base 1e6 against the sliding layers' own 10000) and smollm3 (4
+layers, GQA: layer 3 takes no RoPE, and it is one of the two MSA blocks), tiny random-weight bases
+written by the project's GGUF writer (edgespec-mkmodel):
 1. tools/train/export.py loads the base into tools/train/model.py, whose logits equal the
    independent numpy reference (tools/reference/llama_ref.py) in float64, and writes it again
    (the architecture's keys and tensors: phi3's fused matrices, qwen2's biases, qwen3's head
@@ -16,15 +17,15 @@ random-weight bases written by the project's GGUF writer (edgespec-mkmodel):
    as a file that model.py reads back to the same logits and the C library runs (its main logits
    below are those of the rewritten file); the depth rules of the query scale (gemma2 at 46
    layers, gemma3 at 62, the latter with its own rope.freq_base_swa) only this far;
-2. an adapter: for qwen3, gemma2 and gemma3, trained for a few steps by `train.py --mode ss
+2. an adapter: for qwen3, gemma2, gemma3 and smollm3, trained for a few steps by `train.py --mode ss
    --base` (the base frozen: its logits do not move) and exported with export.py; for the others,
    random values (LoRA on every projection, pruning) written by export.adapter_writer;
 3. the C library (train_c, CPU backend; with "vulkan" the Vulkan backend, streams both in the
    forward's rows and from stream passes) gives main-stream and every stream's logits within
    1e-4 (max |C - ref| / max |ref| per row) of model.py in float64 on the file's weights, and the
    tree-pruning decisions along the chain that model.py's early exit gives. The Vulkan backend
-   refuses gemma3 for now (its sliding layers' own RoPE): the vulkan variant passes over it and
-   says so.
+   refuses gemma3 and smollm3 for now (a RoPE other than the model's, or none, in some layers):
+   the vulkan variant passes over them and says so.
 With "bpe": the same for qwen2 and qwen3 bases with a GPT-2 BPE vocabulary (VOCAB.gguf's, copied
 by mkmodel) and adapters trained by train.py, whose corpus is encoded by the file's own tokenizer
 through the C library (tools/train/gguf_vocab.py, the Python binding on LIBEDGESPEC; an
@@ -69,13 +70,15 @@ ARCHS = [  # (arch, mkmodel flags, trained)
     ("gemma", ["--n-head-kv", "1", "--tied"], False),
     ("gemma2", ["--n-head-kv", "2", "--sliding-window", "5", "--softcap", "2,3"], True),
     ("gemma3", ["--n-layer", "7", "--n-head-kv", "2", "--sliding-window", "5", "--freq-base", "1000000"], True),
+    ("smollm3", ["--n-layer", "4", "--n-head-kv", "2"], True),  # layer 3, an MSA block, without RoPE
 ]
 DEEP = [  # (arch, mkmodel flags): the depths that take (n_embd / n_head)^-1/2 as the query scale
     ("gemma2", ["--n-layer", "46", "--n-head-kv", "2", "--head-dim", "32", "--sliding-window", "5"]),
     ("gemma3", ["--n-layer", "62", "--n-head-kv", "2", "--head-dim", "32", "--sliding-window", "5",
                 "--freq-base", "1000000", "--freq-base-swa", "20000"]),
 ]
-VULKAN_REFUSES = {"gemma3": "its sliding layers' own RoPE is CPU-only for now"}
+VULKAN_REFUSES = {"gemma3": "its sliding layers' own RoPE is CPU-only for now",
+                  "smollm3": "its layers without RoPE are CPU-only for now"}
 BPE_ARCHS = [  # the architectures whose models ship a GPT-2 BPE vocabulary (with "bpe")
     ("qwen2", ["--n-head-kv", "2", "--sliding-window", "5"], True),
     ("qwen3", ["--n-head-kv", "2", "--head-dim", "32"], True),

@@ -11,12 +11,13 @@ output.weight unless tied). Like llama.cpp's quantiser, f16 and q8_0 files keep 
 (norms) in f32 and store every matrix in the chosen type; q8_0 uses ggml's reference quantiser
 (tools/pygguf). RoPE is NORM-ordered in the model already, so Q and K need no permutation.
 The Speculative Streaming adapter (--ss) is the separate GGUF of docs/formats.md.
-Models of the other architectures (model.ARCHS: qwen2, qwen3, phi3, gemma, gemma2, gemma3) are
-written and read with their own <arch>.* keys and tensors as llama.cpp names them: qwen2's
+Models of the other architectures (model.ARCHS: qwen2, qwen3, phi3, gemma, gemma2, gemma3, smollm3)
+are written and read with their own <arch>.* keys and tensors as llama.cpp names them: qwen2's
 blk.N.attn_{q,k,v}.bias, qwen3's (and gemma3's) blk.N.attn_q_norm / attn_k_norm (head_dim each),
 phi3's fused blk.N.attn_qkv.weight (Q, K, V rows) and blk.N.ffn_up.weight (gate rows, then up),
 gemma2's (and gemma3's) blk.N.post_attention_norm / post_ffw_norm, gemma2's soft-capping keys,
-gemma3's rope.freq_base_swa (written where the file read had it; absent, 10000);
+gemma3's rope.freq_base_swa (written where the file read had it; absent, 10000); smollm3 has
+llama's tensors and keys under its own name (its layers without RoPE are the architecture's rule);
 edgespec.rope.ordering only where the pairing is not the architecture's own. RoPE scaling is not
 modelled (a scaled file is refused), gemma3's linear scaling of its global layers included.
 A base read from a GGUF file whose vocabulary is not SentencePiece keeps that file's

@@ -20,7 +20,9 @@ llama.cpp runs them, and every difference applies to the streams as to the main 
   - gemma2: gemma plus an RMSNorm of each branch's output before its residual add, attention
     scores and final logits soft-capped c tanh(x / c), and a sliding window on even layers;
   - gemma3: gemma2's post norms without the soft-capping, qwen3's head norms, five sliding layers
-    to one global, the sliding ones rotating with their own unscaled base (Config.rope_base_swa).
+    to one global, the sliding ones rotating with their own unscaled base (Config.rope_base_swa);
+  - smollm3: llama whose layers il with (il + 1) % 4 == 0 (3, 7, 11, ...) take no RoPE at all
+    (llama.cpp's n_no_rope_layer_step; no GGUF key says it), for the stream rows as for the main.
 Config.n_swa (any architecture): a query at position p sees keys at positions > p - n_swa in the
 sliding layers. The early exit and the streams go through the same (soft-capped) head.
 
@@ -54,22 +56,25 @@ LORA_TARGETS = ("attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up
 # swa_rope_base > 0: the sliding layers rotate with a RoPE of their own, unscaled, this base unless
 # the file gives <arch>.rope.freq_base_swa (and the window is required). qscale_layers: a model of
 # this many layers scales queries by (n_embd / n_head)^-1/2, not head_dim^-1/2 (GGUF files do not
-# say; llama.cpp knows Gemma 2 27B and Gemma 3 27B by their depth).
+# say; llama.cpp knows Gemma 2 27B and Gemma 3 27B by their depth). nope_step > 0: layer i takes
+# no RoPE where (i + 1) % nope_step == 0 (smollm3's 4: layers 3, 7, 11, ...; no GGUF key says it).
 ARCHS = {
     "llama": dict(neox=False, qkv_bias=False, fused=False, embd_scale=False, gelu=False, post_norms=False,
-                  swa_pattern=1, softcap=False, qk_norm=False, swa_rope_base=0.0, qscale_layers=0),
+                  swa_pattern=1, softcap=False, qk_norm=False, swa_rope_base=0.0, qscale_layers=0, nope_step=0),
     "qwen2": dict(neox=True, qkv_bias=True, fused=False, embd_scale=False, gelu=False, post_norms=False,
-                  swa_pattern=1, softcap=False, qk_norm=False, swa_rope_base=0.0, qscale_layers=0),
+                  swa_pattern=1, softcap=False, qk_norm=False, swa_rope_base=0.0, qscale_layers=0, nope_step=0),
     "qwen3": dict(neox=True, qkv_bias=False, fused=False, embd_scale=False, gelu=False, post_norms=False,
-                  swa_pattern=1, softcap=False, qk_norm=True, swa_rope_base=0.0, qscale_layers=0),
+                  swa_pattern=1, softcap=False, qk_norm=True, swa_rope_base=0.0, qscale_layers=0, nope_step=0),
     "phi3": dict(neox=True, qkv_bias=False, fused=True, embd_scale=False, gelu=False, post_norms=False,
-                 swa_pattern=1, softcap=False, qk_norm=False, swa_rope_base=0.0, qscale_layers=0),
+                 swa_pattern=1, softcap=False, qk_norm=False, swa_rope_base=0.0, qscale_layers=0, nope_step=0),
     "gemma": dict(neox=True, qkv_bias=False, fused=False, embd_scale=True, gelu=True, post_norms=False,
-                  swa_pattern=1, softcap=False, qk_norm=False, swa_rope_base=0.0, qscale_layers=0),
+                  swa_pattern=1, softcap=False, qk_norm=False, swa_rope_base=0.0, qscale_layers=0, nope_step=0),
     "gemma2": dict(neox=True, qkv_bias=False, fused=False, embd_scale=True, gelu=True, post_norms=True,
-                   swa_pattern=2, softcap=True, qk_norm=False, swa_rope_base=0.0, qscale_layers=46),
+                   swa_pattern=2, softcap=True, qk_norm=False, swa_rope_base=0.0, qscale_layers=46, nope_step=0),
     "gemma3": dict(neox=True, qkv_bias=False, fused=False, embd_scale=True, gelu=True, post_norms=True,
-                   swa_pattern=6, softcap=False, qk_norm=True, swa_rope_base=10000.0, qscale_layers=62),
+                   swa_pattern=6, softcap=False, qk_norm=True, swa_rope_base=10000.0, qscale_layers=62, nope_step=0),
+    "smollm3": dict(neox=False, qkv_bias=False, fused=False, embd_scale=False, gelu=False, post_norms=False,
+                    swa_pattern=1, softcap=False, qk_norm=False, swa_rope_base=0.0, qscale_layers=0, nope_step=4),
 }
 
 
@@ -154,6 +159,15 @@ class Config:
     def rope_local(self, il):
         """Whether layer il rotates with the sliding layers' own RoPE (gemma3's local layers)."""
         return self.a["swa_rope_base"] > 0 and self.window(il) > 0
+
+    def rope_none(self, il):
+        """Whether layer il takes no RoPE at all (ARCHS nope_step: smollm3's every fourth layer)."""
+        step = self.a["nope_step"]
+        return step > 0 and (il + 1) % step == 0
+
+    def rope_kind(self, il):
+        """Layer il's RoPE: None (none), True (the sliding layers' own) or False (the model's)."""
+        return None if self.rope_none(il) else self.rope_local(il)
 
     @property
     def local_rope_base(self):
@@ -281,6 +295,8 @@ class Block(nn.Module):
             q = rms_norm(q, self.attn_q_norm, c.rms_eps)
             k = rms_norm(k, self.attn_k_norm, c.rms_eps)
         nx = c.rope_neox
+        if cos is None:  # a layer without RoPE (smollm3's every fourth)
+            return q, k, v
         if stream:  # (B, T, G, H, hd): RoPE by the stream's node position t
             q = apply_rope(q.transpose(1, 2), cos, sin, c.n_rot, nx).transpose(1, 2)
             k = apply_rope(k.transpose(1, 2), cos, sin, c.n_rot, nx).transpose(1, 2)
@@ -429,7 +445,7 @@ class Model(nn.Module):
                 xs = x[:, sp].detach() if freeze_base else x[:, sp]
                 s = xs.unsqueeze(2) + self.stream_embd                    # Eq. 3, identity f_eta
             lmask, lsmask = masks[c.window(i)]
-            cos, sin, scos, ssin = ropes[c.rope_local(i)]
+            cos, sin, scos, ssin = ropes[c.rope_kind(i)]
             with torch.set_grad_enabled(grad_base):
                 x_new, kh, vh = b.forward_main(x, cos, sin, lmask)
             if s is not None:
@@ -446,14 +462,15 @@ class Model(nn.Module):
         return out
 
     def _ropes(self, pos, sp, dt):
-        """{local: (cos, sin) at positions pos (T), the same at the streams' offsets sp (P)}, for
-        the model's RoPE (False) and the sliding layers' own where the model has one (True): a
-        stream row takes its layer's RoPE as the main stream's row does."""
+        """{kind: (cos, sin) at positions pos (T), the same at the streams' offsets sp (P)}, for
+        the model's RoPE (False), the sliding layers' own where the model has one (True) and none
+        (None: four Nones, for the layers without RoPE; Config.rope_kind): a stream row takes its
+        layer's RoPE as the main stream's row does."""
         c = self.cfg
         bases = {False: c.rope_base}
         if c.a["swa_rope_base"] > 0:
             bases[True] = c.local_rope_base
-        out = {}
+        out = {None: (None, None, None, None)}
         for local, base in bases.items():
             cos, sin = rope_tables(c.n_rot, base, pos, dt)
             out[local] = (cos, sin, cos[sp], sin[sp])
