@@ -3,9 +3,10 @@
 // go to n_keep .. n_past - d - 1 in ascending order (each invocation owns whole pairs and
 // columns, so a slot is read before anything writes it), values as they are, keys turned back by
 // d positions: RoPE's rotations compose, R(p - d) = R(-d) R(p), with CS holding cos and sin of
-// -d theta_i per pair i (from the host, in double, as the position table is). Pairs are (2i, 2i+1)
-// (NORM) or (i, i + n_rot/2) (NEOX), the cache being in head-dimension order. One workgroup per
-// (head, K or V) of one layer.
+// -d theta_i per pair i (from the host, in double, as the position tables are), one row per kind
+// of rotation (lib/core/rope.h), the layer's at cs_off. Pairs are (2i, 2i+1) (NORM) or
+// (i, i + n_rot/2) (NEOX), the cache being in head-dimension order. One workgroup per (head, K or
+// V) of one layer.
 #extension GL_GOOGLE_include_directive : require
 #include "common.glsl"
 
@@ -25,7 +26,8 @@ void main() {
         }
         for (uint i = lid; i < half_rot; i += wg) {
             const uint a = pc.neox != 0u ? i : 2u * i, b = pc.neox != 0u ? i + half_rot : 2u * i + 1u;
-            const float x = KC[src + a], y = KC[src + b], c = FETCH_F1(CS, 2u * i), sn = FETCH_F1(CS, 2u * i + 1u);
+            const float x = KC[src + a], y = KC[src + b], c = FETCH_F1(CS, pc.cs_off + 2u * i),
+                        sn = FETCH_F1(CS, pc.cs_off + 2u * i + 1u);
             KC[dst + a] = x * c - y * sn;
             KC[dst + b] = x * sn + y * c;
         }

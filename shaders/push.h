@@ -38,7 +38,9 @@
                 /* (t - ss_t0) / ss_g and writes its Q, K, V to Y, not the cache     */ \
     U(bias_off) /* RoPE: float offset in ROPE of the fused rows' biases, in head   */ \
                 /* order (qwen2, lib/core/arch.h); 0 = no biases                    */ \
-    F(softcap)  /* store epilogue: Y = softcap tanh(WX / softcap) (0 = plain)      */
+    F(softcap)  /* store epilogue: Y = softcap tanh(WX / softcap) (0 = plain)      */ \
+    U(rope_off) /* RoPE: float offset in ROPE of the layer's table (its kind of     */ \
+                /* rotation, lib/core/rope.h es__rope_table_of; 0 = the model's)   */
 
 /* Step data: 32-bit ints the host writes before each forward submission. A header of
  * ES_STEP_HDR ints, then arrays of nb = n_batch + 1 entries, array k at
@@ -181,7 +183,8 @@
     U(ss_g)     /* streams per node: stream row t is node (t - ss_t0) / ss_g's; */                 \
                 /* 0: every stream row is the step's ES_STEP_SS_NODE's (the    */                  \
                 /* stream pass, ss_push.h)                                     */                  \
-    F(eps)
+    F(eps)                                                                                         \
+    U(rope_off) /* float offset in ROPE of the layer's table (0: the model's)  */
 
 /* kv_shift: a context shift of one layer's cache (kv_shift.comp). */
 #define ES_PC_KV_SHIFT(U, F)                                                                       \
@@ -191,7 +194,9 @@
     U(hd)                                                                                          \
     U(n_ctx)    /* slots per head                                             */                   \
     U(n_rot)                                                                                       \
-    U(neox)     /* 1: pairs (i, i + n_rot/2); 0: (2i, 2i + 1)                 */
+    U(neox)     /* 1: pairs (i, i + n_rot/2); 0: (2i, 2i + 1)                 */                   \
+    U(cs_off)   /* float offset in CS of the layer's table's row (its kind of   */                   \
+                /* rotation, lib/core/rope.h es__rope_table_of)                 */
 
 /* argmax / top-k over rows of logits: ids (and values) of the k largest, ties to the lower id. */
 #define ES_PC_TOPK(U, F)                                                                           \

@@ -67,7 +67,8 @@ typedef struct vk_ctx {
     VkBufferView v_x, v_xn, v_qkv, v_attn, v_h, v_part, v_rope, v_step;
     es__vk_buf step, logits;
     es__vk_buf verd;                    /* ALSpec: [n_layer][2] vec4, attn_spec.comp's in and out */
-    es__vk_buf shift_cs;                /* a context shift's cos, sin per rotated pair        */
+    es__vk_buf shift_cs;                /* a context shift's cos, sin per rotated pair, one row
+                                           of n_rot floats per RoPE table (rope.h)           */
     VkBufferView v_shift_cs;
     VkDescriptorPool pool;
     VkDescriptorSet s_norm, s_merge, s_spec, s_move_x, *s_embd, *s_out;
@@ -75,7 +76,7 @@ typedef struct vk_ctx {
     es__vk_pipeline *p_norm, *p_attn, *p_merge, *p_spec, *p_kv_move, *p_kv_shift, *p_get_rows;
     es__vk_pipeline *p_qk_norm;         /* qk_norm architectures (arch.h) only               */
     VkDescriptorSet s_post;             /* post-branch norm: xn normalised, added into x     */
-    uint32_t bias_floats;               /* per layer Q, K, V biases after the RoPE table (0: none) */
+    uint32_t bias_floats;               /* per layer Q, K, V biases after the RoPE tables (0: none) */
     vk_cb cbs[ES__CB_CACHE];
     uint64_t clock;
     int32_t *depth_count; /* [nb + 1] scratch for the depth sort */
@@ -121,10 +122,16 @@ static es_status plan_memory(es_context *ctx, vk_ctx *c) {
     const VkDeviceSize chunk = ES__MIN(c->nb, ES__ATTN_CHUNK);
     ES_TRY(es__vk_arena_reserve(d, &c->arena, chunk * (VkDeviceSize)hp->n_head * c->max_splits * (hd + 4) * f,
                                 &c->r_part));
-    /* the RoPE table, then every layer's Q, K, V biases (qwen2), which the RoPE epilogue adds */
-    ES_TRY(es__vk_arena_reserve(d, &c->arena,
-                                ((VkDeviceSize)c->n_ctx * (uint32_t)hp->n_rot + (VkDeviceSize)L * c->bias_floats) * f,
-                                &c->r_rope));
+    /* the RoPE tables (model_vk.h es__vk_rope_off), then every layer's Q, K, V biases (qwen2),
+     * which the RoPE epilogue adds */
+    const VkDeviceSize rope = (VkDeviceSize)es__rope_tables(hp) * c->n_ctx * (uint32_t)hp->n_rot * f,
+                       rope_all = rope + (VkDeviceSize)L * c->bias_floats * f;
+    ES_RETURN_IF(rope_all > d->phys.props.limits.maxStorageBufferRange ||
+                     (d->use.texel && rope_all / f > d->phys.props.limits.maxTexelBufferElements),
+                 d->err, ES_ERR_UNSUPPORTED,
+                 "vulkan: the RoPE tables (%d of %.1f MiB each for n_ctx %u) exceed the device's binding limit; use a "
+                 "smaller n_ctx", es__rope_tables(hp), (double)rope / es__rope_tables(hp) / 1048576.0, c->n_ctx);
+    ES_TRY(es__vk_arena_reserve(d, &c->arena, rope_all, &c->r_rope));
     ES_TRY(es__vk_arena_reserve(d, &c->arena, (VkDeviceSize)c->Q32 * f, &c->r_spec));
     const VkDeviceSize kv = (VkDeviceSize)hp->n_head_kv * c->n_ctx * hd * f;
     const VkDeviceSize limit = d->use.texel ? (VkDeviceSize)d->phys.props.limits.maxTexelBufferElements * 16
@@ -146,8 +153,8 @@ static es_status plan_memory(es_context *ctx, vk_ctx *c) {
     memset(c->step.map, 0, (size_t)step_bytes);
     ES_TRY(es__vk_buf_create(d, nb * c->V32 * f, ES__VK_MEM_READBACK, "the logits buffer", &c->logits));
     ES_TRY(es__vk_buf_create(d, (VkDeviceSize)L * 8 * f, ES__VK_MEM_READBACK, "ALSpec's verdicts", &c->verd));
-    ES_TRY(es__vk_buf_create(d, (VkDeviceSize)ES__MAX(hp->n_rot, 4) * f, ES__VK_MEM_UPLOAD, "the shift table",
-                             &c->shift_cs));
+    ES_TRY(es__vk_buf_create(d, (VkDeviceSize)es__rope_tables(hp) * ES__MAX(hp->n_rot, 4) * f, ES__VK_MEM_UPLOAD,
+                             "the shift table", &c->shift_cs));
     return ES_OK;
 }
 
@@ -172,11 +179,10 @@ static es_status make_views(es_context *ctx, vk_ctx *c) {
 
 /* Float offset in the RoPE region of layer l's biases, in head order (0: the model has none). */
 static uint32_t bias_off(const vk_ctx *c, uint32_t l) {
-    const es__hparams *hp = &c->w->model->hp;
-    return c->bias_floats ? c->n_ctx * (uint32_t)hp->n_rot + l * c->bias_floats : 0u;
+    return es__vk_bias_off(c->w, c->n_ctx, c->bias_floats, l);
 }
 
-/* Every layer's Q, K, V biases after the RoPE table (the model checked them to be f32). */
+/* Every layer's Q, K, V biases after the RoPE tables (the model checked them to be f32). */
 static es_status upload_biases(es_context *ctx, vk_ctx *c, es__vk_stager *st) {
     const es__hparams *hp = &ctx->model->hp;
     for (uint32_t l = 0; c->bias_floats && l < (uint32_t)hp->n_layer; l++) {
@@ -191,24 +197,27 @@ static es_status upload_biases(es_context *ctx, vk_ctx *c, es__vk_stager *st) {
     return ES_OK;
 }
 
-/* cos and sin of every (position, pair), computed in double and rounded once, as the CPU does. */
+/* cos and sin of every (table, position, pair), computed in double and rounded once, as the CPU
+ * does: table t (rope.h es__rope_table) at t n_ctx n_rot floats. */
 static es_status upload_rope(es_context *ctx, vk_ctx *c) {
     const es__hparams *hp = &ctx->model->hp;
-    const uint32_t half = (uint32_t)hp->n_rot / 2;
-    const es__rope rope = es__rope_for(hp, ctx->n_ctx);
+    const uint32_t half = (uint32_t)hp->n_rot / 2, n_tab = (uint32_t)es__rope_tables(hp);
     const VkDeviceSize bytes = (VkDeviceSize)c->n_ctx * half * 2 * sizeof(float);
     if (bytes == 0) return ES_OK;
     es__vk_stager st;
-    ES_TRY(es__vk_stager_init(c->d, &st, ES__MIN(bytes, (VkDeviceSize)16 << 20)));
+    ES_TRY(es__vk_stager_init(c->d, &st, ES__MIN(bytes * n_tab, (VkDeviceSize)16 << 20)));
     es_status s = ES_OK;
     const uint32_t rows_per = (uint32_t)ES__MAX(1, (st.staging.size / 2) / (half * 2 * sizeof(float)));
-    for (uint32_t p0 = 0; s == ES_OK && p0 < c->n_ctx; p0 += rows_per) {
-        const uint32_t np = ES__MIN(rows_per, c->n_ctx - p0);
-        void *ptr = NULL;
-        s = es__vk_stage_ptr(c->d, &st, es__vk_region_buf(&c->arena, &c->r_rope),
-                             c->r_rope.off + (VkDeviceSize)p0 * half * 2 * sizeof(float),
-                             (VkDeviceSize)np * half * 2 * sizeof(float), &ptr);
-        if (s == ES_OK) es__vk_rope_table(&rope, ptr, (int32_t)p0, np, false);
+    for (uint32_t t = 0; s == ES_OK && t < n_tab; t++) {
+        const es__rope rope = es__rope_table(hp, ctx->n_ctx, (int32_t)t);
+        for (uint32_t p0 = 0; s == ES_OK && p0 < c->n_ctx; p0 += rows_per) {
+            const uint32_t np = ES__MIN(rows_per, c->n_ctx - p0);
+            void *ptr = NULL;
+            s = es__vk_stage_ptr(c->d, &st, es__vk_region_buf(&c->arena, &c->r_rope),
+                                 c->r_rope.off + t * bytes + (VkDeviceSize)p0 * half * 2 * sizeof(float),
+                                 (VkDeviceSize)np * half * 2 * sizeof(float), &ptr);
+            if (s == ES_OK) es__vk_rope_table(&rope, ptr, (int32_t)p0, np, false);
+        }
     }
     if (s == ES_OK) s = upload_biases(ctx, c, &st);
     if (s == ES_OK) s = es__vk_stager_flush(c->d, &st);
@@ -641,6 +650,7 @@ static es_status rec_pre(vk_ctx *c, es__vk_rec *r, uint32_t l, uint32_t n, uint3
     rec_norm(c, r, nl, vl->attn_norm, false, hp->rms_eps);
     es__pc_mul_mat pc = mat_call(c, nl, c->E32, c->QKV32);
     pc.bias_off = bias_off(c, l);
+    pc.rope_off = es__vk_rope_off(c->w, c->n_ctx, l);
     const uint32_t epi = es__vk_qkv_epi(c->w);
     ES_TRY(rec_proj(c, r, "mul_mat_qkv", l, ES__VK_SS_QKV, &vl->qkv, c->ls[l].qkv, epi, &pc, n, g));
     if (epi == ES__EPI_ROPE_KV) return ES_OK;
@@ -1034,16 +1044,21 @@ es_status es__vk_kv_shift(es_context *ctx, int32_t n_keep, int32_t n_discard) {
     vk_ctx *c = ctx->impl;
     es__vk_dev *d = c->d;
     const es__hparams *hp = &ctx->model->hp;
-    const es__rope rope = es__rope_for(hp, ctx->n_ctx);
-    es__vk_rope_table(&rope, c->shift_cs.map, -n_discard, 1, true);
+    /* one row of the turn back by n_discard positions per table; each layer reads its own */
+    for (int32_t t = 0; t < es__rope_tables(hp); t++) {
+        const es__rope rope = es__rope_table(hp, ctx->n_ctx, t);
+        es__vk_rope_table(&rope, (float *)c->shift_cs.map + (size_t)t * (size_t)hp->n_rot, -n_discard, 1, true);
+    }
     ES_TRY(es__vk_buf_flush(d, &c->shift_cs));
     es__pc_kv_shift pc = {(uint32_t)n_keep, (uint32_t)n_discard, (uint32_t)ctx->n_past, (uint32_t)hp->head_dim,
-                          c->n_ctx, (uint32_t)hp->n_rot, hp->rope_type == ES_ROPE_NEOX ? 1u : 0u};
+                          c->n_ctx, (uint32_t)hp->n_rot, hp->rope_type == ES_ROPE_NEOX ? 1u : 0u, 0};
     es__vk_rec r;
     ES_VK_TRY(d, vkResetCommandBuffer(d->once, 0));
     es__vk_rec_begin(&r, d, d->once, VK_NULL_HANDLE, 0, NULL);
-    for (int32_t l = 0; l < hp->n_layer; l++)
+    for (int32_t l = 0; l < hp->n_layer; l++) {
+        pc.cs_off = (uint32_t)es__rope_table_of(hp, l) * (uint32_t)hp->n_rot;
         es__vk_rec_dispatch(&r, "kv_shift", c->p_kv_shift, c->ls[l].kv_shift, &pc, (uint32_t)hp->n_head_kv, 2, 1);
+    }
     ES_TRY(es__vk_rec_end(&r));
     return es__vk_submit_wait(d, d->once);
 }

@@ -93,7 +93,8 @@ es__pc_qk_norm_rope es__vk_qk_norm_call(const es__vk_model *w, uint32_t l, uint3
     const es__hparams *hp = &w->model->hp;
     return (es__pc_qk_norm_rope){n, (uint32_t)hp->n_head, (uint32_t)hp->n_head_kv, (uint32_t)hp->head_dim,
                                  (uint32_t)hp->n_rot, hp->rope_type == ES_ROPE_NEOX ? 1u : 0u, qkv_stride, n_ctx,
-                                 0, w->layers[l].q_norm, w->layers[l].k_norm, n, 0, hp->rms_eps};
+                                 0, w->layers[l].q_norm, w->layers[l].k_norm, n, 0, hp->rms_eps,
+                                 es__vk_rope_off(w, n_ctx, l)};
 }
 
 /* Shapes the kernels rely on, checked once so they never see one they cannot handle. */
@@ -105,9 +106,6 @@ static es_status check_shapes(es__vk_dev *d, const es_model *m) {
                  "vulkan: n_rot %d must be even and at most head_dim %d", hp->n_rot, hp->head_dim);
     ES_RETURN_IF(hp->n_head_kv <= 0 || hp->n_head % hp->n_head_kv != 0, d->err, ES_ERR_MODEL,
                  "vulkan: n_head %d is not a multiple of n_head_kv %d", hp->n_head, hp->n_head_kv);
-    ES_RETURN_IF(es__rope_tables(hp) > 1, d->err, ES_ERR_UNSUPPORTED,
-                 "vulkan: architecture '%s' gives some layers another RoPE (or none), which this backend does not do "
-                 "yet (the CPU backend runs it)", hp->arch->name);
     return ES_OK;
 }
 

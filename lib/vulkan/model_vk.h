@@ -37,9 +37,22 @@ void es__vk_model_free(es_backend *b, es__vk_model *w);
 static inline uint32_t es__vk_qkv_epi(const es__vk_model *w) {
     return w->model->hp.arch->qk_norm ? ES__EPI_STORE : ES__EPI_ROPE_KV;
 }
+/* A context's RoPE region (forward.c) holds es__rope_tables(hp) tables of [n_ctx][n_rot / 2][2]
+ * (cos, sin), table t at t n_ctx n_rot, then every layer's Q, K, V biases (qwen2: bias_floats
+ * each). The float offsets there of layer l's table (es__rope_table_of: the model's, gemma3's
+ * sliding layers' own, or the identity for smollm3's layers without RoPE) and of its biases
+ * (0: the model has none). */
+static inline uint32_t es__vk_rope_off(const es__vk_model *w, uint32_t n_ctx, uint32_t l) {
+    const es__hparams *hp = &w->model->hp;
+    return (uint32_t)es__rope_table_of(hp, (int32_t)l) * n_ctx * (uint32_t)hp->n_rot;
+}
+static inline uint32_t es__vk_bias_off(const es__vk_model *w, uint32_t n_ctx, uint32_t bias_floats, uint32_t l) {
+    const es__hparams *hp = &w->model->hp;
+    return bias_floats ? (uint32_t)es__rope_tables(hp) * n_ctx * (uint32_t)hp->n_rot + l * bias_floats : 0u;
+}
 /* qk_norm_rope's push constants for n rows of QKV (qkv_stride floats apart) of layer l: the
- * model's geometry and the layer's head norms; the caller sets bias_off and the stream rows
- * (ss_t0 = n: none). */
+ * model's geometry, the layer's head norms and RoPE table; the caller sets bias_off and the
+ * stream rows (ss_t0 = n: none). */
 es__pc_qk_norm_rope es__vk_qk_norm_call(const es__vk_model *w, uint32_t l, uint32_t n, uint32_t qkv_stride,
                                         uint32_t n_ctx);
 

@@ -653,7 +653,7 @@ es_status es__vk_msa_rec_layer(struct es__vk_msa *m, es__vk_rec *r, int32_t l, u
 static void rec_rope(struct es__vk_msa *m, es__vk_rec *r, int32_t l, uint32_t G) {
     const es__vk_ss_res *res = &m->res;
     const es__hparams *hp = hparams(m);
-    const uint32_t bias_off = res->bias_floats ? res->n_ctx * (uint32_t)hp->n_rot + (uint32_t)l * res->bias_floats : 0u;
+    const uint32_t bias_off = es__vk_bias_off(res->w, res->n_ctx, res->bias_floats, (uint32_t)l);
     const VkDescriptorSet set = m->layers[l - m->ss->msa_start].rope;
     if (m->qk_norm) {
         es__pc_qk_norm_rope pq = es__vk_qk_norm_call(res->w, (uint32_t)l, G, res->QKV32, res->n_ctx);
@@ -663,7 +663,8 @@ static void rec_rope(struct es__vk_msa *m, es__vk_rec *r, int32_t l, uint32_t G)
         return;
     }
     es__pc_ss_rope pr = {G, (uint32_t)hp->n_head, (uint32_t)hp->n_head_kv, (uint32_t)hp->head_dim, (uint32_t)hp->n_rot,
-                         hp->rope_type == ES_ROPE_NEOX ? 1u : 0u, res->QKV32, bias_off};
+                         hp->rope_type == ES_ROPE_NEOX ? 1u : 0u, res->QKV32, bias_off,
+                         es__vk_rope_off(res->w, res->n_ctx, (uint32_t)l)};
     es__vk_rec_dispatch(r, "ss_rope", m->p_rope, set, &pr, G, 1, 1);
 }
 

@@ -24,12 +24,13 @@ typedef struct es__vk_ss_res {
                                              nb: min(fused_rows, nb γ)                       */
     uint32_t E32, QKV32, Q32, F32, V32;   /* padded row widths, as forward.c uses them        */
     es__vk_bind x, xn, qkv, attn, h;      /* the forward's row buffers [nb + fused_extra][..] */
-    es__vk_bind step, rope, vecs;         /* step data, RoPE table, norm vectors             */
+    es__vk_bind step, rope, vecs;         /* step data, RoPE tables, norm vectors            */
     es__vk_buf *step_buf;                 /* the host-mapped step data                       */
     const es__vk_buf *logits;             /* the forward's host-mapped logits rows           */
     const es__vk_bind *k, *v;             /* [n_layer] each layer's cache                    */
-    uint32_t bias_floats;                 /* per layer Q, K, V biases after the RoPE table in
-                                             rope (qwen2; 0: none), as forward.c stores them */
+    uint32_t bias_floats;                 /* per layer Q, K, V biases after the RoPE tables in
+                                             rope (qwen2; 0: none), as forward.c stores them
+                                             (model_vk.h es__vk_bias_off)                    */
 } es__vk_ss_res;
 
 /* Hook flags of a forward command buffer; with FUSED, the streams per node are in bits 8+.

@@ -8,6 +8,7 @@
 #include "backend_vk.h"
 #include "oprun.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
@@ -290,21 +291,25 @@ static const int32_t *step_positions(const es__vk_buf *step) {
     return s + ES_STEP_HDR + ES_STEP_POS * s[ES_STEP_NB];
 }
 
-/* The RoPE table (es__vk_rope_table) for positions 0 .. the largest of step's n tokens. */
-/* The RoPE table, then bias[n_bias] when given (its float offset into *bias_off), as the forward
- * lays them out. */
+/* As the forward lays out its RoPE tables (lib/vulkan/model_vk.h es__vk_rope_off): a decoy table
+ * of NaN first (another layer's: a kernel that ignores rope_off reads it and fails), then the RoPE
+ * table (es__vk_rope_table) for positions 0 .. the largest of step's n tokens at *rope_off, then
+ * bias[n_bias] when given (its float offset into *bias_off). */
 static es_status run_rope_table(run *r, const es__vk_op_rope *rope, const es__vk_buf *step, uint32_t n,
-                                const float *bias, uint32_t n_bias, uint32_t *bias_off, es__vk_bind *bind) {
+                                const float *bias, uint32_t n_bias, uint32_t *rope_off, uint32_t *bias_off,
+                                es__vk_bind *bind) {
     const int32_t *pos = step_positions(step);
     int32_t max_pos = 0;
     for (uint32_t t = 0; t < n; t++) max_pos = ES__MAX(max_pos, pos[t]);
-    const size_t rope_floats = (size_t)(max_pos + 1) * (rope->n_rot / 2) * 2 + 1;
+    const size_t tab = (size_t)(max_pos + 1) * (rope->n_rot / 2) * 2, rope_floats = 2 * tab + 1;
     const size_t floats = rope_floats + (bias ? n_bias : 0);
     float *table = es__calloc(r->d->alloc, floats, sizeof *table);
     ES_RETURN_IF(!table, r->d->err, ES_ERR_OUT_OF_MEMORY, "vulkan op: out of memory");
+    for (size_t i = 0; i < tab; i++) table[i] = NAN;
     const es__rope plain = es__rope_plain((int32_t)rope->n_rot, rope->freq_base, rope->freq_scale);
-    es__vk_rope_table(&plain, table, 0, (uint32_t)max_pos + 1, false);
+    es__vk_rope_table(&plain, table + tab, 0, (uint32_t)max_pos + 1, false);
     if (bias) memcpy(table + rope_floats, bias, sizeof *bias * n_bias);
+    *rope_off = (uint32_t)tab;
     *bias_off = bias ? (uint32_t)rope_floats : 0u;
     es__vk_buf *T = NULL;
     es_status s = run_buf(r, table, sizeof *table * floats, &T);
@@ -356,13 +361,14 @@ static es_status run_mul_mat_submit(run *r, const char *op, const es__vk_mat *m,
 /* ---- the mul_mat family */
 
 /* Bindings 4..7 of the RoPE epilogue: table, step, caches (uploaded from ss->kc, ss->vc). */
-static es_status run_rope_binds(run *r, const es__vk_ss_proj *ss, es__vk_buf **K, es__vk_buf **V, uint32_t *bias_off,
-                                es__vk_bind b[4]) {
+static es_status run_rope_binds(run *r, const es__vk_ss_proj *ss, es__vk_buf **K, es__vk_buf **V, uint32_t *rope_off,
+                                uint32_t *bias_off, es__vk_bind b[4]) {
     const es__vk_op_rope *g = ss->rope;
     const size_t cache = (size_t)g->n_head_kv * ss->n_ctx * g->hd;
     es__vk_buf *S = NULL;
     ES_TRY(run_batch(r, ss->batch, &S, &b[1]));
-    ES_TRY(run_rope_table(r, g, S, ss->batch->n, ss->bias, (g->n_head + 2 * g->n_head_kv) * g->hd, bias_off, &b[0]));
+    ES_TRY(run_rope_table(r, g, S, ss->batch->n, ss->bias, (g->n_head + 2 * g->n_head_kv) * g->hd, rope_off, bias_off,
+                          &b[0]));
     ES_TRY(run_buf(r, ss->kc, sizeof *ss->kc * cache, K));
     ES_TRY(run_buf(r, ss->vc, sizeof *ss->vc * cache, V));
     b[2] = whole(*K);
@@ -406,14 +412,14 @@ static es_status run_proj(es_backend *b, es__dtype type, const void *w, uint32_t
     es__vk_mat *m = NULL;
     if (s == ES_OK) s = run_mat(&r, "op.weight", type, w, rows, K, g && g->type == ES_ROPE_NEOX ? perm : NULL, &m);
     const uint32_t cols = epi == ES__EPI_SWIGLU || epi == ES__EPI_GEGLU ? rows / 2 : rows, r32 = up32(ss->rank);
-    uint32_t bias_off = 0;
+    uint32_t rope_off = 0, bias_off = 0;
     es__vk_buf *X = NULL, *Y = NULL, *KC = NULL, *VC = NULL;
     es__vk_bind tail[8]; /* bindings 2..9: X, Y, RoPE table, step, K, V caches, R, B */
     if (s == ES_OK) s = run_rows(&r, x, n, K, m->K, &X);
     if (s == ES_OK) s = run_ro(&r, X, VK_FORMAT_R32G32B32A32_SFLOAT, &tail[0]);
     if (s == ES_OK) s = run_buf(&r, y, sizeof *y * n * cols, &Y);
     if (s == ES_OK) tail[1] = whole(Y);
-    if (s == ES_OK) s = rope_kv ? run_rope_binds(&r, ss, &KC, &VC, &bias_off, &tail[2]) : run_extras(&r, &tail[2]);
+    if (s == ES_OK) s = rope_kv ? run_rope_binds(&r, ss, &KC, &VC, &rope_off, &bias_off, &tail[2]) : run_extras(&r, &tail[2]);
     if (s == ES_OK && lora) s = run_lora_binds(&r, ss, rows, n, r32, &tail[6]);
     es__vk_pipeline *p = NULL;
     const uint32_t tok = es__vk_mul_mat_tok(r.d, type, n);
@@ -434,6 +440,7 @@ static es_status run_proj(es_backend *b, es__dtype type, const void *w, uint32_t
         pc.ss_g = ss->ss_g;
         pc.bias_off = bias_off;
         pc.softcap = ss->softcap;
+        pc.rope_off = rope_off;
         s = run_mul_mat_submit(&r, "mul_mat", m, epi, lora, sets, &pc, reps, ms);
     }
     if (s == ES_OK) s = run_read(&r, Y, y, sizeof *y * n * cols);
@@ -769,13 +776,13 @@ es_status es__vk_run_ss_rope(es_backend *b, const es__vk_op_rope *rope, const es
     es__vk_bind bt, bs;
     if (s == ES_OK) s = run_buf(&r, qkv, sizeof *qkv * n_rows * qkv_stride, &Q);
     if (s == ES_OK) s = run_batch(&r, batch, &S, &bs);
-    uint32_t bias_off = 0;
+    uint32_t rope_off = 0, bias_off = 0;
     const uint32_t n_bias = (rope->n_head + 2 * rope->n_head_kv) * rope->hd;
-    if (s == ES_OK) s = run_rope_table(&r, rope, S, batch->n, bias, n_bias, &bias_off, &bt);
+    if (s == ES_OK) s = run_rope_table(&r, rope, S, batch->n, bias, n_bias, &rope_off, &bias_off, &bt);
     if (s == ES_OK) {
         es__vk_bind binds[3] = {whole(Q), bt, bs};
         es__pc_ss_rope pc = {n_rows, rope->n_head, rope->n_head_kv, rope->hd, rope->n_rot,
-                             rope->type == ES_ROPE_NEOX ? 1u : 0u, qkv_stride, bias_off};
+                             rope->type == ES_ROPE_NEOX ? 1u : 0u, qkv_stride, bias_off, rope_off};
         s = run_one(&r, p, binds, &pc, n_rows, 1, 1);
     }
     if (s == ES_OK) s = run_read(&r, Q, qkv, sizeof *qkv * n_rows * qkv_stride);
@@ -811,17 +818,20 @@ es_status es__vk_run_qk_norm_rope(es_backend *b, const es__vk_qk_norm_call *c, c
     const size_t cache = c->kc ? (size_t)g->n_head_kv * c->n_ctx * g->hd : 4;
     es__vk_buf *Q = NULL, *S = NULL, *K = NULL, *V = NULL;
     es__vk_bind bt, bs, bg;
-    uint32_t bias_off = 0, q_off = 0, k_off = 0;
+    uint32_t rope_off = 0, bias_off = 0, q_off = 0, k_off = 0;
     if (s == ES_OK) s = run_buf(&r, qkv, sizeof *qkv * c->n_rows * c->qkv_stride, &Q);
     if (s == ES_OK) s = run_batch(&r, batch, &S, &bs);
-    if (s == ES_OK) s = run_rope_table(&r, g, S, batch->n, c->bias, (g->n_head + 2 * g->n_head_kv) * g->hd, &bias_off, &bt);
+    if (s == ES_OK)
+        s = run_rope_table(&r, g, S, batch->n, c->bias, (g->n_head + 2 * g->n_head_kv) * g->hd, &rope_off, &bias_off,
+                           &bt);
     if (s == ES_OK) s = run_head_norms(&r, c, &q_off, &k_off, &bg);
     if (s == ES_OK) s = run_buf(&r, c->kc, sizeof(float) * cache, &K);
     if (s == ES_OK) s = run_buf(&r, c->vc, sizeof(float) * cache, &V);
     if (s == ES_OK) {
         es__vk_bind binds[6] = {whole(Q), bt, bs, bg, whole(K), whole(V)};
         es__pc_qk_norm_rope pc = {c->n_rows, g->n_head, g->n_head_kv, g->hd, g->n_rot, g->type == ES_ROPE_NEOX ? 1u : 0u,
-                                  c->qkv_stride, c->n_ctx, bias_off, q_off, k_off, c->ss_t0, c->ss_g, c->eps};
+                                  c->qkv_stride, c->n_ctx, bias_off, q_off, k_off, c->ss_t0, c->ss_g, c->eps,
+                                  rope_off};
         s = run_one(&r, p, binds, &pc, c->n_rows, 1, 1);
     }
     if (s == ES_OK) s = run_read(&r, Q, qkv, sizeof *qkv * c->n_rows * c->qkv_stride);
