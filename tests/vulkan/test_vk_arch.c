@@ -2,10 +2,11 @@
  * matrices, gemma's embedding scale and GeGLU, gemma2's post-branch norms, soft-capping and
  * alternating sliding window, a mistral-style window on llama, llama 3's rope_freqs.weight, phi3's
  * LongRoPE with its long and its short factors, YaRN, Gemma 2 27B's query scale, qwen3's per-head
- * Q and K norms with heads wider than n_embd / n_head) on the
- * Vulkan backend against the
- * CPU backend, on random-weight GGUF files written by mkmodel (the CPU is checked against the
- * numpy reference on the same kinds of files by tests/cpu/test_arch_reference.py):
+ * Q and K norms with heads wider than n_embd / n_head, gemma3's sliding layers with a RoPE of their
+ * own and its linear scaling of the global layers only, smollm3's layers without RoPE) on the
+ * Vulkan backend against the CPU backend, on random-weight GGUF files written by mkmodel (the CPU
+ * is checked against the numpy reference on the same kinds of files by
+ * tests/cpu/test_arch_reference.py):
  *   - prefill logits of every row within a normalised error of the CPU's (bound below);
  *   - greedy decoding, fed the CPU's tokens, picks the CPU's token wherever the CPU's top two
  *     logits are clearly apart (confident positions);
@@ -14,12 +15,14 @@
  *     in-batch side of it both matter), and decoding continues exactly after a tree commit.
  * One gemma2 case runs past the first attention split (256 positions), so a sliding window
  * leaves whole splits empty for attn_merge.
- * qwen3 cases also run Speculative Streaming's stream rows (a random adapter, stream LoRA
- * included): every tree node's streams within STREAM_BOUND of the CPU's, the same bits whether
- * they ride in the forward's rows or come from the stream pass after it (both run the head norms:
- * qk_norm_rope.comp in the forward's dispatch and in the pass); a context shift (the cached keys
- * are normalised and rotated, so the shift re-rotates them as any architecture's), after which
- * the next tokens' logits match the CPU's; and ALSpec at lambda 0 past two chunks (every decoded
+ * qwen3, gemma3 and smollm3 cases (deep_checks) also run Speculative Streaming's stream rows (a
+ * random adapter on every layer, stream LoRA included): every tree node's streams within
+ * STREAM_BOUND of the CPU's, the same bits whether they ride in the forward's rows or come from the
+ * stream pass after it (both run the head norms: qk_norm_rope.comp in the forward's dispatch and
+ * in the pass; both rotate each layer by its own RoPE table); a context shift (the cached keys are
+ * normalised and rotated, so the shift re-rotates them, each layer's by its own table), after
+ * which the next tokens' logits match the CPU's; and one qwen3 and one smollm3 case (ALSpec
+ * refuses sliding windows, hence not gemma3) ALSpec at lambda 0 past two chunks (every decoded
  * token speculates in every layer, its layers recorded part by part), whose tokens are plain
  * greedy decoding's. */
 #include "../common/test_ctx.h"
@@ -50,35 +53,47 @@ typedef struct acase {
     int32_t head_dim; /* 0 = n_embd / n_head */
     bool rope_freqs;  /* llama 3's rope_freqs.weight */
     const char *rope_scaling; /* mkmodel's --rope-scaling (NULL: none) */
+    float freq_base;  /* 0 = mkmodel's (10000) */
 } acase;
 
 static const acase cases[] = {
-    {"qwen2 gqa tied", "qwen2", ES__DTYPE_F32, 64, 2, 4, 2, 96, true, 0, 0, 0, 20, 0, false, NULL},
-    {"qwen2 q8_0 window", "qwen2", ES__DTYPE_Q8_0, 64, 2, 4, 1, 96, false, 5, 0, 0, 20, 0, false, NULL},
-    {"phi3 q4_0", "phi3", ES__DTYPE_Q4_0, 64, 2, 4, 2, 96, false, 0, 0, 0, 20, 0, false, NULL},
-    {"phi3 f16 mha", "phi3", ES__DTYPE_F16, 64, 2, 2, 2, 64, false, 0, 0, 0, 20, 0, false, NULL},
-    {"gemma tied bf16", "gemma", ES__DTYPE_BF16, 64, 2, 4, 1, 128, true, 0, 0, 0, 20, 0, false, NULL},
-    {"gemma2 window caps long", "gemma2", ES__DTYPE_F32, 32, 3, 2, 1, 64, true, 7, 2.0f, 3.0f, 270, 0, false, NULL},
-    {"gemma2 q8_0", "gemma2", ES__DTYPE_Q8_0, 64, 2, 4, 2, 64, false, 4, 2.0f, 3.0f, 20, 0, false, NULL},
-    {"llama mistral window", "llama", ES__DTYPE_F32, 64, 2, 4, 2, 96, false, 6, 0, 0, 20, 0, false, NULL},
+    {"qwen2 gqa tied", "qwen2", ES__DTYPE_F32, 64, 2, 4, 2, 96, true, 0, 0, 0, 20, 0, false, NULL, 0},
+    {"qwen2 q8_0 window", "qwen2", ES__DTYPE_Q8_0, 64, 2, 4, 1, 96, false, 5, 0, 0, 20, 0, false, NULL, 0},
+    {"phi3 q4_0", "phi3", ES__DTYPE_Q4_0, 64, 2, 4, 2, 96, false, 0, 0, 0, 20, 0, false, NULL, 0},
+    {"phi3 f16 mha", "phi3", ES__DTYPE_F16, 64, 2, 2, 2, 64, false, 0, 0, 0, 20, 0, false, NULL, 0},
+    {"gemma tied bf16", "gemma", ES__DTYPE_BF16, 64, 2, 4, 1, 128, true, 0, 0, 0, 20, 0, false, NULL, 0},
+    {"gemma2 window caps long", "gemma2", ES__DTYPE_F32, 32, 3, 2, 1, 64, true, 7, 2.0f, 3.0f, 270, 0, false, NULL, 0},
+    {"gemma2 q8_0", "gemma2", ES__DTYPE_Q8_0, 64, 2, 4, 2, 64, false, 4, 2.0f, 3.0f, 20, 0, false, NULL, 0},
+    {"llama mistral window", "llama", ES__DTYPE_F32, 64, 2, 4, 2, 96, false, 6, 0, 0, 20, 0, false, NULL, 0},
     /* head_dim not n_embd / n_head, as Gemma 2 2B's (8 heads of 256 on n_embd 2304) */
-    {"gemma2 head_dim 24", "gemma2", ES__DTYPE_F32, 48, 2, 4, 2, 64, true, 5, 2.0f, 3.0f, 20, 24, false, NULL},
+    {"gemma2 head_dim 24", "gemma2", ES__DTYPE_F32, 48, 2, 4, 2, 64, true, 5, 2.0f, 3.0f, 20, 24, false, NULL, 0},
     /* llama 3.1/3.2's per-pair RoPE frequency divisors */
-    {"llama3 rope_freqs", "llama", ES__DTYPE_Q8_0, 64, 2, 4, 2, 96, false, 0, 0, 0, 20, 0, true, NULL},
+    {"llama3 rope_freqs", "llama", ES__DTYPE_Q8_0, 64, 2, 4, 2, 96, false, 0, 0, 0, 20, 0, true, NULL, 0},
     /* phi3 LongRoPE: the context (N_CTX) is beyond the original 64, so the long factors and the
      * attention factor; then within it (original N_CTX), the short factors */
-    {"phi3 longrope long", "phi3", ES__DTYPE_F32, 64, 2, 4, 2, 96, false, 0, 0, 0, 20, 0, false, "longrope,64"},
-    {"phi3 longrope short", "phi3", ES__DTYPE_Q8_0, 64, 2, 4, 4, 64, false, 0, 0, 0, 20, 0, false, "longrope,320"},
+    {"phi3 longrope long", "phi3", ES__DTYPE_F32, 64, 2, 4, 2, 96, false, 0, 0, 0, 20, 0, false, "longrope,64", 0},
+    {"phi3 longrope short", "phi3", ES__DTYPE_Q8_0, 64, 2, 4, 4, 64, false, 0, 0, 0, 20, 0, false, "longrope,320", 0},
     /* YaRN (its ramp over pairs 2..6 of head_dim 16) */
-    {"llama yarn", "llama", ES__DTYPE_F32, 64, 2, 4, 2, 96, false, 0, 0, 0, 20, 0, false, "yarn,4,4096"},
+    {"llama yarn", "llama", ES__DTYPE_F32, 64, 2, 4, 2, 96, false, 0, 0, 0, 20, 0, false, "yarn,4,4096", 0},
     /* 46 layers: Gemma 2 27B, queries scaled by (n_embd / n_head)^-1/2 = 12^-1/2, not head_dim's 8^-1/2 */
-    {"gemma2 27b query scale", "gemma2", ES__DTYPE_F32, 48, 46, 4, 2, 32, true, 4, 2.0f, 3.0f, 12, 8, false, NULL},
+    {"gemma2 27b query scale", "gemma2", ES__DTYPE_F32, 48, 46, 4, 2, 32, true, 4, 2.0f, 3.0f, 12, 8, false, NULL, 0},
     /* qwen3's per-head Q and K norms (qk_norm_rope.comp); heads wider than n_embd / n_head, as
-     * Qwen3-0.6B's 16 heads of 128 on n_embd 1024. The qwen3 cases stay last (runs_in). */
-    {"qwen3 head_dim 32", "qwen3", ES__DTYPE_F32, 64, 2, 4, 2, 96, false, 0, 0, 0, 20, 32, false, NULL},
-    {"qwen3 q8_0", "qwen3", ES__DTYPE_Q8_0, 64, 2, 4, 2, 96, false, 0, 0, 0, 20, 0, false, NULL},
-    {"qwen3 window", "qwen3", ES__DTYPE_F16, 64, 2, 4, 1, 96, false, 5, 0, 0, 20, 32, false, NULL},
-    {"qwen3 tied", "qwen3", ES__DTYPE_BF16, 64, 2, 4, 4, 64, true, 0, 0, 0, 20, 0, false, NULL},
+     * Qwen3-0.6B's 16 heads of 128 on n_embd 1024. The cases of an architecture stay together
+     * (runs_in). */
+    {"qwen3 head_dim 32", "qwen3", ES__DTYPE_F32, 64, 2, 4, 2, 96, false, 0, 0, 0, 20, 32, false, NULL, 0},
+    {"qwen3 q8_0", "qwen3", ES__DTYPE_Q8_0, 64, 2, 4, 2, 96, false, 0, 0, 0, 20, 0, false, NULL, 0},
+    {"qwen3 window", "qwen3", ES__DTYPE_F16, 64, 2, 4, 1, 96, false, 5, 0, 0, 20, 32, false, NULL, 0},
+    {"qwen3 tied", "qwen3", ES__DTYPE_BF16, 64, 2, 4, 4, 64, true, 0, 0, 0, 20, 0, false, NULL, 0},
+    /* gemma3: layers 0-4 and 6 slide (window shorter than the prompt) and rotate with their own
+     * base (10000, the file writes none), layer 5 is global with the model's (1e6, so the tables
+     * differ); qwen3's head norms (qk_norm_rope.comp), gemma2's post norms. Gemma 3 4B-27B scale
+     * the global layers' RoPE only (linear 8). */
+    {"gemma3 swa tied", "gemma3", ES__DTYPE_F32, 64, 7, 4, 2, 96, true, 4, 0, 0, 20, 0, false, NULL, 1e6f},
+    {"gemma3 q8_0 head_dim 32", "gemma3", ES__DTYPE_Q8_0, 64, 7, 4, 1, 64, false, 3, 0, 0, 20, 32, false, NULL, 1e6f},
+    {"gemma3 linear 8", "gemma3", ES__DTYPE_F32, 64, 7, 4, 2, 64, true, 5, 0, 0, 20, 0, false, "linear,8", 1e6f},
+    /* smollm3: llama (NORM pairs) whose layers 3 and 7 take no RoPE (the identity table) */
+    {"smollm3 gqa", "smollm3", ES__DTYPE_F32, 64, 4, 4, 2, 96, false, 0, 0, 0, 20, 0, false, NULL, 0},
+    {"smollm3 tied bf16 window", "smollm3", ES__DTYPE_BF16, 64, 8, 4, 4, 64, true, 5, 0, 0, 20, 0, false, NULL, 1e5f},
 };
 
 static int32_t argmax(const float *x, int32_t n) {
@@ -211,7 +226,20 @@ static float *tree_streams(const es_model *m, es_backend *b, const int32_t *prom
     return out;
 }
 
-/* qwen3 (the file header): a shift of the committed cache on the CPU and on Vulkan, then the
+/* The architectures whose cases run the checks below too (the file header): qwen3's head norms,
+ * gemma3's and smollm3's RoPE tables chosen per layer (lib/core/rope.h). */
+static bool deep_checks(const acase *ac) {
+    return !strcmp(ac->arch, "qwen3") || !strcmp(ac->arch, "gemma3") || !strcmp(ac->arch, "smollm3");
+}
+
+/* The cases that run ALSpec (alspec_check): one per architecture of deep_checks but gemma3,
+ * whose sliding layers ALSpec refuses (es_alspec_create: the speculation's chunks assume every key
+ * is seen). */
+static bool runs_alspec(const acase *ac) {
+    return !strcmp(ac->name, "qwen3 head_dim 32") || !strcmp(ac->name, "smollm3 gqa");
+}
+
+/* deep_checks (the file header): a shift of the committed cache on the CPU and on Vulkan, then the
  * next tokens' logits. */
 static void shift_check(const acase *ac, const es_model *m, es_backend *cpu, es_backend *vk, const int32_t *prompt) {
     const int32_t V = m->hp.n_vocab, P = ac->n_prompt;
@@ -234,7 +262,7 @@ static void shift_check(const acase *ac, const es_model *m, es_backend *cpu, es_
     free(out[0]), free(out[1]);
 }
 
-/* qwen3 (the file header): ALSpec at lambda 0 on Vulkan against plain greedy decoding there. */
+/* deep_checks (the file header): ALSpec at lambda 0 on Vulkan against plain greedy decoding there. */
 static void alspec_check(const acase *ac, const es_model *m, es_backend *vk) {
     const int32_t V = m->hp.n_vocab, P = ALSPEC_PROMPT, n_ctx = P + N_GEN + 8;
     int32_t *prompt = malloc(sizeof *prompt * P), want[N_GEN], got[N_GEN];
@@ -266,7 +294,7 @@ static void alspec_check(const acase *ac, const es_model *m, es_backend *vk) {
     free(prompt), free(l), free(row);
 }
 
-/* qwen3's stream rows on Vulkan, fused and from the pass, against the CPU's (the file header). */
+/* deep_checks' stream rows on Vulkan, fused and from the pass, against the CPU's (the file header). */
 static void stream_check(const acase *ac, const char *path, es_backend *cpu, es_backend *const vk[2]) {
     es_model *m = NULL;
     CHECK_OK(es_model_load(path, NULL, &m));
@@ -342,7 +370,7 @@ static void run_case(const acase *ac, const char *path, es_backend *cpu, es_back
         tree_check(c2, gen, seq[k], V, &rng, w2);
         es_context_free(c2);
     }
-    if (strcmp(ac->arch, "qwen3") == 0) shift_check(ac, m, cpu, vk, prompt);
+    if (deep_checks(ac)) shift_check(ac, m, cpu, vk, prompt);
     free(sc), free(sv), free(lc), free(lv);
     es_context_free(cc);
     es_context_free(vc);
@@ -350,12 +378,18 @@ static void run_case(const acase *ac, const char *path, es_backend *cpu, es_back
 }
 
 /* Every case runs in the default configuration; fallback configuration c runs case 2c - 1 and
- * qwen3 case c - 1, so each variant of qwen3's own kernel (read path, reduction) runs once (each
- * pipeline costs lavapipe ~50 ms to compile: the whole grid would be slow for CI). */
+ * case c - 1 of qwen3, of gemma3 and of smollm3 (where they have one), so each variant of
+ * qwen3's own kernel (read path, reduction) runs once and every fallback reads per-layer RoPE
+ * tables (each pipeline costs lavapipe ~50 ms to compile: the whole grid would be slow for CI). */
 static bool runs_in(size_t i, int c) {
-    size_t q0 = 0;
-    while (q0 < ES__ARRAY_LEN(cases) && strcmp(cases[q0].arch, "qwen3") != 0) q0++;
-    return c == 0 || i == (size_t)(2 * c - 1) || i == q0 + (size_t)(c - 1);
+    static const char *const own[] = {"qwen3", "gemma3", "smollm3"};
+    if (c == 0 || i == (size_t)(2 * c - 1)) return true;
+    for (size_t a = 0; a < ES__ARRAY_LEN(own); a++) {
+        size_t q0 = 0;
+        while (q0 < ES__ARRAY_LEN(cases) && strcmp(cases[q0].arch, own[a]) != 0) q0++;
+        if (i == q0 + (size_t)(c - 1) && strcmp(cases[i].arch, own[a]) == 0) return true;
+    }
+    return false;
 }
 
 /* The case's model file in dir; false where writing failed. */
@@ -369,9 +403,10 @@ static bool write_model(const acase *ac, const char *path) {
     p.n_head = ac->n_head;
     p.n_head_kv = ac->n_head_kv;
     p.n_ff = ac->n_ff;
-    p.n_ctx = strcmp(ac->arch, "qwen3") ? N_CTX : ALSPEC_PROMPT + 2 * N_GEN; /* alspec_check's */
+    p.n_ctx = runs_alspec(ac) ? ALSPEC_PROMPT + 2 * N_GEN : N_CTX; /* alspec_check's */
     p.tied = ac->tied;
-    p.rope = strcmp(ac->arch, "llama") ? ES_ROPE_NEOX : ES_ROPE_NORM;
+    p.rope = strcmp(ac->arch, "llama") && strcmp(ac->arch, "smollm3") ? ES_ROPE_NEOX : ES_ROPE_NORM;
+    if (ac->freq_base > 0) p.freq_base = ac->freq_base;
     p.sliding_window = ac->window;
     p.attn_softcap = ac->attn_cap;
     p.final_softcap = ac->final_cap;
@@ -407,11 +442,11 @@ int main(void) {
     }
     es_backend *ss_vk[2] = {vk_fusing(true), vk_fusing(false)};
     for (size_t i = 0; i < n_cases; i++)
-        if (ok[i] && ss_vk[0] && ss_vk[1] && cpu && strcmp(cases[i].arch, "qwen3") == 0)
+        if (ok[i] && ss_vk[0] && ss_vk[1] && cpu && deep_checks(&cases[i]))
             stream_check(&cases[i], paths[i], cpu, ss_vk);
-    for (size_t i = 0; i < n_cases; i++) { /* one qwen3 case: the heads wider than n_embd / n_head */
+    for (size_t i = 0; i < n_cases; i++) { /* runs_alspec's */
         es_model *m = NULL;
-        if (!ok[i] || !ss_vk[1] || strcmp(cases[i].name, "qwen3 head_dim 32") != 0) continue;
+        if (!ok[i] || !ss_vk[1] || !runs_alspec(&cases[i])) continue;
         CHECK_OK(es_model_load(paths[i], NULL, &m));
         if (m) alspec_check(&cases[i], m, ss_vk[1]);
         es_model_free(m);
