@@ -5,7 +5,7 @@
  *     logit (the keys are rotated twice instead of once), at several keep / drop splits; also
  *     with llama 3's per-pair frequency divisors (rope_freqs.weight), with YaRN and with phi3's
  *     LongRoPE, whose magnitudes the cached keys carry already (the shift turns them by a unit
- *     rotation), and (CPU) in a sliding layer with a RoPE of its own (gemma3's local layers).
+ *     rotation), and in a sliding layer with a RoPE of its own (gemma3's local layers).
  *     (With more layers no such reference exists: the kept tokens' deeper keys and values still
  *     carry what they attended to before the shift, by design.)
  *   - es_generate with shift_context runs on past n_ctx with the tokens of the same loop written
@@ -199,8 +199,7 @@ int main(int argc, char **argv) {
     check_one_layer(&mqa, PLAIN, NULL, "neox mqa f16");
     check_one_layer(&norm, YARN, NULL, "norm gqa, yarn");
     check_one_layer(&neox, LONGROPE, freqs, "neox partial rotation, longrope");
-    if (!vulkan) /* Vulkan does not run gemma3's local RoPE yet */
-        check_one_layer(&neox, LOCAL, NULL, "neox partial rotation, scaled, a sliding layer's own RoPE");
+    check_one_layer(&neox, LOCAL, NULL, "neox partial rotation, scaled, a sliding layer's own RoPE");
     check_errors();
     check_generate();
     test_backend_end(backend);

@@ -115,11 +115,6 @@ int main(int argc, char **argv) {
     for (int i = 0; i < 12; i++) prompt[i] = (int32_t)(test_rng_u64(&rng) % 280);
     char path[3][96];
     for (size_t fi = 0; fi < sizeof fams / sizeof fams[0]; fi++) {
-        if (vulkan && (!strcmp(fams[fi].arch, "gemma3") || !strcmp(fams[fi].arch, "smollm3"))) {
-            /* refused at upload (docs/formats.md) */
-            printf("%s: not run on Vulkan (layers with another RoPE, or none, are CPU-only for now)\n", fams[fi].arch);
-            continue;
-        }
         for (int k = 0; k < 3; k++) snprintf(path[k], sizeof path[k], "/tmp/es-spec-arch-%d-%d.gguf", (int)getpid(), k);
         es_model *target = load(&fams[fi], fams[fi].window, false, path[0]), *near = load(&fams[fi], 2, false, path[1]);
         es_model *small = load(&fams[fi], fams[fi].window, true, path[2]);
