@@ -658,7 +658,7 @@ static es_status rec_pre(vk_ctx *c, es__vk_rec *r, uint32_t l, uint32_t n, uint3
     pq.bias_off = bias_off(c, l);
     pq.ss_t0 = n;
     pq.ss_g = g;
-    es__vk_rec_dispatch(r, "qk_norm_rope", c->p_qk_norm, c->ls[l].qk_norm, &pq, nl, 1, 1);
+    es__vk_rec_dispatch(r, "qk_norm_rope", c->p_qk_norm, c->ls[l].qk_norm, &pq, nl, (uint32_t)(hp->n_head + hp->n_head_kv), 1);
     return ES_OK;
 }
 

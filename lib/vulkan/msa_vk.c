@@ -659,7 +659,7 @@ static void rec_rope(struct es__vk_msa *m, es__vk_rec *r, int32_t l, uint32_t G)
         es__pc_qk_norm_rope pq = es__vk_qk_norm_call(res->w, (uint32_t)l, G, res->QKV32, res->n_ctx);
         pq.bias_off = bias_off;
         pq.ss_t0 = 0;
-        es__vk_rec_dispatch(r, "ss_qk_norm_rope", m->p_rope, set, &pq, G, 1, 1);
+        es__vk_rec_dispatch(r, "ss_qk_norm_rope", m->p_rope, set, &pq, G, pq.n_head + pq.n_head_kv, 1);
         return;
     }
     es__pc_ss_rope pr = {G, (uint32_t)hp->n_head, (uint32_t)hp->n_head_kv, (uint32_t)hp->head_dim, (uint32_t)hp->n_rot,

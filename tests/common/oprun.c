@@ -832,7 +832,7 @@ es_status es__vk_run_qk_norm_rope(es_backend *b, const es__vk_qk_norm_call *c, c
         es__pc_qk_norm_rope pc = {c->n_rows, g->n_head, g->n_head_kv, g->hd, g->n_rot, g->type == ES_ROPE_NEOX ? 1u : 0u,
                                   c->qkv_stride, c->n_ctx, bias_off, q_off, k_off, c->ss_t0, c->ss_g, c->eps,
                                   rope_off};
-        s = run_one(&r, p, binds, &pc, c->n_rows, 1, 1);
+        s = run_one(&r, p, binds, &pc, c->n_rows, g->n_head + g->n_head_kv, 1);
     }
     if (s == ES_OK) s = run_read(&r, Q, qkv, sizeof *qkv * c->n_rows * c->qkv_stride);
     if (s == ES_OK && c->kc) s = run_read(&r, K, c->kc, sizeof(float) * cache);
