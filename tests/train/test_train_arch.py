@@ -23,9 +23,7 @@ written by the project's GGUF writer (edgespec-mkmodel):
 3. the C library (train_c, CPU backend; with "vulkan" the Vulkan backend, streams both in the
    forward's rows and from stream passes) gives main-stream and every stream's logits within
    1e-4 (max |C - ref| / max |ref| per row) of model.py in float64 on the file's weights, and the
-   tree-pruning decisions along the chain that model.py's early exit gives. The Vulkan backend
-   refuses gemma3 and smollm3 for now (a RoPE other than the model's, or none, in some layers):
-   the vulkan variant passes over them and says so.
+   tree-pruning decisions along the chain that model.py's early exit gives.
 With "bpe": the same for qwen2 and qwen3 bases with a GPT-2 BPE vocabulary (VOCAB.gguf's, copied
 by mkmodel) and adapters trained by train.py, whose corpus is encoded by the file's own tokenizer
 through the C library (tools/train/gguf_vocab.py, the Python binding on LIBEDGESPEC; an
@@ -77,8 +75,6 @@ DEEP = [  # (arch, mkmodel flags): the depths that take (n_embd / n_head)^-1/2 a
     ("gemma3", ["--n-layer", "62", "--n-head-kv", "2", "--head-dim", "32", "--sliding-window", "5",
                 "--freq-base", "1000000", "--freq-base-swa", "20000"]),
 ]
-VULKAN_REFUSES = {"gemma3": "its sliding layers' own RoPE is CPU-only for now",
-                  "smollm3": "its layers without RoPE are CPU-only for now"}
 BPE_ARCHS = [  # the architectures whose models ship a GPT-2 BPE vocabulary (with "bpe")
     ("qwen2", ["--n-head-kv", "2", "--sliding-window", "5"], True),
     ("qwen3", ["--n-head-kv", "2", "--head-dim", "32"], True),
@@ -223,9 +219,6 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         archs = [(a, f + ["--vocab", BPE], t) for a, f, t in BPE_ARCHS] if BPE else ARCHS
         for arch, flags, trained in archs:
-            if VULKAN and arch in VULKAN_REFUSES:
-                print("%s: not run on Vulkan (%s)" % (arch, VULKAN_REFUSES[arch]))
-                continue
             one(arch, flags, trained, tmp)
         if not BPE and not VULKAN:  # the reference check alone: no backend runs it here
             for arch, flags in DEEP:
