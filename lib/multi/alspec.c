@@ -55,7 +55,7 @@ es_status es_alspec_create(es_context *ctx, const es_alspec_params *params, es_a
     es__context_caps(ctx, &caps);
     ES_RETURN_IF(caps.alspec_tile == 0, NULL, ES_ERR_UNSUPPORTED,
                  "es_alspec_create: no speculative attention for this context: its backend has none, or its "
-                 "model has sliding-window or soft-capped attention (gemma2)");
+                 "model has sliding-window or soft-capped attention (gemma2, gemma3, a window in the file)");
     ES_RETURN_IF(p.chunk < 0 || p.chunk % caps.alspec_tile, NULL, ES_ERR_INVALID_ARGUMENT,
                  "es_alspec_create: chunk %d is not a positive multiple of the backend's attention tile %d",
                  p.chunk, caps.alspec_tile);
