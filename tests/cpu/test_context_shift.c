@@ -186,8 +186,7 @@ static void check_generate(void) {
 }
 
 int main(int argc, char **argv) {
-    bool vulkan = false;
-    backend = test_backend_from_args(argc, argv, 2, &vulkan);
+    backend = test_backend_from_args(argc, argv, 2, NULL);
     if (!backend) TEST_MAIN_END();
     const mem_model_cfg norm = {67, 48, 1, 4, 2, 12, 64, 12, ES_ROPE_NORM, 10000.0f, 1.0f, false, ES__DTYPE_F32, 41};
     const mem_model_cfg neox = {67, 48, 1, 4, 4, 12, 64, 8, ES_ROPE_NEOX, 10000.0f, 0.5f, true, ES__DTYPE_F32, 42};

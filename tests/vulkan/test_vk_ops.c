@@ -11,6 +11,7 @@
 #include "cpu/opsi.h"
 #include "oprun.h"
 #include "backend_vk.h"
+#include "qk_ref.h"
 #include "vk_test.h"
 
 static void test_rmsnorm(es_backend *b, test_rng *r, const char *cfg) {
@@ -110,24 +111,6 @@ static void test_rope_kv(es_backend *b, test_rng *r, const char *cfg) {
         free(bias);
         free(qkv), free(orig), free(kc), free(vc), free(kc0), free(vc0), free(q), free(k), free(v);
     }
-}
-
-/* The CPU's attention inputs of one row (es__cpu_qkv_prepare: biases, head norms, RoPE) at pos,
- * in place. */
-static void cpu_qk_prepare(const es__vk_op_rope *g, const es__cpu_layer *L, float eps, int32_t pos, float *row) {
-    es__hparams hp;
-    memset(&hp, 0, sizeof hp);
-    hp.n_head = (int32_t)g->n_head;
-    hp.n_head_kv = (int32_t)g->n_head_kv;
-    hp.head_dim = (int32_t)g->hd;
-    hp.n_rot = (int32_t)g->n_rot;
-    hp.rope_type = g->type;
-    hp.rms_eps = eps;
-    float cs[512];
-    const es__rope rope = es__rope_plain((int32_t)g->n_rot, g->freq_base, g->freq_scale);
-    es__cpu_rope_table(&rope, &pos, 1, false, cs);
-    const uint32_t qd = g->n_head * g->hd, kvd = g->n_head_kv * g->hd;
-    es__cpu_qkv_prepare(es__kern_best(), &hp, L, row, row + qd, row + qd + kvd, cs);
 }
 
 /* qwen3's per-head Q and K norms (qk_norm_rope.comp) as the forward runs them: the token rows of
