@@ -41,6 +41,7 @@ typedef enum es__pretok {
     ES__PRETOK_PORO,
     ES__PRETOK_VIKING,
     ES__PRETOK_TEKKEN,
+    ES__PRETOK_GPT4O,
     ES__PRETOK_COUNT
 } es__pretok;
 

@@ -24,6 +24,12 @@
  *   tekken:    [^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+|
  *              [^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*|\p{N}|
  *               ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+
+ *   gpt-4o:    [^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+
+ *              (?i:'s|'t|'re|'ve|'m|'ll|'d)?|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+
+ *              [\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|\p{N}{1,3}|
+ *               ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+
+ *              (tiktoken's o200k: tekken with an optional contraction after either letter
+ *              alternative, and up to three digits)
  * (gpt2 as a later stage omits the final |\s+ in the published lists; the gap it leaves is that same
  * single character, so the matcher is shared.) \s is the White_Space property. A byte that is not
  * valid UTF-8 counts as one character of its own, in no class and in no listed range. */
@@ -64,6 +70,7 @@ static const stage S_STARCODER[] = {{es__pm_num1, NULL}, {es__pm_gpt2, NULL}};
 static const stage S_PORO[] = {{es__pm_poro, NULL}};
 static const stage S_VIKING[] = {{es__pm_poro, NULL}, {es__pm_num1, NULL}};
 static const stage S_TEKKEN[] = {{es__pm_tekken, NULL}};
+static const stage S_GPT4O[] = {{es__pm_gpt4o, NULL}};
 
 #define SPLIT(s) {s, (int)ES__ARRAY_LEN(s)}
 static const split SPLITS[ES__PRETOK_COUNT] = {
@@ -79,6 +86,7 @@ static const split SPLITS[ES__PRETOK_COUNT] = {
     [ES__PRETOK_PORO] = SPLIT(S_PORO),
     [ES__PRETOK_VIKING] = SPLIT(S_VIKING),
     [ES__PRETOK_TEKKEN] = SPLIT(S_TEKKEN),
+    [ES__PRETOK_GPT4O] = SPLIT(S_GPT4O),
 };
 _Static_assert(ES__ARRAY_LEN(S_DEEPSEEK_LLM) <= ES__PRETOK_MAX_STAGES, "raise ES__PRETOK_MAX_STAGES");
 
@@ -129,6 +137,11 @@ size_t es__pretok_next(es__pretok_iter *it) {
 
 enum { IGNORE_MERGES = 1, ADD_BOS = 2 };
 
+/* Some names llama.cpp gives pre-tokenizer types of their own whose expressions are, string for
+ * string, those of a split here: they are aliases of that split, with the name's own defaults. So
+ * gpt-2's (jina-es ... modern-bert; jina-v1-en, jina-v2-code and roberta-bpe also set add_sep, which
+ * edgespec has no use for), llama3's (midm-2.0, jina-v5-nano), qwen2's (f2llmv2, solar-open),
+ * deepseek-v3's (joyai-llm, hy_v4), starcoder's (mellum2) and gpt-4o's (minimax-m2). */
 static const struct {
     const char *name;
     es__pretok kind;
@@ -139,6 +152,11 @@ static const struct {
     {"olmo", ES__PRETOK_GPT2, 0},           {"jais", ES__PRETOK_GPT2, 0},
     {"trillion", ES__PRETOK_GPT2, 0},       {"exaone4", ES__PRETOK_GPT2, 0},
     {"gigachat", ES__PRETOK_GPT2, 0},       {"granite-docling", ES__PRETOK_GPT2, 0},
+    {"jina-es", ES__PRETOK_GPT2, 0},        {"jina-de", ES__PRETOK_GPT2, 0},
+    {"jina-v2-es", ES__PRETOK_GPT2, 0},     {"jina-v2-de", ES__PRETOK_GPT2, 0},
+    {"a.x-4.0", ES__PRETOK_GPT2, 0},        {"mellum", ES__PRETOK_GPT2, 0},
+    {"modern-bert", ES__PRETOK_GPT2, 0},    {"jina-v1-en", ES__PRETOK_GPT2, 0},
+    {"jina-v2-code", ES__PRETOK_GPT2, 0},   {"roberta-bpe", ES__PRETOK_GPT2, 0},
     {"llama3", ES__PRETOK_LLAMA3, IGNORE_MERGES | ADD_BOS},
     {"llama-v3", ES__PRETOK_LLAMA3, IGNORE_MERGES | ADD_BOS},
     {"llama-bpe", ES__PRETOK_LLAMA3, IGNORE_MERGES | ADD_BOS},
@@ -146,23 +164,31 @@ static const struct {
     {"falcon-h1", ES__PRETOK_LLAMA3, IGNORE_MERGES | ADD_BOS},
     {"pixtral", ES__PRETOK_LLAMA3, IGNORE_MERGES | ADD_BOS},
     {"lfm2", ES__PRETOK_LLAMA3, IGNORE_MERGES | ADD_BOS},
+    {"midm-2.0", ES__PRETOK_LLAMA3, IGNORE_MERGES | ADD_BOS},
+    {"jina-v5-nano", ES__PRETOK_LLAMA3, IGNORE_MERGES | ADD_BOS},
     {"dbrx", ES__PRETOK_LLAMA3, 0},         {"smaug-bpe", ES__PRETOK_LLAMA3, 0},
     {"chatglm-bpe", ES__PRETOK_LLAMA3, 0},  {"glm4", ES__PRETOK_LLAMA3, 0},
     {"qwen2", ES__PRETOK_QWEN2, 0},         {"deepseek-r1-qwen", ES__PRETOK_QWEN2, 0},
     {"stablelm2", ES__PRETOK_QWEN2, 0},     {"megrez", ES__PRETOK_QWEN2, 0},
     {"hunyuan", ES__PRETOK_QWEN2, 0},       {"grok-2", ES__PRETOK_QWEN2, 0},
-    {"kormo", ES__PRETOK_QWEN2, 0},
+    {"kormo", ES__PRETOK_QWEN2, 0},         {"f2llmv2", ES__PRETOK_QWEN2, 0},
+    {"solar-open", ES__PRETOK_QWEN2, 0},
     {"deepseek-llm", ES__PRETOK_DEEPSEEK_LLM, 0},
     {"deepseek-coder", ES__PRETOK_DEEPSEEK_CODER, 0},
     {"deepseek-v3", ES__PRETOK_DEEPSEEK3, 0},     {"hunyuan-dense", ES__PRETOK_DEEPSEEK3, 0},
+    {"joyai-llm", ES__PRETOK_DEEPSEEK3, 0},       {"hy_v4", ES__PRETOK_DEEPSEEK3, 0},
     {"falcon", ES__PRETOK_FALCON, 0},
     {"starcoder", ES__PRETOK_STARCODER, 0}, {"refact", ES__PRETOK_STARCODER, 0},
     {"command-r", ES__PRETOK_STARCODER, 0}, {"smollm", ES__PRETOK_STARCODER, 0},
     {"codeshell", ES__PRETOK_STARCODER, 0}, {"exaone", ES__PRETOK_STARCODER, 0},
-    {"minerva-7b", ES__PRETOK_STARCODER, 0},
+    {"minerva-7b", ES__PRETOK_STARCODER, 0}, {"mellum2", ES__PRETOK_STARCODER, 0},
     {"poro-chat", ES__PRETOK_PORO, 0},      {"bloom", ES__PRETOK_PORO, 0},
     {"gpt3-finnish", ES__PRETOK_PORO, 0},   {"viking", ES__PRETOK_VIKING, 0},
     {"tekken", ES__PRETOK_TEKKEN, IGNORE_MERGES | ADD_BOS},
+    /* Phi-4-mini, Llama 4, ...: neither ignore_merges nor add_bos in llama.cpp */
+    {"gpt-4o", ES__PRETOK_GPT4O, 0},        {"llama4", ES__PRETOK_GPT4O, 0},
+    {"kanana2", ES__PRETOK_GPT4O, 0},       {"talkie", ES__PRETOK_GPT4O, 0},
+    {"minimax-m2", ES__PRETOK_GPT4O, 0},
 };
 
 bool es__pretok_lookup(const char *name, size_t len, es__pretok_info *out) {

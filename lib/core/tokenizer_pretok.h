@@ -27,6 +27,7 @@ size_t es__pm_falcon_punct(const uint8_t *t, size_t end, size_t pos);  /* [\p{P}
 size_t es__pm_digits3(const uint8_t *t, size_t end, size_t pos);       /* [0-9][0-9][0-9]          */
 size_t es__pm_poro(const uint8_t *t, size_t end, size_t pos);          /*  ?[^(\s|.,!?…。，、।۔،)]+ */
 size_t es__pm_tekken(const uint8_t *t, size_t end, size_t pos);
+size_t es__pm_gpt4o(const uint8_t *t, size_t end, size_t pos);
 
 /* \s+$: the first match in [pos, end) is the whitespace run that ends the piece, if any: its length,
  * its start in *at; 0 = none. A finder rather than a matcher, which would rescan a run from every

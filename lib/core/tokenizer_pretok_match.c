@@ -86,20 +86,25 @@ static uint32_t fold(uint32_t cp) {
     return 0;
 }
 
+/* (?i:'s|'t|'re|'ve|'m|'ll|'d) at pos (pos <= len): its length, or 0. */
+static size_t contraction(const uint8_t *t, size_t len, size_t pos) {
+    if (pos + 1 >= len || t[pos] != '\'') return 0;
+    ch c1 = char_at(t, len, pos + 1);
+    uint32_t a = fold(c1.cp);
+    if (a == 's' || a == 't' || a == 'm' || a == 'd') return 1 + c1.n;
+    if (pos + 1 + c1.n < len) {
+        ch c2 = char_at(t, len, pos + 1 + c1.n);
+        uint32_t b = fold(c2.cp);
+        if ((a == 'r' && b == 'e') || (a == 'v' && b == 'e') || (a == 'l' && b == 'l')) return 1 + c1.n + c2.n;
+    }
+    return 0;
+}
+
 /* Llama 3's expression with \p{N}{1,max_digits} (3 for Llama 3, 1 for Qwen2). */
 static size_t llama3_next(const uint8_t *t, size_t len, size_t pos, size_t max_digits) {
+    size_t k = contraction(t, len, pos);
+    if (k) return k;
     ch c0 = char_at(t, len, pos);
-    /* (?i:'s|'t|'re|'ve|'m|'ll|'d) */
-    if (c0.cp == '\'' && pos + 1 < len) {
-        ch c1 = char_at(t, len, pos + 1);
-        uint32_t a = fold(c1.cp);
-        if (a == 's' || a == 't' || a == 'm' || a == 'd') return 1 + c1.n;
-        if (pos + 1 + c1.n < len) {
-            ch c2 = char_at(t, len, pos + 1 + c1.n);
-            uint32_t b = fold(c2.cp);
-            if ((a == 'r' && b == 'e') || (a == 'v' && b == 'e') || (a == 'l' && b == 'l')) return 1 + c1.n + c2.n;
-        }
-    }
     /* [^\r\n\p{L}\p{N}]?\p{L}+ */
     if (c0.cls == ES__UCLS_LETTER) return run_end(t, len, pos, ES__UCLS_LETTER, SIZE_MAX) - pos;
     if (c0.cls != ES__UCLS_NUMBER && c0.cp != '\r' && c0.cp != '\n' && pos + c0.n < len) {
@@ -363,7 +368,7 @@ size_t es__pm_poro(const uint8_t *t, size_t end, size_t pos) {
     return r > q ? r - pos : 0;
 }
 
-/* ---- tekken. */
+/* ---- tekken and gpt-4o. */
 
 /* [U]*[W]+ from p (U, W: tekken's upper- and lower-ish classes, which share Lm, Lo and M): U* takes
  * its longest run, then gives characters back until W+ can start; W+ then runs on. The end, or 0. */
@@ -386,17 +391,19 @@ static size_t tekken_upper(const uint8_t *t, size_t end, size_t p) {
     return r > p ? run_mask(t, end, r, B_LOWERISH, SIZE_MAX) : 0;
 }
 
-size_t es__pm_tekken(const uint8_t *t, size_t end, size_t pos) {
+/* tekken's expression, or with contractions gpt-4o's: the same with (?i:'s|'t|'re|'ve|'m|'ll|'d)?
+ * after each letter alternative, and \p{N}{1,max_digits} for \p{N}. The optional suffix cannot
+ * fail, so it leaves the letters' match as it was and only extends it. */
+static size_t tekken_next(const uint8_t *t, size_t end, size_t pos, bool contractions, size_t max_digits) {
     gch c0 = gch_at(t, end, pos);
     size_t p1 = pos + c0.n, e;
     /* [^\r\n\p{L}\p{N}]? before either letter alternative: tried taken, then not */
     bool x = c0.cp != '\r' && c0.cp != '\n' && !(c0.bit & (B_L | B_N)) && p1 < end;
-    if (x && (e = tekken_lower(t, end, p1))) return e - pos;
-    if ((e = tekken_lower(t, end, pos))) return e - pos;
-    if (x && (e = tekken_upper(t, end, p1))) return e - pos;
-    if ((e = tekken_upper(t, end, pos))) return e - pos;
-    /* \p{N} */
-    if (c0.bit & B_N) return c0.n;
+    if ((x && (e = tekken_lower(t, end, p1))) || (e = tekken_lower(t, end, pos)) ||
+        (x && (e = tekken_upper(t, end, p1))) || (e = tekken_upper(t, end, pos)))
+        return e - pos + (contractions ? contraction(t, end, e) : 0);
+    /* \p{N}{1,max_digits} */
+    if (c0.bit & B_N) return run_mask(t, end, pos, B_N, max_digits) - pos;
     /*  ?[^\s\p{L}\p{N}]+[\r\n/]* */
     size_t q = pos + (c0.cp == ' ' ? 1 : 0);
     if (q < end) {
@@ -413,3 +420,6 @@ size_t es__pm_tekken(const uint8_t *t, size_t end, size_t pos) {
     }
     return space_tail(t, end, pos);
 }
+
+size_t es__pm_tekken(const uint8_t *t, size_t end, size_t pos) { return tekken_next(t, end, pos, false, 1); }
+size_t es__pm_gpt4o(const uint8_t *t, size_t end, size_t pos) { return tekken_next(t, end, pos, true, 3); }

@@ -221,7 +221,7 @@ static es_status parse_type(builder *b, const es__vocab_desc *d) {
         return es__fail(b->err, ES_ERR_UNSUPPORTED,
                         "tokenizer.ggml.pre '%.*s' is not supported for gpt2 vocabularies (edgespec has the "
                         "splits of gpt-2, llama3, qwen2, deepseek-llm, deepseek-coder, deepseek-v3, falcon, "
-                        "starcoder, poro-chat, viking, tekken and their aliases: docs/formats.md)",
+                        "starcoder, poro-chat, viking, tekken, gpt-4o and their aliases: docs/formats.md)",
                         (int)ES__MIN(pre.len, MAX_SHOWN), pre.ptr);
     v->pretok = info.kind;
     v->ignore_merges = info.ignore_merges;

@@ -53,7 +53,7 @@ static tvocab small_spm, small_bpe, small_llama3;
 
 /* The small byte-level vocabulary under each of the other splits. */
 static const char *const split_names[] = {"qwen2", "deepseek-llm", "deepseek-coder", "deepseek-v3", "falcon",
-                                          "starcoder", "poro-chat", "viking", "tekken"};
+                                          "starcoder", "poro-chat", "viking", "tekken", "gpt-4o"};
 #define N_SPLITS (sizeof split_names / sizeof split_names[0])
 static fvocab split_vocabs[N_SPLITS];
 static tvocab small_splits[N_SPLITS];
@@ -215,7 +215,7 @@ static void fuzz_build(const uint8_t *data, size_t size) {
     static const char *const models[] = {"llama", "gpt2", "none", "bert"};
     static const char *const pres[] = {"default", "gpt-2", "llama3", "llama-bpe", "qwen2", "deepseek-llm",
                                        "deepseek-coder", "deepseek-v3", "falcon", "starcoder", "poro-chat",
-                                       "viking", "tekken", "smollm", "kimi-k2"};
+                                       "viking", "tekken", "gpt-4o", "smollm", "kimi-k2"};
     es__vocab_desc d;
     es__vocab_desc_init(&d);
     const char *model = models[data[0] % 4], *pre = pres[data[1] % ES__ARRAY_LEN(pres)];

@@ -2,8 +2,8 @@
 """pretok_ref.py: checks the hand-written pre-tokenizer matchers against Python's regex engine running
 each split's published expressions literally (every tokenizer.ggml.pre kind edgespec has: gpt-2,
 llama3, qwen2, deepseek-llm, deepseek-coder, deepseek-v3, falcon, starcoder, poro-chat, viking,
-tekken), on fixed strings and on random strings drawn from all of Unicode and from a pool of tricky
-characters; and checks the generated class and category tables against unicodedata.
+tekken, gpt-4o), on fixed strings and on random strings drawn from all of Unicode and from a pool of
+tricky characters; and checks the generated class and category tables against unicodedata.
 
 A split of several expressions applies them in turn: each cuts every piece of the one before into its
 matches and the gaps between them, and sees only that piece. \\p{..} classes and \\s are spelled out as
@@ -110,6 +110,8 @@ def splits(cat, ws):
         "viking": [poro, "[%s]" % N],
         "tekken": ["[^\\r\\n%s%s]?%s*%s+|[^\\r\\n%s%s]?%s+%s*|[%s]| ?[^%s%s%s]+[\\r\\n/]*|%s"
                    % (L, N, upper, lower, L, N, upper, lower, N, S, L, N, tail)],
+        "gpt-4o": ["[^\\r\\n%s%s]?%s*%s+%s?|[^\\r\\n%s%s]?%s+%s*%s?|[%s]{1,3}| ?[^%s%s%s]+[\\r\\n/]*|%s"
+                   % (L, N, upper, lower, contractions, L, N, upper, lower, contractions, N, S, L, N, tail)],
     }
 
 
@@ -148,6 +150,9 @@ FIXED = [
     "3..3 3...3 \u1780\u17b6\u1793\u17cb\U0001f601 ?\u6211\u60f3\u5728apple\u5de5\u4f5c1314151\u5929\uff5e ------======= "
     "\u043d\u0435\u0449\u043e ```````\"\"\"\"......!!!!!!?????? I've been 'told he's there, 'RE you sure? We'Ve a'lL",
     "a 12", "I'M HE'LL", "x'\u017f", "HelloWorld", "helloWORLD", " ABC", "\u4f60\u597d", "x\u00b2",
+    "HTTPServer's", "it's IT'S", "don't we'll they've you're I'm he'd", "THEY'RE You'Ve", "'s", " 's", "x 'll",
+    "e\u0301'S \u0301'd", "\u01c5'LL", "'tis", "a'b 'tis", "1234567 12", "a!/\n/b", "x?\r\n\r\n/y",
+    "a\r\n\r\n  b", "x  \t\n", " ...\n\nx", "\u4f60's", "IT'S",
 ]
 
 

@@ -320,7 +320,7 @@ static void br_no_merges(tvocab *t) { t->n_merges = 0; }
 /* ---- The same merges under different splits: the words change, so the tokens do. Ids 0..255 are the
  * bytes (their GPT-2 characters), then these; expected ids worked out by hand from the splits'
  * expressions and the merge ranks. */
-enum { S_12 = 256, S_123, S_G1, S_G12, S_BANGS, S_GBANG, S_IT, S_QS };
+enum { S_12 = 256, S_123, S_G1, S_G12, S_BANGS, S_GBANG, S_IT, S_QS, S_ITS, S_RQS, S_UIT, S_UQS, S_UITS };
 
 static void split_vocab(tvocab *t, const char *pre) {
     uint32_t map[256];
@@ -331,9 +331,11 @@ static void split_vocab(tvocab *t, const char *pre) {
         tv_utf8(map[b], s);
         tv_add(t, s, 0, ES__TOK_NORMAL);
     }
-    static const char *const toks[] = {"12", "123", ("\xC4\xA0" "1"), ("\xC4\xA0" "12"), "!!", "\xC4\xA0!", "it", "'s"};
-    static const char *const merges[] = {"1 2", "12 3", "\xC4\xA0 1", ("\xC4\xA0" "1 2"),
-                                         "! !", "\xC4\xA0 !", "i t", "' s"};
+    /* the last five merge across the ends of words of the other splits: only gpt-4o's words hold them */
+    static const char *const toks[] = {"12", "123", ("\xC4\xA0" "1"), ("\xC4\xA0" "12"), "!!", "\xC4\xA0!", "it", "'s",
+                                       "it's", "r's", "IT", "'S", "IT'S"};
+    static const char *const merges[] = {"1 2", "12 3", "\xC4\xA0 1", ("\xC4\xA0" "1 2"), "! !", "\xC4\xA0 !", "i t",
+                                         "' s", "it 's", "r 's", "I T", "' S", "IT 'S"};
     for (size_t i = 0; i < ES__ARRAY_LEN(toks); i++) tv_add(t, toks[i], 0, ES__TOK_NORMAL);
     for (size_t i = 0; i < ES__ARRAY_LEN(merges); i++) tv_merge(t, merges[i]);
 }
@@ -341,7 +343,7 @@ static void split_vocab(tvocab *t, const char *pre) {
 static void test_bpe_splits(void) {
     static const struct {
         const char *pre, *text;
-        int32_t ids[8];
+        int32_t ids[12];
         size_t n;
     } cases[] = {
         /* " 123": GPT-2 keeps one word, (1,2) then (12,3) rank first and leave the space alone */
@@ -363,6 +365,17 @@ static void test_bpe_splits(void) {
         {"falcon", "it's", {S_IT, '\'', 's'}, 3},
         {"deepseek-coder", "it's", {S_IT, '\'', 's'}, 3},
         {"tekken", "it's", {S_IT, S_QS}, 2}, /* no contraction rule, but "'" is the optional prefix of the word "s" */
+        /* gpt-4o: the contraction stays in the word before it, whatever the case */
+        {"gpt-4o", "it's", {S_ITS}, 1},
+        {"gpt-4o", "IT'S", {S_UITS}, 1},                 /* (I,T), then (',S), then (IT,'S) */
+        {"tekken", "IT'S", {S_UIT, S_UQS}, 2},          /* "IT" and "'S" */
+        {"qwen2", "IT'S", {S_UIT, S_UQS}, 2},           /* "IT" and the contraction "'S" */
+        {"gpt-2", "IT'S", {S_UIT, '\'', 'S'}, 3},       /* GPT-2's contractions are lower case only */
+        {"gpt-4o", "HTTPServer's", {'H', 'T', 'T', 'P', 'S', 'e', 'r', 'v', 'e', S_RQS}, 10},
+        {"tekken", "HTTPServer's", {'H', 'T', 'T', 'P', 'S', 'e', 'r', 'v', 'e', 'r', S_QS}, 11},
+        {"gpt-4o", "1234", {S_123, '4'}, 2},             /* digits in threes, where tekken has single ones */
+        {"tekken", "1234", {'1', '2', '3', '4'}, 4},
+        {"gpt-4o", " 123", {' ', S_123}, 2},
         /* " !!": (!,!) ranks before (Ġ,!) */
         {"gpt-2", " !!", {' ', S_BANGS}, 2},
         {"deepseek-llm", " !!", {' ', S_BANGS}, 2},
@@ -378,6 +391,54 @@ static void test_bpe_splits(void) {
         es__vocab_free(v);
         tv_free(&t);
     }
+}
+
+/* ---- Names: each gives its split and llama.cpp's defaults for that name (lib/core/tokenizer_pretok.c). */
+static void test_pretok_names(void) {
+    static const struct {
+        const char *name;
+        es__pretok kind;
+        bool ignore_merges, add_bos;
+    } cases[] = {
+        {"gpt-4o", ES__PRETOK_GPT4O, false, false},      {"llama4", ES__PRETOK_GPT4O, false, false},
+        {"kanana2", ES__PRETOK_GPT4O, false, false},     {"talkie", ES__PRETOK_GPT4O, false, false},
+        {"minimax-m2", ES__PRETOK_GPT4O, false, false},  {"tekken", ES__PRETOK_TEKKEN, true, true},
+        {"jina-v2-de", ES__PRETOK_GPT2, false, false},   {"a.x-4.0", ES__PRETOK_GPT2, false, false},
+        {"modern-bert", ES__PRETOK_GPT2, false, false},  {"roberta-bpe", ES__PRETOK_GPT2, false, false},
+        {"midm-2.0", ES__PRETOK_LLAMA3, true, true},     {"jina-v5-nano", ES__PRETOK_LLAMA3, true, true},
+        {"f2llmv2", ES__PRETOK_QWEN2, false, false},     {"solar-open", ES__PRETOK_QWEN2, false, false},
+        {"joyai-llm", ES__PRETOK_DEEPSEEK3, false, false}, {"hy_v4", ES__PRETOK_DEEPSEEK3, false, false},
+        {"mellum2", ES__PRETOK_STARCODER, false, false},
+    };
+    for (size_t c = 0; c < ES__ARRAY_LEN(cases); c++) {
+        es__pretok_info info;
+        bool found = es__pretok_lookup(cases[c].name, strlen(cases[c].name), &info);
+        CHECKF(found && info.kind == cases[c].kind && info.ignore_merges == cases[c].ignore_merges &&
+                   info.add_bos == cases[c].add_bos,
+               "%s", cases[c].name);
+    }
+    /* names whose expressions differ from every split here, and near misses, stay refused */
+    static const char *const refused[] = {"tiny_aya", "granite-embed-multi-97m", "youtu", "qwen35", "gpt-4", "GPT-4o"};
+    for (size_t c = 0; c < ES__ARRAY_LEN(refused); c++) {
+        es__pretok_info info;
+        CHECKF(!es__pretok_lookup(refused[c], strlen(refused[c]), &info), "%s", refused[c]);
+    }
+    /* the add_bos default reaches the vocabulary: with a BOS id and no add_bos_token, gpt-4o adds no
+     * BOS, tekken does */
+    tvocab t;
+    es__vocab *v = NULL;
+    split_vocab(&t, "gpt-4o");
+    t.d.special[ES__SPECIAL_BOS] = 0;
+    CHECK_OK(tv_build(&t, &v));
+    if (v) EXPECT_IDS(v, "it's", true, false, S_ITS);
+    es__vocab_free(v);
+    tv_free(&t);
+    split_vocab(&t, "tekken");
+    t.d.special[ES__SPECIAL_BOS] = 0;
+    CHECK_OK(tv_build(&t, &v));
+    if (v) EXPECT_IDS(v, "it's", true, false, 0, S_IT, S_QS);
+    es__vocab_free(v);
+    tv_free(&t);
 }
 
 static void test_validation(void) {
@@ -519,6 +580,7 @@ int main(void) {
     test_spm_decode();
     test_bpe();
     test_bpe_splits();
+    test_pretok_names();
     test_validation();
     test_alloc_failure();
     test_threads();

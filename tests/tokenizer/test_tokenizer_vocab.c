@@ -226,6 +226,7 @@ static void check_other_splits(vfile *f) {
         {"poro-chat", ES__PRETOK_PORO, false, "Hello, world 12345", "Hello|,| world| 123|45"},
         {"viking", ES__PRETOK_VIKING, false, "Hello, world 12345", "Hello|,| world| |1|2|3|4|5"},
         {"tekken", ES__PRETOK_TEKKEN, true, "HelloWorld 12345", "Hello|World| |1|2|3|4|5"},
+        {"gpt-4o", ES__PRETOK_GPT4O, false, "HelloWorld's 12345", "Hello|World|'s| |123|45"},
     };
     ref_vocab r;
     ref_from_gguf(&r, f->g);

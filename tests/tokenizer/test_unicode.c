@@ -199,7 +199,7 @@ static void test_pretok(void) {
 static void test_pretok_more(void) {
     const es__pretok Q = ES__PRETOK_QWEN2, DL = ES__PRETOK_DEEPSEEK_LLM, DC = ES__PRETOK_DEEPSEEK_CODER;
     const es__pretok D3 = ES__PRETOK_DEEPSEEK3, F = ES__PRETOK_FALCON, SC = ES__PRETOK_STARCODER;
-    const es__pretok P = ES__PRETOK_PORO, V = ES__PRETOK_VIKING, T = ES__PRETOK_TEKKEN;
+    const es__pretok P = ES__PRETOK_PORO, V = ES__PRETOK_VIKING, T = ES__PRETOK_TEKKEN, O = ES__PRETOK_GPT4O;
     /* qwen2: Llama 3 with single digits */
     SPLIT(Q, "1234567", "1|2|3|4|5|6|7");
     SPLIT(Q, "a 12", "a| |1|2");
@@ -249,6 +249,25 @@ static void test_pretok_more(void) {
     SPLIT(T, "1234", "1|2|3|4");
     SPLIT(T, "a/b//\n/c", "a|/b|//\n/|c");
     SPLIT(T, "\xE4\xBD\xA0\xE5\xA5\xBD", "\xE4\xBD\xA0\xE5\xA5\xBD"); /* Lo is in both classes */
+    SPLIT(T, "HTTPServer's", "HTTPServer|'s");
+    SPLIT(T, "IT'S", "IT|'S");
+    /* gpt-4o: tekken with a contraction after the letters (any case), and digits in threes */
+    SPLIT(O, "HTTPServer's", "HTTPServer's");        /* U* takes HTTPS, W+ erver, then 's */
+    SPLIT(O, "it's IT'S", "it's| IT'S");             /* IT'S: only the upper alternative matches */
+    SPLIT(O, "don't we'll they've you're I'm he'd", "don't| we'll| they've| you're| I'm| he'd");
+    SPLIT(O, "THEY'RE You'Ve", "THEY'RE| You'Ve");
+    SPLIT(O, "x'\xC5\xBF", "x'\xC5\xBF");               /* U+017F folds to 's' */
+    SPLIT(O, "\xC7\x85'LL", "\xC7\x85'LL");             /* U+01C5 (Lt) is upper only */
+    SPLIT(O, "e\xCC\x81'S \xCC\x81'd", "e\xCC\x81'S| \xCC\x81'd"); /* U+0301 (Mn) is in both classes */
+    SPLIT(O, "\xE4\xBD\xA0's", "\xE4\xBD\xA0's");       /* so is Lo */
+    SPLIT(O, "a'b 'tis", "a|'b| '|tis");             /* no contraction: "'" is a word's one-character prefix */
+    SPLIT(O, "x 'll", "x| '|ll");                    /* nor after a space: punctuation, then a word */
+    SPLIT(O, "1234567 12", "123|456|7| |12");
+    SPLIT(O, "a/b//\n/c", "a|/b|//\n/|c");
+    SPLIT(O, "a!/\n/b", "a|!/\n/|b");
+    SPLIT(O, "x?\r\n\r\n/y", "x|?\r\n\r\n/|y");
+    SPLIT(O, "a\r\n\r\n  b", "a|\r\n\r\n| | b");
+    SPLIT(O, "x  \t\n", "x|  \t\n");
     /* an invalid byte is a character in no class (Python's re cannot test these) */
     SPLIT(Q, "\xFF" "abc", "\xFF" "abc");
     SPLIT(DL, "a\xFF" "b", "a|\xFF|b");
@@ -258,6 +277,7 @@ static void test_pretok_more(void) {
     SPLIT(SC, "a\xFF" "b", "a|\xFF|b");
     SPLIT(P, "a\xFF" "b", "a\xFF" "b");
     SPLIT(T, "\xFF" "abc", "\xFF" "abc");
+    SPLIT(O, "\xFF" "abc's", "\xFF" "abc's");
     SPLIT(DL, "\xE2\x96", "\xE2\x96"); /* a truncated sequence: two characters, one gap */
 }
 
