@@ -7,18 +7,20 @@
 #include <string.h>
 
 static const es__arch archs[] = {
-    /* name      rope          bias   qkv    gateup post   escale act           swa softcap qscale qknorm swa-base nope */
-    {"llama", ES_ROPE_NORM, false, false, false, false, false, ES__ACT_SILU, 1, false, 0, false, 0.0f, 0},
-    {"qwen2", ES_ROPE_NEOX, true, false, false, false, false, ES__ACT_SILU, 1, false, 0, false, 0.0f, 0},
-    {"qwen3", ES_ROPE_NEOX, false, false, false, false, false, ES__ACT_SILU, 1, false, 0, true, 0.0f, 0},
-    {"phi3", ES_ROPE_NEOX, false, true, true, false, false, ES__ACT_SILU, 1, false, 0, false, 0.0f, 0},
-    {"gemma", ES_ROPE_NEOX, false, false, false, false, true, ES__ACT_GELU, 1, false, 0, false, 0.0f, 0},
+    /* name      rope          bias   qkv    gateup post   escale act           swa softcap qscale qknorm swa-base nope mup */
+    {"llama", ES_ROPE_NORM, false, false, false, false, false, ES__ACT_SILU, 1, false, 0, false, 0.0f, 0, false},
+    {"qwen2", ES_ROPE_NEOX, true, false, false, false, false, ES__ACT_SILU, 1, false, 0, false, 0.0f, 0, false},
+    {"qwen3", ES_ROPE_NEOX, false, false, false, false, false, ES__ACT_SILU, 1, false, 0, true, 0.0f, 0, false},
+    {"phi3", ES_ROPE_NEOX, false, true, true, false, false, ES__ACT_SILU, 1, false, 0, false, 0.0f, 0, false},
+    {"gemma", ES_ROPE_NEOX, false, false, false, false, true, ES__ACT_GELU, 1, false, 0, false, 0.0f, 0, false},
     /* 46 layers: Gemma 2 27B (llama.cpp tells the sizes apart by depth: 26 2B, 42 9B, 46 27B) */
-    {"gemma2", ES_ROPE_NEOX, false, false, false, true, true, ES__ACT_GELU, 2, true, 46, false, 0.0f, 0},
+    {"gemma2", ES_ROPE_NEOX, false, false, false, true, true, ES__ACT_GELU, 2, true, 46, false, 0.0f, 0, false},
     /* SmolLM3: llama with no RoPE in every fourth layer (llama.cpp's n_no_rope_layer_step) */
-    {"smollm3", ES_ROPE_NORM, false, false, false, false, false, ES__ACT_SILU, 1, false, 0, false, 0.0f, 4},
+    {"smollm3", ES_ROPE_NORM, false, false, false, false, false, ES__ACT_SILU, 1, false, 0, false, 0.0f, 4, false},
+    /* Granite 3.x / 4.0 dense: llama with muP-style multipliers (IBM's; llama.cpp's granite) */
+    {"granite", ES_ROPE_NORM, false, false, false, false, false, ES__ACT_SILU, 1, false, 0, false, 0.0f, 0, true},
     /* five sliding layers to one global; 62 layers: Gemma 3 27B's query scale, as Gemma 2's */
-    {"gemma3", ES_ROPE_NEOX, false, false, false, true, true, ES__ACT_GELU, 6, false, 62, true, 10000.0f, 0},
+    {"gemma3", ES_ROPE_NEOX, false, false, false, true, true, ES__ACT_GELU, 6, false, 62, true, 10000.0f, 0, false},
 };
 
 const es__arch *es__arch_find(const char *arch) {
@@ -28,5 +30,5 @@ const es__arch *es__arch_find(const char *arch) {
 }
 
 const char *es__arch_names(void) {
-    return "llama, qwen2, qwen3, phi3, gemma, gemma2, gemma3, smollm3";
+    return "llama, qwen2, qwen3, phi3, gemma, gemma2, gemma3, smollm3, granite";
 }

@@ -36,6 +36,10 @@ typedef struct es__arch {
                                window is required (gemma3's local layers); 0: one RoPE      */
     int32_t nope_step;      /* > 0: layer il has no RoPE where (il + 1) % nope_step == 0
                                (smollm3: every fourth; no GGUF key says it)                  */
+    bool mup_scales;        /* granite's four multipliers, from required keys: the embedding
+                               (<arch>.embedding_scale), the attention scores (attention.scale),
+                               each branch's output before its residual add (residual_scale),
+                               and the logits (divided by logit_scale)                         */
 } es__arch;
 
 /* The description of arch (general.architecture), or NULL when edgespec does not run it. */

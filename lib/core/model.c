@@ -200,6 +200,24 @@ static es_status check_hparams(loader *L, const es__hparams *hp, bool has_key_le
     return ES_OK;
 }
 
+/* granite's multipliers (arch.h mup_scales), each a required positive number; an attention
+ * scale of 0 means llama's 1/sqrt(head_dim), as llama.cpp reads it. */
+static es_status read_mup_scales(loader *L, es__hparams *hp) {
+    const char *key = akey(L, "attention.scale");
+    float attn = 0.0f, logit = 1.0f;
+    ES_TRY(es__gguf_get_f32(L->g, key, !L->vocab_only, &attn, L->err));
+    const es__gguf_kv *kv = es__gguf_find(L->g, key);
+    ES_RETURN_IF(!(attn >= 0.0f) || !isfinite(attn), L->err, ES_ERR_MODEL,
+                 "metadata key '%s' (offset %" PRIu64 ") is %g: expected 0 or a positive finite number", key,
+                 kv ? kv->offset : 0, (double)attn);
+    if (attn > 0.0f) hp->attn_scale = attn;
+    ES_TRY(hp_f32(L, "embedding_scale", true, &hp->embd_scale));
+    ES_TRY(hp_f32(L, "residual_scale", true, &hp->residual_scale));
+    ES_TRY(hp_f32(L, "logit_scale", true, &logit));
+    hp->logit_mul = 1.0f / logit;
+    return ES_OK;
+}
+
 /* The values of the architecture's extra steps (arch.h), from its <arch>.* keys. */
 static es_status read_arch_values(loader *L, es__hparams *hp) {
     const es__arch *a = hp->arch;
@@ -207,6 +225,8 @@ static es_status read_arch_values(loader *L, es__hparams *hp) {
     hp->attn_scale = hp->head_dim > 0 ? 1.0f / sqrtf((float)hp->head_dim) : 1.0f;
     if (a && a->qscale_layers > 0 && hp->n_layer == a->qscale_layers && hp->n_head > 0)
         hp->attn_scale = 1.0f / sqrtf((float)(hp->n_embd / hp->n_head));
+    hp->residual_scale = hp->logit_mul = 1.0f;
+    if (a && a->mup_scales) ES_TRY(read_mup_scales(L, hp));
     hp->attn_softcap = hp->final_softcap = 0.0f;
     if (a && a->softcap) {
         /* llama.cpp's values when a gemma2 file leaves the keys out */

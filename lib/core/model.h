@@ -49,6 +49,8 @@ typedef struct es__hparams {
     float attn_scale;      /* attention scores are q.k times it (1/sqrt(head_dim)) */
     float attn_softcap;    /* scores become c tanh(s / c) (0 = none)            */
     float final_softcap;   /* logits become c tanh(l / c) (0 = none)            */
+    float residual_scale;  /* branch outputs are multiplied by it before the residual add (1 = none) */
+    float logit_mul;       /* logits are multiplied by it, before any soft-capping (1 = none)   */
     const float *rope_freqs; /* [n_rot / 2] divisors of each pair's frequency (llama 3's
                               rope_freqs.weight, f32 in the mapping) or NULL            */
     const float *rope_long, *rope_short; /* phi3 LongRoPE's [n_rot / 2] divisors (rope_factors_

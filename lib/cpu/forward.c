@@ -210,9 +210,10 @@ static void mm_phase(thr *t, int op, const mm_seg *seg, int n_seg, const float *
 }
 
 /* x[t][lo..hi) += y[t][lo..hi) */
-static void add_rows(float *x, const float *y, int64_t width, int64_t n_tok, int64_t lo, int64_t hi) {
+/* x += s y (s: the residual scale, 1 but for granite; 1 y is y, bit for bit). */
+static void add_rows(float *x, const float *y, float s, int64_t width, int64_t n_tok, int64_t lo, int64_t hi) {
     for (int64_t t = 0; t < n_tok; t++)
-        for (int64_t i = lo; i < hi; i++) x[t * width + i] += y[t * width + i];
+        for (int64_t i = lo; i < hi; i++) x[t * width + i] += s * y[t * width + i];
 }
 
 /* A phase computing x += W a (the output projections and their residual). */
@@ -223,7 +224,7 @@ static void mm_residual_phase(thr *t, int op, const es__cpu_mat *W, const float 
     phase_begin(t, &w, op, W->n_out, ROW_ALIGN);
     for (int64_t lo, hi; es__work_next(&w, &lo, &hi);) {
         mm_rows(t, &seg, 1, a, n_tok, lo, hi);
-        add_rows(x, tmp, W->n_out, n_tok, lo, hi);
+        add_rows(x, tmp, t->J->hp->residual_scale, W->n_out, n_tok, lo, hi);
         fz_chunk(t, op, lo, hi);
     }
     phase_end(t, &w);
@@ -246,7 +247,7 @@ static void branch_phase(thr *t, int op, const es__cpu_mat *W, const float *post
     for (int64_t lo, hi; es__work_next(&w, &lo, &hi);)
         for (int64_t i = lo; i < hi; i++) {
             es__cpu_rmsnorm_row(J->k, tmp + i * d, post, d, J->hp->rms_eps, tmp + i * d);
-            add_rows(x + i * d, tmp + i * d, d, 1, 0, d);
+            add_rows(x + i * d, tmp + i * d, J->hp->residual_scale, d, 1, 0, d);
         }
     phase_end(t, &w);
 }
@@ -505,16 +506,17 @@ static void head(thr *t) {
     es__work w;
     norm_phase(t, c->x, J->w->output_norm, c->xn, f->n_out, -1, hp->n_layer, FZ_ATTN_NORM);
     const mm_seg head = {&J->w->output, f->logits};
-    if (hp->final_softcap <= 0.0f) {
+    if (hp->final_softcap <= 0.0f && hp->logit_mul == 1.0f) {
         mm_phase(t, OP_HEAD, &head, 1, c->xn, f->n_out);
         return;
     }
-    /* soft-capped logits (gemma2): each thread caps the rows of the vocabulary it computed */
+    /* scaled (granite) or soft-capped (gemma2) logits: each thread finishes the rows of the
+     * vocabulary it computed */
     const int64_t V = J->w->output.n_out;
     phase_begin(t, &w, OP_HEAD, V, ROW_ALIGN);
     for (int64_t lo, hi; es__work_next(&w, &lo, &hi);) {
         mm_rows(t, &head, 1, c->xn, f->n_out, lo, hi);
-        for (int32_t i = 0; i < f->n_out; i++) es__cpu_softcap(f->logits + i * V + lo, hi - lo, hp->final_softcap);
+        for (int32_t i = 0; i < f->n_out; i++) es__cpu_logits_finish(hp, f->logits + i * V + lo, hi - lo);
     }
     phase_end(t, &w);
 }

@@ -125,13 +125,13 @@ static void rows_range(int64_t n, int ith, int nth, int64_t *lo, int64_t *hi) {
     es__split_range(n, 1, ith, nth, lo, hi);
 }
 
-/* The model's final soft-capping (gemma2, arch.h) of n rows of logits: the early exit and the
- * stream logits go through the same head as the main stream's. */
-static void softcap_rows(const es__msa_job *J, float *logits, int64_t n, int ith, int nth) {
-    if (J->hp->final_softcap <= 0.0f) return;
+/* The model's finish of n rows of logits (granite's scale, gemma2's soft-capping; arch.h): the
+ * early exit and the stream logits go through the same head as the main stream's. */
+static void finish_rows(const es__msa_job *J, float *logits, int64_t n, int ith, int nth) {
+    if (J->hp->final_softcap <= 0.0f && J->hp->logit_mul == 1.0f) return;
     int64_t lo, hi;
     rows_range(n, ith, nth, &lo, &hi);
-    for (int64_t t = lo; t < hi; t++) es__cpu_softcap(logits + t * J->hp->n_vocab, J->hp->n_vocab, J->hp->final_softcap);
+    for (int64_t t = lo; t < hi; t++) es__cpu_logits_finish(J->hp, logits + t * J->hp->n_vocab, J->hp->n_vocab);
     es__pool_barrier(J->pool);
 }
 
@@ -204,7 +204,7 @@ static void prune(const es__msa_job *J, int ith, int nth) {
         es__pool_barrier(J->pool);
         mm(J, &J->w->output, m->ee_x, n, m->ee_logits, ith, nth);
         es__pool_barrier(J->pool);
-        softcap_rows(J, m->ee_logits, n, ith, nth);
+        finish_rows(J, m->ee_logits, n, ith, nth);
         if (ith == 0) es__prune_decide(f, m->parents + first, n, m->ee_logits, (size_t)hp->n_vocab, hp->n_vocab);
         es__pool_barrier(J->pool); /* the next chunk overwrites the logits */
     }
@@ -339,6 +339,6 @@ es_status es__msa_stream_logits(es_context *ctx, int32_t i, int32_t g, float *ou
     head_job h = {B->kern, &w->output, rows, g, out, c->panel, c->panel_floats};
     es__pool_run(B->pool, head_thread, &h);
     const es__hparams *hp = &ctx->model->hp;
-    if (hp->final_softcap > 0.0f) es__cpu_softcap(out, (int64_t)g * hp->n_vocab, hp->final_softcap);
+    es__cpu_logits_finish(hp, out, (int64_t)g * hp->n_vocab);
     return ES_OK;
 }

@@ -45,7 +45,7 @@ static void branch_add(const es__msa_job *J, const float *post, int64_t r) {
     const int64_t d = J->hp->n_embd;
     float *y = m->tmp + r * d;
     if (post) es__cpu_rmsnorm_row(J->k, y, post, d, J->hp->rms_eps, y);
-    for (int64_t i = 0; i < d; i++) m->s[r * d + i] += y[i];
+    for (int64_t i = 0; i < d; i++) m->s[r * d + i] += J->hp->residual_scale * y[i];
 }
 
 void es__ssr_init(const es__msa_job *J, int32_t b, int32_t j, int64_t r) {

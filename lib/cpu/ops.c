@@ -140,6 +140,12 @@ void es__cpu_softcap(float *x, int64_t n, float c) {
     for (int64_t i = 0; i < n; i++) x[i] = c * tanhf(x[i] / c);
 }
 
+void es__cpu_logits_finish(const es__hparams *hp, float *x, int64_t n) {
+    if (hp->logit_mul != 1.0f)
+        for (int64_t i = 0; i < n; i++) x[i] *= hp->logit_mul;
+    if (hp->final_softcap > 0.0f) es__cpu_softcap(x, n, hp->final_softcap);
+}
+
 /* ---- whole ops */
 
 typedef struct matmul_job {

@@ -75,5 +75,8 @@ void es__cpu_swiglu_range(const es__kern *k, const float *gate, const float *up,
 void es__cpu_geglu_range(const float *gate, const float *up, int64_t lo, int64_t hi, float *out);
 /* x[i] = c tanh(x[i] / c) for i < n (soft-capping; c > 0). */
 void es__cpu_softcap(float *x, int64_t n, float c);
+/* n logits as the architecture finishes them: times hp->logit_mul (granite), then soft-capped
+ * (gemma2); nothing for the others. */
+void es__cpu_logits_finish(const es__hparams *hp, float *x, int64_t n);
 
 #endif /* ES_CPU_OPSI_H */

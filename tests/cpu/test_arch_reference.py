@@ -3,7 +3,7 @@
 (docs/formats.md, "Architectures"), written by the C GGUF writer (mkmodel): qwen2's Q/K/V biases,
 qwen3's per-head Q and K norms (with heads wider than n_embd / n_head), gemma3's five sliding
 layers to one global with their own RoPE base (and the global layers' linear scaling alone),
-smollm3's layers without RoPE,
+smollm3's layers without RoPE, granite's embedding, attention, residual and logit multipliers,
 phi3's fused attn_qkv and gate-up, gemma's embedding scale and GeGLU, gemma2's post-branch norms,
 soft-capping and alternating sliding window, and a mistral-style window on llama and qwen2; two
 files whose head_dim is not n_embd / n_head (attention.key_length, as in Gemma 2 2B); llama 3's
@@ -56,6 +56,9 @@ CASES = [
     # smollm3: layers 3 and 7 take no RoPE
     ("smollm3-tied", "smollm3", 0, 0, 0, "f32", 270, 64, 8, 4, 2, 96, 1, "norm", 0, 1.0, 8, 4, 2, 10000.0, 1e-6),
     ("smollm3-q4_0-swa", "smollm3", 3, 0, 0, "q4_0", 290, 64, 4, 4, 1, 64, 0, "norm", 0, 1.0, 7, 3, 2, 1e5, 1e-6),
+    # granite: Granite 3's multipliers (mkmodel writes them)
+    ("granite-gqa", "granite", 0, 0, 0, "f32", 270, 64, 3, 4, 2, 96, 0, "norm", 0, 1.0, 8, 4, 2, 10000.0, 1e-6),
+    ("granite-q8_0-tied", "granite", 0, 0, 0, "q8_0", 280, 64, 2, 4, 4, 64, 1, "norm", 0, 1.0, 7, 3, 2, 1e4, 1e-6),
 ]
 # head_dim other than n_embd / n_head (Gemma 2 2B: 8 heads of 256 on n_embd 2304): case name -> head_dim
 HEAD_DIM = {"gemma2-hd": 24, "qwen2-hd": 8, "qwen3-hd-tied": 32, "gemma3-q8_0-hd": 32}

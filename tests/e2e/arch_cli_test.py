@@ -24,6 +24,7 @@ FAMILIES = [
     ("qwen3", ["--head-dim", "32"]),
     ("gemma3", ["--sliding-window", "4", "--freq-base", "1000000"]),
     ("smollm3", ["--n-layer", "4"]),
+    ("granite", []),
     ("phi3", ["--type", "q8_0"]),
     ("gemma", []),
 ]

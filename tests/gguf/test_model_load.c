@@ -574,6 +574,8 @@ static void gateup_half(es__gguf_writer *w) { add_f(w, "blk.1.ffn_up.weight", ES
 static void qkv_short(es__gguf_writer *w) { add_f(w, "blk.0.attn_qkv.weight", ES__DTYPE_F32, 64, 128); }
 static void knorm_long(es__gguf_writer *w) { add_f(w, "blk.1.attn_k_norm.weight", ES__DTYPE_F32, 64, 1); }
 SET_F32(swa_base_zero, "gemma3.rope.freq_base_swa", 0.0f)
+SET_F32(granite_attn_zero, "granite.attention.scale", 0.0f)
+SET_F32(granite_attn_negative, "granite.attention.scale", -1.0f)
 SET_F32(swa_base_5000, "gemma3.rope.freq_base_swa", 5000.0f)
 static void post_norm_short(es__gguf_writer *w) { add_f(w, "blk.1.post_ffw_norm.weight", ES__DTYPE_F32, 32, 1); }
 SET_F32(cap_negative, "gemma2.attn_logit_softcapping", -1.0f)
@@ -649,6 +651,22 @@ static void test_archs(void) {
     g3 = load_edit((edit){NULL, NULL, swa_base_5000});
     CHECKF(g3 && g3->hp.rope_freq_base_swa == 5000.0f, "gemma3: the file's sliding base");
     es_model_free(g3);
+    /* granite: four required multipliers; an attention scale of 0 is llama's */
+    arch_base("granite", 0, 0);
+    es_model *gr = load_edit((edit){NULL, NULL, NULL});
+    CHECKF(gr && gr->hp.embd_scale == 12.0f && gr->hp.residual_scale == 0.22f && gr->hp.logit_mul == 1.0f / 8.0f &&
+               gr->hp.attn_scale == 1.0f / 16.0f,
+           "granite: the file's multipliers");
+    es_model_free(gr);
+    gr = load_edit((edit){NULL, NULL, granite_attn_zero});
+    CHECKF(gr && gr->hp.attn_scale == 0.25f, "granite: attention.scale 0 is 1/sqrt(head_dim)");
+    es_model_free(gr);
+    expect_load("granite no residual scale", (edit){"granite.residual_scale", NULL, NULL}, ES_ERR_MODEL,
+                "granite.residual_scale");
+    expect_load("granite no attention scale", (edit){"granite.attention.scale", NULL, NULL}, ES_ERR_MODEL,
+                "granite.attention.scale");
+    expect_load("granite negative attention scale", (edit){NULL, NULL, granite_attn_negative}, ES_ERR_MODEL,
+                "metadata key 'granite.attention.scale' (offset");
     /* gemma2: post-branch norms, soft-capping keys */
     arch_base("gemma2", 4, 2.0f);
     i = load_info((edit){NULL, NULL, NULL});
@@ -666,7 +684,7 @@ static void test_archs(void) {
                 "tensor 'rope_freqs.weight' has shape [16], expected [8] (n_rot / 2)");
     /* an architecture edgespec does not run names the ones it does */
     expect_load("mamba", (edit){NULL, NULL, arch_mamba}, ES_ERR_UNSUPPORTED,
-                "general.architecture is 'mamba': edgespec runs llama, qwen2, qwen3, phi3, gemma, gemma2, gemma3, smollm3 models");
+                "general.architecture is 'mamba': edgespec runs llama, qwen2, qwen3, phi3, gemma, gemma2, gemma3, smollm3, granite models");
 }
 
 /* ---- RoPE scaling (lib/core/rope.h): YaRN's keys, LongRoPE's factor tensors */

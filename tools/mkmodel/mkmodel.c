@@ -447,6 +447,13 @@ static es_status add_keys(const es_mk_params *p, es__gguf_writer *w, int32_t n_v
     ES_TRY(es__gguf_set_f32(w, AKEY("attention.layer_norm_rms_epsilon"), p->rms_eps));
     ES_TRY(es__gguf_set_f32(w, AKEY("rope.freq_base"), p->freq_base));
     if (p->freq_base_swa > 0) ES_TRY(es__gguf_set_f32(w, AKEY("rope.freq_base_swa"), p->freq_base_swa));
+    if (es__arch_find(arch_name(p))->mup_scales) { /* granite's multipliers, Granite 3's values (its
+                                                       attention scale is 1 / head_dim: 1/64) */
+        ES_TRY(es__gguf_set_f32(w, AKEY("embedding_scale"), 12.0f));
+        ES_TRY(es__gguf_set_f32(w, AKEY("attention.scale"), 1.0f / (float)hd));
+        ES_TRY(es__gguf_set_f32(w, AKEY("residual_scale"), 0.22f));
+        ES_TRY(es__gguf_set_f32(w, AKEY("logit_scale"), 8.0f));
+    }
     if (p->sliding_window > 0) ES_TRY(es__gguf_set_u32(w, AKEY("attention.sliding_window"), (uint32_t)p->sliding_window));
     if (p->attn_softcap > 0) ES_TRY(es__gguf_set_f32(w, AKEY("attn_logit_softcapping"), p->attn_softcap));
     if (p->final_softcap > 0) ES_TRY(es__gguf_set_f32(w, AKEY("final_logit_softcapping"), p->final_softcap));

@@ -16,7 +16,10 @@ qwen3 (no biases; an RMSNorm over each Q and K head, with attn_q_norm / attn_k_n
 gemma3 (gemma2's post-branch norms and embedding scale, qwen3's head norms, no soft-capping; five
 sliding layers to one global, the sliding ones rotating with their own unscaled base,
 rope.freq_base_swa or 10000; 27B's (62 layers) query scale as Gemma 2 27B's); smollm3 (llama
-whose every fourth layer, il + 1 divisible by 4, has no RoPE at all);
+whose every fourth layer, il + 1 divisible by 4, has no RoPE at all); granite (llama with four
+multipliers from its keys: embedding_scale on the embedding rows, attention.scale on the scores
+(0: 1/sqrt(head_dim)), residual_scale on each branch's output before the residual add, and the
+logits divided by logit_scale);
 phi3 (Q, K, V in one attn_qkv matrix, gate and up rows in one ffn_up matrix, gate first; NEOX);
 gemma (embedding times sqrt(n_embd), GeGLU with gelu's tanh form, tied head, NEOX; its GGUF norm
 weights already hold the 1 + w); gemma2 (gemma plus RMSNorm of each branch's output before the
@@ -84,7 +87,7 @@ def dequantize(raw, type_name, ne):
 # ---------------------------------------------------------------------------------------------
 # the model
 
-ARCHS = ("llama", "qwen2", "qwen3", "phi3", "gemma", "gemma2", "gemma3", "smollm3")
+ARCHS = ("llama", "qwen2", "qwen3", "phi3", "gemma", "gemma2", "gemma3", "smollm3", "granite")
 
 
 class Model:
@@ -145,6 +148,12 @@ class Model:
         # gemma3's sliding layers rotate with a base of their own, unscaled
         self.freq_base_swa = float(key("rope.freq_base_swa", 10000.0)) if arch == "gemma3" else 0.0
         self.no_rope = [arch == "smollm3" and (i + 1) % 4 == 0 for i in range(self.n_layer)]
+        self.residual_scale, self.logit_scale = 1.0, 1.0
+        if arch == "granite":
+            self.embd_scale = float(key("embedding_scale"))
+            self.q_scale = float(key("attention.scale")) or self.q_scale
+            self.residual_scale = float(key("residual_scale"))
+            self.logit_scale = float(key("logit_scale"))
 
         def w(name):
             t = r.tensors[name]
@@ -184,10 +193,10 @@ class Model:
 
 def rope_is_neox(r, arch="llama"):
     """The rope pairing: edgespec.rope.ordering ("norm" or "neox", docs/formats.md) if present,
-    else llama.cpp's rule: NORM for llama and smollm3, NEOX for the others."""
+    else llama.cpp's rule: NORM for llama, smollm3 and granite, NEOX for the others."""
     v = r.get("edgespec.rope.ordering")
     if v is None:
-        return arch not in ("llama", "smollm3")
+        return arch not in ("llama", "smollm3", "granite")
     if v not in ("norm", "neox"):
         raise ValueError("edgespec.rope.ordering %r" % (v,))
     return v == "neox"
@@ -263,9 +272,10 @@ def head_norm(y, L, name, eps):
     return rmsnorm(y, L[name], eps) if name in L else y
 
 
-def branch(x, y, L, post, eps):
-    """The residual add of a branch's output y, through gemma2's (gemma3's) post-branch norm when it has one."""
-    return x + (rmsnorm(y, L[post], eps) if post in L else y)
+def branch(x, y, L, post, eps, scale=1.0):
+    """The residual add of a branch's output y, through gemma2's (gemma3's) post-branch norm when it has one,
+    times granite's residual scale."""
+    return x + scale * (rmsnorm(y, L[post], eps) if post in L else y)
 
 
 def forward(m, tokens, n_ctx=None):
@@ -296,15 +306,15 @@ def forward(m, tokens, n_ctx=None):
                 s = m.attn_cap * np.tanh(s / m.attn_cap)
             s = np.exp(s + mask - (s + mask).max(axis=1, keepdims=True))
             att[:, hq, :] = (s / s.sum(axis=1, keepdims=True)) @ v[:, g, :]
-        x = branch(x, att.reshape(n, -1) @ L["attn_output"].T, L, "post_attention_norm", m.eps)
+        x = branch(x, att.reshape(n, -1) @ L["attn_output"].T, L, "post_attention_norm", m.eps, m.residual_scale)
         h = rmsnorm(x, L["ffn_norm"], m.eps)
         gate = h @ L["ffn_gate"].T
         if m.gelu:
             act = 0.5 * gate * (1.0 + np.tanh(np.sqrt(2.0 / np.pi) * (gate + 0.044715 * gate ** 3)))
         else:
             act = gate / (1.0 + np.exp(-gate))
-        x = branch(x, (act * (h @ L["ffn_up"].T)) @ L["ffn_down"].T, L, "post_ffw_norm", m.eps)
-    logits = rmsnorm(x, m.output_norm, m.eps) @ m.output.T
+        x = branch(x, (act * (h @ L["ffn_up"].T)) @ L["ffn_down"].T, L, "post_ffw_norm", m.eps, m.residual_scale)
+    logits = rmsnorm(x, m.output_norm, m.eps) @ m.output.T / m.logit_scale
     if m.final_cap > 0:
         logits = m.final_cap * np.tanh(logits / m.final_cap)
     return logits
