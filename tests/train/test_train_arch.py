@@ -7,23 +7,28 @@ For qwen2 (with a sliding window on every layer), qwen3 (its Q and K head norms,
 than n_embd / n_head as Qwen3's), phi3, gemma (tied head), gemma2 (soft-capping with small caps,
 so that they matter, and its alternating window, shorter than the chain) and gemma3 (7 layers:
 five sliding, a global one, a sliding one, the MSA blocks being the last two; the window shorter
-than the chain; the model's RoPE base 1e6 against the sliding layers' own 10000) and smollm3 (4
-layers, GQA: layer 3 takes no RoPE, and it is one of the two MSA blocks), tiny random-weight bases
-written by the project's GGUF writer (edgespec-mkmodel):
+than the chain; the model's RoPE base 1e6 against the sliding layers' own 10000), smollm3 (4
+layers, GQA: layer 3 takes no RoPE, and it is one of the two MSA blocks) and granite (3 layers,
+GQA; Granite 3's multipliers from mkmodel: embedding 12, attention 1/head_dim, residual 0.22,
+logits / 8), tiny random-weight bases written by the project's GGUF writer (edgespec-mkmodel):
 1. tools/train/export.py loads the base into tools/train/model.py, whose logits equal the
    independent numpy reference (tools/reference/llama_ref.py) in float64, and writes it again
    (the architecture's keys and tensors: phi3's fused matrices, qwen2's biases, qwen3's head
-   norms, gemma2's post norms, caps and window, gemma3's rope.freq_base_swa as the file has it)
-   as a file that model.py reads back to the same logits and the C library runs (its main logits
-   below are those of the rewritten file); the depth rules of the query scale (gemma2 at 46
-   layers, gemma3 at 62, the latter with its own rope.freq_base_swa) only this far;
-2. an adapter: for qwen3, gemma2, gemma3 and smollm3, trained for a few steps by `train.py --mode ss
-   --base` (the base frozen: its logits do not move) and exported with export.py; for the others,
-   random values (LoRA on every projection, pruning) written by export.adapter_writer;
+   norms, gemma2's post norms, caps and window, gemma3's rope.freq_base_swa as the file has it,
+   granite's four multipliers as the file has them) as a file that model.py reads back to the
+   same logits and the C library runs (its main logits below are those of the rewritten file);
+   the depth rules of the query scale (gemma2 at 46 layers, gemma3 at 62, the latter with its own
+   rope.freq_base_swa), and granite's attention.scale 0 (head_dim^-1/2), only this far;
+2. an adapter: for qwen3, gemma2, gemma3, smollm3 and granite, trained for a few steps by
+   `train.py --mode ss --base` (the base frozen: its logits do not move) and exported with
+   export.py; for the others, random values (LoRA on every projection, pruning) written by
+   export.adapter_writer;
 3. the C library (train_c, CPU backend; with "vulkan" the Vulkan backend, streams both in the
    forward's rows and from stream passes) gives main-stream and every stream's logits within
-   1e-4 (max |C - ref| / max |ref| per row) of model.py in float64 on the file's weights, and the
-   tree-pruning decisions along the chain that model.py's early exit gives.
+   1e-4 (max |C - ref| / max |ref| per row) of model.py in float64 on the file's weights, the
+   tree-pruning decisions along the chain that model.py's early exit gives, and the early-exit
+   probabilities of every child (the values pruning compares; with a threshold that keeps them
+   all) within 1e-4 of model.py's, relative.
 With "bpe": the same for qwen2 and qwen3 bases with a GPT-2 BPE vocabulary (VOCAB.gguf's, copied
 by mkmodel) and adapters trained by train.py, whose corpus is encoded by the file's own tokenizer
 through the C library (tools/train/gguf_vocab.py, the Python binding on LIBEDGESPEC; an
@@ -69,6 +74,7 @@ ARCHS = [  # (arch, mkmodel flags, trained)
     ("gemma2", ["--n-head-kv", "2", "--sliding-window", "5", "--softcap", "2,3"], True),
     ("gemma3", ["--n-layer", "7", "--n-head-kv", "2", "--sliding-window", "5", "--freq-base", "1000000"], True),
     ("smollm3", ["--n-layer", "4", "--n-head-kv", "2"], True),  # layer 3, an MSA block, without RoPE
+    ("granite", ["--n-head-kv", "2"], True),  # Granite 3's multipliers (mkmodel)
 ]
 DEEP = [  # (arch, mkmodel flags): the depths that take (n_embd / n_head)^-1/2 as the query scale
     ("gemma2", ["--n-layer", "46", "--n-head-kv", "2", "--head-dim", "32", "--sliding-window", "5"]),
@@ -146,15 +152,16 @@ def trained_adapter(base, tmp):
 
 def prune_threshold(ex, ids):
     """A threshold in the widest gap of the children's early-exit probabilities along the chain
-    (upper three quarters), and the pruning it implies: child i+1 goes, with all after it, when
-    its probability under token i's exit is below it."""
+    (upper three quarters), the pruning it implies (child i+1 goes, with all after it, when its
+    probability under token i's exit is below it), the log margin, and the probabilities (p[i]:
+    child i+1's)."""
     p = np.array([np.exp(ex[i, ids[i + 1]] - np.logaddexp.reduce(ex[i])) for i in range(len(ids) - 1)])
     order = np.sort(p)
     gaps = np.log(order[1:] / order[:-1])
     k = int(np.argmax(gaps[len(gaps) // 4:])) + len(gaps) // 4
     thr = float(np.sqrt(order[k] * order[k + 1]))
     first = next((i + 1 for i in range(len(p)) if p[i] < thr), len(ids))
-    return thr, [i >= first for i in range(len(ids))], gaps[k] / 2
+    return thr, [i >= first for i in range(len(ids))], gaps[k] / 2, p
 
 
 def make_base(arch, flags, tmp):
@@ -176,9 +183,29 @@ def check_base(arch, base, ids, tmp):
     export.base_writer(plain, vocab).write(rewritten)
     again, _ = export.load_gguf_model(rewritten)
     check(np.array_equal(dump.reference(again, ids)["main"], got), "%s: export.py writes the base back" % arch)
-    key = arch + ".rope.freq_base_swa"  # written back as found, absent included
-    found, kept = pygguf.read(base).get(key), pygguf.read(rewritten).get(key)
-    check(found == kept, "%s: %s %s, written back as %s" % (arch, key, found, kept))
+    for key in ["rope.freq_base_swa"] + [k for k, _ in export.MUP_KEYS]:  # written back as found,
+        key = arch + "." + key                                             # absent included
+        found, kept = pygguf.read(base).get(key), pygguf.read(rewritten).get(key)
+        check(found == kept, "%s: %s %s, written back as %s" % (arch, key, found, kept))
+    if plain.cfg.a["mup"]:  # attention.scale 0: head_dim^-1/2, as llama.cpp and the C library read it
+        plain.cfg.attention_scale = 0.0
+        zero = os.path.join(tmp, arch + "-attn0.gguf")
+        export.base_writer(plain, vocab).write(zero)
+        m0, _ = export.load_gguf_model(zero)
+        want0 = llama_ref.forward(llama_ref.Model(zero), ids)
+        got0 = dump.reference(m0, ids)["main"]
+        err0 = max(row_err(got0[i], want0[i]) for i in range(len(ids)))
+        check(m0.cfg.attention_scale == 0.0 and err0 < 1e-9 and row_err(got0, got) > 1e-3,
+              "%s: attention.scale 0: model.py against llama_ref.py: max row error %.3g (%.3g from 1/head_dim's)"
+              % (arch, err0, row_err(got0, got)))
+        for bad in (dict(arch="llama", residual_scale=0.5), dict(arch=arch, logit_scale=-8.0),
+                    dict(arch=arch, attention_scale=-0.1), dict(arch=arch, embedding_scale=0.0)):
+            try:
+                M.Config(**bad)
+                msg = None
+            except ValueError as e:
+                msg = str(e)
+            check(msg is not None, "model.Config(%s): %s" % (bad, msg or "accepted"))
     return rewritten
 
 
@@ -205,13 +232,18 @@ def one(arch, flags, trained, tmp):
         serrs = [row_err(c["stream"][(i, j + 1)], ref["streams"][i, j]) for i in range(len(ids)) for j in range(G)]
         check(len(c["stream"]) == len(ids) * G and max(serrs) < TOL,
               "%s: stream logits max row error %.3g" % (tag, max(serrs)))
-        thr, want_pruned, margin = prune_threshold(ref["exit"], ids)
+        thr, want_pruned, margin, p = prune_threshold(ref["exit"], ids)
         pr = run_c(base, ss, ids, G, prune=thr, fuse=fuse)
         got_pruned = [pr["pruned"].get(i) for i in range(len(ids))]
         check(got_pruned == want_pruned, "%s: pruned %s, want %s (threshold %.4g, log margin %.3g)"
               % (tag, [i for i, g in enumerate(got_pruned) if g], [i for i, w in enumerate(want_pruned) if w],
                  thr, margin))
-        print("%s: main %.2e, streams %.2e" % (tag, max(errs), max(serrs)))
+        # the probabilities the pruning compares, every child's under a threshold that keeps them all
+        pa = run_c(base, ss, ids, G, prune=1e-30, fuse=fuse)
+        perr = max(abs(pa["exit"].get(i, -1.0) - p[i - 1]) / p[i - 1] for i in range(1, len(ids)))
+        check(not any(pa["pruned"].values()) and perr < TOL,
+              "%s: early-exit probabilities max relative error %.3g" % (tag, perr))
+        print("%s: main %.2e, streams %.2e, early exit %.2e" % (tag, max(errs), max(serrs), perr))
 
 
 def main():

@@ -5,7 +5,9 @@
  * Loads MODEL (and the adapter), feeds ID... as one chain batch at positions 0..n-1 on the CPU
  * backend (--vulkan: the Vulkan one; --fuse: every stream in the forward's rows, or none) and prints, for every token i, "main i" followed by its n_vocab logits; with --streams G,
  * also "stream i j" lines (j = 1..G) from the Speculative Streaming forward; with --prune P,
- * "pruned i 0|1" for every token. Values are printed with 9 significant digits (exact for float).
+ * "pruned i 0|1" for every token and "exit i P" for every token whose probability P under its
+ * parent's early exit the pruning computed (es__exit_prob; the others are left out). Values are
+ * printed with 9 significant digits (exact for float).
  * The main-stream path uses only the public API; streams and pruning use the internal
  * Speculative Streaming forward (lib/core/forward_api.h), which has no public entry point.
  * Deliberately not here: any comparison (the Python side has the reference). */
@@ -86,6 +88,8 @@ int main(int argc, char **argv) {
     if (s != ES_OK) return fail("forward", es_context_errmsg(ctx));
     for (int32_t i = 0; i < n; i++) {
         if (prune > 0.0f) printf("pruned %d %d\n", (int)i, es__pruned(ctx, i) ? 1 : 0);
+        const float q = prune > 0.0f ? es__exit_prob(ctx, i) : -1.0f;
+        if (q >= 0.0f) printf("exit %d %.9g\n", (int)i, (double)q);
         if (es__pruned(ctx, i)) continue;
         const float *lg = NULL;
         if (es_logits(ctx, i, &lg) != ES_OK) return fail("logits", es_context_errmsg(ctx));

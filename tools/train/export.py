@@ -11,13 +11,15 @@ output.weight unless tied). Like llama.cpp's quantiser, f16 and q8_0 files keep 
 (norms) in f32 and store every matrix in the chosen type; q8_0 uses ggml's reference quantiser
 (tools/pygguf). RoPE is NORM-ordered in the model already, so Q and K need no permutation.
 The Speculative Streaming adapter (--ss) is the separate GGUF of docs/formats.md.
-Models of the other architectures (model.ARCHS: qwen2, qwen3, phi3, gemma, gemma2, gemma3, smollm3)
-are written and read with their own <arch>.* keys and tensors as llama.cpp names them: qwen2's
-blk.N.attn_{q,k,v}.bias, qwen3's (and gemma3's) blk.N.attn_q_norm / attn_k_norm (head_dim each),
+Models of the other architectures (model.ARCHS: qwen2, qwen3, phi3, gemma, gemma2, gemma3, smollm3,
+granite) are written and read with their own <arch>.* keys and tensors as llama.cpp names them:
+qwen2's blk.N.attn_{q,k,v}.bias, qwen3's (and gemma3's) blk.N.attn_q_norm / attn_k_norm (head_dim each),
 phi3's fused blk.N.attn_qkv.weight (Q, K, V rows) and blk.N.ffn_up.weight (gate rows, then up),
 gemma2's (and gemma3's) blk.N.post_attention_norm / post_ffw_norm, gemma2's soft-capping keys,
 gemma3's rope.freq_base_swa (written where the file read had it; absent, 10000); smollm3 has
 llama's tensors and keys under its own name (its layers without RoPE are the architecture's rule);
+granite has llama's tensors and its four required multipliers, embedding_scale, attention.scale
+(0: head_dim^-1/2), residual_scale and logit_scale, read and written back as found;
 edgespec.rope.ordering only where the pairing is not the architecture's own. RoPE scaling is not
 modelled (a scaled file is refused), gemma3's linear scaling of its global layers included.
 A base read from a GGUF file whose vocabulary is not SentencePiece keeps that file's
@@ -52,6 +54,12 @@ BLOCK_TENSORS = (  # (GGUF suffix, attribute of model.Block)
     ("ffn_gate.weight", "ffn_gate"),
     ("ffn_up.weight", "ffn_up"),
     ("ffn_down.weight", "ffn_down"),
+)
+MUP_KEYS = (  # (<arch>. key, model.Config field): granite's multipliers (model.ARCHS mup)
+    ("embedding_scale", "embedding_scale"),
+    ("attention.scale", "attention_scale"),
+    ("residual_scale", "residual_scale"),
+    ("logit_scale", "logit_scale"),
 )
 ARCH_NORMS = (  # (column of model.ARCHS, norm weights of model.Block written as blk.N.<name>.weight)
     ("qk_norm", ("attn_q_norm", "attn_k_norm")),
@@ -131,6 +139,9 @@ def base_writer(model, vocab, wtype="f32", name="edgespec", vocab_only=False):
         w.add(a + ".final_logit_softcapping", float(c.final_softcap), pygguf.FLOAT32)
     elif c.attn_softcap or c.final_softcap:
         raise ValueError("%s has no soft-capping" % a)
+    if c.a["mup"]:  # granite's multipliers (model.Config; its keys are required)
+        for key, value in MUP_KEYS:
+            w.add(a + "." + key, float(getattr(c, value)), pygguf.FLOAT32)
     add_vocab(w, vocab)
     if vocab_only:
         return w
@@ -270,6 +281,11 @@ def load_gguf_model(path, adapter=None):
     if M.ARCHS[a]["softcap"]:  # llama.cpp's defaults when the keys are absent, as the C library
         kw["attn_softcap"] = float(_get(r, a + ".attn_logit_softcapping", 50.0))
         kw["final_softcap"] = float(_get(r, a + ".final_logit_softcapping", 30.0))
+    if M.ARCHS[a]["mup"]:  # required and positive, as the C library reads them (attention's 0 allowed)
+        for key, value in MUP_KEYS:
+            kw[value] = v = float(_get(r, a + "." + key))
+            if not (np.isfinite(v) and (v > 0 or (v == 0 and key == "attention.scale"))):
+                raise ValueError("%s: %s.%s is %g" % (path, a, key, v))
     ra = None
     if adapter:
         ra = pygguf.read(adapter)

@@ -22,9 +22,15 @@ llama.cpp runs them, and every difference applies to the streams as to the main 
   - gemma3: gemma2's post norms without the soft-capping, qwen3's head norms, five sliding layers
     to one global, the sliding ones rotating with their own unscaled base (Config.rope_base_swa);
   - smollm3: llama whose layers il with (il + 1) % 4 == 0 (3, 7, 11, ...) take no RoPE at all
-    (llama.cpp's n_no_rope_layer_step; no GGUF key says it), for the stream rows as for the main.
+    (llama.cpp's n_no_rope_layer_step; no GGUF key says it), for the stream rows as for the main;
+  - granite: llama with four multipliers from its required keys (Config.embedding_scale,
+    attention_scale, residual_scale, logit_scale): the embedding rows times embedding_scale, the
+    attention scores times attention_scale (0: the usual head_dim^-1/2), each branch's output
+    (W_o's, ffn_down's) times residual_scale before its residual add, the logits divided by
+    logit_scale; the stream rows take each step of their layers, and the streams' and the early
+    exit's logits the same division.
 Config.n_swa (any architecture): a query at position p sees keys at positions > p - n_swa in the
-sliding layers. The early exit and the streams go through the same (soft-capped) head.
+sliding layers. The early exit and the streams go through the same (scaled, soft-capped) head.
 
 Speculative Streaming (papers/speculative-streaming.txt, 3.2):
   - gamma stream identifier embeddings P_j; stream j at position t starts at the input of block
@@ -58,23 +64,36 @@ LORA_TARGETS = ("attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up
 # this many layers scales queries by (n_embd / n_head)^-1/2, not head_dim^-1/2 (GGUF files do not
 # say; llama.cpp knows Gemma 2 27B and Gemma 3 27B by their depth). nope_step > 0: layer i takes
 # no RoPE where (i + 1) % nope_step == 0 (smollm3's 4: layers 3, 7, 11, ...; no GGUF key says it).
+# mup: granite's four multipliers, read from <arch>.embedding_scale, attention.scale,
+# residual_scale and logit_scale (Config.embedding_scale ...); every other architecture has none.
 ARCHS = {
     "llama": dict(neox=False, qkv_bias=False, fused=False, embd_scale=False, gelu=False, post_norms=False,
-                  swa_pattern=1, softcap=False, qk_norm=False, swa_rope_base=0.0, qscale_layers=0, nope_step=0),
+                  swa_pattern=1, softcap=False, qk_norm=False, swa_rope_base=0.0, qscale_layers=0,
+                  nope_step=0, mup=False),
     "qwen2": dict(neox=True, qkv_bias=True, fused=False, embd_scale=False, gelu=False, post_norms=False,
-                  swa_pattern=1, softcap=False, qk_norm=False, swa_rope_base=0.0, qscale_layers=0, nope_step=0),
+                  swa_pattern=1, softcap=False, qk_norm=False, swa_rope_base=0.0, qscale_layers=0,
+                  nope_step=0, mup=False),
     "qwen3": dict(neox=True, qkv_bias=False, fused=False, embd_scale=False, gelu=False, post_norms=False,
-                  swa_pattern=1, softcap=False, qk_norm=True, swa_rope_base=0.0, qscale_layers=0, nope_step=0),
+                  swa_pattern=1, softcap=False, qk_norm=True, swa_rope_base=0.0, qscale_layers=0,
+                  nope_step=0, mup=False),
     "phi3": dict(neox=True, qkv_bias=False, fused=True, embd_scale=False, gelu=False, post_norms=False,
-                 swa_pattern=1, softcap=False, qk_norm=False, swa_rope_base=0.0, qscale_layers=0, nope_step=0),
+                 swa_pattern=1, softcap=False, qk_norm=False, swa_rope_base=0.0, qscale_layers=0,
+                 nope_step=0, mup=False),
     "gemma": dict(neox=True, qkv_bias=False, fused=False, embd_scale=True, gelu=True, post_norms=False,
-                  swa_pattern=1, softcap=False, qk_norm=False, swa_rope_base=0.0, qscale_layers=0, nope_step=0),
+                  swa_pattern=1, softcap=False, qk_norm=False, swa_rope_base=0.0, qscale_layers=0,
+                  nope_step=0, mup=False),
     "gemma2": dict(neox=True, qkv_bias=False, fused=False, embd_scale=True, gelu=True, post_norms=True,
-                   swa_pattern=2, softcap=True, qk_norm=False, swa_rope_base=0.0, qscale_layers=46, nope_step=0),
+                   swa_pattern=2, softcap=True, qk_norm=False, swa_rope_base=0.0, qscale_layers=46,
+                   nope_step=0, mup=False),
     "gemma3": dict(neox=True, qkv_bias=False, fused=False, embd_scale=True, gelu=True, post_norms=True,
-                   swa_pattern=6, softcap=False, qk_norm=True, swa_rope_base=10000.0, qscale_layers=62, nope_step=0),
+                   swa_pattern=6, softcap=False, qk_norm=True, swa_rope_base=10000.0, qscale_layers=62,
+                   nope_step=0, mup=False),
     "smollm3": dict(neox=False, qkv_bias=False, fused=False, embd_scale=False, gelu=False, post_norms=False,
-                    swa_pattern=1, softcap=False, qk_norm=False, swa_rope_base=0.0, qscale_layers=0, nope_step=4),
+                    swa_pattern=1, softcap=False, qk_norm=False, swa_rope_base=0.0, qscale_layers=0,
+                    nope_step=4, mup=False),
+    "granite": dict(neox=False, qkv_bias=False, fused=False, embd_scale=False, gelu=False, post_norms=False,
+                    swa_pattern=1, softcap=False, qk_norm=False, swa_rope_base=0.0, qscale_layers=0,
+                    nope_step=0, mup=True),
 }
 
 
@@ -100,6 +119,11 @@ class Config:
     final_softcap: float = 0.0 # logits c tanh(l / c) (0 = none)
     rope_base_swa: float = 0.0 # the sliding layers' own RoPE base, as the file gives it (0 = the
                                # architecture's default, ARCHS swa_rope_base, where it has one)
+    # granite's multipliers (ARCHS mup; 1, 0, 1, 1 for the others, which have none)
+    embedding_scale: float = 1.0  # embedding rows times this
+    attention_scale: float = 0.0  # attention scores times this (0: q_scalar^-1/2)
+    residual_scale: float = 1.0   # each branch's output times this before its residual add
+    logit_scale: float = 1.0      # logits divided by this
     # Speculative Streaming
     n_streams: int = 0         # gamma; 0 = plain model
     n_msa: int = 0             # Ns: MSA blocks at the top
@@ -138,6 +162,14 @@ class Config:
             raise ValueError("%s needs a sliding window (n_swa > 0)" % self.arch)
         if self.rope_base_swa and not self.a["swa_rope_base"]:
             raise ValueError("%s has no RoPE of its own for the sliding layers" % self.arch)
+        mup = (self.embedding_scale, self.attention_scale, self.residual_scale, self.logit_scale)
+        if not self.a["mup"] and mup != (1.0, 0.0, 1.0, 1.0):
+            raise ValueError("%s has no embedding, attention, residual or logit multipliers" % self.arch)
+        # as the C library (lib/core/model.c read_mup_scales): positive, the attention's 0 allowed
+        if not all(math.isfinite(v) and v > 0 for v in mup[:1] + mup[2:]) or not (
+                math.isfinite(self.attention_scale) and self.attention_scale >= 0):
+            raise ValueError("%s multipliers %s: expected positive finite numbers (attention's 0: "
+                             "head_dim^-1/2)" % (self.arch, mup))
         bad = [t for t in self.lora_targets if t not in LORA_TARGETS]
         if bad:
             raise ValueError("unknown LoRA targets %s" % bad)
@@ -179,10 +211,15 @@ class Config:
         big = self.n_layer == self.a["qscale_layers"]
         return self.n_embd // self.n_head if big else self.head_dim
 
+    def scale_scores(self, s):
+        """Attention scores q.k scaled: times attention_scale (granite) or over sqrt(q_scalar)."""
+        return s * self.attention_scale if self.attention_scale > 0 else s / math.sqrt(self.q_scalar)
+
     def base_dict(self):
         keys = ("n_vocab", "n_embd", "n_layer", "n_head", "n_head_kv", "n_ff", "n_ctx",
                 "head_dim", "n_rot", "rms_eps", "rope_base", "tied", "arch", "rope_neox", "n_swa",
-                "attn_softcap", "final_softcap", "rope_base_swa")
+                "attn_softcap", "final_softcap", "rope_base_swa", "embedding_scale", "attention_scale",
+                "residual_scale", "logit_scale")
         return {k: getattr(self, k) for k in keys}
 
 
@@ -272,9 +309,12 @@ class Block(nn.Module):
         return y
 
     def _branch(self, x, y, post):
-        """The residual add of a branch's output y, through gemma2's post-branch norm."""
+        """The residual add of a branch's output y, through gemma2's post-branch norm, times
+        granite's residual scale."""
         if self.cfg.a["post_norms"]:
             y = rms_norm(y, getattr(self, post), self.cfg.rms_eps)
+        if self.cfg.residual_scale != 1.0:
+            y = y * self.cfg.residual_scale
         return x + y
 
     def _ffn(self, x, stream):
@@ -318,7 +358,7 @@ class Block(nn.Module):
         qh = q.transpose(1, 2)                                  # (B, H, T, hd)
         kh = self._expand_kv(k.transpose(1, 2), 1)              # (B, H, T, hd)
         vh = self._expand_kv(v.transpose(1, 2), 1)
-        att = torch.matmul(qh, kh.transpose(-1, -2)) / math.sqrt(c.q_scalar)  # (B, H, T, T)
+        att = c.scale_scores(torch.matmul(qh, kh.transpose(-1, -2)))  # (B, H, T, T)
         att = softcap(att, c.attn_softcap).masked_fill(mask, float("-inf")).softmax(-1)
         o = torch.matmul(att, vh).transpose(1, 2).reshape(B, T, -1)
         return self._ffn(self._branch(x, self.attn_output(o), "post_attention_norm"), False), kh, vh
@@ -335,7 +375,7 @@ class Block(nn.Module):
         qs = qs.permute(0, 3, 1, 2, 4)                          # (B, H, P, G, hd)
         ks = self._expand_kv(ks.permute(0, 3, 1, 2, 4), 1)      # (B, H, P, G, hd)
         vs = self._expand_kv(vs.permute(0, 3, 1, 2, 4), 1)
-        scale = 1.0 / math.sqrt(c.q_scalar)
+        scale = c.attention_scale if c.attention_scale > 0 else 1.0 / math.sqrt(c.q_scalar)
         sm = softcap(torch.matmul(qs.reshape(B, c.n_head, P * G, -1), kh.transpose(-1, -2)) * scale,
                      c.attn_softcap)
         sm = sm.view(B, c.n_head, P, G, T).masked_fill(mask[:, None, :], float("-inf"))
@@ -437,6 +477,8 @@ class Model(nn.Module):
             x = self.token_embd(tokens)
             if c.a["embd_scale"]:
                 x = x * math.sqrt(c.n_embd)
+            if c.embedding_scale != 1.0:  # granite
+                x = x * c.embedding_scale
         s = None
         for i, b in enumerate(self.blocks):
             if i == c.prune_layer and want_prune and self.prune_down is not None:
@@ -455,11 +497,19 @@ class Model(nn.Module):
             out["prune_logits"] = self.prune_logits(x[:, sp].detach())
         w = self.head_weight()
         with torch.set_grad_enabled(grad_base):
-            out["logits"] = softcap(F.linear(rms_norm(x, self.output_norm, c.rms_eps), w), c.final_softcap)
+            out["logits"] = self.finish(F.linear(rms_norm(x, self.output_norm, c.rms_eps), w))
         if s is not None:
             hn = rms_norm(s, self.output_norm.detach() if freeze_base else self.output_norm, c.rms_eps)
-            out["stream_logits"] = softcap(F.linear(hn, w.detach() if freeze_base else w), c.final_softcap)
+            out["stream_logits"] = self.finish(F.linear(hn, w.detach() if freeze_base else w))
         return out
+
+    def finish(self, logits):
+        """The head's last steps, for the main stream, the streams and the early exit alike: the
+        logits over granite's logit_scale, then gemma2's soft-capping."""
+        c = self.cfg
+        if c.logit_scale != 1.0:
+            logits = logits / c.logit_scale
+        return softcap(logits, c.final_softcap)
 
     def _ropes(self, pos, sp, dt):
         """{kind: (cos, sin) at positions pos (T), the same at the streams' offsets sp (P)}, for
@@ -479,5 +529,5 @@ class Model(nn.Module):
     def prune_logits(self, h):
         """3.2.3 early exit: head(final_norm(h + up(down(h)))); the head is not trained by it."""
         e = h + self.prune_up(self.prune_down(h))
-        return softcap(F.linear(rms_norm(e, self.output_norm.detach(), self.cfg.rms_eps),
-                                self.head_weight().detach()), self.cfg.final_softcap)
+        return self.finish(F.linear(rms_norm(e, self.output_norm.detach(), self.cfg.rms_eps),
+                                    self.head_weight().detach()))
