@@ -64,6 +64,7 @@ static es_model *mem_model_create(const mem_model_cfg *c) {
     hp->arch = es__arch_find("llama");
     hp->embd_scale = 1.0f;
     hp->attn_scale = 1.0f / sqrtf((float)c->head_dim);
+    hp->residual_scale = hp->logit_mul = 1.0f; /* llama's: none (0 would drop every branch) */
     m->has_weights = true;
     m->path = "(memory)";
     m->n_tensors = 3 + 9 * c->n_layer;
