@@ -64,6 +64,19 @@ layout(constant_id = 1) const uint LANES = 8;
 #define N_TEAMS (gl_WorkGroupSize.x / LANES)
 #endif
 
+// a * s rounded on its own, never fused into the add that consumes it (an epilogue's x += s y rounds
+// s y first, as the CPU's does, in every variant alike). A function of its own because glslang
+// carries `precise` back through everything that feeds the variable within a function: declared
+// in the caller, it would forbid fusing in the whole accumulation before it.
+float rounded_mul(const float a, const float s) {
+    precise const float v = a * s;
+    return v;
+}
+vec4 rounded_mul(const vec4 a, const float s) {
+    precise const vec4 v = a * s;
+    return v;
+}
+
 // A dot product of four pairs in a fixed order, so that every kernel computing the same product
 // rounds the same way whatever else it computes (batch invariance).
 float dot4(vec4 a, vec4 b) {

@@ -1,8 +1,9 @@
 #version 450
 // mul_mat.comp: Y = W X for a weight matrix W (M rows of K elements, any weight type) and a tile
-// of TOK activation rows X, with an epilogue: store, add into Y (the residual), SwiGLU of
-// interleaved gate/up row pairs, or RoPE of the Q and K rows with the write of K and V into the
-// cache (attention's input projection).
+// of TOK activation rows X, with an epilogue: store (the logits: times the model's multiplier,
+// then soft-capped), add into Y (the residual, the branch times the model's residual scale),
+// SwiGLU of interleaved gate/up row pairs, or RoPE of the Q and K rows with the write of K and V
+// into the cache (attention's input projection).
 // One source serves matrix-vector (decode, TOK = 1) and tiled matrix-matrix (prefill, tree
 // verification, TOK > 1). A team of lanes (a subgroup, or LANES invocations) owns ROWS rows;
 // lane l accumulates units l, l + lanes, l + 2 lanes, ... of each row (weights.glsl; Q4_K's lanes
@@ -312,17 +313,22 @@ void main() {
                     rope_pair(pc.row0 + row0 + r, t0 + t, a, b);
             }
         } else {
+            const float s = pc.scale != 0.0 ? pc.scale : 1.0;
             for (uint r = 0u; r < ROWS; r++) {
                 if (row0 + r >= pc.M) break;
                 uint y = base + row0 + r;
                 const uint g = pc.row0 + row0 + r; // fused row
                 if (g < pc.perm_rows) y = y - g + (g / pc.hd) * pc.hd + rope_dim(g % pc.hd);
+                // granite's residual scale or logit multiplier (times 1 is exact: the other
+                // architectures keep their bits), rounded before the add (common.glsl): the fused
+                // stream rows and the stream pass, which may run different variants, agree
+                const float v = rounded_mul(acc[r * TOK + t], s);
                 if (EPI == 1u)
-                    Y[y] += acc[r * TOK + t];
+                    Y[y] += v;
                 else if (pc.softcap > 0.0) // gemma2's final logit soft-capping
-                    Y[y] = pc.softcap * tanh(acc[r * TOK + t] / pc.softcap);
+                    Y[y] = pc.softcap * tanh(v / pc.softcap);
                 else
-                    Y[y] = acc[r * TOK + t];
+                    Y[y] = v;
             }
         }
     }

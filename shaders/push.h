@@ -40,7 +40,10 @@
                 /* order (qwen2, lib/core/arch.h); 0 = no biases                    */ \
     F(softcap)  /* store epilogue: Y = softcap tanh(WX / softcap) (0 = plain)      */ \
     U(rope_off) /* RoPE: float offset in ROPE of the layer's table (its kind of     */ \
-                /* rotation, lib/core/rope.h es__rope_table_of; 0 = the model's)   */
+                /* rotation, lib/core/rope.h es__rope_table_of; 0 = the model's)   */ \
+    F(scale)    /* store and add epilogues: WX (with its LoRA term) times it first: */ \
+                /* the head's logit multiplier before the soft-capping, a residual  */ \
+                /* branch's scale before its add (granite, lib/core/model.h; 0: 1)  */
 
 /* Step data: 32-bit ints the host writes before each forward submission. A header of
  * ES_STEP_HDR ints, then arrays of nb = n_batch + 1 entries, array k at
@@ -74,7 +77,9 @@
     U(g_off)    /* float offset of the weight vector in G                     */                   \
     U(gather)   /* 1: read row out_rows[t] of X                               */                   \
     F(eps)                                                                                         \
-    U(add)      /* 1: Y[t] += the normalised row (gemma2's post-branch norms)  */
+    F(add)      /* not 0: Y[t] += add times the normalised row (gemma2's post-  */                 \
+                /* branch norms; add is the residual scale, 1 but for granite-  */                 \
+                /* like models, lib/core/model.h)                               */
 
 /* get_rows: X[t] = dequantised row tokens[t] of the embedding matrix, for the tokens whose row
  * lies in this part [row0, row0 + rows). */

@@ -3,7 +3,8 @@
 // (row = t, or out_rows[t] when gathering the rows that want logits). The sum of squares runs in
 // a fixed order (lane-strided, then reduce.glsl), so a row's result never depends on the batch.
 // Rows are padded with zeros to a multiple of 4 floats; the padding adds exact zeros.
-// With add = 1, Y[t] += the result (gemma2's post-branch norms, lib/core/arch.h).
+// With add != 0, Y[t] += add times the result (gemma2's post-branch norms, lib/core/arch.h; add is
+// the residual scale, 1 but for granite-like models).
 #extension GL_GOOGLE_include_directive : require
 #include "common.glsl"
 #include "reduce.glsl"
@@ -28,6 +29,11 @@ void main() {
     const float r = 1.0 / sqrt(s / float(pc.E) + pc.eps);
     for (uint c = lid; c < e4; c += wg) {
         const vec4 y = FETCH_F4(X, xb + c) * r * FETCH_F4(G, pc.g_off / 4u + c);
-        Y[yb + c] = pc.add != 0u ? Y[yb + c] + y : y; // add: a post-branch norm into the residual
+        if (pc.add == 0.0)
+            Y[yb + c] = y;
+        else if (pc.add == 1.0) // a post-branch norm into the residual: the expression of before
+            Y[yb + c] += y;     // the scale, so that gemma2's bits stay whatever the compiler fuses
+        else
+            Y[yb + c] += rounded_mul(y, pc.add); // s y rounded before the add, as the CPU's x += s y
     }
 }

@@ -593,13 +593,13 @@ void es__vk_ctx_destroy(es_context *ctx) {
 
 /* ---- recording */
 static void rec_norm(vk_ctx *c, es__vk_rec *r, uint32_t n, uint32_t g_off, bool gather, float eps) {
-    es__pc_rmsnorm pc = {(uint32_t)c->w->model->hp.n_embd, n, c->E32, g_off, gather ? 1u : 0u, eps, 0u};
+    es__pc_rmsnorm pc = {(uint32_t)c->w->model->hp.n_embd, n, c->E32, g_off, gather ? 1u : 0u, eps, 0.0f};
     es__vk_rec_dispatch(r, gather ? "rmsnorm_out" : "rmsnorm", c->p_norm, c->s_norm, &pc, n, 1, 1);
 }
 
 /* gemma2's post-branch norm: x += rmsnorm(xn) * g (the branch's projection stored into xn). */
 static void rec_post_norm(vk_ctx *c, es__vk_rec *r, uint32_t n, uint32_t g_off, float eps) {
-    es__pc_rmsnorm pc = {(uint32_t)c->w->model->hp.n_embd, n, c->E32, g_off, 0u, eps, 1u};
+    es__pc_rmsnorm pc = {(uint32_t)c->w->model->hp.n_embd, n, c->E32, g_off, 0u, eps, 1.0f};
     es__vk_rec_dispatch(r, "rmsnorm_post_add", c->p_norm, c->s_post, &pc, n, 1, 1);
 }
 

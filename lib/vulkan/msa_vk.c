@@ -561,7 +561,7 @@ static void rec_rows(struct es__vk_msa *m, es__vk_rec *r, const char *op, VkDesc
 }
 
 static void rec_norm_add(struct es__vk_msa *m, es__vk_rec *r, const char *op, VkDescriptorSet set, uint32_t n,
-                         uint32_t g_off, uint32_t add) {
+                         uint32_t g_off, float add) {
     const es__hparams *hp = &m->ctx->model->hp;
     es__pc_rmsnorm pc = {(uint32_t)hp->n_embd, n, m->res.E32, g_off, 0, hp->rms_eps, add};
     es__vk_rec_dispatch(r, op, m->p_norm, set, &pc, n, 1, 1);
@@ -569,7 +569,7 @@ static void rec_norm_add(struct es__vk_msa *m, es__vk_rec *r, const char *op, Vk
 
 static void rec_norm(struct es__vk_msa *m, es__vk_rec *r, const char *op, VkDescriptorSet set, uint32_t n,
                      uint32_t g_off) {
-    rec_norm_add(m, r, op, set, n, g_off, 0);
+    rec_norm_add(m, r, op, set, n, g_off, 0.0f);
 }
 
 uint32_t es__vk_msa_flags(const struct es__vk_msa *m, uint32_t n, uint32_t g, uint32_t lo, uint32_t hi) {
@@ -702,13 +702,13 @@ static es_status record_streams(struct es__vk_msa *m, uint32_t G) {
         es__vk_rec_dispatch(&r, "ss_attn", m->p_attn, L->attn, &pa, attn_groups(m, G * (uint32_t)hp->n_head), 1, 1);
         if (lo[LO_O].on) ES_TRY(rec_mm(m, &r, "ss_lora_a", &lo[LO_O].ma, G, ES__EPI_STORE, res->Q32, m->R32));
         ES_TRY(rec_mm(m, &r, "ss_wo", &L->wo, G, branch_epi(m), res->Q32, res->E32));
-        if (post_norms(m)) rec_norm_add(m, &r, "ss_post_norm", m->s_post, G, vl->post_attn_norm, 1);
+        if (post_norms(m)) rec_norm_add(m, &r, "ss_post_norm", m->s_post, G, vl->post_attn_norm, 1.0f);
         rec_norm(m, &r, "ss_norm", L->norm_ffn, G, vl->ffn_norm);
         if (lo[LO_GU].on) ES_TRY(rec_mm(m, &r, "ss_lora_a", &lo[LO_GU].ma, G, ES__EPI_STORE, res->E32, m->R32));
         ES_TRY(rec_mm(m, &r, "ss_gateup", &L->gateup, G, glu_epi(m), res->E32, res->F32));
         if (lo[LO_DOWN].on) ES_TRY(rec_mm(m, &r, "ss_lora_a", &lo[LO_DOWN].ma, G, ES__EPI_STORE, res->F32, m->R32));
         ES_TRY(rec_mm(m, &r, "ss_down", &L->down, G, branch_epi(m), res->F32, res->E32));
-        if (post_norms(m)) rec_norm_add(m, &r, "ss_post_norm", m->s_post, G, vl->post_ffn_norm, 1);
+        if (post_norms(m)) rec_norm_add(m, &r, "ss_post_norm", m->s_post, G, vl->post_ffn_norm, 1.0f);
     }
     rec_norm(m, &r, "ss_norm_out", m->s_norm_out, G, res->w->output_norm);
     es_status s = rec_mm(m, &r, "ss_head", &m->stream_out, G, ES__EPI_STORE, res->E32, res->V32);

@@ -441,6 +441,7 @@ static es_status run_proj(es_backend *b, es__dtype type, const void *w, uint32_t
         pc.bias_off = bias_off;
         pc.softcap = ss->softcap;
         pc.rope_off = rope_off;
+        pc.scale = ss->scale;
         s = run_mul_mat_submit(&r, "mul_mat", m, epi, lora, sets, &pc, reps, ms);
     }
     if (s == ES_OK) s = run_read(&r, Y, y, sizeof *y * n * cols);
@@ -490,7 +491,7 @@ es_status es__vk_run_rope_kv(es_backend *b, float *qkv, uint32_t n, uint32_t n_h
 
 /* ---- the other ops of the forward pass */
 
-es_status es__vk_run_rmsnorm(es_backend *b, const float *x, const float *w, uint32_t E, uint32_t n, float eps, bool add,
+es_status es__vk_run_rmsnorm(es_backend *b, const float *x, const float *w, uint32_t E, uint32_t n, float eps, float add,
                              float *y) {
     RUN_BEGIN(b)
     const uint32_t E32 = up32(E);
@@ -506,7 +507,7 @@ es_status es__vk_run_rmsnorm(es_backend *b, const float *x, const float *w, uint
     if (s == ES_OK) s = run_step(&r, 0, 1, NULL, NULL, NULL, NULL, 0, NULL, 0, &S, &bs);
     if (s == ES_OK) {
         es__vk_bind binds[4] = {bx, bg, bs, whole(Y)};
-        es__pc_rmsnorm pc = {E, n, E32, 0, 0, eps, add ? 1u : 0u};
+        es__pc_rmsnorm pc = {E, n, E32, 0, 0, eps, add};
         s = run_one(&r, p, binds, &pc, n, 1, 1);
     }
     if (s == ES_OK) read_rows(Y, n, E, E32, y);

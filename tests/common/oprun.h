@@ -24,8 +24,9 @@ extern uint64_t es__vk_run_staging;
 es_status es__vk_run_mul_mat(es_backend *b, es__dtype type, const void *w, uint32_t rows, uint32_t K,
                              const float *x, uint32_t n, uint32_t epi, float *y, uint32_t reps, double *ms);
 
-/* x[n][E] -> y[n][E], weight w[E]; add: y[n][E] += the result (gemma2's post-branch norms). */
-es_status es__vk_run_rmsnorm(es_backend *b, const float *x, const float *w, uint32_t E, uint32_t n, float eps, bool add,
+/* x[n][E] -> y[n][E], weight w[E]; add != 0: y[n][E] += add times the result (gemma2's post-branch
+ * norms, add the residual scale). */
+es_status es__vk_run_rmsnorm(es_backend *b, const float *x, const float *w, uint32_t E, uint32_t n, float eps, float add,
                              float *y);
 /* out[i][:E] = row ids[i] of table (rows x K of type, GGUF layout), dequantised, times scale. */
 es_status es__vk_run_get_rows(es_backend *b, es__dtype type, const void *table, uint32_t K, uint32_t rows,
@@ -114,6 +115,8 @@ typedef struct es__vk_ss_proj {
     /* the architectures' extras (lib/core/arch.h) */
     const float *bias;            /* ES__EPI_ROPE_KV: [rows] Q, K, V biases in head order (qwen2)   */
     float softcap;                /* ES__EPI_STORE: y = softcap tanh(W x / softcap) (0: plain)      */
+    float scale;                  /* ES__EPI_STORE, ES__EPI_ADD: W x (+ B R) times it first: the    */
+                                  /* logits' multiplier, a residual branch's scale (granite; 0: 1)  */
 } es__vk_ss_proj;
 /* y[n][rows] = W x[n][K] as es__vk_run_mul_mat with ss's extras that need no stream rows (bias,
  * softcap); ES__EPI_GEGLU: W holds 2 n_ff interleaved rows and y gets [n][rows / 2]. */

@@ -3,8 +3,9 @@
  * every feature configuration, with odd shapes; and batch invariance: each token's output is
  * bit-identical whether it is multiplied alone or inside a batch.
  * The CPU backend's es__cpu_matmul (with es__cpu_swiglu, es__cpu_geglu_range, es__cpu_add and
- * es__cpu_softcap for the epilogues) is a second reference. GeGLU (gemma) and the soft-capped
- * store (gemma2's logits) are lib/core/arch.h's.
+ * es__cpu_softcap for the epilogues) is a second reference. GeGLU (gemma), the soft-capped
+ * store (gemma2's logits) and the store's and add's factor (granite's logit multiplier and
+ * residual scale) are lib/core/arch.h's.
  * Bound: |y - ref| <= 2e-6 * sum_k |w_k x_k| (f32 accumulation of exactly decoded weights) against
  * the double reference, and twice that against the CPU backend. For the K-quants with a min
  * (Q4_K, Q5_K) the kernel sums d sc (q . x) and -dmin m (sum of x) per block, so the scale of the
@@ -131,26 +132,44 @@ static void check_case(es_backend *b, test_rng *r, int type, uint32_t rows, uint
     free(y0);
 }
 
-/* The store epilogue's soft-capping (gemma2's logits): y = c tanh(W x / c), against the CPU's
- * matmul and es__cpu_softcap; c = 2 bends products of this size (about 1) visibly. */
-static void check_softcap(es_backend *b, test_rng *r, int type, uint32_t k, const char *cfg) {
+/* The store and add epilogues' finish: the factor (granite's logit multiplier, its residual scale)
+ * and the store's soft-capping (gemma2's logits) after it: y = c tanh(s W x / c), y = s W x or
+ * y += s W x, against the CPU's matmul, its x += s y and es__cpu_softcap; c = 2 bends products of
+ * this size (about 1) visibly, and s = 2.5 before it differs from s after it. A factor of 1 gives
+ * the bits of none (the other architectures'). */
+static void check_finish(es_backend *b, test_rng *r, int type, uint32_t k, uint32_t epi, float scale, float cap,
+                         const char *cfg) {
     const uint32_t rows = 70, n = 3;
+    const size_t ny = (size_t)rows * n;
     float *deq = malloc(sizeof(float) * rows * k);
     void *w = make_weights(r, type, rows, k, deq);
-    float *x = malloc(sizeof(float) * k * n), *y = malloc(sizeof(float) * rows * n), *ref = malloc(sizeof(float) * rows * n);
+    float *x = malloc(sizeof(float) * k * n), *y = malloc(sizeof(float) * ny), *y0 = malloc(sizeof(float) * ny);
+    float *ref = malloc(sizeof(float) * ny), *y1 = malloc(sizeof(float) * ny);
     for (size_t i = 0; i < (size_t)k * n; i++) x[i] = test_rng_uniform(r);
-    for (size_t i = 0; i < (size_t)rows * n; i++) y[i] = NAN;
+    for (size_t i = 0; i < ny; i++) y[i] = y0[i] = epi == ES__EPI_ADD ? test_rng_uniform(r) : NAN;
     es__vk_ss_proj ss;
     memset(&ss, 0, sizeof ss);
-    ss.softcap = 2.0f;
-    CHECK_OK(es__vk_run_mul_mat_ss(b, (es__dtype)type, w, rows, k, x, n, ES__EPI_STORE, &ss, y));
+    ss.softcap = cap;
+    ss.scale = scale;
+    CHECK_OK(es__vk_run_mul_mat_ss(b, (es__dtype)type, w, rows, k, x, n, epi, &ss, y));
     CHECK_OK(es__cpu_matmul(NULL, (es__dtype)type, w, k, rows, x, n, ref, NULL));
-    es__cpu_softcap(ref, (int64_t)rows * n, 2.0f);
-    double worst = 0;
-    for (size_t i = 0; i < (size_t)rows * n; i++) worst = fmax(worst, isfinite(y[i]) ? fabs((double)y[i] - ref[i]) : INFINITY);
-    CHECKF(worst <= 1e-5, "[%s] type %d: soft-capped store differs from the CPU by %.3g > 1e-5 (values within 2)", cfg,
-           type, worst);
-    free(deq), free(w), free(x), free(y), free(ref);
+    const float s = scale != 0.0f ? scale : 1.0f;
+    for (size_t i = 0; i < ny; i++) ref[i] = epi == ES__EPI_ADD ? y0[i] + s * ref[i] : s * ref[i];
+    if (cap > 0) es__cpu_softcap(ref, (int64_t)ny, cap);
+    double worst = 0, mx = 1;
+    for (size_t i = 0; i < ny; i++) mx = fmax(mx, fabs(ref[i]));
+    for (size_t i = 0; i < ny; i++) worst = fmax(worst, isfinite(y[i]) ? fabs((double)y[i] - ref[i]) / mx : INFINITY);
+    CHECKF(worst <= 1e-5, "[%s] type %d epi %u scale %g softcap %g: differs from the CPU by %.3g > 1e-5 (of the largest)",
+           cfg, type, epi, (double)scale, (double)cap, worst);
+    /* a factor of 1: the same bits as none */
+    memcpy(y, y0, sizeof(float) * ny), memcpy(y1, y0, sizeof(float) * ny);
+    ss.scale = 0.0f;
+    CHECK_OK(es__vk_run_mul_mat_ss(b, (es__dtype)type, w, rows, k, x, n, epi, &ss, y));
+    ss.scale = 1.0f;
+    CHECK_OK(es__vk_run_mul_mat_ss(b, (es__dtype)type, w, rows, k, x, n, epi, &ss, y1));
+    CHECKF(memcmp(y, y1, sizeof(float) * ny) == 0, "[%s] type %d epi %u softcap %g: a factor of 1 changes the bits", cfg,
+           type, epi, (double)cap);
+    free(deq), free(w), free(x), free(y), free(y0), free(ref), free(y1);
 }
 
 /* A backend whose profile never walks short rows solo (NULL where Vulkan is missing). */
@@ -205,7 +224,11 @@ int main(void) {
             check_case(b, &r, t, 2 * 37, 512, 1, ES__EPI_SWIGLU, cfg);
             check_case(b, &r, t, 2 * 37, blk ? 160 : 81, 6, ES__EPI_GEGLU, cfg);
             check_case(b, &r, t, 2 * 19, 64, 1, ES__EPI_GEGLU, cfg);
-            check_softcap(b, &r, t, blk ? 96 : 45, cfg);
+            const uint32_t kf = blk ? 96 : 45;
+            check_finish(b, &r, t, kf, ES__EPI_STORE, 0.0f, 2.0f, cfg);   /* gemma2's logits */
+            check_finish(b, &r, t, kf, ES__EPI_STORE, 0.125f, 0.0f, cfg); /* granite's: 1 / logit_scale */
+            check_finish(b, &r, t, kf, ES__EPI_STORE, 2.5f, 2.0f, cfg);   /* the factor, then the cap */
+            check_finish(b, &r, t, kf, ES__EPI_ADD, 0.22f, 0.0f, cfg);    /* granite's residual scale */
         }
         /* the K-quants: rows of whole 256-element super-blocks, every epilogue in the default
          * configuration, the tiled case in the others */

@@ -1,8 +1,8 @@
 /* test_vk_ops: every Vulkan op other than mul_mat against the CPU backend's op of lib/cpu/ops.h,
  * on fresh random inputs with odd shapes, in every feature configuration. Bounds (normalised by
  * the largest reference magnitude of the row unless stated):
- *   rmsnorm 2e-6; rope (q rotated in place, k rotated into the cache) 1e-6; cache write of v
- *   exact; qwen3's per-head Q/K norms with RoPE (qk_norm_rope) against es__cpu_qkv_prepare 2e-6 of
+ *   rmsnorm 2e-6 (stored, or added into y times 1 or a residual scale); rope (q rotated in
+ *   place, k rotated into the cache) 1e-6; cache write of v exact; qwen3's per-head Q/K norms with RoPE (qk_norm_rope) against es__cpu_qkv_prepare 2e-6 of
  *   the row's (the cache's) largest value, v and the stream rows' v exact; tree attention 2e-5 of max |v| (many splits, chunks, GQA, random trees); softmax
  *   5e-5 per element of the row's max (the CPU sums up to 32000 exponentials in index order, the
  *   device in a tree: their rounding differs by that much); get_rows exact for every weight type; argmax and top-k
@@ -22,20 +22,27 @@ static void test_rmsnorm(es_backend *b, test_rng *r, const char *cfg) {
             float *x = rand_vec(r, (size_t)E * n, 3.0f), *w = rand_vec(r, E, 1.0f), *y = rand_vec(r, (size_t)E * n, 0);
             float *ref = malloc(sizeof *ref * E * n);
             for (size_t i = 0; i < (size_t)E * n; i++) y[i] = NAN;
-            CHECK_OK(es__vk_run_rmsnorm(b, x, w, E, n, 1e-5f, false, y));
+            CHECK_OK(es__vk_run_rmsnorm(b, x, w, E, n, 1e-5f, 0.0f, y));
             es__cpu_rmsnorm(x, w, E, n, 1e-5f, ref);
             for (uint32_t t = 0; t < n; t++) {
                 double d = diff(y + (size_t)t * E, ref + (size_t)t * E, E, max_abs(ref + (size_t)t * E, E));
                 CHECKF(d <= 2e-6, "[%s] rmsnorm E %u row %u: error %.3g > 2e-6", cfg, E, t, d);
             }
-            /* add = 1 (gemma2's post-branch norms): y += the normalised rows, as the CPU forward */
-            float *acc = rand_vec(r, (size_t)E * n, 2.0f), *racc = malloc(sizeof *racc * E * n);
-            memcpy(racc, acc, sizeof *acc * E * n);
-            CHECK_OK(es__vk_run_rmsnorm(b, x, w, E, n, 1e-5f, true, acc));
-            es__cpu_add(racc, ref, (int64_t)E * n, racc);
-            const double da = diff(acc, racc, (size_t)E * n, max_abs(racc, (size_t)E * n));
-            CHECKF(da <= 2e-6, "[%s] rmsnorm add E %u n %u: error %.3g > 2e-6", cfg, E, n, da);
-            free(acc), free(racc);
+            /* add = 1 (gemma2's post-branch norms): y += the normalised rows, as the CPU forward;
+             * add = 0.22 (a residual scale, granite's): y += 0.22 times them, as its x += s y */
+            static const float adds[] = {1.0f, 0.22f};
+            for (size_t a = 0; a < ES__ARRAY_LEN(adds); a++) {
+                float *acc = rand_vec(r, (size_t)E * n, 2.0f), *racc = malloc(sizeof *racc * E * n);
+                memcpy(racc, acc, sizeof *acc * E * n);
+                CHECK_OK(es__vk_run_rmsnorm(b, x, w, E, n, 1e-5f, adds[a], acc));
+                if (adds[a] == 1.0f)
+                    es__cpu_add(racc, ref, (int64_t)E * n, racc);
+                else
+                    for (size_t i = 0; i < (size_t)E * n; i++) racc[i] += adds[a] * ref[i];
+                const double da = diff(acc, racc, (size_t)E * n, max_abs(racc, (size_t)E * n));
+                CHECKF(da <= 2e-6, "[%s] rmsnorm add %g E %u n %u: error %.3g > 2e-6", cfg, (double)adds[a], E, n, da);
+                free(acc), free(racc);
+            }
             free(x), free(w), free(y), free(ref);
         }
 }

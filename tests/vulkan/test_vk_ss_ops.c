@@ -18,12 +18,12 @@
  *     pass (one node) and from the fused forward's dispatch (every node); also with a subgroup per
  *     (stream row, head), a GPU's attention (policy.h attn_team), where the device has subgroup
  *     arithmetic.
- *   the LoRA epilogue of mul_mat (y = W x + B R on stream rows only; store, add, SwiGLU, and the
- *     RoPE epilogue whose stream rows keep Q, K and V): against a double reference on the
- *     dequantised weights within 2e-6 of sum |w x| + sum |b r| (test_vk_mul_mat's bound; for
- *     SwiGLU and RoPE propagated as there), against the CPU backend's ops (es__cpu_matmul, the
- *     kernels' dot for B R as lib/cpu/msa.c adds it, es__cpu_swiglu, es__cpu_add,
- *     es__cpu_rope_token) within twice that; the main rows bit-identical to the plain kernel's. */
+ *   the LoRA epilogue of mul_mat (y = W x + B R on stream rows only; store, add (also times a
+ *     residual scale, granite's, main and stream rows alike), SwiGLU, and the RoPE epilogue whose
+ *     stream rows keep Q, K and V): against a double reference on the dequantised weights within
+ *     2e-6 of sum |w x| + sum |b r| (test_vk_mul_mat's bound; for SwiGLU and RoPE propagated as
+ *     there), against the CPU backend's ops (es__cpu_matmul, the kernels' dot for B R as
+ *     lib/cpu/msa.c adds it, es__cpu_swiglu, es__cpu_add, es__cpu_rope_token) within twice that; the main rows bit-identical to the plain kernel's. */
 #include "backend_vk.h"
 #include "cpu/kern.h"
 #include "cpu/ops.h"
@@ -322,6 +322,8 @@ typedef struct lora_case {
     uint32_t rows, K, n, t0, epi, rank;
     const es__vk_op_rope *rope; /* with ES__EPI_ROPE_KV: the geometry (rows follow from it) */
     uint32_t g;                 /* ES__EPI_ROPE_KV: streams per token (t0 tokens)          */
+    float scale;                /* ES__EPI_ADD: y += scale (W x + B R) (granite's residual */
+                                /* scale; 0: 1)                                            */
 } lora_case;
 
 /* The projection row `row` of token t in double: W x (+ B R on stream rows) and its scale
@@ -373,11 +375,14 @@ static void check_plain_epi(const lora_case *c, const float *deq, const float *x
             } else {
                 ref = proj_ref(c, deq, x, lb, lr, t, col, &scale);
                 cpu = ft[col];
-                if (c->epi == ES__EPI_ADD) {
-                    const float *y0t = y0 + (size_t)t * cols;
+                if (c->epi == ES__EPI_ADD) { /* as the CPU forward's x += s y */
+                    const float *y0t = y0 + (size_t)t * cols, s = c->scale != 0.0f ? c->scale : 1.0f;
                     float o;
-                    es__cpu_add(&y0t[col], &ft[col], 1, &o);
-                    ref += y0t[col], scale += fabs(y0t[col]), cpu = o;
+                    if (c->scale == 0.0f)
+                        es__cpu_add(&y0t[col], &ft[col], 1, &o);
+                    else
+                        o = y0t[col] + s * ft[col];
+                    ref = y0t[col] + s * ref, scale = fabs(y0t[col]) + s * scale, cpu = o;
                 }
             }
             err[0] = fmax(err[0], norm_err(y[(size_t)t * cols + col], ref, scale));
@@ -491,7 +496,7 @@ static void check_lora(es_backend *b, test_rng *r, const lora_case *c, const cha
     random_tree(r, (int32_t)c->t0, end, 0);
     for (uint32_t t = 0; t < c->t0; t++) pos[t] = (int32_t)n_past + tree_depth(end, (int32_t)t);
     const es__vk_op_batch batch = {n_past, c->t0, end, NULL, 0};
-    es__vk_ss_proj ss = {lb, lr, c->rank, c->t0, g, rope_kv ? c->g : 0, &batch, n_ctx, kc, vc, NULL, 0.0f};
+    es__vk_ss_proj ss = {lb, lr, c->rank, c->t0, g, rope_kv ? c->g : 0, &batch, n_ctx, kc, vc, NULL, 0.0f, c->scale};
     CHECK_OK(es__vk_run_mul_mat_ss(b, (es__dtype)c->type, w, c->rows, c->K, x, c->n, c->epi, &ss, y));
     float *full = malloc(sizeof *full * c->n * c->rows);
     proj_cpu(c, w, x, lb, lr, full);
@@ -508,13 +513,14 @@ static void check_lora(es_backend *b, test_rng *r, const lora_case *c, const cha
         check_plain_epi(c, deq, x, lb, lr, full, y0, y, err);
     }
     CHECKF(err[0] <= MM_BOUND && err[1] <= 2 * MM_BOUND && rest,
-           "[%s] lora type %d rows %u K %u n %u t0 %u rank %u %s %s: error %.3g (CPU %.3g)%s", cfg, c->type, c->rows, c->K,
-           c->n, c->t0, c->rank, epi_name(c->epi), g ? (g->type == ES_ROPE_NEOX ? "neox" : "norm") : "", err[0], err[1],
+           "[%s] lora type %d rows %u K %u n %u t0 %u rank %u %s %s scale %g: error %.3g (CPU %.3g)%s", cfg, c->type, c->rows,
+           c->K, c->n, c->t0, c->rank, epi_name(c->epi), g ? (g->type == ES_ROPE_NEOX ? "neox" : "norm") : "",
+           (double)c->scale, err[0], err[1],
            rest ? "" : ", and it wrote what it must not");
     /* the main rows: the plain kernel on them alone gives the same bits (they get no B R) */
     if (c->t0 > 0) {
         float *ym = copy_vec(y0, (size_t)c->t0 * cols), *km = copy_vec(kc0, cache), *vm = copy_vec(vc0, cache);
-        es__vk_ss_proj plain = {NULL, NULL, 0, 0, g, 0, &batch, n_ctx, km, vm, NULL, 0.0f};
+        es__vk_ss_proj plain = {NULL, NULL, 0, 0, g, 0, &batch, n_ctx, km, vm, NULL, 0.0f, c->scale};
         CHECK_OK(es__vk_run_mul_mat_ss(b, (es__dtype)c->type, w, c->rows, c->K, x, c->t0, c->epi, &plain, ym));
         CHECKF(same(ym, y, (size_t)c->t0 * cols) && same(km, kc, cache) && same(vm, vc, cache),
                "[%s] lora type %d %s: the main rows differ from the plain kernel's", cfg, c->type, epi_name(c->epi));
@@ -537,18 +543,22 @@ static void test_lora(es_backend *b, test_rng *r, const char *cfg, bool all) {
         const bool blk = t == T_Q8_0 || t == T_Q4_0;
         const uint32_t K = blk ? 96 : 45;
         /* the fused forward's Q/K/V projection: 3 tokens, 2 (or 1) streams each */
-        const lora_case qkv_norm = {t, (4 + 2 * 2) * 8, K, 9, 3, ES__EPI_ROPE_KV, 6, &norm, 2};
-        const lora_case qkv_neox = {t, (3 + 2 * 1) * 12, K, 6, 3, ES__EPI_ROPE_KV, 3, &neox, 1};
+        const lora_case qkv_norm = {t, (4 + 2 * 2) * 8, K, 9, 3, ES__EPI_ROPE_KV, 6, &norm, 2, 0.0f};
+        const lora_case qkv_neox = {t, (3 + 2 * 1) * 12, K, 6, 3, ES__EPI_ROPE_KV, 3, &neox, 1, 0.0f};
         /* the stream pass's Q/K/V (store, rows permuted for NEOX, every row a stream row), the
          * fused output and down projections (add) and gate/up (SwiGLU) */
-        const lora_case pass_qkv = {t, (3 + 2 * 1) * 12, K, 3, 0, ES__EPI_STORE, 35, &neox, 0};
-        const lora_case add = {t, 33, blk ? 64 : 40, 7, 3, ES__EPI_ADD, 2, NULL, 0};
-        const lora_case swiglu = {t, 2 * 37, blk ? 160 : 81, 6, 3, ES__EPI_SWIGLU, 8, NULL, 0};
+        const lora_case pass_qkv = {t, (3 + 2 * 1) * 12, K, 3, 0, ES__EPI_STORE, 35, &neox, 0, 0.0f};
+        const lora_case add = {t, 33, blk ? 64 : 40, 7, 3, ES__EPI_ADD, 2, NULL, 0, 0.0f};
+        /* granite's residual scale on the fused branch: the main rows' W x and the stream rows'
+         * W x + B R alike */
+        const lora_case add_scaled = {t, 33, blk ? 64 : 40, 7, 3, ES__EPI_ADD, 2, NULL, 0, 0.22f};
+        const lora_case swiglu = {t, 2 * 37, blk ? 160 : 81, 6, 3, ES__EPI_SWIGLU, 8, NULL, 0, 0.0f};
         check_lora(b, r, &qkv_norm, cfg);
         if (!all) continue;
         check_lora(b, r, &qkv_neox, cfg);
         check_lora(b, r, &pass_qkv, cfg);
         check_lora(b, r, &add, cfg);
+        check_lora(b, r, &add_scaled, cfg);
         check_lora(b, r, &swiglu, cfg);
     }
 }
