@@ -231,7 +231,8 @@ static uint32_t glu_epi(const vk_ctx *c) {
 }
 
 /* A residual branch's output projection adds into x, or with post-branch norms (gemma2) stores
- * into xn for the norm that then adds. */
+ * into xn for the norm that then adds; either scales the branch by the model's residual scale
+ * (granite's; 1 for the others) before its add (branch_call, rec_post_norm). */
 static bool post_norms(const vk_ctx *c) {
     return c->w->model->hp.arch->post_norms;
 }
@@ -597,9 +598,11 @@ static void rec_norm(vk_ctx *c, es__vk_rec *r, uint32_t n, uint32_t g_off, bool 
     es__vk_rec_dispatch(r, gather ? "rmsnorm_out" : "rmsnorm", c->p_norm, c->s_norm, &pc, n, 1, 1);
 }
 
-/* gemma2's post-branch norm: x += rmsnorm(xn) * g (the branch's projection stored into xn). */
+/* gemma2's post-branch norm: x += s rmsnorm(xn) * g (the branch's projection stored into xn; s the
+ * residual scale). */
 static void rec_post_norm(vk_ctx *c, es__vk_rec *r, uint32_t n, uint32_t g_off, float eps) {
-    es__pc_rmsnorm pc = {(uint32_t)c->w->model->hp.n_embd, n, c->E32, g_off, 0u, eps, 1.0f};
+    const es__hparams *hp = &c->w->model->hp;
+    es__pc_rmsnorm pc = {(uint32_t)hp->n_embd, n, c->E32, g_off, 0u, eps, hp->residual_scale};
     es__vk_rec_dispatch(r, "rmsnorm_post_add", c->p_norm, c->s_post, &pc, n, 1, 1);
 }
 
@@ -616,6 +619,13 @@ static es__pc_mul_mat mat_call(const vk_ctx *c, uint32_t n, uint32_t x_stride, u
     pc.hd = (uint32_t)hp->head_dim;
     pc.n_rot = (uint32_t)hp->n_rot;
     pc.n_ctx = c->n_ctx;
+    return pc;
+}
+
+/* mat_call for a residual branch's output projection (branch_epi): its add scales the branch. */
+static es__pc_mul_mat branch_call(const vk_ctx *c, uint32_t n, uint32_t x_stride) {
+    es__pc_mul_mat pc = mat_call(c, n, x_stride, c->E32);
+    if (!post_norms(c)) pc.scale = c->w->model->hp.residual_scale;
     return pc;
 }
 
@@ -706,13 +716,13 @@ static es_status rec_post(vk_ctx *c, es__vk_rec *r, uint32_t l, uint32_t n, uint
     const es__hparams *hp = &c->w->model->hp;
     const es__vk_layer *vl = &c->w->layers[l];
     const vk_lsets *s = &c->ls[l];
-    es__pc_mul_mat pc = mat_call(c, nl, c->Q32, c->E32);
+    es__pc_mul_mat pc = branch_call(c, nl, c->Q32);
     ES_TRY(rec_proj(c, r, "mul_mat_wo", l, ES__VK_SS_WO, &vl->wo, s->wo, branch_epi(c), &pc, n, g));
     if (post_norms(c)) rec_post_norm(c, r, nl, vl->post_attn_norm, hp->rms_eps);
     rec_norm(c, r, nl, vl->ffn_norm, false, hp->rms_eps);
     pc = mat_call(c, nl, c->E32, c->F32);
     ES_TRY(rec_proj(c, r, "mul_mat_gateup", l, ES__VK_SS_GATEUP, &vl->gateup, s->gateup, glu_epi(c), &pc, n, g));
-    pc = mat_call(c, nl, c->F32, c->E32);
+    pc = branch_call(c, nl, c->F32);
     ES_TRY(rec_proj(c, r, "mul_mat_down", l, ES__VK_SS_DOWN, &vl->down, s->down, branch_epi(c), &pc, n, g));
     if (post_norms(c)) rec_post_norm(c, r, nl, vl->post_ffn_norm, hp->rms_eps);
     return ES_OK;
@@ -738,6 +748,7 @@ static es_status rec_head(vk_ctx *c, es__vk_rec *r, uint32_t n, uint32_t n_out, 
     const uint32_t n_head = n_out + (ss & ES__VK_SS_FUSED ? n * ES__VK_SS_FUSED_G(ss) : 0u);
     rec_norm(c, r, n_head, c->w->output_norm, true, hp->rms_eps);
     es__pc_mul_mat pc = mat_call(c, n_head, c->E32, c->V32);
+    pc.scale = hp->logit_mul; /* granite's, before gemma2's soft-capping */
     pc.softcap = hp->final_softcap;
     return es__vk_rec_mul_mat(r, "mul_mat_out", c->w->out, ES__EPI_STORE, false, c->s_out, &pc);
 }

@@ -106,9 +106,6 @@ static es_status check_shapes(es__vk_dev *d, const es_model *m) {
                  "vulkan: n_rot %d must be even and at most head_dim %d", hp->n_rot, hp->head_dim);
     ES_RETURN_IF(hp->n_head_kv <= 0 || hp->n_head % hp->n_head_kv != 0, d->err, ES_ERR_MODEL,
                  "vulkan: n_head %d is not a multiple of n_head_kv %d", hp->n_head, hp->n_head_kv);
-    ES_RETURN_IF(hp->residual_scale != 1.0f || hp->logit_mul != 1.0f, d->err, ES_ERR_UNSUPPORTED,
-                 "vulkan: architecture '%s' scales its residual branches or its logits, which this backend does not "
-                 "do yet (the CPU backend runs it)", hp->arch->name);
     return ES_OK;
 }
 

@@ -534,9 +534,11 @@ es_status es__vk_msa_create(es_context *ctx, const es__vk_ss_res *res, struct es
 
 /* ---- recording */
 
-/* mm of n rows of X from row x_row0 (strides in floats) into Y's first n rows. */
-static es_status rec_mm_from(struct es__vk_msa *m, es__vk_rec *r, const char *op, const ss_mm *mm, uint32_t n,
-                             uint32_t epi, uint32_t x_stride, uint32_t y_stride, uint32_t x_row0) {
+/* mm of n rows of X from row x_row0 (strides in floats) into Y's first n rows; the store or add
+ * epilogue multiplies by scale first (0: 1). The head, wherever it runs, finishes the logits as
+ * the forward's does: times the model's multiplier, then soft-capped. */
+static es_status rec_mm_scaled(struct es__vk_msa *m, es__vk_rec *r, const char *op, const ss_mm *mm, uint32_t n,
+                               uint32_t epi, uint32_t x_stride, uint32_t y_stride, uint32_t x_row0, float scale) {
     es__pc_mul_mat pc;
     memset(&pc, 0, sizeof pc);
     pc.n = n;
@@ -545,8 +547,17 @@ static es_status rec_mm_from(struct es__vk_msa *m, es__vk_rec *r, const char *op
     pc.y_stride = y_stride;
     pc.lora_r = mm->lora ? mm->lora->rank : 0;
     pc.lora_stride = m->R32 / 4;
-    if (mm->m == m->res.w->out) pc.softcap = hparams(m)->final_softcap; /* the head, wherever it runs */
+    pc.scale = scale;
+    if (mm->m == m->res.w->out) {
+        pc.scale = hparams(m)->logit_mul;
+        pc.softcap = hparams(m)->final_softcap;
+    }
     return es__vk_rec_mul_mat(r, op, mm->m, epi, mm->lora != NULL, mm->sets, &pc);
+}
+
+static es_status rec_mm_from(struct es__vk_msa *m, es__vk_rec *r, const char *op, const ss_mm *mm, uint32_t n,
+                             uint32_t epi, uint32_t x_stride, uint32_t y_stride, uint32_t x_row0) {
+    return rec_mm_scaled(m, r, op, mm, n, epi, x_stride, y_stride, x_row0, 0.0f);
 }
 
 static es_status rec_mm(struct es__vk_msa *m, es__vk_rec *r, const char *op, const ss_mm *mm, uint32_t n,
@@ -560,6 +571,7 @@ static void rec_rows(struct es__vk_msa *m, es__vk_rec *r, const char *op, VkDesc
     es__vk_rec_dispatch(r, op, m->p_rows, set, &pc, n_rows, 1, 1);
 }
 
+/* rmsnorm of n rows; add != 0: into the residual, times add (rmsnorm.comp). */
 static void rec_norm_add(struct es__vk_msa *m, es__vk_rec *r, const char *op, VkDescriptorSet set, uint32_t n,
                          uint32_t g_off, float add) {
     const es__hparams *hp = &m->ctx->model->hp;
@@ -570,6 +582,18 @@ static void rec_norm_add(struct es__vk_msa *m, es__vk_rec *r, const char *op, Vk
 static void rec_norm(struct es__vk_msa *m, es__vk_rec *r, const char *op, VkDescriptorSet set, uint32_t n,
                      uint32_t g_off) {
     rec_norm_add(m, r, op, set, n, g_off, 0.0f);
+}
+
+/* The stream pass's residual branch: its output projection from X (x_stride floats a row) adds
+ * into the streams' x, or with post-branch norms stores for the norm (post, the layer's weight)
+ * that then adds; either scales the branch by the model's residual scale first, as the forward's
+ * fused rows do. */
+static es_status rec_branch(struct es__vk_msa *m, es__vk_rec *r, const char *op, const ss_mm *mm, uint32_t G,
+                            uint32_t x_stride, uint32_t post) {
+    const float s = hparams(m)->residual_scale;
+    ES_TRY(rec_mm_scaled(m, r, op, mm, G, branch_epi(m), x_stride, m->res.E32, 0, post_norms(m) ? 0.0f : s));
+    if (post_norms(m)) rec_norm_add(m, r, "ss_post_norm", m->s_post, G, post, s);
+    return ES_OK;
 }
 
 uint32_t es__vk_msa_flags(const struct es__vk_msa *m, uint32_t n, uint32_t g, uint32_t lo, uint32_t hi) {
@@ -701,14 +725,12 @@ static es_status record_streams(struct es__vk_msa *m, uint32_t G) {
         const es__pc_ss_attn pa = attn_call(m, l, G, 0, 0);
         es__vk_rec_dispatch(&r, "ss_attn", m->p_attn, L->attn, &pa, attn_groups(m, G * (uint32_t)hp->n_head), 1, 1);
         if (lo[LO_O].on) ES_TRY(rec_mm(m, &r, "ss_lora_a", &lo[LO_O].ma, G, ES__EPI_STORE, res->Q32, m->R32));
-        ES_TRY(rec_mm(m, &r, "ss_wo", &L->wo, G, branch_epi(m), res->Q32, res->E32));
-        if (post_norms(m)) rec_norm_add(m, &r, "ss_post_norm", m->s_post, G, vl->post_attn_norm, 1.0f);
+        ES_TRY(rec_branch(m, &r, "ss_wo", &L->wo, G, res->Q32, vl->post_attn_norm));
         rec_norm(m, &r, "ss_norm", L->norm_ffn, G, vl->ffn_norm);
         if (lo[LO_GU].on) ES_TRY(rec_mm(m, &r, "ss_lora_a", &lo[LO_GU].ma, G, ES__EPI_STORE, res->E32, m->R32));
         ES_TRY(rec_mm(m, &r, "ss_gateup", &L->gateup, G, glu_epi(m), res->E32, res->F32));
         if (lo[LO_DOWN].on) ES_TRY(rec_mm(m, &r, "ss_lora_a", &lo[LO_DOWN].ma, G, ES__EPI_STORE, res->F32, m->R32));
-        ES_TRY(rec_mm(m, &r, "ss_down", &L->down, G, branch_epi(m), res->F32, res->E32));
-        if (post_norms(m)) rec_norm_add(m, &r, "ss_post_norm", m->s_post, G, vl->post_ffn_norm, 1.0f);
+        ES_TRY(rec_branch(m, &r, "ss_down", &L->down, G, res->F32, vl->post_ffn_norm));
     }
     rec_norm(m, &r, "ss_norm_out", m->s_norm_out, G, res->w->output_norm);
     es_status s = rec_mm(m, &r, "ss_head", &m->stream_out, G, ES__EPI_STORE, res->E32, res->V32);

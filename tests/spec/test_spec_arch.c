@@ -116,10 +116,6 @@ int main(int argc, char **argv) {
     for (int i = 0; i < 12; i++) prompt[i] = (int32_t)(test_rng_u64(&rng) % 280);
     char path[3][96];
     for (size_t fi = 0; fi < sizeof fams / sizeof fams[0]; fi++) {
-        if (vulkan && !strcmp(fams[fi].arch, "granite")) { /* refused at upload (docs/formats.md) */
-            printf("granite: not run on Vulkan (its multipliers are CPU-only for now)\n");
-            continue;
-        }
         for (int k = 0; k < 3; k++) snprintf(path[k], sizeof path[k], "/tmp/es-spec-arch-%d-%d.gguf", (int)getpid(), k);
         es_model *target = load(&fams[fi], fams[fi].window, false, path[0]), *near = load(&fams[fi], 2, false, path[1]);
         es_model *small = load(&fams[fi], fams[fi].window, true, path[2]);

@@ -3,8 +3,8 @@
  * alternating sliding window, a mistral-style window on llama, llama 3's rope_freqs.weight, phi3's
  * LongRoPE with its long and its short factors, YaRN, Gemma 2 27B's query scale, qwen3's per-head
  * Q and K norms with heads wider than n_embd / n_head, gemma3's sliding layers with a RoPE of their
- * own and its linear scaling of the global layers only, smollm3's layers without RoPE) on the
- * Vulkan backend against the CPU backend, on random-weight GGUF files written by mkmodel (the CPU
+ * own and its linear scaling of the global layers only, smollm3's layers without RoPE, granite's
+ * embedding, attention, residual and logit multipliers) on the Vulkan backend against the CPU backend, on random-weight GGUF files written by mkmodel (the CPU
  * is checked against the numpy reference on the same kinds of files by
  * tests/cpu/test_arch_reference.py):
  *   - prefill logits of every row within a normalised error of the CPU's (bound below);
@@ -15,16 +15,17 @@
  *     in-batch side of it both matter), and decoding continues exactly after a tree commit.
  * One gemma2 case runs past the first attention split (256 positions), so a sliding window
  * leaves whole splits empty for attn_merge.
- * qwen3, gemma3 and smollm3 cases (deep_checks) also run Speculative Streaming's stream rows (a
- * random adapter on every layer, stream LoRA included): every tree node's streams within
- * STREAM_BOUND of the CPU's, the same bits whether they ride in the forward's rows or come from the
- * stream pass after it (both run the head norms: qk_norm_rope.comp in the forward's dispatch and
- * in the pass; both rotate each layer by its own RoPE table); a context shift (the cached keys are
- * normalised and rotated, so the shift re-rotates them, each layer's by its own table), after
- * which the next tokens' logits match the CPU's; and one qwen3 and one smollm3 case (ALSpec
- * refuses sliding windows, hence not gemma3) ALSpec at lambda 0 past two chunks (every decoded
- * token speculates in every layer, its layers recorded part by part), whose tokens are plain
- * greedy decoding's. */
+ * qwen3, gemma3, smollm3 and granite cases (deep_checks) also run Speculative Streaming's stream
+ * rows (a random adapter on every layer, stream LoRA included): every tree node's streams within
+ * STREAM_BOUND of the CPU's, the same bits whether they ride in the forward's rows or come from
+ * the stream pass after it (both run the head norms: qk_norm_rope.comp in the forward's dispatch
+ * and in the pass; both rotate each layer by its own RoPE table; granite's residual scale scales the
+ * fused rows' and the pass's branches, its logit multiplier their heads); a context shift (the
+ * cached keys are normalised and rotated, so the shift re-rotates them, each layer's by its own
+ * table), after which the next tokens' logits match the CPU's; and one qwen3, one smollm3 and one
+ * granite case (ALSpec refuses sliding windows, hence not gemma3) ALSpec at lambda 0 past two
+ * chunks (every decoded token speculates in every layer, its layers recorded part by part), whose
+ * tokens are plain greedy decoding's. */
 #include "../common/test_ctx.h"
 #include "../common/test_file.h"
 #include "../spec/mem_adapter.h"
@@ -94,6 +95,10 @@ static const acase cases[] = {
     /* smollm3: llama (NORM pairs) whose layers 3 and 7 take no RoPE (the identity table) */
     {"smollm3 gqa", "smollm3", ES__DTYPE_F32, 64, 4, 4, 2, 96, false, 0, 0, 0, 20, 0, false, NULL, 0},
     {"smollm3 tied bf16 window", "smollm3", ES__DTYPE_BF16, 64, 8, 4, 4, 64, true, 5, 0, 0, 20, 0, false, NULL, 1e5f},
+    /* granite: llama (NORM pairs) with Granite 3's multipliers (mkmodel: embedding 12, attention
+     * 1/head_dim, residual 0.22, logits 1/8): every branch's add and every head scale */
+    {"granite gqa", "granite", ES__DTYPE_F32, 64, 3, 4, 2, 96, false, 0, 0, 0, 20, 0, false, NULL, 0},
+    {"granite q8_0 tied", "granite", ES__DTYPE_Q8_0, 64, 2, 4, 4, 64, true, 0, 0, 0, 20, 0, false, NULL, 0},
 };
 
 static int32_t argmax(const float *x, int32_t n) {
@@ -227,16 +232,18 @@ static float *tree_streams(const es_model *m, es_backend *b, const int32_t *prom
 }
 
 /* The architectures whose cases run the checks below too (the file header): qwen3's head norms,
- * gemma3's and smollm3's RoPE tables chosen per layer (lib/core/rope.h). */
+ * gemma3's and smollm3's RoPE tables chosen per layer (lib/core/rope.h), granite's residual and
+ * logit multipliers (the stream rows' branches and heads). */
 static bool deep_checks(const acase *ac) {
-    return !strcmp(ac->arch, "qwen3") || !strcmp(ac->arch, "gemma3") || !strcmp(ac->arch, "smollm3");
+    return !strcmp(ac->arch, "qwen3") || !strcmp(ac->arch, "gemma3") || !strcmp(ac->arch, "smollm3") ||
+           !strcmp(ac->arch, "granite");
 }
 
 /* The cases that run ALSpec (alspec_check): one per architecture of deep_checks but gemma3,
  * whose sliding layers ALSpec refuses (es_alspec_create: the speculation's chunks assume every key
  * is seen). */
 static bool runs_alspec(const acase *ac) {
-    return !strcmp(ac->name, "qwen3 head_dim 32") || !strcmp(ac->name, "smollm3 gqa");
+    return !strcmp(ac->name, "qwen3 head_dim 32") || !strcmp(ac->name, "smollm3 gqa") || !strcmp(ac->name, "granite gqa");
 }
 
 /* deep_checks (the file header): a shift of the committed cache on the CPU and on Vulkan, then the
@@ -405,7 +412,8 @@ static bool write_model(const acase *ac, const char *path) {
     p.n_ff = ac->n_ff;
     p.n_ctx = runs_alspec(ac) ? ALSPEC_PROMPT + 2 * N_GEN : N_CTX; /* alspec_check's */
     p.tied = ac->tied;
-    p.rope = strcmp(ac->arch, "llama") && strcmp(ac->arch, "smollm3") ? ES_ROPE_NEOX : ES_ROPE_NORM;
+    p.rope = strcmp(ac->arch, "llama") && strcmp(ac->arch, "smollm3") && strcmp(ac->arch, "granite") ? ES_ROPE_NEOX
+                                                                                                    : ES_ROPE_NORM;
     if (ac->freq_base > 0) p.freq_base = ac->freq_base;
     p.sliding_window = ac->window;
     p.attn_softcap = ac->attn_cap;
