@@ -57,7 +57,8 @@ import torch.nn.functional as F
 
 LORA_TARGETS = ("attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down")
 
-# What each architecture does beyond llama (lib/core/arch.c has the C library's own table).
+# What each architecture does beyond llama, as llama's values changed (lib/core/arch.c has the C
+# library's own table).
 # swa_pattern: with a window, layer i slides iff i % p < p - 1 (1: every layer; 2: even layers).
 # swa_rope_base > 0: the sliding layers rotate with a RoPE of their own, unscaled, this base unless
 # the file gives <arch>.rope.freq_base_swa (and the window is required). qscale_layers: a model of
@@ -66,34 +67,20 @@ LORA_TARGETS = ("attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up
 # no RoPE where (i + 1) % nope_step == 0 (smollm3's 4: layers 3, 7, 11, ...; no GGUF key says it).
 # mup: granite's four multipliers, read from <arch>.embedding_scale, attention.scale,
 # residual_scale and logit_scale (Config.embedding_scale ...); every other architecture has none.
+LLAMA = dict(neox=False, qkv_bias=False, fused=False, embd_scale=False, gelu=False, post_norms=False, swa_pattern=1,
+             softcap=False, qk_norm=False, swa_rope_base=0.0, qscale_layers=0, nope_step=0, mup=False)
 ARCHS = {
-    "llama": dict(neox=False, qkv_bias=False, fused=False, embd_scale=False, gelu=False, post_norms=False,
-                  swa_pattern=1, softcap=False, qk_norm=False, swa_rope_base=0.0, qscale_layers=0,
-                  nope_step=0, mup=False),
-    "qwen2": dict(neox=True, qkv_bias=True, fused=False, embd_scale=False, gelu=False, post_norms=False,
-                  swa_pattern=1, softcap=False, qk_norm=False, swa_rope_base=0.0, qscale_layers=0,
-                  nope_step=0, mup=False),
-    "qwen3": dict(neox=True, qkv_bias=False, fused=False, embd_scale=False, gelu=False, post_norms=False,
-                  swa_pattern=1, softcap=False, qk_norm=True, swa_rope_base=0.0, qscale_layers=0,
-                  nope_step=0, mup=False),
-    "phi3": dict(neox=True, qkv_bias=False, fused=True, embd_scale=False, gelu=False, post_norms=False,
-                 swa_pattern=1, softcap=False, qk_norm=False, swa_rope_base=0.0, qscale_layers=0,
-                 nope_step=0, mup=False),
-    "gemma": dict(neox=True, qkv_bias=False, fused=False, embd_scale=True, gelu=True, post_norms=False,
-                  swa_pattern=1, softcap=False, qk_norm=False, swa_rope_base=0.0, qscale_layers=0,
-                  nope_step=0, mup=False),
-    "gemma2": dict(neox=True, qkv_bias=False, fused=False, embd_scale=True, gelu=True, post_norms=True,
-                   swa_pattern=2, softcap=True, qk_norm=False, swa_rope_base=0.0, qscale_layers=46,
-                   nope_step=0, mup=False),
-    "gemma3": dict(neox=True, qkv_bias=False, fused=False, embd_scale=True, gelu=True, post_norms=True,
-                   swa_pattern=6, softcap=False, qk_norm=True, swa_rope_base=10000.0, qscale_layers=62,
-                   nope_step=0, mup=False),
-    "smollm3": dict(neox=False, qkv_bias=False, fused=False, embd_scale=False, gelu=False, post_norms=False,
-                    swa_pattern=1, softcap=False, qk_norm=False, swa_rope_base=0.0, qscale_layers=0,
-                    nope_step=4, mup=False),
-    "granite": dict(neox=False, qkv_bias=False, fused=False, embd_scale=False, gelu=False, post_norms=False,
-                    swa_pattern=1, softcap=False, qk_norm=False, swa_rope_base=0.0, qscale_layers=0,
-                    nope_step=0, mup=True),
+    "llama": LLAMA,
+    "qwen2": dict(LLAMA, neox=True, qkv_bias=True),
+    "qwen3": dict(LLAMA, neox=True, qk_norm=True),
+    "phi3": dict(LLAMA, neox=True, fused=True),
+    "gemma": dict(LLAMA, neox=True, embd_scale=True, gelu=True),
+    "gemma2": dict(LLAMA, neox=True, embd_scale=True, gelu=True, post_norms=True, swa_pattern=2, softcap=True,
+                   qscale_layers=46),
+    "gemma3": dict(LLAMA, neox=True, embd_scale=True, gelu=True, post_norms=True, swa_pattern=6, qk_norm=True,
+                   swa_rope_base=10000.0, qscale_layers=62),
+    "smollm3": dict(LLAMA, nope_step=4),
+    "granite": dict(LLAMA, mup=True),
 }
 
 
