@@ -6,6 +6,7 @@
 #include "opsi.h"
 #include "msa.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -116,6 +117,11 @@ static es_status upload_views(es_backend *b, const es_model *m, es__cpu_weights 
                  &b->err, ES_ERR_MODEL,
                  "cpu backend: unsupported shape: n_head %d, n_head_kv %d, head_dim %d, n_rot %d, n_layer %d", hp->n_head,
                  hp->n_head_kv, hp->head_dim, hp->n_rot, hp->n_layer);
+    /* models built in memory (tests, tools) set these themselves: 0 would drop every branch */
+    ES_RETURN_IF(!(hp->residual_scale > 0.0f) || !(hp->logit_mul > 0.0f) || !isfinite(hp->residual_scale) ||
+                     !isfinite(hp->logit_mul),
+                 &b->err, ES_ERR_MODEL, "cpu backend: residual scale %g and logit multiplier %g: expected positive",
+                 (double)hp->residual_scale, (double)hp->logit_mul);
     ES_TRY(mat_view(b, m->tok_embd, d, hp->n_vocab, &W->tok_embd));
     ES_TRY(mat_view(b, m->output, d, hp->n_vocab, &W->output));
     ES_TRY(norm_copy(b, k, m->output_norm, d, W->norms));
