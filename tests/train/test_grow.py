@@ -1,7 +1,8 @@
 """test_grow.py: tools/train/grow.py computes the same function, wider.
 
 A small random model and adapter (GQA, an untied and a tied head, LoRA on every projection of the
-MSA blocks, pruning below them) are written with export.py's writers, grown 2x and 3x with grow.py,
+MSA blocks, pruning below them; the untied one with llama 3's per-pair RoPE divisors, which grow.py
+must carry over) are written with export.py's writers, grown 2x and 3x with grow.py,
 and read back through export.load_gguf_model: the grown model's main-stream, stream and early-exit
 logits must equal the original's within float rounding on random token sequences, its widths must
 be the factor times the original's, and --noise must move the logits (it breaks the copies'
@@ -31,8 +32,9 @@ import model as M  # noqa: E402
 
 def random_model(tied, seed):
     torch.manual_seed(seed)
+    freqs = () if tied else tuple(float(v) for v in np.linspace(1.0, 8.0, 6))  # head_dim 12: 6 pairs
     cfg = M.Config(n_vocab=384, n_embd=48, n_layer=3, n_head=4, n_head_kv=2, n_ff=80, n_ctx=64, n_streams=3,
-                   n_msa=2, prune_layer=1, prune_rank=4, lora_rank=3, tied=tied)
+                   n_msa=2, prune_layer=1, prune_rank=4, lora_rank=3, tied=tied, rope_freqs=freqs)
     m = M.Model(cfg)
     with torch.no_grad():  # LoRA B and the exit's up projection start at zero: make them count
         for p in m.ss_parameters():
@@ -57,7 +59,8 @@ def check_grown(tmp, tied, factor, seed):
     g, _ = export.load_gguf_model(gbase, gss)
     c, gc = a.cfg, g.cfg
     check(gc.n_embd == factor * c.n_embd and gc.n_ff == factor * c.n_ff and gc.n_head == factor * c.n_head
-          and gc.n_head_kv == factor * c.n_head_kv and gc.head_dim == c.head_dim and not gc.tied,
+          and gc.n_head_kv == factor * c.n_head_kv and gc.head_dim == c.head_dim and not gc.tied
+          and gc.rope_freqs == c.rope_freqs,
           "x%d: grown widths %s" % (factor, gc))
     tokens = torch.randint(0, 384, (2, 17), generator=torch.Generator().manual_seed(seed))
     worst = 0.0

@@ -29,6 +29,10 @@ logits / 8), tiny random-weight bases written by the project's GGUF writer (edge
    tree-pruning decisions along the chain that model.py's early exit gives, and the early-exit
    probabilities of every child (the values pruning compares; with a threshold that keeps them
    all) within 1e-4 of model.py's, relative.
+The same for bases with RoPE scaling (SCALED): llama 3's rope_freqs.weight, YaRN, gemma3's linear
+scaling of its global layers, and phi3's LongRoPE with the long factors (the chain longer than the
+original context) and the short ones; export.py writes the keys and divisor tensors back as found,
+and model.Config refuses scalings the C library refuses.
 With "bpe": the same for qwen2 and qwen3 bases with a GPT-2 BPE vocabulary (VOCAB.gguf's, copied
 by mkmodel) and adapters trained by train.py, whose corpus is encoded by the file's own tokenizer
 through the C library (tools/train/gguf_vocab.py, the Python binding on LIBEDGESPEC; an
@@ -75,6 +79,14 @@ ARCHS = [  # (arch, mkmodel flags, trained)
     ("gemma3", ["--n-layer", "7", "--n-head-kv", "2", "--sliding-window", "5", "--freq-base", "1000000"], True),
     ("smollm3", ["--n-layer", "4", "--n-head-kv", "2"], True),  # layer 3, an MSA block, without RoPE
     ("granite", ["--n-head-kv", "2"], True),  # Granite 3's multipliers (mkmodel)
+]
+SCALED = [  # (label, arch, mkmodel flags, trained): RoPE scaling as the files people have ask for it
+    ("llama rope_freqs", "llama", ["--n-head-kv", "2", "--rope-freqs"], True),   # Llama 3.1 / 3.2
+    ("llama yarn", "llama", ["--rope-scaling", "yarn,4,16"], False),           # the chain past 16
+    ("gemma3 linear", "gemma3", ["--n-layer", "7", "--n-head-kv", "2", "--sliding-window", "5", "--freq-base",
+                                 "1000000", "--rope-scaling", "linear,8"], True),  # Gemma 3 4B-27B
+    ("phi3 longrope", "phi3", ["--n-head-kv", "2", "--rope-scaling", "longrope,16"], False),  # long factors
+    ("phi3 longrope short", "phi3", ["--n-head-kv", "2", "--rope-scaling", "longrope,64"], False),
 ]
 DEEP = [  # (arch, mkmodel flags): the depths that take (n_embd / n_head)^-1/2 as the query scale
     ("gemma2", ["--n-layer", "46", "--n-head-kv", "2", "--head-dim", "32", "--sliding-window", "5"]),
@@ -171,22 +183,30 @@ def make_base(arch, flags, tmp):
     return base
 
 
-def check_base(arch, base, ids, tmp):
+def check_base(arch, base, ids, tmp, label=None):
     """Step 1: model.py against the numpy reference, and written again by export.py. Returns the
-    rewritten file."""
+    rewritten file. label: the case's name where the architecture alone does not say it."""
+    name = label or arch
     plain, vocab = export.load_gguf_model(base)
     want = llama_ref.forward(llama_ref.Model(base), ids)
     got = dump.reference(plain, ids)["main"]
     err = max(row_err(got[i], want[i]) for i in range(len(ids)))
-    check(err < 1e-9, "%s %d layers: model.py against llama_ref.py: max row error %.3g" % (arch, plain.cfg.n_layer, err))
-    rewritten = os.path.join(tmp, arch + "-rewritten.gguf")
+    check(err < 1e-9, "%s %d layers: model.py against llama_ref.py: max row error %.3g" % (name, plain.cfg.n_layer, err))
+    rewritten = os.path.join(tmp, name.replace(" ", "-") + "-rewritten.gguf")
     export.base_writer(plain, vocab).write(rewritten)
     again, _ = export.load_gguf_model(rewritten)
-    check(np.array_equal(dump.reference(again, ids)["main"], got), "%s: export.py writes the base back" % arch)
-    for key in ["rope.freq_base_swa"] + [k for k, _ in export.MUP_KEYS]:  # written back as found,
-        key = arch + "." + key                                             # absent included
+    check(np.array_equal(dump.reference(again, ids)["main"], got), "%s: export.py writes the base back" % name)
+    keys = ["rope.freq_base_swa"] + [k for k, _ in export.MUP_KEYS] + [
+        "rope.scaling." + k for k in ("type", "factor", "original_context_length", "attn_factor")]
+    for key in keys:  # written back as found, absent included
+        key = arch + "." + key
         found, kept = pygguf.read(base).get(key), pygguf.read(rewritten).get(key)
-        check(found == kept, "%s: %s %s, written back as %s" % (arch, key, found, kept))
+        check(found == kept, "%s: %s %s, written back as %s" % (name, key, found, kept))
+    for tname, _ in export.ROPE_DIVISORS:
+        found, kept = (f.tensors[tname].numpy() if tname in f.tensors else None
+                       for f in (pygguf.read(base), pygguf.read(rewritten)))
+        check((found is None and kept is None) or np.array_equal(found, kept),
+              "%s: %s written back as found" % (name, tname))
     if plain.cfg.a["mup"]:  # attention.scale 0: head_dim^-1/2, as llama.cpp and the C library read it
         plain.cfg.attention_scale = 0.0
         zero = os.path.join(tmp, arch + "-attn0.gguf")
@@ -209,16 +229,31 @@ def check_base(arch, base, ids, tmp):
     return rewritten
 
 
-def one(arch, flags, trained, tmp):
+def check_scaling_refused():
+    """model.Config refuses what the C library refuses, with a message."""
+    for bad in (dict(rope_scaling="dynamic", rope_factor=2.0), dict(rope_scaling="linear"),
+                dict(rope_scaling="longrope"), dict(rope_freqs=(1.0, 2.0)),
+                dict(rope_long=(1.0,) * 8, rope_short=(1.0,) * 8, rope_freqs=(1.0,) * 8),
+                dict(rope_long=(1.0,) * 8), dict(rope_freqs=(1.0,) * 7 + (0.0,))):
+        try:
+            M.Config(n_embd=64, n_head=4, **bad)
+            msg = None
+        except ValueError as e:
+            msg = str(e)
+        check(msg is not None, "model.Config(%s): %s" % (bad, msg or "accepted"))
+
+
+def one(arch, flags, trained, tmp, label=None):
     base = make_base(arch, flags, tmp)
     rng = np.random.default_rng(len(arch))
     ids = [1] + [int(x) for x in rng.integers(3, 300, 11 if BPE else 27)]  # BPE: 50k logits a row
-    rewritten = check_base(arch, base, ids, tmp)
+    rewritten = check_base(arch, base, ids, tmp, label)
+    arch = label or arch  # the case's name from here on
     # 2. the adapter
     if trained:
         ss = trained_adapter(base, tmp)
     else:
-        ss = os.path.join(tmp, arch + ".ss.gguf")
+        ss = os.path.join(tmp, arch.replace(" ", "-") + ".ss.gguf")
         export.adapter_writer(random_adapter(base, 3)).write(ss)
     ref_model, _ = export.load_gguf_model(base, ss)
     ref = dump.reference(ref_model, ids)
@@ -252,7 +287,10 @@ def main():
         archs = [(a, f + ["--vocab", BPE], t) for a, f, t in BPE_ARCHS] if BPE else ARCHS
         for arch, flags, trained in archs:
             one(arch, flags, trained, tmp)
+        for label, arch, flags, trained in [] if BPE else SCALED:
+            one(arch, flags, trained, tmp, label)
         if not BPE and not VULKAN:  # the reference check alone: no backend runs it here
+            check_scaling_refused()
             for arch, flags in DEEP:
                 check_base(arch, make_base(arch, flags, tmp), [1] + list(range(3, 30)), tmp)
     return testlib.finish()

@@ -20,8 +20,11 @@ gemma3's rope.freq_base_swa (written where the file read had it; absent, 10000);
 llama's tensors and keys under its own name (its layers without RoPE are the architecture's rule);
 granite has llama's tensors and its four required multipliers, embedding_scale, attention.scale
 (0: head_dim^-1/2), residual_scale and logit_scale, read and written back as found;
-edgespec.rope.ordering only where the pairing is not the architecture's own. RoPE scaling is not
-modelled (a scaled file is refused), gemma3's linear scaling of its global layers included.
+edgespec.rope.ordering only where the pairing is not the architecture's own. RoPE scaling is read
+and written back as found: rope.scaling.type linear or yarn with its factor (an older file's
+rope.scale_linear is written as linear), YaRN's ext_factor and betas, LongRoPE (phi3) with
+rope_factors_long/short.weight, llama 3's rope_freqs.weight, original_context_length and
+attn_factor (model.Config's rope_* fields); gemma3's sliding layers stay unscaled.
 A base read from a GGUF file whose vocabulary is not SentencePiece keeps that file's
 tokenizer.ggml.* keys (gguf_vocab.py).
 Deliberately not here: training (train.py) and the GGUF byte layout itself (tools/pygguf).
@@ -60,6 +63,16 @@ MUP_KEYS = (  # (<arch>. key, model.Config field): granite's multipliers (model.
     ("attention.scale", "attention_scale"),
     ("residual_scale", "residual_scale"),
     ("logit_scale", "logit_scale"),
+)
+ROPE_DIVISORS = (  # (GGUF tensor, model.Config field): RoPE's per-pair frequency divisors
+    ("rope_freqs.weight", "rope_freqs"),
+    ("rope_factors_long.weight", "rope_long"),
+    ("rope_factors_short.weight", "rope_short"),
+)
+YARN_KEYS = (  # (<arch>.rope.scaling. key, model.Config field, llama.cpp's default)
+    ("yarn_ext_factor", "yarn_ext_factor", 1.0),
+    ("yarn_beta_fast", "yarn_beta_fast", 32.0),
+    ("yarn_beta_slow", "yarn_beta_slow", 1.0),
 )
 ARCH_NORMS = (  # (column of model.ARCHS, norm weights of model.Block written as blk.N.<name>.weight)
     ("qk_norm", ("attn_q_norm", "attn_k_norm")),
@@ -142,6 +155,7 @@ def base_writer(model, vocab, wtype="f32", name="edgespec", vocab_only=False):
     if c.a["mup"]:  # granite's multipliers (model.Config; its keys are required)
         for key, value in MUP_KEYS:
             w.add(a + "." + key, float(getattr(c, value)), pygguf.FLOAT32)
+    add_rope_scaling(w, c)
     add_vocab(w, vocab)
     if vocab_only:
         return w
@@ -150,6 +164,9 @@ def base_writer(model, vocab, wtype="f32", name="edgespec", vocab_only=False):
         a = _np(t)
         w.add_tensor(tname, a, _type_for(a, wtype))
 
+    for tname, field in ROPE_DIVISORS:
+        if getattr(c, field):
+            put(tname, torch.tensor(getattr(c, field), dtype=torch.float32))  # (n_rot / 2)
     put("token_embd.weight", model.token_embd.weight)           # (n_vocab, n_embd)
     put("output_norm.weight", model.output_norm)                # (n_embd)
     if model.output is not None:
@@ -158,6 +175,45 @@ def base_writer(model, vocab, wtype="f32", name="edgespec", vocab_only=False):
         for tname, t in block_tensors(b, c):
             put("blk.%d.%s" % (i, tname), t)
     return w
+
+
+def add_rope_scaling(w, c):
+    """The keys of model.Config's RoPE scaling (its divisor tensors go with the weights)."""
+    k = c.arch + ".rope.scaling."
+    if c.rope_scaling != "none":
+        w.add(k + "type", c.rope_scaling)
+    if c.rope_factor > 0:
+        w.add(k + "factor", float(c.rope_factor), pygguf.FLOAT32)
+    if c.rope_n_ctx_orig > 0:
+        w.add(k + "original_context_length", c.rope_n_ctx_orig, pygguf.UINT32)
+    if c.rope_attn_factor > 0:
+        w.add(k + "attn_factor", float(c.rope_attn_factor), pygguf.FLOAT32)
+    for key, field, _ in YARN_KEYS if c.rope_scaling == "yarn" else ():
+        w.add(k + key, float(getattr(c, field)), pygguf.FLOAT32)
+
+
+def read_rope_scaling(r, a, path):
+    """model.Config's RoPE scaling fields from a GGUF file, refused where the C library refuses
+    (lib/core/model.c read_rope, bind_rope_divisors)."""
+    k = a + ".rope.scaling."
+    kind = _get(r, k + "type", "none")
+    kw = {}
+    if kind in ("linear", "yarn"):
+        kw.update(rope_scaling=kind, rope_factor=float(_get(r, k + "factor")))
+    elif kind == "none" and float(_get(r, a + ".rope.scale_linear", 0.0)) > 0:  # an older file's linear
+        kw.update(rope_scaling="linear", rope_factor=float(_get(r, a + ".rope.scale_linear")))
+    elif kind != "none":
+        kw["rope_scaling"] = kind  # longrope; anything else model.Config refuses
+    kw["rope_n_ctx_orig"] = int(_get(r, k + "original_context_length", 0))
+    kw["rope_attn_factor"] = float(_get(r, k + "attn_factor", 0.0))
+    if kind == "yarn":
+        if float(_get(r, k + "yarn_log_multiplier", 0.0)) != 0.0:
+            raise ValueError("%s: YaRN with a log multiplier (DeepSeek's mscale) is not modelled" % path)
+        kw.update({field: float(_get(r, k + key, default)) for key, field, default in YARN_KEYS})
+    for tname, field in ROPE_DIVISORS:
+        if tname in r.tensors:
+            kw[field] = tuple(float(v) for v in np.asarray(r.tensors[tname].numpy(), dtype=np.float32).ravel())
+    return kw
 
 
 def arch_norms(c):
@@ -249,11 +305,6 @@ def load_gguf_model(path, adapter=None):
     a = _get(r, "general.architecture")
     if a not in M.ARCHS:
         raise ValueError("%s: architecture %r, expected one of %s" % (path, a, sorted(M.ARCHS)))
-    for unsupported in ("rope_freqs.weight",):
-        if unsupported in r.tensors:
-            raise ValueError("%s: %s is not modelled by tools/train" % (path, unsupported))
-    if r.get(a + ".rope.scaling.type") not in (None, "none") or r.get(a + ".rope.scale_linear") not in (None, 1.0):
-        raise ValueError("%s: RoPE scaling is not modelled by tools/train" % path)
     vocab = load_vocab(r, path)
     n_embd = int(_get(r, a + ".embedding_length"))
     n_head = int(_get(r, a + ".attention.head_count"))
@@ -268,6 +319,7 @@ def load_gguf_model(path, adapter=None):
               tied="output.weight" not in r.tensors, arch=a,
               n_swa=int(_get(r, a + ".attention.sliding_window", None if own else 0, required=own)))
     kw["n_rot"] = int(_get(r, a + ".rope.dimension_count", kw["head_dim"]))
+    kw.update(read_rope_scaling(r, a, path))
     order = _get(r, "edgespec.rope.ordering", "", required=False)
     if order not in ("", "norm", "neox"):
         raise ValueError("%s: edgespec.rope.ordering %r" % (path, order))
@@ -300,7 +352,10 @@ def load_gguf_model(path, adapter=None):
                   lora_rank=int(_get(ra, "edgespec.ss.lora_rank", 0, required=False)))
         targets = sorted({n.split(".")[3] for n in ra.tensors if n.startswith("ss.blk.")})
         kw["lora_targets"] = tuple(t for t in M.LORA_TARGETS if t in targets)
-    m = M.Model(M.Config(**kw))
+    try:
+        m = M.Model(M.Config(**kw))
+    except ValueError as e:
+        raise ValueError("%s: %s" % (path, e)) from None
 
     def t(rr, name):
         return torch.from_numpy(np.array(rr.tensors[name].numpy(), dtype=np.float32))

@@ -82,6 +82,9 @@ def add_noise(a, s, rng):
     return (a + rng.standard_normal(a.shape) * s * rms).astype(np.float32)
 
 
+ROPE_DIVISORS = ("rope_freqs.weight", "rope_factors_long.weight", "rope_factors_short.weight")
+
+
 def scalar(r, key):
     return r.kv[key].value
 
@@ -106,6 +109,9 @@ def grow_base(r, m, noise, rng, name):
         for suffix, dims in BLOCK.items():
             a = r.tensors["blk.%d.%s" % (il, suffix)].numpy()
             w.add_tensor("blk.%d.%s" % (il, suffix), add_noise(grow_tensor(a, dims, m), noise, rng))
+    for name in ROPE_DIVISORS:  # per pair of a head: heads are added, not widened
+        if name in r.tensors:
+            w.add_tensor(name, r.tensors[name].numpy())
     w.add_tensor("output_norm.weight", copy_rows(r.tensors["output_norm.weight"].numpy(), m))
     w.add_tensor("output.weight", add_noise(read_cols(head, m), noise, rng))  # untied: reads copies
     return w

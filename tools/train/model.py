@@ -29,6 +29,13 @@ llama.cpp runs them, and every difference applies to the streams as to the main 
     (W_o's, ffn_down's) times residual_scale before its residual add, the logits divided by
     logit_scale; the stream rows take each step of their layers, and the streams' and the early
     exit's logits the same division.
+RoPE scaling (any architecture, as the file asks and the C library's lib/core/rope.c computes it):
+linear (positions times 1 / factor), YaRN (the slow pairs interpolated, the fast ones kept, over a
+ramp, and cos and sin times 1 + 0.1 ln(factor)), llama 3's per-pair divisors (rope_freqs.weight)
+and phi3's LongRoPE (rope_factors_long/short.weight, the long ones when the run covers more
+positions than the original context, as the C library's choice by its context size); the file's
+rope.scaling.attn_factor multiplies cos and sin. gemma3's sliding layers keep their own unscaled
+RoPE. The scaling is frozen: nothing of it trains.
 Config.n_swa (any architecture): a query at position p sees keys at positions > p - n_swa in the
 sliding layers. The early exit and the streams go through the same (scaled, soft-capped) head.
 
@@ -111,6 +118,17 @@ class Config:
     attention_scale: float = 0.0  # attention scores times this (0: q_scalar^-1/2)
     residual_scale: float = 1.0   # each branch's output times this before its residual add
     logit_scale: float = 1.0      # logits divided by this
+    # RoPE scaling, as the file gives it (export.py reads and writes the keys and tensors)
+    rope_scaling: str = "none"    # rope.scaling.type: none, linear, yarn or longrope
+    rope_factor: float = 0.0      # rope.scaling.factor (linear, yarn)
+    rope_n_ctx_orig: int = 0      # rope.scaling.original_context_length (0: absent, n_ctx)
+    rope_attn_factor: float = 0.0 # rope.scaling.attn_factor: cos and sin times it (0: absent, 1)
+    yarn_ext_factor: float = 1.0  # YaRN's weight of the extrapolated angle
+    yarn_beta_fast: float = 32.0  # YaRN's ramp: the pairs that turn between beta_fast and
+    yarn_beta_slow: float = 1.0   # beta_slow times in the original context
+    rope_freqs: tuple = ()        # llama 3's per-pair divisors (rope_freqs.weight), or ()
+    rope_long: tuple = ()         # LongRoPE's per-pair divisors (rope_factors_long/short.weight)
+    rope_short: tuple = ()
     # Speculative Streaming
     n_streams: int = 0         # gamma; 0 = plain model
     n_msa: int = 0             # Ns: MSA blocks at the top
@@ -131,6 +149,7 @@ class Config:
         if self.n_rot == 0:
             self.n_rot = self.head_dim
         self.lora_targets = tuple(self.lora_targets)
+        self._check_rope_scaling()
         if self.n_streams > 0:
             if not 1 <= self.n_msa <= self.n_layer:
                 raise ValueError("n_msa must be in [1, n_layer] when n_streams > 0")
@@ -160,6 +179,23 @@ class Config:
         bad = [t for t in self.lora_targets if t not in LORA_TARGETS]
         if bad:
             raise ValueError("unknown LoRA targets %s" % bad)
+
+    def _check_rope_scaling(self):
+        """The scaling's fields agree with each other, as the C library reads them (model.c)."""
+        self.rope_freqs, self.rope_long, self.rope_short = (
+            tuple(float(v) for v in t) for t in (self.rope_freqs, self.rope_long, self.rope_short))
+        if self.rope_scaling not in ("none", "linear", "yarn", "longrope"):
+            raise ValueError("RoPE scaling %r, expected none, linear, yarn or longrope" % self.rope_scaling)
+        if (self.rope_scaling in ("linear", "yarn")) != (self.rope_factor > 0):
+            raise ValueError("RoPE scaling %r with factor %g" % (self.rope_scaling, self.rope_factor))
+        if (self.rope_scaling == "longrope" and not self.rope_long) or bool(self.rope_long) != bool(self.rope_short):
+            raise ValueError("LongRoPE needs its long and its short factors")
+        if self.rope_freqs and self.rope_long:
+            raise ValueError("rope_freqs together with LongRoPE's factors: two sets of per-pair divisors")
+        for t in (self.rope_freqs, self.rope_long, self.rope_short):
+            if t and (len(t) != self.n_rot // 2 or not all(math.isfinite(v) and v > 0 for v in t)):
+                raise ValueError("per-pair RoPE divisors: %d values, expected n_rot / 2 = %d positive ones"
+                                 % (len(t), self.n_rot // 2))
 
     @property
     def msa_start(self):
@@ -206,7 +242,9 @@ class Config:
         keys = ("n_vocab", "n_embd", "n_layer", "n_head", "n_head_kv", "n_ff", "n_ctx",
                 "head_dim", "n_rot", "rms_eps", "rope_base", "tied", "arch", "rope_neox", "n_swa",
                 "attn_softcap", "final_softcap", "rope_base_swa", "embedding_scale", "attention_scale",
-                "residual_scale", "logit_scale")
+                "residual_scale", "logit_scale", "rope_scaling", "rope_factor", "rope_n_ctx_orig",
+                "rope_attn_factor", "yarn_ext_factor", "yarn_beta_fast", "yarn_beta_slow", "rope_freqs",
+                "rope_long", "rope_short")
         return {k: getattr(self, k) for k in keys}
 
 
@@ -224,6 +262,31 @@ def rope_tables(n_rot, base, positions, dtype):
     inv = base ** (-torch.arange(0, n_rot, 2, dtype=torch.float64) / n_rot)  # (n_rot/2)
     ang = positions.to(torch.float64)[:, None] * inv[None, :]                 # (T, n_rot/2)
     return torch.cos(ang).to(dtype), torch.sin(ang).to(dtype)
+
+
+def scaled_rope_tables(c, positions, n_ctx, dtype):
+    """cos/sin of the model's RoPE with its scaling (Config.rope_*), in a context of n_ctx
+    positions (LongRoPE's choice of factors), computed in float64 as lib/core/rope.c does: pair i
+    turns by theta_e = pos base^(-2i/n_rot) / div_i extrapolated, s theta_e interpolated (s = 1 /
+    factor), YaRN blending the two over its ramp; cos and sin times the magnitude."""
+    orig = c.rope_n_ctx_orig or c.n_ctx
+    i = torch.arange(c.n_rot // 2, dtype=torch.float64)
+    div = c.rope_freqs or (c.rope_long if n_ctx > orig else c.rope_short)
+    inv = c.rope_base ** (-2.0 * i / c.n_rot) / (torch.tensor(div, dtype=torch.float64) if div else 1.0)
+    extrap = positions.to(torch.float64)[:, None] * inv[None, :]  # (T, n_rot/2)
+    s = 1.0 / c.rope_factor if c.rope_factor > 0 else 1.0
+    ang = extrap * s
+    mag = c.rope_attn_factor if c.rope_attn_factor > 0 else 1.0
+    if c.rope_scaling == "yarn":
+        def corr_dim(turns):  # the pair whose wavelength fits `turns` turns into the original context
+            return c.n_rot * math.log(orig / (turns * 2.0 * math.pi)) / (2.0 * math.log(c.rope_base))
+        lo = max(0.0, math.floor(corr_dim(c.yarn_beta_fast)))
+        hi = min(c.n_rot - 1.0, math.ceil(corr_dim(c.yarn_beta_slow)))
+        mix = (1.0 - ((i - lo) / max(0.001, hi - lo)).clamp(0.0, 1.0)) * c.yarn_ext_factor
+        ang = ang * (1.0 - mix) + extrap * mix
+        if c.yarn_ext_factor != 0.0 and c.rope_factor > 1.0:
+            mag *= 1.0 + 0.1 * math.log(c.rope_factor)
+    return (torch.cos(ang) * mag).to(dtype), (torch.sin(ang) * mag).to(dtype)
 
 
 def apply_rope(x, cos, sin, n_rot, neox=False):
@@ -504,12 +567,11 @@ class Model(nn.Module):
         (None: four Nones, for the layers without RoPE; Config.rope_kind): a stream row takes its
         layer's RoPE as the main stream's row does."""
         c = self.cfg
-        bases = {False: c.rope_base}
+        tables = {False: scaled_rope_tables(c, pos, int(pos[-1]) + 1, dt)}
         if c.a["swa_rope_base"] > 0:
-            bases[True] = c.local_rope_base
+            tables[True] = rope_tables(c.n_rot, c.local_rope_base, pos, dt)
         out = {None: (None, None, None, None)}
-        for local, base in bases.items():
-            cos, sin = rope_tables(c.n_rot, base, pos, dt)
+        for local, (cos, sin) in tables.items():
             out[local] = (cos, sin, cos[sp], sin[sp])
         return out
 
