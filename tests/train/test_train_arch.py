@@ -31,7 +31,8 @@ logits / 8), tiny random-weight bases written by the project's GGUF writer (edge
    all) within 1e-4 of model.py's, relative.
 The same for bases with RoPE scaling (SCALED): llama 3's rope_freqs.weight, YaRN, gemma3's linear
 scaling of its global layers, and phi3's LongRoPE with the long factors (the chain longer than the
-original context) and the short ones; export.py writes the keys and divisor tensors back as found,
+original context) and the short ones, and bases quantised as people download them (Q4_K with
+rope_freqs.weight, Llama 3.2's kind; Q6_K), whose own files the C library runs as well; export.py writes the keys and divisor tensors back as found,
 and model.Config refuses scalings the C library refuses.
 With "bpe": the same for qwen2 and qwen3 bases with a GPT-2 BPE vocabulary (VOCAB.gguf's, copied
 by mkmodel) and adapters trained by train.py, whose corpus is encoded by the file's own tokenizer
@@ -87,6 +88,9 @@ SCALED = [  # (label, arch, mkmodel flags, trained): RoPE scaling as the files p
                                  "1000000", "--rope-scaling", "linear,8"], True),  # Gemma 3 4B-27B
     ("phi3 longrope", "phi3", ["--n-head-kv", "2", "--rope-scaling", "longrope,16"], False),  # long factors
     ("phi3 longrope short", "phi3", ["--n-head-kv", "2", "--rope-scaling", "longrope,64"], False),
+    ("llama q4_K rope_freqs", "llama", ["--n-embd", "256", "--n-ff", "256", "--n-head-kv", "2", "--rope-freqs",
+                                        "--type", "q4_K"], True),  # a Llama 3.2 file as people have it
+    ("qwen2 q6_K", "qwen2", ["--n-embd", "256", "--n-ff", "256", "--n-head-kv", "2", "--type", "q6_K"], False),
 ]
 DEEP = [  # (arch, mkmodel flags): the depths that take (n_embd / n_head)^-1/2 as the query scale
     ("gemma2", ["--n-layer", "46", "--n-head-kv", "2", "--head-dim", "32", "--sliding-window", "5"]),
@@ -259,14 +263,19 @@ def one(arch, flags, trained, tmp, label=None):
     ref = dump.reference(ref_model, ids)
     G = SS["n_streams"]
     # 3. the C library
-    for fuse in (["all", "never"] if VULKAN else [None]):
-        tag = "%s %s%s" % (arch, "vulkan" if VULKAN else "cpu", " fuse " + fuse if fuse else "")
-        c = run_c(rewritten, ss, ids, G, fuse=fuse)
+    # a quantised base: its own file too (model.py reads its weights decoded; export writes f32)
+    files = [rewritten] + ([base] if "--type" in flags else [])
+    for fuse, path in [(f, p) for f in (["all", "never"] if VULKAN else [None]) for p in files]:
+        tag = "%s %s%s%s" % (arch, "vulkan" if VULKAN else "cpu", " fuse " + fuse if fuse else "",
+                             " (as written)" if path == base else "")
+        c = run_c(path, ss, ids, G, fuse=fuse)
         errs = [row_err(c["main"][i], ref["main"][i]) for i in range(len(ids))]
         check(len(c["main"]) == len(ids) and max(errs) < TOL, "%s: main logits max row error %.3g" % (tag, max(errs)))
         serrs = [row_err(c["stream"][(i, j + 1)], ref["streams"][i, j]) for i in range(len(ids)) for j in range(G)]
         check(len(c["stream"]) == len(ids) * G and max(serrs) < TOL,
               "%s: stream logits max row error %.3g" % (tag, max(serrs)))
+        if path != rewritten:
+            continue
         thr, want_pruned, margin, p = prune_threshold(ref["exit"], ids)
         pr = run_c(base, ss, ids, G, prune=thr, fuse=fuse)
         got_pruned = [pr["pruned"].get(i) for i in range(len(ids))]

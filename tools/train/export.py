@@ -40,8 +40,10 @@ import torch
 _HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, _HERE)
 sys.path.insert(0, os.path.join(_HERE, "..", "pygguf"))
+sys.path.insert(0, os.path.join(_HERE, "..", "reference"))
 import bpe       # noqa: E402
 import gguf_vocab  # noqa: E402
+import kquants   # noqa: E402
 import model as M  # noqa: E402
 import pygguf    # noqa: E402
 
@@ -212,7 +214,7 @@ def read_rope_scaling(r, a, path):
         kw.update({field: float(_get(r, k + key, default)) for key, field, default in YARN_KEYS})
     for tname, field in ROPE_DIVISORS:
         if tname in r.tensors:
-            kw[field] = tuple(float(v) for v in np.asarray(r.tensors[tname].numpy(), dtype=np.float32).ravel())
+            kw[field] = tuple(float(v) for v in tensor_f32(r, tname).ravel())
     return kw
 
 
@@ -299,6 +301,15 @@ def load_vocab(r, path=None):
                      bool(_get(r, "tokenizer.ggml.add_space_prefix", True)))
 
 
+def tensor_f32(r, name):
+    """A tensor of a read file as float32 in numpy shape: pygguf's types, and the K-quants and
+    IQ4 types (the files people have, Q4_K_M and the like) through tools/reference/kquants.py,
+    whose decoding equals the C library's bit for bit."""
+    v = r.tensors[name]
+    a = kquants.dequantize(v.raw, v.type, v.n_elements).reshape(v.shape) if v.type in kquants.TYPES else v.numpy()
+    return np.array(a, dtype=np.float32)
+
+
 def load_gguf_model(path, adapter=None):
     """(Model, Vocab) from a base GGUF (weights dequantised to f32) and an optional SS adapter."""
     r = pygguf.read(path)
@@ -358,7 +369,7 @@ def load_gguf_model(path, adapter=None):
         raise ValueError("%s: %s" % (path, e)) from None
 
     def t(rr, name):
-        return torch.from_numpy(np.array(rr.tensors[name].numpy(), dtype=np.float32))
+        return torch.from_numpy(tensor_f32(rr, name))
 
     with torch.no_grad():
         m.token_embd.weight.copy_(t(r, "token_embd.weight"))
