@@ -13,7 +13,7 @@
  *   - The whole tail can go, and decoding goes on; bad arguments fail with a message and leave
  *     the context as it was. */
 #include "../common/test_ctx.h"
-#include "mem_model.h"
+#include "mem_models.h"
 
 #include <math.h>
 
@@ -40,37 +40,9 @@ static void fresh_logits(const es_model *m, const int32_t *toks, int32_t n, floa
     es_context_free(c);
 }
 
-/* The RoPE variant of a check (rope.h): plain, or with per-pair divisors the shift's rotation
- * must apply as the forward's does, YaRN, or LongRoPE. */
-typedef enum { PLAIN, LLAMA3, YARN, LONGROPE, LOCAL } rope_variant;
-
-static void set_rope(es__hparams *hp, rope_variant v, const float *freqs) {
-    if (v == LLAMA3) hp->rope_freqs = freqs;
-    if (v == YARN) {
-        hp->rope_scaling = ES__ROPE_SCALING_YARN;
-        hp->rope_freq_scale = 0.25f;
-        hp->rope_n_ctx_orig = 4096;
-        hp->yarn_ext_factor = 1.0f;
-        hp->yarn_beta_fast = 32.0f;
-        hp->yarn_beta_slow = 1.0f;
-    }
-    if (v == LONGROPE) {
-        /* contexts of 64 are beyond the original 16: the long factors (freqs); short ones unused */
-        static const float shorts[8] = {1.0f, 1.0f, 1.1f, 1.1f, 1.2f, 1.2f, 1.3f, 1.3f};
-        hp->rope_long = freqs;
-        hp->rope_short = shorts;
-        hp->rope_n_ctx_orig = 16;
-        hp->rope_attn_factor = 1.3f;
-    }
-    if (v == LOCAL) { /* gemma3's sliding layers: their own base, unscaled; a window past the context */
-        hp->rope_freq_base_swa = 1000.0f;
-        hp->n_swa = 1000;
-    }
-}
-
-static void check_one_layer(const mem_model_cfg *mc, rope_variant v, const float *freqs, const char *name) {
+static void check_one_layer(const mem_model_cfg *mc, mem_rope_variant v, const char *name) {
     es_model *m = mem_model_create(mc);
-    set_rope(&m->hp, v, freqs);
+    mem_model_set_rope(&m->hp, v);
     const int32_t V = m->hp.n_vocab, N = 40;
     test_rng rng = {mc->seed * 7 + 3};
     int32_t toks[64];
@@ -107,7 +79,7 @@ static void check_one_layer(const mem_model_cfg *mc, rope_variant v, const float
 }
 
 static void check_errors(void) {
-    mem_model_cfg mc = {50, 32, 2, 2, 2, 16, 48, 16, ES_ROPE_NORM, 10000.0f, 1.0f, true, ES__DTYPE_F32, 9};
+    mem_model_cfg mc = MEM_CFG_SHIFT_ERRORS;
     es_model *m = mem_model_create(&mc);
     es_context *c = test_ctx(m, backend, 32, 32, NULL);
     int32_t t[6] = {1, 2, 3, 4, 5, 6};
@@ -137,7 +109,7 @@ static void check_errors(void) {
  * here with the same rule (when a token finds the context full, the older half of what follows
  * the kept start goes), greedy, on a two-layer model. */
 static void check_generate(void) {
-    const mem_model_cfg mc = {61, 48, 2, 4, 2, 12, 64, 12, ES_ROPE_NORM, 10000.0f, 1.0f, false, ES__DTYPE_F32, 44};
+    const mem_model_cfg mc = MEM_CFG_SHIFT_GENERATE;
     es_model *m = mem_model_create(&mc);
     const int32_t V = m->hp.n_vocab, n_ctx = 24, n_keep = 3, n_gen = 70;
     int32_t prompt[6] = {5, 9, 13, 2, 40, 7}, got[80], want[80];
@@ -188,17 +160,14 @@ static void check_generate(void) {
 int main(int argc, char **argv) {
     backend = test_backend_from_args(argc, argv, 2, NULL);
     if (!backend) TEST_MAIN_END();
-    const mem_model_cfg norm = {67, 48, 1, 4, 2, 12, 64, 12, ES_ROPE_NORM, 10000.0f, 1.0f, false, ES__DTYPE_F32, 41};
-    const mem_model_cfg neox = {67, 48, 1, 4, 4, 12, 64, 8, ES_ROPE_NEOX, 10000.0f, 0.5f, true, ES__DTYPE_F32, 42};
-    const mem_model_cfg mqa = {67, 64, 1, 4, 1, 16, 64, 16, ES_ROPE_NEOX, 500000.0f, 1.0f, false, ES__DTYPE_F16, 43};
-    static const float freqs[6] = {1.0f, 1.2f, 1.9f, 3.0f, 5.1f, 8.0f};
-    check_one_layer(&norm, PLAIN, NULL, "norm gqa");
-    check_one_layer(&norm, LLAMA3, freqs, "norm gqa, llama 3 frequency divisors");
-    check_one_layer(&neox, PLAIN, NULL, "neox partial rotation, scaled");
-    check_one_layer(&mqa, PLAIN, NULL, "neox mqa f16");
-    check_one_layer(&norm, YARN, NULL, "norm gqa, yarn");
-    check_one_layer(&neox, LONGROPE, freqs, "neox partial rotation, longrope");
-    check_one_layer(&neox, LOCAL, NULL, "neox partial rotation, scaled, a sliding layer's own RoPE");
+    const mem_model_cfg norm = MEM_CFG_SHIFT_NORM, neox = MEM_CFG_SHIFT_NEOX, mqa = MEM_CFG_SHIFT_MQA;
+    check_one_layer(&norm, MEM_ROPE_PLAIN, "norm gqa");
+    check_one_layer(&norm, MEM_ROPE_LLAMA3, "norm gqa, llama 3 frequency divisors");
+    check_one_layer(&neox, MEM_ROPE_PLAIN, "neox partial rotation, scaled");
+    check_one_layer(&mqa, MEM_ROPE_PLAIN, "neox mqa f16");
+    check_one_layer(&norm, MEM_ROPE_YARN, "norm gqa, yarn");
+    check_one_layer(&neox, MEM_ROPE_LONGROPE, "neox partial rotation, longrope");
+    check_one_layer(&neox, MEM_ROPE_LOCAL, "neox partial rotation, scaled, a sliding layer's own RoPE");
     check_errors();
     check_generate();
     test_backend_end(backend);

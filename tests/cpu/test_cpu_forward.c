@@ -9,11 +9,12 @@
  *   - the kernel levels: the portable one (EDGESPEC_CPU_KERNELS=generic) gives the logits bits of
  *     the best one where they share their arithmetic (AArch64: neon), else agrees within 1e-4 of
  *     the largest logit (x86: other vector widths, fused or separate multiply-adds).
- * Numerical agreement with an independent reference is tests/cpu/test_cpu_reference.py's job. */
+ * Numerical agreement with an independent reference is tests/cpu/test_cpu_reference.py's job, and
+ * for these very models (mem_models.h) test_mem_model_reference.py's. */
 #include "../common/test_ctx.h"
 #include "backend.h"
 #include "cpu/cpu.h"
-#include "mem_model.h"
+#include "mem_models.h"
 
 #define N_SEQ 12
 
@@ -23,11 +24,11 @@ typedef struct cfg_case {
 } cfg_case;
 
 static const cfg_case cases[] = {
-    {"f32 gqa neox odd", {67, 40, 2, 4, 2, 10, 72, 10, ES_ROPE_NEOX, 10000.f, 1.f, false, ES__DTYPE_F32, 1}},
-    {"f16 tied norm partial-rot", {67, 40, 2, 4, 4, 10, 72, 6, ES_ROPE_NORM, 10000.f, 0.5f, true, ES__DTYPE_F16, 2}},
-    {"bf16 gqa norm", {50, 48, 2, 6, 3, 8, 40, 8, ES_ROPE_NORM, 500000.f, 1.f, false, ES__DTYPE_BF16, 3}},
-    {"q8_0 mqa neox", {67, 64, 2, 4, 1, 16, 96, 16, ES_ROPE_NEOX, 10000.f, 1.f, false, ES__DTYPE_Q8_0, 4}},
-    {"q4_0 tied norm", {67, 64, 2, 2, 2, 32, 96, 24, ES_ROPE_NORM, 10000.f, 1.f, true, ES__DTYPE_Q4_0, 5}},
+    {"f32 gqa neox odd", MEM_CFG_FORWARD_F32},
+    {"f16 tied norm partial-rot", MEM_CFG_FORWARD_F16},
+    {"bf16 gqa norm", MEM_CFG_FORWARD_BF16},
+    {"q8_0 mqa neox", MEM_CFG_FORWARD_Q8_0},
+    {"q4_0 tied norm", MEM_CFG_FORWARD_Q4_0},
 };
 
 typedef struct runner {

@@ -8,14 +8,14 @@
  *     model of the same shapes, a file longer than the context, and too small a token buffer fail
  *     with a message naming what, and leave the context as it was (its logits unchanged). */
 #include "../common/test_ctx.h"
-#include "mem_model.h"
+#include "mem_models.h"
 
 #include <math.h>
 #include <stdio.h>
 
 static es_backend *backend;
 
-static const mem_model_cfg cfg = {61, 48, 2, 4, 2, 12, 64, 12, ES_ROPE_NEOX, 10000.0f, 1.0f, false, ES__DTYPE_F32, 51};
+static const mem_model_cfg cfg = MEM_CFG_SESSION(51);
 static const int32_t toks[12] = {3, 14, 15, 9, 26, 5, 35, 8, 9, 7, 9, 3};
 
 /* Next-token logits (of token 7 after the context) into out. */
@@ -142,8 +142,7 @@ int main(int argc, char **argv) {
         expect_bad(a, bad, ES_ERR_UNSUPPORTED, "session version 9", want, V);
     }
     expect_bad(a, "/nonexistent/session.bin", ES_ERR_IO, "cannot read", want, V);
-    mem_model_cfg other_cfg = cfg;
-    other_cfg.seed = 52;
+    const mem_model_cfg other_cfg = MEM_CFG_SESSION(52);
     es_model *other = mem_model_create(&other_cfg);
     es_context *o = prefilled(other, backend, 32);
     CHECK_OK(es_context_save(o, toks, 12, bad));

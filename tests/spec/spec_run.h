@@ -6,7 +6,7 @@
 #define ES_TEST_SPEC_RUN_H
 
 #include "../common/test_ctx.h"
-#include "../cpu/mem_model.h"
+#include "../cpu/mem_models.h"
 #include "edgespec.h"
 
 static es_backend *backend; /* the test's backend, test_backend_from_args in its main */

@@ -49,13 +49,12 @@ static void check_kv(es_context *c, const es_model *m, const int32_t *seq) {
 int main(int argc, char **argv) {
     backend = test_backend_from_args(argc, argv, 1, &quick);
     if (!backend) TEST_MAIN_END();
-    mem_model_cfg tc = {97, 64, 3, 4, 2, 16, 96, 16, ES_ROPE_NORM, 10000.0f, 1.0f, false, ES__DTYPE_F32, 11};
+    const mem_model_cfg tc = MEM_CFG_DRAFT(3, 11);
     es_model *target = mem_model_create(&tc);
-    mem_model_cfg dc = tc;
-    dc.n_layer = 1; /* same seed: the target's embeddings, head and first layer */
-    es_model *near = mem_model_create(&dc);
-    dc.seed = 99;
-    es_model *far = mem_model_create(&dc);
+    const mem_model_cfg nc = MEM_CFG_DRAFT(1, 11); /* same seed: the target's embeddings, head and first layer */
+    es_model *near = mem_model_create(&nc);
+    const mem_model_cfg fc = MEM_CFG_DRAFT(1, 99);
+    es_model *far = mem_model_create(&fc);
     const es_model *drafters[3] = {target, near, far};
     const char *names[3] = {"itself", "its first layer", "unrelated"};
 

@@ -308,12 +308,11 @@ int main(int argc, char **argv) {
     backend = test_backend_from_args(argc, argv, 1, NULL);
     if (!backend) TEST_MAIN_END();
     /* a small vocabulary, so that drafts are often accepted and steps emit several tokens */
-    mem_model_cfg mc = {12, 32, 3, 4, 2, 8, 48, 8, ES_ROPE_NORM, 10000.0f, 1.0f, false, ES__DTYPE_F32, 31};
+    mem_model_cfg mc = MEM_CFG_STREAM(3);
     es_model *m = mem_model_create(&mc);
     mem_adapter_cfg ac = {4, 2, 1, 4, 2, 0.3f, 32};
     mem_adapter_attach(m, &ac);
-    mem_model_cfg dc = mc;
-    dc.n_layer = 1;
+    mem_model_cfg dc = MEM_CFG_STREAM(1);
     es_model *draft = mem_model_create(&dc);
 
     test_rng rng = {41};

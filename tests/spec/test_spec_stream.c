@@ -38,7 +38,7 @@ static int32_t speculative(es_context *c, const cfg *g, const int32_t *prompt, i
 int main(int argc, char **argv) {
     backend = test_backend_from_args(argc, argv, 1, &quick);
     if (!backend) TEST_MAIN_END();
-    mem_model_cfg mc = {12, 32, 3, 4, 2, 8, 48, 8, ES_ROPE_NORM, 10000.0f, 1.0f, false, ES__DTYPE_F32, 31};
+    mem_model_cfg mc = MEM_CFG_STREAM(3);
     es_model *m = mem_model_create(&mc);
     mem_adapter_cfg ac = {4, 2, 1, 4, 2, 0.3f, 32};
     mem_adapter_attach(m, &ac);
