@@ -69,17 +69,21 @@
 #define ES_STEP_ARRAYS 8
 
 /* rmsnorm: Y[t] = X[row(t)] / rms(X[row(t)]) * G for t < n; row(t) = t, or out_rows[t] of
- * the step data when gather is set (the final norm before the output head). */
+ * the step data when gather is set (the final norm before the output head). With add and norm2
+ * a post-branch norm and the norm after it in one dispatch: Y[t] += add X[t] / rms(X[t]) * G,
+ * then Z[t] = Y[t] / rms(Y[t]) * G2, Z bound to X's rows (the branch's output is replaced). */
 #define ES_PC_RMSNORM(U, F)                                                                        \
     U(E)        /* elements per row                                           */                   \
     U(n)        /* rows to normalise                                          */                   \
-    U(x_stride) /* floats between rows of X (and of Y)                        */                   \
+    U(x_stride) /* floats between rows of X (and of Y, Z)                     */                   \
     U(g_off)    /* float offset of the weight vector in G                     */                   \
-    U(gather)   /* 1: read row out_rows[t] of X                               */                   \
+    U(gather)   /* 1: read row out_rows[t] of X (not with norm2)              */                   \
     F(eps)                                                                                         \
     F(add)      /* not 0: Y[t] += add times the normalised row (gemma2's post-  */                 \
                 /* branch norms; add is the residual scale, 1 but for granite-  */                 \
-                /* like models, lib/core/model.h)                               */
+                /* like models, lib/core/model.h)                               */                 \
+    U(norm2)    /* 1 (with add): then Z[t] = rmsnorm(Y[t]) * G2 (0: no Z)      */                 \
+    U(g2_off)   /* norm2: float offset of G2 in G                             */
 
 /* get_rows: X[t] = dequantised row tokens[t] of the embedding matrix, for the tokens whose row
  * lies in this part [row0, row0 + rows). */

@@ -311,7 +311,8 @@ static es_status make_sets(es_context *ctx, vk_ctx *c) {
                       step = bind_buf(&c->step, c->v_step),
                       vecs = bind_buf(&w->vecs, w->vecs_view), logits = bind_buf(&c->logits, VK_NULL_HANDLE);
     {
-        es__vk_bind b[4] = {x, vecs, step, xn};
+        const es__vk_bind xn_w = bind_region(c, &c->r_xn, VK_NULL_HANDLE);
+        es__vk_bind b[5] = {x, vecs, step, xn_w, xn_w}; /* Z unused */
         ES_TRY(es__vk_set_create(d, c->pool, c->p_norm, b, &c->s_norm));
     }
     {
@@ -321,8 +322,9 @@ static es_status make_sets(es_context *ctx, vk_ctx *c) {
                              bind_region(c, &c->r_spec, VK_NULL_HANDLE), bind_buf(&c->verd, VK_NULL_HANDLE)};
         ES_TRY(es__vk_set_create(d, c->pool, c->p_spec, bs, &c->s_spec));
     }
-    if (post_norms(c)) {
-        es__vk_bind b[4] = {xn, vecs, step, bind_region(c, &c->r_x, VK_NULL_HANDLE)};
+    if (post_norms(c)) { /* x += rmsnorm(xn) g, then (norm2) xn = rmsnorm(x) g2 */
+        es__vk_bind b[5] = {xn, vecs, step, bind_region(c, &c->r_x, VK_NULL_HANDLE),
+                            bind_region(c, &c->r_xn, VK_NULL_HANDLE)};
         ES_TRY(es__vk_set_create(d, c->pool, c->p_norm, b, &c->s_post));
     }
     {
@@ -594,7 +596,7 @@ void es__vk_ctx_destroy(es_context *ctx) {
 
 /* ---- recording */
 static void rec_norm(vk_ctx *c, es__vk_rec *r, uint32_t n, uint32_t g_off, bool gather, float eps) {
-    es__pc_rmsnorm pc = {(uint32_t)c->w->model->hp.n_embd, n, c->E32, g_off, gather ? 1u : 0u, eps, 0.0f};
+    es__pc_rmsnorm pc = {(uint32_t)c->w->model->hp.n_embd, n, c->E32, g_off, gather ? 1u : 0u, eps, 0.0f, 0u, 0u};
     es__vk_rec_dispatch(r, gather ? "rmsnorm_out" : "rmsnorm", c->p_norm, c->s_norm, &pc, n, 1, 1);
 }
 
@@ -602,7 +604,7 @@ static void rec_norm(vk_ctx *c, es__vk_rec *r, uint32_t n, uint32_t g_off, bool 
  * residual scale). */
 static void rec_post_norm(vk_ctx *c, es__vk_rec *r, uint32_t n, uint32_t g_off, float eps) {
     const es__hparams *hp = &c->w->model->hp;
-    es__pc_rmsnorm pc = {(uint32_t)hp->n_embd, n, c->E32, g_off, 0u, eps, hp->residual_scale};
+    es__pc_rmsnorm pc = {(uint32_t)hp->n_embd, n, c->E32, g_off, 0u, eps, hp->residual_scale, 0u, 0u};
     es__vk_rec_dispatch(r, "rmsnorm_post_add", c->p_norm, c->s_post, &pc, n, 1, 1);
 }
 

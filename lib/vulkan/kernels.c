@@ -35,7 +35,7 @@ static const es__kernel_family families[] = {
     {"mul_mat_tiled", "rrrwrrww", sizeof(es__pc_mul_mat)},   /* mul_mat in passes of a tile  */
     {"mul_mat_lora_tiled", "rrrwrrwwrr", sizeof(es__pc_mul_mat)},
     {"get_rows", "rrrw", sizeof(es__pc_get_rows)},       /* W, S, step, X                */
-    {"rmsnorm", "rrrw", sizeof(es__pc_rmsnorm)},         /* X, G, step, Y                */
+    {"rmsnorm", "rrrww", sizeof(es__pc_rmsnorm)},        /* X, G, step, Y, Z (X's rows)  */
     {"attn", "rrrrww", sizeof(es__pc_attn)},             /* QKV, K, V, step, out, parts  */
     {"attn_team", "rrrrww", sizeof(es__pc_attn)},        /* the same, a subgroup a split */
     {"attn_merge", "rrw", sizeof(es__pc_attn_merge)},    /* parts, step, out             */

@@ -87,7 +87,8 @@ struct es__vk_msa {
     VkDescriptorSet s_init_fused;
     /* the stream pass */
     VkDescriptorSet s_init, s_norm_out;
-    VkDescriptorSet s_post;           /* gemma2: s += rmsnorm(sn) g, the branch stored in sn  */
+    VkDescriptorSet s_post;           /* gemma2: s += rmsnorm(sn) g, the branch stored in sn;
+                                         then (norm2) sn = rmsnorm(s) g2                      */
     ss_mm stream_out;
     VkCommandBuffer cbs[ES_SPEC_MAX_DEPTH + 1]; /* the stream pass of g streams at cbs[g]   */
     VkQueryPool queries[ES_SPEC_MAX_DEPTH + 1]; /* and its timestamps when profiling          */
@@ -336,6 +337,14 @@ static es_status set4(struct es__vk_msa *m, const es__vk_pipeline *p, es__vk_bin
     return es__vk_set_create(m->d, m->pool, p, bs, out);
 }
 
+/* An rmsnorm set: rows x normalised into y (or with add, added into it), then with norm2 y's
+ * rows normalised into z (x's rows); without, z is unused and y stands in for it. */
+static es_status norm_set(struct es__vk_msa *m, es__vk_bind x, es__vk_bind y, const es__vk_bind *z,
+                          VkDescriptorSet *out) {
+    es__vk_bind bs[5] = {x, m->res.vecs, m->res.step, y, z ? *z : y};
+    return es__vk_set_create(m->d, m->pool, m->p_norm, bs, out);
+}
+
 /* The fused streams' sets: the forward's own row buffers, stream rows after the tokens' rows. */
 static es_status make_fused_sets(struct es__vk_msa *m) {
     const es__vk_ss_res *r = &m->res;
@@ -406,7 +415,7 @@ static es_status make_sets(struct es__vk_msa *m) {
         ES_TRY(set4(m, m->p_rows, r->x, p, r->step, bind_of(m, &m->r_e, VK_NULL_HANDLE), &m->s_copy_e));
         ES_TRY(mm_sets(m, &m->pd, &m->prune_down, &m->ws, e, bind_of(m, &m->r_lt, VK_NULL_HANDLE)));
         ES_TRY(mm_sets(m, &m->pu, &m->prune_up, &m->ws, lt, bind_of(m, &m->r_e, VK_NULL_HANDLE)));
-        ES_TRY(set4(m, m->p_norm, e, r->vecs, r->step, bind_of(m, &m->r_en, VK_NULL_HANDLE), &m->s_norm_e));
+        ES_TRY(norm_set(m, e, bind_of(m, &m->r_en, VK_NULL_HANDLE), NULL, &m->s_norm_e));
         ES_TRY(mm_sets(m, &m->exit_out, w->out, &r->w->ws, en, bind_buf(&m->out_exit)));
     }
     /* the stream pass */
@@ -417,8 +426,8 @@ static es_status make_sets(struct es__vk_msa *m) {
         ss_layer *L = &m->layers[i];
         const es__vk_bind sn_w = bind_of(m, &m->r_sn, VK_NULL_HANDLE), s_w = bind_of(m, &m->r_s, VK_NULL_HANDLE),
                           h_w = bind_of(m, &m->r_h, VK_NULL_HANDLE), att_w = bind_of(m, &m->r_att, VK_NULL_HANDLE);
-        ES_TRY(set4(m, m->p_norm, s, r->vecs, r->step, sn_w, &L->norm_attn));
-        ES_TRY(set4(m, m->p_norm, s, r->vecs, r->step, sn_w, &L->norm_ffn));
+        ES_TRY(norm_set(m, s, sn_w, NULL, &L->norm_attn));
+        ES_TRY(norm_set(m, s, sn_w, NULL, &L->norm_ffn));
         ES_TRY(mm_sets_lora(m, &L->qkv, &vl->qkv, &r->w->ws, sn, qkv_w, &L->lora[LO_QKV]));
         const es__vk_bind branch_w = post_norms(m) ? sn_w : s_w; /* post-branch norms read it from sn */
         ES_TRY(mm_sets_lora(m, &L->wo, &vl->wo, &r->w->ws, att, branch_w, &L->lora[LO_O]));
@@ -437,8 +446,9 @@ static es_status make_sets(struct es__vk_msa *m) {
             ES_TRY(es__vk_set_create(m->d, m->pool, m->p_attn, b, &L->attn));
         }
     }
-    ES_TRY(set4(m, m->p_norm, s, r->vecs, r->step, bind_of(m, &m->r_sn, VK_NULL_HANDLE), &m->s_norm_out));
-    if (post_norms(m)) ES_TRY(set4(m, m->p_norm, sn, r->vecs, r->step, bind_of(m, &m->r_s, VK_NULL_HANDLE), &m->s_post));
+    const es__vk_bind sn_w = bind_of(m, &m->r_sn, VK_NULL_HANDLE);
+    ES_TRY(norm_set(m, s, sn_w, NULL, &m->s_norm_out));
+    if (post_norms(m)) ES_TRY(norm_set(m, sn, bind_of(m, &m->r_s, VK_NULL_HANDLE), &sn_w, &m->s_post));
     ES_TRY(mm_sets(m, &m->stream_out, w->out, &r->w->ws, sn, bind_buf(&m->out_streams)));
     return make_fused_sets(m);
 }
@@ -575,7 +585,7 @@ static void rec_rows(struct es__vk_msa *m, es__vk_rec *r, const char *op, VkDesc
 static void rec_norm_add(struct es__vk_msa *m, es__vk_rec *r, const char *op, VkDescriptorSet set, uint32_t n,
                          uint32_t g_off, float add) {
     const es__hparams *hp = &m->ctx->model->hp;
-    es__pc_rmsnorm pc = {(uint32_t)hp->n_embd, n, m->res.E32, g_off, 0, hp->rms_eps, add};
+    es__pc_rmsnorm pc = {(uint32_t)hp->n_embd, n, m->res.E32, g_off, 0, hp->rms_eps, add, 0u, 0u};
     es__vk_rec_dispatch(r, op, m->p_norm, set, &pc, n, 1, 1);
 }
 

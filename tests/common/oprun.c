@@ -491,27 +491,49 @@ es_status es__vk_run_rope_kv(es_backend *b, float *qkv, uint32_t n, uint32_t n_h
 
 /* ---- the other ops of the forward pass */
 
-es_status es__vk_run_rmsnorm(es_backend *b, const float *x, const float *w, uint32_t E, uint32_t n, float eps, float add,
-                             float *y) {
+/* rmsnorm.comp on n rows of x into y; with w2 (post-branch norm and the next norm in one
+ * dispatch) the rows of x are then overwritten with the next norm of y's, Z bound to x's buffer as
+ * the forward binds it. G holds w2 (or zeros) and then w, so that each weight offset is tried at
+ * 0 and beyond. */
+static es_status run_norm(es_backend *b, float *x, const float *w, const float *w2, uint32_t E, uint32_t n, float eps,
+                          float add, float *y) {
     RUN_BEGIN(b)
     const uint32_t E32 = up32(E);
     es__vk_buf *X = NULL, *G = NULL, *Y = NULL, *S = NULL;
     es__vk_bind bx, bg, bs;
     es__vk_pipeline *p = NULL;
+    float *gw = s == ES_OK ? calloc((size_t)2 * E32, sizeof *gw) : NULL;
+    if (s == ES_OK && !gw) s = es__fail(r.d->err, ES_ERR_OUT_OF_MEMORY, "vulkan op: out of memory");
+    if (s == ES_OK) {
+        if (w2) memcpy(gw, w2, sizeof *gw * E);
+        memcpy(gw + E32, w, sizeof *gw * E);
+    }
     if (s == ES_OK) s = es__vk_rmsnorm_pipe(r.d, &p);
     if (s == ES_OK) s = run_rows(&r, x, n, E, E32, &X);
-    if (s == ES_OK) s = run_rows(&r, w, 1, E, E32, &G);
+    if (s == ES_OK) s = run_rows(&r, gw, 2, E32, E32, &G);
     if (s == ES_OK) s = run_rows(&r, y, n, E, E32, &Y);
     if (s == ES_OK) s = run_ro(&r, X, VK_FORMAT_R32G32B32A32_SFLOAT, &bx);
     if (s == ES_OK) s = run_ro(&r, G, VK_FORMAT_R32G32B32A32_SFLOAT, &bg);
     if (s == ES_OK) s = run_step(&r, 0, 1, NULL, NULL, NULL, NULL, 0, NULL, 0, &S, &bs);
     if (s == ES_OK) {
-        es__vk_bind binds[4] = {bx, bg, bs, whole(Y)};
-        es__pc_rmsnorm pc = {E, n, E32, 0, 0, eps, add};
+        es__vk_bind binds[5] = {bx, bg, bs, whole(Y), w2 ? whole(X) : whole(Y)};
+        es__pc_rmsnorm pc = {E, n, E32, E32, 0, eps, add, w2 ? 1u : 0u, 0u};
         s = run_one(&r, p, binds, &pc, n, 1, 1);
     }
     if (s == ES_OK) read_rows(Y, n, E, E32, y);
+    if (s == ES_OK && w2) read_rows(X, n, E, E32, x);
+    free(gw);
     RUN_END()
+}
+
+es_status es__vk_run_rmsnorm(es_backend *b, const float *x, const float *w, uint32_t E, uint32_t n, float eps, float add,
+                             float *y) {
+    return run_norm(b, (float *)x, w, NULL, E, n, eps, add, y); /* x is only read without w2 */
+}
+
+es_status es__vk_run_rmsnorm_post(es_backend *b, float *x, const float *w, const float *w2, uint32_t E, uint32_t n,
+                                  float eps, float add, float *y) {
+    return run_norm(b, x, w, w2, E, n, eps, add, y);
 }
 
 es_status es__vk_run_get_rows(es_backend *b, es__dtype type, const void *table, uint32_t K, uint32_t rows,

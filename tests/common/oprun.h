@@ -28,6 +28,10 @@ es_status es__vk_run_mul_mat(es_backend *b, es__dtype type, const void *w, uint3
  * norms, add the residual scale). */
 es_status es__vk_run_rmsnorm(es_backend *b, const float *x, const float *w, uint32_t E, uint32_t n, float eps, float add,
                              float *y);
+/* A post-branch norm and the norm after it in one dispatch (rmsnorm.comp's norm2):
+ * y[n][E] += add rmsnorm(x) w, then x[n][E] = rmsnorm(y) w2, in place as the forward does it. */
+es_status es__vk_run_rmsnorm_post(es_backend *b, float *x, const float *w, const float *w2, uint32_t E, uint32_t n,
+                                  float eps, float add, float *y);
 /* out[i][:E] = row ids[i] of table (rows x K of type, GGUF layout), dequantised, times scale. */
 es_status es__vk_run_get_rows(es_backend *b, es__dtype type, const void *table, uint32_t K, uint32_t rows,
                               const int32_t *ids, uint32_t n, float scale, float *out);

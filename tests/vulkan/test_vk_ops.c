@@ -1,7 +1,8 @@
 /* test_vk_ops: every Vulkan op other than mul_mat against the CPU backend's op of lib/cpu/ops.h,
  * on fresh random inputs with odd shapes, in every feature configuration. Bounds (normalised by
  * the largest reference magnitude of the row unless stated):
- *   rmsnorm 2e-6 (stored, or added into y times 1 or a residual scale); rope (q rotated in
+ *   rmsnorm 2e-6 (stored, or added into y times 1 or a residual scale; with the next norm in the
+ *   same dispatch, each step 2e-6 and the bits of the two dispatches it replaces); rope (q rotated in
  *   place, k rotated into the cache) 1e-6; cache write of v exact; qwen3's per-head Q/K norms with RoPE (qk_norm_rope) against es__cpu_qkv_prepare 2e-6 of
  *   the row's (the cache's) largest value, v and the stream rows' v exact; tree attention 2e-5 of max |v| (many splits, chunks, GQA, random trees); softmax
  *   5e-5 per element of the row's max (the CPU sums up to 32000 exponentials in index order, the
@@ -13,6 +14,43 @@
 #include "backend_vk.h"
 #include "qk_ref.h"
 #include "vk_test.h"
+
+/* A post-branch norm and the norm after it in one dispatch (gemma2's, forward.c rec_post_norm):
+ * acc += add rmsnorm(x) w, then x = rmsnorm(acc) w2 in place. Against the CPU: acc as the plain
+ * add's bound, the second norm as rmsnorm's of the device's acc; and bit for bit the two
+ * dispatches it replaces (a forward that fuses must give what one that does not gives: batch
+ * invariance, fused streams against the stream pass). ref: the CPU's rmsnorm(x) w. */
+static void test_rmsnorm_post(es_backend *b, test_rng *r, const char *cfg, const float *x, const float *w,
+                              const float *ref, uint32_t E, uint32_t n) {
+    static const float adds[] = {1.0f, 0.22f};
+    const size_t En = (size_t)E * n;
+    for (size_t a = 0; a < ES__ARRAY_LEN(adds); a++) {
+        float *w2 = rand_vec(r, E, 1.0f), *acc = rand_vec(r, En, 2.0f), *racc = malloc(sizeof *racc * En),
+              *acc2 = malloc(sizeof *acc2 * En), *xz = malloc(sizeof *xz * En), *z2 = malloc(sizeof *z2 * En),
+              *rz = malloc(sizeof *rz * En);
+        memcpy(racc, acc, sizeof *acc * En);
+        memcpy(acc2, acc, sizeof *acc * En);
+        memcpy(xz, x, sizeof *x * En);
+        for (size_t i = 0; i < En; i++) z2[i] = NAN;
+        CHECK_OK(es__vk_run_rmsnorm_post(b, xz, w, w2, E, n, 1e-5f, adds[a], acc));
+        for (size_t i = 0; i < En; i++) racc[i] += adds[a] == 1.0f ? ref[i] : adds[a] * ref[i];
+        const double da = diff(acc, racc, En, max_abs(racc, En));
+        CHECKF(da <= 2e-6, "[%s] rmsnorm post add %g E %u n %u: residual error %.3g > 2e-6", cfg, (double)adds[a], E,
+               n, da);
+        es__cpu_rmsnorm(acc, w2, E, n, 1e-5f, rz);
+        for (uint32_t t = 0; t < n; t++) {
+            const double d = diff(xz + (size_t)t * E, rz + (size_t)t * E, E, max_abs(rz + (size_t)t * E, E));
+            CHECKF(d <= 2e-6, "[%s] rmsnorm post add %g E %u row %u: next norm error %.3g > 2e-6", cfg,
+                   (double)adds[a], E, t, d);
+        }
+        CHECK_OK(es__vk_run_rmsnorm(b, x, w, E, n, 1e-5f, adds[a], acc2));
+        CHECK_OK(es__vk_run_rmsnorm(b, acc2, w2, E, n, 1e-5f, 0.0f, z2));
+        CHECKF(memcmp(acc, acc2, sizeof *acc * En) == 0 && memcmp(xz, z2, sizeof *xz * En) == 0,
+               "[%s] rmsnorm post add %g E %u n %u: one dispatch differs from the two it replaces", cfg,
+               (double)adds[a], E, n);
+        free(w2), free(acc), free(racc), free(acc2), free(xz), free(z2), free(rz);
+    }
+}
 
 static void test_rmsnorm(es_backend *b, test_rng *r, const char *cfg) {
     static const uint32_t Es[] = {1, 7, 64, 1000, 4099};
@@ -43,6 +81,7 @@ static void test_rmsnorm(es_backend *b, test_rng *r, const char *cfg) {
                 CHECKF(da <= 2e-6, "[%s] rmsnorm add %g E %u n %u: error %.3g > 2e-6", cfg, (double)adds[a], E, n, da);
                 free(acc), free(racc);
             }
+            test_rmsnorm_post(b, r, cfg, x, w, ref, E, n);
             free(x), free(w), free(y), free(ref);
         }
 }
