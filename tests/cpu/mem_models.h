@@ -34,9 +34,11 @@
 #define MEM_CFG_SHIFT_GENERATE {61, 48, 2, 4, 2, 12, 64, 12, ES_ROPE_NORM, 10000.0f, 1.0f, false, ES__DTYPE_F32, 44}
 
 /* spec_stream and spec_edit: a small vocabulary, so that drafts are often accepted (3 layers, with
- * mem_adapter.h's adapter {4, 2, 1, 4, 2, 0.3f, 32}); spec_edit's drafter is its first layer
- * (n_layer 1, same seed) */
+ * the adapter MEM_ADAPTER_STREAM); spec_edit's drafter is its first layer (n_layer 1, same seed) */
 #define MEM_CFG_STREAM(n_layer) {12, 32, n_layer, 4, 2, 8, 48, 8, ES_ROPE_NORM, 10000.0f, 1.0f, false, ES__DTYPE_F32, 31}
+/* their adapter (tests/spec/mem_adapter.h's mem_adapter_cfg: n_streams, n_msa, prune_layer,
+ * prune_rank, lora_rank, scale, seed): its streams are test_msa's, against its reference */
+#define MEM_ADAPTER_STREAM {4, 2, 1, 4, 2, 0.3f, 32}
 
 /* spec_draft: the target (3 layers, seed 11), its first layer (1, 11) and an unrelated drafter
  * (1, 99) */

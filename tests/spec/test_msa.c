@@ -14,6 +14,7 @@
 #include "../common/test_ctx.h"
 #include "cpu/msa.h"
 #include "forward_api.h"
+#include "../cpu/mem_models.h"
 #include "mem_adapter.h"
 #ifdef ES_TEST_VULKAN
 #include "backend_vk.h"
@@ -570,6 +571,12 @@ int main(int argc, char **argv) {
     mem_model_cfg m6 = {57, 64, 2, 4, 2, 16, 96, 16, ES_ROPE_NEOX, 10000.0f, 1.0f, false, ES__DTYPE_Q4_0, 26};
     mem_adapter_cfg a6 = {2, 2, 1, 4, 2, 0.2f, 13};
     run(&m6, &a6, ES__DTYPE_Q8_0);
+    /* spec_stream's and spec_edit's model and adapter (mem_models.h), which those tests only
+     * compare with plain decoding of the same model: their streams against the reference here,
+     * their main stream in test_mem_model_reference.py */
+    mem_model_cfg m7 = MEM_CFG_STREAM(3);
+    mem_adapter_cfg a7 = MEM_ADAPTER_STREAM;
+    run(&m7, &a7, ES__DTYPE_F32);
     test_errors();
     test_ride_memo(vulkan);
     test_backend_end(backend);

@@ -310,7 +310,7 @@ int main(int argc, char **argv) {
     /* a small vocabulary, so that drafts are often accepted and steps emit several tokens */
     mem_model_cfg mc = MEM_CFG_STREAM(3);
     es_model *m = mem_model_create(&mc);
-    mem_adapter_cfg ac = {4, 2, 1, 4, 2, 0.3f, 32};
+    mem_adapter_cfg ac = MEM_ADAPTER_STREAM;
     mem_adapter_attach(m, &ac);
     mem_model_cfg dc = MEM_CFG_STREAM(1);
     es_model *draft = mem_model_create(&dc);

@@ -40,7 +40,7 @@ int main(int argc, char **argv) {
     if (!backend) TEST_MAIN_END();
     mem_model_cfg mc = MEM_CFG_STREAM(3);
     es_model *m = mem_model_create(&mc);
-    mem_adapter_cfg ac = {4, 2, 1, 4, 2, 0.3f, 32};
+    mem_adapter_cfg ac = MEM_ADAPTER_STREAM;
     mem_adapter_attach(m, &ac);
 
     test_rng rng = {77};
