@@ -231,8 +231,9 @@ static uint32_t glu_epi(const vk_ctx *c) {
 }
 
 /* A residual branch's output projection adds into x, or with post-branch norms (gemma2) stores
- * into xn for the norm that then adds; either scales the branch by the model's residual scale
- * (granite's; 1 for the others) before its add (branch_call, rec_post_norm). */
+ * into xn for the norm that then adds (and, in the same dispatch, does the norm after it:
+ * rec_post_norm); either scales the branch by the model's residual scale (granite's; 1 for the
+ * others) before its add (branch_call, rec_post_norm). */
 static bool post_norms(const vk_ctx *c) {
     return c->w->model->hp.arch->post_norms;
 }
@@ -595,17 +596,24 @@ void es__vk_ctx_destroy(es_context *ctx) {
 }
 
 /* ---- recording */
+#define NO_NORM UINT32_MAX /* rec_post_norm: no norm follows in the same dispatch */
+
 static void rec_norm(vk_ctx *c, es__vk_rec *r, uint32_t n, uint32_t g_off, bool gather, float eps) {
     es__pc_rmsnorm pc = {(uint32_t)c->w->model->hp.n_embd, n, c->E32, g_off, gather ? 1u : 0u, eps, 0.0f, 0u, 0u};
     es__vk_rec_dispatch(r, gather ? "rmsnorm_out" : "rmsnorm", c->p_norm, c->s_norm, &pc, n, 1, 1);
 }
 
 /* gemma2's post-branch norm: x += s rmsnorm(xn) * g (the branch's projection stored into xn; s the
- * residual scale). */
-static void rec_post_norm(vk_ctx *c, es__vk_rec *r, uint32_t n, uint32_t g_off, float eps) {
+ * residual scale); unless next is NO_NORM, then the norm that comes next over the same rows in
+ * the same dispatch, xn = rmsnorm(x) * g2 (next: the float offset of g2), the same bits as its
+ * own dispatch gives (rmsnorm.comp). Where decode is bound by dispatches (a 0.6B model on an H200,
+ * ~10 us each, docs/perf.md) the two a layer saves so were gemma3's 0.83x of llama's tokens/s. */
+static void rec_post_norm(vk_ctx *c, es__vk_rec *r, uint32_t n, uint32_t g_off, uint32_t next, float eps) {
     const es__hparams *hp = &c->w->model->hp;
-    es__pc_rmsnorm pc = {(uint32_t)hp->n_embd, n, c->E32, g_off, 0u, eps, hp->residual_scale, 0u, 0u};
-    es__vk_rec_dispatch(r, "rmsnorm_post_add", c->p_norm, c->s_post, &pc, n, 1, 1);
+    const bool fuse = next != NO_NORM;
+    es__pc_rmsnorm pc = {(uint32_t)hp->n_embd, n, c->E32, g_off, 0u, eps, hp->residual_scale, fuse ? 1u : 0u,
+                         fuse ? next : 0u};
+    es__vk_rec_dispatch(r, fuse ? "rmsnorm_post_add_norm" : "rmsnorm_post_add", c->p_norm, c->s_post, &pc, n, 1, 1);
 }
 
 /* The fields of a mul_mat call that do not depend on the part. */
@@ -652,14 +660,15 @@ static void rec_embed(vk_ctx *c, es__vk_rec *r, uint32_t n) {
     }
 }
 
-/* Layer l's pre-attention ops over nl rows: RMSNorm; QKV projection with RoPE and the KV write
- * fused (n token rows, the fused stream rows after them through msa_vk.c). With per-head Q/K
- * norms (qk_norm) the projection stores the rows and one more dispatch does biases, norms, RoPE
- * and the KV write (qk_norm_rope.comp), stream rows (g per token) at their node's position. */
-static es_status rec_pre(vk_ctx *c, es__vk_rec *r, uint32_t l, uint32_t n, uint32_t nl, uint32_t g) {
+/* Layer l's pre-attention ops over nl rows: RMSNorm (unless the previous layer's post-branch
+ * norm did it: normed); QKV projection with RoPE and the KV write fused (n token rows, the fused
+ * stream rows after them through msa_vk.c). With per-head Q/K norms (qk_norm) the projection
+ * stores the rows and one more dispatch does biases, norms, RoPE and the KV write
+ * (qk_norm_rope.comp), stream rows (g per token) at their node's position. */
+static es_status rec_pre(vk_ctx *c, es__vk_rec *r, uint32_t l, uint32_t n, uint32_t nl, uint32_t g, bool normed) {
     const es__hparams *hp = &c->w->model->hp;
     const es__vk_layer *vl = &c->w->layers[l];
-    rec_norm(c, r, nl, vl->attn_norm, false, hp->rms_eps);
+    if (!normed) rec_norm(c, r, nl, vl->attn_norm, false, hp->rms_eps);
     es__pc_mul_mat pc = mat_call(c, nl, c->E32, c->QKV32);
     pc.bias_off = bias_off(c, l);
     pc.rope_off = es__vk_rope_off(c->w, c->n_ctx, l);
@@ -713,42 +722,70 @@ static void rec_attn_part(vk_ctx *c, es__vk_rec *r, uint32_t l, uint32_t chunk, 
 }
 
 /* Layer l's post-attention ops over nl rows: output projection + residual; RMSNorm; gate/up
- * projection with SwiGLU fused; down projection + residual (gemma2: the post-branch norms). */
-static es_status rec_post(vk_ctx *c, es__vk_rec *r, uint32_t l, uint32_t n, uint32_t nl, uint32_t g) {
+ * projection with SwiGLU fused; down projection + residual. With post-branch norms (gemma2) each
+ * branch's norm and add is one dispatch with the norm after it: the FFN's, and after the down
+ * projection `next` (the float offset of the next norm's weights, or NO_NORM: record_next). */
+static es_status rec_post(vk_ctx *c, es__vk_rec *r, uint32_t l, uint32_t n, uint32_t nl, uint32_t g, uint32_t next) {
     const es__hparams *hp = &c->w->model->hp;
     const es__vk_layer *vl = &c->w->layers[l];
     const vk_lsets *s = &c->ls[l];
     es__pc_mul_mat pc = branch_call(c, nl, c->Q32);
     ES_TRY(rec_proj(c, r, "mul_mat_wo", l, ES__VK_SS_WO, &vl->wo, s->wo, branch_epi(c), &pc, n, g));
-    if (post_norms(c)) rec_post_norm(c, r, nl, vl->post_attn_norm, hp->rms_eps);
-    rec_norm(c, r, nl, vl->ffn_norm, false, hp->rms_eps);
+    if (post_norms(c))
+        rec_post_norm(c, r, nl, vl->post_attn_norm, vl->ffn_norm, hp->rms_eps);
+    else
+        rec_norm(c, r, nl, vl->ffn_norm, false, hp->rms_eps);
     pc = mat_call(c, nl, c->E32, c->F32);
     ES_TRY(rec_proj(c, r, "mul_mat_gateup", l, ES__VK_SS_GATEUP, &vl->gateup, s->gateup, glu_epi(c), &pc, n, g));
     pc = branch_call(c, nl, c->F32);
     ES_TRY(rec_proj(c, r, "mul_mat_down", l, ES__VK_SS_DOWN, &vl->down, s->down, branch_epi(c), &pc, n, g));
-    if (post_norms(c)) rec_post_norm(c, r, nl, vl->post_ffn_norm, hp->rms_eps);
+    if (post_norms(c)) rec_post_norm(c, r, nl, vl->post_ffn_norm, next, hp->rms_eps);
     return ES_OK;
 }
 
-/* Layer l over n token rows: seven dispatches (eight when attention needs its merge; one more
- * with per-head Q/K norms). With fused streams the MSA layers carry each token's stream rows
- * after the n token rows through the same dispatches, plus their own attention (and their
- * LoRA's A products). */
-static es_status rec_layer(vk_ctx *c, es__vk_rec *r, uint32_t l, uint32_t n, uint32_t ss, uint32_t spec_chunk) {
-    const uint32_t g = ES__VK_SS_FUSED_G(ss);
-    if (ss) ES_TRY(es__vk_msa_rec_layer(c->msa, r, (int32_t)l, n, ss));
-    const uint32_t nl = n + es__vk_msa_fused_rows(c->msa, (int32_t)l, n, ss); /* rows here */
-    ES_TRY(rec_pre(c, r, l, n, nl, g));
-    rec_attn(c, r, l, n, spec_chunk);
-    if (nl > n) es__vk_msa_rec_attn(c->msa, r, (int32_t)l, n, g);
-    return rec_post(c, r, l, n, nl, g);
+/* Rows layer l runs over: the n token rows, plus the fused stream rows in the MSA layers. */
+static uint32_t layer_rows(const vk_ctx *c, uint32_t l, uint32_t n, uint32_t ss) {
+    return n + es__vk_msa_fused_rows(c->msa, (int32_t)l, n, ss);
 }
 
-/* The output head over the wanted rows, then (fused streams) the stream rows. */
-static es_status rec_head(vk_ctx *c, es__vk_rec *r, uint32_t n, uint32_t n_out, uint32_t ss) {
+/* With post-branch norms, the norm rec_post_norm does after layer l's post-FFN norm (NO_NORM:
+ * none) when the recording goes on to layer l + 1 < hi, or to the head when hi is the last
+ * layer and head is set: layer l + 1's attention norm over the same rows (not where the fused
+ * stream rows join, at the first MSA layer: they are not in x yet), or the output norm when the
+ * head reads every row in place: n_out == n, as out_rows ascend they are 0..n - 1, the fused
+ * stream rows after them (write_step). Otherwise the head gathers rows (rmsnorm_out) that other
+ * workgroups of the same dispatch would still be updating, so it keeps its own norm, and so does
+ * the upper part of a pruning call (its rows moved by the compaction, x alone); the lower part
+ * ends in the early exit, which reads x. */
+static uint32_t record_next(const vk_ctx *c, uint32_t l, uint32_t hi, bool head, uint32_t n, uint32_t n_out,
+                            uint32_t ss) {
+    if (!post_norms(c)) return NO_NORM;
+    if (l + 1 < hi)
+        return layer_rows(c, l + 1, n, ss) == layer_rows(c, l, n, ss) ? c->w->layers[l + 1].attn_norm : NO_NORM;
+    return head && l + 1 == (uint32_t)c->w->model->hp.n_layer && n_out == n ? c->w->output_norm : NO_NORM;
+}
+
+/* Layer l over n token rows: seven dispatches (eight when attention needs its merge; one more
+ * with per-head Q/K norms), post-branch norms included (their pre-norms ride in them: normed,
+ * next). With fused streams the MSA layers carry each token's stream rows after the n token rows
+ * through the same dispatches, plus their own attention (and their LoRA's A products). */
+static es_status rec_layer(vk_ctx *c, es__vk_rec *r, uint32_t l, uint32_t n, uint32_t ss, uint32_t spec_chunk,
+                           bool normed, uint32_t next) {
+    const uint32_t g = ES__VK_SS_FUSED_G(ss);
+    if (ss) ES_TRY(es__vk_msa_rec_layer(c->msa, r, (int32_t)l, n, ss));
+    const uint32_t nl = layer_rows(c, l, n, ss);
+    ES_TRY(rec_pre(c, r, l, n, nl, g, normed));
+    rec_attn(c, r, l, n, spec_chunk);
+    if (nl > n) es__vk_msa_rec_attn(c->msa, r, (int32_t)l, n, g);
+    return rec_post(c, r, l, n, nl, g, next);
+}
+
+/* The output head over the wanted rows, then (fused streams) the stream rows; normed: the last
+ * layer's post-branch norm did the output norm (record_next). */
+static es_status rec_head(vk_ctx *c, es__vk_rec *r, uint32_t n, uint32_t n_out, uint32_t ss, bool normed) {
     const es__hparams *hp = &c->w->model->hp;
     const uint32_t n_head = n_out + (ss & ES__VK_SS_FUSED ? n * ES__VK_SS_FUSED_G(ss) : 0u);
-    rec_norm(c, r, n_head, c->w->output_norm, true, hp->rms_eps);
+    if (!normed) rec_norm(c, r, n_head, c->w->output_norm, true, hp->rms_eps);
     es__pc_mul_mat pc = mat_call(c, n_head, c->E32, c->V32);
     pc.scale = hp->logit_mul; /* granite's, before gemma2's soft-capping */
     pc.softcap = hp->final_softcap;
@@ -781,11 +818,17 @@ static es_status record(es_context *ctx, vk_ctx *c, vk_cb *cb) {
     if (cb->part != PART_ABOVE) rec_embed(c, &r, n);
     if (cb->compact) ES_TRY(rec_compact(c, &r, n, P, cb->ss));
     const uint32_t lo = cb->part == PART_ABOVE ? P : 0, hi = cb->part == PART_BELOW ? P : L;
-    for (uint32_t l = lo; l < hi; l++) ES_TRY(rec_layer(c, &r, l, n, cb->ss, cb->spec_chunk));
-    if (cb->part == PART_BELOW)
+    const bool head = cb->part != PART_BELOW;
+    bool normed = false; /* the previous layer's post-branch norm did this one's pre-norm */
+    for (uint32_t l = lo; l < hi; l++) {
+        const uint32_t next = record_next(c, l, hi, head, n, (uint32_t)cb->n_out, cb->ss);
+        ES_TRY(rec_layer(c, &r, l, n, cb->ss, cb->spec_chunk, normed, next));
+        normed = next != NO_NORM;
+    }
+    if (!head)
         ES_TRY(es__vk_msa_rec_exit(c->msa, &r, (uint32_t)cb->n_out));
     else
-        ES_TRY(rec_head(c, &r, n, (uint32_t)cb->n_out, cb->ss));
+        ES_TRY(rec_head(c, &r, n, (uint32_t)cb->n_out, cb->ss, normed));
     ES_TRY(es__vk_rec_end(&r));
     cb->n_dispatch = r.n_dispatch;
     cb->n_queries = r.n_queries;
@@ -956,12 +999,21 @@ static es_status forward_pruned(es_context *ctx, vk_ctx *c, const es__fwd *f, in
 }
 
 /* ALSpec's ENTER(layer) of one decode token (es__alspec_part): the embedding (layer -1) or
- * layer's post-attention ops on x and attn, then the next layer's pre-attention ops or the head. */
+ * layer's post-attention ops on x and attn, then the next layer's pre-attention ops or the head
+ * (one row: the head's is row 0 in place, record_next). With post-branch norms as the forward
+ * records them, though ALSpec refuses both architectures that have them today (gemma2 always
+ * soft-caps, gemma3 always has sliding layers: es__context_caps). */
 static es_status rec_enter(vk_ctx *c, es__vk_rec *r, int32_t layer) {
-    if (layer < 0) rec_embed(c, r, 1);
-    else ES_TRY(rec_post(c, r, (uint32_t)layer, 1, 1, 0));
-    if (layer + 1 < c->w->model->hp.n_layer) return rec_pre(c, r, (uint32_t)(layer + 1), 1, 1, 0);
-    return rec_head(c, r, 1, 1, 0);
+    const int32_t L = c->w->model->hp.n_layer;
+    uint32_t next = NO_NORM;
+    if (layer < 0) {
+        rec_embed(c, r, 1);
+    } else {
+        next = record_next(c, (uint32_t)layer, (uint32_t)L, true, 1, 1, 0);
+        ES_TRY(rec_post(c, r, (uint32_t)layer, 1, 1, 0, next));
+    }
+    if (layer + 1 < L) return rec_pre(c, r, (uint32_t)(layer + 1), 1, 1, 0, next != NO_NORM);
+    return rec_head(c, r, 1, 1, 0, next != NO_NORM);
 }
 
 /* One part of a decode token over two contexts (es__alspec_part), recorded into the device's

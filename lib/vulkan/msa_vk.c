@@ -581,28 +581,31 @@ static void rec_rows(struct es__vk_msa *m, es__vk_rec *r, const char *op, VkDesc
     es__vk_rec_dispatch(r, op, m->p_rows, set, &pc, n_rows, 1, 1);
 }
 
-/* rmsnorm of n rows; add != 0: into the residual, times add (rmsnorm.comp). */
+/* rmsnorm of n rows; add != 0: into the residual, times add, then with norm2 the next norm of
+ * the residual's rows with the weights at g2_off (rmsnorm.comp). */
 static void rec_norm_add(struct es__vk_msa *m, es__vk_rec *r, const char *op, VkDescriptorSet set, uint32_t n,
-                         uint32_t g_off, float add) {
+                         uint32_t g_off, float add, bool norm2, uint32_t g2_off) {
     const es__hparams *hp = &m->ctx->model->hp;
-    es__pc_rmsnorm pc = {(uint32_t)hp->n_embd, n, m->res.E32, g_off, 0, hp->rms_eps, add, 0u, 0u};
+    es__pc_rmsnorm pc = {(uint32_t)hp->n_embd, n, m->res.E32, g_off, 0, hp->rms_eps, add, norm2 ? 1u : 0u, g2_off};
     es__vk_rec_dispatch(r, op, m->p_norm, set, &pc, n, 1, 1);
 }
 
 static void rec_norm(struct es__vk_msa *m, es__vk_rec *r, const char *op, VkDescriptorSet set, uint32_t n,
                      uint32_t g_off) {
-    rec_norm_add(m, r, op, set, n, g_off, 0.0f);
+    rec_norm_add(m, r, op, set, n, g_off, 0.0f, false, 0);
 }
 
 /* The stream pass's residual branch: its output projection from X (x_stride floats a row) adds
  * into the streams' x, or with post-branch norms stores for the norm (post, the layer's weight)
- * that then adds; either scales the branch by the model's residual scale first, as the forward's
- * fused rows do. */
+ * that then adds, in one dispatch with the norm that follows it (next: its weights), as the
+ * forward's post-branch norms do; either scales the branch by the model's residual scale first,
+ * as the forward's fused rows do. *normed: whether it did that norm. */
 static es_status rec_branch(struct es__vk_msa *m, es__vk_rec *r, const char *op, const ss_mm *mm, uint32_t G,
-                            uint32_t x_stride, uint32_t post) {
+                            uint32_t x_stride, uint32_t post, uint32_t next, bool *normed) {
     const float s = hparams(m)->residual_scale;
     ES_TRY(rec_mm_scaled(m, r, op, mm, G, branch_epi(m), x_stride, m->res.E32, 0, post_norms(m) ? 0.0f : s));
-    if (post_norms(m)) rec_norm_add(m, r, "ss_post_norm", m->s_post, G, post, s);
+    *normed = post_norms(m);
+    if (post_norms(m)) rec_norm_add(m, r, "ss_post_norm", m->s_post, G, post, s, true, next);
     return ES_OK;
 }
 
@@ -723,26 +726,29 @@ static es_status record_streams(struct es__vk_msa *m, uint32_t G) {
     es__vk_rec r;
     es__vk_rec_begin(&r, d, cb, m->queries[G], m->queries[G] ? ES__SS_MAX_QUERIES : 0, m->query_ops[G]);
     rec_rows(m, &r, "ss_init", m->s_init, 1, G, res->E32, res->E32, res->E32);
+    bool normed = false; /* the previous layer's post-branch norm did this one's pre-norm */
     for (int32_t i = 0; i < m->ss->n_msa; i++) {
         const int32_t l = m->ss->msa_start + i;
         const es__vk_layer *vl = &res->w->layers[l];
         const ss_layer *L = &m->layers[i];
         const ss_lora *lo = L->lora;
-        rec_norm(m, &r, "ss_norm", L->norm_attn, G, vl->attn_norm);
+        /* the norm after the layer: the next one's attention norm, or the output norm */
+        const uint32_t next = i + 1 < m->ss->n_msa ? res->w->layers[l + 1].attn_norm : res->w->output_norm;
+        if (!normed) rec_norm(m, &r, "ss_norm", L->norm_attn, G, vl->attn_norm);
         if (lo[LO_QKV].on) ES_TRY(rec_mm(m, &r, "ss_lora_a", &lo[LO_QKV].ma, G, ES__EPI_STORE, res->E32, m->R32));
         ES_TRY(rec_mm(m, &r, "ss_qkv", &L->qkv, G, ES__EPI_STORE, res->E32, res->QKV32));
         rec_rope(m, &r, l, G);
         const es__pc_ss_attn pa = attn_call(m, l, G, 0, 0);
         es__vk_rec_dispatch(&r, "ss_attn", m->p_attn, L->attn, &pa, attn_groups(m, G * (uint32_t)hp->n_head), 1, 1);
         if (lo[LO_O].on) ES_TRY(rec_mm(m, &r, "ss_lora_a", &lo[LO_O].ma, G, ES__EPI_STORE, res->Q32, m->R32));
-        ES_TRY(rec_branch(m, &r, "ss_wo", &L->wo, G, res->Q32, vl->post_attn_norm));
-        rec_norm(m, &r, "ss_norm", L->norm_ffn, G, vl->ffn_norm);
+        ES_TRY(rec_branch(m, &r, "ss_wo", &L->wo, G, res->Q32, vl->post_attn_norm, vl->ffn_norm, &normed));
+        if (!normed) rec_norm(m, &r, "ss_norm", L->norm_ffn, G, vl->ffn_norm);
         if (lo[LO_GU].on) ES_TRY(rec_mm(m, &r, "ss_lora_a", &lo[LO_GU].ma, G, ES__EPI_STORE, res->E32, m->R32));
         ES_TRY(rec_mm(m, &r, "ss_gateup", &L->gateup, G, glu_epi(m), res->E32, res->F32));
         if (lo[LO_DOWN].on) ES_TRY(rec_mm(m, &r, "ss_lora_a", &lo[LO_DOWN].ma, G, ES__EPI_STORE, res->F32, m->R32));
-        ES_TRY(rec_branch(m, &r, "ss_down", &L->down, G, res->F32, vl->post_ffn_norm));
+        ES_TRY(rec_branch(m, &r, "ss_down", &L->down, G, res->F32, vl->post_ffn_norm, next, &normed));
     }
-    rec_norm(m, &r, "ss_norm_out", m->s_norm_out, G, res->w->output_norm);
+    if (!normed) rec_norm(m, &r, "ss_norm_out", m->s_norm_out, G, res->w->output_norm);
     es_status s = rec_mm(m, &r, "ss_head", &m->stream_out, G, ES__EPI_STORE, res->E32, res->V32);
     if (s == ES_OK) s = es__vk_rec_end(&r);
     if (s != ES_OK) {
