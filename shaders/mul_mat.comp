@@ -50,7 +50,7 @@ layout(constant_id = 6) const uint TILE = 1; // tokens per workgroup, in passes 
 
 RO_F4(2, X)
 layout(binding = 3, std430) buffer Y_blk { float Y[]; };
-RO_F1(4, ROPE) // tables of [n_ctx][n_rot / 2][2]: cos, sin (the layer's at rope_off); biases
+RO_F1(4, ROPE) // tables of [n_ctx, or 1 for the identity][n_rot / 2][2]: cos, sin (the layer's at rope_off, positions rope_stride apart); biases
 #define STEPBIND 5
 #include "step.glsl"
 layout(binding = 6, std430) writeonly buffer KC_blk { float KC[]; }; // [n_head_kv][n_ctx][hd]
@@ -110,7 +110,7 @@ void rope_pair(uint row, uint t, float a, float b) {
     const uint rr = is_q ? row : row - qr, h = rr / hd, j = rr % hd;
     float o0 = a, o1 = b;
     if (j < pc.n_rot) {
-        const uint i = j >> 1, tab = pc.rope_off + (p * (pc.n_rot / 2u) + i) * 2u;
+        const uint i = j >> 1, tab = pc.rope_off + p * pc.rope_stride + 2u * i;
         const float c = FETCH_F1(ROPE, tab), s = FETCH_F1(ROPE, tab + 1u);
         o0 = a * c - b * s;
         o1 = a * s + b * c;

@@ -43,7 +43,9 @@
                 /* rotation, lib/core/rope.h es__rope_table_of; 0 = the model's)   */ \
     F(scale)    /* store and add epilogues: WX (with its LoRA term) times it first: */ \
                 /* the head's logit multiplier before the soft-capping, a residual  */ \
-                /* branch's scale before its add (granite, lib/core/model.h; 0: 1)  */
+                /* branch's scale before its add (granite, lib/core/model.h; 0: 1)  */ \
+    U(rope_stride) /* RoPE: floats between positions in the layer's table: n_rot,  */ \
+                /* or 0 for the identity's one row (model_vk.h es__vk_rope_stride) */
 
 /* Step data: 32-bit ints the host writes before each forward submission. A header of
  * ES_STEP_HDR ints, then arrays of nb = n_batch + 1 entries, array k at
@@ -193,7 +195,8 @@
                 /* 0: every stream row is the step's ES_STEP_SS_NODE's (the    */                  \
                 /* stream pass, ss_push.h)                                     */                  \
     F(eps)                                                                                         \
-    U(rope_off) /* float offset in ROPE of the layer's table (0: the model's)  */
+    U(rope_off) /* float offset in ROPE of the layer's table (0: the model's)  */                  \
+    U(rope_stride) /* floats between its positions (n_rot; 0: the identity's one row) */
 
 /* kv_shift: a context shift of one layer's cache (kv_shift.comp). */
 #define ES_PC_KV_SHIFT(U, F)                                                                       \

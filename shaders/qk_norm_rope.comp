@@ -21,7 +21,7 @@
 #include "ss_push.h"
 
 layout(binding = 0, std430) buffer QKV_blk { float QKV[]; }; // [n][qkv_stride]: Q, K, V heads
-RO_F1(1, ROPE) // tables of [n_ctx][n_rot / 2][2]: cos, sin (the layer's at rope_off); then the layers' biases
+RO_F1(1, ROPE) // tables of [n_ctx, or 1 for the identity][n_rot / 2][2]: cos, sin (the layer's at rope_off, positions rope_stride apart); then the layers' biases
 #define STEPBIND 2
 #include "step.glsl"
 RO_F4(3, G) // the model's norm vectors (vec4 texels): the layer's Q and K head weights at q_norm, k_norm
@@ -52,7 +52,7 @@ void main() {
     const uint hd = pc.hd, half_rot = pc.n_rot / 2u, qr = pc.n_head * hd, kr = pc.n_head_kv * hd;
     const bool stream = t >= pc.ss_t0, is_k = h >= pc.n_head;
     const uint node = !stream ? t : pc.ss_g > 0u ? (t - pc.ss_t0) / pc.ss_g : uint(step_at(ES_STEP_SS_NODE));
-    const uint rope = pc.rope_off + uint(step_pos(node)) * half_rot * 2u, base = t * pc.qkv_stride;
+    const uint rope = pc.rope_off + uint(step_pos(node)) * pc.rope_stride, base = t * pc.qkv_stride;
     const uint slot = uint(step_n_past()) + t, x0 = base + h * hd, w0 = is_k ? pc.k_norm : pc.q_norm;
     const uint v0 = base + qr + kr + (h - pc.n_head) * hd; // a K head's workgroup also moves its V head
     if (pc.bias_off != 0u) { // before the norm, as the CPU adds them

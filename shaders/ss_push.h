@@ -38,7 +38,8 @@
     U(neox)                                                                                        \
     U(qkv_stride) /* floats between rows of QKV                               */                   \
     U(bias_off) /* float offset of the layer's Q, K, V biases in ROPE (qwen2), head order; 0: none */ \
-    U(rope_off) /* float offset in ROPE of the layer's table (rope.h es__rope_table_of; 0: the model's) */
+    U(rope_off) /* float offset in ROPE of the layer's table (rope.h es__rope_table_of; 0: the model's) */ \
+    U(rope_stride) /* floats between its positions (n_rot; 0: the identity's one row) */
 
 /* ss_attn: multi-stream attention (Eq. 2) of stream j of a node: the keys of positions
  * 0..pos(node) (committed slots, then the node's ancestors and itself) and the keys of the node's

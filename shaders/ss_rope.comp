@@ -8,7 +8,7 @@
 #include "ss_push.h"
 
 layout(binding = 0, std430) buffer QKV_blk { float QKV[]; };
-RO_F1(1, ROPE) // tables of [n_ctx][n_rot / 2][2]: cos, sin (the layer's at rope_off); biases
+RO_F1(1, ROPE) // tables of [n_ctx, or 1 for the identity][n_rot / 2][2]: cos, sin (the layer's at rope_off, positions rope_stride apart); biases
 #define STEPBIND 2
 #include "step.glsl"
 layout(push_constant) uniform PC { ES_PC_SS_ROPE(PC_U, PC_F) } pc;
@@ -22,7 +22,7 @@ void main() {
     if (t >= pc.n) return;
     const uint half_rot = pc.n_rot / 2u, hd = pc.hd;
     const uint p = uint(step_pos(uint(step_at(ES_STEP_SS_NODE))));
-    const uint rope = pc.rope_off + p * half_rot * 2u, base = t * pc.qkv_stride;
+    const uint rope = pc.rope_off + p * pc.rope_stride, base = t * pc.qkv_stride;
     if (pc.bias_off != 0u) { // qwen2's biases, before RoPE as in the forward; Q, K, V in head order
         for (uint i = lid; i < (pc.n_head + 2u * pc.n_head_kv) * hd; i += wg) QKV[base + i] += FETCH_F1(ROPE, pc.bias_off + i);
         memoryBarrierBuffer();

@@ -124,13 +124,13 @@ static es_status plan_memory(es_context *ctx, vk_ctx *c) {
                                 &c->r_part));
     /* the RoPE tables (model_vk.h es__vk_rope_off), then every layer's Q, K, V biases (qwen2),
      * which the RoPE epilogue adds */
-    const VkDeviceSize rope = (VkDeviceSize)es__rope_tables(hp) * c->n_ctx * (uint32_t)hp->n_rot * f,
+    const VkDeviceSize rope = (VkDeviceSize)es__vk_rope_table_off(hp, c->n_ctx, es__rope_tables(hp)) * f,
                        rope_all = rope + (VkDeviceSize)L * c->bias_floats * f;
     ES_RETURN_IF(rope_all > d->phys.props.limits.maxStorageBufferRange ||
                      (d->use.texel && rope_all / f > d->phys.props.limits.maxTexelBufferElements),
                  d->err, ES_ERR_UNSUPPORTED,
-                 "vulkan: the RoPE tables (%d of %.1f MiB each for n_ctx %u) exceed the device's binding limit; use a "
-                 "smaller n_ctx", es__rope_tables(hp), (double)rope / es__rope_tables(hp) / 1048576.0, c->n_ctx);
+                 "vulkan: the RoPE tables (%d, %.1f MiB for n_ctx %u) exceed the device's binding limit; use a "
+                 "smaller n_ctx", es__rope_tables(hp), (double)rope / 1048576.0, c->n_ctx);
     ES_TRY(es__vk_arena_reserve(d, &c->arena, rope_all, &c->r_rope));
     ES_TRY(es__vk_arena_reserve(d, &c->arena, (VkDeviceSize)c->Q32 * f, &c->r_spec));
     const VkDeviceSize kv = (VkDeviceSize)hp->n_head_kv * c->n_ctx * hd * f;
@@ -198,24 +198,26 @@ static es_status upload_biases(es_context *ctx, vk_ctx *c, es__vk_stager *st) {
 }
 
 /* cos and sin of every (table, position, pair), computed in double and rounded once, as the CPU
- * does: table t (rope.h es__rope_table) at t n_ctx n_rot floats. */
+ * does: table t (rope.h es__rope_table) at es__vk_rope_table_off, a row per position (the
+ * identity's one row, model_vk.h). */
 static es_status upload_rope(es_context *ctx, vk_ctx *c) {
     const es__hparams *hp = &ctx->model->hp;
     const uint32_t half = (uint32_t)hp->n_rot / 2, n_tab = (uint32_t)es__rope_tables(hp);
-    const VkDeviceSize bytes = (VkDeviceSize)c->n_ctx * half * 2 * sizeof(float);
+    const VkDeviceSize row = (VkDeviceSize)half * 2 * sizeof(float),
+                       bytes = (VkDeviceSize)es__vk_rope_table_off(hp, c->n_ctx, (int32_t)n_tab) * sizeof(float);
     if (bytes == 0) return ES_OK;
     es__vk_stager st;
-    ES_TRY(es__vk_stager_init(c->d, &st, ES__MIN(bytes * n_tab, (VkDeviceSize)16 << 20)));
+    ES_TRY(es__vk_stager_init(c->d, &st, ES__MIN(bytes, (VkDeviceSize)16 << 20)));
     es_status s = ES_OK;
-    const uint32_t rows_per = (uint32_t)ES__MAX(1, (st.staging.size / 2) / (half * 2 * sizeof(float)));
+    const uint32_t rows_per = (uint32_t)ES__MAX(1, (st.staging.size / 2) / row);
     for (uint32_t t = 0; s == ES_OK && t < n_tab; t++) {
         const es__rope rope = es__rope_table(hp, ctx->n_ctx, (int32_t)t);
-        for (uint32_t p0 = 0; s == ES_OK && p0 < c->n_ctx; p0 += rows_per) {
-            const uint32_t np = ES__MIN(rows_per, c->n_ctx - p0);
+        const uint32_t rows = es__vk_rope_rows(hp, c->n_ctx, (int32_t)t);
+        const VkDeviceSize base = c->r_rope.off + (VkDeviceSize)es__vk_rope_table_off(hp, c->n_ctx, (int32_t)t) * sizeof(float);
+        for (uint32_t p0 = 0; s == ES_OK && p0 < rows; p0 += rows_per) {
+            const uint32_t np = ES__MIN(rows_per, rows - p0);
             void *ptr = NULL;
-            s = es__vk_stage_ptr(c->d, &st, es__vk_region_buf(&c->arena, &c->r_rope),
-                                 c->r_rope.off + t * bytes + (VkDeviceSize)p0 * half * 2 * sizeof(float),
-                                 (VkDeviceSize)np * half * 2 * sizeof(float), &ptr);
+            s = es__vk_stage_ptr(c->d, &st, es__vk_region_buf(&c->arena, &c->r_rope), base + p0 * row, np * row, &ptr);
             if (s == ES_OK) es__vk_rope_table(&rope, ptr, (int32_t)p0, np, false);
         }
     }
@@ -672,6 +674,7 @@ static es_status rec_pre(vk_ctx *c, es__vk_rec *r, uint32_t l, uint32_t n, uint3
     es__pc_mul_mat pc = mat_call(c, nl, c->E32, c->QKV32);
     pc.bias_off = bias_off(c, l);
     pc.rope_off = es__vk_rope_off(c->w, c->n_ctx, l);
+    pc.rope_stride = es__vk_rope_stride(c->w, c->n_ctx, l);
     const uint32_t epi = es__vk_qkv_epi(c->w);
     ES_TRY(rec_proj(c, r, "mul_mat_qkv", l, ES__VK_SS_QKV, &vl->qkv, c->ls[l].qkv, epi, &pc, n, g));
     if (epi == ES__EPI_ROPE_KV) return ES_OK;

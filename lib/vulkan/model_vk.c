@@ -94,7 +94,7 @@ es__pc_qk_norm_rope es__vk_qk_norm_call(const es__vk_model *w, uint32_t l, uint3
     return (es__pc_qk_norm_rope){n, (uint32_t)hp->n_head, (uint32_t)hp->n_head_kv, (uint32_t)hp->head_dim,
                                  (uint32_t)hp->n_rot, hp->rope_type == ES_ROPE_NEOX ? 1u : 0u, qkv_stride, n_ctx,
                                  0, w->layers[l].q_norm, w->layers[l].k_norm, n, 0, hp->rms_eps,
-                                 es__vk_rope_off(w, n_ctx, l)};
+                                 es__vk_rope_off(w, n_ctx, l), es__vk_rope_stride(w, n_ctx, l)};
 }
 
 /* Shapes the kernels rely on, checked once so they never see one they cannot handle. */

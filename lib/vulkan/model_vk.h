@@ -37,18 +37,33 @@ void es__vk_model_free(es_backend *b, es__vk_model *w);
 static inline uint32_t es__vk_qkv_epi(const es__vk_model *w) {
     return w->model->hp.arch->qk_norm ? ES__EPI_STORE : ES__EPI_ROPE_KV;
 }
-/* A context's RoPE region (forward.c) holds es__rope_tables(hp) tables of [n_ctx][n_rot / 2][2]
- * (cos, sin), table t at t n_ctx n_rot, then every layer's Q, K, V biases (qwen2: bias_floats
- * each). The float offsets there of layer l's table (es__rope_table_of: the model's, gemma3's
- * sliding layers' own, or the identity for smollm3's layers without RoPE) and of its biases
- * (0: the model has none). */
+/* A context's RoPE region (forward.c) holds es__rope_tables(hp) tables of [rows][n_rot / 2][2]
+ * (cos, sin) one after another, then every layer's Q, K, V biases (qwen2: bias_floats each). A
+ * table has a row per position (n_ctx) but the identity of smollm3's layers without RoPE, whose
+ * every row is the same (cos 1, sin 0): one row, read with a position stride of 0 (a table of
+ * n_ctx rows was 16 MiB at 32k positions of n_rot 128). The float offsets there of table t, of
+ * layer l's table (es__rope_table_of: the model's, gemma3's sliding layers' own, or the
+ * identity) with the floats between its positions, and of layer l's biases (0: the model has
+ * none). */
+static inline uint32_t es__vk_rope_rows(const es__hparams *hp, uint32_t n_ctx, int32_t t) {
+    return es__rope_table(hp, (int32_t)n_ctx, t).identity ? 1u : n_ctx;
+}
+static inline uint64_t es__vk_rope_table_off(const es__hparams *hp, uint32_t n_ctx, int32_t t) {
+    uint64_t off = 0; /* 64 bits: forward.c checks the whole region against the binding limits */
+    for (int32_t u = 0; u < t; u++) off += (uint64_t)es__vk_rope_rows(hp, n_ctx, u) * (uint64_t)hp->n_rot;
+    return off;
+}
 static inline uint32_t es__vk_rope_off(const es__vk_model *w, uint32_t n_ctx, uint32_t l) {
     const es__hparams *hp = &w->model->hp;
-    return (uint32_t)es__rope_table_of(hp, (int32_t)l) * n_ctx * (uint32_t)hp->n_rot;
+    return (uint32_t)es__vk_rope_table_off(hp, n_ctx, es__rope_table_of(hp, (int32_t)l));
+}
+static inline uint32_t es__vk_rope_stride(const es__vk_model *w, uint32_t n_ctx, uint32_t l) {
+    const es__hparams *hp = &w->model->hp;
+    return es__vk_rope_rows(hp, n_ctx, es__rope_table_of(hp, (int32_t)l)) > 1u ? (uint32_t)hp->n_rot : 0u;
 }
 static inline uint32_t es__vk_bias_off(const es__vk_model *w, uint32_t n_ctx, uint32_t bias_floats, uint32_t l) {
     const es__hparams *hp = &w->model->hp;
-    return bias_floats ? (uint32_t)es__rope_tables(hp) * n_ctx * (uint32_t)hp->n_rot + l * bias_floats : 0u;
+    return bias_floats ? (uint32_t)es__vk_rope_table_off(hp, n_ctx, es__rope_tables(hp)) + l * bias_floats : 0u;
 }
 /* qk_norm_rope's push constants for n rows of QKV (qkv_stride floats apart) of layer l: the
  * model's geometry, the layer's head norms and RoPE table; the caller sets bias_off and the

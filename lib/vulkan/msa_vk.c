@@ -701,7 +701,8 @@ static void rec_rope(struct es__vk_msa *m, es__vk_rec *r, int32_t l, uint32_t G)
     }
     es__pc_ss_rope pr = {G, (uint32_t)hp->n_head, (uint32_t)hp->n_head_kv, (uint32_t)hp->head_dim, (uint32_t)hp->n_rot,
                          hp->rope_type == ES_ROPE_NEOX ? 1u : 0u, res->QKV32, bias_off,
-                         es__vk_rope_off(res->w, res->n_ctx, (uint32_t)l)};
+                         es__vk_rope_off(res->w, res->n_ctx, (uint32_t)l),
+                         es__vk_rope_stride(res->w, res->n_ctx, (uint32_t)l)};
     es__vk_rec_dispatch(r, "ss_rope", m->p_rope, set, &pr, G, 1, 1);
 }
 

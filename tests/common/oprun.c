@@ -441,6 +441,7 @@ static es_status run_proj(es_backend *b, es__dtype type, const void *w, uint32_t
         pc.bias_off = bias_off;
         pc.softcap = ss->softcap;
         pc.rope_off = rope_off;
+        pc.rope_stride = rope_kv ? ss->rope->n_rot : 0u; /* run_rope_table's: a row per position */
         pc.scale = ss->scale;
         s = run_mul_mat_submit(&r, "mul_mat", m, epi, lora, sets, &pc, reps, ms);
     }
@@ -805,7 +806,7 @@ es_status es__vk_run_ss_rope(es_backend *b, const es__vk_op_rope *rope, const es
     if (s == ES_OK) {
         es__vk_bind binds[3] = {whole(Q), bt, bs};
         es__pc_ss_rope pc = {n_rows, rope->n_head, rope->n_head_kv, rope->hd, rope->n_rot,
-                             rope->type == ES_ROPE_NEOX ? 1u : 0u, qkv_stride, bias_off, rope_off};
+                             rope->type == ES_ROPE_NEOX ? 1u : 0u, qkv_stride, bias_off, rope_off, rope->n_rot};
         s = run_one(&r, p, binds, &pc, n_rows, 1, 1);
     }
     if (s == ES_OK) s = run_read(&r, Q, qkv, sizeof *qkv * n_rows * qkv_stride);
@@ -854,7 +855,7 @@ es_status es__vk_run_qk_norm_rope(es_backend *b, const es__vk_qk_norm_call *c, c
         es__vk_bind binds[6] = {whole(Q), bt, bs, bg, whole(K), whole(V)};
         es__pc_qk_norm_rope pc = {c->n_rows, g->n_head, g->n_head_kv, g->hd, g->n_rot, g->type == ES_ROPE_NEOX ? 1u : 0u,
                                   c->qkv_stride, c->n_ctx, bias_off, q_off, k_off, c->ss_t0, c->ss_g, c->eps,
-                                  rope_off};
+                                  rope_off, g->n_rot};
         s = run_one(&r, p, binds, &pc, c->n_rows, g->n_head + g->n_head_kv, 1);
     }
     if (s == ES_OK) s = run_read(&r, Q, qkv, sizeof *qkv * c->n_rows * c->qkv_stride);
